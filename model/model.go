@@ -1,0 +1,65 @@
+// Package model defines the contract between the engine (scheduler, sampler,
+// server) and a model runner (a model definition bound to a backend). The
+// engine decides which sequences run in a step and how many tokens each
+// advances; the runner owns the weights, the KV cache pages and the recurrent
+// state slots, and computes logits.
+package model
+
+import "errors"
+
+// ErrOutOfMemory is returned (wrapped) by Runner.Reserve when the KV budget
+// cannot hold the requested tokens; the engine then waits or preempts.
+var ErrOutOfMemory = errors.New("model: KV cache budget exhausted")
+
+// Info describes a loaded model for the engine and the server.
+type Info struct {
+	Architecture string // HF architectures string, e.g. "Qwen3MoeForCausalLM"
+	VocabSize    int    // rows of the lm head (logits width)
+	ContextLen   int    // max positions the model supports
+	EOSTokenIDs  []int32
+}
+
+// Chunk is one sequence's slice of a forward step: Tokens are appended to the
+// sequence in Slot starting at position Pos (the number of tokens already in
+// its cache). Prefill chunks, whole prompts and single decode tokens are all
+// Chunks; one Batch may mix them.
+type Chunk struct {
+	Slot   int     // sequence slot, 0 <= Slot < MaxSeqs given at load time
+	Pos    int     // position of Tokens[0]; must equal the slot's cached length
+	Tokens []int32 // new tokens, at least one
+	// AllLogits asks for logits at every token of the chunk (prompt
+	// logprobs); otherwise only the last token's logits are returned.
+	AllLogits bool
+}
+
+// Batch is one forward step.
+type Batch struct {
+	Chunks []Chunk
+}
+
+// Logits holds the step's output: for chunk i, Rows[i] lists the logits rows
+// (each VocabSize wide) in token order: one row, or len(Tokens) rows when
+// AllLogits was set. Rows alias buffers the runner reuses on the next call.
+type Logits struct {
+	Rows [][][]float32
+}
+
+// Runner is a loaded model ready to run batches. It is not safe for
+// concurrent use: the engine's scheduler goroutine owns it.
+type Runner interface {
+	Info() Info
+	// Reserve makes room in the slot's KV cache for n more tokens beyond
+	// its current length; it fails with ErrOutOfMemory if the budget is
+	// exhausted and then reserves nothing.
+	Reserve(slot, n int) error
+	// Forward runs one step. Each chunk's slot must have been reserved for
+	// its tokens. On success the slots' lengths advance by len(Tokens).
+	Forward(b *Batch, out *Logits) error
+	// Free releases everything the slot holds (KV pages, recurrent state);
+	// the slot may be reused at position 0.
+	Free(slot int)
+	// FreeTokens reports how many more tokens the KV budget can hold.
+	FreeTokens() int
+	// Close releases the model's memory.
+	Close() error
+}
