@@ -33,7 +33,7 @@
 #include "kt_internal.h"
 
 #define QCAP 64
-#define SPIN 20000
+#define SPIN 5000
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 16
 
@@ -44,12 +44,14 @@ typedef struct {
   int64_t max_slots;
   void* X;
   float* Xs;
+  void* Xt;   // [max_tokens][hidden] converted once per token
+  float* Xts;
   float* Hf;
   void* Hq;
   float* Hs;
   float* out;
-  int64_t bytesX, bytesH, bytesHq, bytesOut;
-  _Atomic int next[4];
+  int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
+  _Atomic int next[5];
   _Atomic int bar_cnt;
   _Atomic int bar_gen;
 } kt_pool;
@@ -221,6 +223,14 @@ static int route(kt_engine* e) {
 
 static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_BF16 ? 2 : 1; }
 
+#define ROW_TO_ACT(...)                 \
+  do {                                  \
+    if (e->isa & KT_ISA_AVX512)         \
+      kt_avx512_row_to_act(__VA_ARGS__); \
+    else                                \
+      kt_avx2_row_to_act(__VA_ARGS__);  \
+  } while (0)
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
   kt_pool* P = &e->pools[w->pool];
@@ -233,14 +243,23 @@ static void run_job(kt_worker* w) {
   int nth = P->nthreads;
   int item;
 
-  // 1. pack activations per slot
+  // 1a. convert each token's row once
+  int tchunks = (e->ntok + 3) / 4;
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < tchunks) {
+    for (int t = item * 4; t < item * 4 + 4 && t < e->ntok; t++) {
+      const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
+      ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
+    }
+  }
+  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
-  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
-      const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
-      kt_row_to_act(src, b->x_bf16, H, act, (char*)P->X + (int64_t)s * H * asz, &P->Xs[s]);
+      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      P->Xs[s] = P->Xts[t];
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
@@ -248,7 +267,7 @@ static void run_job(kt_worker* w) {
   // 2. gate/up + silu
   int nb = I / KT_NB;
   int items = e->nactive * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     int m = e->cnt[x], off = e->off[x];
     kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
@@ -265,17 +284,17 @@ static void run_job(kt_worker* w) {
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
   // 3. quantize h for the down projection
-  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       if (e->slot_tok[s] < 0) continue;
-      kt_row_to_act(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s]);
+      ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
   // 4. down + weighted sum into this pool's partial output
   int hb = H / KT_NB;
-  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < hb) {
+  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < hb) {
     int h0 = item * KT_NB;
     for (int t = 0; t < e->ntok; t++) memset(P->out + (int64_t)t * H + h0, 0, KT_NB * sizeof(float));
     for (int a = 0; a < e->nactive; a++) {
@@ -299,25 +318,15 @@ static void run_job(kt_worker* w) {
   barrier(&e->gbar_cnt, &e->gbar_gen, e->nthreads);
 
   // 5. merge pools into the caller's output
-  const int TCH = 4;
-  int tchunks = (e->ntok + TCH - 1) / TCH;
-  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < tchunks) {
-    for (int t = item * TCH; t < item * TCH + TCH && t < e->ntok; t++) {
-      for (int h = 0; h < H; h++) {
-        float v = 0;
-        for (int p = 0; p < e->npools; p++) v += e->pools[p].out[(int64_t)t * H + h];
-        int64_t at = (int64_t)t * H + h;
-        if (b->out_bf16) {
-          uint16_t* o = (uint16_t*)b->out;
-          if (b->incremental) v += kt_bf16f(o[at]);
-          o[at] = kt_f2bf(v);
-        } else {
-          float* o = (float*)b->out;
-          if (b->incremental) v += o[at];
-          o[at] = v;
-        }
-      }
-    }
+  const float* parts[8];
+  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) {
+    int t = item;
+    for (int p = 0; p < e->npools; p++) parts[p] = e->pools[p].out + (int64_t)t * H;
+    void* o = (char*)b->out + (int64_t)t * H * (b->out_bf16 ? 2 : 4);
+    if (e->isa & KT_ISA_AVX512)
+      kt_avx512_merge(parts, e->npools, H, o, b->out_bf16, b->incremental, w->s.row);
+    else
+      kt_avx2_merge(parts, e->npools, H, o, b->out_bf16, b->incremental, w->s.row);
   }
 }
 
@@ -374,7 +383,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
+    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
@@ -480,6 +489,7 @@ static void free_engine(kt_engine* e) {
       kt_worker* w = &e->workers[i];
       kt_free(w->s.pack, 0);
       free(w->s.ci);
+      free(w->s.row);
       free(w->cg);
       free(w->cu);
       free(w->cd);
@@ -492,6 +502,8 @@ static void free_engine(kt_engine* e) {
     kt_free(P->Hf, P->bytesH);
     kt_free(P->Hq, P->bytesHq);
     kt_free(P->out, P->bytesOut);
+    kt_free(P->Xt, P->bytesXt);
+    free(P->Xts);
     free(P->Xs);
     free(P->Hs);
   }
@@ -571,13 +583,16 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->bytesH = e->max_slots * I * 4;
     P->bytesHq = e->max_slots * I * asz;
     P->bytesOut = (int64_t)cfg->max_tokens * H * 4 + 64;
+    P->bytesXt = (int64_t)cfg->max_tokens * H * asz + 64;
+    P->Xt = kt_alloc(P->bytesXt, P->node);
+    P->Xts = (float*)xalloc(sizeof(float) * (size_t)cfg->max_tokens + 64);
     P->X = kt_alloc(P->bytesX, P->node);
     P->Hf = (float*)kt_alloc(P->bytesH, P->node);
     P->Hq = kt_alloc(P->bytesHq, P->node);
     P->out = (float*)kt_alloc(P->bytesOut, P->node);
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-    if (!P->X || !P->Hf || !P->Hq || !P->out || !P->Xs || !P->Hs)
+    if (!P->X || !P->Hf || !P->Hq || !P->out || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
@@ -594,10 +609,11 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cpu = (cfg->pin && cfg->cpus && g < cfg->ncpus) ? cfg->cpus[g] : -1;
       w->s.pack = kt_alloc((int64_t)KT_NB * maxk * 2, e->pools[p].node);
       w->s.ci = (int32_t*)xalloc(sizeof(int32_t) * KT_MCH * KT_NB);
+      w->s.row = (float*)xalloc(sizeof(float) * (size_t)maxk + 64);
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
-      if (!w->s.pack || !w->s.ci || !w->cg || !w->cu || !w->cd) FAIL("out of memory for thread scratch");
+      if (!w->s.pack || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];

@@ -312,6 +312,15 @@ RM_PF(kt_avx512_fp8rm_pf, kt_avx512_bf16pk)
 RM_PF(kt_avx512bf16_bf16rm_pf, kt_avx512bf16_bf16pk)
 RM_PF(kt_avx512bf16_fp8rm_pf, kt_avx512bf16_bf16pk)
 
+// ---------------------------------------------------------------- conversions
+
+#define KT_CONVERT_BODY 1
+#define KT_CONV_ATTR T512
+#define CONV(name) kt_avx512_##name
+#include "convert.h"
+#undef CONV
+#undef KT_CONV_ATTR
+
 // ---------------------------------------------------------------- activation
 
 INL T512 __m512 exp512(__m512 x) {

@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
   void* pack;          // on-the-fly packed weights (KT_NB rows x max K, bf16 or int8)
   int32_t* ci;         // int32 tile scratch [KT_MCH][KT_NB]
+  float* row;          // one f32 row of the widest matrix dimension
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
@@ -39,8 +40,12 @@ int kt_act_format(int fmt, int isa);
 // silu(g)*u over n floats into h.
 void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 
-// Conversions of activation rows.
+// Conversions of activation rows (portable reference; the engine uses the ISA versions).
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);
+void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
+void kt_avx512_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
+void kt_avx2_merge(const float* const* parts, int np, int n, void* out, int out_bf16, int incr, float* tmp);
+void kt_avx512_merge(const float* const* parts, int np, int n, void* out, int out_bf16, int incr, float* tmp);
 
 // Kernels per ISA (defined in kern_*.c).
 void kt_avx2_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
