@@ -73,12 +73,12 @@ func benchTypeList() string {
 
 type moeBenchOpts struct {
 	models, methods, tokens string
-	threads, pools         int
-	isa                    string
-	minTime                time.Duration
-	compareTorch           bool
-	python, jsonOut        string
-	bwBytes                int64
+	threads, pools          int
+	isa                     string
+	minTime                 time.Duration
+	compareTorch            bool
+	python, jsonOut         string
+	bwBytes                 int64
 }
 
 var moeOpts moeBenchOpts
