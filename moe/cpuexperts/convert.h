@@ -79,11 +79,15 @@ KT_CONV_ATTR void CONV(row_to_act)(const void* src, int src_bf16, int n, int act
   }
 }
 
-// kt_*_merge: out[i] = (incr ? out[i] : 0) + sum_p parts[p][i]; tmp holds n floats.
-KT_CONV_ATTR void CONV(merge)(const float* const* parts, int np, int n, void* out, int out_bf16, int incr, float* tmp) {
-  for (int i = 0; i < n; i++) tmp[i] = parts[0][i];
-  for (int p = 1; p < np; p++)
-    for (int i = 0; i < n; i++) tmp[i] += parts[p][i];
+// kt_*_merge: out = (incr ? out : 0) + sum_i w[i] * parts[i]; tmp holds n floats.
+KT_CONV_ATTR void CONV(merge)(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16,
+                              int incr, float* tmp) {
+  for (int i = 0; i < n; i++) tmp[i] = 0;
+  for (int p = 0; p < np; p++) {
+    const float* x = parts[p];
+    float wp = w[p];
+    for (int i = 0; i < n; i++) tmp[i] += wp * x[i];
+  }
   if (out_bf16) {
     uint16_t* o = (uint16_t*)out;
     if (incr)

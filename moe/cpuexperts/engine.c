@@ -5,15 +5,16 @@
 // phase 5 sums the pools' partial outputs. Within a phase, threads take work
 // items from an atomic counter (work stealing). Every output element is
 // produced by exactly one item with a fixed summation order (experts
-// ascending, then pools ascending), so results do not depend on the thread
-// count or on which thread ran what.
+// order, then pools), so results do not depend on the thread count or on
+// which thread ran what.
 //
 //   1. pack: each routed (token, expert) slot's activation row, converted to the
 //      kernel's activation format, grouped by expert (padded to 16 rows)
 //   2. gate/up: per (expert, 32 intermediate rows): h = silu(gate x) * up x
 //   3. quantize h rows for the down projection
-//   4. down: per 32 hidden rows, over all experts: out_p[t] += w * (down h)
-//   5. merge: out[t] = (incremental ? out[t] : 0) + sum over pools out_p[t]
+//   4. down: per (expert, hidden rows): Y_p[slot] = down h[slot]
+//   5. merge: out[t] = (incremental ? out[t] : 0) + sum over the token's
+//      slots (top-k order) and pools (pool order) of w * Y_p[slot]
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -49,7 +50,7 @@ typedef struct {
   float* Hf;
   void* Hq;
   float* Hs;
-  float* out;
+  float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
   _Atomic int next[5];
   _Atomic int bar_cnt;
@@ -61,6 +62,8 @@ typedef struct {
   int pool, local, global, cpu;
   kt_scratch s;
   float *cg, *cu, *cd;
+  const float** parts;  // merge: [max_k * npools]
+  float* pw;
   pthread_t th;
   int started;
 } kt_worker;
@@ -99,6 +102,7 @@ struct kt_engine {
   int nactive, nslots;
   int* slot_tok;
   float* slot_w;
+  int* tok_slot;  // [max_tokens][max_k]: slot of (t, j), -1 = skipped
 
   // queue
   pthread_mutex_t mu;
@@ -210,9 +214,11 @@ static int route(kt_engine* e) {
   for (int t = 0; t < ntok; t++)
     for (int j = 0; j < b->k; j++) {
       int id = b->ids[(int64_t)t * b->k + j];
+      e->tok_slot[(int64_t)t * b->k + j] = -1;
       if (id < 0 || id >= E) continue;
       if (l->skip && l->skip[id]) continue;
       int s = e->off[id] + e->cnt[id]++;
+      e->tok_slot[(int64_t)t * b->k + j] = s;
       e->slot_tok[s] = t;
       e->slot_w[s] = b->wts[(int64_t)t * b->k + j];
     }
@@ -264,21 +270,23 @@ static void run_job(kt_worker* w) {
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
-  // 2. gate/up + silu
-  int nb = I / KT_NB;
+  // 2. gate/up + silu; items are (expert, r2 intermediate rows)
+  int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
+  int nb = I / r2;
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     int m = e->cnt[x], off = e->off[x];
     kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
-      kern(&ex[x].gate, ib * KT_NB, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
-      kern(&ex[x].up, ib * KT_NB, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-      for (int i = 0; i < mm; i++)
-        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + ib * KT_NB, KT_NB,
-                    e->isa);
+    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) {
+      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+        kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
+        kern(&ex[x].gate, n0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+        kern(&ex[x].up, n0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+        for (int i = 0; i < mm; i++)
+          kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+      }
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
@@ -292,41 +300,45 @@ static void run_job(kt_worker* w) {
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
-  // 4. down + weighted sum into this pool's partial output
-  int hb = H / KT_NB;
-  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < hb) {
-    int h0 = item * KT_NB;
-    for (int t = 0; t < e->ntok; t++) memset(P->out + (int64_t)t * H + h0, 0, KT_NB * sizeof(float));
-    for (int a = 0; a < e->nactive; a++) {
-      int x = e->active[a];
-      int m = e->cnt[x], off = e->off[x];
-      kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
-      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
-        kern(&ex[x].down, h0, KT_NB, &A, mm, w->cd, KT_NB, &w->s);
-        for (int i = 0; i < mm; i++) {
-          int s = off + m0 + i;
-          float wt = e->slot_w[s];
-          float* o = P->out + (int64_t)e->slot_tok[s] * H + h0;
-          const float* c = w->cd + i * KT_NB;
-          for (int j = 0; j < KT_NB; j++) o[j] += wt * c[j];
-        }
-      }
+  // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
+  int r4 = KT_NB;
+  for (int r = 256; r > KT_NB; r /= 2)
+    if (H % r == 0 && e->nactive * (H / r) >= 4 * nth) {
+      r4 = r;
+      break;
+    }
+  int hb = H / r4;
+  items = e->nactive * hb;
+  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
+    int x = e->active[item / hb], h0 = (item % hb) * r4;
+    int m = e->cnt[x], off = e->off[x];
+    kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
+    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB)
+        kern(&ex[x].down, n0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
   }
   barrier(&e->gbar_cnt, &e->gbar_gen, e->nthreads);
 
-  // 5. merge pools into the caller's output
-  const float* parts[8];
+  // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
+  int k = b->k;
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) {
-    int t = item;
-    for (int p = 0; p < e->npools; p++) parts[p] = e->pools[p].out + (int64_t)t * H;
+    int t = item, np = 0;
+    for (int j = 0; j < k; j++) {
+      int s = e->tok_slot[(int64_t)t * k + j];
+      if (s < 0) continue;
+      for (int p = 0; p < e->npools; p++) {
+        w->parts[np] = e->pools[p].Y + (int64_t)s * H;
+        w->pw[np++] = e->slot_w[s];
+      }
+    }
     void* o = (char*)b->out + (int64_t)t * H * (b->out_bf16 ? 2 : 4);
     if (e->isa & KT_ISA_AVX512)
-      kt_avx512_merge(parts, e->npools, H, o, b->out_bf16, b->incremental, w->s.row);
+      kt_avx512_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
     else
-      kt_avx2_merge(parts, e->npools, H, o, b->out_bf16, b->incremental, w->s.row);
+      kt_avx2_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
   }
 }
 
@@ -493,6 +505,8 @@ static void free_engine(kt_engine* e) {
       free(w->cg);
       free(w->cu);
       free(w->cd);
+      free(w->parts);
+      free(w->pw);
     }
     free(e->workers);
   }
@@ -501,7 +515,7 @@ static void free_engine(kt_engine* e) {
     kt_free(P->X, P->bytesX);
     kt_free(P->Hf, P->bytesH);
     kt_free(P->Hq, P->bytesHq);
-    kt_free(P->out, P->bytesOut);
+    kt_free(P->Y, P->bytesOut);
     kt_free(P->Xt, P->bytesXt);
     free(P->Xts);
     free(P->Xs);
@@ -512,6 +526,7 @@ static void free_engine(kt_engine* e) {
   free(e->active);
   free(e->slot_tok);
   free(e->slot_w);
+  free(e->tok_slot);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -573,7 +588,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->active = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->slot_tok = (int*)xalloc(sizeof(int) * (size_t)e->max_slots);
   e->slot_w = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w) FAIL("out of memory for routing tables");
+  e->tok_slot = (int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens * (size_t)cfg->max_k);
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot) FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
     kt_pool* P = &e->pools[p];
@@ -582,17 +598,17 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->bytesX = e->max_slots * H * asz;
     P->bytesH = e->max_slots * I * 4;
     P->bytesHq = e->max_slots * I * asz;
-    P->bytesOut = (int64_t)cfg->max_tokens * H * 4 + 64;
+    P->bytesOut = e->max_slots * H * 4 + 64;
     P->bytesXt = (int64_t)cfg->max_tokens * H * asz + 64;
     P->Xt = kt_alloc(P->bytesXt, P->node);
     P->Xts = (float*)xalloc(sizeof(float) * (size_t)cfg->max_tokens + 64);
     P->X = kt_alloc(P->bytesX, P->node);
     P->Hf = (float*)kt_alloc(P->bytesH, P->node);
     P->Hq = kt_alloc(P->bytesHq, P->node);
-    P->out = (float*)kt_alloc(P->bytesOut, P->node);
+    P->Y = (float*)kt_alloc(P->bytesOut, P->node);
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-    if (!P->X || !P->Hf || !P->Hq || !P->out || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
@@ -613,7 +629,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
-      if (!w->s.pack || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd) FAIL("out of memory for thread scratch");
+      w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
+      w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
+      if (!w->s.pack || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];

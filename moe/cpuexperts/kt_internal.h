@@ -44,8 +44,9 @@ void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);
 void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
 void kt_avx512_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
-void kt_avx2_merge(const float* const* parts, int np, int n, void* out, int out_bf16, int incr, float* tmp);
-void kt_avx512_merge(const float* const* parts, int np, int n, void* out, int out_bf16, int incr, float* tmp);
+void kt_avx2_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr, float* tmp);
+void kt_avx512_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr,
+                     float* tmp);
 
 // Kernels per ISA (defined in kern_*.c).
 void kt_avx2_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
