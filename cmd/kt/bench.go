@@ -91,7 +91,7 @@ func init() {
 			f.StringVar(&moeOpts.models, "model", "all", "layer shapes: qwen3.5-35b-a3b, qwen3-30b-a3b or all")
 			f.StringVar(&moeOpts.methods, "methods", "AMXINT4,AMXINT8,AMXBF16,BF16", "comma-separated methods ("+methodNames()+")")
 			f.StringVar(&moeOpts.tokens, "tokens", "1,4,32,512,4096", "comma-separated tokens per layer")
-			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores)")
+			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores - 1)")
 			f.IntVar(&moeOpts.pools, "threadpool-count", 1, "thread pools (NUMA nodes)")
 			f.StringVar(&moeOpts.isa, "isa", "auto", "kernel level: auto, amx, avx512, avx2")
 			f.DurationVar(&moeOpts.minTime, "min-time", 300*time.Millisecond, "minimum time per measurement")
@@ -174,7 +174,8 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			return err
 		}
 		threads := e.Config().Threads
-		bw, err := cpuexperts.StreamRead(o.bwBytes, threads, 3)
+		probeThreads := max(cpuexperts.PhysicalCores(), threads)
+		bw, err := cpuexperts.StreamRead(o.bwBytes, probeThreads, 3)
 		if err != nil {
 			e.Close()
 			return err
@@ -187,7 +188,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			}
 		}
 		fmt.Fprintf(w, "\n%s: %d experts, hidden %d, intermediate %d, top-%d; %d threads in %d pool(s); read bandwidth %.1f GB/s (%d threads)\n",
-			s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools, bw/1e9, threads)
+			s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools, bw/1e9, probeThreads)
 		fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read", "TFLOPS", "torch TF", "xtorch", "kernels")
 		for _, m := range methods {
 			l, err := e.SyntheticLayer(s, m, 1)

@@ -86,6 +86,8 @@ struct kt_engine {
   _Atomic int gbar_cnt;
   _Atomic int gbar_gen;
   _Atomic int gnext;
+  _Atomic int ready;       // threads that finished their start-up
+  _Atomic int amx_failed;  // a thread could not configure AMX tiles
 
   // current task, written by the queue thread before a job starts
   const kt_layer* l;
@@ -108,7 +110,8 @@ struct kt_engine {
   pthread_mutex_t mu;
   pthread_cond_t cv_task, cv_done;
   kt_task q[QCAP];
-  int qhead, qtail, pending;
+  int qhead;
+  _Atomic int qtail, pending;
   pthread_t qthread;
   int qstarted;
 
@@ -123,10 +126,16 @@ static void futex_wait(_Atomic int* addr, int val) {
 }
 static void futex_wake(_Atomic int* addr) { syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
 
+// wait_change waits until *addr != old: spinning first (a task usually
+// follows soon), yielding now and then so a thread that has to run to
+// produce the change (the Go caller, say) gets a core, then sleeping.
 static void wait_change(_Atomic int* addr, int old) {
   for (int i = 0; i < SPIN; i++) {
     if (atomic_load_explicit(addr, memory_order_acquire) != old) return;
-    _mm_pause();
+    if ((i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
   }
   while (atomic_load_explicit(addr, memory_order_acquire) == old) futex_wait(addr, old);
 }
@@ -342,8 +351,8 @@ static void run_job(kt_worker* w) {
   }
 }
 
-static void* worker_main(void* arg) {
-  kt_worker* w = (kt_worker*)arg;
+// worker_init pins the calling thread and loads the AMX tile configuration.
+static void worker_init(kt_worker* w) {
   kt_engine* e = w->e;
   if (w->cpu >= 0) {
     cpu_set_t set;
@@ -352,7 +361,15 @@ static void* worker_main(void* arg) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
   _mm_setcsr(0x1f80);  // default MXCSR: no flush-to-zero (the fp8 decode relies on denormals)
-  if (e->isa & KT_ISA_AMX) kt_amx_init_thread();
+  if ((e->isa & KT_ISA_AMX) && kt_amx_init_thread() != 0) atomic_store(&e->amx_failed, 1);
+  atomic_fetch_add(&e->ready, 1);
+}
+
+// Workers 1..n-1 run here; worker 0 is the queue thread itself.
+static void* worker_main(void* arg) {
+  kt_worker* w = (kt_worker*)arg;
+  kt_engine* e = w->e;
+  worker_init(w);
   int seen = 0;
   for (;;) {
     wait_change(&e->job_gen, seen);
@@ -402,6 +419,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_release);
   futex_wake(&e->job_gen);
+  run_job(&e->workers[0]);  // the queue thread is worker 0
+  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
     wait_change(&e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
@@ -410,7 +429,15 @@ static void run_task(kt_engine* e, const kt_task* t) {
 
 static void* queue_main(void* arg) {
   kt_engine* e = (kt_engine*)arg;
+  worker_init(&e->workers[0]);
   for (;;) {
+    // a task usually follows soon: spin a while before sleeping on the condition
+    for (int i = 0; i < SPIN && atomic_load(&e->qtail) == e->qhead && !atomic_load(&e->quit); i++) {
+      if ((i & 31) == 31)
+        sched_yield();
+      else
+        _mm_pause();
+    }
     pthread_mutex_lock(&e->mu);
     while (e->qhead == e->qtail && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
     if (e->qhead == e->qtail) {
@@ -447,6 +474,17 @@ int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
 }
 
 void kt_sync(kt_engine* e, int allow_pending) {
+  for (int i = 0; i < SPIN; i++) {
+    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {
+      pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock: its writes are visible
+      pthread_mutex_unlock(&e->mu);
+      return;
+    }
+    if ((i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
+  }
   pthread_mutex_lock(&e->mu);
   while (e->pending > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
   pthread_mutex_unlock(&e->mu);
@@ -532,6 +570,8 @@ static void free_engine(kt_engine* e) {
   pthread_cond_destroy(&e->cv_done);
   free(e);
 }
+
+int kt_engine_isa(const kt_engine* e) { return e->isa; }
 
 void kt_engine_free(kt_engine* e) {
   if (!e) return;
@@ -636,13 +676,15 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];
   }
-  for (int g = 0; g < e->nthreads; g++) {
+  for (int g = 1; g < e->nthreads; g++) {
     if (pthread_create(&e->workers[g].th, NULL, worker_main, &e->workers[g]) != 0)
       FAIL("cannot start worker thread %d: %s", g, strerror(errno));
     e->workers[g].started = 1;
   }
   if (pthread_create(&e->qthread, NULL, queue_main, e) != 0) FAIL("cannot start the queue thread");
   e->qstarted = 1;
+  while (atomic_load(&e->ready) < e->nthreads) usleep(100);
+  if (atomic_load(&e->amx_failed)) e->isa &= ~KT_ISA_AMX;  // fall back to AVX-512 rather than fault
   return e;
 #undef FAIL
 }

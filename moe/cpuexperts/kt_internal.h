@@ -73,7 +73,7 @@ void kt_avx512_fp8rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int
 void kt_avx512bf16_bf16rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_avx512bf16_fp8rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 
-void kt_amx_init_thread(void);
+int kt_amx_init_thread(void);
 void kt_amx_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
