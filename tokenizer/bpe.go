@@ -16,7 +16,7 @@ type merge struct {
 // strings are decoded once at load, so words need no character mapping.
 type bpe struct {
 	byteIDs      [256]int32       // token of each single byte
-	merges       map[uint64]merge // key: left id << 32 | right id
+	merges       mergeTable       // (left, right) -> merge
 	ignoreMerges bool             // a word that is a whole token is that token
 	wordIDs      map[string]int32 // raw bytes -> id, only when ignoreMerges
 }
@@ -54,7 +54,7 @@ func (m *bpe) mergeSmall(dst []int32, w string) []int32 {
 		syms[i] = m.byteIDs[w[i]]
 	}
 	pair := func(i int) {
-		if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok {
+		if mg, ok := m.merges.get(pairKey(syms[i], syms[i+1])); ok {
 			ranks[i], ids[i] = mg.rank, mg.id
 		} else {
 			ranks[i] = math.MaxInt32
@@ -92,8 +92,9 @@ func (m *bpe) mergeSmall(dst []int32, w string) []int32 {
 // heapEntry is a candidate merge of the symbol at pos with its right
 // neighbour.
 type heapEntry struct {
-	rank, id int32
-	pos      int32
+	rank, id    int32
+	pos         int32
+	left, right int32 // the pair it merges
 }
 
 func (a heapEntry) less(b heapEntry) bool {
@@ -162,8 +163,8 @@ func (m *bpe) mergeHeap(dst []int32, w string) []int32 {
 	}
 	next[n-1] = -1
 	for i := 0; i < n-1; i++ {
-		if mg, ok := m.merges[pairKey(sym[i], sym[i+1])]; ok {
-			h.push(heapEntry{mg.rank, mg.id, int32(i)})
+		if mg, ok := m.merges.get(pairKey(sym[i], sym[i+1])); ok {
+			h.push(heapEntry{mg.rank, mg.id, int32(i), sym[i], sym[i+1]})
 		}
 	}
 	for len(h) > 0 {
@@ -173,10 +174,9 @@ func (m *bpe) mergeHeap(dst []int32, w string) []int32 {
 			continue
 		}
 		q := next[p]
-		// The entry is stale unless the pair still merges into e.id; the
-		// left symbol only ever grows by absorbing its whole neighbour, so
-		// an unchanged product means an unchanged pair.
-		if mg, ok := m.merges[pairKey(sym[p], sym[q])]; !ok || mg.id != e.id {
+		// The entry is stale unless the pair is still the one it was made
+		// for.
+		if sym[p] != e.left || sym[q] != e.right {
 			continue
 		}
 		sym[p] = e.id
@@ -186,13 +186,13 @@ func (m *bpe) mergeHeap(dst []int32, w string) []int32 {
 			prev[next[q]] = p
 		}
 		if pp := prev[p]; pp >= 0 {
-			if mg, ok := m.merges[pairKey(sym[pp], sym[p])]; ok {
-				h.push(heapEntry{mg.rank, mg.id, pp})
+			if mg, ok := m.merges.get(pairKey(sym[pp], sym[p])); ok {
+				h.push(heapEntry{mg.rank, mg.id, pp, sym[pp], sym[p]})
 			}
 		}
 		if nn := next[p]; nn >= 0 {
-			if mg, ok := m.merges[pairKey(sym[p], sym[nn])]; ok {
-				h.push(heapEntry{mg.rank, mg.id, p})
+			if mg, ok := m.merges.get(pairKey(sym[p], sym[nn])); ok {
+				h.push(heapEntry{mg.rank, mg.id, p, sym[p], sym[nn]})
 			}
 		}
 	}
@@ -200,6 +200,105 @@ func (m *bpe) mergeHeap(dst []int32, w string) []int32 {
 		dst = append(dst, sym[i])
 	}
 	return dst
+}
+
+// mergeTable is an open-addressing hash table from a pair of ids to its
+// merge: the merge lookup is the inner loop of BPE, and this is about
+// twice as fast as a Go map for it.
+type mergeTable struct {
+	// low holds the merges of two ids below 256 (in GPT-2 style
+	// vocabularies, the byte tokens), which start every word and would
+	// otherwise miss the cache.
+	low []merge // [256*256], rank -1 where there is none
+	// filter has a bit set for the hash of every pair with a merge. Most
+	// lookups find no merge; this small bitmap answers them without
+	// touching the big table.
+	filter []uint64
+	slots  []mergeSlot
+	shift uint // 64 - log2(len(slots))
+	n     int
+}
+
+type mergeSlot struct {
+	key uint64 // emptyKey when free
+	merge
+}
+
+const emptyKey = ^uint64(0) // ids are below maxTokens, so no pair is this
+
+func newMergeTable(capacity int) mergeTable {
+	size, bits := 8, uint(3)
+	for size < capacity+capacity/2 {
+		size, bits = size*2, bits+1
+	}
+	t := mergeTable{
+		low:    make([]merge, 256*256),
+		filter: make([]uint64, filterBits/64),
+		slots:  make([]mergeSlot, size),
+		shift:  64 - bits,
+	}
+	for i := range t.slots {
+		t.slots[i].key = emptyKey
+	}
+	for i := range t.low {
+		t.low[i].rank = -1
+	}
+	return t
+}
+
+func (t *mergeTable) index(key uint64) uint64 {
+	return (key * 0x9E3779B97F4A7C15) >> t.shift
+}
+
+// filterBits is the size of the filter: 512 KiB, a few percent false
+// positives at 150k merges.
+const filterBits = 1 << 22
+
+func filterIndex(key uint64) uint64 {
+	return (key * 0xC2B2AE3D27D4EB4F) >> (64 - 22)
+}
+
+func (t *mergeTable) get(key uint64) (merge, bool) {
+	if key&^0xFF000000FF == 0 {
+		m := t.low[key>>24|key&0xFF]
+		return m, m.rank >= 0
+	}
+	if f := filterIndex(key); t.filter[f/64]&(1<<(f%64)) == 0 {
+		return merge{}, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.index(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == key {
+			return s.merge, true
+		}
+		if s.key == emptyKey {
+			return merge{}, false
+		}
+	}
+}
+
+// put inserts or replaces; the table never fills past two thirds.
+func (t *mergeTable) put(key uint64, m merge) {
+	if key&^0xFF000000FF == 0 {
+		t.low[key>>24|key&0xFF] = m
+		return
+	}
+	f := filterIndex(key)
+	t.filter[f/64] |= 1 << (f % 64)
+	mask := uint64(len(t.slots) - 1)
+	for i := t.index(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.key == key {
+			s.merge = m
+			return
+		}
+		if s.key == emptyKey {
+			s.key, s.merge = key, m
+			t.n++
+			return
+		}
+	}
 }
 
 // wordCache remembers the tokens of recent words. It is safe for

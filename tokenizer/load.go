@@ -194,7 +194,7 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 	if len(pairs) > maxMerges {
 		return fmt.Errorf("merges: %d rules, more than %d", len(pairs), maxMerges)
 	}
-	t.model.merges = make(map[uint64]merge, len(pairs))
+	t.model.merges = newMergeTable(len(pairs))
 	for i, p := range pairs {
 		if len(p) != 2 {
 			return fmt.Errorf("merges[%d]: want 2 tokens, got %d", i, len(p))
@@ -212,7 +212,7 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 			return fmt.Errorf("merges[%d]: merged token %q is not in the vocabulary", i, p[0]+p[1])
 		}
 		// A repeated rule takes its last rank, as in Hugging Face.
-		t.model.merges[pairKey(a, b)] = merge{rank: int32(i), id: id}
+		t.model.merges.put(pairKey(a, b), merge{rank: int32(i), id: id})
 	}
 	return nil
 }
