@@ -215,8 +215,8 @@ type mergeTable struct {
 	// touching the big table.
 	filter []uint64
 	slots  []mergeSlot
-	shift uint // 64 - log2(len(slots))
-	n     int
+	shift  uint // 64 - log2(len(slots))
+	n      int
 }
 
 type mergeSlot struct {
