@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,7 +166,13 @@ func init() {
 			_, ok := number(v)
 			return ok, nil
 		},
-		"integer": func(v Value, _ []Value) (bool, error) { _, ok := v.(int64); return ok, nil },
+		"integer": func(v Value, _ []Value) (bool, error) {
+			switch v.(type) {
+			case int64, *big.Int:
+				return true, nil
+			}
+			return false, nil
+		},
 		"float":   func(v Value, _ []Value) (bool, error) { _, ok := v.(float64); return ok, nil },
 		"boolean": func(v Value, _ []Value) (bool, error) { _, ok := v.(bool); return ok, nil },
 		"true":    func(v Value, _ []Value) (bool, error) { b, ok := v.(bool); return ok && b, nil },
@@ -521,8 +528,8 @@ func init() {
 			p, _ := asInt(a[0])
 			m := math.Pow(10, float64(p))
 			switch a[1] {
-			case "common":
-				return math.Round(f*m) / m, nil
+			case "common": // Python's round(): half to even
+				return math.RoundToEven(f*m) / m, nil
 			case "ceil":
 				return math.Ceil(f*m) / m, nil
 			case "floor":
@@ -589,6 +596,7 @@ func init() {
 			case nil:
 			case string:
 				o.indent = &ind
+				o.itemSep = ","
 			default:
 				n, ok := asInt(ind)
 				if !ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,10 @@ func decodeJSON(dec *json.Decoder, depth int) (Value, error) {
 		if !strings.ContainsAny(s, ".eE") {
 			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 				return i, nil
+			}
+			// Python ints have no limit; keep the exact value for printing.
+			if b, ok := new(big.Int).SetString(s, 10); ok && len(s) <= 4300 {
+				return b, nil
 			}
 		}
 		f, err := strconv.ParseFloat(s, 64)
@@ -185,6 +190,8 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 		}
 	case int64:
 		b.WriteString(strconv.FormatInt(v, 10))
+	case *big.Int:
+		b.WriteString(v.String())
 	case float64:
 		b.WriteString(jsonFloat(v))
 	case string:

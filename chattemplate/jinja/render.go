@@ -350,7 +350,7 @@ func (r *renderer) callMacro(m *macro, args []Value, kwargs []kwValue, caller *m
 			}
 		}
 	}
-	extra := &List{}
+	extra := &List{Tuple: true}
 	if len(args) > len(m.params) {
 		extra.Items = args[len(m.params):]
 	}

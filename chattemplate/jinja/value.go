@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -125,7 +126,7 @@ func typeName(v Value) string {
 		return "Undefined"
 	case bool:
 		return "bool"
-	case int64:
+	case int64, *big.Int:
 		return "int"
 	case float64:
 		return "float"
@@ -159,6 +160,8 @@ func truth(v Value) bool {
 		return v
 	case int64:
 		return v != 0
+	case *big.Int:
+		return v.Sign() != 0
 	case float64:
 		return v != 0
 	case string:
@@ -208,6 +211,8 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 		}
 	case int64:
 		b.WriteString(strconv.FormatInt(v, 10))
+	case *big.Int:
+		b.WriteString(v.String())
 	case float64:
 		b.WriteString(pyFloat(v))
 	case string:
@@ -367,9 +372,13 @@ func equal(a, b Value) bool {
 	return a == b
 }
 
-// number converts bool, int64 and float64 to float64 for comparisons.
+// number converts bool, int64, big ints and float64 to float64 for
+// comparisons.
 func number(v Value) (float64, bool) {
 	switch v := v.(type) {
+	case *big.Int:
+		f, _ := new(big.Float).SetInt(v).Float64()
+		return f, true
 	case bool:
 		if v {
 			return 1, true
