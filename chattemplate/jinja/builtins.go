@@ -316,12 +316,15 @@ func init() {
 			}
 			return string(rs), nil
 		},
-		"center": func(_ *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
+		"center": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("center", args, kw, []string{"width"}, int64(80))
 			if err != nil {
 				return nil, err
 			}
 			w, _ := asInt(a[0])
+			if w > int64(r.limits.MaxOutput) {
+				return nil, fmt.Errorf("width %d is too large", w)
+			}
 			return pyCenter(toStr(v), int(w)), nil
 		},
 		"default": filterDefault,
@@ -416,13 +419,16 @@ func init() {
 			}
 			return nil, errors.New("Can only get item pairs from a mapping.")
 		},
-		"indent": func(_ *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
+		"indent": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("indent", args, kw, []string{"width", "first", "blank"}, int64(4), false, false)
 			if err != nil {
 				return nil, err
 			}
 			pad := ""
 			if w, ok := asInt(a[0]); ok {
+				if w > 1000 {
+					return nil, fmt.Errorf("indent width %d is too large", w)
+				}
 				pad = strings.Repeat(" ", int(max(w, 0)))
 			} else if s, ok := a[0].(string); ok {
 				pad = s
@@ -601,6 +607,9 @@ func init() {
 				n, ok := asInt(ind)
 				if !ok {
 					return nil, errors.New("tojson: indent must be an integer or a string")
+				}
+				if n > 1000 {
+					return nil, fmt.Errorf("tojson: indent %d is too large", n)
 				}
 				s := strings.Repeat(" ", int(max(n, 0)))
 				o.indent = &s

@@ -186,11 +186,14 @@ func init() {
 		"islower": func(_ *renderer, s string, _ []Value, _ []kwValue) (Value, error) {
 			return s != strings.ToUpper(s) && s == strings.ToLower(s), nil
 		},
-		"zfill": func(_ *renderer, s string, args []Value, _ []kwValue) (Value, error) {
+		"zfill": func(r *renderer, s string, args []Value, _ []kwValue) (Value, error) {
 			if len(args) != 1 {
 				return nil, errors.New("zfill takes one argument")
 			}
 			w, _ := asInt(args[0])
+			if w > int64(r.limits.MaxOutput) {
+				return nil, fmt.Errorf("width %d is too large", w)
+			}
 			n := len([]rune(s))
 			if int64(n) >= w {
 				return s, nil
@@ -215,11 +218,14 @@ func init() {
 			p, err := str(args[0])
 			return strings.TrimSuffix(s, p), err
 		},
-		"center": func(_ *renderer, s string, args []Value, _ []kwValue) (Value, error) {
+		"center": func(r *renderer, s string, args []Value, _ []kwValue) (Value, error) {
 			if len(args) < 1 {
 				return nil, errors.New("center takes a width")
 			}
 			w, _ := asInt(args[0])
+			if w > int64(r.limits.MaxOutput) {
+				return nil, fmt.Errorf("width %d is too large", w)
+			}
 			return pyCenter(s, int(w)), nil
 		},
 		"format": func(_ *renderer, s string, args []Value, kw []kwValue) (Value, error) {

@@ -934,7 +934,18 @@ func (r *renderer) binop(op string, a, b Value) (Value, error) {
 	case "**":
 		switch {
 		case aInt && bInt && bi >= 0:
-			if bi > 64 && (ai > 1 || ai < -1) {
+			switch {
+			case ai == 0 || ai == 1:
+				if bi == 0 {
+					return int64(1), nil
+				}
+				return ai, nil
+			case ai == -1:
+				if bi%2 == 0 {
+					return int64(1), nil
+				}
+				return int64(-1), nil
+			case bi > 64:
 				return nil, errors.New("integer power too large")
 			}
 			res := int64(1)
@@ -955,12 +966,15 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 	}
 	switch v := v.(type) {
 	case string:
-		if int64(len(v))*n > int64(r.limits.MaxOutput) {
+		if n > int64(r.limits.MaxOutput) || int64(len(v))*n > int64(r.limits.MaxOutput) {
 			return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 		}
 		return strings.Repeat(v, int(n)), nil
 	case *List:
-		if int64(len(v.Items))*n > int64(r.limits.MaxItems) {
+		if len(v.Items) == 0 {
+			return &List{Tuple: v.Tuple}, nil
+		}
+		if n > int64(r.limits.MaxItems) || int64(len(v.Items))*n > int64(r.limits.MaxItems) {
 			return nil, fmt.Errorf("list longer than %d items", r.limits.MaxItems)
 		}
 		out := &List{Tuple: v.Tuple}
