@@ -32,7 +32,7 @@ func kernelPrelude() string {
 	return string(b)
 }
 
-var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\s*\(`)
+var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(`)
 
 // kernelSources returns each module's full source (prelude included) and
 // the kernel name -> module map.

@@ -167,3 +167,11 @@ func (l *Libraries) required() error {
 	}
 	return nil
 }
+
+func ncclVersion() int {
+	var v C.int
+	if C.kt_ncclGetVersion(&v) != 0 {
+		return 0
+	}
+	return int(v)
+}
