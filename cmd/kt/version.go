@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/backend/cuda"
 )
 
 // version is set at link time with -ldflags "-X main.version=...".
@@ -29,6 +31,9 @@ func newVersionCmd() *cobra.Command {
 			}
 			fmt.Fprintf(w, "kt %s (commit %s)\n", version, commit)
 			fmt.Fprintf(w, "go %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			for _, l := range cuda.VersionLines() {
+				fmt.Fprintln(w, l)
+			}
 			return nil
 		},
 	}
