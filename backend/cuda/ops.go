@@ -273,7 +273,7 @@ func (d *Device) AttentionDecode(s *Stream, a DecodeArgs) error {
 		pml = a.Work.Buf.Ptr + uint64(n*int64(D)*4)
 	}
 	const maxG = 16
-	smem := max(G*D, 8*maxG+4*G*D) * 4
+	smem := max(G*D+4*maxG*32, 8*maxG+4*G*D) * 4
 	if err := d.launch(s, fn, dim3{uint32(a.B), uint32(c.KVHeads), uint32(splits)}, grid1(128), smem,
 		a.Out, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.SeqLens, c.PageSize, a.QHeads, c.KVHeads, a.Scale, splits, po, pml); err != nil {
 		return err
