@@ -327,7 +327,7 @@ func (d *Device) AttentionPrefill(s *Stream, a PrefillArgs) error {
 	}
 	smem := (8*D)*4 + 2*32*(D+2)*bf16Size
 	return d.launch(s, "attn_prefill_bf16", dim3{uint32((a.MaxQLen + 7) / 8), uint32(a.QHeads), uint32(a.B)}, grid1(256), smem,
-		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.CuQ, a.CtxLens, c.PageSize, a.QHeads, c.KVHeads, a.Scale)
+		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.CuQ, a.CtxLens, c.PageSize, a.QHeads, c.KVHeads, D, a.Scale)
 }
 
 // ConvArgs describes Gated DeltaNet's causal depthwise conv1d + SiLU over

@@ -70,9 +70,10 @@ __device__ void attn_decode(bf16 *out, const bf16 *q, long long q_stride, const 
 #pragma unroll
 				for (int g = 0; g < MAXG; g++) {
 					if (g < G) {
-						const float *qg = qs + g * D + c;
-#pragma unroll
-						for (int i = 0; i < 8; i++) s[g] += qg[i] * kf[i];
+						const float4 q0 = *(const float4 *)(qs + g * D + c);
+						const float4 q1 = *(const float4 *)(qs + g * D + c + 4);
+						s[g] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] +
+							q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
 					}
 				}
 			}
