@@ -22,6 +22,9 @@ func TestLaunchArgumentCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(pkgs) == 0 {
+		t.Skip("package sources not beside the test binary")
+	}
 	checked := 0
 	for _, pkg := range pkgs {
 		for _, f := range pkg.Files {
