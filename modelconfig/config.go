@@ -251,18 +251,18 @@ func Parse(data []byte) (*Config, error) {
 	c.ModelType = top.optString("model_type", "")
 	c.TextPrefix = "model."
 	text := top
-	if fam == Qwen35Moe {
-		t, ok := top.sub("text_config")
-		if !ok {
-			if len(errs) > 0 {
-				return nil, errors.Join(errs...)
-			}
-			return nil, errors.New("text_config: missing (Qwen3.5 keeps its text model fields there)")
-		}
+	// Qwen3_5MoeForConditionalGeneration nests the text model's fields
+	// under text_config; Qwen3_5MoeForCausalLM configs are flat.
+	if t, ok := top.sub("text_config"); ok && fam == Qwen35Moe {
 		text = t
-		if c.Architecture == "Qwen3_5MoeForConditionalGeneration" {
-			c.TextPrefix = "model.language_model."
+	} else if c.Architecture == "Qwen3_5MoeForConditionalGeneration" {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
 		}
+		return nil, errors.New("text_config: missing (Qwen3_5MoeForConditionalGeneration keeps its text model fields there)")
+	}
+	if c.Architecture == "Qwen3_5MoeForConditionalGeneration" {
+		c.TextPrefix = "model.language_model."
 	}
 	c.parseText(top, text)
 	c.parseQuant(top, text)
@@ -431,8 +431,23 @@ func (c *Config) parseQuant(top, t object) {
 	}
 }
 
+// Sanity caps: far above any real model, low enough that an absurd value
+// cannot drive a huge allocation.
+const (
+	maxLayers  = 4096
+	maxExperts = 1 << 16
+)
+
 // derive computes per-layer facts and checks cross-field consistency.
 func (c *Config) derive(t object) {
+	if c.NumLayers > maxLayers {
+		t.fail("num_hidden_layers", "%d is more than %d", c.NumLayers, maxLayers)
+		return
+	}
+	if c.NumExperts > maxExperts {
+		t.fail("num_experts", "%d is more than %d", c.NumExperts, maxExperts)
+		return
+	}
 	if c.NumHeads%c.NumKVHeads != 0 {
 		t.fail("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
 	}
@@ -534,3 +549,9 @@ func (c *Config) layerKinds(t object) []AttentionKind {
 	}
 	return kinds
 }
+
+// MarshalText renders f by its HF model_type name.
+func (f Family) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// MarshalText renders k by its HF layer_types name.
+func (k AttentionKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
