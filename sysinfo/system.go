@@ -305,3 +305,10 @@ func (info *Info) CPUsOf(id int) []int {
 	}
 	return nil
 }
+
+// CPUInfoFlags returns the flags of the first processor in /proc/cpuinfo,
+// or nil when it cannot be read.
+func CPUInfoFlags() []string {
+	info := &Info{}
+	return info.readCPUInfo(os.DirFS("/"))
+}
