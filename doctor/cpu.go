@@ -48,7 +48,7 @@ func checkISA(env *Env) []Result {
 		r.Status = Warn
 		r.Hint = "no AVX2: CPU experts run the portable kernels, which are very slow; use an x86-64 CPU with AVX2 or AVX-512"
 	case !isa.AVX512BF16 && !isa.AMXBF16:
-		r.Hint = "no AVX512_BF16 or AMX: BF16 experts are widened to FP32 in software; INT8/INT4 experts (kt quant) use VNNI where present"
+		r.Hint = "no AVX512_BF16 or AMX: BF16 weights must be widened to FP32 before each multiply, so BF16 experts run slower than on BF16-capable CPUs; INT8/INT4 experts (kt quant) use VNNI where present"
 	}
 	return []Result{r}
 }

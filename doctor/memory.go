@@ -34,7 +34,10 @@ func checkTHP(env *Env) []Result {
 	switch m.THP {
 	case "always", "madvise":
 		r.Status = Pass
-		r.Detail = fmt.Sprintf("transparent huge pages: %s (defrag %s)", m.THP, m.THPDefrag)
+		r.Detail = "transparent huge pages: " + m.THP
+		if m.THPDefrag != "" {
+			r.Detail += " (defrag " + m.THPDefrag + ")"
+		}
 	case "never":
 		r.Status = Warn
 		r.Detail = "transparent huge pages: never"
