@@ -1,0 +1,319 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/ktserve/kt/backend"
+)
+
+// l2Eps is the epsilon of the q/k l2 normalisation (transformers and FLA use 1e-6).
+const l2Eps = 1e-6
+
+// L2Normalize scales each row of x (rows of width dim) to unit length:
+// x·rsqrt(Σx²+1e-6), then multiplies it by scale. out may alias x.
+func L2Normalize(x []float32, rows, dim int, scale float32, out []float32) error {
+	if rows < 0 || dim <= 0 || len(x) < rows*dim || len(out) < rows*dim {
+		return fmt.Errorf("l2 normalize: %d rows of %d do not fit x (%d) or out (%d)", rows, dim, len(x), len(out))
+	}
+	for r := 0; r < rows; r++ {
+		l2Row(x[r*dim:(r+1)*dim], scale, out[r*dim:(r+1)*dim])
+	}
+	return nil
+}
+
+func l2Row(x []float32, scale float32, out []float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := float32(1 / math.Sqrt(float64(ss+l2Eps)))
+	for i, v := range x {
+		out[i] = (v * inv) * scale
+	}
+}
+
+// GatedDeltaRule runs n tokens of one sequence through the gated delta rule
+// in its chunked (WY) form, continuing from st and advancing it. Layouts are
+// those of backend.LinearAttention.GatedDeltaRule.
+//
+// Within a chunk of backend.DeltaChunkSize tokens aligned to absolute
+// positions, token i's corrected value is
+//
+//	u_i = β_i·(v_i − e^{G_i}·k_iᵀS) − Σ_{j<i} β_i (k_i·k_j) e^{G_i−G_j} u_j
+//
+// (the forward substitution of transformers' UT system), its output is
+//
+//	o_i = e^{G_i}·q_iᵀS + Σ_{j≤i} (q_i·k_j) e^{G_i−G_j} u_j
+//
+// and at the chunk end S ← e^{G_last}·S + Σ_j e^{G_last−G_j} k_j u_jᵀ, where S is
+// the state at the chunk start and G the cumulative log decay within the
+// chunk. Rows are computed one token at a time in a fixed order, so the
+// result does not depend on how a sequence's tokens are split across calls.
+func GatedDeltaRule(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
+	if err := sh.Validate(); err != nil {
+		return err
+	}
+	if err := st.Check(sh); err != nil {
+		return err
+	}
+	nk, nv := n*sh.KHeads*sh.KDim, n*sh.VHeads*sh.VDim
+	if n < 0 || len(q) < nk || len(k) < nk || len(v) < nv || len(out) < nv || len(g) < n*sh.VHeads || len(beta) < n*sh.VHeads {
+		return fmt.Errorf("gated delta rule: %d tokens do not fit the inputs (q %d, k %d, v %d, g %d, beta %d, out %d)",
+			n, len(q), len(k), len(v), len(g), len(beta), len(out))
+	}
+	if n == 0 {
+		return nil
+	}
+	rows0 := st.Rows
+	deltaParallel(sh.KHeads, func(kh int) {
+		var sc deltaScratch
+		sc.init(sh)
+		rows := rows0
+		for t := 0; t < n; t++ {
+			deltaRow(q, k, v, g, beta, t, kh, rows, sh, st, out, &sc)
+			rows++
+			if rows == backend.DeltaChunkSize {
+				deltaFlush(kh, rows, sh, st)
+				rows = 0
+			}
+		}
+	})
+	st.Rows = (rows0 + n) % backend.DeltaChunkSize
+	return nil
+}
+
+// deltaScratch holds one key-head group's per-token temporaries.
+type deltaScratch struct {
+	qn, kn []float32 // normalised q (scaled) and k, [KDim]
+	qs, ks []float32 // qᵀS and kᵀS, [VDim]
+	qk, kk []float32 // q·k_j and k·k_j over the open chunk, [DeltaChunkSize]
+}
+
+func (sc *deltaScratch) init(sh backend.DeltaShape) {
+	buf := make([]float32, 2*sh.KDim+2*sh.VDim+2*backend.DeltaChunkSize)
+	sc.qn, buf = buf[:sh.KDim], buf[sh.KDim:]
+	sc.kn, buf = buf[:sh.KDim], buf[sh.KDim:]
+	sc.qs, buf = buf[:sh.VDim], buf[sh.VDim:]
+	sc.ks, buf = buf[:sh.VDim], buf[sh.VDim:]
+	sc.qk, buf = buf[:backend.DeltaChunkSize], buf[backend.DeltaChunkSize:]
+	sc.kk = buf[:backend.DeltaChunkSize]
+}
+
+// deltaRow computes token t of key-head group kh as row i of the open chunk.
+func deltaRow(q, k, v, g, beta []float32, t, kh, i int, sh backend.DeltaShape, st *backend.DeltaState, out []float32, sc *deltaScratch) {
+	dk, dv := sh.KDim, sh.VDim
+	rep := sh.VHeads / sh.KHeads
+	scale := float32(1 / math.Sqrt(float64(dk)))
+	base := (t*sh.KHeads + kh) * dk
+	l2Row(q[base:base+dk], scale, sc.qn)
+	l2Row(k[base:base+dk], 1, sc.kn)
+	// Store the key row, then its dot products with the chunk's keys (j ≤ i).
+	copy(st.K[(i*sh.KHeads+kh)*dk:], sc.kn)
+	for j := 0; j <= i; j++ {
+		kj := st.K[(j*sh.KHeads+kh)*dk : (j*sh.KHeads+kh+1)*dk]
+		sc.qk[j] = deltaDot(sc.qn, kj)
+		sc.kk[j] = deltaDot(sc.kn, kj)
+	}
+	for r := 0; r < rep; r++ {
+		h := kh*rep + r
+		gcol := t*sh.VHeads + h
+		gi := g[gcol]
+		if i > 0 {
+			gi += st.G[(i-1)*sh.VHeads+h]
+		}
+		st.G[i*sh.VHeads+h] = gi
+		b := beta[gcol]
+		// One pass over S for both qᵀS and kᵀS.
+		s := st.S[h*dk*dv : (h+1)*dk*dv]
+		clear(sc.qs)
+		clear(sc.ks)
+		for d := 0; d < dk; d++ {
+			row := s[d*dv : (d+1)*dv]
+			deltaAxpy2(sc.qn[d], sc.kn[d], row, sc.qs, sc.ks)
+		}
+		ei := float32(math.Exp(float64(gi)))
+		u := st.V[(i*sh.VHeads+h)*dv : (i*sh.VHeads+h+1)*dv]
+		vi := v[gcol*dv : (gcol+1)*dv]
+		o := out[gcol*dv : (gcol+1)*dv]
+		for x := range u {
+			u[x] = b * (vi[x] - ei*sc.ks[x])
+			o[x] = ei * sc.qs[x]
+		}
+		for j := 0; j < i; j++ {
+			uj := st.V[(j*sh.VHeads+h)*dv : (j*sh.VHeads+h+1)*dv]
+			dec := float32(math.Exp(float64(gi - st.G[j*sh.VHeads+h])))
+			deltaAxpy(-b*sc.kk[j]*dec, uj, u)
+			deltaAxpy(sc.qk[j]*dec, uj, o)
+		}
+		deltaAxpy(sc.qk[i], u, o)
+	}
+}
+
+// deltaFlush folds the open chunk's rows of key-head group kh into S.
+func deltaFlush(kh, rows int, sh backend.DeltaShape, st *backend.DeltaState) {
+	dk, dv := sh.KDim, sh.VDim
+	rep := sh.VHeads / sh.KHeads
+	var decay [backend.DeltaChunkSize]float32
+	for r := 0; r < rep; r++ {
+		h := kh*rep + r
+		gl := st.G[(rows-1)*sh.VHeads+h]
+		el := float32(math.Exp(float64(gl)))
+		for j := 0; j < rows; j++ {
+			decay[j] = float32(math.Exp(float64(gl - st.G[j*sh.VHeads+h])))
+		}
+		s := st.S[h*dk*dv : (h+1)*dk*dv]
+		for d := 0; d < dk; d++ {
+			row := s[d*dv : (d+1)*dv]
+			deltaScal(el, row)
+			for j := 0; j < rows; j++ {
+				kj := st.K[(j*sh.KHeads+kh)*dk+d]
+				deltaAxpy(decay[j]*kj, st.V[(j*sh.VHeads+h)*dv:(j*sh.VHeads+h+1)*dv], row)
+			}
+		}
+	}
+}
+
+// DeltaStateMaterialize writes into s ([VHeads, KDim, VDim]) the recurrent
+// state after the last token of st: the chunk-start state with the open rows
+// folded in. It is the initial state GatedDeltaRecurrent continues from.
+func DeltaStateMaterialize(sh backend.DeltaShape, st *backend.DeltaState, s []float32) error {
+	if err := st.Check(sh); err != nil {
+		return err
+	}
+	if len(s) != sh.StateLen() {
+		return fmt.Errorf("gated delta materialize: state has %d values, want %d", len(s), sh.StateLen())
+	}
+	tmp := *st
+	tmp.S = s
+	copy(s, st.S)
+	if st.Rows > 0 {
+		for kh := 0; kh < sh.KHeads; kh++ {
+			deltaFlush(kh, st.Rows, sh, &tmp)
+		}
+	}
+	return nil
+}
+
+// GatedDeltaRecurrent runs n tokens of the gated delta rule one token at a
+// time on the full recurrent state s ([VHeads, KDim, VDim]), as transformers'
+// torch_recurrent_gated_delta_rule does:
+//
+//	S ← e^{g}·S;  u = β·(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
+//
+// with q and k l2-normalised and q scaled by 1/sqrt(KDim). It is the
+// reference the chunked form is checked against and the form a backend may
+// use for decode when it keeps the full state.
+func GatedDeltaRecurrent(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, s, out []float32) error {
+	if err := sh.Validate(); err != nil {
+		return err
+	}
+	nk, nv := n*sh.KHeads*sh.KDim, n*sh.VHeads*sh.VDim
+	if n < 0 || len(s) != sh.StateLen() || len(q) < nk || len(k) < nk || len(v) < nv || len(out) < nv || len(g) < n*sh.VHeads || len(beta) < n*sh.VHeads {
+		return fmt.Errorf("gated delta recurrent: %d tokens do not fit the inputs (state %d, q %d, k %d, v %d, g %d, beta %d, out %d)",
+			n, len(s), len(q), len(k), len(v), len(g), len(beta), len(out))
+	}
+	dk, dv := sh.KDim, sh.VDim
+	rep := sh.VHeads / sh.KHeads
+	scale := float32(1 / math.Sqrt(float64(dk)))
+	deltaParallel(sh.KHeads, func(kh int) {
+		qn := make([]float32, dk)
+		kn := make([]float32, dk)
+		u := make([]float32, dv)
+		for t := 0; t < n; t++ {
+			base := (t*sh.KHeads + kh) * dk
+			l2Row(q[base:base+dk], scale, qn)
+			l2Row(k[base:base+dk], 1, kn)
+			for r := 0; r < rep; r++ {
+				h := kh*rep + r
+				col := t*sh.VHeads + h
+				e := float32(math.Exp(float64(g[col])))
+				sm := s[h*dk*dv : (h+1)*dk*dv]
+				clear(u)
+				for d := 0; d < dk; d++ {
+					row := sm[d*dv : (d+1)*dv]
+					deltaScal(e, row)
+					deltaAxpy(kn[d], row, u)
+				}
+				vi := v[col*dv : (col+1)*dv]
+				for x := range u {
+					u[x] = (vi[x] - u[x]) * beta[col]
+				}
+				o := out[col*dv : (col+1)*dv]
+				clear(o)
+				for d := 0; d < dk; d++ {
+					row := sm[d*dv : (d+1)*dv]
+					deltaAxpy(kn[d], u, row)
+					deltaAxpy(qn[d], row, o)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// deltaParallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
+func deltaParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := 0
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func deltaDot(a, b []float32) float32 {
+	var s float32
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
+}
+
+// deltaAxpy computes y += a·x.
+func deltaAxpy(a float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += a * v
+	}
+}
+
+// deltaAxpy2 computes y1 += a1·x and y2 += a2·x in one pass over x.
+func deltaAxpy2(a1, a2 float32, x, y1, y2 []float32) {
+	y1 = y1[:len(x)]
+	y2 = y2[:len(x)]
+	for i, v := range x {
+		y1[i] += a1 * v
+		y2[i] += a2 * v
+	}
+}
+
+// deltaScal computes x *= a.
+func deltaScal(a float32, x []float32) {
+	for i := range x {
+		x[i] *= a
+	}
+}
