@@ -1,12 +1,21 @@
 package cpu
 
+/*
+#cgo CFLAGS: -O2
+#cgo LDFLAGS: -lm
+#include "deltanet.h"
+*/
+import "C"
+
 import (
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/ktserve/kt/backend"
+	"golang.org/x/sys/cpu"
 )
 
 // l2Eps is the epsilon of the q/k l2 normalisation (transformers and FLA use 1e-6).
@@ -53,6 +62,10 @@ func l2Row(x []float32, scale float32, out []float32) {
 // chunk. Rows are computed one token at a time in a fixed order, so the
 // result does not depend on how a sequence's tokens are split across calls.
 func GatedDeltaRule(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
+	return gatedDeltaRule(deltaISA(), q, k, v, g, beta, n, sh, st, out)
+}
+
+func gatedDeltaRule(isa C.int, q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
 	if err := sh.Validate(); err != nil {
 		return err
 	}
@@ -69,111 +82,13 @@ func GatedDeltaRule(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st
 	}
 	rows0 := st.Rows
 	deltaParallel(sh.KHeads, func(kh int) {
-		var sc deltaScratch
-		sc.init(sh)
-		rows := rows0
-		for t := 0; t < n; t++ {
-			deltaRow(q, k, v, g, beta, t, kh, rows, sh, st, out, &sc)
-			rows++
-			if rows == backend.DeltaChunkSize {
-				deltaFlush(kh, rows, sh, st)
-				rows = 0
-			}
-		}
+		scratch := make([]float32, 2*sh.KDim+2*sh.VDim+9*backend.DeltaChunkSize)
+		C.gdn_group(isa, C.int(sh.KHeads), C.int(sh.VHeads), C.int(sh.KDim), C.int(sh.VDim),
+			cf(st.S), cf(st.K), cf(st.V), cf(st.G), cf(q), cf(k), cf(v), cf(g), cf(beta),
+			C.int(n), C.int(kh), C.int(rows0), cf(out), cf(scratch))
 	})
 	st.Rows = (rows0 + n) % backend.DeltaChunkSize
 	return nil
-}
-
-// deltaScratch holds one key-head group's per-token temporaries.
-type deltaScratch struct {
-	qn, kn []float32 // normalised q (scaled) and k, [KDim]
-	qs, ks []float32 // qᵀS and kᵀS, [VDim]
-	qk, kk []float32 // q·k_j and k·k_j over the open chunk, [DeltaChunkSize]
-}
-
-func (sc *deltaScratch) init(sh backend.DeltaShape) {
-	buf := make([]float32, 2*sh.KDim+2*sh.VDim+2*backend.DeltaChunkSize)
-	sc.qn, buf = buf[:sh.KDim], buf[sh.KDim:]
-	sc.kn, buf = buf[:sh.KDim], buf[sh.KDim:]
-	sc.qs, buf = buf[:sh.VDim], buf[sh.VDim:]
-	sc.ks, buf = buf[:sh.VDim], buf[sh.VDim:]
-	sc.qk, buf = buf[:backend.DeltaChunkSize], buf[backend.DeltaChunkSize:]
-	sc.kk = buf[:backend.DeltaChunkSize]
-}
-
-// deltaRow computes token t of key-head group kh as row i of the open chunk.
-func deltaRow(q, k, v, g, beta []float32, t, kh, i int, sh backend.DeltaShape, st *backend.DeltaState, out []float32, sc *deltaScratch) {
-	dk, dv := sh.KDim, sh.VDim
-	rep := sh.VHeads / sh.KHeads
-	scale := float32(1 / math.Sqrt(float64(dk)))
-	base := (t*sh.KHeads + kh) * dk
-	l2Row(q[base:base+dk], scale, sc.qn)
-	l2Row(k[base:base+dk], 1, sc.kn)
-	// Store the key row, then its dot products with the chunk's keys (j ≤ i).
-	copy(st.K[(i*sh.KHeads+kh)*dk:], sc.kn)
-	for j := 0; j <= i; j++ {
-		kj := st.K[(j*sh.KHeads+kh)*dk : (j*sh.KHeads+kh+1)*dk]
-		sc.qk[j] = deltaDot(sc.qn, kj)
-		sc.kk[j] = deltaDot(sc.kn, kj)
-	}
-	for r := 0; r < rep; r++ {
-		h := kh*rep + r
-		gcol := t*sh.VHeads + h
-		gi := g[gcol]
-		if i > 0 {
-			gi += st.G[(i-1)*sh.VHeads+h]
-		}
-		st.G[i*sh.VHeads+h] = gi
-		b := beta[gcol]
-		// One pass over S for both qᵀS and kᵀS.
-		s := st.S[h*dk*dv : (h+1)*dk*dv]
-		clear(sc.qs)
-		clear(sc.ks)
-		for d := 0; d < dk; d++ {
-			row := s[d*dv : (d+1)*dv]
-			deltaAxpy2(sc.qn[d], sc.kn[d], row, sc.qs, sc.ks)
-		}
-		ei := float32(math.Exp(float64(gi)))
-		u := st.V[(i*sh.VHeads+h)*dv : (i*sh.VHeads+h+1)*dv]
-		vi := v[gcol*dv : (gcol+1)*dv]
-		o := out[gcol*dv : (gcol+1)*dv]
-		for x := range u {
-			u[x] = b * (vi[x] - ei*sc.ks[x])
-			o[x] = ei * sc.qs[x]
-		}
-		for j := 0; j < i; j++ {
-			uj := st.V[(j*sh.VHeads+h)*dv : (j*sh.VHeads+h+1)*dv]
-			dec := float32(math.Exp(float64(gi - st.G[j*sh.VHeads+h])))
-			deltaAxpy(-b*sc.kk[j]*dec, uj, u)
-			deltaAxpy(sc.qk[j]*dec, uj, o)
-		}
-		deltaAxpy(sc.qk[i], u, o)
-	}
-}
-
-// deltaFlush folds the open chunk's rows of key-head group kh into S.
-func deltaFlush(kh, rows int, sh backend.DeltaShape, st *backend.DeltaState) {
-	dk, dv := sh.KDim, sh.VDim
-	rep := sh.VHeads / sh.KHeads
-	var decay [backend.DeltaChunkSize]float32
-	for r := 0; r < rep; r++ {
-		h := kh*rep + r
-		gl := st.G[(rows-1)*sh.VHeads+h]
-		el := float32(math.Exp(float64(gl)))
-		for j := 0; j < rows; j++ {
-			decay[j] = float32(math.Exp(float64(gl - st.G[j*sh.VHeads+h])))
-		}
-		s := st.S[h*dk*dv : (h+1)*dk*dv]
-		for d := 0; d < dk; d++ {
-			row := s[d*dv : (d+1)*dv]
-			deltaScal(el, row)
-			for j := 0; j < rows; j++ {
-				kj := st.K[(j*sh.KHeads+kh)*dk+d]
-				deltaAxpy(decay[j]*kj, st.V[(j*sh.VHeads+h)*dv:(j*sh.VHeads+h+1)*dv], row)
-			}
-		}
-	}
 }
 
 // DeltaStateMaterialize writes into s ([VHeads, KDim, VDim]) the recurrent
@@ -186,15 +101,30 @@ func DeltaStateMaterialize(sh backend.DeltaShape, st *backend.DeltaState, s []fl
 	if len(s) != sh.StateLen() {
 		return fmt.Errorf("gated delta materialize: state has %d values, want %d", len(s), sh.StateLen())
 	}
-	tmp := *st
-	tmp.S = s
 	copy(s, st.S)
 	if st.Rows > 0 {
-		for kh := 0; kh < sh.KHeads; kh++ {
-			deltaFlush(kh, st.Rows, sh, &tmp)
-		}
+		dec := make([]float32, 5*backend.DeltaChunkSize)
+		C.gdn_materialize(deltaISA(), C.int(sh.KHeads), C.int(sh.VHeads), C.int(sh.KDim), C.int(sh.VDim),
+			cf(s), cf(st.K), cf(st.V), cf(st.G), C.int(st.Rows), cf(dec))
 	}
 	return nil
+}
+
+// deltaISA picks the kernel variant: 1 for AVX-512 (F, VL, DQ and FMA), 0 for
+// portable C.
+func deltaISA() C.int {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ && cpu.X86.HasFMA {
+		return 1
+	}
+	return 0
+}
+
+// cf passes a float32 slice to C (nil when empty).
+func cf(x []float32) *C.float {
+	if len(x) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&x[0]))
 }
 
 // GatedDeltaRecurrent runs n tokens of the gated delta rule one token at a
@@ -285,14 +215,6 @@ func deltaParallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func deltaDot(a, b []float32) float32 {
-	var s float32
-	for i, x := range a {
-		s += x * b[i]
-	}
-	return s
-}
-
 // deltaAxpy computes y += a·x.
 func deltaAxpy(a float32, x, y []float32) {
 	y = y[:len(x)]
@@ -301,19 +223,14 @@ func deltaAxpy(a float32, x, y []float32) {
 	}
 }
 
-// deltaAxpy2 computes y1 += a1·x and y2 += a2·x in one pass over x.
-func deltaAxpy2(a1, a2 float32, x, y1, y2 []float32) {
-	y1 = y1[:len(x)]
-	y2 = y2[:len(x)]
-	for i, v := range x {
-		y1[i] += a1 * v
-		y2[i] += a2 * v
-	}
-}
-
 // deltaScal computes x *= a.
 func deltaScal(a float32, x []float32) {
 	for i := range x {
 		x[i] *= a
 	}
+}
+
+// gatedDeltaRuleISA runs GatedDeltaRule with a chosen kernel variant (tests).
+func gatedDeltaRuleISA(isa int, q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
+	return gatedDeltaRule(C.int(isa), q, k, v, g, beta, n, sh, st, out)
 }

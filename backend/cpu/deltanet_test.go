@@ -104,8 +104,20 @@ func newDeltaState(sh backend.DeltaShape) *backend.DeltaState {
 	}
 }
 
+// deltaISAs lists the kernel variants this machine can run.
+func deltaISAs() []int {
+	if deltaISA() == 1 {
+		return []int{0, 1}
+	}
+	return []int{0}
+}
+
 // runChunked feeds the inputs to GatedDeltaRule in pieces of the given sizes.
 func runChunked(t *testing.T, in deltaInputs, st *backend.DeltaState, pieces []int) []float32 {
+	return runChunkedISA(t, int(deltaISA()), in, st, pieces)
+}
+
+func runChunkedISA(t *testing.T, isa int, in deltaInputs, st *backend.DeltaState, pieces []int) []float32 {
 	t.Helper()
 	sh := in.sh
 	out := make([]float32, in.n*sh.VHeads*sh.VDim)
@@ -113,7 +125,7 @@ func runChunked(t *testing.T, in deltaInputs, st *backend.DeltaState, pieces []i
 	for _, p := range pieces {
 		kq := sh.KHeads * sh.KDim
 		vw := sh.VHeads * sh.VDim
-		err := GatedDeltaRule(in.q[pos*kq:], in.k[pos*kq:], in.v[pos*vw:], in.g[pos*sh.VHeads:], in.b[pos*sh.VHeads:],
+		err := gatedDeltaRuleISA(isa, in.q[pos*kq:], in.k[pos*kq:], in.v[pos*vw:], in.g[pos*sh.VHeads:], in.b[pos*sh.VHeads:],
 			p, sh, st, out[pos*vw:])
 		if err != nil {
 			t.Fatal(err)
@@ -148,34 +160,36 @@ func TestGatedDeltaRuleForms(t *testing.T) {
 	lengths := []int{1, 2, 5, 63, 64, 65, 127, 128, 129, 150, 200}
 	for si, sh := range shapes {
 		for _, n := range lengths {
-			t.Run(fmt.Sprintf("shape%d/n%d", si, n), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(si), uint64(n)))
-				in := randDeltaInputs(rng, sh, n)
+			for _, isa := range deltaISAs() {
+				t.Run(fmt.Sprintf("isa%d/shape%d/n%d", isa, si, n), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(si), uint64(n)))
+					in := randDeltaInputs(rng, sh, n)
 
-				want := naiveDelta(in, 0, n, make([]float64, sh.StateLen()))
-				whole := runChunked(t, in, newDeltaState(sh), []int{n})
-				if e, at := maxErr(whole, want); e > 1e-5 {
-					t.Fatalf("chunked vs float64 reference: error %g at %d (%g vs %g)", e, at, whole[at], want[at])
-				}
+					want := naiveDelta(in, 0, n, make([]float64, sh.StateLen()))
+					whole := runChunkedISA(t, isa, in, newDeltaState(sh), []int{n})
+					if e, at := maxErr(whole, want); e > 1e-5 {
+						t.Fatalf("chunked vs float64 reference: error %g at %d (%g vs %g)", e, at, whole[at], want[at])
+					}
 
-				rec := make([]float32, len(whole))
-				if err := GatedDeltaRecurrent(in.q, in.k, in.v, in.g, in.b, n, sh, make([]float32, sh.StateLen()), rec); err != nil {
-					t.Fatal(err)
-				}
-				if e, at := maxErr(rec, want); e > 1e-5 {
-					t.Fatalf("recurrent vs float64 reference: error %g at %d", e, at)
-				}
+					rec := make([]float32, len(whole))
+					if err := GatedDeltaRecurrent(in.q, in.k, in.v, in.g, in.b, n, sh, make([]float32, sh.StateLen()), rec); err != nil {
+						t.Fatal(err)
+					}
+					if e, at := maxErr(rec, want); e > 1e-5 {
+						t.Fatalf("recurrent vs float64 reference: error %g at %d", e, at)
+					}
 
-				// Any split of the sequence into calls gives bit-identical outputs.
-				for _, pieces := range splits(rng, n) {
-					got := runChunked(t, in, newDeltaState(sh), pieces)
-					for i := range got {
-						if got[i] != whole[i] {
-							t.Fatalf("split %v: output %d = %g, one call gave %g", pieces, i, got[i], whole[i])
+					// Any split of the sequence into calls gives bit-identical outputs.
+					for _, pieces := range splits(rng, n) {
+						got := runChunkedISA(t, isa, in, newDeltaState(sh), pieces)
+						for i := range got {
+							if got[i] != whole[i] {
+								t.Fatalf("split %v: output %d = %g, one call gave %g", pieces, i, got[i], whole[i])
+							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }

@@ -1,0 +1,40 @@
+#include <immintrin.h>
+#include <math.h>
+#include "deltanet.h"
+
+#define GDN_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define GDN_NAME(x) gdn_avx512_##x
+#define GDN_AVX512 1
+#include "deltanet_kern.h"
+#undef GDN_TARGET
+#undef GDN_NAME
+#undef GDN_AVX512
+
+#define GDN_TARGET
+#define GDN_NAME(x) gdn_generic_##x
+#define GDN_AVX512 0
+#include "deltanet_kern.h"
+
+void gdn_group(int isa, int nkh, int nvh, int dk, int dv, float *S, float *K, float *V, float *G,
+	const float *q, const float *k, const float *v, const float *g, const float *beta,
+	int n, int kh, int rows0, float *out, float *scratch) {
+	gdn_shape sh = {nkh, nvh, dk, dv};
+	gdn_state st = {S, K, V, G};
+	if (isa == 1)
+		gdn_avx512_group(&sh, &st, q, k, v, g, beta, n, kh, rows0, out, scratch);
+	else
+		gdn_generic_group(&sh, &st, q, k, v, g, beta, n, kh, rows0, out, scratch);
+}
+
+void gdn_materialize(int isa, int nkh, int nvh, int dk, int dv, float *S, float *K, float *V, float *G, int rows, float *dec) {
+	gdn_shape sh = {nkh, nvh, dk, dv};
+	gdn_state st = {S, K, V, G};
+	int rep = nvh / nkh;
+	for (int kh = 0; kh < nkh; kh++)
+		for (int r = 0; r < rep; r++) {
+			if (isa == 1)
+				gdn_avx512_flush(&sh, &st, kh, kh * rep + r, rows, dec);
+			else
+				gdn_generic_flush(&sh, &st, kh, kh * rep + r, rows, dec);
+		}
+}
