@@ -30,61 +30,59 @@ func (s DeltaShape) Validate() error {
 // StateLen is the length of the recurrent state S: [VHeads, KDim, VDim].
 func (s DeltaShape) StateLen() int { return s.VHeads * s.KDim * s.VDim }
 
-// DeltaState is one sequence's state for one Gated DeltaNet layer in the
-// chunked form: the recurrent state at the last chunk boundary plus the rows
-// of the chunk being filled. Rows are appended one token at a time, in the
-// same arithmetic order whether the token arrives in a long prefill or as a
-// single decode step, so a prompt prefilled in pieces yields bit-identical
-// outputs and state to one prefill.
-type DeltaState struct {
-	// S is the recurrent state at the start of the open chunk,
-	// [VHeads, KDim, VDim] row-major (transformers' layout).
-	S []float32
-	// K holds the open chunk's l2-normalised keys, [DeltaChunkSize, KHeads, KDim].
-	K []float32
-	// V holds the open chunk's corrected values ("v_new"), [DeltaChunkSize, VHeads, VDim].
-	V []float32
-	// G holds the open chunk's cumulative log decay, [DeltaChunkSize, VHeads].
-	G []float32
-	// Rows is the number of filled rows of the open chunk (0 <= Rows < DeltaChunkSize).
-	Rows int
+// ConvChannels is the width of the mixed q|k|v row the causal conv1d runs
+// over: 2·KHeads·KDim + VHeads·VDim.
+func (s DeltaShape) ConvChannels() int { return 2*s.KHeads*s.KDim + s.VHeads*s.VDim }
+
+// LinearShape sizes the per-sequence state of a model's linear-attention
+// layers.
+type LinearShape struct {
+	Layers     int // linear-attention layers (indexed 0..Layers-1 by the ops)
+	ConvKernel int // conv1d kernel width
+	Delta      DeltaShape
 }
 
-// Check reports a state whose buffers do not fit shape s.
-func (st *DeltaState) Check(s DeltaShape) error {
-	switch {
-	case len(st.S) != s.StateLen():
-		return fmt.Errorf("gated delta state: S has %d values, want %d", len(st.S), s.StateLen())
-	case len(st.K) != DeltaChunkSize*s.KHeads*s.KDim:
-		return fmt.Errorf("gated delta state: K has %d values, want %d", len(st.K), DeltaChunkSize*s.KHeads*s.KDim)
-	case len(st.V) != DeltaChunkSize*s.VHeads*s.VDim:
-		return fmt.Errorf("gated delta state: V has %d values, want %d", len(st.V), DeltaChunkSize*s.VHeads*s.VDim)
-	case len(st.G) != DeltaChunkSize*s.VHeads:
-		return fmt.Errorf("gated delta state: G has %d values, want %d", len(st.G), DeltaChunkSize*s.VHeads)
-	case st.Rows < 0 || st.Rows >= DeltaChunkSize:
-		return fmt.Errorf("gated delta state: %d open rows, want 0..%d", st.Rows, DeltaChunkSize-1)
-	}
-	return nil
+// LinearState is the per-sequence state (conv history and gated-delta-rule
+// state) of every linear-attention layer, for sequence slots
+// 0..maxSeqs-1, allocated by LinearAttention.AllocLinearState. Memory for a
+// slot is taken when a sequence first uses it and returned by Free.
+type LinearState interface {
+	// Free releases slot's state; the slot then starts from zero state.
+	Free(slot int)
+	// BytesPerSeq is the memory one sequence's state takes.
+	BytesPerSeq() int64
 }
 
-// LinearAttention is the op set of Gated DeltaNet (linear attention) layers
-// and of the norms Qwen3-Next and Qwen3.5 add. Activations are float32,
-// token-major; every op works on one sequence's tokens in order, and the
-// per-sequence state arguments are read and advanced in place.
+// LinearAttention is the op set that Gated DeltaNet layers (Qwen3-Next,
+// Qwen3.5) and gated attention add to Ops. Like Ops, the ops record errors
+// for Sync and work on the layout set by SetStep: the sequence ops
+// (CausalConv1D, GatedDeltaRule) run each Step.Seqs span against its slot's
+// state in st, treating a span with Pos 0 as the start of a new sequence
+// (its state is zeroed first), and advance the state by the span's tokens.
+//
+//   - CausalConv1D(out, x, w, st, layer, n): x and out are F32
+//     [n, ConvChannels]; w is the checkpoint's conv1d.weight
+//     [ConvChannels, 1, ConvKernel]. out[t, c] = silu(Σ_j w[c, j]·x[t-K+1+j, c])
+//     over the sequence's inputs (earlier steps' from the state).
+//   - GatedDeltaRule(out, qkv, g, beta, st, layer, n): qkv is the conv
+//     output [n, ConvChannels] = q [KHeads·KDim] | k [KHeads·KDim] |
+//     v [VHeads·VDim]; g (log decay) and beta are F32 [n, VHeads]; out is
+//     [n, VHeads·VDim]. q and k are l2-normalised (eps 1e-6), q is scaled by
+//     1/sqrt(KDim), and o_t = S_tᵀq_t with S_t = e^{g_t}S_{t-1} +
+//     k_t(β_t(v_t − e^{g_t}S_{t-1}ᵀk_t))ᵀ.
+//   - DeltaGates(g, beta, a, b, aLog, dtBias, n): a and b are [n, VHeads];
+//     g = −exp(aLog)·softplus(a + dtBias), beta = sigmoid(b); aLog and
+//     dtBias are [VHeads] weights of any float dtype.
+//   - GatedRMSNorm(out, x, z, w, eps, rows): width = len(w); per row
+//     out = x/sqrt(mean(x²)+eps)·w·silu(z). out may equal x.
+//   - SigmoidGate(out, x, gate, n): out[i, j] = x[i, j]·sigmoid(gate[i, j mod
+//     gate width]); the gate is as wide as x (attention output gate) or one
+//     column (shared-expert gate). out may equal x.
 type LinearAttention interface {
-	// CausalConv1D applies a depthwise causal convolution followed by SiLU:
-	// x and out are [n, channels]; w is [channels, kernel] (the checkpoint's
-	// conv1d.weight without its middle axis); state holds the previous
-	// kernel-1 input rows, [kernel-1, channels], oldest first, and is
-	// updated to end with the last kernel-1 rows of x.
-	CausalConv1D(x []float32, n, channels int, w []float32, kernel int, state, out []float32) error
-	// GatedDeltaRule runs n tokens of the gated delta rule. q and k are
-	// [n, KHeads, KDim] as projected (they are l2-normalised here, and q is
-	// scaled by 1/sqrt(KDim)); v is [n, VHeads, VDim]; g is the log decay
-	// and beta the write strength, both [n, VHeads]. out is [n, VHeads, VDim].
-	GatedDeltaRule(q, k, v, g, beta []float32, n int, shape DeltaShape, st *DeltaState, out []float32) error
-	// GatedRMSNorm computes rmsnorm(x)·w·silu(z) over rows of width dim.
-	GatedRMSNorm(x, z, w []float32, rows, dim int, eps float32, out []float32) error
-	// GemmaRMSNorm computes rmsnorm(x)·(1+w) over rows of width dim; out may alias x.
-	GemmaRMSNorm(x, w []float32, rows, dim int, eps float32, out []float32) error
+	AllocLinearState(shape LinearShape, maxSeqs int) (LinearState, error)
+	CausalConv1D(out, x, w Tensor, st LinearState, layer, n int)
+	GatedDeltaRule(out, qkv, g, beta Tensor, st LinearState, layer, n int)
+	DeltaGates(g, beta, a, b, aLog, dtBias Tensor, n int)
+	GatedRMSNorm(out, x, z, w Tensor, eps float32, rows int)
+	SigmoidGate(out, x, gate Tensor, n int)
 }

@@ -1,21 +1,12 @@
 package cpu
 
-/*
-#cgo CFLAGS: -O2
-#cgo LDFLAGS: -lm
-#include "deltanet.h"
-*/
-import "C"
-
 import (
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
-	"unsafe"
 
 	"github.com/ktserve/kt/backend"
-	"golang.org/x/sys/cpu"
 )
 
 // l2Eps is the epsilon of the q/k l2 normalisation (transformers and FLA use 1e-6).
@@ -44,6 +35,43 @@ func l2Row(x []float32, scale float32, out []float32) {
 	}
 }
 
+// DeltaState is one sequence's state for one Gated DeltaNet layer in the
+// chunked form: the recurrent state at the last chunk boundary plus the rows
+// of the chunk being filled. Rows are appended one token at a time, in the
+// same arithmetic order whether the token arrives in a long prefill or as a
+// single decode step, so a prompt prefilled in pieces yields bit-identical
+// outputs and state to one prefill. The slices alias kvcache.LayerState.
+type DeltaState struct {
+	// S is the recurrent state at the start of the open chunk,
+	// [VHeads, KDim, VDim] row-major (transformers' layout).
+	S []float32
+	// K holds the open chunk's l2-normalised keys, [DeltaChunkSize, KHeads, KDim].
+	K []float32
+	// V holds the open chunk's corrected values ("v_new"), [DeltaChunkSize, VHeads, VDim].
+	V []float32
+	// G holds the open chunk's cumulative log decay, [DeltaChunkSize, VHeads].
+	G []float32
+	// Rows is the number of filled rows of the open chunk (0 <= Rows < DeltaChunkSize).
+	Rows int
+}
+
+// Check reports a state whose buffers do not fit shape s.
+func (st *DeltaState) Check(s backend.DeltaShape) error {
+	switch {
+	case len(st.S) != s.StateLen():
+		return fmt.Errorf("gated delta state: S has %d values, want %d", len(st.S), s.StateLen())
+	case len(st.K) != backend.DeltaChunkSize*s.KHeads*s.KDim:
+		return fmt.Errorf("gated delta state: K has %d values, want %d", len(st.K), backend.DeltaChunkSize*s.KHeads*s.KDim)
+	case len(st.V) != backend.DeltaChunkSize*s.VHeads*s.VDim:
+		return fmt.Errorf("gated delta state: V has %d values, want %d", len(st.V), backend.DeltaChunkSize*s.VHeads*s.VDim)
+	case len(st.G) != backend.DeltaChunkSize*s.VHeads:
+		return fmt.Errorf("gated delta state: G has %d values, want %d", len(st.G), backend.DeltaChunkSize*s.VHeads)
+	case st.Rows < 0 || st.Rows >= backend.DeltaChunkSize:
+		return fmt.Errorf("gated delta state: %d open rows, want 0..%d", st.Rows, backend.DeltaChunkSize-1)
+	}
+	return nil
+}
+
 // GatedDeltaRule runs n tokens of one sequence through the gated delta rule
 // in its chunked (WY) form, continuing from st and advancing it. Layouts are
 // those of backend.LinearAttention.GatedDeltaRule.
@@ -61,31 +89,33 @@ func l2Row(x []float32, scale float32, out []float32) {
 // the state at the chunk start and G the cumulative log decay within the
 // chunk. Rows are computed one token at a time in a fixed order, so the
 // result does not depend on how a sequence's tokens are split across calls.
-func GatedDeltaRule(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
-	return gatedDeltaRule(deltaISA(), q, k, v, g, beta, n, sh, st, out)
+func GatedDeltaRule(q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *DeltaState, out []float32) error {
+	return gatedDeltaRule(deltaISA(), deltaParallel, q, k, v, sh.KHeads*sh.KDim, sh.VHeads*sh.VDim, g, beta, n, sh, st, out)
 }
 
-func gatedDeltaRule(isa C.int, q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
+// gatedDeltaRule runs GatedDeltaRule with kernel variant isa, spreading the
+// key-head groups with par.
+// q and k rows are ldqk floats apart and v rows ldv (a q|k|v row of the conv
+// output has ldqk = ldv = ConvChannels).
+func gatedDeltaRule(isa int, par func(n int, fn func(i int)), q, k, v []float32, ldqk, ldv int, g, beta []float32, n int, sh backend.DeltaShape, st *DeltaState, out []float32) error {
 	if err := sh.Validate(); err != nil {
 		return err
 	}
 	if err := st.Check(sh); err != nil {
 		return err
 	}
-	nk, nv := n*sh.KHeads*sh.KDim, n*sh.VHeads*sh.VDim
-	if n < 0 || len(q) < nk || len(k) < nk || len(v) < nv || len(out) < nv || len(g) < n*sh.VHeads || len(beta) < n*sh.VHeads {
+	if n <= 0 {
+		return nil
+	}
+	kd, vd := sh.KHeads*sh.KDim, sh.VHeads*sh.VDim
+	nk, nv := (n-1)*ldqk+kd, (n-1)*ldv+vd
+	if ldqk < kd || ldv < vd || len(q) < nk || len(k) < nk || len(v) < nv || len(out) < n*vd || len(g) < n*sh.VHeads || len(beta) < n*sh.VHeads {
 		return fmt.Errorf("gated delta rule: %d tokens do not fit the inputs (q %d, k %d, v %d, g %d, beta %d, out %d)",
 			n, len(q), len(k), len(v), len(g), len(beta), len(out))
 	}
-	if n == 0 {
-		return nil
-	}
 	rows0 := st.Rows
-	deltaParallel(sh.KHeads, func(kh int) {
-		scratch := make([]float32, 2*sh.KDim+2*sh.VDim+9*backend.DeltaChunkSize)
-		C.gdn_group(isa, C.int(sh.KHeads), C.int(sh.VHeads), C.int(sh.KDim), C.int(sh.VDim),
-			cf(st.S), cf(st.K), cf(st.V), cf(st.G), cf(q), cf(k), cf(v), cf(g), cf(beta),
-			C.int(n), C.int(kh), C.int(rows0), cf(out), cf(scratch))
+	par(sh.KHeads, func(kh int) {
+		deltaGroup(isa, sh, st, q, k, v, ldqk, ldv, g, beta, n, kh, rows0, out)
 	})
 	st.Rows = (rows0 + n) % backend.DeltaChunkSize
 	return nil
@@ -94,7 +124,7 @@ func gatedDeltaRule(isa C.int, q, k, v, g, beta []float32, n int, sh backend.Del
 // DeltaStateMaterialize writes into s ([VHeads, KDim, VDim]) the recurrent
 // state after the last token of st: the chunk-start state with the open rows
 // folded in. It is the initial state GatedDeltaRecurrent continues from.
-func DeltaStateMaterialize(sh backend.DeltaShape, st *backend.DeltaState, s []float32) error {
+func DeltaStateMaterialize(sh backend.DeltaShape, st *DeltaState, s []float32) error {
 	if err := st.Check(sh); err != nil {
 		return err
 	}
@@ -103,28 +133,11 @@ func DeltaStateMaterialize(sh backend.DeltaShape, st *backend.DeltaState, s []fl
 	}
 	copy(s, st.S)
 	if st.Rows > 0 {
-		dec := make([]float32, 5*backend.DeltaChunkSize)
-		C.gdn_materialize(deltaISA(), C.int(sh.KHeads), C.int(sh.VHeads), C.int(sh.KDim), C.int(sh.VDim),
-			cf(s), cf(st.K), cf(st.V), cf(st.G), C.int(st.Rows), cf(dec))
+		tmp := *st
+		tmp.S = s
+		deltaFlushAll(deltaISA(), sh, &tmp, st.Rows)
 	}
 	return nil
-}
-
-// deltaISA picks the kernel variant: 1 for AVX-512 (F, VL, DQ and FMA), 0 for
-// portable C.
-func deltaISA() C.int {
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ && cpu.X86.HasFMA {
-		return 1
-	}
-	return 0
-}
-
-// cf passes a float32 slice to C (nil when empty).
-func cf(x []float32) *C.float {
-	if len(x) == 0 {
-		return nil
-	}
-	return (*C.float)(unsafe.Pointer(&x[0]))
 }
 
 // GatedDeltaRecurrent runs n tokens of the gated delta rule one token at a
@@ -228,9 +241,4 @@ func deltaScal(a float32, x []float32) {
 	for i := range x {
 		x[i] *= a
 	}
-}
-
-// gatedDeltaRuleISA runs GatedDeltaRule with a chosen kernel variant (tests).
-func gatedDeltaRuleISA(isa int, q, k, v, g, beta []float32, n int, sh backend.DeltaShape, st *backend.DeltaState, out []float32) error {
-	return gatedDeltaRule(C.int(isa), q, k, v, g, beta, n, sh, st, out)
 }

@@ -175,16 +175,17 @@ GDN_TARGET static void GDN_NAME(rowout)(const float *U0, size_t stride, int i, c
 }
 
 // Runs tokens 0..n-1 of key-head group kh, the open chunk holding rows0 rows
-// before the first. scratch holds 2*dk + 2*dv + 9*GDN_CHUNK floats.
+// before the first. q and k rows are ldqk floats apart, v rows ldv; g, beta
+// and out are dense [n, vh] and [n, vh, dv]. scratch holds 2*dk + 2*dv + 9*GDN_CHUNK floats.
 GDN_TARGET static void GDN_NAME(group)(const gdn_shape *sh, gdn_state *st, const float *q, const float *k, const float *v,
-	const float *g, const float *beta, int n, int kh, int rows0, float *out, float *scratch) {
+	size_t ldqk, size_t ldv, const float *g, const float *beta, int n, int kh, int rows0, float *out, float *scratch) {
 	int dk = sh->dk, dv = sh->dv, rep = sh->vh / sh->kh;
 	float scale = 1.0f / sqrtf((float)dk);
 	float *qn = scratch, *kn = qn + dk, *qs = kn + dk, *ks = qs + dv;
 	float *qk = ks + dv, *kk = qk + GDN_CHUNK, *cu = kk + GDN_CHUNK, *co = cu + GDN_CHUNK, *dec = co + GDN_CHUNK;
 	int i = rows0;
 	for (int t = 0; t < n; t++) {
-		size_t base = ((size_t)t * sh->kh + kh) * dk;
+		size_t base = (size_t)t * ldqk + (size_t)kh * dk;
 		GDN_NAME(l2)(q + base, scale, qn, dk);
 		GDN_NAME(l2)(k + base, 1.0f, kn, dk);
 		float *krow = st->K + ((size_t)i * sh->kh + kh) * dk;
@@ -204,7 +205,7 @@ GDN_TARGET static void GDN_NAME(group)(const gdn_shape *sh, gdn_state *st, const
 			GDN_NAME(spass)(st->S + (size_t)h * dk * dv, qn, kn, qs, ks, dk, dv);
 			float ei = expf(gi);
 			float *u = st->V + ((size_t)i * sh->vh + h) * dv;
-			const float *vi = v + col * dv;
+			const float *vi = v + (size_t)t * ldv + (size_t)h * dv;
 			float *o = out + col * dv;
 			for (int j = 0; j < i; j++) {
 				float dj = expf(gi - st->G[(size_t)j * sh->vh + h]);

@@ -95,8 +95,8 @@ func naiveDelta(in deltaInputs, t0, t1 int, s64 []float64) []float64 {
 	return out
 }
 
-func newDeltaState(sh backend.DeltaShape) *backend.DeltaState {
-	return &backend.DeltaState{
+func newDeltaState(sh backend.DeltaShape) *DeltaState {
+	return &DeltaState{
 		S: make([]float32, sh.StateLen()),
 		K: make([]float32, backend.DeltaChunkSize*sh.KHeads*sh.KDim),
 		V: make([]float32, backend.DeltaChunkSize*sh.VHeads*sh.VDim),
@@ -104,20 +104,12 @@ func newDeltaState(sh backend.DeltaShape) *backend.DeltaState {
 	}
 }
 
-// deltaISAs lists the kernel variants this machine can run.
-func deltaISAs() []int {
-	if deltaISA() == 1 {
-		return []int{0, 1}
-	}
-	return []int{0}
-}
-
 // runChunked feeds the inputs to GatedDeltaRule in pieces of the given sizes.
-func runChunked(t *testing.T, in deltaInputs, st *backend.DeltaState, pieces []int) []float32 {
-	return runChunkedISA(t, int(deltaISA()), in, st, pieces)
+func runChunked(t *testing.T, in deltaInputs, st *DeltaState, pieces []int) []float32 {
+	return runChunkedISA(t, deltaISA(), in, st, pieces)
 }
 
-func runChunkedISA(t *testing.T, isa int, in deltaInputs, st *backend.DeltaState, pieces []int) []float32 {
+func runChunkedISA(t *testing.T, isa int, in deltaInputs, st *DeltaState, pieces []int) []float32 {
 	t.Helper()
 	sh := in.sh
 	out := make([]float32, in.n*sh.VHeads*sh.VDim)
@@ -125,7 +117,7 @@ func runChunkedISA(t *testing.T, isa int, in deltaInputs, st *backend.DeltaState
 	for _, p := range pieces {
 		kq := sh.KHeads * sh.KDim
 		vw := sh.VHeads * sh.VDim
-		err := gatedDeltaRuleISA(isa, in.q[pos*kq:], in.k[pos*kq:], in.v[pos*vw:], in.g[pos*sh.VHeads:], in.b[pos*sh.VHeads:],
+		err := gatedDeltaRule(isa, deltaParallel, in.q[pos*kq:], in.k[pos*kq:], in.v[pos*vw:], kq, vw, in.g[pos*sh.VHeads:], in.b[pos*sh.VHeads:],
 			p, sh, st, out[pos*vw:])
 		if err != nil {
 			t.Fatal(err)
