@@ -60,7 +60,8 @@
 //   - MoE(out, x, e, wts, ids, n): out[i] = sum_j wts[i,j] *
 //     down_e(silu(gate_e(x[i])) * up_e(x[i])), e = ids[i,j]; ids < 0 are
 //     skipped (experts served elsewhere).
-//   - GatherRows(out, x): out[j] = x[step.OutRows[j]].
+//   - GatherRows(out, x, first, count): out[j] = x[step.OutRows[first+j]]
+//     for j < count (the lm head runs on the gathered rows in blocks).
 //   - Read(dst, t, rows): copies the first rows rows of F32 t to host memory
 //     (waits for queued work).
 package backend
@@ -252,6 +253,6 @@ type Ops interface {
 	SiLUMul(out, gate, up Tensor, n int)
 	RouterTopK(wts, ids, logits Tensor, k int, norm bool, n int)
 	MoE(out, x Tensor, e *Experts, wts, ids Tensor, n int)
-	GatherRows(out, x Tensor)
+	GatherRows(out, x Tensor, first, count int)
 	Read(dst []float32, t Tensor, rows int) error
 }

@@ -334,7 +334,7 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 }
 
 // GatherRows implements backend.Ops.
-func (b *Backend) GatherRows(out, x backend.Tensor) {
+func (b *Backend) GatherRows(out, x backend.Tensor, first, count int) {
 	if !b.ok() || b.stepMissing("GatherRows") {
 		return
 	}
@@ -343,7 +343,11 @@ func (b *Backend) GatherRows(out, x backend.Tensor) {
 		return
 	}
 	d := xt.cols()
-	rows := b.step.OutRows
+	if first < 0 || count < 0 || first+count > len(b.step.OutRows) {
+		b.fail("GatherRows: rows [%d,%d) outside the step's %d output rows", first, first+count, len(b.step.OutRows))
+		return
+	}
+	rows := b.step.OutRows[first : first+count]
 	os := b.f32(out, len(rows)*d, "GatherRows out")
 	xs := b.f32(x, len(b.step.Tokens)*d, "GatherRows x")
 	if os == nil || xs == nil {

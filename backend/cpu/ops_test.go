@@ -412,7 +412,7 @@ func TestEmbedGatherAddSiLU(t *testing.T) {
 		e := mustAlloc(t, b, tensor.F32, 4, 4)
 		b.Embed(e, table)
 		g := mustAlloc(t, b, tensor.F32, 2, 4)
-		b.GatherRows(g, e)
+		b.GatherRows(g, e, 0, 2)
 		s := mustAlloc(t, b, tensor.F32, 4, 4)
 		b.Add(s, e, e, 3)
 		a := mustAlloc(t, b, tensor.F32, 4, 4)

@@ -1,0 +1,7 @@
+// Package all links every model definition into the binary: import it for
+// its side effect of registering them with package models.
+package all
+
+import (
+	_ "github.com/ktserve/kt/models/qwen3moe" // Qwen3MoeForCausalLM
+)
