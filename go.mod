@@ -1,10 +1,10 @@
 module github.com/ktserve/kt
 
-go 1.26
-
-require github.com/spf13/cobra v1.10.2
+go 1.26.0
 
 require (
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
 )
+
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect
