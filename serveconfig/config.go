@@ -61,22 +61,22 @@ type Config struct {
 	DisableSharedExpertsFusion bool
 
 	// KTransformers.
-	KTWeightPath                 string
-	KTMethod                     string
-	KTCPUInfer                   int // 0: unset
-	KTThreadpoolCount            int
-	KTNumaNodes                  []int
-	KTNumGPUExperts              int // -1: unset
-	KTGPUExpertsRatio            float64
-	KTGPUExpertsRatioSet         bool
-	KTMaxDeferredExpertsPerToken int
-	KTGPUPrefillTokenThreshold   int
-	KTEnableDynamicExpertUpdate  bool
-	KTExpertPlacementStrategy    string
+	KTWeightPath                  string
+	KTMethod                      string
+	KTCPUInfer                    int // 0: unset
+	KTThreadpoolCount             int
+	KTNumaNodes                   []int
+	KTNumGPUExperts               int // -1: unset
+	KTGPUExpertsRatio             float64
+	KTGPUExpertsRatioSet          bool
+	KTMaxDeferredExpertsPerToken  int
+	KTGPUPrefillTokenThreshold    int
+	KTEnableDynamicExpertUpdate   bool
+	KTExpertPlacementStrategy     string
 	RecordKTGPUExpertDistribution bool
-	KTLoRAPath                   string
-	KTExpertLoRAPath             string
-	InitExpertLocation           string
+	KTLoRAPath                    string
+	KTExpertLoRAPath              string
+	InitExpertLocation            string
 
 	// LoRA.
 	EnableLoRA        bool
