@@ -7,13 +7,13 @@ import (
 
 // Special token ids of the byte-level Tokenizer: ids 0-255 are bytes.
 const (
-	EndOfText int32 = 256 + iota // <|endoftext|>
-	IMStart                      // <|im_start|>
-	IMEnd                        // <|im_end|>
-	Think                        // <think>
-	EndThink                     // </think>
-	ToolCall                     // <tool_call>
-	EndToolCall                  // </tool_call>
+	EndOfText   int32 = 256 + iota // <|endoftext|>
+	IMStart                        // <|im_start|>
+	IMEnd                          // <|im_end|>
+	Think                          // <think>
+	EndThink                       // </think>
+	ToolCall                       // <tool_call>
+	EndToolCall                    // </tool_call>
 )
 
 var specials = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"}
