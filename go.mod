@@ -8,7 +8,6 @@ require (
 	golang.org/x/text v0.43.0
 )
 
-require (
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
-)
+require github.com/spf13/pflag v1.0.9
+
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect
