@@ -23,6 +23,8 @@ type baseModel struct {
 	moeLayers  map[int]bool
 	expertsKey string
 	interKey   string
+	hiddenKey  string
+	layersKey  string
 }
 
 // maxBaseConfigBytes bounds config.json (real ones are a few KiB).
@@ -87,15 +89,14 @@ func parseBaseConfig(path string, data []byte) (*baseModel, error) {
 		return 0, "", nil
 	}
 	var err error
-	var key string
-	if bm.layers, key, err = intField("num_hidden_layers"); err != nil {
+	if bm.layers, bm.layersKey, err = intField("num_hidden_layers"); err != nil {
 		return nil, err
-	} else if key == "" {
+	} else if bm.layersKey == "" {
 		return nil, fmt.Errorf("base model: %s: no %snum_hidden_layers", path, prefix)
 	}
-	if bm.hidden, key, err = intField("hidden_size"); err != nil {
+	if bm.hidden, bm.hiddenKey, err = intField("hidden_size"); err != nil {
 		return nil, err
-	} else if key == "" {
+	} else if bm.hiddenKey == "" {
 		return nil, fmt.Errorf("base model: %s: no %shidden_size", path, prefix)
 	}
 	if bm.experts, bm.expertsKey, err = intField("num_experts", "num_local_experts", "n_routed_experts"); err != nil {
@@ -182,7 +183,7 @@ func (p *plan) checkBase(bm *baseModel) error {
 		add("expert count: adapter has %d experts per layer (%s), base model %s = %d", p.experts, p.example["experts"], bm.expertsKey, bm.experts)
 	}
 	if p.hidden != bm.hidden {
-		add("hidden size: adapter has %d (%s), base model hidden_size = %d", p.hidden, p.example["hidden"], bm.hidden)
+		add("hidden size: adapter has %d (%s), base model %s = %d", p.hidden, p.example["hidden"], bm.hiddenKey, bm.hidden)
 	}
 	if bm.interKey == "" {
 		if bm.expertsKey != "" {
@@ -203,7 +204,7 @@ func (p *plan) checkBase(bm *baseModel) error {
 		}
 	}
 	if len(beyond) > 0 {
-		add("layers: adapter has expert LoRA for layer(s) %s, base model has %d layers (num_hidden_layers)", ranges(beyond), bm.layers)
+		add("layers: adapter has expert LoRA for layer(s) %s, base model has %d layers (%s)", ranges(beyond), bm.layers, bm.layersKey)
 	}
 	if len(dense) > 0 {
 		add("layers: adapter has expert LoRA for layer(s) %s, which are dense (no routed experts) in the base model", ranges(dense))

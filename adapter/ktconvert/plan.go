@@ -45,7 +45,7 @@ func (p *plan) addNonexpert(f *safetensors.File, seen map[string]string) error {
 	for _, ti := range f.Tensors() {
 		key := peft.CleanKey(ti.Name)
 		if prev, dup := seen[key]; dup {
-			return fmt.Errorf("%s: duplicate output tensor key %q (from %q and %q)", f.Path(), key, prev, ti.Name)
+			return fmt.Errorf("%s: duplicate output tensor key %q (from %s and %s %q)", f.Path(), key, prev, name, ti.Name)
 		}
 		seen[key] = name + " " + strconv.Quote(ti.Name)
 		if m, ok := peft.TargetModule(key); ok {
