@@ -255,6 +255,11 @@ func TestOverwriteReplaces(t *testing.T) {
 	if got := listDir(t, out); !reflect.DeepEqual(got, []string{peft.ConfigFile, peft.ModelFile}) {
 		t.Errorf("after --overwrite OUT holds %v", got)
 	}
+	for _, f := range []string{peft.ConfigFile, peft.ModelFile} {
+		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v (%v), want 0644", f, fi.Mode(), err)
+		}
+	}
 	if got := listDir(t, filepath.Dir(out)); !reflect.DeepEqual(got, []string{"out"}) {
 		t.Errorf("leftovers next to OUT: %v", got)
 	}

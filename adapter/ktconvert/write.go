@@ -130,6 +130,11 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 	if err := w.Close(); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
+	// The safetensors writer creates files 0600 (a temp file renamed into
+	// place); adapters are shared with the serving user, as Python writes them.
+	if err := os.Chmod(modelPath, 0o644); err != nil {
+		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
+	}
 	cfg, err := j.cfg.Marshal()
 	if err != nil {
 		return 0, fmt.Errorf("%s %s: adapter_config.json: %w", j.out.role, j.out.path, err)

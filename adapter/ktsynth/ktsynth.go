@@ -216,7 +216,10 @@ func writeRandom(path string, specs []safetensors.Spec, meta map[string]string, 
 			return err
 		}
 	}
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o644)
 }
 
 // splitmix is the SplitMix64 generator: tiny, fast, deterministic.
