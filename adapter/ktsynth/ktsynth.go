@@ -74,6 +74,9 @@ type Spec struct {
 	// "base_model.model.model." (CausalLM) or
 	// "base_model.model.model.language_model." (Qwen3.5 with vision tower).
 	KeyPrefix string
+	// Scale multiplies the values, which are uniform in [-0.5, 0.5) when
+	// Scale is 0 or 1.
+	Scale float64
 	// NoNonexpert skips adapter_model.safetensors; NoConfig skips
 	// adapter_config.json (the converter then needs --lora-alpha).
 	NoNonexpert, NoConfig bool
@@ -140,7 +143,11 @@ func Write(dir string, s Spec) error {
 			specs = append(specs, safetensors.Spec{Name: ktlora.FusedKey(l, k), DType: s.DType, Shape: k.Shape(e, r, h, in)})
 		}
 	}
-	if err := writeRandom(filepath.Join(dir, ktlora.FusedFile), specs, nil, &rng); err != nil {
+	scale := s.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	if err := writeRandom(filepath.Join(dir, ktlora.FusedFile), specs, nil, &rng, scale); err != nil {
 		return err
 	}
 
@@ -158,7 +165,7 @@ func Write(dir string, s Spec) error {
 				targets = append(targets, t)
 			}
 		}
-		if err := writeRandom(filepath.Join(dir, peft.ModelFile), specs, map[string]string{"format": "pt"}, &rng); err != nil {
+		if err := writeRandom(filepath.Join(dir, peft.ModelFile), specs, map[string]string{"format": "pt"}, &rng, scale); err != nil {
 			return err
 		}
 	}
@@ -184,9 +191,9 @@ func Write(dir string, s Spec) error {
 	return nil
 }
 
-// writeRandom streams pseudo-random values (uniform in [-0.5, 0.5)) for
-// each declared tensor, one tensor at a time.
-func writeRandom(path string, specs []safetensors.Spec, meta map[string]string, rng *splitmix) error {
+// writeRandom streams pseudo-random values (uniform in [-0.5, 0.5) times
+// scale) for each declared tensor, one tensor at a time.
+func writeRandom(path string, specs []safetensors.Spec, meta map[string]string, rng *splitmix, scale float64) error {
 	w, err := safetensors.Create(path, specs, meta)
 	if err != nil {
 		return err
@@ -204,7 +211,7 @@ func writeRandom(path string, specs []safetensors.Spec, meta map[string]string, 
 		}
 		buf = buf[:size]
 		for i := int64(0); i < n; i++ {
-			v := float32(rng.float() - 0.5)
+			v := float32((rng.float() - 0.5) * scale)
 			if sp.DType == tensor.BF16 {
 				binary.LittleEndian.PutUint16(buf[2*i:], tensor.F32ToBF16(v))
 			} else {

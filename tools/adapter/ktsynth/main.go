@@ -26,6 +26,7 @@ func main() {
 		alpha   = flag.Float64("alpha", 16, "lora_alpha written to adapter_config.json")
 		dtype   = flag.String("dtype", "BF16", "BF16 or F32")
 		seed    = flag.Uint64("seed", 1, "random seed")
+		scale   = flag.Float64("scale", 1, "values are uniform in [-0.5, 0.5) times scale")
 		prefix  = flag.String("key-prefix", "base_model.model.model.", "prefix of non-expert keys as PEFT saved them")
 		noNon   = flag.Bool("no-nonexpert", false, "omit adapter_model.safetensors")
 		noCfg   = flag.Bool("no-config", false, "omit adapter_config.json")
@@ -56,7 +57,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ktsynth:", err)
 		os.Exit(2)
 	}
-	s := ktsynth.Spec{Dims: d, Rank: *rank, Alpha: *alpha, DType: dt, Seed: *seed, KeyPrefix: *prefix, NoNonexpert: *noNon, NoConfig: *noCfg}
+	s := ktsynth.Spec{Dims: d, Rank: *rank, Alpha: *alpha, DType: dt, Seed: *seed, Scale: *scale, KeyPrefix: *prefix, NoNonexpert: *noNon, NoConfig: *noCfg}
 	if err := ktsynth.Write(*out, s); err != nil {
 		fmt.Fprintln(os.Stderr, "ktsynth:", err)
 		os.Exit(1)
