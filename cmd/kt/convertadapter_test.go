@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,17 +8,6 @@ import (
 
 	"github.com/ktserve/kt/adapter/ktsynth"
 )
-
-func runKT(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	root := newRootCmd()
-	var o, e bytes.Buffer
-	root.SetOut(&o)
-	root.SetErr(&e)
-	root.SetArgs(args)
-	err = root.Execute()
-	return o.String(), e.String(), err
-}
 
 func TestConvertAdapterCLI(t *testing.T) {
 	dir := t.TempDir()
