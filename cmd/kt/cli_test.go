@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func runKT(t *testing.T, args ...string) (string, error) {
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := newRootCmd()
 	var out bytes.Buffer
@@ -19,7 +19,7 @@ func runKT(t *testing.T, args ...string) (string, error) {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := runKT(t, "version")
+	out, err := runCLI(t, "version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	out, err := runKT(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
+	out, err := runCLI(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runKT(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
+	out, err = runCLI(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,16 +50,16 @@ func TestInspect(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Check.ExpertLayout != "fused" {
 		t.Errorf("json: %v %+v\n%s", err, j, out)
 	}
-	if _, err := runKT(t, "inspect"); err == nil {
+	if _, err := runCLI(t, "inspect"); err == nil {
 		t.Error("inspect without --model-path: no error")
 	}
-	if _, err := runKT(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
+	if _, err := runCLI(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("empty dir: %v", err)
 	}
 }
 
 func TestDoctor(t *testing.T) {
-	out, err := runKT(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
+	out, err := runCLI(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
 	if err != nil && err != errChecksFailed {
 		t.Fatal(err)
 	}
