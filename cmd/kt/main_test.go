@@ -18,8 +18,8 @@ func runKT(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return o.String(), e.String(), err
 }
 
-// runKTCombined is runKT with stdout and stderr in one string, in the order written.
-func runKTCombined(t *testing.T, args ...string) (string, error) {
+// runCLI is runKT with stdout and stderr in one string, in the order written.
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := newRootCmd()
 	var out bytes.Buffer
