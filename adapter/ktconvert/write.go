@@ -18,6 +18,7 @@ type job struct {
 	out     output
 	name    string // "merged", "expert", "nonexpert"
 	cfg     *peft.Config
+	cfgJSON []byte // cfg marshalled, checked before any tensor is written
 	tensors []outTensor
 	tmp     string // staging directory, sibling of out.path
 	aside   string // where an existing out.path was moved during commit
@@ -135,11 +136,7 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 	if err := os.Chmod(modelPath, 0o644); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
-	cfg, err := j.cfg.Marshal()
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: adapter_config.json: %w", j.out.role, j.out.path, err)
-	}
-	if err := writeFileSync(filepath.Join(j.tmp, peft.ConfigFile), cfg); err != nil {
+	if err := writeFileSync(filepath.Join(j.tmp, peft.ConfigFile), j.cfgJSON); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
 	if err := syncDir(j.tmp); err != nil {
