@@ -1,25 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 )
 
-func runKT(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
-
 func TestVersion(t *testing.T) {
-	out, err := runKT(t, "version")
+	out, err := runKTCombined(t, "version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +19,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	out, err := runKT(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
+	out, err := runKTCombined(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +28,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runKT(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
+	out, err = runKTCombined(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,16 +38,16 @@ func TestInspect(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Check.ExpertLayout != "fused" {
 		t.Errorf("json: %v %+v\n%s", err, j, out)
 	}
-	if _, err := runKT(t, "inspect"); err == nil {
+	if _, err := runKTCombined(t, "inspect"); err == nil {
 		t.Error("inspect without --model-path: no error")
 	}
-	if _, err := runKT(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
+	if _, err := runKTCombined(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("empty dir: %v", err)
 	}
 }
 
 func TestDoctor(t *testing.T) {
-	out, err := runKT(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
+	out, err := runKTCombined(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
 	if err != nil && err != errChecksFailed {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,17 +8,6 @@ import (
 
 	"github.com/ktserve/kt/adapter/ktsynth"
 )
-
-func runKTSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	root := newRootCmd()
-	var o, e bytes.Buffer
-	root.SetOut(&o)
-	root.SetErr(&e)
-	root.SetArgs(args)
-	err = root.Execute()
-	return o.String(), e.String(), err
-}
 
 func TestConvertAdapterCLI(t *testing.T) {
 	dir := t.TempDir()
@@ -32,16 +20,16 @@ func TestConvertAdapterCLI(t *testing.T) {
 	out, ex := filepath.Join(dir, "merged"), filepath.Join(dir, "expert")
 
 	// No adapter_config.json: --lora-alpha is needed.
-	_, _, err := runKTSplit(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B")
+	_, _, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B")
 	if err == nil || !strings.Contains(err.Error(), "--lora-alpha") {
 		t.Fatalf("err %v, want a request for --lora-alpha", err)
 	}
 	// The base model flag is required, as in the reference script.
-	if _, _, err := runKTSplit(t, "convert-adapter", in, out, "--lora-alpha", "16"); err == nil || !strings.Contains(err.Error(), "base-model-name-or-path") {
+	if _, _, err := runKT(t, "convert-adapter", in, out, "--lora-alpha", "16"); err == nil || !strings.Contains(err.Error(), "base-model-name-or-path") {
 		t.Fatalf("err %v, want a missing-flag error", err)
 	}
 
-	stdout, stderr, err := runKTSplit(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B",
+	stdout, stderr, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B",
 		"--lora-alpha", "16", "--expert-output-dir", ex)
 	if err != nil {
 		t.Fatal(err)
@@ -62,10 +50,10 @@ func TestConvertAdapterCLI(t *testing.T) {
 	}
 
 	// A second run refuses the non-empty output unless --overwrite is given.
-	if _, _, err := runKTSplit(t, "convert-adapter", in, out, "--base-model-name-or-path", "b", "--lora-alpha", "16"); err == nil || !strings.Contains(err.Error(), out) {
+	if _, _, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "b", "--lora-alpha", "16"); err == nil || !strings.Contains(err.Error(), out) {
 		t.Errorf("err %v, want a refusal naming %s", err, out)
 	}
-	if _, _, err := runKTSplit(t, "convert-adapter", in, out, "--base-model-name-or-path", "b", "--lora-alpha", "16", "--overwrite", "--progress=false"); err != nil {
+	if _, _, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "b", "--lora-alpha", "16", "--overwrite", "--progress=false"); err != nil {
 		t.Errorf("--overwrite: %v", err)
 	}
 }
