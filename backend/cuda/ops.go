@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -555,6 +554,3 @@ func (d *Device) Sample(s *Stream, tokens, logprobs, logits, params Buffer, B, V
 	}
 	return d.launch(s, "sample_f32", grid1(B), grid1(1024), 0, tokens, logprobs, logits, V, params)
 }
-
-// f32bits is used by tests and callers that fill SampleParams by hand.
-func f32bits(f float32) uint32 { return math.Float32bits(f) }
