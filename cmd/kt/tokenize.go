@@ -77,7 +77,7 @@ arguments (joined by spaces) or from stdin.
 				prompt = string(data)
 			}
 			if decode {
-				ids, err := parseIDs(prompt)
+				ids, err := parseTokenIDs(prompt)
 				if err != nil {
 					return err
 				}
@@ -133,9 +133,9 @@ arguments (joined by spaces) or from stdin.
 	return cmd
 }
 
-// parseIDs reads ids separated by spaces, commas or newlines, with or
+// parseTokenIDs reads ids separated by spaces, commas or newlines, with or
 // without JSON brackets.
-func parseIDs(s string) ([]int32, error) {
+func parseTokenIDs(s string) ([]int32, error) {
 	fields := strings.FieldsFunc(s, func(r rune) bool {
 		return r == ',' || r == '[' || r == ']' || r == ' ' || r == '\n' || r == '\t' || r == '\r'
 	})
