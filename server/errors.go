@@ -80,7 +80,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		case errors.As(err, &se):
 			return badRequest("", "invalid JSON at byte %d: %v", se.Offset, se)
 		case errors.As(err, &te):
-			field := te.Field
+			field := strings.TrimPrefix(te.Field, "samplingFields.")
 			if field == "" {
 				return badRequest("", "the request body must be a JSON object, not %s", te.Value)
 			}
