@@ -13,11 +13,12 @@ import (
 // "<think>". Text that could be the start of a tag is held back until the
 // next feed decides it.
 type reasoningSplitter struct {
-	in      bool // inside the think block
-	started bool // some output has been seen
-	done    bool // the think block closed
-	trim    bool // strip whitespace at the start of the answer
-	held    string
+	in        bool // inside the think block
+	started   bool // some output has been seen
+	done      bool // the think block closed
+	trim      bool // strip whitespace at the start of the answer
+	trimThink bool // strip newlines at the start of the reasoning
+	held      string
 }
 
 const (
@@ -49,13 +50,20 @@ func (r *reasoningSplitter) feed(text string, final bool) (reasoning, content st
 		}
 		r.started = true
 		if strings.HasPrefix(t, thinkOpen) {
-			r.in = true
-			buf = strings.TrimLeft(t[len(thinkOpen):], "\n")
+			r.in, r.trimThink = true, true
+			buf = t[len(thinkOpen):]
 		}
 		if !r.in {
 			r.done = true
 			return "", buf
 		}
+	}
+	if r.trimThink {
+		buf = strings.TrimLeft(buf, "\n")
+		if buf == "" && !final {
+			return "", ""
+		}
+		r.trimThink = false
 	}
 	if i := strings.Index(buf, thinkClose); i >= 0 {
 		r.done, r.in, r.trim = true, false, true
@@ -107,14 +115,15 @@ func splitReasoning(promptText, text string) (reasoning, content string) {
 // streams as content; from the first "<tool_call>" on, text is kept and
 // parsed when the call closes.
 type toolExtractor struct {
-	tools   []toolDef
-	calls   []toolCall
-	held    string
-	inCall  bool
-	callBuf strings.Builder
-	nextID  int
-	prefix  string // id prefix, unique per request
-	errs    []string
+	tools    []toolDef
+	calls    []toolCall
+	held     string
+	inCall   bool
+	closeTag string
+	callBuf  strings.Builder
+	nextID   int
+	prefix   string // id prefix, unique per request
+	errs     []string
 }
 
 const (
@@ -127,29 +136,36 @@ func (t *toolExtractor) feed(text string, final bool) string {
 	buf := t.held + text
 	t.held = ""
 	var out strings.Builder
-	for buf != "" {
+	for {
 		if t.inCall {
-			i := strings.Index(buf, toolClose)
+			t.callBuf.WriteString(buf)
+			buf = ""
+			s := t.callBuf.String()
+			i := strings.Index(s, t.closeTag)
 			if i < 0 {
 				if final {
-					// Unclosed call at the end: parse what there is.
-					t.callBuf.WriteString(buf)
-					t.closeCall()
-					return out.String()
+					t.closeCall() // unclosed at the end: parse what there is
 				}
-				t.callBuf.WriteString(buf)
 				return out.String()
 			}
-			t.callBuf.WriteString(buf[:i])
+			rest := s[i+len(t.closeTag):]
+			if t.closeTag == "</function>" {
+				i += len(t.closeTag) // the XML parser wants it
+			}
+			t.callBuf.Reset()
+			t.callBuf.WriteString(s[:i])
 			t.closeCall()
-			buf = buf[i+len(toolClose):]
+			buf = rest
 			continue
+		}
+		if buf == "" {
+			return out.String()
 		}
 		i := strings.Index(buf, toolOpen)
 		// Qwen3-Coder sometimes omits <tool_call> before <function=.
 		if j := strings.Index(buf, "<function="); j >= 0 && (i < 0 || j < i) {
 			out.WriteString(buf[:j])
-			t.inCall = true
+			t.inCall, t.closeTag = true, "</function>"
 			buf = buf[j:]
 			continue
 		}
@@ -163,13 +179,9 @@ func (t *toolExtractor) feed(text string, final bool) string {
 			return out.String()
 		}
 		out.WriteString(buf[:i])
-		t.inCall = true
+		t.inCall, t.closeTag = true, toolClose
 		buf = buf[i+len(toolOpen):]
 	}
-	if final && t.inCall {
-		t.closeCall()
-	}
-	return out.String()
 }
 
 func (t *toolExtractor) closeCall() {

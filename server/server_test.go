@@ -460,13 +460,13 @@ func TestBadRequests(t *testing.T) {
 func TestKVBudgetExhaustedByLoad(t *testing.T) {
 	// 40 pages of 8 tokens: 16 concurrent requests of ~30 prompt + 40
 	// output tokens need far more, so requests queue and get preempted.
-	ts := newTestServer(t, fakemodel.Config{PageSize: 8, Pages: 40}, engine.Config{MaxRunningRequests: 16, ChunkedPrefillSize: 32}, nil)
+	ts := newTestServer(t, fakemodel.Config{PageSize: 8, Pages: 40, StepDelay: time.Millisecond}, engine.Config{MaxRunningRequests: 16, ChunkedPrefillSize: 32}, nil)
 	const n = 16
 	prompts := make([]string, n)
 	solo := make([]string, n)
 	for i := range n {
 		prompts[i] = fmt.Sprintf("load %d", i)
-		_, body := ts.post(t, "/v1/chat/completions", greedyBody(prompts[i], 40))
+		_, body := ts.post(t, "/v1/chat/completions", greedyBody(prompts[i], 60))
 		var r chatResponse
 		_ = json.Unmarshal(body, &r)
 		solo[i] = *r.Choices[0].Message.Content
@@ -474,7 +474,7 @@ func TestKVBudgetExhaustedByLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			code, body := ts.post(t, "/v1/chat/completions", greedyBody(prompts[i], 40))
+			code, body := ts.post(t, "/v1/chat/completions", greedyBody(prompts[i], 60))
 			var r chatResponse
 			_ = json.Unmarshal(body, &r)
 			if code != 200 || *r.Choices[0].Message.Content != solo[i] {
