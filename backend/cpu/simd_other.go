@@ -1,0 +1,13 @@
+//go:build !amd64 || !cgo
+
+package cpu
+
+func haveAVX512() bool { return false }
+
+func mmSIMD(x []float32, ldx, n int, w *Tensor, k, o0, o1 int, out []float32, ldo int) bool {
+	return false
+}
+
+func attnSIMD(q, kc, vc []float32, pages []int32, pageSize, kvHeads, hd, heads, npos int, scale float32, scores, out []float32, h0, h1 int) {
+	panic("cpu: attnSIMD without SIMD support")
+}
