@@ -77,7 +77,7 @@ arguments (joined by spaces) or from stdin.
 				prompt = string(data)
 			}
 			if decode {
-				ids, err := parseTokenIDs(prompt)
+				ids, err := parseIDs(prompt)
 				if err != nil {
 					return err
 				}
@@ -133,16 +133,16 @@ arguments (joined by spaces) or from stdin.
 	return cmd
 }
 
-// parseTokenIDs reads ids separated by spaces, commas or newlines, with or
+// parseIDs reads ids separated by spaces, commas or newlines, with or
 // without JSON brackets.
-func parseTokenIDs(s string) ([]int32, error) {
+func parseIDs(s string) ([]int32, error) {
 	fields := strings.FieldsFunc(s, func(r rune) bool {
 		return r == ',' || r == '[' || r == ']' || r == ' ' || r == '\n' || r == '\t' || r == '\r'
 	})
 	ids := make([]int32, 0, len(fields))
 	for _, f := range fields {
 		n, err := strconv.ParseInt(f, 10, 32)
-		if err != nil {
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("not a token id: %q", f)
 		}
 		ids = append(ids, int32(n))
