@@ -85,3 +85,18 @@ func TestRenderInputs(t *testing.T) {
 		t.Fatalf("raise: %v", err)
 	}
 }
+
+func TestRenderMaps(t *testing.T) {
+	tm, err := Parse(`{% for m in messages %}{{ m.role }}:{{ m.content }} {% endfor %}{{ tools | tojson }} {{ add_generation_prompt }} {{ enable_thinking }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tm.RenderMaps(
+		[]map[string]any{{"role": "user", "content": "a<b"}},
+		[]map[string]any{{"type": "function", "function": map[string]any{"name": "f"}}},
+		map[string]any{"add_generation_prompt": true, "enable_thinking": false})
+	want := `user:a<b [{"function": {"name": "f"}, "type": "function"}] True False`
+	if err != nil || got != want {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
+	}
+}
