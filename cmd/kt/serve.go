@@ -22,8 +22,8 @@ import (
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
-	"github.com/ktserve/kt/server"
 	"github.com/ktserve/kt/serveconfig"
+	"github.com/ktserve/kt/server"
 	"github.com/ktserve/kt/tokenizer"
 )
 
@@ -367,5 +367,3 @@ func readTokenizerConfig(dir string) tokenizerConfig {
 	}
 	return tc
 }
-
-
