@@ -140,3 +140,34 @@ func TestServeFlagErrors(t *testing.T) {
 		t.Errorf("--help: %v %q", err, out.String())
 	}
 }
+
+// TestServeTinyModelChat serves the tiny checkpoint with the cut-down Qwen3
+// tokenizer (the README's main command) and chats with it.
+func TestServeTinyModelChat(t *testing.T) {
+	root := filepath.Join("..", "..", "testdata")
+	model := filepath.Join(root, "models", "qwen3moe-a")
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		t.Skipf("no tiny model: %v", err)
+	}
+	url := startServe(t, "--model-path", model, "--tokenizer-path", filepath.Join(root, "tokenizers", "qwen3-tiny1000"),
+		"--served-model-name", "tiny", "--api-key", "k", "--log-level", "warning")
+	var out strings.Builder
+	o := &chatOptions{url: url, apiKey: "k", temperature: 0, maxTokens: 8}
+	if err := runChat(context.Background(), o, strings.NewReader("hi, who are you?\n/quit\n"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Chatting with tiny") || !strings.Contains(out.String(), "(cut at --max-tokens 8)") {
+		t.Errorf("chat output:\n%s", out.String())
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"completion_tokens":4`) {
+		t.Errorf("chat: %d %s", resp.StatusCode, raw)
+	}
+}
