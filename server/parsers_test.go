@@ -152,6 +152,9 @@ func FuzzChatRequest(f *testing.F) {
 }
 
 func TestQwenTemplateMatchesReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the full Qwen3 tokenizer (seconds under -race)")
+	}
 	tok, err := tokenizer.Load("../tokenizer/testdata")
 	if err != nil {
 		t.Skipf("no Qwen3 tokenizer: %v", err)
