@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
@@ -153,12 +154,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 				eos = append(eos, id)
 			}
 		}
+		jt, jerr := chattemplate.Load(cfg.TokenizerPath)
 		switch {
+		case jerr == nil:
+			tmpl = jinjaTemplate{jt}
+			tmplSource = jt.Source
+			log.Info("chat template", "source", cfg.TokenizerPath, "renderer", "jinja")
 		case strings.Contains(tmplSource, "<|im_start|>"):
 			tmpl = server.QwenTemplate
-			log.Info("chat template", "source", tc.Path, "renderer", "built-in Qwen3 ChatML")
+			log.Warn("chat template: the Jinja renderer failed; using the built-in Qwen3 ChatML renderer", "source", tc.Path, "error", jerr)
 		case tmplSource != "":
-			log.Warn("chat template not supported by the built-in renderer; /v1/chat/completions will answer 400", "source", tc.Path)
+			log.Warn("chat template could not be loaded; /v1/chat/completions will answer 400", "source", tc.Path, "error", jerr)
 		default:
 			log.Warn("no chat template found; /v1/chat/completions will answer 400", "looked_in", cfg.TokenizerPath)
 		}
@@ -366,4 +372,35 @@ func readTokenizerConfig(dir string) tokenizerConfig {
 		}
 	}
 	return tc
+}
+
+// jinjaTemplate renders with the model's own Jinja chat template, as
+// transformers' apply_chat_template does.
+type jinjaTemplate struct{ t *chattemplate.Template }
+
+func (j jinjaTemplate) Render(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
+	var c chattemplate.Conversation
+	var err error
+	if c.Messages, err = json.Marshal(messages); err != nil {
+		return "", err
+	}
+	if len(tools) > 0 {
+		if c.Tools, err = json.Marshal(tools); err != nil {
+			return "", err
+		}
+	}
+	kw := map[string]any{}
+	for k, v := range vars {
+		if k == "add_generation_prompt" {
+			c.AddGenerationPrompt, _ = v.(bool)
+			continue
+		}
+		kw[k] = v
+	}
+	if len(kw) > 0 {
+		if c.ChatTemplateKwargs, err = json.Marshal(kw); err != nil {
+			return "", err
+		}
+	}
+	return j.t.Render(c)
 }
