@@ -1,0 +1,258 @@
+// Package backend defines the op set that every model definition is written
+// against and every compute backend (backend/cpu, backend/cuda) implements.
+//
+// # Model
+//
+// A Backend owns its memory. Tensors are opaque handles (Tensor) to arrays
+// the backend allocated: weights are handed over once at load time with
+// Weight (the CPU backend keeps bf16/f16/f32 weights in place in the mmap of
+// the safetensors file, a GPU backend uploads them), activations and KV pages
+// are allocated once with Alloc, sized from the maximum number of tokens in
+// one step and the maximum number of sequences. Nothing is allocated per
+// token: a forward pass is a sequence of op calls on those buffers.
+//
+// Activations are row-major matrices. A buffer allocated as [maxTokens, d]
+// is used for any step of n <= maxTokens tokens: ops take the number of rows
+// to process (n) and touch only the first n rows. Ops that work on sub-rows
+// (per-head norms, rotary) view the buffer as rows of the width they need:
+// a q buffer [maxTokens, heads*headDim] is [n*heads, headDim] for RMSNorm
+// with a [headDim] weight.
+//
+// # Steps
+//
+// One forward pass is one Step: the concatenation of several sequences'
+// chunks (prefill chunks, whole prompts and single decode tokens mixed).
+// SetStep hands the backend the step's token ids, positions, sequence spans
+// and KV page tables; ops that depend on the layout (Embed, Rope, Attention,
+// GatherRows) use the step set last. A GPU backend copies the step's
+// metadata to device buffers of fixed address there.
+//
+// # Errors
+//
+// Ops do not return errors: a backend records the first failure (a shape
+// mismatch, a device error) and reports it from Sync, which also waits for
+// queued work to finish. After a failure, later ops are no-ops until Sync
+// returns the error; the next step starts clean.
+//
+// # Op semantics (the contract every backend is tested against)
+//
+// All floating-point activations are F32; weights may be BF16, F16 or F32
+// and are widened to F32 with F32 accumulation. Matrix weights follow the
+// PyTorch nn.Linear layout [out, in].
+//
+//   - Embed(out, table): out[i] = table[step.Tokens[i]] for every token.
+//   - MatMul(out, x, w, n): out[i, o] = sum_k x[i, k] * w[o, k], i < n.
+//   - RMSNorm(out, x, w, eps, rows): width = len(w); each row r of x:
+//     out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. out may equal x.
+//   - Rope(x, r, heads, n): rotates x viewed as [n, heads, r.HeadDim] in place
+//     by the NeoX (rotate-half) rule on the first r.RotaryDim dims of every
+//     head, using step.Pos of each token.
+//   - Attention(out, q, k, v, kv, p, n): appends the step's k, v rows to the
+//     paged cache kv (layer p.Layer) at each token's position, then computes
+//     causal grouped-query attention for each token over its sequence's
+//     positions 0..pos: out[i, h] = softmax(q[i,h]·K^T * scale) V with kv head
+//     h / (heads/kvHeads).
+//   - Add(out, a, b, n): out = a + b over n rows of out's width.
+//   - SiLUMul(out, gate, up, n): out = silu(gate) * up (SwiGLU activation).
+//   - RouterTopK(wts, ids, logits, k, norm, n): softmax over each row of
+//     logits [n, E], keep the k largest (ties: lower id first), renormalise
+//     them to sum 1 when norm is set. wts is F32 [n, k], ids I32 [n, k].
+//   - MoE(out, x, e, wts, ids, n): out[i] = sum_j wts[i,j] *
+//     down_e(silu(gate_e(x[i])) * up_e(x[i])), e = ids[i,j]; ids < 0 are
+//     skipped (experts served elsewhere).
+//   - GatherRows(out, x, first, count): out[j] = x[step.OutRows[first+j]]
+//     for j < count (the lm head runs on the gathered rows in blocks).
+//   - Read(dst, t, rows): copies the first rows rows of F32 t to host memory
+//     (waits for queued work).
+package backend
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ktserve/kt/tensor"
+)
+
+// Tensor is an opaque handle to an array owned by a backend. Only the
+// backend that made it may use it.
+type Tensor interface {
+	// DType is the element type.
+	DType() tensor.DType
+	// Shape is the allocated shape, row-major (the last dimension is
+	// contiguous). Callers must not modify it.
+	Shape() []int
+}
+
+// Host describes weight data in host memory handed to Backend.Weight. Data
+// may alias a read-only mmap that outlives the backend.
+type Host struct {
+	Name  string // tensor name, for error messages
+	DType tensor.DType
+	Shape []int
+	Data  []byte // len(Data) == product(Shape) * DType.Size()
+}
+
+// Check validates that h's data length matches its shape and dtype.
+func (h Host) Check() error {
+	n := 1
+	for _, d := range h.Shape {
+		if d < 0 {
+			return fmt.Errorf("tensor %s: negative dimension in shape %v", h.Name, h.Shape)
+		}
+		n *= d
+	}
+	if sz := h.DType.Size(); sz == 0 || n*sz != len(h.Data) {
+		return fmt.Errorf("tensor %s: %s %v needs %d bytes, have %d", h.Name, h.DType, h.Shape, n*h.DType.Size(), len(h.Data))
+	}
+	return nil
+}
+
+// Seq is one sequence's span of rows in a Step.
+type Seq struct {
+	Slot  int // sequence slot (for recurrent state); KV pages come from Pages
+	Start int // first row of the step that belongs to this sequence
+	Len   int // number of rows (tokens) in this step, >= 1
+	Pos   int // position of the first row = tokens already cached
+	// Pages lists the KV cache page ids holding positions
+	// [0, Pos+Len): position p lives in page Pages[p/PageSize] at offset
+	// p%PageSize.
+	Pages []int32
+}
+
+// Step is the layout of one forward pass. Rows of every activation buffer
+// are tokens in the order of Tokens; each Seq owns a contiguous span.
+type Step struct {
+	Tokens  []int32 // token ids, one per row
+	Pos     []int32 // absolute position of each row
+	Seqs    []Seq
+	OutRows []int32 // rows whose logits are wanted, in output order
+}
+
+// NumTokens is the number of rows in the step.
+func (s *Step) NumTokens() int { return len(s.Tokens) }
+
+// Validate checks the step's internal consistency against the backend
+// limits: row spans cover Tokens exactly, positions agree, pages cover
+// each sequence.
+func (s *Step) Validate(maxTokens, pageSize, numPages int) error {
+	n := len(s.Tokens)
+	if n == 0 || n > maxTokens {
+		return fmt.Errorf("step has %d tokens, want 1..%d", n, maxTokens)
+	}
+	if len(s.Pos) != n {
+		return fmt.Errorf("step has %d positions for %d tokens", len(s.Pos), n)
+	}
+	next := 0
+	for i, q := range s.Seqs {
+		if q.Start != next || q.Len < 1 || q.Start+q.Len > n {
+			return fmt.Errorf("step sequence %d spans rows [%d,%d), want start %d within %d rows", i, q.Start, q.Start+q.Len, next, n)
+		}
+		next = q.Start + q.Len
+		for j := 0; j < q.Len; j++ {
+			if int(s.Pos[q.Start+j]) != q.Pos+j {
+				return fmt.Errorf("step sequence %d row %d has position %d, want %d", i, q.Start+j, s.Pos[q.Start+j], q.Pos+j)
+			}
+		}
+		if pageSize > 0 {
+			need := (q.Pos + q.Len + pageSize - 1) / pageSize
+			if len(q.Pages) < need {
+				return fmt.Errorf("step sequence %d (slot %d) has %d KV pages, needs %d for %d tokens", i, q.Slot, len(q.Pages), need, q.Pos+q.Len)
+			}
+			for _, p := range q.Pages[:need] {
+				if p < 0 || int(p) >= numPages {
+					return fmt.Errorf("step sequence %d (slot %d) uses KV page %d outside [0,%d)", i, q.Slot, p, numPages)
+				}
+			}
+		}
+	}
+	if next != n {
+		return fmt.Errorf("step sequences cover %d of %d rows", next, n)
+	}
+	for _, r := range s.OutRows {
+		if r < 0 || int(r) >= n {
+			return fmt.Errorf("step output row %d outside [0,%d)", r, n)
+		}
+	}
+	return nil
+}
+
+// Rope is a rotary-embedding configuration (NeoX rotate-half layout).
+type Rope struct {
+	HeadDim   int     // per-head width of the rotated tensor
+	RotaryDim int     // leading dims of each head that rotate (even, <= HeadDim)
+	Theta     float64 // base
+}
+
+// InvFreq returns the rotary inverse frequencies theta^(-2i/RotaryDim) as
+// float32, the precision transformers computes them in.
+func (r Rope) InvFreq() []float32 {
+	f := make([]float32, r.RotaryDim/2)
+	for i := range f {
+		e := float32(2*i) / float32(r.RotaryDim)
+		f[i] = float32(1 / math.Pow(r.Theta, float64(e)))
+	}
+	return f
+}
+
+// KVCache is one layer's paged key and value storage, allocated by
+// Backend.AllocKV.
+type KVCache struct {
+	K, V       Tensor // [pages, PageSize, kvHeads, headDim]
+	PageSize   int
+	KVHeads    int
+	HeadDim    int
+	TotalPages int
+}
+
+// Attn holds the fixed parameters of an attention layer.
+type Attn struct {
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Scale   float32 // usually 1/sqrt(HeadDim)
+}
+
+// Experts is one MoE layer's routed experts: per expert, gate and up
+// [inter, hidden] and down [hidden, inter] weights.
+type Experts struct {
+	Gate, Up, Down []Tensor
+	Hidden, Inter  int
+}
+
+// Backend is a compute device with its memory and the op set.
+type Backend interface {
+	// Name says what runs the ops ("cpu (avx512)", "cuda:0 H100 ...").
+	Name() string
+	// Weight hands a weight tensor to the backend (in place or uploaded).
+	Weight(h Host) (Tensor, error)
+	// Alloc allocates a zeroed activation buffer.
+	Alloc(dt tensor.DType, shape ...int) (Tensor, error)
+	// AllocKV allocates one layer's paged KV cache.
+	AllocKV(pages, pageSize, kvHeads, headDim int) (*KVCache, error)
+	// SetStep sets the layout that the following ops use. The backend
+	// may keep s until the next SetStep; callers must not modify it
+	// meanwhile.
+	SetStep(s *Step) error
+	// Sync waits for queued ops and returns the first error since the
+	// last Sync, clearing it.
+	Sync() error
+	// Close frees everything the backend allocated.
+	Close() error
+
+	Ops
+}
+
+// Ops is the op set; see the package comment for exact semantics.
+type Ops interface {
+	Embed(out, table Tensor)
+	MatMul(out, x, w Tensor, n int)
+	RMSNorm(out, x, w Tensor, eps float32, rows int)
+	Rope(x Tensor, r *Rope, heads, n int)
+	Attention(out, q, k, v Tensor, kv *KVCache, p *Attn, n int)
+	Add(out, a, b Tensor, n int)
+	SiLUMul(out, gate, up Tensor, n int)
+	RouterTopK(wts, ids, logits Tensor, k int, norm bool, n int)
+	MoE(out, x Tensor, e *Experts, wts, ids Tensor, n int)
+	GatherRows(out, x Tensor, first, count int)
+	Read(dst []float32, t Tensor, rows int) error
+}

@@ -1,0 +1,304 @@
+// Package cpu is the reference implementation of the backend op set: every
+// op in plain Go, with the hot ones (matmul over bf16/f16/f32 weights) in C
+// with AVX-512 intrinsics through cgo, selected at run time by CPUID so that
+// a CPU without AVX-512 runs the Go code instead of dying with SIGILL.
+//
+// Weights are used in place: a bf16 tensor handed to Weight keeps aliasing
+// the caller's bytes (the mmap of a safetensors file); nothing is copied.
+// Activations are F32 slices allocated once.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tensor"
+)
+
+// Tensor is the CPU backend's tensor: a typed view of host memory.
+type Tensor struct {
+	dt    tensor.DType
+	shape []int
+	n     int // elements
+	f32   []float32
+	u16   []uint16 // BF16, F16
+	i32   []int32
+	name  string
+}
+
+// DType implements backend.Tensor.
+func (t *Tensor) DType() tensor.DType { return t.dt }
+
+// Shape implements backend.Tensor.
+func (t *Tensor) Shape() []int { return t.shape }
+
+// F32 returns the tensor's data when it is F32 (nil otherwise).
+func (t *Tensor) F32() []float32 { return t.f32 }
+
+// I32 returns the tensor's data when it is I32 (nil otherwise).
+func (t *Tensor) I32() []int32 { return t.i32 }
+
+// cols is the size of the last dimension.
+func (t *Tensor) cols() int {
+	if len(t.shape) == 0 {
+		return 1
+	}
+	return t.shape[len(t.shape)-1]
+}
+
+func (t *Tensor) label() string {
+	if t.name != "" {
+		return t.name
+	}
+	return fmt.Sprintf("%s%v", t.dt, t.shape)
+}
+
+// Options configures a CPU backend.
+type Options struct {
+	// Threads is the number of worker goroutines for parallel ops; 0
+	// means runtime.NumCPU().
+	Threads int
+	// NoSIMD forces the portable Go kernels (for tests and comparison).
+	NoSIMD bool
+}
+
+// Backend is the CPU backend. It is not safe for concurrent use.
+type Backend struct {
+	threads int
+	simd    bool
+	pool    *pool
+	step    *backend.Step
+	err     error
+	closed  bool
+
+	// scratch for MoE grouping and attention, grown on demand
+	moe     moeScratch
+	attnBuf [][]float32
+	rowSeq  []int32 // step row -> index in step.Seqs
+	rope    backend.Rope
+	ropeInv []float32
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New makes a CPU backend.
+func New(o Options) *Backend {
+	n := o.Threads
+	if n <= 0 {
+		n = runtime.NumCPU()
+	}
+	b := &Backend{threads: n, simd: !o.NoSIMD && haveAVX512(), pool: newPool(n)}
+	b.attnBuf = make([][]float32, n)
+	return b
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string {
+	isa := "go"
+	if b.simd {
+		isa = "avx512"
+	}
+	return fmt.Sprintf("cpu (%s, %d threads)", isa, b.threads)
+}
+
+// SIMD reports whether the AVX-512 kernels are in use.
+func (b *Backend) SIMD() bool { return b.simd }
+
+// Weight implements backend.Backend: the data is used in place.
+func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
+	if err := h.Check(); err != nil {
+		return nil, err
+	}
+	t := &Tensor{dt: h.DType, shape: append([]int(nil), h.Shape...), name: h.Name}
+	t.n = len(h.Data) / max(h.DType.Size(), 1)
+	if t.n == 0 {
+		return t, nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(h.Data))
+	switch h.DType {
+	case tensor.F32:
+		t.f32 = unsafe.Slice((*float32)(p), t.n)
+	case tensor.BF16, tensor.F16:
+		t.u16 = unsafe.Slice((*uint16)(p), t.n)
+	case tensor.I32:
+		t.i32 = unsafe.Slice((*int32)(p), t.n)
+	default:
+		return nil, fmt.Errorf("tensor %s: dtype %s not supported by the cpu backend", h.Name, h.DType)
+	}
+	return t, nil
+}
+
+// Alloc implements backend.Backend.
+func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Tensor, error) {
+	n := 1
+	for _, d := range shape {
+		if d < 0 || (d > 0 && n > (1<<40)/d) {
+			return nil, fmt.Errorf("cpu: bad allocation shape %v", shape)
+		}
+		n *= d
+	}
+	t := &Tensor{dt: dt, shape: append([]int(nil), shape...), n: n}
+	switch dt {
+	case tensor.F32:
+		t.f32 = make([]float32, n)
+	case tensor.I32:
+		t.i32 = make([]int32, n)
+	case tensor.BF16, tensor.F16:
+		t.u16 = make([]uint16, n)
+	default:
+		return nil, fmt.Errorf("cpu: cannot allocate dtype %s", dt)
+	}
+	return t, nil
+}
+
+// AllocKV implements backend.Backend (F32 pages).
+func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCache, error) {
+	k, err := b.Alloc(tensor.F32, pages, pageSize, kvHeads, headDim)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: KV cache: %w", err)
+	}
+	v, err := b.Alloc(tensor.F32, pages, pageSize, kvHeads, headDim)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: KV cache: %w", err)
+	}
+	return &backend.KVCache{K: k, V: v, PageSize: pageSize, KVHeads: kvHeads, HeadDim: headDim, TotalPages: pages}, nil
+}
+
+// SetStep implements backend.Backend.
+func (b *Backend) SetStep(s *backend.Step) error {
+	if s == nil {
+		return errors.New("cpu: nil step")
+	}
+	if cap(b.rowSeq) < len(s.Tokens) {
+		b.rowSeq = make([]int32, len(s.Tokens))
+	}
+	b.rowSeq = b.rowSeq[:len(s.Tokens)]
+	for i, q := range s.Seqs {
+		if q.Start < 0 || q.Len < 1 || q.Start+q.Len > len(s.Tokens) {
+			return fmt.Errorf("cpu: step sequence %d spans rows [%d,%d) outside %d tokens", i, q.Start, q.Start+q.Len, len(s.Tokens))
+		}
+		for r := q.Start; r < q.Start+q.Len; r++ {
+			b.rowSeq[r] = int32(i)
+		}
+	}
+	b.step = s
+	return nil
+}
+
+// Sync implements backend.Backend.
+func (b *Backend) Sync() error {
+	err := b.err
+	b.err = nil
+	return err
+}
+
+// Close implements backend.Backend.
+func (b *Backend) Close() error {
+	if !b.closed {
+		b.closed = true
+		b.pool.close()
+	}
+	return nil
+}
+
+// fail records the first error.
+func (b *Backend) fail(format string, args ...any) {
+	if b.err == nil {
+		b.err = fmt.Errorf("cpu: "+format, args...)
+	}
+}
+
+// ok reports whether ops may run (no pending error).
+func (b *Backend) ok() bool { return b.err == nil }
+
+// t casts a backend tensor to the CPU type, recording an error for a
+// foreign or nil tensor.
+func (b *Backend) t(x backend.Tensor, what string) *Tensor {
+	t, isCPU := x.(*Tensor)
+	if !isCPU || t == nil {
+		b.fail("%s: not a cpu tensor", what)
+		return nil
+	}
+	return t
+}
+
+// f32 checks that t is an F32 tensor with at least n elements.
+func (b *Backend) f32(x backend.Tensor, n int, what string) []float32 {
+	t := b.t(x, what)
+	if t == nil {
+		return nil
+	}
+	if t.dt != tensor.F32 {
+		b.fail("%s: %s is %s, want F32", what, t.label(), t.dt)
+		return nil
+	}
+	if n > len(t.f32) {
+		b.fail("%s: %s has %d elements, need %d", what, t.label(), len(t.f32), n)
+		return nil
+	}
+	return t.f32[:n]
+}
+
+// pool runs parallel loops on a fixed set of worker goroutines.
+type pool struct {
+	n     int
+	work  chan poolTask
+	wg    sync.WaitGroup
+	close func()
+}
+
+type poolTask struct {
+	fn     func(worker, lo, hi int)
+	worker int
+	lo, hi int
+	done   *sync.WaitGroup
+}
+
+func newPool(n int) *pool {
+	p := &pool{n: n, work: make(chan poolTask, n)}
+	for i := 1; i < n; i++ {
+		go func() {
+			for t := range p.work {
+				t.fn(t.worker, t.lo, t.hi)
+				t.done.Done()
+			}
+		}()
+	}
+	var once sync.Once
+	p.close = func() { once.Do(func() { close(p.work) }) }
+	return p
+}
+
+// run calls fn over [0,n) split into at most p.n contiguous ranges, each a
+// multiple of grain (except the last); worker ids are distinct per range.
+func (p *pool) run(n, grain int, fn func(worker, lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	chunks := (n + grain - 1) / grain
+	parts := min(p.n, chunks)
+	if parts <= 1 {
+		fn(0, 0, n)
+		return
+	}
+	per := (chunks + parts - 1) / parts * grain
+	p.wg.Add(parts - 1)
+	w := 1
+	for lo := per; lo < n; lo += per {
+		p.work <- poolTask{fn: fn, worker: w, lo: lo, hi: min(lo+per, n), done: &p.wg}
+		w++
+	}
+	// the ranges sent may be fewer than parts-1 when n is small
+	for ; w < parts; w++ {
+		p.wg.Done()
+	}
+	fn(0, 0, min(per, n))
+	p.wg.Wait()
+}

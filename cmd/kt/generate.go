@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/generate"
+	"github.com/ktserve/kt/models"
+	_ "github.com/ktserve/kt/models/all" // register every architecture
+)
+
+func init() { addCommand(newGenerateCmd) }
+
+type generateFlags struct {
+	modelPath      string
+	prompt         string
+	inputIDs       string
+	maxNew         int
+	temperature    float64
+	topP           float64
+	topK           int
+	seed           uint64
+	jsonOut        bool
+	topLogprobs    int
+	promptLogprobs bool
+	ignoreEOS      bool
+	threads        int
+	maxTotal       int
+	chunk          int
+}
+
+func newGenerateCmd() *cobra.Command {
+	var f generateFlags
+	c := &cobra.Command{
+		Use:   "generate --model-path DIR (--prompt TEXT | --input-ids 1,2,3)",
+		Short: "Generate from a prompt offline, without a server (check a model before serving it)",
+		Long: `generate loads a Hugging Face checkpoint directory, runs the prompt and
+prints the continuation. Greedy by default; --temperature > 0 samples (with
+--top-k, --top-p, --seed). --json prints output ids, per-token logprobs and
+--top-logprobs alternatives, plus timings.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runGenerate(cmd, &f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.modelPath, "model-path", "", "checkpoint directory (config.json + *.safetensors)")
+	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs a tokenizer in the model directory)")
+	fl.StringVar(&f.inputIDs, "input-ids", "", "prompt as comma-separated token ids")
+	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate")
+	fl.Float64Var(&f.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
+	fl.Float64Var(&f.topP, "top-p", 1, "nucleus sampling mass")
+	fl.IntVar(&f.topK, "top-k", 0, "sample among the k most likely tokens; 0 = all")
+	fl.Uint64Var(&f.seed, "seed", 0, "random seed for sampling")
+	fl.BoolVar(&f.jsonOut, "json", false, "print ids, logprobs and timings as JSON")
+	fl.IntVar(&f.topLogprobs, "top-logprobs", 0, "alternatives with logprobs per output token (--json)")
+	fl.BoolVar(&f.promptLogprobs, "prompt-logprobs", false, "also score every prompt token (--json)")
+	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "do not stop at an end-of-sequence token")
+	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0 = all cores)")
+	fl.IntVar(&f.maxTotal, "max-total-tokens", 0, "KV cache budget in tokens (default: prompt + new tokens)")
+	fl.IntVar(&f.chunk, "chunked-prefill-size", 512, "prefill chunk size in tokens")
+	return c
+}
+
+func runGenerate(cmd *cobra.Command, f *generateFlags) error {
+	if f.modelPath == "" {
+		return errors.New("generate: --model-path is required")
+	}
+	if (f.prompt == "") == (f.inputIDs == "") {
+		return errors.New("generate: give exactly one of --prompt and --input-ids")
+	}
+	if f.chunk <= 0 || f.maxNew < 0 {
+		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
+	}
+	var ids []int32
+	var err error
+	if f.prompt != "" {
+		if _, serr := os.Stat(filepath.Join(f.modelPath, "tokenizer.json")); serr != nil {
+			return fmt.Errorf("generate: --prompt needs %s: %w; use --input-ids", filepath.Join(f.modelPath, "tokenizer.json"), serr)
+		}
+		return errors.New("generate: text prompts are not wired yet (the tokenizer package is not in this build); use --input-ids")
+	}
+	if ids, err = parseIDs(f.inputIDs); err != nil {
+		return fmt.Errorf("--input-ids: %w", err)
+	}
+	if len(ids) == 0 {
+		return errors.New("--input-ids: no ids")
+	}
+	total := f.maxTotal
+	if total <= 0 {
+		total = len(ids) + f.maxNew + 16
+	}
+	t0 := time.Now()
+	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	loadSec := time.Since(t0).Seconds()
+	res, err := generate.Run(r, ids, generate.Params{
+		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
+		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,
+	})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	decodeTPS := 0.0
+	if n := len(res.Output) - 1; n > 0 && res.DecodeSeconds > 0 {
+		decodeTPS = float64(n) / res.DecodeSeconds
+	}
+	if f.jsonOut {
+		out := struct {
+			OutputIDs []int32 `json:"output_ids"`
+			*generate.Result
+			LoadSeconds     float64 `json:"load_seconds"`
+			PrefillTokPerS  float64 `json:"prefill_tokens_per_second"`
+			DecodeTokPerSec float64 `json:"decode_tokens_per_second"`
+		}{res.OutputIDs(), res, loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", " ")
+		return enc.Encode(out)
+	}
+	parts := make([]string, len(res.Output))
+	for i, t := range res.Output {
+		parts[i] = strconv.Itoa(int(t.ID))
+	}
+	fmt.Fprintln(w, strings.Join(parts, ","))
+	fmt.Fprintf(cmd.ErrOrStderr(), "%d prompt tokens in %.3fs (%.1f tok/s), %d new tokens, decode %.2f tok/s, finish %s, load %.2fs\n",
+		len(ids), res.PrefillSeconds, float64(len(ids))/res.PrefillSeconds, len(res.Output), decodeTPS, res.Finish, loadSec)
+	return nil
+}

@@ -1,0 +1,233 @@
+// Package generate runs one prompt through a model.Runner offline: chunked
+// prefill, then decode with greedy or temperature/top-k/top-p sampling,
+// recording each output token's logprob and the top-N alternatives. It is
+// what `kt generate` and the model tests drive; the server uses the engine's
+// scheduler instead.
+package generate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ktserve/kt/model"
+)
+
+// Params controls one generation.
+type Params struct {
+	MaxNewTokens   int     // tokens to generate (>= 0)
+	Temperature    float64 // 0 = greedy
+	TopP           float64 // nucleus mass in (0,1]; 0 or 1 = off
+	TopK           int     // keep the k most likely; 0 = off
+	Seed           uint64  // random stream of the sampler
+	TopLogprobs    int     // alternatives recorded per output token
+	PromptLogprobs bool    // also score every prompt token
+	IgnoreEOS      bool    // keep going past an EOS token
+	ChunkSize      int     // prefill chunk (<= the runner's batch tokens); default 512
+	Slot           int     // runner slot to use (freed afterwards)
+}
+
+// TokenLogprob is a token with its log-probability.
+type TokenLogprob struct {
+	ID      int32   `json:"id"`
+	Logprob float64 `json:"logprob"`
+}
+
+// Token is one generated token.
+type Token struct {
+	ID      int32          `json:"id"`
+	Logprob float64        `json:"logprob"`
+	Top     []TokenLogprob `json:"top_logprobs,omitempty"`
+}
+
+// Result is a finished generation.
+type Result struct {
+	PromptIDs      []int32    `json:"prompt_ids"`
+	PromptLogprobs []*float64 `json:"prompt_logprobs,omitempty"` // [0] is null
+	Output         []Token    `json:"output"`
+	Finish         string     `json:"finish_reason"` // "length" or "stop"
+	PrefillSeconds float64    `json:"prefill_seconds"`
+	DecodeSeconds  float64    `json:"decode_seconds"` // after the first token
+}
+
+// OutputIDs lists the generated token ids.
+func (r *Result) OutputIDs() []int32 {
+	ids := make([]int32, len(r.Output))
+	for i, t := range r.Output {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// Run generates from prompt on runner slot p.Slot.
+func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
+	if len(prompt) == 0 {
+		return nil, errors.New("generate: empty prompt")
+	}
+	if p.MaxNewTokens < 0 || p.Temperature < 0 || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 || p.TopLogprobs < 0 {
+		return nil, fmt.Errorf("generate: invalid parameters %+v", p)
+	}
+	if p.ChunkSize <= 0 {
+		p.ChunkSize = 512
+	}
+	info := r.Info()
+	eos := map[int32]bool{}
+	for _, e := range info.EOSTokenIDs {
+		eos[e] = !p.IgnoreEOS
+	}
+	res := &Result{PromptIDs: prompt, Finish: "length"}
+	if p.PromptLogprobs {
+		res.PromptLogprobs = make([]*float64, len(prompt))
+	}
+	r.Free(p.Slot)
+	defer r.Free(p.Slot)
+	s := sampler{rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+	var out model.Logits
+	var last []float32
+	start := time.Now()
+	for i := 0; i < len(prompt); i += p.ChunkSize {
+		chunk := prompt[i:min(i+p.ChunkSize, len(prompt))]
+		if err := r.Reserve(p.Slot, len(chunk)); err != nil {
+			return nil, fmt.Errorf("generate: prompt of %d tokens: %w", len(prompt), err)
+		}
+		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: i, Tokens: chunk, AllLogits: p.PromptLogprobs}}}
+		if err := r.Forward(&b, &out); err != nil {
+			return nil, fmt.Errorf("generate: prefill at %d: %w", i, err)
+		}
+		rows := out.Rows[0]
+		if p.PromptLogprobs {
+			for j, row := range rows {
+				if k := i + j + 1; k < len(prompt) {
+					lp := logprobs(row, nil)[prompt[k]]
+					res.PromptLogprobs[k] = &lp
+				}
+			}
+		}
+		last = rows[len(rows)-1]
+	}
+	res.PrefillSeconds = time.Since(start).Seconds()
+	start = time.Now()
+	pos := len(prompt)
+	var lp []float64
+	for n := 0; n < p.MaxNewTokens; n++ {
+		lp = logprobs(last, lp)
+		id := s.pick(lp, p)
+		t := Token{ID: id, Logprob: lp[id]}
+		if p.TopLogprobs > 0 {
+			for _, c := range s.top(lp, p.TopLogprobs) {
+				t.Top = append(t.Top, TokenLogprob{ID: c, Logprob: lp[c]})
+			}
+		}
+		res.Output = append(res.Output, t)
+		if n == 0 {
+			start = time.Now()
+		}
+		if eos[id] {
+			res.Finish = "stop"
+			break
+		}
+		if n+1 == p.MaxNewTokens {
+			break
+		}
+		if err := r.Reserve(p.Slot, 1); err != nil {
+			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
+		}
+		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: pos, Tokens: []int32{id}}}}
+		if err := r.Forward(&b, &out); err != nil {
+			return nil, fmt.Errorf("generate: decode at %d: %w", pos, err)
+		}
+		pos++
+		last = out.Rows[0][0]
+	}
+	res.DecodeSeconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// logprobs writes log_softmax(row) in float64 into dst (reused).
+func logprobs(row []float32, dst []float64) []float64 {
+	dst = slices.Grow(dst[:0], len(row))[:len(row)]
+	mx := math.Inf(-1)
+	for _, v := range row {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(s)
+	for i, v := range row {
+		dst[i] = float64(v) - lse
+	}
+	return dst
+}
+
+type sampler struct {
+	rng  *rand.Rand
+	idx  []int32
+	prob []float64
+}
+
+// top returns the ids of the n largest logprobs, best first (ties: lower id).
+func (s *sampler) top(lp []float64, n int) []int32 {
+	s.idx = s.idx[:0]
+	for i := range lp {
+		s.idx = append(s.idx, int32(i))
+	}
+	slices.SortStableFunc(s.idx, func(a, b int32) int {
+		switch {
+		case lp[a] > lp[b]:
+			return -1
+		case lp[a] < lp[b]:
+			return 1
+		}
+		return 0
+	})
+	return s.idx[:min(n, len(s.idx))]
+}
+
+// pick chooses the next token: argmax when Temperature is 0, else a draw
+// from softmax(logprob/T) restricted to top-k and the top-p nucleus.
+func (s *sampler) pick(lp []float64, p Params) int32 {
+	if p.Temperature == 0 {
+		best := 0
+		for i, v := range lp {
+			if v > lp[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	k := len(lp)
+	if p.TopK > 0 {
+		k = min(k, p.TopK)
+	}
+	cand := s.top(lp, k)
+	s.prob = s.prob[:0]
+	var tot float64
+	for _, c := range cand {
+		w := math.Exp((lp[c] - lp[cand[0]]) / p.Temperature)
+		s.prob = append(s.prob, w)
+		tot += w
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		var acc float64
+		for i, w := range s.prob {
+			acc += w
+			if acc >= p.TopP*tot {
+				s.prob, cand, tot = s.prob[:i+1], cand[:i+1], acc
+				break
+			}
+		}
+	}
+	u := s.rng.Float64() * tot
+	for i, w := range s.prob {
+		if u < w {
+			return cand[i]
+		}
+		u -= w
+	}
+	return cand[len(cand)-1]
+}

@@ -1,0 +1,119 @@
+// Package models chooses a model definition for a Hugging Face checkpoint
+// directory by the "architectures" field of its config.json. Architectures
+// register a loader from an init function (models/qwen3moe, ...); import
+// models/all to get every one.
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/model"
+)
+
+// Options size a runner's buffers and choose where it runs.
+type Options struct {
+	MaxSeqs        int // sequence slots (--max-running-requests); default 8
+	MaxTotalTokens int // KV budget over all slots (--max-total-tokens); default 16384
+	MaxBatchTokens int // tokens in one forward step (--chunked-prefill-size); default 2048
+	PageSize       int // KV page size in tokens; default 16
+	Threads        int // CPU threads; 0 = all
+	// Backend runs the ops; nil means a new CPU backend with Threads.
+	Backend backend.Backend
+}
+
+// WithDefaults fills zero fields with defaults.
+func (o Options) WithDefaults() Options {
+	if o.MaxSeqs <= 0 {
+		o.MaxSeqs = 8
+	}
+	if o.MaxTotalTokens <= 0 {
+		o.MaxTotalTokens = 16384
+	}
+	if o.MaxBatchTokens <= 0 {
+		o.MaxBatchTokens = 2048
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 16
+	}
+	return o
+}
+
+// LoadFunc loads a checkpoint directory whose config.json names an
+// architecture the function registered for.
+type LoadFunc func(dir string, o Options) (model.Runner, error)
+
+// registry is written only from init functions (Register) and read after.
+var (
+	mu       sync.RWMutex
+	registry = map[string]LoadFunc{}
+)
+
+// Register makes Load use fn for the HF architecture name arch (e.g.
+// "Qwen3MoeForCausalLM"). Call it from init.
+func Register(arch string, fn LoadFunc) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[arch]; dup {
+		panic("models: architecture " + arch + " registered twice")
+	}
+	registry[arch] = fn
+}
+
+// Architectures lists the registered architecture names, sorted.
+func Architectures() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	var a []string
+	for k := range registry {
+		a = append(a, k)
+	}
+	sort.Strings(a)
+	return a
+}
+
+// Architecture reads the "architectures" field of dir/config.json.
+func Architecture(dir string) ([]string, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("model directory: %w", err)
+	}
+	var c struct {
+		Architectures []string `json:"architectures"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(c.Architectures) == 0 {
+		return nil, fmt.Errorf("%s: no \"architectures\" field", path)
+	}
+	return c.Architectures, nil
+}
+
+// Load opens the checkpoint in dir with the loader registered for its
+// architecture.
+func Load(dir string, o Options) (model.Runner, error) {
+	archs, err := Architecture(dir)
+	if err != nil {
+		return nil, err
+	}
+	mu.RLock()
+	var fn LoadFunc
+	for _, a := range archs {
+		if fn = registry[a]; fn != nil {
+			break
+		}
+	}
+	mu.RUnlock()
+	if fn == nil {
+		return nil, fmt.Errorf("%s: architecture %s is not supported (supported: %s)", filepath.Join(dir, "config.json"), strings.Join(archs, ", "), strings.Join(Architectures(), ", "))
+	}
+	return fn(dir, o.WithDefaults())
+}
