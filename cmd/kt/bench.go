@@ -134,6 +134,33 @@ type moeRecord struct {
 	ReadGBps   float64 `json:"read_gbps"`
 	TFLOPS     float64 `json:"tflops"`
 	TorchTF    float64 `json:"torch_tflops,omitempty"`
+	Layers     int     `json:"layers"`
+}
+
+// benchLayers builds enough layers of random weights that together they
+// exceed the last-level cache eight times (at most 16), so that a
+// round-robin over them reads weights from memory, as a real model does.
+func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Method, llc int64, log io.Writer) ([]*cpuexperts.Layer, error) {
+	var layers []*cpuexperts.Layer
+	for {
+		l, err := e.SyntheticLayer(s, m, uint64(len(layers)+1))
+		if err != nil {
+			closeLayers(layers)
+			return nil, err
+		}
+		layers = append(layers, l)
+		if int64(len(layers))*l.WeightBytes() >= 8*llc || len(layers) >= 16 {
+			break
+		}
+	}
+	fmt.Fprintf(log, "# %s: %d layer(s) of %.0f MB round-robin (last-level cache %d MB)\n", m, len(layers), float64(layers[0].WeightBytes())/1e6, llc>>20)
+	return layers, nil
+}
+
+func closeLayers(ls []*cpuexperts.Layer) {
+	for _, l := range ls {
+		l.Close()
+	}
 }
 
 func runMoEBench(cmd *cobra.Command, w io.Writer) error {
@@ -164,6 +191,10 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		maxTok = max(maxTok, t)
 	}
 	fmt.Fprintf(w, "cpu features: %s\n", cpuexperts.DetectFeatures())
+	llc := cpuexperts.LastLevelCache()
+	if llc == 0 {
+		llc = 256 << 20
+	}
 	var records []moeRecord
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
@@ -191,20 +222,20 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools, bw/1e9, probeThreads)
 		fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read", "TFLOPS", "torch TF", "xtorch", "kernels")
 		for _, m := range methods {
-			l, err := e.SyntheticLayer(s, m, 1)
+			layers, err := benchLayers(e, s, m, llc, w)
 			if err != nil {
 				e.Close()
 				return fmt.Errorf("%s %s: %w", s.Name, m, err)
 			}
 			for _, t := range tokens {
-				r, err := l.Bench(t, s.TopK, o.minTime, 7)
+				r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, 7)
 				if err != nil {
-					l.Close()
+					closeLayers(layers)
 					e.Close()
 					return err
 				}
 				rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t, MsPerLayer: r.Seconds * 1e3,
-					WeightGBps: r.GBps(), ReadGBps: bw / 1e9, TFLOPS: r.TFLOPS(), TorchTF: torch[t]}
+					WeightGBps: r.GBps(), ReadGBps: bw / 1e9, TFLOPS: r.TFLOPS(), TorchTF: torch[t], Layers: len(layers)}
 				records = append(records, rec)
 				tt, x := "-", "-"
 				if rec.TorchTF > 0 {
@@ -213,7 +244,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 				fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %8.3f %9s %7s  %s\n", m, t, rec.MsPerLayer, rec.WeightGBps,
 					100*rec.WeightGBps/rec.ReadGBps, rec.TFLOPS, tt, x, r.Kernels)
 			}
-			l.Close()
+			closeLayers(layers)
 		}
 		e.Close()
 	}

@@ -5,6 +5,9 @@ package cpuexperts
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ktserve/kt/tensor"
@@ -49,13 +52,45 @@ func (e *Engine) SyntheticLayer(s BenchShape, m Method, seed uint64) (*Layer, er
 	return e.NewLayer(spec, &SyntheticSource{Spec: spec, DType: dt, Seed: seed})
 }
 
-// Bench times l on random batches of the given size (bf16 in and out, as
-// the GPU path hands them over) for at least minTime and 2 iterations,
-// after one warm-up. Each iteration uses a fresh routing.
-func (l *Layer) Bench(tokens, topK int, minTime time.Duration, seed uint64) (BenchResult, error) {
-	H := l.spec.Hidden
+// LastLevelCache returns the size of the largest CPU cache (0 if unknown).
+func LastLevelCache() int64 {
+	var best int64
+	for i := 0; i < 8; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu0/cache/index%d/size", i))
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		mul := int64(1)
+		switch {
+		case strings.HasSuffix(s, "K"):
+			mul, s = 1<<10, strings.TrimSuffix(s, "K")
+		case strings.HasSuffix(s, "M"):
+			mul, s = 1<<20, strings.TrimSuffix(s, "M")
+		case strings.HasSuffix(s, "G"):
+			mul, s = 1<<30, strings.TrimSuffix(s, "G")
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n*mul > best {
+			best = n * mul
+		}
+	}
+	return best
+}
+
+// Bench times layers (same shape and method) on random batches of the
+// given size, bf16 in and out as the GPU path hands them over, for at least
+// minTime and 2 iterations after a warm-up. Iterations go round the layers
+// and through 64 routings, as consecutive layers of a model do, so that the
+// weights come from memory and not from the last-level cache: pass enough
+// layers that their weights exceed it several times.
+func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64) (BenchResult, error) {
+	if len(layers) == 0 {
+		return BenchResult{}, fmt.Errorf("bench: no layers")
+	}
+	l0 := layers[0]
+	H := l0.spec.Hidden
 	rng := rand.New(rand.NewPCG(seed, uint64(tokens)))
-	const variants = 4
+	const variants = 64
 	xb := make([]uint16, tokens*H)
 	for i := range xb {
 		xb[i] = tensor.F32ToBF16(float32(rng.NormFloat64()))
@@ -66,38 +101,40 @@ func (l *Layer) Bench(tokens, topK int, minTime time.Duration, seed uint64) (Ben
 	for v := range batches {
 		ids := make([]int32, tokens*topK)
 		w := make([]float32, tokens*topK)
-		seen := map[int32]bool{}
+		seen := make([]bool, l0.spec.Experts)
 		for t := 0; t < tokens; t++ {
-			perm := rng.Perm(l.spec.Experts)
+			perm := rng.Perm(l0.spec.Experts)
 			for j := 0; j < topK; j++ {
 				ids[t*topK+j] = int32(perm[j])
 				w[t*topK+j] = 1 / float32(topK)
-				seen[int32(perm[j])] = true
+				seen[perm[j]] = true
 			}
 		}
-		for x := range seen {
-			touched += l.ExpertBytes(int(x))
+		for x, s := range seen {
+			if s {
+				touched += l0.ExpertBytes(x)
+			}
 		}
 		batches[v] = Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
 	}
-	if err := l.Forward(&batches[0]); err != nil {
-		return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.spec.Method, tokens, err)
+	for _, l := range layers {
+		if err := l.Forward(&batches[0]); err != nil {
+			return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.spec.Method, tokens, err)
+		}
 	}
 	var iters int
-	var bytes int64
 	start := time.Now()
 	for iters < 2 || time.Since(start) < minTime {
-		b := &batches[iters%variants]
-		if err := l.Forward(b); err != nil {
+		l := layers[iters%len(layers)]
+		if err := l.Forward(&batches[(iters/len(layers)+iters)%variants]); err != nil {
 			return BenchResult{}, err
 		}
 		iters++
 	}
 	el := time.Since(start).Seconds()
-	bytes = touched / variants
 	return BenchResult{
-		Method: l.spec.Method, Kernels: l.e.Kernels(l.spec.Method), Tokens: tokens,
-		Seconds: el / float64(iters), Iters: iters, BytesTouched: bytes,
-		FLOPs: 2 * 3 * float64(H) * float64(l.spec.Intermediate) * float64(tokens*topK),
+		Method: l0.spec.Method, Kernels: l0.e.Kernels(l0.spec.Method), Tokens: tokens,
+		Seconds: el / float64(iters), Iters: iters, BytesTouched: touched / variants,
+		FLOPs: 2 * 3 * float64(H) * float64(l0.spec.Intermediate) * float64(tokens*topK),
 	}, nil
 }
