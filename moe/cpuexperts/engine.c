@@ -36,7 +36,7 @@
 #define QCAP 64
 #define SPIN 5000
 #define AMX_MIN_M 8
-#define RMPF_MIN_M 16
+#define RMPF_MIN_M 8
 
 typedef struct {
   int nthreads, node, tbase;
@@ -95,6 +95,8 @@ struct kt_engine {
   int ntok;
   kt_kernel kdec, kpf;
   int pf_min;
+  int rm_pack;  // prefill packs row-major weights into panels first
+  int64_t packbytes;
 
   // routing
   int64_t max_slots;
@@ -246,6 +248,14 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
       kt_avx2_row_to_act(__VA_ARGS__);  \
   } while (0)
 
+#define PACK_RM(W, n0, nn, dst)               \
+  do {                                        \
+    if (e->isa & KT_ISA_AVX512)               \
+      kt_avx512_pack_rm((W), (n0), (nn), (dst)); \
+    else                                      \
+      kt_pack_rm_to_bf16pk((W), (n0), (nn), (dst)); \
+  } while (0)
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
   kt_pool* P = &e->pools[w->pool];
@@ -286,13 +296,28 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     int m = e->cnt[x], off = e->off[x];
-    kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) {
+      const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
+      kt_mat PG, PU;
+      int g0 = n0;
+      if (pf && e->rm_pack) {  // row-major weights: pack this item's rows once, reuse for every token chunk
+        PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
+        PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
+        PG = *G;
+        PG.w = (const uint8_t*)w->s.pack;
+        PU = *U;
+        PU.w = (const uint8_t*)w->s.pack2;
+        G = &PG;
+        U = &PU;
+        g0 = 0;
+      }
       for (int m0 = 0; m0 < m; m0 += KT_MCH) {
         int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
         kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
-        kern(&ex[x].gate, n0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
-        kern(&ex[x].up, n0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+        kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+        kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
         for (int i = 0; i < mm; i++)
           kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
       }
@@ -321,7 +346,21 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / hb], h0 = (item % hb) * r4;
     int m = e->cnt[x], off = e->off[x];
-    kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
+    if (pf && e->rm_pack) {  // row-major weights: pack each 32-row block once
+      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
+        kt_mat PD = ex[x].down;
+        PACK_RM(&ex[x].down, n0, KT_NB, (uint16_t*)w->s.pack);
+        PD.w = (const uint8_t*)w->s.pack;
+        for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+          int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+          kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+          kern(&PD, 0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+        }
+      }
+      continue;
+    }
     for (int m0 = 0; m0 < m; m0 += KT_MCH) {
       int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
@@ -395,6 +434,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   e->kdec = kt_pick_kernel(fmt, dec, isa);
   e->kpf = e->kdec;
   e->pf_min = INT_MAX;
+  e->rm_pack = (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM) && (isa & (KT_ISA_AMX | KT_ISA_AVX512));
   if (isa & KT_ISA_AMX) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AMX, isa);
     e->pf_min = AMX_MIN_M;
@@ -537,7 +577,8 @@ static void free_engine(kt_engine* e) {
   if (e->workers) {
     for (int i = 0; i < e->nthreads; i++) {
       kt_worker* w = &e->workers[i];
-      kt_free(w->s.pack, 0);
+      kt_free(w->s.pack, e->packbytes);
+      kt_free(w->s.pack2, e->packbytes);
       free(w->s.ci);
       free(w->s.row);
       free(w->cg);
@@ -663,7 +704,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->local = i;
       w->global = g;
       w->cpu = (cfg->pin && cfg->cpus && g < cfg->ncpus) ? cfg->cpus[g] : -1;
-      w->s.pack = kt_alloc((int64_t)KT_NB * maxk * 2, e->pools[p].node);
+      e->packbytes = (int64_t)KT_NB * maxk * 2;
+      w->s.pack = kt_alloc(e->packbytes, e->pools[p].node);
+      w->s.pack2 = kt_alloc(e->packbytes, e->pools[p].node);
       w->s.ci = (int32_t*)xalloc(sizeof(int32_t) * KT_MCH * KT_NB);
       w->s.row = (float*)xalloc(sizeof(float) * (size_t)maxk + 64);
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
@@ -671,7 +714,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
-      if (!w->s.pack || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];

@@ -159,15 +159,3 @@ TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
   amx_i8_core(dst, k, W->scale + n0, A, m, C, ldc, nn, s);
 }
 
-TAMX void kt_amx_bf16rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
-                           kt_scratch* s) {
-  kt_pack_rm_to_bf16pk(W, n0, nn, (uint16_t*)s->pack);
-  kt_mat P = *W;
-  P.w = (const uint8_t*)s->pack;
-  kt_amx_bf16pk(&P, 0, nn, A, m, C, ldc, s);
-}
-
-TAMX void kt_amx_fp8rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
-                          kt_scratch* s) {
-  kt_amx_bf16rm_pf(W, n0, nn, A, m, C, ldc, s);
-}
