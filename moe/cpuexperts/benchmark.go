@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -122,6 +123,7 @@ func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64
 			return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.spec.Method, tokens, err)
 		}
 	}
+	runtime.GC() // no collection competing with the workers while timing
 	var iters int
 	start := time.Now()
 	for iters < 2 || time.Since(start) < minTime {
