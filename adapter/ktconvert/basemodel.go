@@ -6,9 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ktserve/kt/modelconfig"
 )
 
 // baseModel holds the few base-model config.json fields the adapter is
@@ -56,8 +59,53 @@ func loadBaseModel(nameOrPath string) (bm *baseModel, ok bool, err error) {
 	if len(data) > maxBaseConfigBytes {
 		return nil, true, fmt.Errorf("base model: %s is larger than %d bytes", path, maxBaseConfigBytes)
 	}
+	if supported(data) {
+		// kt serves this family: modelconfig is the one parser of its
+		// config.json (and derives which layers are MoE).
+		mc, err := modelconfig.Parse(data)
+		if err != nil {
+			return nil, true, fmt.Errorf("base model: %s: %w", path, err)
+		}
+		return fromModelConfig(path, mc), true, nil
+	}
+	// KT SFT also trains families kt does not serve (DeepSeek, Kimi, ...):
+	// read just the fields the check needs.
 	bm, err = parseBaseConfig(path, data)
 	return bm, true, err
+}
+
+// supported reports whether config.json names an architecture modelconfig
+// knows.
+func supported(data []byte) bool {
+	var top struct {
+		Architectures []string `json:"architectures"`
+	}
+	if json.Unmarshal(data, &top) != nil || len(top.Architectures) == 0 {
+		return false
+	}
+	return slices.Contains(modelconfig.SupportedArchitectures(), top.Architectures[0])
+}
+
+func fromModelConfig(path string, c *modelconfig.Config) *baseModel {
+	prefix := ""
+	if c.Architecture == "Qwen3_5MoeForConditionalGeneration" {
+		prefix = "text_config."
+	}
+	bm := &baseModel{
+		path: path, layers: int64(c.NumLayers), experts: int64(c.NumExperts), hidden: int64(c.HiddenSize),
+		inter: int64(c.MoEIntermediateSize), moeLayers: map[int]bool{},
+		layersKey: prefix + "num_hidden_layers", hiddenKey: prefix + "hidden_size",
+		interKey: prefix + "moe_intermediate_size",
+	}
+	if c.NumExperts > 0 {
+		bm.expertsKey = prefix + "num_experts"
+	}
+	for _, l := range c.Layers {
+		if l.IsMoE {
+			bm.moeLayers[l.Index] = true
+		}
+	}
+	return bm
 }
 
 func parseBaseConfig(path string, data []byte) (*baseModel, error) {

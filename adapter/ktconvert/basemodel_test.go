@@ -1,6 +1,7 @@
 package ktconvert
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,24 +19,41 @@ func writeBase(t *testing.T, config string) string {
 	return dir
 }
 
-// qwen35Config is a Qwen3.5 MoE config.json: fields nested under text_config.
+// qwen35Config returns a complete Qwen3.5 MoE config.json (the tiny
+// transformers fixture testdata/models/qwen35moe-a, fields nested under
+// text_config) with the given sizes; extra is raw JSON members added to
+// text_config.
 func qwen35Config(layers, experts, hidden, inter int, extra string) string {
-	return `{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "hidden_size": 999,
-	"text_config": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": ` + itoa(layers) + `, "num_experts": ` + itoa(experts) +
-		`, "hidden_size": ` + itoa(hidden) + `, "moe_intermediate_size": ` + itoa(inter) + extra + `}}`
-}
-
-func itoa(i int) string { return fmtInt(i) }
-
-func fmtInt(i int) string {
-	s := ""
-	if i == 0 {
-		return "0"
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "qwen35moe-a", "config.json"))
+	if err != nil {
+		panic(err) // committed fixture
 	}
-	for ; i > 0; i /= 10 {
-		s = string(rune('0'+i%10)) + s
+	var top map[string]any
+	if err := json.Unmarshal(data, &top); err != nil {
+		panic(err)
 	}
-	return s
+	tc := top["text_config"].(map[string]any)
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "linear_attention"
+		if (i+1)%4 == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	tc["num_hidden_layers"], tc["num_experts"], tc["hidden_size"], tc["moe_intermediate_size"] = layers, experts, hidden, inter
+	tc["layer_types"] = types
+	tc["num_experts_per_tok"] = min(2, experts)
+	if extra != "" {
+		var more map[string]any
+		if err := json.Unmarshal([]byte("{"+strings.TrimPrefix(extra, ",")+"}"), &more); err != nil {
+			panic(err)
+		}
+		for k, v := range more {
+			tc[k] = v
+		}
+	}
+	out, _ := json.Marshal(top)
+	return string(out)
 }
 
 func TestBaseModelCheck(t *testing.T) {
@@ -47,14 +65,19 @@ func TestBaseModelCheck(t *testing.T) {
 	}{
 		{"qwen35_matches", qwen35Config(5, 8, 64, 32, ""), nil},
 		{"flat_qwen3moe_matches", `{"model_type": "qwen3_moe", "num_hidden_layers": 5, "num_experts": 8, "hidden_size": 64, "moe_intermediate_size": 32, "mlp_only_layers": [], "decoder_sparse_step": 1}`, nil},
-		{"everything_wrong", qwen35Config(3, 16, 128, 64, `, "mlp_only_layers": [1]`), []string{
-			"(6 mismatches)",
+		{"everything_wrong", qwen35Config(3, 16, 128, 64, ""), []string{
+			"(5 mismatches)",
 			"expert count: adapter has 8 experts per layer (layers.0.experts.down_lora_a), base model text_config.num_experts = 16",
 			"hidden size: adapter has 64 (layers.0.experts.down_lora_b), base model text_config.hidden_size = 128",
 			"intermediate size: adapter has 32 (layers.0.experts.down_lora_a), base model text_config.moe_intermediate_size = 64",
-			"expert LoRA for layer(s) 3-4, base model has 3 layers",
-			"expert LoRA for layer(s) 1, which are dense",
+			"expert LoRA for layer(s) 3-4, base model has 3 layers (text_config.num_hidden_layers)",
+			"adapter_model.safetensors has LoRA for layer(s) 3-4",
 		}},
+		{"deepseek_style_fallback", `{"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 5, "n_routed_experts": 8, "hidden_size": 64,
+			"moe_intermediate_size": 32, "first_k_dense_replace": 1}`, []string{"(1 mismatch)", "layer(s) 0, which are dense"}},
+		{"mlp_only_layers_fallback", `{"num_hidden_layers": 5, "num_experts": 8, "hidden_size": 64, "moe_intermediate_size": 32, "mlp_only_layers": [1, 2]}`,
+			[]string{"layer(s) 1-2, which are dense"}},
+		{"qwen3moe_fixture_shape", "@qwen3moe-b", []string{"base model num_experts = 16", "base model has 3 layers"}},
 		{"missing_moe_layers", qwen35Config(8, 8, 64, 32, ""), []string{"(1 mismatch)", "MoE layer(s) 5-7 have no expert LoRA"}},
 		{"sparse_step", `{"num_hidden_layers": 5, "num_experts": 8, "hidden_size": 64, "moe_intermediate_size": 32, "decoder_sparse_step": 2}`,
 			[]string{"layer(s) 0, 2, 4, which are dense"}},
@@ -67,6 +90,9 @@ func TestBaseModelCheck(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			base := writeBase(t, tc.config)
+			if name, ok := strings.CutPrefix(tc.config, "@"); ok {
+				base = filepath.Join("..", "..", "testdata", "models", name)
+			}
 			sum, err := convert(t, Options{Input: in, Output: filepath.Join(t.TempDir(), "out"), BaseModel: base})
 			if len(tc.want) == 0 {
 				if err != nil {

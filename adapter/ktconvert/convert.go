@@ -221,6 +221,11 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 		}
 	}
 
+	for i := range jobs {
+		if jobs[i].cfgJSON, err = jobs[i].cfg.Marshal(); err != nil {
+			return nil, fmt.Errorf("%s: cannot rewrite: %w", cfgPath, err)
+		}
+	}
 	written, err := writeAll(ctx, jobs, o.Progress)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package ktconvert
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -116,6 +117,15 @@ func TestRefusals(t *testing.T) {
 			os.WriteFile(filepath.Join(e.in, peft.ConfigFile), []byte(`{"lora_alpha": 16,}`), 0o644)
 			return Options{}
 		}, []string{"$IN/" + peft.ConfigFile, "invalid JSON"}},
+		{"unwritable_adapter_config", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.WriteFile(filepath.Join(e.in, peft.ConfigFile), []byte(`{"lora_alpha": 16, "lora_dropout": 1e999}`), 0o644)
+			return Options{}
+		}, []string{"$IN/" + peft.ConfigFile, "1e999"}},
+		{"nan_lora_alpha", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			return Options{LoraAlpha: f64(math.NaN())}
+		}, []string{"--lora-alpha NaN"}},
 		{"no_lora_alpha", func(t *testing.T, e *env) Options {
 			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
 			return Options{LoraAlpha: nil}

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ktserve/kt/adapter/peft"
 	"github.com/ktserve/kt/safetensors"
@@ -18,6 +21,7 @@ type job struct {
 	out     output
 	name    string // "merged", "expert", "nonexpert"
 	cfg     *peft.Config
+	cfgJSON []byte // cfg marshalled, checked before any tensor is written
 	tensors []outTensor
 	tmp     string // staging directory, sibling of out.path
 	aside   string // where an existing out.path was moved during commit
@@ -104,6 +108,13 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 	if err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
+	// Count the slices still to be read from each input tensor, so that its
+	// mapped pages can be dropped once the last one is written: resident
+	// memory then stays near one fused tensor, not the whole input.
+	remaining := map[string]int{}
+	for _, t := range ts {
+		remaining[t.srcKey]++
+	}
 	var n int64
 	for _, t := range ts {
 		if err := ctx.Err(); err != nil {
@@ -118,6 +129,9 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 		if err := w.WriteTensor(t.spec.Name, src.Data[t.start:t.start+t.size]); err != nil {
 			w.Abort()
 			return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
+		}
+		if remaining[t.srcKey]--; remaining[t.srcKey] == 0 {
+			release(src.Data)
 		}
 		n += t.size
 		pr.Output, pr.Tensor = j.out.path, t.spec.Name
@@ -135,11 +149,7 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 	if err := os.Chmod(modelPath, 0o644); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
-	cfg, err := j.cfg.Marshal()
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: adapter_config.json: %w", j.out.role, j.out.path, err)
-	}
-	if err := writeFileSync(filepath.Join(j.tmp, peft.ConfigFile), cfg); err != nil {
+	if err := writeFileSync(filepath.Join(j.tmp, peft.ConfigFile), j.cfgJSON); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
 	if err := syncDir(j.tmp); err != nil {
@@ -194,6 +204,24 @@ func commit(jobs []job) (err error) {
 		}
 	}
 	return nil
+}
+
+// release tells the kernel that the whole pages inside b, a slice of a
+// read-only file mapping, are not needed for now; touching them again reads
+// them back from the page cache or the file.
+func release(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	ps := os.Getpagesize()
+	off := (ps - int(uintptr(unsafe.Pointer(&b[0]))%uintptr(ps))) % ps
+	if off >= len(b) {
+		return
+	}
+	b = b[off:]
+	if n := len(b) &^ (ps - 1); n > 0 {
+		_ = unix.Madvise(b[:n], unix.MADV_DONTNEED) // advisory: failure changes nothing
+	}
 }
 
 func writeFileSync(path string, data []byte) error {

@@ -2,6 +2,7 @@ package peft
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -143,8 +144,10 @@ func TestMarshalPython(t *testing.T) {
 			}
 		})
 	}
-	if _, err := MarshalPython(struct{}{}); err == nil {
-		t.Error("MarshalPython(struct{}{}) succeeded, want an error")
+	for _, bad := range []any{struct{}{}, Float(math.Inf(1)), math.NaN(), json.Number("1e400"), []any{json.Number("x")}} {
+		if out, err := MarshalPython(bad); err == nil {
+			t.Errorf("MarshalPython(%v) = %s, want an error", bad, out)
+		}
 	}
 }
 

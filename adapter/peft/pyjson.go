@@ -47,8 +47,11 @@ func pyEncode(b *bytes.Buffer, v any, depth int) error {
 		}
 		b.WriteString(s)
 	case Float:
-		b.WriteString(pyFloat(float64(t)))
+		return pyEncode(b, float64(t), depth)
 	case float64:
+		if math.IsNaN(t) || math.IsInf(t, 0) {
+			return fmt.Errorf("cannot encode %v as JSON", t)
+		}
 		b.WriteString(pyFloat(t))
 	case int:
 		b.WriteString(strconv.Itoa(t))
@@ -175,23 +178,16 @@ func pyNumber(lit string) (string, error) {
 		return n.String(), nil
 	}
 	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil && !math.IsInf(f, 0) {
-		return "", fmt.Errorf("invalid JSON number %q: %w", lit, err)
+	if err != nil {
+		// Python would write an out-of-range number back as Infinity,
+		// which is not JSON; refuse instead.
+		return "", fmt.Errorf("JSON number %q: %w", lit, err)
 	}
 	return pyFloat(f), nil
 }
 
-// pyFloat formats f as Python's float.__repr__, with json's spelling of
-// infinities and NaN.
+// pyFloat formats a finite f as Python's float.__repr__.
 func pyFloat(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
 	e := strconv.FormatFloat(f, 'e', -1, 64) // shortest round-trip digits
 	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
 	if f != 0 && (exp < -4 || exp >= 16) {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestVersion(t *testing.T) {
-	out, err := runKTCombined(t, "version")
+	out, err := runCLI(t, "version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	out, err := runKTCombined(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
+	out, err := runCLI(t, "inspect", "--model-path", "../../testdata/models/qwen3moe-c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runKTCombined(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
+	out, err = runCLI(t, "inspect", "--json", "--model-path", "../../testdata/models/qwen3moe-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +38,16 @@ func TestInspect(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Check.ExpertLayout != "fused" {
 		t.Errorf("json: %v %+v\n%s", err, j, out)
 	}
-	if _, err := runKTCombined(t, "inspect"); err == nil {
+	if _, err := runCLI(t, "inspect"); err == nil {
 		t.Error("inspect without --model-path: no error")
 	}
-	if _, err := runKTCombined(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
+	if _, err := runCLI(t, "inspect", "--model-path", t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("empty dir: %v", err)
 	}
 }
 
 func TestDoctor(t *testing.T) {
-	out, err := runKTCombined(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
+	out, err := runCLI(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
 	if err != nil && err != errChecksFailed {
 		t.Fatal(err)
 	}
