@@ -267,6 +267,7 @@ func (s *Server) handleModelInfo(w http.ResponseWriter, r *http.Request) {
 		"has_audio_understanding":   false,
 		"model_type":                info.Architecture,
 		"architectures":             []string{info.Architecture},
+		"vocab_size":                info.VocabSize, // kt extension: lets kt bench draw random prompt ids
 	})
 }
 
