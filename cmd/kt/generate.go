@@ -135,10 +135,11 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		out := struct {
 			OutputIDs []int32 `json:"output_ids"`
 			*generate.Result
-			LoadSeconds     float64 `json:"load_seconds"`
-			PrefillTokPerS  float64 `json:"prefill_tokens_per_second"`
-			DecodeTokPerSec float64 `json:"decode_tokens_per_second"`
-		}{res.OutputIDs(), res, loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
+			Memory          map[string]int64 `json:"memory_kib,omitempty"`
+			LoadSeconds     float64          `json:"load_seconds"`
+			PrefillTokPerS  float64          `json:"prefill_tokens_per_second"`
+			DecodeTokPerSec float64          `json:"decode_tokens_per_second"`
+		}{res.OutputIDs(), res, procMemory(), loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", " ")
 		return enc.Encode(out)
@@ -150,5 +151,34 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	fmt.Fprintln(w, strings.Join(parts, ","))
 	fmt.Fprintf(cmd.ErrOrStderr(), "%d prompt tokens in %.3fs (%.1f tok/s), %d new tokens, decode %.2f tok/s, finish %s, load %.2fs\n",
 		len(ids), res.PrefillSeconds, float64(len(ids))/res.PrefillSeconds, len(res.Output), decodeTPS, res.Finish, loadSec)
+	if m := procMemory(); m != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "memory: peak RSS %d MiB (now: anonymous %d MiB, file-backed %d MiB)\n", m["VmHWM"]/1024, m["RssAnon"]/1024, m["RssFile"]/1024)
+	}
 	return nil
+}
+
+// procMemory reads the process's peak and current resident memory (KiB)
+// from /proc/self/status: RssFile is the mmapped checkpoint pages touched,
+// RssAnon everything the process allocated. Nil where /proc is missing.
+func procMemory() map[string]int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "VmHWM", "VmRSS", "RssAnon", "RssFile":
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				m[k] = n
+			}
+		}
+	}
+	return m
 }

@@ -480,3 +480,32 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 	}
 	return nil
 }
+
+// DecodeWeightBytes is the number of weight bytes one decode token reads
+// (attention and norms of every layer, the router, the top-k experts of
+// MoE layers or the dense MLP, the final norm and the lm head): the
+// numerator of the memory-bandwidth bound on decode speed.
+func (r *Runner) DecodeWeightBytes() int64 {
+	c := r.cfg
+	wsize := func(t backend.Tensor) int64 {
+		n := int64(t.DType().Size())
+		for _, d := range t.Shape() {
+			n *= int64(d)
+		}
+		return n
+	}
+	var total int64
+	for l := range r.layers {
+		L := &r.layers[l]
+		for _, t := range []backend.Tensor{L.inNorm, L.postNorm, L.wq, L.wk, L.wv, L.wo, L.qNorm, L.kNorm} {
+			total += wsize(t)
+		}
+		if L.moe {
+			total += wsize(L.router) + int64(c.NumExpertsPerTok)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
+		} else {
+			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
+		}
+	}
+	row := wsize(r.embed) / int64(c.VocabSize)
+	return total + row + wsize(r.norm) + wsize(r.lmHead)
+}
