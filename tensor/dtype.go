@@ -86,3 +86,22 @@ func NumElements(shape []int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// MarshalText renders d by its safetensors name, so DTypes read well in
+// JSON (also as map keys).
+func (d DType) MarshalText() ([]byte, error) {
+	if d.Size() == 0 {
+		return nil, fmt.Errorf("cannot marshal %s", d)
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText parses a safetensors dtype name.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}

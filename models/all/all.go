@@ -3,5 +3,6 @@
 package all
 
 import (
-	_ "github.com/ktserve/kt/models/qwen3moe" // Qwen3MoeForCausalLM
+	_ "github.com/ktserve/kt/models/qwen3moe"  // Qwen3MoeForCausalLM
+	_ "github.com/ktserve/kt/models/qwen3next" // Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM
 )

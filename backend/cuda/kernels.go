@@ -1,0 +1,312 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "ktcuda.h"
+*/
+import "C"
+
+import (
+	"embed"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+// kernelPrelude is pasted in front of every module: NVRTC is given no
+// include path, so shared helpers come from common.cuh this way.
+func kernelPrelude() string {
+	b, err := kernelFS.ReadFile("kernels/common.cuh")
+	if err != nil {
+		panic("cuda: embedded kernels/common.cuh missing: " + err.Error())
+	}
+	return string(b)
+}
+
+var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(`)
+
+// kernelSources returns each module's full source (prelude included) and
+// the kernel name -> module map.
+// It also returns each kernel's parameter count: launch checks calls
+// against it, so a missing argument is an error naming the kernel rather
+// than a fault on the device.
+func kernelSources() (mods, names map[string]string, paramCounts map[string]int, err error) {
+	ents, err := kernelFS.ReadDir("kernels")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	prelude := kernelPrelude()
+	mods = map[string]string{}
+	names = map[string]string{}
+	paramCounts = map[string]int{}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".cu") {
+			continue
+		}
+		b, err := kernelFS.ReadFile("kernels/" + e.Name())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		mod := strings.TrimSuffix(e.Name(), ".cu")
+		mods[mod] = prelude + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)
+		for _, m := range globalRE.FindAllStringSubmatchIndex(string(b), -1) {
+			name := string(b)[m[2]:m[3]]
+			params := string(b)[m[1]:]
+			if end := strings.Index(params, ")"); end >= 0 {
+				params = params[:end]
+			}
+			nparams := 0
+			if strings.TrimSpace(params) != "" {
+				nparams = strings.Count(params, ",") + 1
+			}
+			paramCounts[name] = nparams
+			m := []string{"", name}
+			if prev, dup := names[m[1]]; dup {
+				return nil, nil, nil, fmt.Errorf("cuda: kernel %s defined in both %s and %s", m[1], prev, mod)
+			}
+			names[m[1]] = mod
+		}
+	}
+	return mods, names, paramCounts, nil
+}
+
+// ModuleNames lists the embedded kernel modules.
+func ModuleNames() []string {
+	mods, _, _, err := kernelSources()
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(mods))
+	for m := range mods {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// kernels compiles modules on first use and caches function handles.
+type kernels struct {
+	d        *Device
+	dir      string
+	mu       sync.Mutex
+	srcs     map[string]string
+	names    map[string]string
+	srcErr   error
+	mods     map[string]C.CUmodule
+	funcs    map[string]C.CUfunction
+	compiled map[string]string // module -> "cache hit" / "compiled" for doctor
+	params   map[string]int    // kernel -> parameter count
+}
+
+func newKernels(d *Device, dir string) *kernels {
+	k := &kernels{d: d, dir: dir, mods: map[string]C.CUmodule{}, funcs: map[string]C.CUfunction{}, compiled: map[string]string{}}
+	k.srcs, k.names, k.params, k.srcErr = kernelSources()
+	return k
+}
+
+// nvrtcOptions are passed to every compilation (and hashed into the key).
+var nvrtcOptions = []string{"-DKT_NVRTC=1"}
+
+// loadModule compiles or reads from cache, then loads module mod. Caller
+// holds k.mu.
+func (k *kernels) loadModule(mod string) (C.CUmodule, error) {
+	if m, ok := k.mods[mod]; ok {
+		return m, nil
+	}
+	src, ok := k.srcs[mod]
+	if !ok {
+		return nil, fmt.Errorf("cuda: no kernel module %q", mod)
+	}
+	major, minor, err := NVRTCVersion()
+	if err != nil {
+		return nil, err
+	}
+	archs, err := nvrtcArchs()
+	if err != nil {
+		return nil, err
+	}
+	arch, cubin := compileTarget(k.d.Info.Major*10+k.d.Info.Minor, archs)
+	key := cacheKey(mod, src, nvrtcOptions, arch, k.d.Info.DriverVersion, major, minor)
+	path := filepath.Join(k.dir, key)
+	var image []byte
+	status := "compiled"
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		image, status = b, "cache hit"
+	} else {
+		if image, err = nvrtcCompile(mod+".cu", src, arch, cubin, nvrtcOptions); err != nil {
+			return nil, err
+		}
+		// A cache that cannot be written only costs a recompile next time.
+		_ = writeFileAtomic(path, image)
+	}
+	m, err := k.moduleLoad(mod, image)
+	if err != nil && status == "cache hit" {
+		// A corrupt cache file: compile afresh and overwrite it.
+		if image, err = nvrtcCompile(mod+".cu", src, arch, cubin, nvrtcOptions); err != nil {
+			return nil, err
+		}
+		_ = writeFileAtomic(path, image)
+		status = "recompiled (cache entry unusable)"
+		m, err = k.moduleLoad(mod, image)
+	}
+	if err != nil {
+		return nil, err
+	}
+	k.mods[mod] = m
+	k.compiled[mod] = status + " " + path
+	return m, nil
+}
+
+func (k *kernels) moduleLoad(mod string, image []byte) (C.CUmodule, error) {
+	cimg := C.CBytes(image)
+	defer C.free(cimg)
+	var m C.CUmodule
+	if err := cuErr(C.kt_cuModuleLoadData(k.d.ctx, &m, cimg), "cuModuleLoadData(%s)", mod); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// function returns the handle of kernel name, compiling its module if
+// needed.
+func (k *kernels) function(name string) (C.CUfunction, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if f, ok := k.funcs[name]; ok {
+		return f, nil
+	}
+	if k.srcErr != nil {
+		return nil, k.srcErr
+	}
+	mod, ok := k.names[name]
+	if !ok {
+		return nil, fmt.Errorf("cuda: no kernel named %q in the embedded sources", name)
+	}
+	m, err := k.loadModule(mod)
+	if err != nil {
+		return nil, err
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var f C.CUfunction
+	if err := cuErr(C.kt_cuModuleGetFunction(k.d.ctx, &f, m, cname), "cuModuleGetFunction(%s)", name); err != nil {
+		return nil, err
+	}
+	k.funcs[name] = f
+	return f, nil
+}
+
+// CompileAll compiles (or loads from the cache) every embedded module and
+// reports, per module, whether it came from the cache. kt doctor uses it.
+func (d *Device) CompileAll() (map[string]string, error) {
+	k := d.kern
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.srcErr != nil {
+		return nil, k.srcErr
+	}
+	for mod := range k.srcs {
+		if _, err := k.loadModule(mod); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string]string{}
+	for m, s := range k.compiled {
+		out[m] = s
+	}
+	return out, nil
+}
+
+func (k *kernels) close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var first error
+	for name, m := range k.mods {
+		if err := cuErr(C.kt_cuModuleUnload(k.d.ctx, m), "cuModuleUnload(%s)", name); err != nil && first == nil {
+			first = err
+		}
+	}
+	k.mods = map[string]C.CUmodule{}
+	k.funcs = map[string]C.CUfunction{}
+	return first
+}
+
+// dim3 is a grid or block shape.
+type dim3 struct{ x, y, z uint32 }
+
+func grid1(x int) dim3    { return dim3{uint32(x), 1, 1} }
+func grid2(x, y int) dim3 { return dim3{uint32(x), uint32(y), 1} }
+
+// packArgs turns kernel arguments into 8-byte slots. Supported: Buffer
+// and uint64 (device pointers), int (passed as int32, checked), int32,
+// int64 (a `long long` parameter), uint32, float32, float64 (passed as
+// float32).
+func packArgs(args []any) ([]uint64, error) {
+	out := make([]uint64, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case Buffer:
+			out[i] = v.Ptr
+		case uint64:
+			out[i] = v
+		case int:
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, fmt.Errorf("cuda: kernel argument %d: int %d overflows int32", i, v)
+			}
+			out[i] = uint64(uint32(int32(v)))
+		case int32:
+			out[i] = uint64(uint32(v))
+		case int64:
+			out[i] = uint64(v)
+		case uint32:
+			out[i] = uint64(v)
+		case float32:
+			out[i] = uint64(math.Float32bits(v))
+		case float64:
+			out[i] = uint64(math.Float32bits(float32(v)))
+		default:
+			return nil, fmt.Errorf("cuda: kernel argument %d: unsupported type %T", i, a)
+		}
+	}
+	return out, nil
+}
+
+// launch queues kernel name on s.
+func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args ...any) error {
+	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
+		return nil // nothing to do
+	}
+	f, err := d.kern.function(name)
+	if err != nil {
+		return err
+	}
+	if n, ok := d.kern.params[name]; ok && n != len(args) {
+		return fmt.Errorf("cuda: launching %s: %d arguments for %d parameters", name, len(args), n)
+	}
+	slots, err := packArgs(args)
+	if err != nil {
+		return fmt.Errorf("cuda: launching %s: %w", name, err)
+	}
+	if smem > 48<<10 {
+		// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+		if err := cuErr(C.kt_cuFuncSetAttribute(d.ctx, f, 8, C.int(smem)), "cuFuncSetAttribute(%s, smem=%d)", name, smem); err != nil {
+			return err
+		}
+	}
+	var p *C.uint64_t
+	if len(slots) > 0 {
+		p = (*C.uint64_t)(unsafe.Pointer(&slots[0]))
+	}
+	r := C.kt_launch(d.ctx, f, C.uint(grid.x), C.uint(grid.y), C.uint(grid.z), C.uint(block.x), C.uint(block.y), C.uint(block.z),
+		C.uint(smem), s.s, p, C.int(len(slots)))
+	return cuErr(r, "cuLaunchKernel(%s grid=%v block=%v smem=%d)", name, grid, block, smem)
+}

@@ -1,0 +1,103 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReportLines runs everywhere: on a machine without CUDA the report must
+// say why the GPU is not used; with one it lists the GPUs.
+func TestReportLines(t *testing.T) {
+	r := Check(0, false)
+	lines := r.Lines()
+	if len(lines) == 0 {
+		t.Fatal("empty report")
+	}
+	joined := strings.Join(lines, "\n")
+	if r.Err != nil && !strings.Contains(joined, "running on the CPU") {
+		t.Fatalf("report without a GPU does not say why:\n%s", joined)
+	}
+	if r.Err == nil && len(r.GPUs) == 0 {
+		t.Fatalf("no error and no GPU:\n%s", joined)
+	}
+	t.Logf("\n%s", joined)
+}
+
+// TestReportCompile is the doctor's kernel-compile check (GPU only).
+func TestReportCompile(t *testing.T) {
+	testDevice(t)
+	r := Check(0, true)
+	if r.KernelErr != nil {
+		t.Fatal(r.KernelErr)
+	}
+	if len(r.Kernels) != len(ModuleNames()) {
+		t.Fatalf("%d modules checked, %d embedded", len(r.Kernels), len(ModuleNames()))
+	}
+	t.Logf("\n%s", strings.Join(r.Lines(), "\n"))
+}
+
+func TestKernelSourcesIndex(t *testing.T) {
+	mods, names, params, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rmsnorm_bf16", "rope_bf16", "attn_decode_d128_bf16", "attn_decode_d256_bf16", "attn_prefill_bf16",
+		"conv1d_silu_bf16", "gdn_recurrent_bf16", "router_topk_bf16", "moe_gemm_bf16", "sample_f32", "fp8_block_dequant"} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("kernel %s not found in the embedded sources", want)
+		}
+	}
+	for name, n := range map[string]int{"attn_prefill_bf16": 15, "rmsnorm_bf16": 8, "sample_f32": 5, "moe_align": 10} {
+		if params[name] != n {
+			t.Errorf("kernel %s: %d parameters counted, want %d", name, params[name], n)
+		}
+	}
+	for m, src := range mods {
+		if !strings.Contains(src, "typedef unsigned short bf16") {
+			t.Errorf("module %s lacks the common prelude", m)
+		}
+		if strings.Contains(src, "#include") {
+			t.Errorf("module %s includes a header; NVRTC gets no include path", m)
+		}
+	}
+}
+
+func TestCompileTargetAndCacheKey(t *testing.T) {
+	if a, cubin := compileTarget(90, []int{75, 80, 86, 89, 90, 100}); a != "sm_90" || !cubin {
+		t.Fatalf("sm 90: %s %v", a, cubin)
+	}
+	if a, cubin := compileTarget(120, []int{75, 80, 90, 100}); a != "compute_100" || cubin {
+		t.Fatalf("sm 120 on an older NVRTC: %s %v", a, cubin)
+	}
+	k1 := cacheKey("norm", "src", nil, "sm_90", 13000, 13, 0)
+	for _, k := range []string{
+		cacheKey("norm", "src2", nil, "sm_90", 13000, 13, 0),
+		cacheKey("norm", "src", []string{"-DX"}, "sm_90", 13000, 13, 0),
+		cacheKey("norm", "src", nil, "sm_89", 13000, 13, 0),
+		cacheKey("norm", "src", nil, "sm_90", 13010, 13, 0),
+		cacheKey("norm", "src", nil, "sm_90", 13000, 13, 1),
+	} {
+		if k == k1 {
+			t.Fatalf("cache key %s does not change with its inputs", k)
+		}
+	}
+	if !strings.HasSuffix(cacheKey("m", "s", nil, "compute_100", 1, 1, 1), ".ptx") {
+		t.Fatal("PTX targets should be cached as .ptx")
+	}
+}
+
+func TestPackArgs(t *testing.T) {
+	slots, err := packArgs([]any{Buffer{Ptr: 0x1234}, int(-1), int64(-2), float32(1.5), uint32(7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slots[0] != 0x1234 || slots[1] != 0xffffffff || slots[2] != ^uint64(1) || slots[3] != 0x3fc00000 || slots[4] != 7 {
+		t.Fatalf("packed %x", slots)
+	}
+	if _, err := packArgs([]any{int(1) << 40}); err == nil {
+		t.Fatal("int overflowing int32 accepted")
+	}
+	if _, err := packArgs([]any{"x"}); err == nil {
+		t.Fatal("string argument accepted")
+	}
+}

@@ -1,0 +1,260 @@
+package cuda
+
+/*
+#include "ktcuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Stream is a CUDA stream created non-blocking (it never synchronises with
+// the legacy default stream).
+type Stream struct {
+	d *Device
+	s C.CUstream
+}
+
+// NewStream creates a stream.
+func (d *Device) NewStream() (*Stream, error) {
+	st := &Stream{d: d}
+	// CU_STREAM_NON_BLOCKING
+	if err := cuErr(C.kt_cuStreamCreate(d.ctx, &st.s, 1), "cuStreamCreate"); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Destroy releases the stream after its queued work completes.
+func (s *Stream) Destroy() error {
+	if s.s == nil {
+		return nil
+	}
+	err := cuErr(C.kt_cuStreamDestroy(s.d.ctx, s.s), "cuStreamDestroy")
+	s.s = nil
+	return err
+}
+
+// Synchronize waits for all work queued on s.
+func (s *Stream) Synchronize() error {
+	return cuErr(C.kt_cuStreamSynchronize(s.d.ctx, s.s), "cuStreamSynchronize")
+}
+
+// Wait makes future work on s wait for e's last record.
+func (s *Stream) Wait(e *Event) error {
+	return cuErr(C.kt_cuStreamWaitEvent(s.d.ctx, s.s, e.e), "cuStreamWaitEvent")
+}
+
+// CopyHtoD queues a copy from pinned host memory to the device.
+func (s *Stream) CopyHtoD(dst Buffer, src *HostBuffer, srcOff, n int64) error {
+	if srcOff < 0 || n < 0 || srcOff+n > src.Size || n > dst.Size {
+		return fmt.Errorf("cuda: CopyHtoD of %d bytes at %d: out of range (host %d, device %d)", n, srcOff, src.Size, dst.Size)
+	}
+	return cuErr(C.kt_cuMemcpyHtoDAsync(s.d.ctx, C.CUdeviceptr(dst.Ptr), unsafe.Add(src.ptr, srcOff), C.size_t(n), s.s), "cuMemcpyHtoDAsync(%d bytes)", n)
+}
+
+// CopyDtoH queues a copy from the device to pinned host memory.
+func (s *Stream) CopyDtoH(dst *HostBuffer, dstOff int64, src Buffer, n int64) error {
+	if dstOff < 0 || n < 0 || dstOff+n > dst.Size || n > src.Size {
+		return fmt.Errorf("cuda: CopyDtoH of %d bytes at %d: out of range (host %d, device %d)", n, dstOff, dst.Size, src.Size)
+	}
+	return cuErr(C.kt_cuMemcpyDtoHAsync(s.d.ctx, unsafe.Add(dst.ptr, dstOff), C.CUdeviceptr(src.Ptr), C.size_t(n), s.s), "cuMemcpyDtoHAsync(%d bytes)", n)
+}
+
+// CopyDtoD queues a device-to-device copy of n bytes.
+func (s *Stream) CopyDtoD(dst, src Buffer, n int64) error {
+	if n < 0 || n > dst.Size || n > src.Size {
+		return fmt.Errorf("cuda: CopyDtoD of %d bytes: out of range (dst %d, src %d)", n, dst.Size, src.Size)
+	}
+	return cuErr(C.kt_cuMemcpyDtoDAsync(s.d.ctx, C.CUdeviceptr(dst.Ptr), C.CUdeviceptr(src.Ptr), C.size_t(n), s.s), "cuMemcpyDtoDAsync(%d bytes)", n)
+}
+
+// Memset queues filling b with the byte v.
+func (s *Stream) Memset(b Buffer, v byte) error {
+	return cuErr(C.kt_cuMemsetD8Async(s.d.ctx, C.CUdeviceptr(b.Ptr), C.uchar(v), C.size_t(b.Size), s.s), "cuMemsetD8Async(%d bytes)", b.Size)
+}
+
+// Memset32 queues filling b's first n 32-bit words with v.
+func (s *Stream) Memset32(b Buffer, v uint32, n int64) error {
+	if n*4 > b.Size {
+		return fmt.Errorf("cuda: Memset32 of %d words into %d bytes", n, b.Size)
+	}
+	return cuErr(C.kt_cuMemsetD32Async(s.d.ctx, C.CUdeviceptr(b.Ptr), C.uint(v), C.size_t(n), s.s), "cuMemsetD32Async(%d words)", n)
+}
+
+// Event marks a point in a stream.
+type Event struct {
+	d *Device
+	e C.CUevent
+}
+
+// NewEvent creates an event; timing events record timestamps, others are
+// lighter (CU_EVENT_DISABLE_TIMING).
+func (d *Device) NewEvent(timing bool) (*Event, error) {
+	ev := &Event{d: d}
+	flags := C.uint(2) // CU_EVENT_DISABLE_TIMING
+	if timing {
+		flags = 0
+	}
+	if err := cuErr(C.kt_cuEventCreate(d.ctx, &ev.e, flags), "cuEventCreate"); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// Record marks the current end of s's queue.
+func (e *Event) Record(s *Stream) error {
+	return cuErr(C.kt_cuEventRecord(e.d.ctx, e.e, s.s), "cuEventRecord")
+}
+
+// Synchronize waits until the recorded work is done.
+func (e *Event) Synchronize() error {
+	return cuErr(C.kt_cuEventSynchronize(e.d.ctx, e.e), "cuEventSynchronize")
+}
+
+// Done reports whether the recorded work is complete, without blocking.
+func (e *Event) Done() (bool, error) {
+	r := C.kt_cuEventQuery(e.d.ctx, e.e)
+	if r == cuErrNotReady {
+		return false, nil
+	}
+	return r == 0, cuErr(r, "cuEventQuery")
+}
+
+// Elapsed returns the milliseconds between start's record and e's record.
+func (e *Event) Elapsed(start *Event) (float32, error) {
+	var ms C.float
+	if err := cuErr(C.kt_cuEventElapsedTime(e.d.ctx, &ms, start.e, e.e), "cuEventElapsedTime"); err != nil {
+		return 0, err
+	}
+	return float32(ms), nil
+}
+
+// Destroy releases the event.
+func (e *Event) Destroy() error {
+	if e.e == nil {
+		return nil
+	}
+	err := cuErr(C.kt_cuEventDestroy(e.d.ctx, e.e), "cuEventDestroy")
+	e.e = nil
+	return err
+}
+
+// HostFunc is a Go function registered to run on a CUDA stream
+// (cuLaunchHostFunc): it runs on a driver thread once all earlier work on
+// the stream is done, and the stream's later work waits for it to return.
+// It must not call CUDA. Registration is separate from launching so that
+// a graph captured with the function can be replayed many times; Release
+// it when no stream or graph can run it any more.
+type HostFunc struct {
+	h cgo.Handle
+}
+
+// NewHostFunc registers fn.
+func NewHostFunc(fn func()) *HostFunc { return &HostFunc{h: cgo.NewHandle(fn)} }
+
+// Release unregisters the function.
+func (f *HostFunc) Release() { f.h.Delete() }
+
+//export ktHostCallback
+func ktHostCallback(h C.uintptr_t) {
+	cgo.Handle(h).Value().(func())()
+}
+
+// LaunchHostFunc queues f on s.
+func (s *Stream) LaunchHostFunc(f *HostFunc) error {
+	return cuErr(C.kt_launch_host_func(s.d.ctx, s.s, C.uintptr_t(f.h)), "cuLaunchHostFunc")
+}
+
+// HostFlag is a 64-bit word in pinned host memory that a stream sets from
+// a C host function (no Go on the driver thread): the CPU side of the
+// hybrid step polls or waits on it to learn that the GPU reached a point.
+type HostFlag struct {
+	buf *HostBuffer
+}
+
+// NewHostFlag allocates a flag, initially 0.
+func (d *Device) NewHostFlag() (*HostFlag, error) {
+	b, err := d.AllocHost(64)
+	if err != nil {
+		return nil, err
+	}
+	HostSlice[int64](b)[0] = 0
+	return &HostFlag{buf: b}, nil
+}
+
+func (f *HostFlag) word() *int64 { return (*int64)(f.buf.ptr) }
+
+// Load reads the flag (acquire order).
+func (f *HostFlag) Load() int64 { return atomic.LoadInt64(f.word()) }
+
+// Store sets the flag from the CPU.
+func (f *HostFlag) Store(v int64) { atomic.StoreInt64(f.word(), v) }
+
+// Free releases the flag's memory.
+func (f *HostFlag) Free() error { return f.buf.Free() }
+
+// SignalFlag queues a host function on s that stores v into f.
+func (s *Stream) SignalFlag(f *HostFlag, v int64) error {
+	return cuErr(C.kt_launch_host_flag(s.d.ctx, s.s, (*C.int64_t)(unsafe.Pointer(f.word())), C.int64_t(v)), "cuLaunchHostFunc(flag)")
+}
+
+// Graph is an instantiated CUDA graph captured from a stream.
+type Graph struct {
+	d *Device
+	g C.CUgraph
+	e C.CUgraphExec
+}
+
+// Capture records everything fn queues on s into a graph instead of running
+// it, and instantiates the graph. Work fn queues must use fixed buffers:
+// replays reuse the captured addresses and kernel arguments.
+func (s *Stream) Capture(fn func() error) (*Graph, error) {
+	// CU_STREAM_CAPTURE_MODE_RELAXED: other goroutines may allocate while
+	// this one captures.
+	if err := cuErr(C.kt_cuStreamBeginCapture(s.d.ctx, s.s, 2), "cuStreamBeginCapture"); err != nil {
+		return nil, err
+	}
+	ferr := fn()
+	g := &Graph{d: s.d}
+	if err := cuErr(C.kt_cuStreamEndCapture(s.d.ctx, s.s, &g.g), "cuStreamEndCapture"); err != nil {
+		if ferr != nil {
+			return nil, fmt.Errorf("cuda: capture: %w (and %v)", ferr, err)
+		}
+		return nil, err
+	}
+	if ferr != nil {
+		C.kt_cuGraphDestroy(s.d.ctx, g.g)
+		return nil, fmt.Errorf("cuda: capture: %w", ferr)
+	}
+	if err := cuErr(C.kt_cuGraphInstantiate(s.d.ctx, &g.e, g.g), "cuGraphInstantiateWithFlags"); err != nil {
+		C.kt_cuGraphDestroy(s.d.ctx, g.g)
+		return nil, err
+	}
+	return g, nil
+}
+
+// Launch replays the graph on s.
+func (g *Graph) Launch(s *Stream) error {
+	return cuErr(C.kt_cuGraphLaunch(g.d.ctx, g.e, s.s), "cuGraphLaunch")
+}
+
+// Destroy releases the graph.
+func (g *Graph) Destroy() error {
+	var err error
+	if g.e != nil {
+		err = cuErr(C.kt_cuGraphExecDestroy(g.d.ctx, g.e), "cuGraphExecDestroy")
+		g.e = nil
+	}
+	if g.g != nil {
+		if e2 := cuErr(C.kt_cuGraphDestroy(g.d.ctx, g.g), "cuGraphDestroy"); err == nil {
+			err = e2
+		}
+		g.g = nil
+	}
+	return err
+}

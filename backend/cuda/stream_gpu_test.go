@@ -1,0 +1,348 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ktserve/kt/tensor"
+)
+
+// miniModel is a one-layer MoE decoder with real op shapes (smaller
+// widths), enough to exercise every op a decode step uses.
+type miniModel struct {
+	H, V, Hq, Hkv, D, E, K, I             int
+	embed, norm1, norm2, wqkv, wo, wr, lm Buffer
+	ex                                    *Experts
+	cache                                 *KVCache
+	// Fixed per-step buffers (graph replay reuses their addresses).
+	ids, pos, slot, seqLen, bt, params             Buffer
+	x, h, qkv, attn, o, rlog, rid, rw, moe, logits Buffer
+	toks, lps, ws                                  Buffer
+	moeWS                                          *MoEWorkspace
+	maxPages, splits                               int
+}
+
+func newMiniModel(t *testing.T, d *Device, seed uint64) *miniModel {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	m := &miniModel{H: 512, V: 4096, Hq: 8, Hkv: 2, D: 128, E: 16, K: 4, I: 256, maxPages: 8}
+	qkvW := (m.Hq + 2*m.Hkv) * m.D
+	m.embed = upload(t, d, randBF16(rng, m.V*m.H, 1))
+	m.norm1 = upload(t, d, randBF16(rng, m.H, 0.1))
+	m.norm2 = upload(t, d, randBF16(rng, m.H, 0.1))
+	m.wqkv = upload(t, d, randBF16(rng, qkvW*m.H, 0.05))
+	m.wo = upload(t, d, randBF16(rng, m.H*m.Hq*m.D, 0.05))
+	m.wr = upload(t, d, randBF16(rng, m.E*m.H, 0.05))
+	m.lm = upload(t, d, randBF16(rng, m.V*m.H, 0.05))
+	m.ex = &Experts{W13: upload(t, d, randBF16(rng, m.E*2*m.I*m.H, 0.05)), W2: upload(t, d, randBF16(rng, m.E*m.H*m.I, 0.05)), E: m.E, H: m.H, I: m.I}
+	var err error
+	if m.cache, err = d.NewKVCache(m.maxPages, 16, m.Hkv, m.D); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.cache.Free(d) })
+	bt := make([]int32, m.maxPages)
+	for i := range bt {
+		bt[i] = int32(m.maxPages - 1 - i)
+	}
+	m.bt = upload(t, d, bt)
+	m.ids = upload(t, d, []int32{0})
+	m.pos = upload(t, d, []int32{0})
+	m.slot = upload(t, d, []int32{0})
+	m.seqLen = upload(t, d, []int32{0})
+	m.params = upload(t, d, []SampleParams{{}})
+	for _, b := range []struct {
+		p *Buffer
+		n int
+	}{{&m.x, m.H * 2}, {&m.h, m.H * 2}, {&m.qkv, qkvW * 2}, {&m.attn, m.Hq * m.D * 2}, {&m.o, m.H * 2}, {&m.rlog, m.E * 2},
+		{&m.rid, m.K * 4}, {&m.rw, m.K * 4}, {&m.moe, m.H * 2}, {&m.logits, m.V * 4}, {&m.toks, 4}, {&m.lps, 4}} {
+		*b.p = poisoned(t, d, int64(b.n))
+	}
+	m.splits = 4
+	m.ws = poisoned(t, d, DecodeWorkspaceBytes(1, m.Hq, m.D, m.splits))
+	if m.moeWS, err = d.NewMoEWorkspace(1, m.K, m.ex); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.moeWS.Free(d) })
+	return m
+}
+
+// step queues one decode step reading the token, position, cache slot and
+// length from the fixed device buffers.
+func (m *miniModel) step(d *Device, s *Stream) error {
+	bf := tensor.BF16
+	qkvW := (m.Hq + 2*m.Hkv) * m.D
+	steps := []func() error{
+		func() error { return d.Embed(s, m.x, m.embed, m.ids, 1, m.V, m.H) },
+		func() error { return d.RMSNorm(s, m.h, m.x, m.norm1, 1, m.H, int64(m.H), int64(m.H), 1e-6, NormPlain) },
+		func() error {
+			return d.Gemm(s, GemmArgs{M: 1, N: qkvW, K: m.H, A: m.h, B: m.wqkv, D: m.qkv, AType: bf, BType: bf, DType: bf})
+		},
+		func() error {
+			return d.Rope(s, RopeArgs{X: m.qkv, Pos: m.pos, T: 1, Heads: m.Hq + m.Hkv, HeadDim: m.D, RotDim: m.D, TokStride: int64(qkvW), Theta: 1e6})
+		},
+		func() error {
+			k := m.qkv.Slice(int64(m.Hq*m.D*2), int64(m.Hkv*m.D*2))
+			v := m.qkv.Slice(int64((m.Hq+m.Hkv)*m.D*2), int64(m.Hkv*m.D*2))
+			return d.StoreKV(s, m.cache, k, v, int64(qkvW), int64(qkvW), m.slot, 1)
+		},
+		func() error {
+			return d.AttentionDecode(s, DecodeArgs{Out: m.attn, Q: m.qkv, QStride: int64(qkvW), Cache: m.cache, BlockTable: m.bt, MaxPages: m.maxPages,
+				SeqLens: m.seqLen, B: 1, QHeads: m.Hq, Scale: 0.0884, Splits: m.splits, Work: &AttnWorkspace{m.ws}})
+		},
+		func() error {
+			return d.Gemm(s, GemmArgs{M: 1, N: m.H, K: m.Hq * m.D, A: m.attn, B: m.wo, D: m.o, AType: bf, BType: bf, DType: bf})
+		},
+		func() error { return d.AddRMSNorm(s, m.h, m.x, m.o, m.norm2, 1, m.H, 1e-6, NormPlain) },
+		func() error {
+			return d.Gemm(s, GemmArgs{M: 1, N: m.E, K: m.H, A: m.h, B: m.wr, D: m.rlog, AType: bf, BType: bf, DType: bf})
+		},
+		func() error { return d.RouterTopK(s, m.rid, m.rw, m.rlog, 1, m.E, m.K, true) },
+		func() error { return d.ExpertFFN(s, m.x, m.h, m.rid, m.rw, 1, m.ex, m.moeWS, Buffer{}, true) },
+		func() error {
+			return d.Gemm(s, GemmArgs{M: 1, N: m.V, K: m.H, A: m.x, B: m.lm, D: m.logits, AType: bf, BType: bf, DType: tensor.F32})
+		},
+		func() error { return d.Sample(s, m.toks, m.lps, m.logits, m.params, 1, m.V) },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestGraphDecodeStep captures a whole decode step (embedding to sampled
+// token, with the step's inputs copied from pinned host memory at fixed
+// addresses and a host function and a host flag at the end) into a CUDA
+// graph, replays it for several tokens, and checks every replay against
+// the same step run eagerly on an identical model.
+func TestGraphDecodeStep(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	eager, graphed := newMiniModel(t, d, 1), newMiniModel(t, d, 1)
+	// Pinned staging: [token, position, slot, seqLen] in, [token] out.
+	in, err := d.AllocHost(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Free()
+	outH, err := d.AllocHost(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outH.Free()
+	flag, err := d.NewHostFlag()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flag.Free()
+	var calls atomic.Int64
+	hf := NewHostFunc(func() { calls.Add(1) })
+	defer hf.Release()
+	stage := func(m *miniModel) error {
+		for i, b := range []Buffer{m.ids, m.pos, m.slot, m.seqLen} {
+			if err := s.CopyHtoD(b, in, int64(4*i), 4); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, err := s.Capture(func() error {
+		if err := stage(graphed); err != nil {
+			return err
+		}
+		if err := graphed.step(d, s); err != nil {
+			return err
+		}
+		if err := s.CopyDtoH(outH, 0, graphed.toks, 4); err != nil {
+			return err
+		}
+		if err := s.LaunchHostFunc(hf); err != nil {
+			return err
+		}
+		return s.SignalFlag(flag, 7)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	tok := int32(17)
+	for i := 0; i < 12; i++ {
+		vals := HostSlice[int32](in)
+		vals[0], vals[1], vals[2], vals[3] = tok, int32(i), eager.blockSlot(i), int32(i+1)
+		// Eager run of the same step on the twin model.
+		if err := stage(eager); err != nil {
+			t.Fatal(err)
+		}
+		if err := eager.step(d, s); err != nil {
+			t.Fatal(err)
+		}
+		wantLogits := download[float32](t, d, s, eager.logits, eager.V)
+		wantTok := download[int32](t, d, s, eager.toks, 1)[0]
+		flag.Store(0)
+		if err := g.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		gotLogits := download[float32](t, d, s, graphed.logits, graphed.V)
+		gotTok := HostSlice[int32](outH)[0]
+		for j := range wantLogits {
+			if gotLogits[j] != wantLogits[j] {
+				t.Fatalf("step %d: logit %d = %g after graph replay, %g eager", i, j, gotLogits[j], wantLogits[j])
+			}
+		}
+		if gotTok != wantTok {
+			t.Fatalf("step %d: graph sampled %d, eager %d", i, gotTok, wantTok)
+		}
+		if calls.Load() != int64(i+1) || flag.Load() != 7 {
+			t.Fatalf("step %d: host function ran %d times, flag %d", i, calls.Load(), flag.Load())
+		}
+		tok = gotTok
+	}
+	t.Logf("12 graph replays matched eager decode steps bit for bit; last token %d", tok)
+}
+
+// blockSlot returns the cache slot of position p under the model's block
+// table (pages in reverse order).
+func (m *miniModel) blockSlot(p int) int32 {
+	return int32((m.maxPages-1-p/16)*16 + p%16)
+}
+
+// TestStreamsEventsHostFunc checks cross-stream ordering through an event
+// and that host functions run in stream order.
+func TestStreamsEventsHostFunc(t *testing.T) {
+	d := testDevice(t)
+	s1, s2 := testStream(t, d), testStream(t, d)
+	const n = 64 << 20
+	a := poisoned(t, d, n)
+	b := poisoned(t, d, n)
+	c := poisoned(t, d, n)
+	ev, err := d.NewEvent(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	start, err := d.NewEvent(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer start.Destroy()
+	var order []int
+	var seen atomic.Int64
+	h1 := NewHostFunc(func() { order = append(order, 1); seen.Add(1) })
+	h2 := NewHostFunc(func() { order = append(order, 2); seen.Add(1) })
+	defer h1.Release()
+	defer h2.Release()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(start.Record(s1))
+	must(s1.Memset(a, 0x3c))
+	must(s1.CopyDtoD(b, a, n))
+	must(s1.LaunchHostFunc(h1))
+	must(ev.Record(s1))
+	must(s2.Wait(ev))
+	must(s2.LaunchHostFunc(h2))
+	must(s2.CopyDtoD(c, b, n))
+	must(s2.Synchronize())
+	must(s1.Synchronize())
+	got := download[byte](t, d, s2, c, n)
+	for i := 0; i < n; i += 4093 {
+		if got[i] != 0x3c {
+			t.Fatalf("byte %d = %#x after the event-ordered copies, want 0x3c", i, got[i])
+		}
+	}
+	if len(order) != 2 || order[0] != 1 || order[1] != 2 {
+		t.Fatalf("host functions ran in order %v, want [1 2]", order)
+	}
+	ms, err := ev.Elapsed(start)
+	must(err)
+	if ms <= 0 {
+		t.Fatalf("elapsed %g ms", ms)
+	}
+	done, err := ev.Done()
+	must(err)
+	if !done {
+		t.Fatal("event not done after synchronize")
+	}
+	t.Logf("memset+copy of %d MiB: %.3f ms", n>>20, ms)
+}
+
+// TestKernelCache compiles every module into an empty cache directory, then
+// checks a second device instance loads them from the cache, and that a
+// corrupt cache entry is recompiled.
+func TestKernelCache(t *testing.T) {
+	d := testDevice(t)
+	dir := t.TempDir()
+	k1 := newKernels(d, dir)
+	defer k1.close()
+	d2 := *d
+	d2.kern = k1
+	st, err := d2.CompileAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m, v := range st {
+		if !strings.HasPrefix(v, "compiled") {
+			t.Fatalf("module %s: %s, want compiled", m, v)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != len(ModuleNames()) {
+		t.Fatalf("%d cache files for %d modules", len(ents), len(ModuleNames()))
+	}
+	// Corrupt one entry.
+	if err := os.WriteFile(dir+"/"+ents[0].Name(), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k2 := newKernels(d, dir)
+	defer k2.close()
+	d2.kern = k2
+	st, err = d2.CompileAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits, re := 0, 0
+	for _, v := range st {
+		switch {
+		case strings.HasPrefix(v, "cache hit"):
+			hits++
+		case strings.HasPrefix(v, "recompiled"):
+			re++
+		}
+	}
+	if hits != len(st)-1 || re != 1 {
+		t.Fatalf("second load: %d cache hits, %d recompiled of %d: %v", hits, re, len(st), st)
+	}
+}
+
+// TestErrorsNameTheCall checks that failures come back as errors naming
+// what failed, not crashes.
+func TestErrorsNameTheCall(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	if _, err := d.Alloc(1<<50, "giant"); err == nil || !strings.Contains(err.Error(), "giant") || !strings.Contains(err.Error(), "--mem-fraction-static") {
+		t.Fatalf("giant allocation: %v", err)
+	}
+	small := poisoned(t, d, 64)
+	err := d.RMSNorm(s, small, small, small, 4, 2048, 2048, 2048, 1e-6, NormPlain)
+	if err == nil || !strings.Contains(err.Error(), "RMSNorm") {
+		t.Fatalf("undersized RMSNorm: %v", err)
+	}
+	if err := d.launch(s, "no_such_kernel", grid1(1), grid1(1), 0); err == nil || !strings.Contains(err.Error(), "no_such_kernel") {
+		t.Fatalf("unknown kernel: %v", err)
+	}
+	// A launch the driver rejects (too many threads) names cuLaunchKernel.
+	err = d.launch(s, "add_bf16", grid1(1), grid1(4096), 0, small, small, small, int64(1))
+	if err == nil || !strings.Contains(err.Error(), "cuLaunchKernel(add_bf16") {
+		t.Fatalf("bad launch: %v", err)
+	}
+	t.Logf("example error: %v", err)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/doctor"
+	"github.com/ktserve/kt/sysinfo"
+)
+
+func init() { addCommand(newDoctorCmd) }
+
+// errChecksFailed makes kt doctor exit non-zero after printing its report.
+var errChecksFailed = errors.New("doctor: some checks failed")
+
+func newDoctorCmd() *cobra.Command {
+	var modelPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check this machine (and optionally a model directory) for serving with kt",
+		Long: `kt doctor reports the CPU (model, instruction sets, AMX permission, cores,
+NUMA nodes), memory (RAM, cgroup limit, transparent huge pages) and GPUs, each
+as a pass/warn/fail line with a hint. With --model-path it also checks the
+model directory: config.json, every tensor the config implies, disk space and
+whether the routed experts fit in RAM. It exits with status 1 if any check fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env := &doctor.Env{Sys: sysinfo.Detect(), ModelPath: modelPath}
+			results := doctor.Run(env, doctor.Checks())
+			w := cmd.OutOrStdout()
+			var err error
+			if asJSON {
+				err = doctor.WriteJSON(w, results)
+			} else {
+				err = doctor.WriteText(w, results)
+			}
+			if err != nil {
+				return err
+			}
+			if doctor.Worst(results) == doctor.Fail {
+				return errChecksFailed
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&modelPath, "model-path", "", "also check this model directory (config.json + safetensors)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/sysinfo"
+)
+
+func init() { addCommand(newInspectCmd) }
+
+func newInspectCmd() *cobra.Command {
+	var modelPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect --model-path DIR",
+		Short: "Load a model directory and describe it: layers, experts, sizes, whether it fits",
+		Long: `kt inspect reads config.json, generation_config.json and the safetensors
+weights of a Hugging Face model directory, checks that every tensor the config
+implies is present with the right shape, and describes the model: which layers
+are MoE or dense and full or linear attention, expert counts, parameter and
+routed-expert bytes, and whether the routed experts fit in this machine's RAM.
+It exits with status 1 if the directory does not load or fails the check.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if modelPath == "" {
+				return fmt.Errorf("inspect: --model-path is required")
+			}
+			c, err := modelconfig.Load(modelPath)
+			if err != nil {
+				return err
+			}
+			g, _, err := modelconfig.LoadGeneration(modelPath)
+			if err != nil {
+				return err
+			}
+			ck, err := safetensors.OpenDir(modelPath)
+			if err != nil {
+				return err
+			}
+			defer ck.Close()
+			r := modelconfig.Check(c, ck)
+			mem := sysinfo.Detect().Memory
+			avail := mem.EffectiveMemory()
+			fits := avail > 0 && r.RoutedExpertBytes <= avail*8/10
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(map[string]any{
+					"model_path": modelPath, "config": c, "generation": g, "check": r,
+					"ram_available": avail, "routed_experts_fit_in_ram": fits,
+				}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(w, "%-16s %s\n", "model", modelPath)
+				if err := modelconfig.Describe(w, c, g, r); err != nil {
+					return err
+				}
+				verdict := "fit"
+				if !fits {
+					verdict = "do NOT fit (kt quant to INT8/INT4, or more RAM)"
+				}
+				fmt.Fprintf(w, "%-16s routed experts %s in %.1f GiB available (80%% rule)\n", "RAM", verdict, float64(avail)/(1<<30))
+			}
+			return r.Err()
+		},
+	}
+	cmd.Flags().StringVar(&modelPath, "model-path", "", "model directory (config.json + *.safetensors)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the description as JSON")
+	return cmd
+}

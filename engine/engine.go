@@ -1,0 +1,723 @@
+// Package engine is the scheduler between the HTTP server and a model
+// runner. One goroutine (Run) owns all engine state and the runner: it
+// admits requests within --max-running-requests and the KV budget, builds
+// each forward step from prefill chunks (bounded by --chunked-prefill-size)
+// and decode tokens (mixed in one step with --enable-mixed-chunk), samples,
+// and hands tokens to each request's Stream. When the KV budget runs out
+// mid-decode the most recently admitted sequences are preempted: their
+// memory is freed and they are recomputed later from their tokens, so the
+// answer is the same as if they had never been interrupted.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ktserve/kt/model"
+)
+
+// Config sizes the scheduler; it mirrors the serve flags of the same names.
+type Config struct {
+	MaxRunningRequests int // sequences in flight at once (runner slots)
+	ChunkedPrefillSize int // prompt tokens per step; <= 0 disables chunking
+	MaxPrefillTokens   int // prompt tokens of several prompts in one step (default 16384)
+	EnableMixedChunk   bool
+	ContextLength      int     // 0: the model's
+	EOSTokenIDs        []int32 // stop tokens besides the model's (generation_config)
+	Seed               uint64  // base of the seeds of requests that give none
+	RandomSeed         bool    // draw request seeds at random (ignore Seed)
+	WatchdogTimeout    time.Duration
+	// OnHang is called (from another goroutine) when one forward step has
+	// taken longer than WatchdogTimeout. The default logs an error.
+	OnHang func(step time.Duration)
+	Logger *slog.Logger
+}
+
+// Stats is a snapshot of the engine for metrics and /get_server_info.
+type Stats struct {
+	Running, Queued   int
+	UsedTokens        int // KV tokens held
+	MaxTotalTokens    int // KV budget in tokens
+	PromptTokens      uint64
+	GenerationTokens  uint64
+	Preemptions       uint64
+	Steps             uint64
+	RequestsFinished  uint64
+	LastStepTokens    int
+	LastStepDecodes   int
+	LastStepDuration  time.Duration
+	StepDurationTotal time.Duration
+}
+
+// TokenUsage is the fraction of the KV budget in use.
+func (s Stats) TokenUsage() float64 {
+	if s.MaxTotalTokens == 0 {
+		return 0
+	}
+	return float64(s.UsedTokens) / float64(s.MaxTotalTokens)
+}
+
+// Engine schedules sequences on a model runner.
+type Engine struct {
+	r      model.Runner
+	cfg    Config
+	info   model.Info
+	ctxLen int
+	budget int // KV capacity in tokens
+	log    *slog.Logger
+
+	submitMu sync.Mutex
+	incoming []*seq
+	stopped  bool
+	wakeCh   chan struct{}
+	done     chan struct{}
+	seedCtr  atomic.Uint64
+
+	stats   atomic.Pointer[Stats]
+	stepBeg atomic.Int64 // unix nanos of the running step's start, 0 when idle
+
+	// Owned by the scheduler goroutine.
+	waiting   []*seq
+	running   []*seq
+	freeSlots []int
+	admitted  uint64
+	sm        sampler
+	batch     model.Batch
+	logits    model.Logits
+	chunkSeq  []*seq
+	st        Stats
+	eos       map[int32]bool
+}
+
+// seq is one sequence's scheduler state.
+type seq struct {
+	req        Request
+	stream     *Stream
+	tokens     []int32 // prompt then generated tokens
+	promptLen  int
+	computed   int // tokens in the runner's cache
+	slot       int
+	order      uint64 // admission order, for preemption
+	smp        *seqSampler
+	stops      map[int32]bool
+	maxNew     int
+	generated  int
+	preempted  int
+	promptDone bool // prompt logprobs delivered
+	promptLP   []TokenLogprob
+}
+
+// New prepares an engine for r. It reads the runner's KV budget, so it must
+// be called before anything is reserved.
+func New(r model.Runner, cfg Config) (*Engine, error) {
+	info := r.Info()
+	if info.VocabSize <= 0 {
+		return nil, fmt.Errorf("engine: model reports vocab size %d", info.VocabSize)
+	}
+	if cfg.MaxRunningRequests <= 0 {
+		return nil, fmt.Errorf("engine: max running requests must be positive, got %d", cfg.MaxRunningRequests)
+	}
+	if cfg.MaxPrefillTokens <= 0 {
+		cfg.MaxPrefillTokens = 16384
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctxLen := info.ContextLen
+	if cfg.ContextLength > 0 {
+		if ctxLen > 0 && cfg.ContextLength > ctxLen {
+			return nil, fmt.Errorf("engine: context length %d exceeds the model's %d", cfg.ContextLength, ctxLen)
+		}
+		ctxLen = cfg.ContextLength
+	}
+	if ctxLen <= 0 {
+		return nil, fmt.Errorf("engine: no context length (the model reports %d and none was set)", info.ContextLen)
+	}
+	budget := r.FreeTokens()
+	if budget <= 1 {
+		return nil, fmt.Errorf("engine: the KV budget holds %d tokens", budget)
+	}
+	e := &Engine{
+		r: r, cfg: cfg, info: info, ctxLen: ctxLen, budget: budget, log: cfg.Logger,
+		wakeCh: make(chan struct{}, 1), done: make(chan struct{}),
+		eos: map[int32]bool{},
+	}
+	for _, t := range append(slices.Clone(info.EOSTokenIDs), cfg.EOSTokenIDs...) {
+		e.eos[t] = true
+	}
+	for i := cfg.MaxRunningRequests - 1; i >= 0; i-- {
+		e.freeSlots = append(e.freeSlots, i)
+	}
+	e.st.MaxTotalTokens = budget
+	e.publish()
+	return e, nil
+}
+
+// Info is the model's description.
+func (e *Engine) Info() model.Info { return e.info }
+
+// ContextLength is the most tokens (prompt plus output) one sequence may hold.
+func (e *Engine) ContextLength() int { return e.ctxLen }
+
+// MaxTotalTokens is the KV budget in tokens.
+func (e *Engine) MaxTotalTokens() int { return e.budget }
+
+// MaxSequenceTokens is the most tokens one sequence can reach: the
+// context length, or the whole KV budget if that is smaller.
+func (e *Engine) MaxSequenceTokens() int { return min(e.ctxLen, e.budget) }
+
+// EOSTokenIDs lists the tokens that end a sequence unless IgnoreEOS.
+func (e *Engine) EOSTokenIDs() []int32 {
+	out := make([]int32, 0, len(e.eos))
+	for t := range e.eos {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stats returns the latest snapshot.
+func (e *Engine) Stats() Stats { return *e.stats.Load() }
+
+func (e *Engine) publish() {
+	s := e.st
+	e.stats.Store(&s)
+}
+
+func (e *Engine) wake() {
+	select {
+	case e.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Submit validates a request and queues it. The returned stream delivers
+// its tokens; when ctx ends before the sequence does, it is cancelled and
+// everything it holds is freed. Errors wrapping ErrInvalidRequest mean the
+// request can never run.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
+	p := req.Params
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if len(req.Prompt) == 0 {
+		return nil, fmt.Errorf("%w: the prompt is empty", ErrInvalidRequest)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || int(t) >= e.info.VocabSize {
+			return nil, fmt.Errorf("%w: prompt token %d at position %d is outside the vocabulary [0, %d)", ErrInvalidRequest, t, i, e.info.VocabSize)
+		}
+	}
+	limit := e.MaxSequenceTokens()
+	if len(req.Prompt) >= limit {
+		return nil, fmt.Errorf("%w: the prompt has %d tokens; this server takes at most %d (context length %d, KV budget %d) including at least one output token",
+			ErrInvalidRequest, len(req.Prompt), limit-1, e.ctxLen, e.budget)
+	}
+	maxNew := p.MaxNewTokens
+	if maxNew == 0 {
+		maxNew = limit - len(req.Prompt)
+	}
+	if len(req.Prompt)+maxNew > limit {
+		return nil, fmt.Errorf("%w: the prompt (%d tokens) plus max_new_tokens (%d) exceeds %d tokens (context length %d, KV budget %d)",
+			ErrInvalidRequest, len(req.Prompt), maxNew, limit, e.ctxLen, e.budget)
+	}
+	seed := p.Seed
+	if !p.HasSeed {
+		if e.cfg.RandomSeed {
+			seed = rand.Uint64()
+		} else {
+			seed = e.cfg.Seed + e.seedCtr.Add(1)
+		}
+	}
+	s := &seq{
+		req:       req,
+		tokens:    slices.Clip(slices.Clone(req.Prompt)),
+		promptLen: len(req.Prompt),
+		slot:      -1,
+		maxNew:    maxNew,
+		stops:     map[int32]bool{},
+	}
+	s.req.Params = p
+	s.smp = newSeqSampler(&s.req.Params, req.Prompt, seed)
+	if !p.IgnoreEOS {
+		for t := range e.eos {
+			s.stops[t] = true
+		}
+	}
+	for _, t := range p.StopTokenIDs {
+		s.stops[t] = true
+	}
+	s.stream = newStream(e.wake)
+	s.stream.stopWatch = context.AfterFunc(ctx, s.stream.Cancel)
+
+	e.submitMu.Lock()
+	if e.stopped {
+		e.submitMu.Unlock()
+		s.stream.stopWatch()
+		return nil, ErrStopped
+	}
+	e.incoming = append(e.incoming, s)
+	e.submitMu.Unlock()
+	e.wake()
+	return s.stream, nil
+}
+
+// Done is closed when Run has returned.
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Run is the scheduler loop. It returns when ctx ends, after ending every
+// sequence with FinishAbort, or when the runner fails.
+func (e *Engine) Run(ctx context.Context) error {
+	defer close(e.done)
+	if e.cfg.WatchdogTimeout > 0 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go e.watchdog(stop)
+	}
+	err := e.loop(ctx)
+	e.submitMu.Lock()
+	e.stopped = true
+	in := e.incoming
+	e.incoming = nil
+	e.submitMu.Unlock()
+	reason := errors.New("the server is shutting down")
+	if err != nil {
+		reason = err
+	}
+	for _, s := range slices.Concat(e.running, e.waiting, in) {
+		if s.slot >= 0 {
+			e.r.Free(s.slot)
+		}
+		e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: reason})
+	}
+	e.running, e.waiting = nil, nil
+	e.st.Running, e.st.Queued, e.st.UsedTokens = 0, 0, 0
+	e.publish()
+	return err
+}
+
+func (e *Engine) watchdog(stop chan struct{}) {
+	t := time.NewTicker(min(e.cfg.WatchdogTimeout/4, time.Second))
+	defer t.Stop()
+	fired := int64(0)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			beg := e.stepBeg.Load()
+			if beg == 0 || beg == fired {
+				continue
+			}
+			if d := time.Since(time.Unix(0, beg)); d > e.cfg.WatchdogTimeout {
+				fired = beg
+				if e.cfg.OnHang != nil {
+					e.cfg.OnHang(d)
+				} else {
+					e.log.Error("watchdog: a forward step is taking too long", "elapsed", d, "timeout", e.cfg.WatchdogTimeout)
+				}
+			}
+		}
+	}
+}
+
+func (e *Engine) loop(ctx context.Context) error {
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.drainIncoming()
+		e.reapCancelled()
+		if len(e.running) == 0 && len(e.waiting) == 0 {
+			e.publishState()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-e.wakeCh:
+			}
+			continue
+		}
+		e.admit()
+		if err := e.step(); err != nil {
+			return err
+		}
+		e.publishState()
+	}
+}
+
+func (e *Engine) drainIncoming() {
+	e.submitMu.Lock()
+	in := e.incoming
+	e.incoming = nil
+	e.submitMu.Unlock()
+	e.waiting = append(e.waiting, in...)
+}
+
+// reapCancelled ends every cancelled sequence and frees its slot at once.
+func (e *Engine) reapCancelled() {
+	keep := e.waiting[:0]
+	for _, s := range e.waiting {
+		if s.stream.cancelled.Load() {
+			e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1})
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	clear(e.waiting[len(keep):])
+	e.waiting = keep
+	keepR := e.running[:0]
+	for _, s := range e.running {
+		if s.stream.cancelled.Load() {
+			e.release(s)
+			e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1})
+		} else {
+			keepR = append(keepR, s)
+		}
+	}
+	clear(e.running[len(keepR):])
+	e.running = keepR
+}
+
+// release frees a running sequence's slot and KV memory.
+func (e *Engine) release(s *seq) {
+	e.r.Free(s.slot)
+	e.freeSlots = append(e.freeSlots, s.slot)
+	s.slot = -1
+	s.computed = 0
+}
+
+func (e *Engine) finish(s *seq, f Finish) {
+	f.PromptTokens = s.promptLen
+	f.OutputTokens = s.generated
+	f.Preemptions = s.preempted
+	s.stream.end(f)
+	e.st.RequestsFinished++
+}
+
+// headroom is the KV space kept free for the running sequences' next
+// tokens when admitting a new one, so that admission does not force an
+// immediate preemption.
+func (e *Engine) headroom() int {
+	h := 0
+	for _, s := range e.running {
+		h += min(s.maxNew-s.generated, 16)
+	}
+	return h
+}
+
+// admit moves waiting sequences to running while slots and KV allow, in
+// arrival order (preempted sequences go first).
+func (e *Engine) admit() {
+	for len(e.waiting) > 0 && len(e.freeSlots) > 0 {
+		s := e.waiting[0]
+		need := len(s.tokens)
+		if len(e.running) > 0 && e.r.FreeTokens() < need+e.headroom() {
+			return
+		}
+		slot := e.freeSlots[len(e.freeSlots)-1]
+		if err := e.r.Reserve(slot, need); err != nil {
+			if !errors.Is(err, model.ErrOutOfMemory) {
+				e.waiting = e.waiting[1:]
+				e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: fmt.Errorf("reserving KV memory: %w", err)})
+				continue
+			}
+			if len(e.running) == 0 {
+				// Nothing to wait for: the budget is smaller than Submit
+				// believed. Fail this one rather than wait forever.
+				e.waiting = e.waiting[1:]
+				e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: fmt.Errorf("the KV budget cannot hold %d tokens: %w", need, err)})
+				continue
+			}
+			return
+		}
+		e.freeSlots = e.freeSlots[:len(e.freeSlots)-1]
+		e.waiting = e.waiting[1:]
+		s.slot = slot
+		s.computed = 0
+		e.admitted++
+		s.order = e.admitted
+		e.running = append(e.running, s)
+	}
+}
+
+// makeRoom preempts the most recently admitted running sequence to free KV
+// memory for s. It returns false when s is the only running sequence; it
+// may preempt s itself when s is the newest.
+func (e *Engine) makeRoom(s *seq) bool {
+	var victim *seq
+	for _, x := range e.running {
+		if x.slot >= 0 && (victim == nil || x.order > victim.order) {
+			victim = x
+		}
+	}
+	if victim == nil || victim == s && len(e.running) == 1 {
+		return false
+	}
+	e.preempt(victim)
+	return true
+}
+
+func (e *Engine) preempt(s *seq) {
+	e.release(s)
+	s.preempted++
+	if !s.promptDone {
+		s.promptLP = nil
+	}
+	e.st.Preemptions++
+	e.running = slices.DeleteFunc(e.running, func(x *seq) bool { return x == s })
+	// Resume before newer arrivals, after sequences preempted earlier that
+	// were admitted before s.
+	i := 0
+	for i < len(e.waiting) && e.waiting[i].preempted > 0 && e.waiting[i].order < s.order {
+		i++
+	}
+	e.waiting = slices.Insert(e.waiting, i, s)
+	e.log.Debug("preempted", "id", s.req.ID, "tokens", len(s.tokens), "free_tokens", e.r.FreeTokens())
+}
+
+// reserveDecodes reserves one more token for each decoding sequence,
+// preempting the newest sequences when the KV budget runs out, and adds
+// the decode chunks to the batch.
+func (e *Engine) reserveDecodes(decodes []*seq) error {
+	var chosen []*seq
+	for _, s := range decodes {
+		if s.slot < 0 {
+			continue // preempted to make room for an earlier one
+		}
+		for {
+			err := e.r.Reserve(s.slot, 1)
+			if err == nil {
+				chosen = append(chosen, s)
+				break
+			}
+			if !errors.Is(err, model.ErrOutOfMemory) {
+				return fmt.Errorf("engine: reserving KV memory: %w", err)
+			}
+			if !e.makeRoom(s) {
+				// s is alone and still cannot grow: Submit's bound makes
+				// this unreachable unless the runner's budget shrank.
+				e.release(s)
+				e.running = slices.DeleteFunc(e.running, func(x *seq) bool { return x == s })
+				e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: fmt.Errorf("the KV budget is exhausted by this request alone: %w", err)})
+				break
+			}
+			if s.slot < 0 {
+				break // s itself was the newest and was preempted
+			}
+		}
+	}
+	for _, s := range chosen {
+		if s.slot < 0 {
+			continue
+		}
+		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:]})
+		e.chunkSeq = append(e.chunkSeq, s)
+	}
+	return nil
+}
+
+// planPrefills adds prefill chunks, oldest sequence first, within budget
+// tokens, and returns how many prompt tokens it added.
+func (e *Engine) planPrefills(prefills []*seq, budget int) (int, error) {
+	total := 0
+	for _, s := range prefills {
+		if s.slot < 0 {
+			continue
+		}
+		n := len(s.tokens) - s.computed
+		left := budget - total
+		if e.cfg.ChunkedPrefillSize > 0 {
+			if left <= 0 {
+				break
+			}
+			n = min(n, left)
+		} else if total > 0 && n > left {
+			break // no chunking: whole prompts only; the first always goes
+		}
+		if err := e.r.Reserve(s.slot, n); err != nil {
+			// Admission reserved the whole prompt, so this means the
+			// runner's accounting differs; try again next step.
+			if errors.Is(err, model.ErrOutOfMemory) {
+				continue
+			}
+			return 0, fmt.Errorf("engine: reserving KV memory: %w", err)
+		}
+		wantAll := s.req.Params.PromptLogprobs && !s.promptDone && s.computed < s.promptLen-1
+		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed : s.computed+n], AllLogits: wantAll})
+		e.chunkSeq = append(e.chunkSeq, s)
+		total += n
+	}
+	return total, nil
+}
+
+// step runs one forward pass and samples from it.
+func (e *Engine) step() error {
+	if len(e.running) == 0 {
+		return nil
+	}
+	var decodes, prefills []*seq
+	for _, s := range e.running {
+		if len(s.tokens)-s.computed == 1 && s.computed > 0 {
+			decodes = append(decodes, s)
+		} else {
+			prefills = append(prefills, s)
+		}
+	}
+	budget := e.cfg.MaxPrefillTokens
+	if e.cfg.ChunkedPrefillSize > 0 {
+		budget = min(budget, e.cfg.ChunkedPrefillSize)
+	}
+	e.batch.Chunks = e.batch.Chunks[:0]
+	e.chunkSeq = e.chunkSeq[:0]
+	var prefillTokens int
+	var err error
+	if e.cfg.EnableMixedChunk {
+		// Decode tokens first (they are cheap and latency-bound), then
+		// prefill chunks in the rest of the budget.
+		if err := e.reserveDecodes(decodes); err != nil {
+			return err
+		}
+		prefillTokens, err = e.planPrefills(prefills, max(budget-len(e.batch.Chunks), 1))
+	} else {
+		// SGLang's default: a step is all prefill when a prompt is
+		// waiting for it, else all decode.
+		prefillTokens, err = e.planPrefills(prefills, budget)
+		if err == nil && len(e.batch.Chunks) == 0 {
+			err = e.reserveDecodes(decodes)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if len(e.batch.Chunks) == 0 {
+		return nil
+	}
+	decodeCount := len(e.batch.Chunks)
+	for _, ch := range e.batch.Chunks {
+		if len(ch.Tokens) > 1 || ch.Pos == 0 {
+			decodeCount--
+		}
+	}
+
+	start := time.Now()
+	e.stepBeg.Store(start.UnixNano())
+	err = e.r.Forward(&e.batch, &e.logits)
+	e.stepBeg.Store(0)
+	dur := time.Since(start)
+	if err != nil {
+		return fmt.Errorf("engine: forward step: %w", err)
+	}
+	if len(e.logits.Rows) != len(e.batch.Chunks) {
+		return fmt.Errorf("engine: forward step returned %d logits entries for %d chunks", len(e.logits.Rows), len(e.batch.Chunks))
+	}
+	e.st.Steps++
+	e.st.LastStepDuration = dur
+	e.st.StepDurationTotal += dur
+	e.st.LastStepDecodes = decodeCount
+	e.st.LastStepTokens = prefillTokens + decodeCount
+	e.st.PromptTokens += uint64(prefillTokens)
+
+	var ended []*seq
+	for i, ch := range e.batch.Chunks {
+		s := e.chunkSeq[i]
+		rows := e.logits.Rows[i]
+		want := 1
+		if ch.AllLogits {
+			want = len(ch.Tokens)
+		}
+		if len(rows) != want {
+			return fmt.Errorf("engine: forward step returned %d logits rows for chunk %d, want %d", len(rows), i, want)
+		}
+		for _, r := range rows {
+			if len(r) != e.info.VocabSize {
+				return fmt.Errorf("engine: logits row of width %d, want %d", len(r), e.info.VocabSize)
+			}
+		}
+		if ch.AllLogits {
+			e.collectPromptLogprobs(s, ch, rows)
+		}
+		s.computed += len(ch.Tokens)
+		if s.computed < len(s.tokens) {
+			continue // a prefill chunk that is not the last
+		}
+		if s.req.Params.PromptLogprobs && !s.promptDone {
+			s.promptDone = true
+			s.stream.pushPrompt(s.promptLP)
+			s.promptLP = nil
+		}
+		if e.sampleNext(s, rows[len(rows)-1]) {
+			ended = append(ended, s)
+		}
+	}
+	for _, s := range ended {
+		e.running = slices.DeleteFunc(e.running, func(x *seq) bool { return x == s })
+	}
+	return nil
+}
+
+// collectPromptLogprobs records log P(prompt[j+1] | prompt[..j]) for the
+// chunk's positions.
+func (e *Engine) collectPromptLogprobs(s *seq, ch model.Chunk, rows [][]float32) {
+	for j, row := range rows {
+		next := ch.Pos + j + 1
+		if next >= s.promptLen {
+			break
+		}
+		mx, lse := logSumExp(row)
+		s.promptLP = append(s.promptLP, TokenLogprob{ID: s.tokens[next], Logprob: logprobOf(row, s.tokens[next], mx, lse)})
+	}
+}
+
+// sampleNext picks s's next token from row and reports whether s ended.
+func (e *Engine) sampleNext(s *seq, row []float32) bool {
+	p := &s.req.Params
+	s.smp.ban = nil
+	if s.generated < p.MinNewTokens {
+		s.smp.ban = s.stops
+	}
+	t, err := e.sm.sample(s.smp, row)
+	if err != nil {
+		e.release(s)
+		e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: err})
+		return true
+	}
+	tok := Token{ID: t}
+	if p.Logprobs || p.TopLogprobs > 0 {
+		mx, lse := logSumExp(row)
+		tok.Logprob = logprobOf(row, t, mx, lse)
+		if p.TopLogprobs > 0 {
+			tok.Top = e.sm.topN(row, p.TopLogprobs, mx, lse)
+		}
+	}
+	s.smp.accept(t)
+	s.tokens = append(s.tokens, t)
+	s.generated++
+	e.st.GenerationTokens++
+	s.stream.push(tok)
+
+	switch {
+	case s.stops[t] && s.generated >= p.MinNewTokens:
+		e.release(s)
+		e.finish(s, Finish{Reason: FinishStop, MatchedStop: t})
+	case s.generated >= s.maxNew || len(s.tokens) >= e.MaxSequenceTokens():
+		e.release(s)
+		e.finish(s, Finish{Reason: FinishLength, MatchedStop: -1})
+	default:
+		return false
+	}
+	return true
+}
+
+func (e *Engine) publishState() {
+	e.st.Running = len(e.running)
+	e.st.Queued = len(e.waiting)
+	e.st.UsedTokens = e.budget - e.r.FreeTokens()
+	e.publish()
+}

@@ -1,0 +1,397 @@
+package engine
+
+import (
+	"container/heap"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// errNoToken is returned when a constraint allows no token at all.
+var errNoToken = errors.New("the output constraint allows no next token")
+
+// seqSampler is one sequence's sampling state: its random stream and the
+// token counts the penalties need.
+type seqSampler struct {
+	p      *SamplingParams
+	rng    *rand.Rand
+	counts map[int32]int      // generated tokens (frequency/presence penalties)
+	seen   map[int32]struct{} // prompt and generated tokens (repetition penalty)
+	ban    map[int32]bool     // tokens that may not come next (stop tokens before min_new_tokens)
+}
+
+func newSeqSampler(p *SamplingParams, prompt []int32, seed uint64) *seqSampler {
+	s := &seqSampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
+		s.counts = map[int32]int{}
+	}
+	if p.RepetitionPenalty != 1 {
+		s.seen = make(map[int32]struct{}, len(prompt))
+		for _, t := range prompt {
+			s.seen[t] = struct{}{}
+		}
+	}
+	return s
+}
+
+// accept records a chosen token.
+func (s *seqSampler) accept(t int32) {
+	if s.counts != nil {
+		s.counts[t]++
+	}
+	if s.seen != nil {
+		s.seen[t] = struct{}{}
+	}
+	if s.p.Constraint != nil {
+		s.p.Constraint.Advance(t)
+	}
+}
+
+// sampler holds the scratch buffers of the scheduler goroutine; it is
+// shared by all sequences and allocates only when the vocabulary grows.
+type sampler struct {
+	work []float32
+	idx  []int32
+	h    minHeap
+}
+
+// logSumExp returns the max and log(sum(exp(x - max))) of row.
+func logSumExp(row []float32) (mx, lse float64) {
+	m := float32(math.Inf(-1))
+	for _, v := range row {
+		if v > m {
+			m = v
+		}
+	}
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v - m))
+	}
+	return float64(m), math.Log(sum)
+}
+
+// logprobOf returns log_softmax(row)[t] given logSumExp's results.
+func logprobOf(row []float32, t int32, mx, lse float64) float32 {
+	return float32(float64(row[t]) - mx - lse)
+}
+
+// topN returns the n largest entries of row as (id, logprob), best first.
+func (sm *sampler) topN(row []float32, n int, mx, lse float64) []TokenLogprob {
+	ids := sm.largest(row, n)
+	out := make([]TokenLogprob, len(ids))
+	for i, id := range ids {
+		out[i] = TokenLogprob{ID: id, Logprob: logprobOf(row, id, mx, lse)}
+	}
+	return out
+}
+
+// largest returns the indices of the n largest values of x, best first
+// (ties: lower index first). The slice is scratch, valid until the next call.
+func (sm *sampler) largest(x []float32, n int) []int32 {
+	n = min(n, len(x))
+	sm.h = sm.h[:0]
+	for i, v := range x {
+		if len(sm.h) < n {
+			heap.Push(&sm.h, item{int32(i), v})
+		} else if v > sm.h[0].v {
+			sm.h[0] = item{int32(i), v}
+			heap.Fix(&sm.h, 0)
+		}
+	}
+	sm.idx = sm.idx[:0]
+	for _, it := range sm.h {
+		sm.idx = append(sm.idx, it.i)
+	}
+	slices.SortFunc(sm.idx, func(a, b int32) int {
+		if x[a] != x[b] {
+			if x[a] > x[b] {
+				return -1
+			}
+			return 1
+		}
+		return int(a - b)
+	})
+	return sm.idx
+}
+
+type item struct {
+	i int32
+	v float32
+}
+
+// minHeap keeps the largest values seen, smallest on top.
+type minHeap []item
+
+func (h minHeap) Len() int { return len(h) }
+func (h minHeap) Less(a, b int) bool {
+	if h[a].v != h[b].v {
+		return h[a].v < h[b].v
+	}
+	return h[a].i > h[b].i
+}
+func (h minHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *minHeap) Push(x any)   { *h = append(*h, x.(item)) }
+func (h *minHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// constraintTries bounds rejection sampling under a constraint before the
+// whole vocabulary is filtered.
+const constraintTries = 32
+
+// sample picks the next token from a logits row (the row is not modified).
+func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
+	p := s.p
+	if cap(sm.work) < len(row) {
+		sm.work = make([]float32, len(row))
+	}
+	w := sm.work[:len(row)]
+	copy(w, row)
+	negInf := float32(math.Inf(-1))
+
+	// Penalties on logits.
+	if s.seen != nil {
+		rp := float32(p.RepetitionPenalty)
+		for t := range s.seen {
+			if int(t) < len(w) {
+				if w[t] > 0 {
+					w[t] /= rp
+				} else {
+					w[t] *= rp
+				}
+			}
+		}
+	}
+	if s.counts != nil {
+		for t, c := range s.counts {
+			if int(t) < len(w) {
+				w[t] -= float32(p.FrequencyPenalty*float64(c) + p.PresencePenalty)
+			}
+		}
+	}
+	for t := range s.ban {
+		if int(t) < len(w) {
+			w[t] = negInf
+		}
+	}
+	c := p.Constraint
+
+	greedy := p.Temperature < 1e-5 || p.TopK == 1
+	if greedy {
+		for try := 0; ; try++ {
+			best := argmax(w)
+			if best < 0 {
+				return 0, errNoToken
+			}
+			if c == nil || c.Allow(best) {
+				return best, nil
+			}
+			w[best] = negInf
+			if try == constraintTries {
+				maskDisallowed(w, c)
+			}
+		}
+	}
+
+	// Temperature, then probabilities relative to the max.
+	inv := float32(1 / p.Temperature)
+	mx := negInf
+	for i := range w {
+		w[i] *= inv
+		if w[i] > mx {
+			mx = w[i]
+		}
+	}
+	if math.IsInf(float64(mx), -1) {
+		return 0, errNoToken
+	}
+	for i := range w {
+		w[i] = float32(math.Exp(float64(w[i] - mx)))
+	}
+
+	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
+	var cand []int32
+	if p.TopK > 0 && p.TopK < len(w) {
+		cand = slices.Clone(sm.largest(w, p.TopK)) // best first
+	}
+	if p.TopP < 1 {
+		if cand != nil {
+			var total float64
+			for _, i := range cand {
+				total += float64(w[i])
+			}
+			cand = nucleus(cand, w, p.TopP, total)
+		} else {
+			cand = nucleusAll(w, p.TopP)
+		}
+	}
+	if p.MinP > 0 {
+		th := float32(p.MinP)
+		if cand != nil {
+			pmax := float32(0)
+			for _, i := range cand {
+				pmax = max(pmax, w[i])
+			}
+			th *= pmax
+			cand = slices.DeleteFunc(cand, func(i int32) bool { return w[i] < th })
+		} else {
+			for i, v := range w {
+				if v >= th {
+					cand = append(cand, int32(i))
+				}
+			}
+		}
+	}
+
+	for try := 0; ; try++ {
+		t := draw(s.rng, w, cand)
+		if t < 0 {
+			return 0, errNoToken
+		}
+		if c == nil || c.Allow(t) {
+			return t, nil
+		}
+		w[t] = 0
+		if try == constraintTries {
+			if cand == nil {
+				for i := range w {
+					if w[i] > 0 && !c.Allow(int32(i)) {
+						w[i] = 0
+					}
+				}
+			} else {
+				cand = slices.DeleteFunc(cand, func(i int32) bool { return !c.Allow(i) })
+				if len(cand) == 0 {
+					// Nothing allowed in the filtered set: fall back to
+					// the best allowed token of the whole vocabulary.
+					copy(w, row)
+					maskDisallowed(w, c)
+					if b := argmax(w); b >= 0 {
+						return b, nil
+					}
+					return 0, errNoToken
+				}
+			}
+		}
+	}
+}
+
+// nucleus keeps the shortest prefix of cand (sorted best first) whose
+// probability mass reaches topP of total.
+func nucleus(cand []int32, w []float32, topP, total float64) []int32 {
+	var sum float64
+	for n, i := range cand {
+		sum += float64(w[i])
+		if sum >= topP*total {
+			return cand[:n+1]
+		}
+	}
+	return cand
+}
+
+// nucleusAll returns the smallest set of top tokens of w (all positive,
+// maximum 1) whose mass reaches topP of the total, best first. It buckets
+// the probabilities by their float32 bits (monotone for positive floats),
+// finds the bucket where the cumulative mass crosses the target, and sorts
+// only the tokens at or above it.
+func nucleusAll(w []float32, topP float64) []int32 {
+	const shift = 19 // 13-bit buckets: exponent plus 4 mantissa bits
+	var sums [1 << (32 - shift)]float64
+	var total float64
+	for _, v := range w {
+		sums[math.Float32bits(v)>>shift] += float64(v)
+		total += float64(v)
+	}
+	target := topP * total
+	var acc float64
+	cut := uint32(0)
+	for b := len(sums) - 1; b >= 0; b-- {
+		acc += sums[b]
+		if acc >= target {
+			cut = uint32(b)
+			break
+		}
+	}
+	var cand []int32
+	for i, v := range w {
+		if math.Float32bits(v)>>shift >= cut {
+			cand = append(cand, int32(i))
+		}
+	}
+	slices.SortFunc(cand, func(a, b int32) int {
+		switch {
+		case w[a] > w[b]:
+			return -1
+		case w[a] < w[b]:
+			return 1
+		}
+		return int(a - b)
+	})
+	return nucleus(cand, w, topP, total)
+}
+
+// draw samples an index proportionally to w over cand (nil: every index);
+// -1 if the mass is zero.
+func draw(rng *rand.Rand, w []float32, cand []int32) int32 {
+	var total float64
+	if cand == nil {
+		for _, v := range w {
+			total += float64(v)
+		}
+	} else {
+		for _, i := range cand {
+			total += float64(w[i])
+		}
+	}
+	if !(total > 0) {
+		return -1
+	}
+	r := rng.Float64() * total
+	last := int32(-1)
+	if cand == nil {
+		for i, v := range w {
+			if v > 0 {
+				last = int32(i)
+				r -= float64(v)
+				if r < 0 {
+					return int32(i)
+				}
+			}
+		}
+		return last
+	}
+	for _, i := range cand {
+		if w[i] > 0 {
+			last = i
+			r -= float64(w[i])
+			if r < 0 {
+				return i
+			}
+		}
+	}
+	return last
+}
+
+func argmax(w []float32) int32 {
+	best := int32(-1)
+	bv := float32(math.Inf(-1))
+	for i, v := range w {
+		if v > bv {
+			bv, best = v, int32(i)
+		}
+	}
+	return best
+}
+
+func maskDisallowed(w []float32, c Constraint) {
+	negInf := float32(math.Inf(-1))
+	for i := range w {
+		if w[i] != negInf && !c.Allow(int32(i)) {
+			w[i] = negInf
+		}
+	}
+}

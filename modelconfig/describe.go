@@ -1,0 +1,178 @@
+package modelconfig
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/ktserve/kt/tensor"
+)
+
+// Describe writes a human-readable description of a model: architecture,
+// layer kinds, attention and expert shapes, and (when r is not nil) the
+// checkpoint's size, expert layout and check outcome.
+func Describe(w io.Writer, c *Config, g *GenerationConfig, r *Report) error {
+	var b strings.Builder
+	line := func(k, format string, args ...any) {
+		fmt.Fprintf(&b, "%-16s %s\n", k, fmt.Sprintf(format, args...))
+	}
+	line("architecture", "%s (%s)", c.Architecture, c.Family)
+	var full, linear, moe, dense []int
+	for _, l := range c.Layers {
+		if l.Attention == FullAttention {
+			full = append(full, l.Index)
+		} else {
+			linear = append(linear, l.Index)
+		}
+		if l.IsMoE {
+			moe = append(moe, l.Index)
+		} else {
+			dense = append(dense, l.Index)
+		}
+	}
+	line("layers", "%d: %d MoE, %d dense MLP; %d full attention, %d linear attention", c.NumLayers, len(moe), len(dense), len(full), len(linear))
+	line("  full attn", "%s", ranges(full))
+	if len(linear) > 0 {
+		line("  linear attn", "%s (Gated DeltaNet)", ranges(linear))
+	}
+	if len(dense) > 0 {
+		line("  dense MLP", "%s (intermediate %d)", ranges(dense), c.IntermediateSize)
+	}
+	gate := ""
+	if c.AttnOutputGate {
+		gate = ", sigmoid output gate"
+	}
+	line("attention", "%d query heads, %d KV heads, head_dim %d%s", c.NumHeads, c.NumKVHeads, c.HeadDim, gate)
+	rope := fmt.Sprintf("%d of %d dims rotate (factor %g), theta %g, %s", c.Rope.RotaryDim, c.HeadDim, c.Rope.PartialRotaryFactor, c.Rope.Theta, c.Rope.Type)
+	if c.Rope.Type != "default" {
+		rope += fmt.Sprintf(" x%g from %d", c.Rope.Factor, c.Rope.OriginalMaxPositions)
+	}
+	if len(c.Rope.MRopeSection) > 0 {
+		kind := "chunked"
+		if c.Rope.MRopeInterleaved {
+			kind = "interleaved"
+		}
+		rope += fmt.Sprintf(", M-RoPE sections %v %s", c.Rope.MRopeSection, kind)
+	}
+	line("rope", "%s", rope)
+	if len(linear) > 0 {
+		d := c.Linear
+		line("linear attn", "%d key heads x %d, %d value heads x %d, conv kernel %d", d.NumKeyHeads, d.KeyHeadDim, d.NumValueHeads, d.ValueHeadDim, d.ConvKernel)
+	}
+	norm := "renormalised"
+	if !c.NormTopKProb {
+		norm = "not renormalised"
+	}
+	line("experts", "%d routed, top-%d (%s), intermediate %d", c.NumExperts, c.TopK, norm, c.MoEIntermediateSize)
+	if c.SharedExpertIntermediateSize > 0 {
+		line("shared expert", "intermediate %d, sigmoid gate", c.SharedExpertIntermediateSize)
+	}
+	tied := "separate lm_head"
+	if c.TieWordEmbeddings {
+		tied = "tied to the embeddings"
+	}
+	line("vocab", "%d, %s; hidden %d, max positions %d", c.VocabSize, tied, c.HiddenSize, c.MaxPositionEmbeddings)
+	stops := StopTokenIDs(c, g)
+	line("stop tokens", "%v", stops)
+	if g != nil && (g.Temperature != nil || g.TopP != nil || g.TopK != nil) {
+		var s []string
+		if g.Temperature != nil {
+			s = append(s, fmt.Sprintf("temperature %g", *g.Temperature))
+		}
+		if g.TopP != nil {
+			s = append(s, fmt.Sprintf("top_p %g", *g.TopP))
+		}
+		if g.TopK != nil {
+			s = append(s, fmt.Sprintf("top_k %d", *g.TopK))
+		}
+		line("sampling", "%s", strings.Join(s, ", "))
+	}
+	if c.Quantization != "" {
+		line("quantization", "%s, blocks %v", c.Quantization, c.WeightBlockSize)
+	}
+	if r != nil {
+		var dts []string
+		keys := make([]tensor.DType, 0, len(r.DTypeBytes))
+		for k := range r.DTypeBytes {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			dts = append(dts, fmt.Sprintf("%s %s", k, humanBytes(r.DTypeBytes[k])))
+		}
+		line("weights", "%d tensors, %s (%s), prefix %q", r.NumTensors, humanBytes(r.TotalBytes), strings.Join(dts, ", "), r.Prefix)
+		line("parameters", "%s", humanCount(r.Params))
+		line("routed experts", "%s in %s layout; %s read per token (top-%d of %d in %d layers)",
+			humanBytes(r.RoutedExpertBytes), r.ExpertLayout, humanBytes(r.ActiveExpertBytesPerToken), c.TopK, c.NumExperts, len(moe))
+		if r.Extras > 0 {
+			line("extras", "%d tensors (vision tower / MTP) not used for text generation", r.Extras)
+		}
+		if r.OK() {
+			line("check", "ok: every tensor the config implies is present with the right shape and dtype")
+		} else {
+			line("check", "%d problems:", len(r.Problems))
+			for _, p := range r.Problems {
+				fmt.Fprintf(&b, "%-16s   %s\n", "", p)
+			}
+		}
+		if len(r.Unexpected) > 0 {
+			line("unexpected", "%d tensors not implied by the config: %s", len(r.Unexpected), strings.Join(first(r.Unexpected, 5), ", "))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return append(slices.Clone(s[:n]), "...")
+	}
+	return s
+}
+
+// ranges renders sorted ints compactly: "0-2,5,7-9".
+func ranges(xs []int) string {
+	var parts []string
+	for i := 0; i < len(xs); {
+		j := i
+		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, fmt.Sprint(xs[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
+		}
+		i = j + 1
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+func humanBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,778 @@
+// Package qwen3next is the model definition of Qwen3-Next
+// (Qwen3NextForCausalLM) and Qwen3.5 MoE (Qwen3_5MoeForConditionalGeneration,
+// Qwen3_5MoeForCausalLM), written once against the backend op set plus its
+// linear-attention ops. Per layer: Gemma-style rmsnorm x·(1+w) -> a Gated
+// DeltaNet (projections, causal conv1d + SiLU, l2-normalised gated delta
+// rule with per-sequence state, gated rmsnorm, out projection) or gated
+// attention (q projection with a sigmoid output gate, per-head q/k norms,
+// rotary on the first partial_rotary_factor of each head, causal GQA over
+// the paged KV cache) -> residual -> rmsnorm -> softmax top-k routed experts
+// plus a shared expert scaled by a sigmoid gate (or a dense MLP on Qwen3-Next's
+// mlp_only_layers) -> residual; final norm and lm head.
+//
+// Qwen3-Next checkpoints fuse the Gated DeltaNet input projections per key
+// head (in_proj_qkvz, in_proj_ba); Qwen3.5 stores in_proj_qkv, in_proj_z,
+// in_proj_b and in_proj_a under model.language_model. Both load into the same
+// layout. Qwen3.5's vision tower (model.visual.*) and the MTP head (mtp.*)
+// are skipped. Qwen3.5's M-RoPE gives text-only input equal temporal, height
+// and width positions, which is plain rotary.
+package qwen3next
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/kvcache"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+func init() {
+	for _, a := range []string{ArchNext, ArchQwen35, ArchQwen35Text} {
+		models.Register(a, func(dir string, o models.Options) (model.Runner, error) {
+			return Load(dir, o)
+		})
+	}
+}
+
+type layer struct {
+	linear           bool
+	inNorm, postNorm backend.Tensor
+
+	// Gated DeltaNet
+	li                    int // index among linear layers
+	wqkv, wz, wb, wa      backend.Tensor
+	conv, aLog, dtBias    backend.Tensor
+	gnorm, outProj        backend.Tensor
+	convChannels, valueWd int
+
+	// gated attention
+	wq, wgate, wk, wv, wo backend.Tensor
+	qNorm, kNorm          backend.Tensor
+	kv                    *backend.KVCache
+
+	// MLP
+	moe                   bool
+	router                backend.Tensor
+	experts               backend.Experts
+	seGate, seUp, seDown  backend.Tensor
+	seScale               backend.Tensor
+	mlpGate, mlpUp, mlpDn backend.Tensor
+}
+
+// Runner is a loaded Qwen3-Next or Qwen3.5 MoE model; it implements
+// model.Runner.
+type Runner struct {
+	cfg    *Config
+	opts   models.Options
+	be     backend.Backend
+	la     backend.LinearAttention
+	ownBE  bool
+	ckpt   *safetensors.Checkpoint
+	prefix string // "model." or "model.language_model."
+	pool   *kvcache.Pool
+	state  backend.LinearState
+	info   model.Info
+	rope   backend.Rope
+	attn   backend.Attn
+	delta  backend.DeltaShape
+	layers []layer
+	embed  backend.Tensor
+	norm   backend.Tensor
+	lmHead backend.Tensor
+
+	logRows int
+
+	// activations, sized at load from MaxBatchTokens
+	x, h, tmp, tmp2           backend.Tensor
+	mixed, convOut, z, core   backend.Tensor
+	ga, gb, gg, gbeta         backend.Tensor
+	q, gate, k, v, att        backend.Tensor
+	rlogits, rw, rids         backend.Tensor
+	seG, seU, seS, mlpG, mlpU backend.Tensor
+	sel, logitsBuf            backend.Tensor
+
+	step    backend.Step
+	hostLog []float32
+	rowsBuf [][]float32
+	seen    []bool
+}
+
+var _ model.Runner = (*Runner)(nil)
+
+// Load opens the checkpoint in dir and binds its weights to the backend in
+// o (a new CPU backend when nil). The backend must implement
+// backend.LinearAttention.
+func Load(dir string, o models.Options) (*Runner, error) {
+	o = o.WithDefaults()
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3next: %w", err)
+	}
+	r := &Runner{cfg: cfg, opts: o, ckpt: ck, be: o.Backend}
+	if r.be == nil {
+		r.be = cpu.New(cpu.Options{Threads: o.Threads})
+		r.ownBE = true
+	}
+	la, ok := r.be.(backend.LinearAttention)
+	if !ok {
+		r.Close()
+		return nil, fmt.Errorf("qwen3next: backend %s has no linear-attention ops", r.be.Name())
+	}
+	r.la = la
+	if err := r.loadWeights(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("qwen3next: %s: %w", dir, err)
+	}
+	if err := r.allocate(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("qwen3next: %w", err)
+	}
+	eos := readGenerationEOS(dir)
+	if len(eos) == 0 {
+		eos = cfg.EOS()
+	}
+	r.info = model.Info{Architecture: cfg.Architecture, VocabSize: cfg.VocabSize, ContextLen: cfg.MaxPositionEmbeddings, EOSTokenIDs: eos}
+	return r, nil
+}
+
+// Config returns the model's configuration.
+func (r *Runner) Config() *Config { return r.cfg }
+
+// Backend returns the backend the model runs on.
+func (r *Runner) Backend() backend.Backend { return r.be }
+
+// host fetches a float tensor from the checkpoint and checks its shape.
+func (r *Runner) host(name string, shape ...int) (backend.Host, error) {
+	t, err := r.ckpt.Tensor(name)
+	if err != nil {
+		return backend.Host{}, err
+	}
+	if !sameShape(t.Shape, shape) {
+		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)
+	}
+	if t.DType != tensor.BF16 && t.DType != tensor.F16 && t.DType != tensor.F32 {
+		return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16 or F32", name, t.DType)
+	}
+	return backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}, nil
+}
+
+// weight hands a checkpoint tensor to the backend in place.
+func (r *Runner) weight(name string, shape ...int) (backend.Tensor, error) {
+	h, err := r.host(name, shape...)
+	if err != nil {
+		return nil, err
+	}
+	return r.be.Weight(h)
+}
+
+// f32Weight hands a small checkpoint tensor to the backend as F32 with
+// shape `as` (same element count), adding `add` to every element (1 turns a
+// zero-centred Gemma norm weight w into 1+w).
+func (r *Runner) f32Weight(name string, shape, as []int, add float32) (backend.Tensor, error) {
+	h, err := r.host(name, shape...)
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.ckpt.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	v, err := t.ToF32()
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	data := make([]byte, 4*len(v))
+	for i, x := range v {
+		putF32(data[4*i:], x+add)
+	}
+	return r.be.Weight(backend.Host{Name: h.Name, DType: tensor.F32, Shape: as, Data: data})
+}
+
+func putF32(b []byte, f float32) {
+	u := math.Float32bits(f)
+	b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+}
+
+// gatherRows builds a weight from row ranges of a checkpoint matrix (a
+// copy): each part is (first row, row count), concatenated in order.
+func (r *Runner) gatherRows(src backend.Host, name string, parts [][2]int) (backend.Tensor, error) {
+	cols := src.Shape[1]
+	rowBytes := cols * src.DType.Size()
+	rows := 0
+	for _, p := range parts {
+		rows += p[1]
+	}
+	data := make([]byte, 0, rows*rowBytes)
+	for _, p := range parts {
+		data = append(data, src.Data[p[0]*rowBytes:(p[0]+p[1])*rowBytes]...)
+	}
+	return r.be.Weight(backend.Host{Name: name, DType: src.DType, Shape: []int{rows, cols}, Data: data})
+}
+
+func sameShape(a []int64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != int64(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Runner) loadWeights() error {
+	c := r.cfg
+	r.prefix = "model."
+	if _, ok := r.ckpt.Info("model.language_model.embed_tokens.weight"); ok {
+		r.prefix = "model.language_model."
+	}
+	var vision, mtp int
+	for _, n := range r.ckpt.Names() {
+		switch {
+		case strings.HasPrefix(n, "model.visual.") || strings.HasPrefix(n, "visual."):
+			vision++
+		case strings.HasPrefix(n, "mtp."):
+			mtp++
+		}
+	}
+	if vision+mtp > 0 {
+		slog.Info("qwen3next: skipping tensors not used for text generation", "vision_tower", vision, "mtp", mtp)
+	}
+	H := c.HiddenSize
+	var err error
+	if r.embed, err = r.weight(r.prefix+"embed_tokens.weight", c.VocabSize, H); err != nil {
+		return err
+	}
+	if r.norm, err = r.f32Weight(r.prefix+"norm.weight", []int{H}, []int{H}, 1); err != nil {
+		return err
+	}
+	if _, has := r.ckpt.Info("lm_head.weight"); has && !c.TieWordEmbeddings {
+		if r.lmHead, err = r.weight("lm_head.weight", c.VocabSize, H); err != nil {
+			return err
+		}
+	} else if c.TieWordEmbeddings {
+		r.lmHead = r.embed
+	} else {
+		return errors.New("tensor lm_head.weight missing and tie_word_embeddings is false")
+	}
+	r.delta = backend.DeltaShape{KHeads: c.LinearNumKeyHeads, VHeads: c.LinearNumValueHeads, KDim: c.LinearKeyHeadDim, VDim: c.LinearValueHeadDim}
+	r.layers = make([]layer, c.NumHiddenLayers)
+	nLinear := 0
+	for l := range r.layers {
+		L := &r.layers[l]
+		p := fmt.Sprintf("%slayers.%d.", r.prefix, l)
+		if L.inNorm, err = r.f32Weight(p+"input_layernorm.weight", []int{H}, []int{H}, 1); err != nil {
+			return err
+		}
+		if L.postNorm, err = r.f32Weight(p+"post_attention_layernorm.weight", []int{H}, []int{H}, 1); err != nil {
+			return err
+		}
+		L.linear = c.IsLinear(l)
+		if L.linear {
+			L.li = nLinear
+			nLinear++
+			err = r.loadLinear(L, p+"linear_attn.")
+		} else {
+			err = r.loadAttention(L, p+"self_attn.")
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.loadMLP(L, l, p+"mlp."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadLinear binds a Gated DeltaNet layer, un-interleaving Qwen3-Next's
+// fused projections into Qwen3.5's layout: qkv rows [q heads | k heads |
+// v heads], z, b, a.
+func (r *Runner) loadLinear(L *layer, p string) error {
+	c, d := r.cfg, r.delta
+	H := c.HiddenSize
+	vd := d.VHeads * d.VDim
+	ch := d.ConvChannels()
+	L.convChannels, L.valueWd = ch, vd
+	var err error
+	if _, fused := r.ckpt.Info(p + "in_proj_qkvz.weight"); fused {
+		rep := d.VHeads / d.KHeads
+		grp := 2*d.KDim + 2*rep*d.VDim
+		qkvz, err := r.host(p+"in_proj_qkvz.weight", d.KHeads*grp, H)
+		if err != nil {
+			return err
+		}
+		ba, err := r.host(p+"in_proj_ba.weight", 2*d.VHeads, H)
+		if err != nil {
+			return err
+		}
+		var qkv, z, b, a [][2]int
+		for kh := 0; kh < d.KHeads; kh++ {
+			qkv = append(qkv, [2]int{kh * grp, d.KDim})
+		}
+		for kh := 0; kh < d.KHeads; kh++ {
+			qkv = append(qkv, [2]int{kh*grp + d.KDim, d.KDim})
+		}
+		for kh := 0; kh < d.KHeads; kh++ {
+			qkv = append(qkv, [2]int{kh*grp + 2*d.KDim, rep * d.VDim})
+			z = append(z, [2]int{kh*grp + 2*d.KDim + rep*d.VDim, rep * d.VDim})
+			b = append(b, [2]int{kh * 2 * rep, rep})
+			a = append(a, [2]int{kh*2*rep + rep, rep})
+		}
+		if L.wqkv, err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[qkv]", qkv); err != nil {
+			return err
+		}
+		if L.wz, err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[z]", z); err != nil {
+			return err
+		}
+		if L.wb, err = r.gatherRows(ba, p+"in_proj_ba.weight[b]", b); err != nil {
+			return err
+		}
+		if L.wa, err = r.gatherRows(ba, p+"in_proj_ba.weight[a]", a); err != nil {
+			return err
+		}
+	} else {
+		for _, w := range []struct {
+			dst   *backend.Tensor
+			name  string
+			shape []int
+		}{
+			{&L.wqkv, "in_proj_qkv.weight", []int{ch, H}},
+			{&L.wz, "in_proj_z.weight", []int{vd, H}},
+			{&L.wb, "in_proj_b.weight", []int{d.VHeads, H}},
+			{&L.wa, "in_proj_a.weight", []int{d.VHeads, H}},
+		} {
+			if *w.dst, err = r.weight(p+w.name, w.shape...); err != nil {
+				return err
+			}
+		}
+	}
+	K := c.LinearConvKernelDim
+	if L.conv, err = r.f32Weight(p+"conv1d.weight", []int{ch, 1, K}, []int{ch, K}, 0); err != nil {
+		return err
+	}
+	if L.aLog, err = r.f32Weight(p+"A_log", []int{d.VHeads}, []int{d.VHeads}, 0); err != nil {
+		return err
+	}
+	if L.dtBias, err = r.f32Weight(p+"dt_bias", []int{d.VHeads}, []int{d.VHeads}, 0); err != nil {
+		return err
+	}
+	if L.gnorm, err = r.f32Weight(p+"norm.weight", []int{d.VDim}, []int{d.VDim}, 0); err != nil {
+		return err
+	}
+	if L.outProj, err = r.weight(p+"out_proj.weight", H, vd); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadAttention binds a gated attention layer, splitting the doubled q
+// projection (per head: hd query rows, then hd gate rows) into two weights.
+func (r *Runner) loadAttention(L *layer, p string) error {
+	c := r.cfg
+	H, hd, nh := c.HiddenSize, c.HeadDim, c.NumAttentionHeads
+	kvd := c.NumKeyValueHeads * hd
+	qg, err := r.host(p+"q_proj.weight", 2*nh*hd, H)
+	if err != nil {
+		return err
+	}
+	var qRows, gRows [][2]int
+	for h := 0; h < nh; h++ {
+		qRows = append(qRows, [2]int{2 * h * hd, hd})
+		gRows = append(gRows, [2]int{2*h*hd + hd, hd})
+	}
+	if L.wq, err = r.gatherRows(qg, p+"q_proj.weight[q]", qRows); err != nil {
+		return err
+	}
+	if L.wgate, err = r.gatherRows(qg, p+"q_proj.weight[gate]", gRows); err != nil {
+		return err
+	}
+	if L.wk, err = r.weight(p+"k_proj.weight", kvd, H); err != nil {
+		return err
+	}
+	if L.wv, err = r.weight(p+"v_proj.weight", kvd, H); err != nil {
+		return err
+	}
+	if L.wo, err = r.weight(p+"o_proj.weight", H, nh*hd); err != nil {
+		return err
+	}
+	if L.qNorm, err = r.f32Weight(p+"q_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
+		return err
+	}
+	if L.kNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadMLP binds the sparse MoE block (router, experts, shared expert and
+// its gate) or a dense MLP.
+func (r *Runner) loadMLP(L *layer, l int, p string) error {
+	c := r.cfg
+	H := c.HiddenSize
+	var err error
+	L.moe = c.IsMoE(l)
+	if !L.moe {
+		I := c.IntermediateSize
+		if L.mlpGate, err = r.weight(p+"gate_proj.weight", I, H); err != nil {
+			return err
+		}
+		if L.mlpUp, err = r.weight(p+"up_proj.weight", I, H); err != nil {
+			return err
+		}
+		if L.mlpDn, err = r.weight(p+"down_proj.weight", H, I); err != nil {
+			return err
+		}
+		return nil
+	}
+	if L.router, err = r.weight(p+"gate.weight", c.NumExperts, H); err != nil {
+		return err
+	}
+	SI := c.SharedExpertIntermediateSize
+	if L.seGate, err = r.weight(p+"shared_expert.gate_proj.weight", SI, H); err != nil {
+		return err
+	}
+	if L.seUp, err = r.weight(p+"shared_expert.up_proj.weight", SI, H); err != nil {
+		return err
+	}
+	if L.seDown, err = r.weight(p+"shared_expert.down_proj.weight", H, SI); err != nil {
+		return err
+	}
+	if L.seScale, err = r.weight(p+"shared_expert_gate.weight", 1, H); err != nil {
+		return err
+	}
+	return r.loadExperts(L, p+"experts.")
+}
+
+// loadExperts binds one layer's experts from per-expert keys or from the
+// fused 3-D tensors, slicing the fused bytes per expert (no copy).
+func (r *Runner) loadExperts(L *layer, p string) error {
+	c := r.cfg
+	E, H, I := c.NumExperts, c.HiddenSize, c.MoEIntermediateSize
+	L.experts = backend.Experts{Hidden: H, Inter: I,
+		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
+	if _, fused := r.ckpt.Info(p + "gate_up_proj"); fused {
+		gu, err := r.host(p+"gate_up_proj", E, 2*I, H)
+		if err != nil {
+			return err
+		}
+		dn, err := r.host(p+"down_proj", E, H, I)
+		if err != nil {
+			return err
+		}
+		for e := 0; e < E; e++ {
+			part := func(src backend.Host, name string, off, rows, cols int) (backend.Tensor, error) {
+				sz := src.DType.Size()
+				return r.be.Weight(backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
+					Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]})
+			}
+			var err error
+			if L.experts.Gate[e], err = part(gu, "gate", e*2*I*H, I, H); err != nil {
+				return err
+			}
+			if L.experts.Up[e], err = part(gu, "up", e*2*I*H+I*H, I, H); err != nil {
+				return err
+			}
+			if L.experts.Down[e], err = part(dn, "down", e*H*I, H, I); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for e := 0; e < E; e++ {
+		q := fmt.Sprintf("%s%d.", p, e)
+		var err error
+		if L.experts.Gate[e], err = r.weight(q+"gate_proj.weight", I, H); err != nil {
+			return err
+		}
+		if L.experts.Up[e], err = r.weight(q+"up_proj.weight", I, H); err != nil {
+			return err
+		}
+		if L.experts.Down[e], err = r.weight(q+"down_proj.weight", H, I); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allocate sizes activations, the KV cache of the attention layers and the
+// linear-attention state from the options.
+func (r *Runner) allocate() error {
+	c, o, d := r.cfg, r.opts, r.delta
+	pool, err := kvcache.New(o.MaxTotalTokens, o.PageSize, o.MaxSeqs)
+	if err != nil {
+		return err
+	}
+	r.pool = pool
+	hd := c.HeadDim
+	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta}
+	r.attn = backend.Attn{Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	nLinear := 0
+	for l := range r.layers {
+		if r.layers[l].linear {
+			nLinear++
+			continue
+		}
+		if r.layers[l].kv, err = r.be.AllocKV(pool.NumPages(), o.PageSize, c.NumKeyValueHeads, hd); err != nil {
+			return err
+		}
+	}
+	if nLinear > 0 {
+		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.LinearConvKernelDim, Delta: d}, o.MaxSeqs); err != nil {
+			return err
+		}
+	}
+	T, H := o.MaxBatchTokens, c.HiddenSize
+	r.logRows = max(min(T, 64), o.MaxSeqs)
+	k := max(c.NumExpertsPerTok, 1)
+	lin := func(v int) int { // linear-attention widths are 0 without such layers
+		if nLinear == 0 {
+			return 1
+		}
+		return v
+	}
+	for _, a := range []struct {
+		dst   *backend.Tensor
+		dt    tensor.DType
+		shape []int
+	}{
+		{&r.x, tensor.F32, []int{T, H}}, {&r.h, tensor.F32, []int{T, H}},
+		{&r.tmp, tensor.F32, []int{T, H}}, {&r.tmp2, tensor.F32, []int{T, H}},
+		{&r.mixed, tensor.F32, []int{T, lin(d.ConvChannels())}}, {&r.convOut, tensor.F32, []int{T, lin(d.ConvChannels())}},
+		{&r.z, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}}, {&r.core, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}},
+		{&r.ga, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gb, tensor.F32, []int{T, lin(d.VHeads)}},
+		{&r.gg, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gbeta, tensor.F32, []int{T, lin(d.VHeads)}},
+		{&r.q, tensor.F32, []int{T, c.NumAttentionHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
+		{&r.att, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
+		{&r.k, tensor.F32, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
+		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
+		{&r.seG, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
+		{&r.seU, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
+		{&r.seS, tensor.F32, []int{T, 1}},
+		{&r.mlpG, tensor.F32, []int{T, max(c.IntermediateSize, 1)}}, {&r.mlpU, tensor.F32, []int{T, max(c.IntermediateSize, 1)}},
+		{&r.sel, tensor.F32, []int{r.logRows, H}}, {&r.logitsBuf, tensor.F32, []int{r.logRows, c.VocabSize}},
+	} {
+		if *a.dst, err = r.be.Alloc(a.dt, a.shape...); err != nil {
+			return fmt.Errorf("allocating activations: %w", err)
+		}
+	}
+	r.seen = make([]bool, o.MaxSeqs)
+	r.step.Tokens = make([]int32, 0, T)
+	r.step.Pos = make([]int32, 0, T)
+	r.step.OutRows = make([]int32, 0, T)
+	r.step.Seqs = make([]backend.Seq, 0, o.MaxSeqs)
+	return nil
+}
+
+// Info implements model.Runner.
+func (r *Runner) Info() model.Info { return r.info }
+
+// Reserve implements model.Runner.
+func (r *Runner) Reserve(slot, n int) error { return r.pool.Reserve(slot, n) }
+
+// Free implements model.Runner: the slot's KV pages and its
+// linear-attention state are released.
+func (r *Runner) Free(slot int) {
+	r.pool.Free(slot)
+	if r.state != nil {
+		r.state.Free(slot)
+	}
+}
+
+// FreeTokens implements model.Runner.
+func (r *Runner) FreeTokens() int { return r.pool.FreeTokens() }
+
+// LinearStateBytes is the memory one sequence's linear-attention state takes.
+func (r *Runner) LinearStateBytes() int64 {
+	if r.state == nil {
+		return 0
+	}
+	return r.state.BytesPerSeq()
+}
+
+// Close implements model.Runner.
+func (r *Runner) Close() error {
+	var err error
+	if r.ownBE && r.be != nil {
+		err = r.be.Close()
+		r.be = nil
+	}
+	if r.ckpt != nil {
+		err = errors.Join(err, r.ckpt.Close())
+		r.ckpt = nil
+	}
+	return err
+}
+
+// buildStep validates the batch and lays it out as a backend step.
+func (r *Runner) buildStep(b *model.Batch) error {
+	s := &r.step
+	s.Tokens, s.Pos, s.OutRows, s.Seqs = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0]
+	clear(r.seen)
+	if len(b.Chunks) == 0 {
+		return errors.New("qwen3next: empty batch")
+	}
+	total := 0
+	for i, c := range b.Chunks {
+		total += len(c.Tokens)
+		if c.Slot < 0 || c.Slot >= r.opts.MaxSeqs {
+			return fmt.Errorf("qwen3next: chunk %d: slot %d outside [0,%d)", i, c.Slot, r.opts.MaxSeqs)
+		}
+		if r.seen[c.Slot] {
+			return fmt.Errorf("qwen3next: chunk %d: slot %d appears twice in one batch", i, c.Slot)
+		}
+		r.seen[c.Slot] = true
+		if len(c.Tokens) == 0 {
+			return fmt.Errorf("qwen3next: chunk %d (slot %d) has no tokens", i, c.Slot)
+		}
+		if c.Pos != r.pool.Len(c.Slot) {
+			return fmt.Errorf("qwen3next: chunk %d: slot %d is at position %d, chunk says %d", i, c.Slot, r.pool.Len(c.Slot), c.Pos)
+		}
+		if end := c.Pos + len(c.Tokens); end > r.pool.Capacity(c.Slot) {
+			return fmt.Errorf("qwen3next: chunk %d: slot %d reserved %d tokens, chunk needs %d", i, c.Slot, r.pool.Capacity(c.Slot), end)
+		} else if end > r.info.ContextLen {
+			return fmt.Errorf("qwen3next: chunk %d: slot %d would reach %d tokens, past the context length %d", i, c.Slot, end, r.info.ContextLen)
+		}
+	}
+	if total > r.opts.MaxBatchTokens {
+		return fmt.Errorf("qwen3next: batch has %d tokens, more than the %d per step", total, r.opts.MaxBatchTokens)
+	}
+	for _, c := range b.Chunks {
+		start := len(s.Tokens)
+		for j, t := range c.Tokens {
+			if t < 0 || int(t) >= r.cfg.VocabSize {
+				return fmt.Errorf("qwen3next: slot %d token %d is %d, outside the vocabulary [0,%d)", c.Slot, j, t, r.cfg.VocabSize)
+			}
+			s.Tokens = append(s.Tokens, t)
+			s.Pos = append(s.Pos, int32(c.Pos+j))
+		}
+		s.Seqs = append(s.Seqs, backend.Seq{Slot: c.Slot, Start: start, Len: len(c.Tokens), Pos: c.Pos, Pages: r.pool.Pages(c.Slot)})
+		if c.AllLogits {
+			for j := range c.Tokens {
+				s.OutRows = append(s.OutRows, int32(start+j))
+			}
+		} else {
+			s.OutRows = append(s.OutRows, int32(len(s.Tokens)-1))
+		}
+	}
+	return nil
+}
+
+// Forward implements model.Runner.
+func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
+	if err := r.buildStep(b); err != nil {
+		return err
+	}
+	be, la, c := r.be, r.la, r.cfg
+	if err := be.SetStep(&r.step); err != nil {
+		return fmt.Errorf("qwen3next: %w", err)
+	}
+	n := len(r.step.Tokens)
+	eps := float32(c.RMSNormEps)
+	be.Embed(r.x, r.embed)
+	for l := range r.layers {
+		L := &r.layers[l]
+		be.RMSNorm(r.h, r.x, L.inNorm, eps, n)
+		if L.linear {
+			be.MatMul(r.mixed, r.h, L.wqkv, n)
+			be.MatMul(r.z, r.h, L.wz, n)
+			be.MatMul(r.gb, r.h, L.wb, n)
+			be.MatMul(r.ga, r.h, L.wa, n)
+			la.CausalConv1D(r.convOut, r.mixed, L.conv, r.state, L.li, n)
+			la.DeltaGates(r.gg, r.gbeta, r.ga, r.gb, L.aLog, L.dtBias, n)
+			la.GatedDeltaRule(r.core, r.convOut, r.gg, r.gbeta, r.state, L.li, n)
+			la.GatedRMSNorm(r.core, r.core, r.z, L.gnorm, eps, n*r.delta.VHeads)
+			be.MatMul(r.tmp, r.core, L.outProj, n)
+		} else {
+			be.MatMul(r.q, r.h, L.wq, n)
+			be.MatMul(r.gate, r.h, L.wgate, n)
+			be.MatMul(r.k, r.h, L.wk, n)
+			be.MatMul(r.v, r.h, L.wv, n)
+			be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumAttentionHeads)
+			be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKeyValueHeads)
+			be.Rope(r.q, &r.rope, c.NumAttentionHeads, n)
+			be.Rope(r.k, &r.rope, c.NumKeyValueHeads, n)
+			be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
+			la.SigmoidGate(r.att, r.att, r.gate, n)
+			be.MatMul(r.tmp, r.att, L.wo, n)
+		}
+		be.Add(r.x, r.x, r.tmp, n)
+		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
+		if L.moe {
+			be.MatMul(r.rlogits, r.h, L.router, n)
+			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, *c.NormTopKProb, n)
+			be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			be.MatMul(r.seG, r.h, L.seGate, n)
+			be.MatMul(r.seU, r.h, L.seUp, n)
+			be.SiLUMul(r.seG, r.seG, r.seU, n)
+			be.MatMul(r.tmp2, r.seG, L.seDown, n)
+			be.MatMul(r.seS, r.h, L.seScale, n)
+			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
+			be.Add(r.tmp, r.tmp, r.tmp2, n)
+		} else {
+			be.MatMul(r.mlpG, r.h, L.mlpGate, n)
+			be.MatMul(r.mlpU, r.h, L.mlpUp, n)
+			be.SiLUMul(r.mlpG, r.mlpG, r.mlpU, n)
+			be.MatMul(r.tmp, r.mlpG, L.mlpDn, n)
+		}
+		be.Add(r.x, r.x, r.tmp, n)
+	}
+	nOut := len(r.step.OutRows)
+	V := c.VocabSize
+	if cap(r.hostLog) < nOut*V {
+		r.hostLog = make([]float32, nOut*V)
+	}
+	r.hostLog = r.hostLog[:nOut*V]
+	for first := 0; first < nOut; first += r.logRows {
+		m := min(r.logRows, nOut-first)
+		be.GatherRows(r.sel, r.x, first, m)
+		be.RMSNorm(r.sel, r.sel, r.norm, eps, m)
+		be.MatMul(r.logitsBuf, r.sel, r.lmHead, m)
+		if err := be.Read(r.hostLog[first*V:(first+m)*V], r.logitsBuf, m); err != nil {
+			return fmt.Errorf("qwen3next: forward: %w", err)
+		}
+	}
+	if err := be.Sync(); err != nil {
+		return fmt.Errorf("qwen3next: forward: %w", err)
+	}
+	for _, ch := range b.Chunks {
+		if err := r.pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
+			return fmt.Errorf("qwen3next: %w", err)
+		}
+	}
+	if cap(out.Rows) < len(b.Chunks) {
+		out.Rows = make([][][]float32, len(b.Chunks))
+	}
+	out.Rows = out.Rows[:len(b.Chunks)]
+	if cap(r.rowsBuf) < nOut {
+		r.rowsBuf = make([][]float32, nOut)
+	}
+	r.rowsBuf = r.rowsBuf[:nOut]
+	for i := range r.rowsBuf {
+		r.rowsBuf[i] = r.hostLog[i*V : (i+1)*V : (i+1)*V]
+	}
+	j := 0
+	for i, ch := range b.Chunks {
+		m := 1
+		if ch.AllLogits {
+			m = len(ch.Tokens)
+		}
+		out.Rows[i] = r.rowsBuf[j : j+m : j+m]
+		j += m
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package serveconfig
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+// seed003 is the launch line of seed 003 (Qwen3.5 on 4x RTX 4090).
+var seed003 = strings.Fields(`--host 0.0.0.0 --port 30005 --model /path/to/qwen3.5
+  --kt-weight-path /path/to/qwen3.5 --kt-cpuinfer 60 --kt-threadpool-count 2 --kt-num-gpu-experts 1
+  --kt-method BF16 --attention-backend triton --trust-remote-code --mem-fraction-static 0.98
+  --chunked-prefill-size 4096 --max-running-requests 32 --max-total-tokens 32000
+  --served-model-name qwen3.5 --enable-mixed-chunk --tensor-parallel-size 4 --enable-p2p-check
+  --disable-shared-experts-fusion --disable-custom-all-reduce`)
+
+// seed000 is the LoRA launch line of seed 000.
+var seed000 = strings.Fields(`--host 127.0.0.1 --port 30006 --model-path /m --tokenizer-path /m
+  --kt-weight-path /w --kt-method AMXINT4 --kt-cpuinfer 60 --kt-threadpool-count 2 --kt-numa-nodes 0 1
+  --kt-num-gpu-experts 0 --attention-backend flashinfer --trust-remote-code --mem-fraction-static 0.98
+  --chunked-prefill-size 4096 --max-running-requests 2 --max-total-tokens 32000
+  --served-model-name qwen3.5-kt-ft --enable-mixed-chunk --tensor-parallel-size 4 --enable-p2p-check
+  --disable-cuda-graph --disable-custom-all-reduce --enable-lora --lora-backend triton
+  --lora-paths qwen35b_neko=/path/to/adapter --log-level info`)
+
+func TestParseSeedLines(t *testing.T) {
+	c, err := Parse(seed003)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ModelPath != "/path/to/qwen3.5" || c.TokenizerPath != c.ModelPath || c.Port != 30005 || c.Host != "0.0.0.0" {
+		t.Errorf("model/tokenizer/host/port: %q %q %q %d", c.ModelPath, c.TokenizerPath, c.Host, c.Port)
+	}
+	if c.KTCPUInfer != 60 || c.KTThreadpoolCount != 2 || c.KTNumGPUExperts != 1 || c.KTMethod != "BF16" {
+		t.Errorf("kt flags: %+v", c)
+	}
+	if c.MaxTotalTokens != 32000 || c.MaxRunningRequests != 32 || c.ChunkedPrefillSize != 4096 || !c.EnableMixedChunk {
+		t.Errorf("engine flags: %+v", c)
+	}
+	if c.TensorParallelSize != 4 || c.ServedModelName != "qwen3.5" || c.MemFractionStatic != 0.98 {
+		t.Errorf("gpu flags: %+v", c)
+	}
+
+	c, err = Parse(seed000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.KTNumaNodes, []int{0, 1}) {
+		t.Errorf("numa nodes %v", c.KTNumaNodes)
+	}
+	if len(c.LoRAPaths) != 1 || c.LoRAPaths[0] != (LoRAPath{"qwen35b_neko", "/path/to/adapter"}) {
+		t.Errorf("lora paths %v", c.LoRAPaths)
+	}
+	if c.KTNumGPUExperts != 0 || !c.Set["kt-num-gpu-experts"] {
+		t.Errorf("num gpu experts %d set=%v", c.KTNumGPUExperts, c.Set["kt-num-gpu-experts"])
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]string{"--model-path", "/m/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Host != "127.0.0.1" || c.Port != 30000 || c.KTMethod != "AMXINT4" || c.KTThreadpoolCount != 2 ||
+		c.KTExpertPlacementStrategy != "uniform" || c.InitExpertLocation != "trivial" || c.WatchdogTimeout != 300*time.Second ||
+		c.TensorParallelSize != 1 || c.LogLevel != "info" || c.MaxLoRAsPerBatch != 8 || c.LoRABackend != "triton" {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c.ModelName() != "/m" {
+		t.Errorf("model name %q", c.ModelName())
+	}
+	if c.Addr() != "127.0.0.1:30000" {
+		t.Errorf("addr %q", c.Addr())
+	}
+}
+
+func TestParseForms(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		check func(*Config) bool
+	}{
+		{[]string{"--model=/m", "--tp-size=2"}, func(c *Config) bool { return c.TensorParallelSize == 2 }},
+		{[]string{"--model", "/m", "--kt-threadpool-count=1", "--kt-numa-nodes=3"}, func(c *Config) bool { return slices.Equal(c.KTNumaNodes, []int{3}) }},
+		{[]string{"--model", "/m", "--kt-threadpool-count", "3", "--kt-numa-nodes", "0", "1", "2"}, func(c *Config) bool { return slices.Equal(c.KTNumaNodes, []int{0, 1, 2}) }},
+		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a=/x", "b=/y,z"}, func(c *Config) bool {
+			return len(c.LoRAPaths) == 2 && c.LoRAPaths[1].Path == "/y,z"
+		}},
+		{[]string{"--model_path", "/m", "--chunked_prefill_size", "-1"}, func(c *Config) bool { return c.ChunkedPrefillSize == -1 }},
+		{[]string{"--model", "/m", "--watchdog-timeout", "2.5"}, func(c *Config) bool { return c.WatchdogTimeout == 2500*time.Millisecond }},
+		{[]string{"--model", "/m", "--random-seed", "7"}, func(c *Config) bool { return c.RandomSeedSet && c.RandomSeed == 7 }},
+	} {
+		c, err := Parse(tc.args)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if !tc.check(c) {
+			t.Errorf("%v: parsed %+v", tc.args, c)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--model-path: required"},
+		{[]string{"--model", "/m", "--port", "70000"}, "--port"},
+		{[]string{"--model", "/m", "--port", "x"}, "port"},
+		{[]string{"--model", "/m", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"--model", "/m", "extra"}, "unexpected argument"},
+		{[]string{"--model", "/m", "--kt-numa-nodes"}, "--kt-numa-nodes: needs at least one value"},
+		{[]string{"--model", "/m", "--kt-numa-nodes", "0", "1", "2"}, "--kt-threadpool-count is 2"},
+		{[]string{"--model", "/m", "--kt-method", "AMXINT5"}, "--kt-method: \"AMXINT5\""},
+		{[]string{"--model", "/m", "--kt-expert-placement-strategy", "best"}, "--kt-expert-placement-strategy"},
+		{[]string{"--model", "/m", "--attention-backend", "magic"}, "--attention-backend"},
+		{[]string{"--model", "/m", "--chunked-prefill-size", "0"}, "--chunked-prefill-size"},
+		{[]string{"--model", "/m", "--mem-fraction-static", "1.5"}, "--mem-fraction-static"},
+		{[]string{"--model", "/m", "--lora-paths", "a=/x"}, "needs --enable-lora"},
+		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a=/x", "a=/y"}, "given twice"},
+		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a:b=/x"}, "must not contain ':'"},
+		{[]string{"--model", "/m", "--kt-enable-dynamic-expert-update"}, "--kt-gpu-prefill-token-threshold"},
+		{[]string{"--model", "/m", "--watchdog-timeout", "0"}, "--watchdog-timeout"},
+		{[]string{"--model", "/m", "--log-level", "loud"}, "--log-level"},
+		{[]string{"--model", "/m", "--reasoning-parser", "x"}, "--reasoning-parser"},
+	} {
+		_, err := Parse(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := Parse([]string{"--model", "/m", "--help"}); !errors.Is(err, ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+	if _, err := Parse([]string{"-h"}); !errors.Is(err, ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestValidateFeatures(t *testing.T) {
+	cpuOnly := Features{CPUExpertMethods: []string{"BF16", "AMXINT4", "AMXINT8"}}
+	full := Features{GPUs: 4, MaxTensorParallel: 4, CPUExpertMethods: KTMethods, GPUExperts: true,
+		Deferral: true, LayerwisePrefill: true, DynamicExpertUpdate: true, ExpertDistributionRecorder: true,
+		PlacementStrategies: PlacementStrategies, LoRA: true, KTLoRA: true}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		f       Features
+		refused []string // substrings of the error; none means accepted
+		notes   []string // flags expected among the notices
+	}{
+		{"seed003 on a CPU-only machine", seed003, cpuOnly,
+			[]string{"--tensor-parallel-size: 4 needs 4 GPUs", "--kt-num-gpu-experts: GPU experts need a GPU"},
+			[]string{"mem-fraction-static", "trust-remote-code", "attention-backend", "enable-p2p-check"}},
+		{"seed003 with every feature", seed003, full, nil, []string{"trust-remote-code", "disable-shared-experts-fusion"}},
+		{"seed000 without LoRA", seed000, cpuOnly, []string{"--enable-lora: LoRA serving is not implemented yet", "--tensor-parallel-size"}, nil},
+		{"seed000 with LoRA", seed000, full, nil, []string{"lora-backend", "disable-cuda-graph"}},
+		{"plain CPU", []string{"--model", "/m"}, cpuOnly, nil, nil},
+		{"kt flags without weights", []string{"--model", "/m", "--kt-cpuinfer", "8"}, cpuOnly, []string{"--kt-cpuinfer: has no effect without --kt-weight-path"}, nil},
+		{"no CPU expert engine", []string{"--model", "/m", "--kt-weight-path", "/w"}, Features{}, []string{"not part of this build"}, nil},
+		{"method missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "FP8"}, cpuOnly, []string{"FP8 is not implemented yet"}, nil},
+		{"deferral missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "2"}, cpuOnly, []string{"deferral is not implemented"}, nil},
+		{"gpu experts, feature missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-gpu-experts-ratio", "0.5"}, Features{GPUs: 1, CPUExpertMethods: []string{"BF16"}}, []string{"--kt-gpu-experts-ratio: GPU-resident routed experts are not implemented"}, nil},
+		{"cuda without gpu", []string{"--model", "/m", "--device", "cuda"}, cpuOnly, []string{"no usable GPU"}, nil},
+		{"frequency without stats", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "2", "--kt-expert-placement-strategy", "frequency"}, full, []string{"--init-expert-location"}, nil},
+		{"expert lora with gpu experts", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "2", "--kt-expert-lora-path", "/l"}, full, []string{"supports CPU experts only"}, nil},
+		{"expert lora with one request", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-expert-lora-path", "/l", "--max-running-requests", "1"}, full, []string{"requires --max-running-requests >= 2"}, nil},
+		{"tp beyond build", []string{"--model", "/m", "--tp-size", "2"}, Features{GPUs: 2, MaxTensorParallel: 1}, []string{"not implemented yet"}, nil},
+	} {
+		c, err := Parse(tc.args)
+		if err != nil {
+			t.Fatalf("%s: parse: %v", tc.name, err)
+		}
+		notes, err := c.Validate(tc.f)
+		if len(tc.refused) == 0 && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		for _, want := range tc.refused {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %v, want it to contain %q", tc.name, err, want)
+			}
+		}
+		for _, flag := range tc.notes {
+			if !slices.ContainsFunc(notes, func(n Notice) bool { return n.Flag == flag }) {
+				t.Errorf("%s: no notice for --%s in %v", tc.name, flag, notes)
+			}
+		}
+	}
+}
+
+func TestUsageGolden(t *testing.T) {
+	got := Usage()
+	path := filepath.Join("testdata", "usage.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("usage changed; run go test ./serveconfig -update and review the diff\n%s", got)
+	}
+	// Every flag of the issue appears in the help.
+	for _, f := range []string{"host", "port", "model-path", "tokenizer-path", "served-model-name", "trust-remote-code",
+		"tensor-parallel-size", "mem-fraction-static", "chunked-prefill-size", "max-running-requests", "max-total-tokens",
+		"enable-mixed-chunk", "attention-backend", "disable-cuda-graph", "enable-p2p-check", "disable-custom-all-reduce",
+		"disable-shared-experts-fusion", "log-level", "skip-tokenizer-init", "api-key", "context-length", "watchdog-timeout",
+		"kt-weight-path", "kt-method", "kt-cpuinfer", "kt-threadpool-count", "kt-numa-nodes", "kt-num-gpu-experts",
+		"kt-gpu-experts-ratio", "kt-max-deferred-experts-per-token", "kt-gpu-prefill-token-threshold",
+		"kt-enable-dynamic-expert-update", "kt-expert-placement-strategy", "record-kt-gpu-expert-distribution",
+		"kt-lora-path", "kt-expert-lora-path", "init-expert-location", "enable-lora", "lora-paths", "lora-backend"} {
+		if !strings.Contains(got, "--"+f+" ") && !strings.Contains(got, "--"+f+"\n") {
+			t.Errorf("help lacks --%s", f)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(strings.Join(seed003, "\x00"))
+	f.Add(strings.Join(seed000, "\x00"))
+	f.Add("--model\x00/m\x00--kt-numa-nodes\x00--lora-paths=\x00")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Parse(strings.Split(s, "\x00"))
+		if err == nil {
+			_, _ = c.Validate(Features{})
+		}
+	})
+}

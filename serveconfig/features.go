@@ -1,0 +1,168 @@
+package serveconfig
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Features says which optional features this build and this machine have.
+// The serve command fills it from the packages linked in and the hardware
+// found; Validate refuses flags that need a feature that is missing.
+type Features struct {
+	GPUs                       int      // usable GPUs found
+	MaxTensorParallel          int      // largest --tensor-parallel-size the GPU backend supports
+	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements
+	GPUExperts                 bool     // hot routed experts resident on the GPU
+	Deferral                   bool     // --kt-max-deferred-experts-per-token
+	LayerwisePrefill           bool     // --kt-gpu-prefill-token-threshold
+	DynamicExpertUpdate        bool     // --kt-enable-dynamic-expert-update
+	ExpertDistributionRecorder bool     // --record-kt-gpu-expert-distribution
+	PlacementStrategies        []string // --kt-expert-placement-strategy values implemented
+	LoRA                       bool     // --enable-lora / --lora-paths
+	KTLoRA                     bool     // --kt-lora-path / --kt-expert-lora-path
+}
+
+// Notice is a startup log line about a flag that was given and accepted
+// but has no effect in kt.
+type Notice struct {
+	Flag    string
+	Message string
+}
+
+// Validate checks the configuration against the features available. It
+// returns the notices to log at startup, or an error listing every flag
+// that asks for a missing feature.
+func (c *Config) Validate(f Features) ([]Notice, error) {
+	var errs []string
+	var notes []Notice
+	refuse := func(flag, format string, a ...any) {
+		errs = append(errs, "--"+flag+": "+fmt.Sprintf(format, a...))
+	}
+	note := func(flag, msg string) {
+		if c.Set[flag] {
+			notes = append(notes, Notice{Flag: flag, Message: msg})
+		}
+	}
+	gpu := f.GPUs > 0 && c.Device != "cpu"
+
+	if c.Device == "cuda" && f.GPUs == 0 {
+		refuse("device", "cuda asked for but no usable GPU was found (run kt doctor to see why)")
+	}
+	if c.TensorParallelSize > 1 {
+		switch {
+		case !gpu:
+			refuse("tensor-parallel-size", "%d needs %d GPUs; none is in use on this machine", c.TensorParallelSize, c.TensorParallelSize)
+		case c.TensorParallelSize > f.GPUs:
+			refuse("tensor-parallel-size", "%d needs %d GPUs; %d found", c.TensorParallelSize, c.TensorParallelSize, f.GPUs)
+		case c.TensorParallelSize > max(f.MaxTensorParallel, 1):
+			refuse("tensor-parallel-size", "tensor parallelism over %d GPUs is not implemented yet in kt (this build supports up to %d)", c.TensorParallelSize, max(f.MaxTensorParallel, 1))
+		}
+	}
+	if !gpu {
+		note("mem-fraction-static", "no GPU is in use, so there is no GPU memory to budget; the KV cache is sized by --max-total-tokens")
+	}
+
+	// KTransformers.
+	kt := c.KTWeightPath != ""
+	if !kt {
+		for _, name := range []string{"kt-method", "kt-cpuinfer", "kt-threadpool-count", "kt-numa-nodes",
+			"kt-num-gpu-experts", "kt-gpu-experts-ratio", "kt-max-deferred-experts-per-token",
+			"kt-gpu-prefill-token-threshold", "kt-enable-dynamic-expert-update",
+			"kt-expert-placement-strategy", "record-kt-gpu-expert-distribution", "init-expert-location"} {
+			if c.Set[name] {
+				refuse(name, "has no effect without --kt-weight-path (KT CPU experts are off without it)")
+			}
+		}
+	} else {
+		if !slices.Contains(f.CPUExpertMethods, c.KTMethod) {
+			if len(f.CPUExpertMethods) == 0 {
+				refuse("kt-method", "%s: the CPU expert engine is not part of this build yet", c.KTMethod)
+			} else {
+				refuse("kt-method", "%s is not implemented yet in kt; this build has %s", c.KTMethod, strings.Join(f.CPUExpertMethods, ", "))
+			}
+		}
+		gpuExperts := c.KTNumGPUExperts > 0 || c.KTGPUExpertsRatioSet && c.KTGPUExpertsRatio > 0
+		if gpuExperts {
+			switch {
+			case !gpu:
+				refuse(pick(c.KTGPUExpertsRatioSet, "kt-gpu-experts-ratio", "kt-num-gpu-experts"), "GPU experts need a GPU and none is in use; use --kt-num-gpu-experts 0 to run every routed expert on the CPU")
+			case !f.GPUExperts:
+				refuse(pick(c.KTGPUExpertsRatioSet, "kt-gpu-experts-ratio", "kt-num-gpu-experts"), "GPU-resident routed experts are not implemented yet in kt; use --kt-num-gpu-experts 0")
+			}
+		}
+		if c.KTMaxDeferredExpertsPerToken > 0 && !f.Deferral {
+			refuse("kt-max-deferred-experts-per-token", "expert deferral is not implemented yet in kt; use 0")
+		}
+		if c.KTGPUPrefillTokenThreshold > 0 {
+			switch {
+			case !gpu:
+				refuse("kt-gpu-prefill-token-threshold", "layerwise GPU prefill needs a GPU and none is in use")
+			case !f.LayerwisePrefill:
+				refuse("kt-gpu-prefill-token-threshold", "layerwise GPU prefill is not implemented yet in kt")
+			}
+		}
+		if c.KTEnableDynamicExpertUpdate && !f.DynamicExpertUpdate {
+			refuse("kt-enable-dynamic-expert-update", "dynamic expert update is not implemented yet in kt")
+		}
+		if c.Set["kt-expert-placement-strategy"] && gpuExperts && !slices.Contains(f.PlacementStrategies, c.KTExpertPlacementStrategy) {
+			refuse("kt-expert-placement-strategy", "%s is not implemented yet in kt", c.KTExpertPlacementStrategy)
+		}
+		if c.Set["kt-expert-placement-strategy"] && !gpuExperts {
+			note("kt-expert-placement-strategy", "no routed expert is on the GPU, so there is nothing to place")
+		}
+		if c.KTExpertPlacementStrategy == "frequency" && c.InitExpertLocation == "trivial" {
+			refuse("kt-expert-placement-strategy", "frequency needs expert statistics: give --init-expert-location FILE")
+		}
+		if c.RecordKTGPUExpertDistribution && !f.ExpertDistributionRecorder {
+			refuse("record-kt-gpu-expert-distribution", "the GPU expert distribution recorder is not implemented yet in kt")
+		}
+	}
+
+	// LoRA.
+	if c.EnableLoRA && !f.LoRA {
+		refuse("enable-lora", "LoRA serving is not implemented yet in kt")
+	}
+	for _, name := range []string{"kt-lora-path", "kt-expert-lora-path"} {
+		if c.Set[name] && !f.KTLoRA {
+			refuse(name, "KT expert LoRA serving is not implemented yet in kt")
+		}
+	}
+	if c.KTExpertLoRAPath != "" || c.KTLoRAPath != "" || (kt && c.EnableLoRA) {
+		if c.KTNumGPUExperts > 0 {
+			refuse("kt-num-gpu-experts", "KT expert LoRA supports CPU experts only; set --kt-num-gpu-experts 0")
+		}
+		if c.KTGPUPrefillTokenThreshold > 0 {
+			refuse("kt-gpu-prefill-token-threshold", "cannot be used with KT expert LoRA")
+		}
+		if c.KTEnableDynamicExpertUpdate {
+			refuse("kt-enable-dynamic-expert-update", "cannot be used with KT expert LoRA")
+		}
+		if c.MaxRunningRequests == 1 {
+			refuse("max-running-requests", "KT expert LoRA serving requires --max-running-requests >= 2")
+		}
+	}
+	if len(c.LoRAPaths) > 1 && kt {
+		refuse("lora-paths", "only one merged KT composite LoRA adapter is supported")
+	}
+
+	note("trust-remote-code", "kt never runs code from a model directory; every architecture is built in")
+	note("attention-backend", "kt uses its own attention kernels on each backend; the SGLang kernel name is not used")
+	note("disable-cuda-graph", "kt does not capture CUDA graphs")
+	note("enable-p2p-check", "kt checks GPU peer access itself when it uses several GPUs")
+	note("disable-custom-all-reduce", "kt uses NCCL's all-reduce only")
+	note("disable-shared-experts-fusion", "kt always keeps shared experts apart from routed ones")
+	note("lora-backend", "kt has its own LoRA kernels; the SGLang kernel name is not used")
+
+	if len(errs) > 0 {
+		return notes, fmt.Errorf("kt serve: refused flags:\n  %s", strings.Join(errs, "\n  "))
+	}
+	return notes, nil
+}
+
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
