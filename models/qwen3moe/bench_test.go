@@ -19,13 +19,20 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 	if dir == "" {
 		b.Skip("set KT_SYNTH_DIR to a checkpoint (e.g. one written by TestMakeSynthetic)")
 	}
+	for _, mode := range []string{"backend", "auto"} {
+		b.Run("experts="+mode, func(b *testing.B) { benchDecode(b, dir, mode) })
+	}
+}
+
+func benchDecode(b *testing.B, dir, experts string) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 4096, MaxBatchTokens: 64, Backend: be})
+	r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 4096, MaxBatchTokens: 64, Backend: be, Experts: experts})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
+	b.Log(r.ExpertPath())
 	// bandwidth probe: best of 3 sums over 1 GiB
 	buf := make([]float32, 1<<28)
 	for i := range buf {
