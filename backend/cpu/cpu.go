@@ -157,6 +157,9 @@ func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Tensor, error) {
 	return t, nil
 }
 
+// ActDType implements backend.Backend: activations are F32.
+func (b *Backend) ActDType() tensor.DType { return tensor.F32 }
+
 // AllocKV implements backend.Backend (F32 pages).
 func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCache, error) {
 	k, err := b.Alloc(tensor.F32, pages, pageSize, kvHeads, headDim)

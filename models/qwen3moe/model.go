@@ -333,18 +333,19 @@ func (r *Runner) allocate() error {
 	inter := max(c.IntermediateSize, 1)
 	r.logRows = max(min(T, 64), o.MaxSeqs)
 	k := max(c.NumExpertsPerTok, 1)
+	act := r.be.ActDType()
 	for _, a := range []struct {
 		dst   *backend.Tensor
 		dt    tensor.DType
 		shape []int
 	}{
-		{&r.x, tensor.F32, []int{T, H}}, {&r.h, tensor.F32, []int{T, H}}, {&r.tmp, tensor.F32, []int{T, H}},
-		{&r.q, tensor.F32, []int{T, c.NumAttentionHeads * hd}}, {&r.att, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
-		{&r.k, tensor.F32, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKeyValueHeads * hd}},
-		{&r.gate, tensor.F32, []int{T, inter}}, {&r.up, tensor.F32, []int{T, inter}},
-		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
-		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
-		{&r.sel, tensor.F32, []int{r.logRows, H}}, {&r.logitsBuf, tensor.F32, []int{r.logRows, c.VocabSize}},
+		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
+		{&r.q, act, []int{T, c.NumAttentionHeads * hd}}, {&r.att, act, []int{T, c.NumAttentionHeads * hd}},
+		{&r.k, act, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, act, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
+		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
+		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
+		{&r.sel, act, []int{r.logRows, H}}, {&r.logitsBuf, act, []int{r.logRows, c.VocabSize}},
 	} {
 		if *a.dst, err = r.be.Alloc(a.dt, a.shape...); err != nil {
 			return fmt.Errorf("allocating activations: %w", err)
