@@ -120,7 +120,16 @@ func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if t.n == 0 {
 		return t, nil
 	}
-	p := unsafe.Pointer(unsafe.SliceData(h.Data))
+	data := h.Data
+	if uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(h.DType.Size()) != 0 {
+		// a file whose header length breaks alignment: copy once into
+		// aligned memory rather than reinterpret unaligned bytes
+		buf := make([]uint64, (len(data)+7)/8)
+		aligned := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*8)[:len(data)]
+		copy(aligned, data)
+		data = aligned
+	}
+	p := unsafe.Pointer(unsafe.SliceData(data))
 	switch h.DType {
 	case tensor.F32:
 		t.f32 = unsafe.Slice((*float32)(p), t.n)
