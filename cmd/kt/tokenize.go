@@ -142,7 +142,7 @@ func parseIDs(s string) ([]int32, error) {
 	ids := make([]int32, 0, len(fields))
 	for _, f := range fields {
 		n, err := strconv.ParseInt(f, 10, 32)
-		if err != nil {
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("not a token id: %q", f)
 		}
 		ids = append(ids, int32(n))

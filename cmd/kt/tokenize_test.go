@@ -1,24 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func runKT(t *testing.T, stdin string, args ...string) (string, error) {
-	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
 
 func TestTokenize(t *testing.T) {
 	dir := filepath.Join("..", "..", "tokenizer", "testdata")
@@ -36,7 +23,7 @@ func TestTokenize(t *testing.T) {
 		// The ids Hugging Face gives for this chat (shared/reference/test-assets.md §2).
 		{"chat", "", []string{"tokenize", "--tokenizer-path", dir, "--chat", conv}, "---\n151644 872 198 108386 11162 97 244 2915 1887 368 6257 151645 198 151644 77091 198 151667 271 151668 271\n"},
 	} {
-		got, err := runKT(t, c.stdin, c.args...)
+		got, err := runCLIInput(t, c.stdin, c.args...)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -44,7 +31,7 @@ func TestTokenize(t *testing.T) {
 			t.Errorf("%s: got %q, want suffix %q", c.name, got, c.want)
 		}
 	}
-	if _, err := runKT(t, "", "tokenize", "x"); err == nil {
+	if _, err := runCLIInput(t, "", "tokenize", "x"); err == nil {
 		t.Error("no error without --tokenizer-path")
 	}
 	if _, err := parseIDs("1 x"); err == nil {
