@@ -95,7 +95,12 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 			return
 		}
 	}
-	b.check("MatMul "+wt.label(), b.d.Gemm(b.s, g))
+	if err := b.d.Gemm(b.s, g); err != nil {
+		// cuBLASLt refused the call (a status, nothing was queued): use
+		// the plain kernel for this shape from now on.
+		b.fallback[shape] = true
+		b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
+	}
 }
 
 func blocks64(n int64, per int64) int64 { return (n + per - 1) / per }

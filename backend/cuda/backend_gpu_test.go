@@ -1,0 +1,482 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/tensor"
+)
+
+// The backend.Backend ops on the GPU against the CPU backend (the
+// reference) on random inputs at the real models' shapes. Tolerances are
+// relative L2 errors over the whole output:
+//
+//   - MatMul with bf16 weights: 1e-2 (the activations are rounded to bf16
+//     for the tensor-core GEMM; ~2-3e-3 is expected), f16 weights: 2e-3,
+//     f32 weights: 1e-5.
+//   - everything else reads the same float32 activations and weights and
+//     differs only in summation order: 1e-5, attention and the gated delta
+//     rule (the CPU runs its chunked form) 1e-4; router ids must be equal.
+
+// opPair drives the same ops on the GPU and the CPU backend.
+type opPair struct {
+	g   *Backend
+	c   *cpu.Backend
+	rng *rand.Rand
+}
+
+func newOpPair(t *testing.T) *opPair {
+	d := testDevice(t)
+	g, err := NewBackendOn(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cpu.New(cpu.Options{})
+	t.Cleanup(func() { g.Close(); c.Close() })
+	return &opPair{g: g, c: c, rng: rand.New(rand.NewPCG(7, 11))}
+}
+
+func (p *opPair) randF32(n int, scale float64) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(p.rng.NormFloat64() * scale)
+	}
+	return out
+}
+
+// f16Bits rounds f to IEEE half precision (normal range; tests only).
+func f16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	e := int((b>>23)&0xff) - 127 + 15
+	if e <= 0 {
+		return sign
+	}
+	if e >= 31 {
+		return sign | 0x7bff
+	}
+	m := b & 0x7fffff
+	h := uint32(e)<<10 | m>>13
+	if r := m & 0x1fff; r > 0x1000 || (r == 0x1000 && h&1 == 1) {
+		h++
+	}
+	return sign | uint16(h)
+}
+
+// weight hands the same weight (values rounded to dt) to both backends.
+func (p *opPair) weight(t *testing.T, name string, dt tensor.DType, v []float32, shape ...int) (backend.Tensor, backend.Tensor) {
+	t.Helper()
+	data := make([]byte, len(v)*dt.Size())
+	for i, x := range v {
+		switch dt {
+		case tensor.F32:
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+		case tensor.BF16:
+			binary.LittleEndian.PutUint16(data[2*i:], tensor.F32ToBF16(x))
+		case tensor.F16:
+			binary.LittleEndian.PutUint16(data[2*i:], f16Bits(x))
+		}
+	}
+	h := backend.Host{Name: name, DType: dt, Shape: shape, Data: data}
+	g, err := p.g.Weight(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.c.Weight(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+// act allocates an F32 activation on both backends holding v (zeros when v
+// is nil).
+func (p *opPair) act(t *testing.T, v []float32, shape ...int) (backend.Tensor, backend.Tensor) {
+	t.Helper()
+	g, err := p.g.Alloc(tensor.F32, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.c.Alloc(tensor.F32, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != nil {
+		if err := p.g.Write(g, v); err != nil {
+			t.Fatal(err)
+		}
+		copy(c.(*cpu.Tensor).F32(), v)
+	}
+	return g, c
+}
+
+func (p *opPair) ids(t *testing.T, shape ...int) (backend.Tensor, backend.Tensor) {
+	t.Helper()
+	g, err := p.g.Alloc(tensor.I32, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.c.Alloc(tensor.I32, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+func (p *opPair) setStep(t *testing.T, s *backend.Step) {
+	t.Helper()
+	if err := p.g.SetStep(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.c.SetStep(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compare reads rows of both tensors and checks the relative L2 error.
+func (p *opPair) compare(t *testing.T, name string, g, c backend.Tensor, rows int, tol float64) {
+	t.Helper()
+	if err := p.g.Sync(); err != nil {
+		t.Fatalf("%s: GPU: %v", name, err)
+	}
+	if err := p.c.Sync(); err != nil {
+		t.Fatalf("%s: CPU: %v", name, err)
+	}
+	w := g.Shape()[len(g.Shape())-1]
+	gv := make([]float32, rows*w)
+	if err := p.g.Read(gv, g, rows); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	cv := c.(*cpu.Tensor).F32()[:rows*w]
+	got, want := make([]float64, len(gv)), make([]float64, len(cv))
+	for i := range gv {
+		got[i], want[i] = float64(gv[i]), float64(cv[i])
+	}
+	checkClose(t, name, got, want, tol)
+}
+
+// testStep builds a step of several sequences: each (slot, pos, len) with
+// its own pages (page size 16, slot s owns pages [s*64, s*64+64)).
+func testStep(spans ...[3]int) *backend.Step {
+	s := &backend.Step{}
+	for _, sp := range spans {
+		slot, pos, n := sp[0], sp[1], sp[2]
+		start := len(s.Tokens)
+		for j := 0; j < n; j++ {
+			s.Tokens = append(s.Tokens, int32((slot*7919+pos+j)%1000))
+			s.Pos = append(s.Pos, int32(pos+j))
+		}
+		pages := make([]int32, 64)
+		for i := range pages {
+			pages[i] = int32(slot*64 + i)
+		}
+		s.Seqs = append(s.Seqs, backend.Seq{Slot: slot, Start: start, Len: n, Pos: pos, Pages: pages})
+		s.OutRows = append(s.OutRows, int32(len(s.Tokens)-1))
+	}
+	return s
+}
+
+// Two steps used by the ops that keep state (KV cache, conv and delta
+// state): a first one that fills slots 1 and 2, then a mixed one: a fresh
+// prompt (slot 0), a prefill chunk continuing slot 1, a decode on slot 2.
+var (
+	stepFill  = testStep([3]int{1, 0, 50}, [3]int{2, 0, 200})
+	stepMixed = testStep([3]int{0, 0, 37}, [3]int{1, 50, 20}, [3]int{2, 200, 1})
+)
+
+func TestBackendOps(t *testing.T) {
+	p := newOpPair(t)
+	const maxT = 256
+	p.setStep(t, stepMixed)
+	n := stepMixed.NumTokens()
+
+	t.Run("Embed", func(t *testing.T) {
+		const V, H = 1000, 2048
+		gw, cw := p.weight(t, "embed", tensor.BF16, p.randF32(V*H, 1), V, H)
+		go_, co := p.act(t, nil, maxT, H)
+		p.g.Embed(go_, gw)
+		p.c.Embed(co, cw)
+		p.compare(t, "Embed bf16 [1000,2048]", go_, co, n, 0)
+	})
+
+	t.Run("MatMul", func(t *testing.T) {
+		for _, c := range []struct {
+			dt   tensor.DType
+			o, k int
+			tol  float64
+		}{
+			{tensor.BF16, 4096, 2048, 1e-2}, // Qwen3-30B q_proj
+			{tensor.BF16, 2048, 4096, 1e-2}, // o_proj
+			{tensor.BF16, 128, 2048, 1e-2},  // router
+			{tensor.BF16, 1, 2048, 1e-2},    // shared expert gate (N = 1)
+			{tensor.BF16, 4, 64, 1e-2},      // tiny fixture's in_proj_b
+			{tensor.F16, 1536, 2048, 2e-3},
+			{tensor.F32, 512, 2048, 1e-5},
+			{tensor.F32, 96, 64, 1e-5},
+		} {
+			name := fmt.Sprintf("MatMul %s [%d,%d] x %d rows", c.dt, c.o, c.k, n)
+			gw, cw := p.weight(t, "w", c.dt, p.randF32(c.o*c.k, 0.02), c.o, c.k)
+			gx, cx := p.act(t, p.randF32(maxT*c.k, 1), maxT, c.k)
+			gout, cout := p.act(t, nil, maxT, c.o)
+			p.g.MatMul(gout, gx, gw, n)
+			p.c.MatMul(cout, cx, cw, n)
+			p.compare(t, name, gout, cout, n, c.tol)
+		}
+	})
+
+	t.Run("RMSNorm", func(t *testing.T) {
+		for _, c := range []struct {
+			d, rowsPer int
+			dt         tensor.DType
+		}{{2048, 1, tensor.BF16}, {128, 32, tensor.BF16}, {256, 16, tensor.F32}} {
+			gw, cw := p.weight(t, "norm", c.dt, p.randF32(c.d, 1), c.d)
+			gx, cx := p.act(t, p.randF32(maxT*c.d*c.rowsPer, 3), maxT, c.d*c.rowsPer)
+			gout, cout := p.act(t, nil, maxT, c.d*c.rowsPer)
+			p.g.RMSNorm(gout, gx, gw, 1e-6, n*c.rowsPer)
+			p.c.RMSNorm(cout, cx, cw, 1e-6, n*c.rowsPer)
+			p.compare(t, fmt.Sprintf("RMSNorm width %d x %d rows", c.d, n*c.rowsPer), gout, cout, n, 1e-5)
+			// in place
+			p.g.RMSNorm(gx, gx, gw, 1e-6, n*c.rowsPer)
+			p.c.RMSNorm(cx, cx, cw, 1e-6, n*c.rowsPer)
+			p.compare(t, "RMSNorm in place", gx, cx, n, 1e-5)
+		}
+	})
+
+	t.Run("Rope", func(t *testing.T) {
+		for _, r := range []struct {
+			heads int
+			rope  backend.Rope
+		}{
+			{32, backend.Rope{HeadDim: 128, RotaryDim: 128, Theta: 1e6}}, // Qwen3-30B
+			{16, backend.Rope{HeadDim: 256, RotaryDim: 64, Theta: 1e7}},  // Qwen3.5 partial rotary
+		} {
+			w := r.heads * r.rope.HeadDim
+			gx, cx := p.act(t, p.randF32(maxT*w, 1), maxT, w)
+			p.g.Rope(gx, &r.rope, r.heads, n)
+			p.c.Rope(cx, &r.rope, r.heads, n)
+			p.compare(t, fmt.Sprintf("Rope %d heads x %d, rotary %d", r.heads, r.rope.HeadDim, r.rope.RotaryDim), gx, cx, n, 1e-5)
+		}
+	})
+
+	t.Run("Attention", func(t *testing.T) {
+		for _, a := range []backend.Attn{
+			{Heads: 32, KVHeads: 4, HeadDim: 128}, // Qwen3-30B
+			{Heads: 16, KVHeads: 2, HeadDim: 256}, // Qwen3-Next / 3.5
+			{Heads: 4, KVHeads: 2, HeadDim: 16},   // tiny fixture
+		} {
+			a.Scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
+			gkv, err := p.g.AllocKV(256, 16, a.KVHeads, a.HeadDim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ckv, err := p.c.AllocKV(256, 16, a.KVHeads, a.HeadDim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qw, kw := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+			for _, st := range []*backend.Step{stepFill, stepMixed} {
+				p.setStep(t, st)
+				m := st.NumTokens()
+				gq, cq := p.act(t, p.randF32(m*qw, 1), m, qw)
+				gk, ck := p.act(t, p.randF32(m*kw, 1), m, kw)
+				gv, cv := p.act(t, p.randF32(m*kw, 1), m, kw)
+				gout, cout := p.act(t, nil, m, qw)
+				p.g.Attention(gout, gq, gk, gv, gkv, &a, m)
+				p.c.Attention(cout, cq, ck, cv, ckv, &a, m)
+				p.compare(t, fmt.Sprintf("Attention %d/%d x %d, %d rows", a.Heads, a.KVHeads, a.HeadDim, m), gout, cout, m, 1e-4)
+			}
+		}
+	})
+
+	p.setStep(t, stepMixed)
+	t.Run("Elementwise", func(t *testing.T) {
+		const w = 768
+		ga, ca := p.act(t, p.randF32(maxT*w, 2), maxT, w)
+		gb, cb := p.act(t, p.randF32(maxT*w, 2), maxT, w)
+		gout, cout := p.act(t, nil, maxT, w)
+		p.g.Add(gout, ga, gb, n)
+		p.c.Add(cout, ca, cb, n)
+		p.compare(t, "Add", gout, cout, n, 1e-6)
+		p.g.SiLUMul(gout, ga, gb, n)
+		p.c.SiLUMul(cout, ca, cb, n)
+		p.compare(t, "SiLUMul", gout, cout, n, 1e-6)
+		gg, cg := p.act(t, p.randF32(maxT*w, 2), maxT, w)
+		p.g.SigmoidGate(gout, ga, gg, n)
+		p.c.SigmoidGate(cout, ca, cg, n)
+		p.compare(t, "SigmoidGate (full width)", gout, cout, n, 1e-6)
+		g1, c1 := p.act(t, p.randF32(maxT, 2), maxT, 1)
+		p.g.SigmoidGate(ga, ga, g1, n)
+		p.c.SigmoidGate(ca, ca, c1, n)
+		p.compare(t, "SigmoidGate (one column, in place)", ga, ca, n, 1e-6)
+	})
+
+	t.Run("RouterTopK", func(t *testing.T) {
+		for _, c := range []struct {
+			e, k int
+			norm bool
+		}{{128, 8, true}, {512, 10, true}, {256, 8, false}, {8, 2, true}} {
+			gl, cl := p.act(t, p.randF32(maxT*c.e, 1), maxT, c.e)
+			gw, cw := p.act(t, nil, maxT, c.k)
+			gi, ci := p.ids(t, maxT, c.k)
+			p.g.RouterTopK(gw, gi, gl, c.k, c.norm, n)
+			p.c.RouterTopK(cw, ci, cl, c.k, c.norm, n)
+			name := fmt.Sprintf("RouterTopK E=%d k=%d norm=%v", c.e, c.k, c.norm)
+			p.compare(t, name+" weights", gw, cw, n, 1e-5)
+			got := make([]int32, n*c.k)
+			if err := p.g.ReadI32(got, gi, n*c.k); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range ci.(*cpu.Tensor).I32()[:n*c.k] {
+				if got[i] != want {
+					t.Fatalf("%s: ids[%d] = %d, want %d", name, i, got[i], want)
+				}
+			}
+		}
+	})
+
+	t.Run("MoE", func(t *testing.T) {
+		const E, H, I, k = 32, 2048, 768, 8 // Qwen3-30B expert shapes, fewer experts
+		for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+			ex := [2]backend.Experts{{Hidden: H, Inter: I}, {Hidden: H, Inter: I}}
+			for e := 0; e < E; e++ {
+				for j, dst := range []*[]backend.Tensor{&ex[0].Gate, &ex[0].Up, &ex[0].Down} {
+					shape := []int{I, H}
+					if j == 2 {
+						shape = []int{H, I}
+					}
+					g, c := p.weight(t, fmt.Sprintf("expert %d.%d", e, j), dt, p.randF32(H*I, 0.03), shape...)
+					*dst = append(*dst, g)
+					other := []*[]backend.Tensor{&ex[1].Gate, &ex[1].Up, &ex[1].Down}[j]
+					*other = append(*other, c)
+				}
+			}
+			gx, cx := p.act(t, p.randF32(maxT*H, 1), maxT, H)
+			gl, cl := p.act(t, p.randF32(maxT*E, 1), maxT, E)
+			gw, cw := p.act(t, nil, maxT, k)
+			gi, ci := p.ids(t, maxT, k)
+			p.g.RouterTopK(gw, gi, gl, k, true, n)
+			p.c.RouterTopK(cw, ci, cl, k, true, n)
+			// experts served elsewhere (-1) are skipped
+			ci.(*cpu.Tensor).I32()[3] = -1
+			got := make([]int32, n*k)
+			if err := p.g.ReadI32(got, gi, n*k); err != nil {
+				t.Fatal(err)
+			}
+			got[3] = -1
+			if err := p.g.Write(gi, got); err != nil {
+				t.Fatal(err)
+			}
+			gout, cout := p.act(t, nil, maxT, H)
+			p.g.MoE(gout, gx, &ex[0], gw, gi, n)
+			p.c.MoE(cout, cx, &ex[1], cw, ci, n)
+			p.compare(t, fmt.Sprintf("MoE %s E=%d H=%d I=%d k=%d, %d tokens", dt, E, H, I, k, n), gout, cout, n, 1e-5)
+			// a decode-sized step reuses the layer's expert table
+			p.g.MoE(gout, gx, &ex[0], gw, gi, 1)
+			p.c.MoE(cout, cx, &ex[1], cw, ci, 1)
+			p.compare(t, "MoE one token", gout, cout, 1, 1e-5)
+		}
+	})
+
+	t.Run("GatherRows", func(t *testing.T) {
+		const w = 2048
+		gx, cx := p.act(t, p.randF32(maxT*w, 1), maxT, w)
+		gout, cout := p.act(t, nil, 8, w)
+		m := len(stepMixed.OutRows)
+		p.g.GatherRows(gout, gx, 1, m-1)
+		p.c.GatherRows(cout, cx, 1, m-1)
+		p.compare(t, "GatherRows", gout, cout, m-1, 0)
+	})
+
+	t.Run("LinearAttention", func(t *testing.T) {
+		for _, sh := range []backend.LinearShape{
+			{Layers: 2, ConvKernel: 4, Delta: backend.DeltaShape{KHeads: 16, VHeads: 32, KDim: 128, VDim: 128}}, // Qwen3-Next-80B
+			{Layers: 2, ConvKernel: 4, Delta: backend.DeltaShape{KHeads: 4, VHeads: 4, KDim: 32, VDim: 16}},     // tiny fixture
+		} {
+			d := sh.Delta
+			gst, err := p.g.AllocLinearState(sh, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cst, err := p.c.AllocLinearState(sh, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, vw := d.ConvChannels(), d.VHeads*d.VDim
+			gcw, ccw := p.weight(t, "conv1d", tensor.F32, p.randF32(ch*sh.ConvKernel, 0.5), ch, 1, sh.ConvKernel)
+			gal, cal := p.weight(t, "A_log", tensor.BF16, p.randF32(d.VHeads, 1), d.VHeads)
+			gdb, cdb := p.weight(t, "dt_bias", tensor.BF16, p.randF32(d.VHeads, 1), d.VHeads)
+			gnw, cnw := p.weight(t, "norm", tensor.F32, p.randF32(d.VDim, 1), d.VDim)
+			label := fmt.Sprintf("Hk=%d Hv=%d Dk=%d Dv=%d", d.KHeads, d.VHeads, d.KDim, d.VDim)
+			for si, st := range []*backend.Step{stepFill, stepMixed} {
+				p.setStep(t, st)
+				m := st.NumTokens()
+				for layer := 0; layer < sh.Layers; layer++ {
+					where := fmt.Sprintf("%s step %d layer %d", label, si, layer)
+					gx, cx := p.act(t, p.randF32(m*ch, 1), m, ch)
+					gc, cc := p.act(t, nil, m, ch)
+					p.g.CausalConv1D(gc, gx, gcw, gst, layer, m)
+					p.c.CausalConv1D(cc, cx, ccw, cst, layer, m)
+					p.compare(t, "CausalConv1D "+where, gc, cc, m, 1e-5)
+					ga, ca := p.act(t, p.randF32(m*d.VHeads, 1), m, d.VHeads)
+					gb, cb := p.act(t, p.randF32(m*d.VHeads, 1), m, d.VHeads)
+					gg, cg := p.act(t, nil, m, d.VHeads)
+					gbeta, cbeta := p.act(t, nil, m, d.VHeads)
+					p.g.DeltaGates(gg, gbeta, ga, gb, gal, gdb, m)
+					p.c.DeltaGates(cg, cbeta, ca, cb, cal, cdb, m)
+					p.compare(t, "DeltaGates g "+where, gg, cg, m, 1e-5)
+					p.compare(t, "DeltaGates beta "+where, gbeta, cbeta, m, 1e-5)
+					gout, cout := p.act(t, nil, m, vw)
+					// both read the CPU's conv output and gates, so the rule is
+					// compared alone
+					for _, w := range [][2]backend.Tensor{{gc, cc}, {gg, cg}, {gbeta, cbeta}} {
+						n := m * w[1].Shape()[1]
+						if err := p.g.Write(w[0], w[1].(*cpu.Tensor).F32()[:n]); err != nil {
+							t.Fatal(err)
+						}
+					}
+					p.g.GatedDeltaRule(gout, gc, gg, gbeta, gst, layer, m)
+					p.c.GatedDeltaRule(cout, cc, cg, cbeta, cst, layer, m)
+					p.compare(t, "GatedDeltaRule "+where, gout, cout, m, 1e-4)
+					gz, cz := p.act(t, p.randF32(m*vw, 1), m, vw)
+					p.g.GatedRMSNorm(gout, gout, gz, gnw, 1e-6, m*d.VHeads)
+					p.c.GatedRMSNorm(cout, cout, cz, cnw, 1e-6, m*d.VHeads)
+					p.compare(t, "GatedRMSNorm "+where, gout, cout, m, 1e-4)
+				}
+			}
+			// a freed slot starts from zero state
+			gst.Free(1)
+			cst.Free(1)
+		}
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		p.setStep(t, stepMixed)
+		gw, _ := p.weight(t, "w", tensor.BF16, p.randF32(64*32, 1), 64, 32)
+		gx, _ := p.act(t, nil, maxT, 48)
+		gout, _ := p.act(t, nil, maxT, 64)
+		p.g.MatMul(gout, gx, gw, n)
+		p.g.Add(gout, gout, gout, n) // skipped after the error
+		err := p.g.Sync()
+		if err == nil || !strings.Contains(err.Error(), "MatMul") {
+			t.Fatalf("mismatched MatMul: Sync returned %v", err)
+		}
+		t.Logf("error reported: %v", err)
+		if err := p.g.Sync(); err != nil {
+			t.Fatalf("second Sync: %v", err)
+		}
+		bad := testStep([3]int{0, 0, 3})
+		bad.Tokens[1] = 5000
+		p.setStep(t, bad)
+		ge, _ := p.weight(t, "embed", tensor.BF16, p.randF32(1000*32, 1), 1000, 32)
+		p.g.Embed(gx, ge)
+		if err := p.g.Sync(); err == nil || !strings.Contains(err.Error(), "5000") {
+			t.Fatalf("token outside the vocabulary: Sync returned %v", err)
+		}
+	})
+}
