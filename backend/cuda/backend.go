@@ -234,15 +234,23 @@ func (b *Backend) ensureScratch(n int64) error {
 
 // AllocKV implements backend.Backend (F32 pages).
 func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCache, error) {
-	k, err := b.Alloc(tensor.F32, pages, pageSize, kvHeads, headDim)
+	shape := []int{pages, pageSize, kvHeads, headDim}
+	n, err := elements("KV cache", shape)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: KV cache: %w", err)
+		return nil, err
 	}
-	v, err := b.Alloc(tensor.F32, pages, pageSize, kvHeads, headDim)
-	if err != nil {
-		return nil, fmt.Errorf("cuda: KV cache: %w", err)
+	var kv [2]*Tensor
+	for i, what := range []string{"KV cache K", "KV cache V"} {
+		buf, err := b.alloc(int64(n)*4, what)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: %w", err)
+		}
+		if err := b.s.Memset(buf, 0); err != nil {
+			return nil, err
+		}
+		kv[i] = &Tensor{dt: tensor.F32, shape: shape, n: n, buf: buf, name: what}
 	}
-	return &backend.KVCache{K: k, V: v, PageSize: pageSize, KVHeads: kvHeads, HeadDim: headDim, TotalPages: pages}, nil
+	return &backend.KVCache{K: kv[0], V: kv[1], PageSize: pageSize, KVHeads: kvHeads, HeadDim: headDim, TotalPages: pages}, nil
 }
 
 // metaInts is the number of int32s the metadata regions take.
