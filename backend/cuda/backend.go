@@ -37,11 +37,14 @@ type Backend struct {
 	nPages           int
 	rowSeq           []int32
 
-	scratch  Buffer // 16-bit copy of MatMul activations
-	fallback map[gemmShape]bool
-	moe      map[*backend.Experts]*moeTable
-	moeH     Buffer // [pairs, inter] float32
-	moeY     Buffer // [pairs, hidden] float32
+	scratch    Buffer // 16-bit copies of MatMul activations
+	gemmTmp    Buffer // float32 [2n, o]: the hi and lo halves of a split MatMul
+	fastMatMul bool
+	fallback   map[gemmShape]bool
+	planned    map[gemmShape]bool
+	moe        map[*backend.Experts]*moeTable
+	moeH       Buffer // [pairs, inter] float32
+	moeY       Buffer // [pairs, hidden] float32
 }
 
 type gemmShape struct {
@@ -85,7 +88,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}}, nil
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}}, nil
 }
 
 // Device returns the GPU the backend runs on.
@@ -204,9 +207,10 @@ func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Tensor, error) {
 		return nil, err
 	}
 	// An F32 activation may be a MatMul input: keep the 16-bit scratch
-	// as large as the largest, so MatMul never allocates.
+	// (two halves) as large as the largest, so MatMul does not allocate;
+	// the split output buffer grows on first use of each larger shape.
 	if dt == tensor.F32 {
-		if err := b.ensureScratch(int64(n) * 2); err != nil {
+		if err := b.ensureScratch(int64(n) * 4); err != nil {
 			b.free(buf)
 			return nil, err
 		}

@@ -40,8 +40,12 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 }
 
 // MatMul implements backend.Ops: out = x·wᵀ through cuBLASLt with float32
-// output. A bf16 (f16) weight multiplies the activation rows rounded to
-// bf16 (f16) in the scratch buffer; an F32 weight runs an F32 GEMM.
+// output. For a bf16 (f16) weight the float32 activations are split into
+// hi = bf16(x) and lo = bf16(x − hi), stacked as 2n rows of the scratch
+// buffer, and one GEMM of 2n rows (weights read once) is summed back, which
+// keeps about 16 more bits of the activations than rounding them once: the
+// result tracks the float32 reference (SetFastMatMul rounds once instead,
+// one GEMM of n rows). An F32 weight runs an F32 GEMM.
 func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if !b.ok() {
 		return
@@ -68,40 +72,76 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if n <= 0 || o == 0 || k == 0 {
 		return
 	}
+	m, mo := int64(n)*int64(k), int64(n)*int64(o)
+	split := wt.dt != tensor.F32 && !b.fastMatMul
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
-	shape := gemmShape{n, o, k, wt.dt}
-	fb, known := b.fallback[shape]
-	if !known {
-		fb = b.d.GemmSupported(g) != nil
-		b.fallback[shape] = fb
-	}
-	if fb {
-		b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
-		return
-	}
 	if wt.dt != tensor.F32 {
-		m := int64(n) * int64(k)
-		if b.scratch.Size < 2*m && !b.check("MatMul", b.ensureScratch(2*m)) {
+		need := 2 * m
+		if split {
+			need = 4 * m
+			if !b.growBuf(&b.gemmTmp, 8*mo, "MatMul split output") {
+				return
+			}
+			g.M, g.D = 2*n, b.gemmTmp
+		}
+		if b.scratch.Size < need && !b.check("MatMul", b.ensureScratch(need)) {
 			return
 		}
 		g.A = b.scratch
-		var err error
-		if wt.dt == tensor.BF16 {
-			err = b.d.launch(b.s, "f32_to_bf16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)
-		} else {
-			err = b.d.launch(b.s, "f32_to_f16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)
-		}
-		if !b.check("MatMul", err) {
+	}
+	shape := gemmShape{g.M, o, k, wt.dt}
+	if b.fallback[shape] {
+		b.matmulKernel(os, xs, wt, dt, n, o, k)
+		return
+	}
+	if _, known := b.planned[shape]; !known {
+		if b.d.GemmSupported(g) != nil {
+			b.fallback[shape] = true
+			b.matmulKernel(os, xs, wt, dt, n, o, k)
 			return
 		}
+		b.planned[shape] = true
+	}
+	grid := grid1(int(blocks64(m, 256)))
+	var err error
+	switch {
+	case wt.dt == tensor.F32:
+	case split && wt.dt == tensor.BF16:
+		err = b.d.launch(b.s, "m_split_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	case split:
+		err = b.d.launch(b.s, "m_split_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	case wt.dt == tensor.BF16:
+		err = b.d.launch(b.s, "f32_to_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	default:
+		err = b.d.launch(b.s, "f32_to_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	}
+	if !b.check("MatMul", err) {
+		return
 	}
 	if err := b.d.Gemm(b.s, g); err != nil {
 		// cuBLASLt refused the call (a status, nothing was queued): use
 		// the plain kernel for this shape from now on.
 		b.fallback[shape] = true
-		b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
+		b.matmulKernel(os, xs, wt, dt, n, o, k)
+		return
+	}
+	if split {
+		b.check("MatMul", b.d.launch(b.s, "m_add_halves", grid1(int(blocks64(mo, 256))), grid1(256), 0, os.buf, b.gemmTmp, mo))
 	}
 }
+
+// matmulKernel is MatMul without cuBLASLt (shapes it has no algorithm
+// for): float32 activations times the weight as stored, a warp per output.
+func (b *Backend) matmulKernel(os, xs, wt *Tensor, dt, n, o, k int) {
+	b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
+}
+
+// SetFastMatMul makes MatMul round the activations to the weight's 16-bit
+// type once (one GEMM of n rows: what bf16 inference engines do, with
+// logprob differences to a float32 reference that grow with the model's
+// sensitivity) instead of splitting them into two halves (the default,
+// float32-accurate).
+func (b *Backend) SetFastMatMul(on bool) { b.fastMatMul = on }
 
 func blocks64(n int64, per int64) int64 { return (n + per - 1) / per }
 

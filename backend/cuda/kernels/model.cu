@@ -434,3 +434,30 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn(act_t *out, const act_t *
 	if (col)
 		for (int i = 0; i < Dk; i++) st[(long long)i * Dv + j] = S[i * 33 + lane];
 }
+
+// m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit
+// matrices stacked by rows, out[0..n) = hi = round(x), out[n..2n) = lo =
+// round(x - hi), so one GEMM of twice the rows gives x·Wᵀ with ~16 bits
+// more precision than x rounded once (weights read once).
+extern "C" __global__ void m_split_bf16(bf16 *out, const float *in, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	float x = in[i];
+	bf16 hi = f2bf(x);
+	out[i] = hi;
+	out[n + i] = f2bf(x - bf2f(hi));
+}
+extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	float x = in[i];
+	unsigned short hi = f2h(x);
+	out[i] = hi;
+	out[n + i] = f2h(x - h2f(hi));
+}
+
+// m_add_halves: out[i] = d[i] + d[n + i] (the hi and lo GEMM rows).
+extern "C" __global__ void m_add_halves(act_t *out, const float *d, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) st_act(out, i, d[i] + d[n + i]);
+}
