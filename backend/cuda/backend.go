@@ -505,3 +505,28 @@ func (b *Backend) floatWeight(x backend.Tensor, n int, what string) (*Tensor, in
 func hostPtrs(p []uint64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&p[0])), len(p)*8)
 }
+
+// Capture records the ops fn queues into a CUDA graph instead of running
+// them. Run the same ops once eagerly first, so every buffer and cuBLASLt
+// plan they need exists (nothing may be allocated or synchronised while
+// capturing). A replay reads the step metadata from its fixed device
+// buffers, so after SetStep of a step with the same shape (a decode step at
+// the next positions) Replay computes that step.
+func (b *Backend) Capture(fn func()) (*Graph, error) {
+	if err := b.Sync(); err != nil {
+		return nil, err
+	}
+	g, err := b.s.Capture(func() error {
+		fn()
+		return b.err
+	})
+	b.err = nil
+	return g, err
+}
+
+// Replay queues a captured graph on the backend's stream.
+func (b *Backend) Replay(g *Graph) {
+	if b.ok() {
+		b.check("Replay", g.Launch(b.s))
+	}
+}
