@@ -31,7 +31,7 @@ type opPair struct {
 	rng *rand.Rand
 }
 
-func newOpPair(t *testing.T) *opPair {
+func newOpPair(t testing.TB) *opPair {
 	d := testDevice(t)
 	g, err := NewBackendOn(d)
 	if err != nil {
@@ -70,7 +70,7 @@ func f16Bits(f float32) uint16 {
 }
 
 // weight hands the same weight (values rounded to dt) to both backends.
-func (p *opPair) weight(t *testing.T, name string, dt tensor.DType, v []float32, shape ...int) (backend.Tensor, backend.Tensor) {
+func (p *opPair) weight(t testing.TB, name string, dt tensor.DType, v []float32, shape ...int) (backend.Tensor, backend.Tensor) {
 	t.Helper()
 	data := make([]byte, len(v)*dt.Size())
 	for i, x := range v {
@@ -487,117 +487,199 @@ func TestBackendOps(t *testing.T) {
 	})
 }
 
-// TestBackendGraphDecode captures a decode step of a Qwen3-MoE-shaped
-// layer (norm, q/k/v projections, per-head norms, rotary, paged attention,
-// o projection, residual, router, experts, residual) as a CUDA graph and
-// replays it for later decode steps after SetStep: each replay must equal
-// the same ops run eagerly, bit for bit.
-func TestBackendGraphDecode(t *testing.T) {
-	p := newOpPair(t)
+// decodeLayer is a Qwen3-MoE-shaped layer (norm, q/k/v projections,
+// per-head norms, rotary, paged attention, o projection, residual, router,
+// routed experts, residual) on the GPU backend, for B decode sequences
+// whose caches were filled by a prefill.
+type decodeLayer struct {
+	g                            *Backend
+	B                            int
+	x, h, q, k, v, att, tmp      backend.Tensor
+	rl, rw, ri                   backend.Tensor
+	norm, qn, wq, wk, wv, wo, wr backend.Tensor
+	ex                           backend.Experts
+	kv                           *backend.KVCache
+	rope                         backend.Rope
+	attn                         backend.Attn
+	heads, kvh, topK, hidden     int
+}
+
+type layerShape struct{ H, heads, kvh, hd, E, k, I, B int }
+
+func newDecodeLayer(t testing.TB, p *opPair, c layerShape) *decodeLayer {
 	g := p.g
-	const H, heads, kvh, hd, E, k, I, B = 1024, 16, 4, 64, 16, 4, 256, 3
+	// one random block of weights, uploaded once per tensor
+	blk := p.randF32(max(c.heads*c.hd, c.H, c.I)*max(c.H, c.heads*c.hd), 0.03)
 	w := func(o, i int) backend.Tensor {
-		x, _ := p.weight(t, "w", tensor.BF16, p.randF32(o*i, 0.03), o, i)
+		x, _ := p.weight(t, "w", tensor.BF16, blk[:o*i], o, i)
 		return x
 	}
-	norm, qn := w(1, H), w(1, hd)
-	wq, wk, wv, wo, wr := w(heads*hd, H), w(kvh*hd, H), w(kvh*hd, H), w(H, heads*hd), w(E, H)
-	ex := backend.Experts{Hidden: H, Inter: I}
-	for e := 0; e < E; e++ {
-		ex.Gate, ex.Up, ex.Down = append(ex.Gate, w(I, H)), append(ex.Up, w(I, H)), append(ex.Down, w(H, I))
+	L := &decodeLayer{g: g, B: c.B, heads: c.heads, kvh: c.kvh, topK: c.k, hidden: c.H}
+	L.norm, L.qn = w(1, c.H), w(1, c.hd)
+	L.wq, L.wk, L.wv, L.wo, L.wr = w(c.heads*c.hd, c.H), w(c.kvh*c.hd, c.H), w(c.kvh*c.hd, c.H), w(c.H, c.heads*c.hd), w(c.E, c.H)
+	L.ex = backend.Experts{Hidden: c.H, Inter: c.I}
+	for e := 0; e < c.E; e++ {
+		L.ex.Gate, L.ex.Up, L.ex.Down = append(L.ex.Gate, w(c.I, c.H)), append(L.ex.Up, w(c.I, c.H)), append(L.ex.Down, w(c.H, c.I))
 	}
-	alloc := func(dt tensor.DType, c int) backend.Tensor {
-		x, err := g.Alloc(dt, 128, c)
+	rows := 0
+	for s := 0; s < c.B; s++ {
+		rows += 20 + 13*s
+	}
+	alloc := func(dt tensor.DType, cols int) backend.Tensor {
+		x, err := g.Alloc(dt, rows, cols)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return x
 	}
-	x, h, q, kk, v, att, tmp := alloc(tensor.F32, H), alloc(tensor.F32, H), alloc(tensor.F32, heads*hd), alloc(tensor.F32, kvh*hd), alloc(tensor.F32, kvh*hd), alloc(tensor.F32, heads*hd), alloc(tensor.F32, H)
-	rl, rw, ri := alloc(tensor.F32, E), alloc(tensor.F32, k), alloc(tensor.I32, k)
-	kv, err := g.AllocKV(256, 16, kvh, hd)
-	if err != nil {
+	L.x, L.h, L.tmp = alloc(tensor.F32, c.H), alloc(tensor.F32, c.H), alloc(tensor.F32, c.H)
+	L.q, L.att = alloc(tensor.F32, c.heads*c.hd), alloc(tensor.F32, c.heads*c.hd)
+	L.k, L.v = alloc(tensor.F32, c.kvh*c.hd), alloc(tensor.F32, c.kvh*c.hd)
+	L.rl, L.rw, L.ri = alloc(tensor.F32, c.E), alloc(tensor.F32, c.k), alloc(tensor.I32, c.k)
+	var err error
+	if L.kv, err = g.AllocKV(64*c.B, 16, c.kvh, c.hd); err != nil {
 		t.Fatal(err)
 	}
-	rope := backend.Rope{HeadDim: hd, RotaryDim: hd, Theta: 1e6}
-	attn := backend.Attn{Heads: heads, KVHeads: kvh, HeadDim: hd, Scale: 0.125}
-	layer := func() {
-		g.RMSNorm(h, x, norm, 1e-6, B)
-		g.MatMul(q, h, wq, B)
-		g.MatMul(kk, h, wk, B)
-		g.MatMul(v, h, wv, B)
-		g.RMSNorm(q, q, qn, 1e-6, B*heads)
-		g.RMSNorm(kk, kk, qn, 1e-6, B*kvh)
-		g.Rope(q, &rope, heads, B)
-		g.Rope(kk, &rope, kvh, B)
-		g.Attention(att, q, kk, v, kv, &attn, B)
-		g.MatMul(tmp, att, wo, B)
-		g.Add(x, x, tmp, B)
-		g.RMSNorm(h, x, norm, 1e-6, B)
-		g.MatMul(rl, h, wr, B)
-		g.RouterTopK(rw, ri, rl, k, true, B)
-		g.MoE(tmp, h, &ex, rw, ri, B)
-		g.Add(x, x, tmp, B)
+	L.rope = backend.Rope{HeadDim: c.hd, RotaryDim: c.hd, Theta: 1e6}
+	L.attn = backend.Attn{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.hd, Scale: float32(1 / math.Sqrt(float64(c.hd)))}
+	// fill the caches: sequence s holds 20+13s tokens
+	var spans [][3]int
+	for s := 0; s < c.B; s++ {
+		spans = append(spans, [3]int{s, 0, 20 + 13*s})
 	}
-	decode := func(pos int) *backend.Step {
-		return testStep([3]int{0, pos, 1}, [3]int{1, pos + 7, 1}, [3]int{2, pos + 30, 1})
-	}
-	// fill the cache with a prefill of each sequence, eagerly
-	fill := testStep([3]int{0, 0, 20}, [3]int{1, 0, 27}, [3]int{2, 0, 50})
+	fill := testStep(spans...)
 	if err := g.SetStep(fill); err != nil {
 		t.Fatal(err)
 	}
-	x0 := p.randF32(128*H, 1)
-	if err := g.Write(x, x0); err != nil {
+	if err := g.Write(L.x, p.randF32(rows*c.H, 1)); err != nil {
 		t.Fatal(err)
 	}
-	g.RMSNorm(h, x, norm, 1e-6, fill.NumTokens())
-	g.MatMul(kk, h, wk, fill.NumTokens())
-	g.MatMul(v, h, wv, fill.NumTokens())
-	a := backend.Attn{Heads: kvh, KVHeads: kvh, HeadDim: hd, Scale: 0.125}
-	g.Attention(att, kk, kk, v, kv, &a, fill.NumTokens())
-	// warm up (allocations, plans) and capture the decode step at pos 20
-	if err := g.SetStep(decode(20)); err != nil {
-		t.Fatal(err)
-	}
-	layer()
+	n := fill.NumTokens()
+	g.RMSNorm(L.h, L.x, L.norm, 1e-6, n)
+	g.MatMul(L.k, L.h, L.wk, n)
+	g.MatMul(L.v, L.h, L.wv, n)
+	a := backend.Attn{Heads: c.kvh, KVHeads: c.kvh, HeadDim: c.hd, Scale: 0.1}
+	g.Attention(L.att, L.k, L.k, L.v, L.kv, &a, n)
 	if err := g.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	graph, err := g.Capture(layer)
+	return L
+}
+
+// step is the decode step of every sequence at offset i past its prompt.
+func (L *decodeLayer) step(i int) *backend.Step {
+	var spans [][3]int
+	for s := 0; s < L.B; s++ {
+		spans = append(spans, [3]int{s, 20 + 13*s + i, 1})
+	}
+	return testStep(spans...)
+}
+
+func (L *decodeLayer) run() {
+	g, B := L.g, L.B
+	g.RMSNorm(L.h, L.x, L.norm, 1e-6, B)
+	g.MatMul(L.q, L.h, L.wq, B)
+	g.MatMul(L.k, L.h, L.wk, B)
+	g.MatMul(L.v, L.h, L.wv, B)
+	g.RMSNorm(L.q, L.q, L.qn, 1e-6, B*L.heads)
+	g.RMSNorm(L.k, L.k, L.qn, 1e-6, B*L.kvh)
+	g.Rope(L.q, &L.rope, L.heads, B)
+	g.Rope(L.k, &L.rope, L.kvh, B)
+	g.Attention(L.att, L.q, L.k, L.v, L.kv, &L.attn, B)
+	g.MatMul(L.tmp, L.att, L.wo, B)
+	g.Add(L.x, L.x, L.tmp, B)
+	g.RMSNorm(L.h, L.x, L.norm, 1e-6, B)
+	g.MatMul(L.rl, L.h, L.wr, B)
+	g.RouterTopK(L.rw, L.ri, L.rl, L.topK, true, B)
+	g.MoE(L.tmp, L.h, &L.ex, L.rw, L.ri, B)
+	g.Add(L.x, L.x, L.tmp, B)
+}
+
+// TestBackendGraphDecode captures a decode step of the layer as a CUDA
+// graph and replays it for later decode steps after SetStep: each replay
+// must equal the same ops run eagerly, bit for bit.
+func TestBackendGraphDecode(t *testing.T) {
+	p := newOpPair(t)
+	L := newDecodeLayer(t, p, layerShape{H: 1024, heads: 16, kvh: 4, hd: 64, E: 16, k: 4, I: 256, B: 3})
+	g := L.g
+	// warm up (allocations, plans) and capture the step at offset 0
+	if err := g.SetStep(L.step(0)); err != nil {
+		t.Fatal(err)
+	}
+	L.run()
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	graph, err := g.Capture(L.run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer graph.Destroy()
-	for step := 0; step < 4; step++ {
-		pos := 21 + step
-		in := p.randF32(B*H, 1)
+	for i := 1; i <= 4; i++ {
+		in := p.randF32(L.B*L.hidden, 1)
 		// eager first, then the replay at the same positions from the same
 		// input (it rewrites this step's KV rows with the same values)
-		if err := g.SetStep(decode(pos)); err != nil {
+		if err := g.SetStep(L.step(i)); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Write(x, in); err != nil {
+		if err := g.Write(L.x, in); err != nil {
 			t.Fatal(err)
 		}
-		layer()
-		eager := make([]float32, B*H)
-		if err := g.Read(eager, x, B); err != nil {
+		L.run()
+		eager := make([]float32, L.B*L.hidden)
+		if err := g.Read(eager, L.x, L.B); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Write(x, in); err != nil {
+		if err := g.Write(L.x, in); err != nil {
 			t.Fatal(err)
 		}
 		g.Replay(graph)
-		replay := make([]float32, B*H)
-		if err := g.Read(replay, x, B); err != nil {
+		replay := make([]float32, L.B*L.hidden)
+		if err := g.Read(replay, L.x, L.B); err != nil {
 			t.Fatal(err)
 		}
-		for i := range eager {
-			if eager[i] != replay[i] {
-				t.Fatalf("decode step at %d: replay x[%d] = %v, eager %v", pos, i, replay[i], eager[i])
+		for j := range eager {
+			if eager[j] != replay[j] {
+				t.Fatalf("decode step %d: replay x[%d] = %v, eager %v", i, j, replay[j], eager[j])
 			}
 		}
 	}
-	t.Logf("RESULT graph decode step (16 ops, 3 sequences): 4 replays after SetStep equal eager runs bit for bit")
+	t.Logf("RESULT graph decode step (16 ops, %d sequences): 4 replays after SetStep equal eager runs bit for bit", L.B)
+}
+
+// BenchmarkBackendDecodeLayer times one Qwen3-30B-A3B-shaped layer's decode
+// step (hidden 2048, 32/4 heads x 128, 128 experts top-8, inter 768) for 1
+// and 8 sequences, eagerly and as a replayed CUDA graph. ns/op is one step
+// including the wait for it.
+func BenchmarkBackendDecodeLayer(b *testing.B) {
+	for _, B := range []int{1, 8} {
+		p := newOpPair(b)
+		L := newDecodeLayer(b, p, layerShape{H: 2048, heads: 32, kvh: 4, hd: 128, E: 128, k: 8, I: 768, B: B})
+		g := L.g
+		if err := g.SetStep(L.step(0)); err != nil {
+			b.Fatal(err)
+		}
+		L.run()
+		graph, err := g.Capture(L.run)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("B=%d/eager", B), func(b *testing.B) {
+			for b.Loop() {
+				L.run()
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("B=%d/graph", B), func(b *testing.B) {
+			for b.Loop() {
+				g.Replay(graph)
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		graph.Destroy()
+	}
 }
