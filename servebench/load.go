@@ -195,7 +195,7 @@ func (c *client) one(ctx context.Context, rng *rand.Rand, maxTokens, vocab int, 
 	cnt.tokens.Add(int64(n))
 }
 
-// Write prints the result as loadserve did.
+// Write prints the result: counts, throughput, and each LoadSeries before and after.
 func (r *LoadResult) Write(w io.Writer) {
 	fmt.Fprintf(w, "clients %d, %s: %d requests served, %d errors, %d abandoned mid-stream (disconnects), %d tokens (%.0f tok/s)\n",
 		r.Clients, r.Elapsed.Round(time.Second), r.Served, r.Errors, r.Abandoned, r.Tokens, float64(r.Tokens)/r.Elapsed.Seconds())

@@ -16,12 +16,12 @@ func TestBenchFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "--type: required"},
-		{[]string{"--type", "nope"}, `--type "nope": not a benchmark type`},
+		{[]string{"--type", "nope"}, `unknown bench type "nope"`},
 		{[]string{"--type", "serve", "--dataset-name", "sharegpt"}, "only random"},
 		{[]string{"--type", "serve", "--request-rate", "0"}, "--request-rate"},
 		{[]string{"--type", "serve", "--request-rate", "fast"}, "--request-rate"},
 		{[]string{"--type", "serve", "--base-url", "http://127.0.0.1:1"}, "get_model_info"},
+		{[]string{"--type", "load", "--base-url", "http://127.0.0.1:1", "--vocab", "10", "--duration", "1s"}, "/metrics"},
 	} {
 		cmd := newBenchCmd()
 		cmd.SetArgs(c.args)
@@ -44,9 +44,9 @@ func TestBenchServeTinyModel(t *testing.T) {
 	url := startServe(t, "--model-path", model, "--skip-tokenizer-init", "--log-level", "warning", "--max-running-requests", "4")
 	out := filepath.Join(t.TempDir(), "bench.jsonl")
 	var report strings.Builder
-	o := &benchOptions{typ: "serve", baseURL: url, backend: "sglang", dataset: "random", numPrompts: 8, inputLen: 32, outputLen: 8,
+	o := &benchOptions{baseURL: url, backend: "sglang", dataset: "random", numPrompts: 8, inputLen: 32, outputLen: 8,
 		rangeRatio: 1, requestRate: "inf", maxConcurrency: 4, seed: 1, warmup: 1, outputFile: out}
-	if err := runBench(context.Background(), o, &report); err != nil {
+	if err := runServeBench(context.Background(), o, &report); err != nil {
 		t.Fatalf("%v\n%s", err, report.String())
 	}
 	for _, s := range []string{"Successful requests:                     8", "Total input tokens:                      256", "Total generated tokens:                  64", "Mean TPOT (ms):"} {
@@ -71,9 +71,9 @@ func TestBenchServeTinyModel(t *testing.T) {
 	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &r) != nil || r.Completed != 8 || r.TotalOutput != 64 || r.Rate != "inf" || r.TTFT.Mean <= 0 {
 		t.Errorf("output file: %s", sc.Bytes())
 	}
-	o.typ, o.clients, o.duration, o.maxTokens = "load", 4, 300e6, 8
+	o.clients, o.duration, o.maxTokens = 4, 300e6, 8
 	report.Reset()
-	if err := runBench(context.Background(), o, &report); err != nil || !strings.Contains(report.String(), " 0 errors") {
+	if err := runLoadBench(context.Background(), o, &report); err != nil || !strings.Contains(report.String(), " 0 errors") {
 		t.Errorf("load: %v\n%s", err, report.String())
 	}
 }
