@@ -265,6 +265,7 @@ func TestStringToolCallArguments(t *testing.T) {
 		}
 		checked++
 	}
+	t.Logf("%d renderings with string arguments identical to transformers' with objects", checked)
 	if checked < 12 { // 3 conversations × 5 templates, less any error cases
 		t.Errorf("only %d renderings checked", checked)
 	}
