@@ -2,10 +2,12 @@ package servebench
 
 import (
 	"context"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +17,43 @@ import (
 	"github.com/ktserve/kt/server"
 )
 
-// fakeServer serves the fake model (every output token a letter) and
-// counts the requests in flight on the streaming routes.
+// fakeServer serves the fake model (every output token a letter).
 type fakeServer struct {
-	url              string
+	url string
+}
+
+// countingTransport counts the requests in flight, from sending one until
+// its response body is closed, and keeps the most seen at once.
+type countingTransport struct {
 	inFlight, maxObs atomic.Int64
+}
+
+func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	n := ct.inFlight.Add(1)
+	for {
+		m := ct.maxObs.Load()
+		if n <= m || ct.maxObs.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		ct.inFlight.Add(-1)
+		return nil, err
+	}
+	resp.Body = &countedBody{ReadCloser: resp.Body, ct: ct}
+	return resp, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	ct   *countingTransport
+	once sync.Once
+}
+
+func (b *countedBody) Close() error {
+	b.once.Do(func() { b.ct.inFlight.Add(-1) })
+	return b.ReadCloser.Close()
 }
 
 func newFakeServer(t *testing.T, apiKey string) *fakeServer {
@@ -41,20 +75,7 @@ func newFakeServer(t *testing.T, apiKey string) *fakeServer {
 		t.Fatal(err)
 	}
 	fs := &fakeServer{}
-	h := srv.Handler()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "POST" {
-			n := fs.inFlight.Add(1)
-			defer fs.inFlight.Add(-1)
-			for {
-				m := fs.maxObs.Load()
-				if n <= m || fs.maxObs.CompareAndSwap(m, n) {
-					break
-				}
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
+	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()
 		cancel()
@@ -68,8 +89,8 @@ func TestBench(t *testing.T) {
 	fs := newFakeServer(t, "")
 	for _, backend := range []string{"sglang", "sglang-oai"} {
 		t.Run(backend, func(t *testing.T) {
-			fs.maxObs.Store(0)
-			cfg := BenchConfig{BaseURL: fs.url, Backend: backend, NumPrompts: 24, InputLen: 40, OutputLen: 12, RangeRatio: 0.5,
+			ct := &countingTransport{}
+			cfg := BenchConfig{BaseURL: fs.url, Backend: backend, Client: &http.Client{Transport: ct}, NumPrompts: 24, InputLen: 40, OutputLen: 12, RangeRatio: 0.5,
 				MaxConcurrency: 3, Seed: 5, Warmup: 1}
 			res, err := Bench(context.Background(), cfg)
 			if err != nil {
@@ -100,7 +121,7 @@ func TestBench(t *testing.T) {
 			if res.TotalInput != wantIn || res.TotalOutput != wantOut {
 				t.Errorf("totals %d/%d, want %d/%d", res.TotalInput, res.TotalOutput, wantIn, wantOut)
 			}
-			if m := fs.maxObs.Load(); m > 3 || m < 1 {
+			if m := ct.maxObs.Load(); m > 3 || m < 1 {
 				t.Errorf("%d requests in flight at once, want at most --max-concurrency 3", m)
 			}
 			if res.TTFT.Mean <= 0 || res.E2E.Mean < res.TTFT.Mean || res.TPOT.Mean <= 0 || res.ITL.Max < res.ITL.Median ||
