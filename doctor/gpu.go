@@ -1,30 +1,80 @@
 package doctor
 
-// This file holds the GPU checks. It is a placeholder that only looks for
-// the NVIDIA kernel driver; the CUDA backend replaces gpuChecks with probes
-// through the driver library loaded at run time (devices, compute
-// capability, VRAM, PCIe link, cuBLAS/cuBLASLt, NVRTC, NCCL versions).
+// GPU checks: the CUDA driver, cuBLASLt, NVRTC and NCCL are probed through
+// backend/cuda, which loads them at run time; each visible GPU is listed
+// with its compute capability, memory and PCIe link; and the embedded
+// kernels are compiled (or found in the cache) on GPU 0.
 
 import (
-	"os"
-	"strings"
+	"errors"
+	"fmt"
+
+	"github.com/ktserve/kt/backend/cuda"
 )
 
 func gpuChecks() []Check {
-	return []Check{{"gpu.driver", checkNVIDIADriver}}
+	return []Check{{"gpu.cuda", checkCUDA}}
 }
 
-func checkNVIDIADriver(env *Env) []Result {
-	b, err := os.ReadFile("/proc/driver/nvidia/version")
-	if err != nil {
+func checkCUDA(env *Env) []Result {
+	r := cuda.Check(0, true)
+	var out []Result
+	libs := r.Libraries
+	if e := libs.Err["driver"]; e != nil {
 		return []Result{{Section: "gpu", Name: "gpu.driver", Status: Warn,
-			Detail: "no GPU: the NVIDIA kernel driver is not loaded (no /proc/driver/nvidia/version)",
+			Detail: "no GPU: " + e.Error(),
 			Hint:   "kt runs everything on the CPU here; for GPU offload install the NVIDIA driver and make the GPU visible (docker --gpus all)",
 			Data:   map[string]any{"driver": false}}}
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return []Result{{Section: "gpu", Name: "gpu.driver", Status: Warn,
-		Detail: "NVIDIA kernel driver loaded: " + strings.TrimSpace(line),
-		Hint:   "this kt build does not probe GPUs through CUDA yet, so it cannot list devices or libraries",
-		Data:   map[string]any{"driver": true, "version_line": strings.TrimSpace(line)}}}
+	out = append(out, Result{Section: "gpu", Name: "gpu.driver", Status: Pass,
+		Detail: fmt.Sprintf("CUDA driver %s supports CUDA %d.%d", libs.Driver, r.Driver/1000, r.Driver%1000/10),
+		Data:   map[string]any{"driver": true, "cuda_version": r.Driver, "path": libs.Driver}})
+	lib := func(name, key, path, version string) {
+		if e := libs.Err[key]; e != nil {
+			st := Fail
+			if key == "nccl" {
+				st = Warn // only needed for several GPUs
+			}
+			out = append(out, Result{Section: "gpu", Name: "gpu." + key, Status: st, Detail: name + " not found: " + e.Error(),
+				Hint: "install the CUDA toolkit's libraries (or PyTorch's nvidia-* wheels) or point KT_CUDA_LIB_DIR at them"})
+			return
+		}
+		out = append(out, Result{Section: "gpu", Name: "gpu." + key, Status: Pass, Detail: fmt.Sprintf("%s %s (%s)", name, version, path),
+			Data: map[string]any{"path": path, "version": version}})
+	}
+	lib("cuBLASLt", "cublaslt", libs.CuBLASLt, fmt.Sprintf("%d.%d.%d", r.CuBLASLt/10000, r.CuBLASLt/100%100, r.CuBLASLt%100))
+	lib("NVRTC", "nvrtc", libs.NVRTC, r.NVRTC)
+	lib("NCCL", "nccl", libs.NCCL, fmt.Sprintf("%d.%d.%d", r.NCCL/10000, r.NCCL/100%100, r.NCCL%100))
+	for _, g := range r.GPUs {
+		st, hint := Pass, ""
+		if g.Major < 8 {
+			st, hint = Warn, "kt's kernels target compute capability 8.0 and newer (bf16)"
+		}
+		link := g.PCIeLink
+		if link == "" {
+			link = "PCIe link not exposed"
+		}
+		out = append(out, Result{Section: "gpu", Name: fmt.Sprintf("gpu.device%d", g.Ordinal), Status: st, Hint: hint,
+			Detail: fmt.Sprintf("GPU %d: %s, compute %d.%d, %d SMs, %s total, %s free, %s, driver %s",
+				g.Ordinal, g.Name, g.Major, g.Minor, g.SMs, GiB(g.TotalMem), GiB(g.FreeMem), link, g.DriverRelease),
+			Data: map[string]any{"name": g.Name, "compute": fmt.Sprintf("%d.%d", g.Major, g.Minor), "sms": g.SMs,
+				"total_bytes": g.TotalMem, "free_bytes": g.FreeMem, "pci": g.PCIBusID, "pcie_link": g.PCIeLink}})
+	}
+	switch {
+	case r.KernelErr != nil:
+		out = append(out, Result{Section: "gpu", Name: "gpu.kernels", Status: Fail, Detail: "kernels do not compile: " + r.KernelErr.Error(),
+			Hint: "check that NVRTC matches the driver (kt doctor lists both)"})
+	case r.Kernels != nil:
+		out = append(out, Result{Section: "gpu", Name: "gpu.kernels", Status: Pass,
+			Detail: fmt.Sprintf("%d kernel modules compile for GPU 0 (cached in %s)", len(r.Kernels), cuda.DefaultKernelCacheDir()),
+			Data:   map[string]any{"modules": r.Kernels}})
+	}
+	if r.Err != nil {
+		st := Fail
+		if errors.Is(r.Err, cuda.ErrUnavailable) {
+			st = Warn
+		}
+		out = append(out, Result{Section: "gpu", Name: "gpu.use", Status: st, Detail: "GPU not used, running on the CPU: " + r.Err.Error()})
+	}
+	return out
 }

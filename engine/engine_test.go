@@ -15,6 +15,15 @@ import (
 
 func startEngine(t *testing.T, r *fakemodel.Runner, cfg Config) *Engine {
 	t.Helper()
+	e, start := newEngine(t, r, cfg)
+	start()
+	return e
+}
+
+// newEngine returns an engine and the function that starts its loop, so a
+// test can queue requests first and make the schedule deterministic.
+func newEngine(t *testing.T, r *fakemodel.Runner, cfg Config) (*Engine, func()) {
+	t.Helper()
 	if cfg.MaxRunningRequests == 0 {
 		cfg.MaxRunningRequests = 8
 	}
@@ -22,16 +31,38 @@ func startEngine(t *testing.T, r *fakemodel.Runner, cfg Config) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("Run: %v", err)
+	return e, func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- e.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+}
+
+// submitAll queues the requests, starts the engine and collects every answer.
+func submitAll(t *testing.T, e *Engine, start func(), reqs []Request) []result {
+	t.Helper()
+	streams := make([]*Stream, len(reqs))
+	for i, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	return e
+		streams[i] = s
+	}
+	start()
+	out := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, s := range streams {
+		wg.Go(func() { out[i] = collect(t, s) })
+	}
+	wg.Wait()
+	return out
 }
 
 type result struct {
@@ -101,21 +132,13 @@ func TestBatchedGreedyEqualsSolo(t *testing.T) {
 	for _, mixed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mixed=%v", mixed), func(t *testing.T) {
 			r := fakemodel.New(fakemodel.Config{EOS: 299, EOSAfter: 40})
-			e := startEngine(t, r, Config{MaxRunningRequests: 5, ChunkedPrefillSize: 24, EnableMixedChunk: mixed})
+			e, start := newEngine(t, r, Config{MaxRunningRequests: 5, ChunkedPrefillSize: 24, EnableMixedChunk: mixed})
 			const n = 16
-			var wg sync.WaitGroup
-			got := make([]result, n)
+			var reqs []Request
 			for i := range n {
-				wg.Go(func() {
-					s, err := e.Submit(context.Background(), Request{Prompt: prompt(i, 5+i*7), Params: greedy(30)})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					got[i] = collect(t, s)
-				})
+				reqs = append(reqs, Request{Prompt: prompt(i, 5+i*7), Params: greedy(30)})
 			}
-			wg.Wait()
+			got := submitAll(t, e, start, reqs)
 			for i := range n {
 				want := solo(r, 300, prompt(i, 5+i*7), 30, 299)
 				if !slices.Equal(got[i].ids, want) {
@@ -183,21 +206,13 @@ func TestKVExhaustedPreemptsAndResumes(t *testing.T) {
 	// 20+60 tokens: they cannot all fit, so some are preempted and
 	// recomputed, and still answer exactly as alone.
 	r := fakemodel.New(fakemodel.Config{PageSize: 8, Pages: 24})
-	e := startEngine(t, r, Config{MaxRunningRequests: 6, ChunkedPrefillSize: 16, EnableMixedChunk: true})
+	e, start := newEngine(t, r, Config{MaxRunningRequests: 6, ChunkedPrefillSize: 16, EnableMixedChunk: true})
 	const n = 6
-	var wg sync.WaitGroup
-	got := make([]result, n)
+	var reqs []Request
 	for i := range n {
-		wg.Go(func() {
-			s, err := e.Submit(context.Background(), Request{Prompt: prompt(i, 20), Params: greedy(60)})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			got[i] = collect(t, s)
-		})
+		reqs = append(reqs, Request{Prompt: prompt(i, 20), Params: greedy(60)})
 	}
-	wg.Wait()
+	got := submitAll(t, e, start, reqs)
 	pre := 0
 	for i := range n {
 		if want := solo(r, 300, prompt(i, 20), 60, -1); !slices.Equal(got[i].ids, want) {

@@ -122,3 +122,12 @@ func BenchmarkStreamDecode(b *testing.B) {
 	}
 	reportCPU(b, len(text), start)
 }
+
+// BenchmarkLoad parses the 11 MB Qwen3 tokenizer.json.
+func BenchmarkLoad(b *testing.B) {
+	for b.Loop() {
+		if _, err := Load("testdata"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -360,6 +361,13 @@ func (t *Tokenizer) addAddedTokens(list []AddedToken) error {
 
 // grow extends the per-id tables to n ids.
 func (t *Tokenizer) grow(n int) {
+	if n > cap(t.present) {
+		c := n + n/8
+		t.present = slices.Grow(t.present, c-len(t.present))
+		t.special = slices.Grow(t.special, c-len(t.special))
+		t.tokens = slices.Grow(t.tokens, c-len(t.tokens))
+		t.pieces = slices.Grow(t.pieces, c-len(t.pieces))
+	}
 	for len(t.present) < n {
 		t.present = append(t.present, false)
 		t.special = append(t.special, false)

@@ -174,3 +174,18 @@ KT_AVX512 void kt_attn_avx512(const float *q, const float *kc, const float *vc,
 		}
 	}
 }
+
+/* Sum of n floats (a streaming-read bandwidth probe). */
+KT_AVX512 float kt_sum_avx512(const float *a, long n) {
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+	long k = 0;
+	for (; k + 64 <= n; k += 64) {
+		s0 = _mm512_add_ps(s0, _mm512_loadu_ps(a + k));
+		s1 = _mm512_add_ps(s1, _mm512_loadu_ps(a + k + 16));
+		s2 = _mm512_add_ps(s2, _mm512_loadu_ps(a + k + 32));
+		s3 = _mm512_add_ps(s3, _mm512_loadu_ps(a + k + 48));
+	}
+	float r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+	for (; k < n; k++) r += a[k];
+	return r;
+}

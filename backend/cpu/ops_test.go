@@ -470,3 +470,7 @@ func TestErrorsAreSticky(t *testing.T) {
 		t.Fatalf("error not cleared: %v", err)
 	}
 }
+
+func hostOf(dt tensor.DType, data []byte, shape ...int) backend.Host {
+	return backend.Host{Name: "bench", DType: dt, Shape: shape, Data: data}
+}

@@ -52,3 +52,8 @@ func attnSIMD(q, kc, vc []float32, pages []int32, pageSize, kvHeads, hd, heads, 
 		(*C.float)(unsafe.Pointer(unsafe.SliceData(scores))),
 		(*C.float)(unsafe.Pointer(unsafe.SliceData(out))), C.long(h0), C.long(h1))
 }
+
+// sumSIMD sums x with AVX-512 loads (bandwidth probe).
+func sumSIMD(x []float32) float32 {
+	return float32(C.kt_sum_avx512((*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.long(len(x))))
+}

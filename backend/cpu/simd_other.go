@@ -11,3 +11,11 @@ func mmSIMD(x []float32, ldx, n int, w *Tensor, k, o0, o1 int, out []float32, ld
 func attnSIMD(q, kc, vc []float32, pages []int32, pageSize, kvHeads, hd, heads, npos int, scale float32, scores, out []float32, h0, h1 int) {
 	panic("cpu: attnSIMD without SIMD support")
 }
+
+func sumSIMD(x []float32) float32 {
+	var s float32
+	for _, v := range x {
+		s += v
+	}
+	return s
+}

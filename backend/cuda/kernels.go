@@ -36,37 +36,52 @@ var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bound
 
 // kernelSources returns each module's full source (prelude included) and
 // the kernel name -> module map.
-func kernelSources() (map[string]string, map[string]string, error) {
+// It also returns each kernel's parameter count: launch checks calls
+// against it, so a missing argument is an error naming the kernel rather
+// than a fault on the device.
+func kernelSources() (mods, names map[string]string, paramCounts map[string]int, err error) {
 	ents, err := kernelFS.ReadDir("kernels")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	prelude := kernelPrelude()
-	mods := map[string]string{}
-	names := map[string]string{}
+	mods = map[string]string{}
+	names = map[string]string{}
+	paramCounts = map[string]int{}
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".cu") {
 			continue
 		}
 		b, err := kernelFS.ReadFile("kernels/" + e.Name())
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		mod := strings.TrimSuffix(e.Name(), ".cu")
 		mods[mod] = prelude + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)
-		for _, m := range globalRE.FindAllStringSubmatch(string(b), -1) {
+		for _, m := range globalRE.FindAllStringSubmatchIndex(string(b), -1) {
+			name := string(b)[m[2]:m[3]]
+			params := string(b)[m[1]:]
+			if end := strings.Index(params, ")"); end >= 0 {
+				params = params[:end]
+			}
+			nparams := 0
+			if strings.TrimSpace(params) != "" {
+				nparams = strings.Count(params, ",") + 1
+			}
+			paramCounts[name] = nparams
+			m := []string{"", name}
 			if prev, dup := names[m[1]]; dup {
-				return nil, nil, fmt.Errorf("cuda: kernel %s defined in both %s and %s", m[1], prev, mod)
+				return nil, nil, nil, fmt.Errorf("cuda: kernel %s defined in both %s and %s", m[1], prev, mod)
 			}
 			names[m[1]] = mod
 		}
 	}
-	return mods, names, nil
+	return mods, names, paramCounts, nil
 }
 
 // ModuleNames lists the embedded kernel modules.
 func ModuleNames() []string {
-	mods, _, err := kernelSources()
+	mods, _, _, err := kernelSources()
 	if err != nil {
 		return nil
 	}
@@ -89,11 +104,12 @@ type kernels struct {
 	mods     map[string]C.CUmodule
 	funcs    map[string]C.CUfunction
 	compiled map[string]string // module -> "cache hit" / "compiled" for doctor
+	params   map[string]int    // kernel -> parameter count
 }
 
 func newKernels(d *Device, dir string) *kernels {
 	k := &kernels{d: d, dir: dir, mods: map[string]C.CUmodule{}, funcs: map[string]C.CUfunction{}, compiled: map[string]string{}}
-	k.srcs, k.names, k.srcErr = kernelSources()
+	k.srcs, k.names, k.params, k.srcErr = kernelSources()
 	return k
 }
 
@@ -272,6 +288,9 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 	f, err := d.kern.function(name)
 	if err != nil {
 		return err
+	}
+	if n, ok := d.kern.params[name]; ok && n != len(args) {
+		return fmt.Errorf("cuda: launching %s: %d arguments for %d parameters", name, len(args), n)
 	}
 	slots, err := packArgs(args)
 	if err != nil {

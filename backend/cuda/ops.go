@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -273,7 +272,7 @@ func (d *Device) AttentionDecode(s *Stream, a DecodeArgs) error {
 		pml = a.Work.Buf.Ptr + uint64(n*int64(D)*4)
 	}
 	const maxG = 16
-	smem := max(G*D, 8*maxG+4*G*D) * 4
+	smem := max(G*D+4*maxG*32, 8*maxG+4*G*D) * 4
 	if err := d.launch(s, fn, dim3{uint32(a.B), uint32(c.KVHeads), uint32(splits)}, grid1(128), smem,
 		a.Out, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.SeqLens, c.PageSize, a.QHeads, c.KVHeads, a.Scale, splits, po, pml); err != nil {
 		return err
@@ -327,7 +326,7 @@ func (d *Device) AttentionPrefill(s *Stream, a PrefillArgs) error {
 	}
 	smem := (8*D)*4 + 2*32*(D+2)*bf16Size
 	return d.launch(s, "attn_prefill_bf16", dim3{uint32((a.MaxQLen + 7) / 8), uint32(a.QHeads), uint32(a.B)}, grid1(256), smem,
-		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.CuQ, a.CtxLens, c.PageSize, a.QHeads, c.KVHeads, a.Scale)
+		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTable, a.MaxPages, a.CuQ, a.CtxLens, c.PageSize, a.QHeads, c.KVHeads, D, a.Scale)
 }
 
 // ConvArgs describes Gated DeltaNet's causal depthwise conv1d + SiLU over
@@ -555,6 +554,3 @@ func (d *Device) Sample(s *Stream, tokens, logprobs, logits, params Buffer, B, V
 	}
 	return d.launch(s, "sample_f32", grid1(B), grid1(1024), 0, tokens, logprobs, logits, V, params)
 }
-
-// f32bits is used by tests and callers that fill SampleParams by hand.
-func f32bits(f float32) uint32 { return math.Float32bits(f) }

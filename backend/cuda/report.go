@@ -74,6 +74,9 @@ func cudaVer(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 // Lines renders the report as "key: value" lines for kt version / doctor.
 func (r *Report) Lines() []string {
+	if e := r.Libraries.Err["driver"]; e != nil {
+		return []string{"gpu: not used, running on the CPU: no NVIDIA driver library (" + e.Error() + ")"}
+	}
 	var out []string
 	lib := func(name, path, key string) {
 		if path != "" {

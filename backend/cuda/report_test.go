@@ -37,7 +37,7 @@ func TestReportCompile(t *testing.T) {
 }
 
 func TestKernelSourcesIndex(t *testing.T) {
-	mods, names, err := kernelSources()
+	mods, names, params, err := kernelSources()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +45,11 @@ func TestKernelSourcesIndex(t *testing.T) {
 		"conv1d_silu_bf16", "gdn_recurrent_bf16", "router_topk_bf16", "moe_gemm_bf16", "sample_f32", "fp8_block_dequant"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("kernel %s not found in the embedded sources", want)
+		}
+	}
+	for name, n := range map[string]int{"attn_prefill_bf16": 15, "rmsnorm_bf16": 8, "sample_f32": 5, "moe_align": 10} {
+		if params[name] != n {
+			t.Errorf("kernel %s: %d parameters counted, want %d", name, params[name], n)
 		}
 	}
 	for m, src := range mods {

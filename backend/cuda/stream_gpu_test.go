@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -274,7 +273,6 @@ func TestStreamsEventsHostFunc(t *testing.T) {
 		t.Fatal("event not done after synchronize")
 	}
 	t.Logf("memset+copy of %d MiB: %.3f ms", n>>20, ms)
-	_ = time.Now
 }
 
 // TestKernelCache compiles every module into an empty cache directory, then

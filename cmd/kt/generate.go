@@ -68,25 +68,6 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	return c
 }
 
-func parseIDs(s string) ([]int32, error) {
-	var ids []int32
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		v, err := strconv.ParseInt(p, 10, 32)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("--input-ids: %q is not a token id", p)
-		}
-		ids = append(ids, int32(v))
-	}
-	if len(ids) == 0 {
-		return nil, errors.New("--input-ids: no ids")
-	}
-	return ids, nil
-}
-
 func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if f.modelPath == "" {
 		return errors.New("generate: --model-path is required")
@@ -106,7 +87,10 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		return errors.New("generate: text prompts are not wired yet (the tokenizer package is not in this build); use --input-ids")
 	}
 	if ids, err = parseIDs(f.inputIDs); err != nil {
-		return err
+		return fmt.Errorf("--input-ids: %w", err)
+	}
+	if len(ids) == 0 {
+		return errors.New("--input-ids: no ids")
 	}
 	total := f.maxTotal
 	if total <= 0 {

@@ -17,11 +17,14 @@ extern "C" __global__ void kv_store_bf16(bf16 *kc, bf16 *vc, const bf16 *k, cons
 }
 
 // attn_decode: one new token per sequence. grid (B, Hkv, splits), block
-// 128 (4 warps). Each warp walks its tokens one at a time (lane l owns dims
-// [l*PER, (l+1)*PER)), keeping an online softmax per query head; the warps
-// then merge. With splits > 1 each split writes an unnormalised partial
-// (acc, max, sum) and attn_decode_reduce merges them. PER = D/32 is a
-// template constant so the accumulators stay in registers; a kv head may
+// 128 (4 warps). Each warp takes tiles of 32 tokens, lane j scoring token
+// j of the tile against all G query heads of the kv head (scores need no
+// shuffles); the softmax statistics are then updated once per tile and
+// head, the probabilities go through shared memory, and for P·V lane l
+// owns dims [l*PER, (l+1)*PER) and reads V rows coalesced. The 4 warps
+// merge at the end; with splits > 1 each split writes an unnormalised
+// partial (acc, max, sum) and attn_decode_reduce merges them. PER = D/32
+// is a template constant so accumulators stay in registers; a kv head may
 // serve up to 64/PER query heads (16 for D=128, 8 for D=256).
 template <int PER>
 __device__ void attn_decode(bf16 *out, const bf16 *q, long long q_stride, const bf16 *kc, const bf16 *vc,
@@ -34,53 +37,85 @@ __device__ void attn_decode(bf16 *out, const bf16 *q, long long q_stride, const 
 	const int chunk = (len + splits - 1) / splits;
 	const int t0 = sp * chunk, t1 = min(len, t0 + chunk);
 	extern __shared__ float sm[];
-	float *qs = sm; // [G][D]
+	float *qs = sm;                 // [G][D]
+	float *ps = sm + G * D;         // [4 warps][MAXG][32]
 	for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
 		int g = i / D, d = i % D;
 		qs[i] = bf2f(q[(long long)b * q_stride + (long long)(hk * G + g) * D + d]) * scale;
 	}
 	__syncthreads();
-	float m[MAXG], l[MAXG], acc[MAXG * PER], qr[MAXG * PER];
+	float m[MAXG], l[MAXG], acc[MAXG * PER];
 #pragma unroll
 	for (int g = 0; g < MAXG; g++) {
 		m[g] = -KT_INF;
 		l[g] = 0.0f;
 #pragma unroll
-		for (int i = 0; i < PER; i++) {
-			acc[g * PER + i] = 0.0f;
-			qr[g * PER + i] = g < G ? qs[g * D + lane * PER + i] : 0.0f;
-		}
+		for (int i = 0; i < PER; i++) acc[g * PER + i] = 0.0f;
 	}
 	const int *bt = block_table + (long long)b * max_pages;
 	const long long rowstride = (long long)Hkv * D;
-	for (int t = t0 + warp; t < t1; t += 4) {
-		long long base = ((long long)bt[t / page_size] * page_size + t % page_size) * rowstride + (long long)hk * D + lane * PER;
-		float kf[8], vf[8];
-		if (PER == 8) {
-			load8(kc + base, kf);
-			load8(vc + base, vf);
-		} else {
-			uint2 ku = *(const uint2 *)(kc + base), vu = *(const uint2 *)(vc + base);
-			kf[0] = __uint_as_float(ku.x << 16); kf[1] = __uint_as_float(ku.x & 0xffff0000u);
-			kf[2] = __uint_as_float(ku.y << 16); kf[3] = __uint_as_float(ku.y & 0xffff0000u);
-			vf[0] = __uint_as_float(vu.x << 16); vf[1] = __uint_as_float(vu.x & 0xffff0000u);
-			vf[2] = __uint_as_float(vu.y << 16); vf[3] = __uint_as_float(vu.y & 0xffff0000u);
+	float *pw = ps + warp * MAXG * 32;
+	for (int base = t0 + warp * 32; base < t1; base += 4 * 32) {
+		const int t = base + lane;
+		const bool valid = t < t1;
+		float s[MAXG];
+#pragma unroll
+		for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
+		if (valid) {
+			const bf16 *kr = kc + ((long long)bt[t / page_size] * page_size + t % page_size) * rowstride + (long long)hk * D;
+#pragma unroll 4
+			for (int c = 0; c < D; c += 8) {
+				float kf[8];
+				load8(kr + c, kf);
+#pragma unroll
+				for (int g = 0; g < MAXG; g++) {
+					if (g < G) {
+						const float4 q0 = *(const float4 *)(qs + g * D + c);
+						const float4 q1 = *(const float4 *)(qs + g * D + c + 4);
+						s[g] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] +
+							q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+					}
+				}
+			}
 		}
+		// Online softmax, once per tile and head.
 #pragma unroll
 		for (int g = 0; g < MAXG; g++) {
 			if (g < G) {
-				float s = 0.0f;
-#pragma unroll
-				for (int i = 0; i < PER; i++) s += qr[g * PER + i] * kf[i];
-				s = warp_sum(s);
-				float mn = fmaxf(m[g], s);
-				float corr = expf(m[g] - mn), p = expf(s - mn);
-				l[g] = l[g] * corr + p;
+				float sg = valid ? s[g] : -KT_INF;
+				float mn = fmaxf(m[g], warp_max(sg));
+				float corr = expf(m[g] - mn); // m = -inf the first time: 0
+				float p = valid ? expf(sg - mn) : 0.0f;
+				l[g] = l[g] * corr + warp_sum(p);
 				m[g] = mn;
+				pw[g * 32 + lane] = p;
 #pragma unroll
-				for (int i = 0; i < PER; i++) acc[g * PER + i] = acc[g * PER + i] * corr + p * vf[i];
+				for (int i = 0; i < PER; i++) acc[g * PER + i] *= corr;
 			}
 		}
+		__syncwarp();
+		const int n = min(32, t1 - base);
+		for (int j = 0; j < n; j++) {
+			const int tj = base + j;
+			const bf16 *vr = vc + ((long long)bt[tj / page_size] * page_size + tj % page_size) * rowstride + (long long)hk * D + lane * PER;
+			float vf[8];
+			if (PER == 8) {
+				load8(vr, vf);
+			} else {
+				uint2 vu = *(const uint2 *)vr;
+				vf[0] = __uint_as_float(vu.x << 16); vf[1] = __uint_as_float(vu.x & 0xffff0000u);
+				vf[2] = __uint_as_float(vu.y << 16); vf[3] = __uint_as_float(vu.y & 0xffff0000u);
+			}
+#pragma unroll
+			for (int g = 0; g < MAXG; g++) {
+				if (g < G) {
+					float p = pw[g * 32 + j];
+#pragma unroll
+					for (int i = 0; i < PER; i++) acc[g * PER + i] += p * vf[i];
+				}
+			}
+		}
+		__syncwarp();
 	}
 	// Merge the 4 warps through shared memory.
 	__syncthreads();
@@ -205,11 +240,11 @@ extern "C" __global__ void __launch_bounds__(256) attn_prefill_bf16(
 			*(u32 *)(vs + r * DP + c) = vw;
 		}
 		__syncthreads();
-		if (!active) continue;
-		// Lane j scores key k0 + j.
+		// Lane j scores key k0 + j. Every warp runs every step (inactive
+		// rows see only masked keys) so warp and block barriers stay uniform.
 		int t = k0 + lane;
 		float sc = -KT_INF;
-		if (t <= qpos) {
+		if (active && t <= qpos) {
 			float a = 0.0f;
 			const float *qr = qs + warp * D;
 			const bf16 *kr = ks + lane * DP;
@@ -220,9 +255,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_prefill_bf16(
 			sc = a;
 		}
 		float mt = warp_max(sc);
-		if (mt == -KT_INF) continue;
 		float mn = fmaxf(m, mt);
-		float corr = expf(m - mn);
+		float corr = mn == -KT_INF ? 1.0f : expf(m - mn);
 		float p = sc == -KT_INF ? 0.0f : expf(sc - mn);
 		l = l * corr + warp_sum(p);
 		m = mn;
@@ -230,7 +264,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_prefill_bf16(
 		for (int i = 0; i < 8; i++) acc[i] *= corr;
 		for (int j = 0; j < PF_TILE; j++) {
 			float pj = __shfl_sync(0xffffffffu, p, j);
-			if (pj == 0.0f) continue;
 			const bf16 *vr = vs + j * DP + lane * per;
 #pragma unroll
 			for (int i = 0; i < 8; i++)

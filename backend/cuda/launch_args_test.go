@@ -1,0 +1,64 @@
+package cuda
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
+	"testing"
+)
+
+// TestLaunchArgumentCounts checks, without a GPU, that every launch of a
+// named kernel in this package passes as many arguments as the kernel
+// declares: a missing argument would otherwise show up only on the device,
+// as a fault.
+func TestLaunchArgumentCounts(t *testing.T) {
+	_, _, params, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) == 0 {
+		t.Skip("package sources not beside the test binary")
+	}
+	checked := 0
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || sel.Sel.Name != "launch" || len(call.Args) < 5 {
+					return true
+				}
+				lit, ok := call.Args[1].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				name, _ := strconv.Unquote(lit.Value)
+				want, ok := params[name]
+				if !ok {
+					if name != "no_such_kernel" {
+						t.Errorf("%s: launch of unknown kernel %q", fset.Position(call.Pos()), name)
+					}
+					return true
+				}
+				if got := len(call.Args) - 5; got != want {
+					t.Errorf("%s: %s launched with %d arguments, declared with %d", fset.Position(call.Pos()), name, got, want)
+				}
+				checked++
+				return true
+			})
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d launches checked", checked)
+	}
+	t.Logf("%d launches checked", checked)
+}

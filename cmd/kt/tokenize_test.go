@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestTokenize(t *testing.T) {
+	dir := filepath.Join("..", "..", "tokenizer", "testdata")
+	conv := filepath.Join(t.TempDir(), "conv.json")
+	if err := os.WriteFile(conv, []byte(`{"messages":[{"role":"user","content":"你好 🤖 func main(){}"}],"add_generation_prompt":true,"chat_template_kwargs":{"enable_thinking":false}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		want        string
+	}{
+		{"stdin", "你好，世界！", []string{"tokenize", "--tokenizer-path", dir}, "108386 3837 99489 6313\n"},
+		{"decode", "", []string{"tokenize", "--tokenizer-path", dir, "--decode", "[9707, 11, 151645]"}, "Hello,<|im_end|>\n"},
+		// The ids Hugging Face gives for this chat (shared/reference/test-assets.md §2).
+		{"chat", "", []string{"tokenize", "--tokenizer-path", dir, "--chat", conv}, "---\n151644 872 198 108386 11162 97 244 2915 1887 368 6257 151645 198 151644 77091 198 151667 271 151668 271\n"},
+	} {
+		got, err := runCLIInput(t, c.stdin, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !strings.HasSuffix(got, c.want) {
+			t.Errorf("%s: got %q, want suffix %q", c.name, got, c.want)
+		}
+	}
+	if _, err := runCLIInput(t, "", "tokenize", "x"); err == nil {
+		t.Error("no error without --tokenizer-path")
+	}
+	if _, err := parseIDs("1 x"); err == nil {
+		t.Error("no error for a bad id")
+	}
+}

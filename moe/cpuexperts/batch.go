@@ -1,0 +1,210 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+/*
+#include <stdlib.h>
+#include "kt_moe.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// Batch is one forward call: Tokens rows of activations, TopK expert ids and
+// weights per token, and the output. Exactly one of X / XBF16 and one of
+// Out / OutBF16 is set. Ids < 0 or >= Experts, and experts in the skip mask,
+// contribute nothing.
+type Batch struct {
+	Tokens, TopK int
+	X            []float32 // [Tokens][Hidden]
+	XBF16        []uint16  // [Tokens][Hidden] bf16 bit patterns
+	IDs          []int32   // [Tokens][TopK]
+	Weights      []float32 // [Tokens][TopK]
+	Out          []float32 // [Tokens][Hidden]
+	OutBF16      []uint16
+	// Incremental adds onto Out instead of overwriting it.
+	Incremental bool
+}
+
+func (l *Layer) check(b *Batch) error {
+	if l.c == nil {
+		return errors.New("layer is closed")
+	}
+	if l.e.c == nil {
+		return errors.New("cpu expert engine is closed")
+	}
+	c := l.e.cfg
+	if b.Tokens < 0 || b.Tokens > c.MaxTokens {
+		return fmt.Errorf("batch of %d tokens: the engine holds at most %d (max tokens)", b.Tokens, c.MaxTokens)
+	}
+	if b.TopK < 1 || b.TopK > c.TopK {
+		return fmt.Errorf("top-k %d: the engine holds 1..%d", b.TopK, c.TopK)
+	}
+	n, nk := b.Tokens*l.spec.Hidden, b.Tokens*b.TopK
+	if (b.X == nil) == (b.XBF16 == nil) {
+		return errors.New("batch needs exactly one of X and XBF16")
+	}
+	if (b.Out == nil) == (b.OutBF16 == nil) {
+		return errors.New("batch needs exactly one of Out and OutBF16")
+	}
+	if len(b.X) < n && len(b.XBF16) < n {
+		return fmt.Errorf("batch input holds %d values, want %d tokens x %d", max(len(b.X), len(b.XBF16)), b.Tokens, l.spec.Hidden)
+	}
+	if len(b.Out) < n && len(b.OutBF16) < n {
+		return fmt.Errorf("batch output holds %d values, want %d tokens x %d", max(len(b.Out), len(b.OutBF16)), b.Tokens, l.spec.Hidden)
+	}
+	if len(b.IDs) < nk || len(b.Weights) < nk {
+		return fmt.Errorf("batch has %d ids and %d weights, want %d tokens x top-%d", len(b.IDs), len(b.Weights), b.Tokens, b.TopK)
+	}
+	return nil
+}
+
+// Submit queues the layer's forward over b and returns at once. The batch's
+// slices are pinned and must not be touched until Engine.Sync returns.
+func (l *Layer) Submit(b *Batch) error {
+	if err := l.check(b); err != nil {
+		return err
+	}
+	if b.Tokens == 0 {
+		return nil
+	}
+	var cb C.kt_batch
+	cb.ntok = C.int32_t(b.Tokens)
+	cb.k = C.int32_t(b.TopK)
+	e := l.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pin := func(p unsafe.Pointer) unsafe.Pointer {
+		e.pinned.Pin(p)
+		return p
+	}
+	if b.X != nil {
+		cb.x = pin(unsafe.Pointer(&b.X[0]))
+	} else {
+		cb.x = pin(unsafe.Pointer(&b.XBF16[0]))
+		cb.x_bf16 = 1
+	}
+	if b.Out != nil {
+		cb.out = pin(unsafe.Pointer(&b.Out[0]))
+	} else {
+		cb.out = pin(unsafe.Pointer(&b.OutBF16[0]))
+		cb.out_bf16 = 1
+	}
+	cb.ids = (*C.int32_t)(pin(unsafe.Pointer(&b.IDs[0])))
+	cb.wts = (*C.float)(pin(unsafe.Pointer(&b.Weights[0])))
+	if b.Incremental {
+		cb.incremental = 1
+	}
+	for C.kt_submit(e.c, l.c, &cb) != 0 {
+		C.kt_sync(e.c, 0)
+	}
+	return nil
+}
+
+// Forward runs the layer on b and waits for it.
+func (l *Layer) Forward(b *Batch) error {
+	if err := l.Submit(b); err != nil {
+		return err
+	}
+	return l.e.Sync()
+}
+
+// Buffers are batch buffers in C memory with a prebuilt host-function
+// argument, for callers that submit from a thread Go does not run (a CUDA
+// host function) or want no pinning: write X, IDs, Weights and *NTok, then
+// call Submit/Sync here or the C functions HostFuncs returns.
+type Buffers struct {
+	X       []uint16 // bf16 [max][Hidden]
+	IDs     []int32
+	Weights []float32
+	Out     []uint16 // bf16 [max][Hidden]
+	NTok    *int32   // token count read when the task starts
+	args    *C.kt_hostfn_args
+	mem     []unsafe.Pointer
+	l       *Layer
+}
+
+// NewBuffers allocates C-memory buffers for up to maxTokens tokens.
+func (l *Layer) NewBuffers(maxTokens, topK int, incremental bool) (*Buffers, error) {
+	c := l.e.cfg
+	if maxTokens < 1 || maxTokens > c.MaxTokens || topK < 1 || topK > c.TopK {
+		return nil, fmt.Errorf("buffers for %d tokens x top-%d: engine holds %d x %d", maxTokens, topK, c.MaxTokens, c.TopK)
+	}
+	b := &Buffers{l: l}
+	alloc := func(n int) unsafe.Pointer {
+		p := C.calloc(C.size_t(n), 1)
+		if p != nil {
+			b.mem = append(b.mem, p)
+		}
+		return p
+	}
+	h := l.spec.Hidden
+	x, out := alloc(maxTokens*h*2), alloc(maxTokens*h*2)
+	ids, w := alloc(maxTokens*topK*4), alloc(maxTokens*topK*4)
+	nt := alloc(4)
+	args := alloc(int(unsafe.Sizeof(C.kt_hostfn_args{})))
+	if x == nil || out == nil || ids == nil || w == nil || nt == nil || args == nil {
+		b.Free()
+		return nil, errors.New("out of memory for batch buffers")
+	}
+	b.X = unsafe.Slice((*uint16)(x), maxTokens*h)
+	b.Out = unsafe.Slice((*uint16)(out), maxTokens*h)
+	b.IDs = unsafe.Slice((*int32)(ids), maxTokens*topK)
+	b.Weights = unsafe.Slice((*float32)(w), maxTokens*topK)
+	b.NTok = (*int32)(nt)
+	b.args = (*C.kt_hostfn_args)(args)
+	b.args.e = l.e.c
+	b.args.l = l.c
+	b.args.b.ntok_ptr = (*C.int32_t)(nt)
+	b.args.b.k = C.int32_t(topK)
+	b.args.b.x = x
+	b.args.b.x_bf16 = 1
+	b.args.b.ids = (*C.int32_t)(ids)
+	b.args.b.wts = (*C.float)(w)
+	b.args.b.out = out
+	b.args.b.out_bf16 = 1
+	if incremental {
+		b.args.b.incremental = 1
+	}
+	return b, nil
+}
+
+// HostFuncs returns C function pointers with the signature void(void*) and
+// their argument: submit and sync for cuLaunchHostFunc.
+func (b *Buffers) HostFuncs() (submit, sync, arg unsafe.Pointer) {
+	return unsafe.Pointer(C.kt_hostfn_submit), unsafe.Pointer(C.kt_hostfn_sync), unsafe.Pointer(b.args)
+}
+
+// Submit queues a forward over the buffers (what the submit host function does).
+func (b *Buffers) Submit() error {
+	if *b.NTok < 0 || int(*b.NTok) > len(b.IDs)/int(b.args.b.k) {
+		return fmt.Errorf("NTok %d outside the buffers' 0..%d", *b.NTok, len(b.IDs)/int(b.args.b.k))
+	}
+	C.kt_hostfn_submit(unsafe.Pointer(b.args))
+	return nil
+}
+
+// Sync waits for the buffers' task and reports task errors.
+func (b *Buffers) Sync() error { return b.l.e.Sync() }
+
+// Free releases the buffers.
+func (b *Buffers) Free() {
+	for _, p := range b.mem {
+		C.free(p)
+	}
+	b.mem = nil
+	b.X, b.Out, b.IDs, b.Weights, b.NTok, b.args = nil, nil, nil, nil, nil, nil
+}
+
+// runOnCThread runs the submit and sync host functions on a pthread that Go
+// does not know about, as a CUDA stream would.
+func (b *Buffers) runOnCThread() error {
+	if C.kt_run_on_thread((*[0]byte)(C.kt_hostfn_submit), (*[0]byte)(C.kt_hostfn_sync), unsafe.Pointer(b.args)) != 0 {
+		return errors.New("cannot start a thread")
+	}
+	return nil
+}

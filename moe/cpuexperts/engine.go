@@ -1,0 +1,236 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+/*
+#cgo CFLAGS: -O3 -std=gnu11 -Wall -Wno-unused-function -Wno-vla
+#cgo LDFLAGS: -lpthread -lm
+#include <stdlib.h>
+#include "kt_moe.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config sizes and places an Engine. Zero values pick defaults.
+type Config struct {
+	// Threads is the total worker count (--kt-cpuinfer); 0 = physical cores.
+	Threads int
+	// Pools is the number of thread pools (--kt-threadpool-count), one per NUMA node; 0 = 1.
+	Pools int
+	// NUMANodes are the nodes of the pools (--kt-numa-nodes); default 0..Pools-1.
+	NUMANodes []int
+	// ISA forces a kernel level (auto, amx, avx512, avx2).
+	ISA ISA
+	// NoPin leaves threads unpinned.
+	NoPin bool
+
+	// Shapes used to size the preallocated buffers.
+	MaxTokens    int // tokens per task (chunked prefill size)
+	TopK         int // ids per token
+	Experts      int // routed experts per layer
+	Hidden       int // hidden size
+	Intermediate int // moe_intermediate_size
+}
+
+// Engine is a set of worker pools with a task queue and preallocated scratch.
+// Layers created on it share the scratch; tasks run one at a time in FIFO
+// order. Submit/Sync from Go are not safe for concurrent use by several
+// goroutines; the C entry points (Buffers) may be called from any thread.
+type Engine struct {
+	c      *C.kt_engine
+	cfg    Config
+	feat   Features
+	bits   int
+	inter  []int // intermediate rows per pool
+	cpus   []int
+	bind   []int
+	mu     sync.Mutex
+	pinned runtime.Pinner
+}
+
+// DetectFeatures reports the CPU features the kernels can use, requesting
+// AMX tile state from the OS when the CPU has AMX.
+func DetectFeatures() Features {
+	return cpuFeatures(func() bool { return C.kt_amx_request() == 0 })
+}
+
+// NewEngine validates cfg, starts the pools and allocates the scratch.
+func NewEngine(cfg Config) (*Engine, error) {
+	feat := DetectFeatures()
+	bits, err := feat.bits(cfg.ISA)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pools == 0 {
+		cfg.Pools = 1
+	}
+	if cfg.Pools < 1 || cfg.Pools > 8 {
+		return nil, fmt.Errorf("threadpool count %d outside 1..8", cfg.Pools)
+	}
+	if cfg.NUMANodes == nil {
+		for p := 0; p < cfg.Pools; p++ {
+			cfg.NUMANodes = append(cfg.NUMANodes, p)
+		}
+	}
+	if len(cfg.NUMANodes) != cfg.Pools {
+		return nil, fmt.Errorf("%d NUMA nodes given for %d thread pools: --kt-numa-nodes needs one node per pool", len(cfg.NUMANodes), cfg.Pools)
+	}
+	if cfg.MaxTokens < 1 || cfg.TopK < 1 || cfg.Experts < 1 || cfg.Hidden < 1 || cfg.Intermediate < 1 {
+		return nil, fmt.Errorf("engine shapes must be positive: max tokens %d, top-k %d, experts %d, hidden %d, intermediate %d",
+			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
+	}
+	if cfg.Hidden%128 != 0 {
+		return nil, fmt.Errorf("hidden size %d is not a multiple of 128", cfg.Hidden)
+	}
+	if cfg.Intermediate%cfg.Pools != 0 || (cfg.Intermediate/cfg.Pools)%32 != 0 {
+		return nil, fmt.Errorf("intermediate size %d does not split into %d pools of a multiple of 32 rows", cfg.Intermediate, cfg.Pools)
+	}
+	if int64(cfg.MaxTokens)*int64(cfg.TopK) > 1<<26 || cfg.Experts > 1<<16 || cfg.Hidden > 1<<16 || cfg.Intermediate > 1<<16 {
+		return nil, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
+			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
+	}
+	var set unix.CPUSet
+	var allowed []int
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		for c := 0; c < 1024; c++ {
+			if set.IsSet(c) {
+				allowed = append(allowed, c)
+			}
+		}
+	}
+	if len(allowed) == 0 {
+		for c := 0; c < runtime.NumCPU(); c++ {
+			allowed = append(allowed, c)
+		}
+	}
+	topo := readTopology("/sys", allowed)
+	if cfg.Threads == 0 {
+		cfg.Threads = max(topo.physicalCores(), 1)
+	}
+	if cfg.Threads < cfg.Pools {
+		return nil, fmt.Errorf("%d threads for %d pools: each pool needs at least one thread", cfg.Threads, cfg.Pools)
+	}
+	if cfg.Threads > 1024 {
+		return nil, fmt.Errorf("%d threads: at most 1024", cfg.Threads)
+	}
+	threads := make([]int, cfg.Pools)
+	for p := range threads {
+		threads[p] = cfg.Threads / cfg.Pools
+		if p < cfg.Threads%cfg.Pools {
+			threads[p]++
+		}
+	}
+	cpus, bind := topo.plan(threads, cfg.NUMANodes)
+
+	var cc C.kt_engine_config
+	cc.npools = C.int(cfg.Pools)
+	for p := 0; p < cfg.Pools; p++ {
+		cc.threads[p] = C.int(threads[p])
+		cc.node[p] = C.int(bind[p])
+	}
+	ccpus := (*C.int)(C.malloc(C.size_t(len(cpus)+1) * C.size_t(unsafe.Sizeof(C.int(0)))))
+	defer C.free(unsafe.Pointer(ccpus))
+	cs := unsafe.Slice(ccpus, len(cpus)+1)
+	for i, c := range cpus {
+		cs[i] = C.int(c)
+	}
+	if !cfg.NoPin {
+		cc.pin = 1
+	}
+	cc.cpus = ccpus
+	cc.ncpus = C.int(len(cpus))
+	cc.isa = C.int(bits)
+	cc.max_tokens = C.int(cfg.MaxTokens)
+	cc.max_k = C.int(cfg.TopK)
+	cc.nexp = C.int(cfg.Experts)
+	cc.hidden = C.int(cfg.Hidden)
+	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
+	var msg [256]C.char
+	ce := C.kt_engine_new(&cc, &msg[0], C.int(len(msg)))
+	if ce == nil {
+		return nil, fmt.Errorf("cpu expert engine: %s", C.GoString(&msg[0]))
+	}
+	e := &Engine{c: ce, cfg: cfg, feat: feat, bits: bits, cpus: cpus, bind: bind}
+	for p := 0; p < cfg.Pools; p++ {
+		e.inter = append(e.inter, cfg.Intermediate/cfg.Pools)
+	}
+	return e, nil
+}
+
+// Close stops the threads and frees the scratch. Layers must not be used
+// afterwards; pending tasks are finished first.
+func (e *Engine) Close() {
+	if e == nil || e.c == nil {
+		return
+	}
+	C.kt_sync(e.c, 0)
+	C.kt_engine_free(e.c)
+	e.c = nil
+	e.pinned.Unpin()
+}
+
+// Features returns the CPU features detected when the engine was created.
+func (e *Engine) Features() Features { return e.feat }
+
+// Kernels describes the kernels method m runs on this engine.
+func (e *Engine) Kernels(m Method) string { return describe(m, e.bits) }
+
+// Config returns the configuration after defaults were applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// CPUs returns the CPU each worker thread is pinned to, in pool order.
+func (e *Engine) CPUs() []int { return append([]int(nil), e.cpus...) }
+
+// Sync waits for every submitted task, releases the Go memory they used and
+// returns the first error a task reported.
+func (e *Engine) Sync() error {
+	if e.c == nil {
+		return errors.New("cpu expert engine is closed")
+	}
+	C.kt_sync(e.c, 0)
+	e.mu.Lock()
+	e.pinned.Unpin()
+	e.mu.Unlock()
+	var msg [256]C.char
+	if C.kt_take_error(e.c, &msg[0], C.int(len(msg))) != 0 {
+		return fmt.Errorf("cpu expert task: %s", C.GoString(&msg[0]))
+	}
+	return nil
+}
+
+// StreamRead reads a buffer of the given size with n threads, reps times,
+// and returns bytes per second: the memory read bandwidth probe of kt bench.
+func StreamRead(bytes int64, threads, reps int) (float64, error) {
+	if bytes < 1<<20 || threads < 1 || reps < 1 {
+		return 0, fmt.Errorf("stream read: need >= 1 MiB, >= 1 thread, >= 1 rep")
+	}
+	feat := DetectFeatures()
+	bits, err := feat.bits(ISAAuto)
+	if err != nil {
+		return 0, err
+	}
+	buf := C.kt_alloc(C.int64_t(bytes), -1)
+	if buf == nil {
+		return 0, fmt.Errorf("stream read: cannot allocate %d bytes", bytes)
+	}
+	defer C.kt_free(buf, C.int64_t(bytes))
+	b := unsafe.Slice((*byte)(buf), bytes)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	secs := float64(C.kt_stream_read(buf, C.int64_t(bytes), C.int(threads), C.int(reps), C.int(bits)))
+	if secs <= 0 {
+		return 0, fmt.Errorf("stream read: threads failed to start")
+	}
+	chunk := (bytes / int64(threads)) &^ 255
+	return float64(chunk*int64(threads)*int64(reps)) / secs, nil
+}

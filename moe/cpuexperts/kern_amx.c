@@ -1,0 +1,166 @@
+// kern_amx.c: AMX tile kernels for prefill (many tokens per expert). Only
+// called when CPUID reports AMX and the kernel granted the tile state.
+#include <immintrin.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kt_internal.h"
+
+#define TAMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma,avx2")))
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int kt_amx_request(void) { return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); }
+
+typedef struct {
+  uint8_t palette, start_row, rsv[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} __attribute__((packed, aligned(64))) tilecfg;
+
+// kt_amx_init_thread loads the tile configuration every kernel here uses:
+// tiles 0-3 accumulators, 4-5 A (tokens), 6-7 B (weights), all 16 x 64 bytes.
+TAMX void kt_amx_init_thread(void) {
+  tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// C rows are written in blocks of 16: C must have room for round_up(m, 16) rows,
+// and A must be readable for that many rows (the engine pads every expert).
+TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                        kt_scratch* s) {
+  (void)s;
+  int k = W->k;
+  const uint16_t* X = (const uint16_t*)A->a;
+  int64_t lda = A->ld * 2;
+  for (int i0 = 0; i0 < m; i0 += 32) {
+    int two_m = m - i0 > 16;
+    for (int p = 0; p < nn / 16; p += 2) {
+      int two_n = p + 1 < nn / 16;
+      const char* b0 = (const char*)W->w + (int64_t)(n0 / 16 + p) * 32 * k;
+      const char* b1 = b0 + (int64_t)32 * k;
+      const char* a0 = (const char*)(X + (int64_t)i0 * A->ld);
+      const char* a1 = a0 + 16 * lda;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int kc = 0; kc < k / 32; kc++) {
+        _tile_loadd(4, a0 + kc * 64, lda);
+        _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_n) {
+          _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_m) {
+          _tile_loadd(5, a1 + kc * 64, lda);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_n) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      float* c = C + (int64_t)i0 * ldc + p * 16;
+      _tile_stored(0, c, ldc * 4);
+      if (two_n) _tile_stored(1, c + 16, ldc * 4);
+      if (two_m) {
+        _tile_stored(2, c + 16 * ldc, ldc * 4);
+        if (two_n) _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+      }
+    }
+  }
+}
+
+// int8 panels: s8 x s8 (tdpbssd), then scaled per row of W and per token.
+static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const kt_act* A, int m, float* C,
+                             int ldc, int nn, kt_scratch* s) {
+  const int8_t* X = (const int8_t*)A->a;
+  int64_t lda = A->ld;
+  int32_t* ci = s->ci;  // [KT_MCH rounded][KT_NB]
+  for (int i0 = 0; i0 < m; i0 += 32) {
+    int two_m = m - i0 > 16;
+    for (int p = 0; p < nn / 16; p += 2) {
+      int two_n = p + 1 < nn / 16;
+      const int8_t* b0 = w + (int64_t)p * 16 * k;
+      const int8_t* b1 = b0 + (int64_t)16 * k;
+      const int8_t* a0 = X + (int64_t)i0 * lda;
+      const int8_t* a1 = a0 + 16 * lda;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int kc = 0; kc < k / 64; kc++) {
+        _tile_loadd(4, a0 + kc * 64, lda);
+        _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
+        _tile_dpbssd(0, 4, 6);
+        if (two_n) {
+          _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
+          _tile_dpbssd(1, 4, 7);
+        }
+        if (two_m) {
+          _tile_loadd(5, a1 + kc * 64, lda);
+          _tile_dpbssd(2, 5, 6);
+          if (two_n) _tile_dpbssd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, ci, KT_NB * 4);
+      if (two_n) _tile_stored(1, ci + 16, KT_NB * 4);
+      if (two_m) {
+        _tile_stored(2, ci + 16 * KT_NB, KT_NB * 4);
+        if (two_n) _tile_stored(3, ci + 16 * KT_NB + 16, KT_NB * 4);
+      }
+      int rows = m - i0 < 32 ? m - i0 : 32;
+      int cols = two_n ? 32 : 16;
+      for (int i = 0; i < rows; i++) {
+        __m512 as = _mm512_set1_ps(A->as[i0 + i]);
+        for (int j = 0; j < cols; j += 16) {
+          __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(ci + i * KT_NB + j));
+          f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + p * 16 + j)), as);
+          _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
+        }
+      }
+    }
+  }
+}
+
+TAMX void kt_amx_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+  amx_i8_core((const int8_t*)W->w + (int64_t)n0 * W->k, W->k, W->scale + n0, A, m, C, ldc, nn, s);
+}
+
+// int4 panels: unpack the nn rows to int8 panels in scratch once, then the int8 core.
+TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+  int k = W->k;
+  int8_t* dst = (int8_t*)s->pack;
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  for (int p = 0; p < nn / 16; p++) {
+    const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
+    int8_t* d = dst + (int64_t)p * 16 * k;
+    for (int c = 0; c < k / 128; c++)
+      for (int r = 0; r < 16; r++) {
+        __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, _mm512_and_si512(b, mask));
+      }
+  }
+  amx_i8_core(dst, k, W->scale + n0, A, m, C, ldc, nn, s);
+}
+
+TAMX void kt_amx_bf16rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                           kt_scratch* s) {
+  kt_pack_rm_to_bf16pk(W, n0, nn, (uint16_t*)s->pack);
+  kt_mat P = *W;
+  P.w = (const uint8_t*)s->pack;
+  kt_amx_bf16pk(&P, 0, nn, A, m, C, ldc, s);
+}
+
+TAMX void kt_amx_fp8rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                          kt_scratch* s) {
+  kt_amx_bf16rm_pf(W, n0, nn, A, m, C, ldc, s);
+}

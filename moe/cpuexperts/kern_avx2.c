@@ -1,0 +1,302 @@
+// kern_avx2.c: AVX2+FMA kernels, the floor every supported CPU has. Each
+// function carries its own target attribute.
+#include <immintrin.h>
+#include <math.h>
+
+#include "kt_internal.h"
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline))
+
+INL T2 float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---------------------------------------------------------------- bf16 panels
+
+INL T2 void bf16pk_body(const uint32_t* pan, int k, const float* const* x, float* const* c, const int MT) {
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  __m256 a0[4], a1[4];
+  for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+  for (int j = 0; j < k / 2; j++) {
+    __m256i v0 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 16));
+    __m256i v1 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 16 + 8));
+    __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), o0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi));
+    __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)), o1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hi));
+    for (int t = 0; t < MT; t++) {
+      __m256 xe = _mm256_set1_ps(x[t][2 * j]), xo = _mm256_set1_ps(x[t][2 * j + 1]);
+      a0[t] = _mm256_fmadd_ps(o0, xo, _mm256_fmadd_ps(e0, xe, a0[t]));
+      a1[t] = _mm256_fmadd_ps(o1, xo, _mm256_fmadd_ps(e1, xe, a1[t]));
+    }
+  }
+  for (int t = 0; t < MT; t++) {
+    _mm256_storeu_ps(c[t], a0[t]);
+    _mm256_storeu_ps(c[t] + 8, a1[t]);
+  }
+}
+
+T2 void kt_avx2_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                       kt_scratch* s) {
+  (void)s;
+  int k = W->k;
+  const float* X = (const float*)A->a;
+  for (int p = 0; p < nn / 16; p++) {
+    const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
+    for (int t0 = 0; t0 < m; t0 += 4) {
+      int mt = m - t0 < 4 ? m - t0 : 4;
+      const float* x[4];
+      float* c[4];
+      float dummy[16];
+      for (int t = 0; t < 4; t++) {
+        x[t] = X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld;
+        c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
+      }
+      if (mt == 1)
+        bf16pk_body(pan, k, x, c, 1);
+      else if (mt == 2)
+        bf16pk_body(pan, k, x, c, 2);
+      else
+        bf16pk_body(pan, k, x, c, 4);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- int8 / int4 panels
+// s8 x s8 through vpmaddubsw with the sign trick: |x| (u8) * sign(w, x) (s8).
+// |x| <= 127 and |w| <= 127, so a pair sum never saturates int16.
+
+INL T2 __m256i dot4(__m256i w, int32_t xq) {
+  __m256i xb = _mm256_set1_epi32(xq);
+  __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xb), _mm256_sign_epi8(w, xb));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+INL T2 void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT) {
+  for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_si256();
+  for (int j = 0; j < k / 4; j++) {
+    __m256i w0 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 64));
+    __m256i w1 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 64 + 32));
+    for (int t = 0; t < MT; t++) {
+      a0[t] = _mm256_add_epi32(a0[t], dot4(w0, x[t][j]));
+      a1[t] = _mm256_add_epi32(a1[t], dot4(w1, x[t][j]));
+    }
+  }
+}
+
+INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT) {
+  const __m256i mask = _mm256_set1_epi8((char)0xf0);
+  for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_si256();
+  for (int c = 0; c < k / 128; c++) {
+    for (int r = 0; r < 16; r++) {
+      const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
+      __m256i b0 = _mm256_loadu_si256((const __m256i*)l), b1 = _mm256_loadu_si256((const __m256i*)(l + 32));
+      __m256i lo0 = _mm256_and_si256(_mm256_slli_epi16(b0, 4), mask), hi0 = _mm256_and_si256(b0, mask);
+      __m256i lo1 = _mm256_and_si256(_mm256_slli_epi16(b1, 4), mask), hi1 = _mm256_and_si256(b1, mask);
+      for (int t = 0; t < MT; t++) {
+        int32_t xl = x[t][32 * c + r], xh = x[t][32 * c + 16 + r];
+        a0[t] = _mm256_add_epi32(a0[t], _mm256_add_epi32(dot4(lo0, xl), dot4(hi0, xh)));
+        a1[t] = _mm256_add_epi32(a1[t], _mm256_add_epi32(dot4(lo1, xl), dot4(hi1, xh)));
+      }
+    }
+  }
+}
+
+#define INT2_DRIVER(NAME, BODY, PANEL_BYTES)                                                            \
+  T2 void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,              \
+               kt_scratch* s) {                                                                         \
+    (void)s;                                                                                            \
+    int k = W->k;                                                                                       \
+    const int8_t* X = (const int8_t*)A->a;                                                              \
+    for (int p = 0; p < nn / 16; p++) {                                                                 \
+      int row = n0 + p * 16;                                                                            \
+      const void* pan = W->w + (int64_t)(row / 16) * (PANEL_BYTES);                                     \
+      __m256 ws0 = _mm256_loadu_ps(W->scale + row), ws1 = _mm256_loadu_ps(W->scale + row + 8);          \
+      for (int t0 = 0; t0 < m; t0 += 4) {                                                               \
+        int mt = m - t0 < 4 ? m - t0 : 4;                                                               \
+        const int32_t* x[4];                                                                            \
+        __m256i a0[4], a1[4];                                                                           \
+        for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
+        if (mt == 1)                                                                                    \
+          BODY(pan, k, x, a0, a1, 1);                                                                   \
+        else if (mt == 2)                                                                               \
+          BODY(pan, k, x, a0, a1, 2);                                                                   \
+        else                                                                                            \
+          BODY(pan, k, x, a0, a1, 4);                                                                   \
+        for (int t = 0; t < mt; t++) {                                                                  \
+          __m256 as = _mm256_set1_ps(A->as[t0 + t]);                                                    \
+          float* c = C + (int64_t)(t0 + t) * ldc + p * 16;                                              \
+          _mm256_storeu_ps(c, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a0[t]), ws0), as));        \
+          _mm256_storeu_ps(c + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a1[t]), ws1), as));    \
+        }                                                                                               \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+
+INT2_DRIVER(kt_avx2_i8pk, i8pk_body, 16 * k)
+INT2_DRIVER(kt_avx2_i4pk, i4pk_body, 8 * k)
+
+// Group-wise int4 (AVX2): one token at a time per panel half-pair, groups flushed to f32.
+T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                      kt_scratch* s) {
+  (void)s;
+  int k = W->k, ng = k / W->group;
+  const __m256i mask = _mm256_set1_epi8((char)0xf0);
+  const int8_t* X = (const int8_t*)A->a;
+  for (int p = 0; p < nn / 16; p++) {
+    int pi = n0 / 16 + p;
+    const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
+    const float* sc = W->scale + (int64_t)pi * ng * 16;
+    const int32_t* co = W->corr + (int64_t)pi * ng * 16;
+    (void)co;
+    for (int t = 0; t < m; t++) {
+      const int32_t* x = (const int32_t*)(X + (int64_t)t * A->ld);
+      __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+      for (int c = 0; c < k / 128; c++) {
+        __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
+        for (int r = 0; r < 16; r++) {
+          const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
+          __m256i b0 = _mm256_loadu_si256((const __m256i*)l), b1 = _mm256_loadu_si256((const __m256i*)(l + 32));
+          int32_t xl = x[32 * c + r], xh = x[32 * c + 16 + r];
+          l0 = _mm256_add_epi32(l0, dot4(_mm256_and_si256(_mm256_slli_epi16(b0, 4), mask), xl));
+          l1 = _mm256_add_epi32(l1, dot4(_mm256_and_si256(_mm256_slli_epi16(b1, 4), mask), xl));
+          h0 = _mm256_add_epi32(h0, dot4(_mm256_and_si256(b0, mask), xh));
+          h1 = _mm256_add_epi32(h1, dot4(_mm256_and_si256(b1, mask), xh));
+        }
+        int g0 = (128 * c) / W->group, g1 = (128 * c + 64) / W->group;
+        if (g0 == g1) {
+          l0 = _mm256_add_epi32(l0, h0);
+          l1 = _mm256_add_epi32(l1, h1);
+          f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_loadu_ps(sc + g0 * 16), f0);
+          f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_loadu_ps(sc + g0 * 16 + 8), f1);
+        } else {
+          f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_loadu_ps(sc + g0 * 16), f0);
+          f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_loadu_ps(sc + g0 * 16 + 8), f1);
+          f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h0), _mm256_loadu_ps(sc + g1 * 16), f0);
+          f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h1), _mm256_loadu_ps(sc + g1 * 16 + 8), f1);
+        }
+      }
+      __m256 as = _mm256_set1_ps(A->as[t]);
+      float* c = C + (int64_t)t * ldc + p * 16;
+      _mm256_storeu_ps(c, _mm256_mul_ps(f0, as));
+      _mm256_storeu_ps(c + 8, _mm256_mul_ps(f1, as));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- row-major bf16 / fp8
+
+INL T2 __m256 ld_bf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+
+INL T2 __m256 ld_fp8x8(const uint8_t* p) {
+  __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
+  __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), 20),
+                                 _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24));
+  return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+}
+
+INL T2 void rm2_body(const kt_mat* W, int row, const float* const* x, float* const* c, const int MT, const int FP8) {
+  int k = W->k;
+  __m256 a0[4], a1[4];
+  for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+  const float* s0 = NULL;
+  if (FP8) s0 = W->scale + (int64_t)((W->row0 + row) / 128) * W->sld;
+  for (int kk = 0; kk < k; kk += 8) {
+    __m256 w0, w1;
+    if (FP8) {
+      const uint8_t* r0 = W->w + (int64_t)row * W->ld + kk;
+      __m256 sv = _mm256_set1_ps(s0[(W->col0 + kk) / 128]);
+      w0 = _mm256_mul_ps(ld_fp8x8(r0), sv);
+      w1 = _mm256_mul_ps(ld_fp8x8(r0 + W->ld), sv);
+    } else {
+      const uint16_t* r0 = (const uint16_t*)W->w + (int64_t)row * W->ld + kk;
+      w0 = ld_bf16x8(r0);
+      w1 = ld_bf16x8(r0 + W->ld);
+    }
+    for (int t = 0; t < MT; t++) {
+      __m256 xv = _mm256_loadu_ps(x[t] + kk);
+      a0[t] = _mm256_fmadd_ps(w0, xv, a0[t]);
+      a1[t] = _mm256_fmadd_ps(w1, xv, a1[t]);
+    }
+  }
+  for (int t = 0; t < MT; t++) {
+    c[t][0] = hsum8(a0[t]);
+    c[t][1] = hsum8(a1[t]);
+  }
+}
+
+#define RM2_DRIVER(NAME, FP8)                                                                           \
+  T2 void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,              \
+               kt_scratch* s) {                                                                         \
+    (void)s;                                                                                            \
+    for (int t0 = 0; t0 < m; t0 += 4) {                                                                 \
+      int mt = m - t0 < 4 ? m - t0 : 4;                                                                 \
+      const float* x[4];                                                                                \
+      for (int t = 0; t < 4; t++) x[t] = (const float*)A->a + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld; \
+      for (int j = 0; j < nn; j += 2) {                                                                 \
+        float* c[4];                                                                                    \
+        float dummy[2];                                                                                 \
+        for (int t = 0; t < 4; t++) c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + j : dummy;           \
+        if (mt == 1)                                                                                    \
+          rm2_body(W, n0 + j, x, c, 1, FP8);                                                            \
+        else if (mt == 2)                                                                               \
+          rm2_body(W, n0 + j, x, c, 2, FP8);                                                            \
+        else                                                                                            \
+          rm2_body(W, n0 + j, x, c, 4, FP8);                                                            \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+
+RM2_DRIVER(kt_avx2_bf16rm, 0)
+RM2_DRIVER(kt_avx2_fp8rm, 1)
+
+// ---------------------------------------------------------------- activation
+
+INL T2 __m256 exp256(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-88.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  // 2^n for n in [-127, 127]: split in two halves to stay in range
+  __m256i ni = _mm256_cvtps_epi32(n);
+  __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
+  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+T2 void kt_avx2_silu_mul(const float* g, const float* u, float* h, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 gv = _mm256_loadu_ps(g + i);
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+    __m256 sg = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(h + i, _mm256_mul_ps(sg, _mm256_loadu_ps(u + i)));
+  }
+  for (; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+T2 uint64_t kt_avx2_sum_bytes(const void* p, int64_t bytes) {
+  const char* c = (const char*)p;
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i*)(c + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i*)(c + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i*)(c + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i*)(c + i + 96)));
+  }
+  a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  return (uint64_t)_mm256_extract_epi64(a0, 0) ^ (uint64_t)_mm256_extract_epi64(a0, 3);
+}

@@ -1,0 +1,355 @@
+// kern_avx512.c: AVX-512 kernels (F/BW/VL/DQ, VNNI, BF16). Every function
+// carries its own target attribute; the file is compiled without -m flags and
+// only called after CPUID said the instructions exist.
+#include <immintrin.h>
+#include <math.h>
+
+#include "kt_internal.h"
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx2,f16c")))
+#define TVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,avx2")))
+#define TBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,avx2")))
+#define INL static inline __attribute__((always_inline))
+
+// ---------------------------------------------------------------- bf16 panels
+
+INL T512 void bf16pk_f32(const uint32_t* pan, int k, const float* const* x, float* const* c, const int MT) {
+  const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 acc[8];
+  for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_ps();
+  for (int j = 0; j < k / 2; j++) {
+    __m512i wv = _mm512_loadu_si512(pan + (int64_t)j * 16);
+    __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+    __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+    for (int t = 0; t < MT; t++) {
+      acc[t] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[t][2 * j]), acc[t]);
+      acc[t] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[t][2 * j + 1]), acc[t]);
+    }
+  }
+  for (int t = 0; t < MT; t++) _mm512_storeu_ps(c[t], acc[t]);
+}
+
+T512 void kt_avx512_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                           kt_scratch* s) {
+  (void)s;
+  int k = W->k;
+  const float* X = (const float*)A->a;
+  for (int p = 0; p < nn / 16; p++) {
+    const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
+    for (int t0 = 0; t0 < m; t0 += KT_DEC_M) {
+      int mt = m - t0 < KT_DEC_M ? m - t0 : KT_DEC_M;
+      const float* x[8];
+      float* c[8];
+      float dummy[16];
+      for (int t = 0; t < 8; t++) {
+        x[t] = X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld;
+        c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
+      }
+      if (mt == 1)
+        bf16pk_f32(pan, k, x, c, 1);
+      else if (mt == 2)
+        bf16pk_f32(pan, k, x, c, 2);
+      else if (mt <= 4)
+        bf16pk_f32(pan, k, x, c, 4);
+      else
+        bf16pk_f32(pan, k, x, c, 8);
+    }
+  }
+}
+
+INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT) {
+  __m512 acc[8];
+  for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_ps();
+  for (int j = 0; j < k / 2; j++) {
+    __m512bh wv = (__m512bh)_mm512_loadu_si512(pan + (int64_t)j * 16);
+    for (int t = 0; t < MT; t++) acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_set1_epi32((int)x[t][j]));
+  }
+  for (int t = 0; t < MT; t++) _mm512_storeu_ps(c[t], acc[t]);
+}
+
+TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                                kt_scratch* s) {
+  (void)s;
+  int k = W->k;
+  const uint16_t* X = (const uint16_t*)A->a;
+  for (int p = 0; p < nn / 16; p++) {
+    const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
+    for (int t0 = 0; t0 < m; t0 += KT_DEC_M) {
+      int mt = m - t0 < KT_DEC_M ? m - t0 : KT_DEC_M;
+      const uint32_t* x[8];
+      float* c[8];
+      float dummy[16];
+      for (int t = 0; t < 8; t++) {
+        x[t] = (const uint32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
+        c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
+      }
+      if (mt == 1)
+        bf16pk_bf(pan, k, x, c, 1);
+      else if (mt == 2)
+        bf16pk_bf(pan, k, x, c, 2);
+      else if (mt <= 4)
+        bf16pk_bf(pan, k, x, c, 4);
+      else
+        bf16pk_bf(pan, k, x, c, 8);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- int8 / int4 panels (VNNI)
+
+// Result of an integer panel: C = (acc - corr) * wscale * ascale.
+INL TVNNI void int_store(__m512i acc, __m512i corr, __m512 ws, float as, float* c) {
+  __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+  _mm512_storeu_ps(c, _mm512_mul_ps(_mm512_mul_ps(f, ws), _mm512_set1_ps(as)));
+}
+
+INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
+  for (int j = 0; j < k / 4; j++) {
+    __m512i wv = _mm512_loadu_si512(pan + (int64_t)j * 64);
+    for (int t = 0; t < MT; t++)
+      acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][j]), flip), wv);
+  }
+}
+
+INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
+  for (int c = 0; c < k / 128; c++) {
+    for (int r = 0; r < 16; r++) {
+      __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
+      __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+      __m512i hi = _mm512_and_si512(b, mask);
+      for (int t = 0; t < MT; t++) {
+        acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
+        acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
+      }
+    }
+  }
+}
+
+#define INT_PANEL_DRIVER(NAME, BODY, PANEL_BYTES)                                                       \
+  TVNNI void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,           \
+                  kt_scratch* s) {                                                                      \
+    (void)s;                                                                                            \
+    int k = W->k;                                                                                       \
+    const int8_t* X = (const int8_t*)A->a;                                                              \
+    for (int p = 0; p < nn / 16; p++) {                                                                 \
+      int row = n0 + p * 16;                                                                            \
+      const void* pan = W->w + (int64_t)(row / 16) * (PANEL_BYTES);                                     \
+      __m512i corr = _mm512_loadu_si512(W->corr + row);                                                 \
+      __m512 ws = _mm512_loadu_ps(W->scale + row);                                                      \
+      for (int t0 = 0; t0 < m; t0 += KT_DEC_M) {                                                        \
+        int mt = m - t0 < KT_DEC_M ? m - t0 : KT_DEC_M;                                                 \
+        const int32_t* x[8];                                                                            \
+        __m512i acc[8];                                                                                 \
+        for (int t = 0; t < 8; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
+        if (mt == 1)                                                                                    \
+          BODY(pan, k, x, acc, 1);                                                                      \
+        else if (mt == 2)                                                                               \
+          BODY(pan, k, x, acc, 2);                                                                      \
+        else if (mt <= 4)                                                                               \
+          BODY(pan, k, x, acc, 4);                                                                      \
+        else                                                                                            \
+          BODY(pan, k, x, acc, 8);                                                                      \
+        for (int t = 0; t < mt; t++)                                                                    \
+          int_store(acc[t], corr, ws, A->as[t0 + t], C + (int64_t)(t0 + t) * ldc + p * 16);             \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+
+INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
+INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
+
+// Group-wise int4: integer sums per group, scaled per group into f32.
+INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
+                        const int32_t* const* x, __m512* f, const int MT) {
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
+  for (int c = 0; c < k / 128; c++) {
+    __m512i alo[4], ahi[4];
+    for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
+    for (int r = 0; r < 16; r++) {
+      __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
+      __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+      __m512i hi = _mm512_and_si512(b, mask);
+      for (int t = 0; t < MT; t++) {
+        alo[t] = _mm512_dpbusd_epi32(alo[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
+        ahi[t] = _mm512_dpbusd_epi32(ahi[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
+      }
+    }
+    if (group == 128) {
+      __m512i cg = _mm512_loadu_si512(co + c * 16);
+      __m512 sg = _mm512_loadu_ps(sc + c * 16);
+      for (int t = 0; t < MT; t++)
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(alo[t], ahi[t]), cg)), sg, f[t]);
+    } else {
+      __m512i c0 = _mm512_loadu_si512(co + (2 * c) * 16), c1 = _mm512_loadu_si512(co + (2 * c + 1) * 16);
+      __m512 s0 = _mm512_loadu_ps(sc + (2 * c) * 16), s1 = _mm512_loadu_ps(sc + (2 * c + 1) * 16);
+      for (int t = 0; t < MT; t++) {
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(alo[t], c0)), s0, f[t]);
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ahi[t], c1)), s1, f[t]);
+      }
+    }
+  }
+}
+
+TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                         kt_scratch* s) {
+  (void)s;
+  int k = W->k, ng = k / W->group;
+  const int8_t* X = (const int8_t*)A->a;
+  for (int p = 0; p < nn / 16; p++) {
+    int pi = n0 / 16 + p;
+    const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
+    const float* sc = W->scale + (int64_t)pi * ng * 16;
+    const int32_t* co = W->corr + (int64_t)pi * ng * 16;
+    for (int t0 = 0; t0 < m; t0 += 4) {
+      int mt = m - t0 < 4 ? m - t0 : 4;
+      const int32_t* x[4];
+      __m512 f[4];
+      for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
+      if (mt == 1)
+        i4g_body(pan, k, W->group, sc, co, x, f, 1);
+      else if (mt == 2)
+        i4g_body(pan, k, W->group, sc, co, x, f, 2);
+      else
+        i4g_body(pan, k, W->group, sc, co, x, f, 4);
+      for (int t = 0; t < mt; t++)
+        _mm512_storeu_ps(C + (int64_t)(t0 + t) * ldc + p * 16, _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[t0 + t])));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- row-major bf16 / fp8 (decode)
+
+INL T512 __m512 ld_bf16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+
+INL T512 __m512 ld_fp8(const uint8_t* p) {
+  __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p));
+  __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), 20),
+                                 _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24));
+  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+}
+
+// Two rows x MT tokens of dot products; XB: activations are bf16; FP8: weights are fp8.
+INL T512 void rm_body(const kt_mat* W, int row, const void* const* x, float* const* c, const int MT,
+                      const int XB, const int FP8) {
+  int k = W->k;
+  __m512 a0[4], a1[4];
+  for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+  const float* s0 = NULL;
+  if (FP8) s0 = W->scale + (int64_t)((W->row0 + row) / 128) * W->sld;
+  for (int kk = 0; kk < k; kk += 16) {
+    __m512 w0, w1;
+    if (FP8) {
+      const uint8_t* r0 = W->w + (int64_t)row * W->ld + kk;
+      __m512 sv = _mm512_set1_ps(s0[(W->col0 + kk) / 128]);
+      w0 = _mm512_mul_ps(ld_fp8(r0), sv);
+      w1 = _mm512_mul_ps(ld_fp8(r0 + W->ld), sv);
+    } else {
+      const uint16_t* r0 = (const uint16_t*)W->w + (int64_t)row * W->ld + kk;
+      w0 = ld_bf16(r0);
+      w1 = ld_bf16(r0 + W->ld);
+    }
+    for (int t = 0; t < MT; t++) {
+      __m512 xv = XB ? ld_bf16((const uint16_t*)x[t] + kk) : _mm512_loadu_ps((const float*)x[t] + kk);
+      a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
+    }
+  }
+  for (int t = 0; t < MT; t++) {
+    c[t][0] = _mm512_reduce_add_ps(a0[t]);
+    c[t][1] = _mm512_reduce_add_ps(a1[t]);
+  }
+}
+
+#define RM_DRIVER(NAME, XB, FP8, ATTR)                                                                  \
+  ATTR void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,            \
+                 kt_scratch* s) {                                                                       \
+    (void)s;                                                                                            \
+    int esz = XB ? 2 : 4;                                                                               \
+    for (int t0 = 0; t0 < m; t0 += 4) {                                                                 \
+      int mt = m - t0 < 4 ? m - t0 : 4;                                                                 \
+      const void* x[4];                                                                                 \
+      for (int t = 0; t < 4; t++)                                                                       \
+        x[t] = (const char*)A->a + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld * esz;                      \
+      for (int j = 0; j < nn; j += 2) {                                                                 \
+        float* c[4];                                                                                    \
+        float dummy[2];                                                                                 \
+        for (int t = 0; t < 4; t++) c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + j : dummy;           \
+        if (mt == 1)                                                                                    \
+          rm_body(W, n0 + j, x, c, 1, XB, FP8);                                                         \
+        else if (mt == 2)                                                                               \
+          rm_body(W, n0 + j, x, c, 2, XB, FP8);                                                         \
+        else                                                                                            \
+          rm_body(W, n0 + j, x, c, 4, XB, FP8);                                                         \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+
+RM_DRIVER(kt_avx512_bf16rm, 0, 0, T512)
+RM_DRIVER(kt_avx512_fp8rm, 0, 1, T512)
+RM_DRIVER(kt_avx512bf16_bf16rm, 1, 0, T512)
+RM_DRIVER(kt_avx512bf16_fp8rm, 1, 1, T512)
+
+// Prefill on row-major formats: pack the rows into a bf16 panel, then run the panel kernel.
+#define RM_PF(NAME, PK)                                                                                 \
+  void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) { \
+    kt_pack_rm_to_bf16pk(W, n0, nn, (uint16_t*)s->pack);                                                \
+    kt_mat P = *W;                                                                                      \
+    P.w = (const uint8_t*)s->pack;                                                                      \
+    PK(&P, 0, nn, A, m, C, ldc, s);                                                                     \
+  }
+
+RM_PF(kt_avx512_bf16rm_pf, kt_avx512_bf16pk)
+RM_PF(kt_avx512_fp8rm_pf, kt_avx512_bf16pk)
+RM_PF(kt_avx512bf16_bf16rm_pf, kt_avx512bf16_bf16pk)
+RM_PF(kt_avx512bf16_fp8rm_pf, kt_avx512bf16_bf16pk)
+
+// ---------------------------------------------------------------- activation
+
+INL T512 __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+T512 void kt_avx512_silu_mul(const float* g, const float* u, float* h, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 gv = _mm512_loadu_ps(g + i);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    __m512 sg = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_storeu_ps(h + i, _mm512_mul_ps(sg, _mm512_loadu_ps(u + i)));
+  }
+  for (; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+T512 uint64_t kt_avx512_sum_bytes(const void* p, int64_t bytes) {
+  const char* c = (const char*)p;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    a0 = _mm512_xor_si512(a0, _mm512_load_si512(c + i));
+    a1 = _mm512_xor_si512(a1, _mm512_load_si512(c + i + 64));
+    a2 = _mm512_xor_si512(a2, _mm512_load_si512(c + i + 128));
+    a3 = _mm512_xor_si512(a3, _mm512_load_si512(c + i + 192));
+  }
+  a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+  return (uint64_t)_mm512_reduce_add_epi64(a0);
+}

@@ -1,0 +1,147 @@
+// kt_moe.h: the C side of kt's CPU expert engine.
+//
+// Everything on the hot path lives here: the worker pools (pthreads, pinned,
+// one pool per NUMA node), the FIFO task queue, the routing of a batch to
+// experts and the SIMD kernels. Go only creates, configures and destroys
+// these objects. kt_submit / kt_sync (and the kt_hostfn_* wrappers shaped
+// like a CUDA host function) may be called from any thread, including a
+// thread Go knows nothing about, and never allocate.
+#ifndef KT_MOE_H
+#define KT_MOE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ISA capability bits, decided by the Go side from CPUID and passed in.
+enum {
+  KT_ISA_AVX2 = 1 << 0,      // avx2 + fma + f16c
+  KT_ISA_AVX512 = 1 << 1,    // avx512 f/bw/vl/dq
+  KT_ISA_VNNI = 1 << 2,      // avx512_vnni
+  KT_ISA_AVX512BF16 = 1 << 3,// avx512_bf16
+  KT_ISA_AMX = 1 << 4,       // amx tile + int8 + bf16, permission granted
+};
+
+// Weight storage formats of one projection matrix (rows N x cols K).
+enum {
+  KT_FMT_BF16_RM = 1,  // HF bf16 row-major, used in place (row stride ld)
+  KT_FMT_FP8_RM = 2,   // HF fp8 e4m3 row-major + f32 128x128 block scales (weight_scale_inv)
+  KT_FMT_BF16_PK = 3,  // panels of 16 rows, 64-byte lines of k-pairs (AMX B-tile layout)
+  KT_FMT_I8_PK = 4,    // panels of 16 rows, lines of k-quads, per-row scale
+  KT_FMT_I4_PK = 5,    // int4 nibbles (q*16 as int8 after unpack), per-row scale amax/112
+  KT_FMT_I4G_PK = 6,   // int4 nibbles, per-(row, k-group) scale
+};
+
+// One projection (of one expert, one pool's slice).
+typedef struct {
+  const uint8_t* w;     // weight bytes
+  const float* scale;   // per row [N]; group: [N/16][K/G][16]; fp8: block grid
+  const int32_t* corr;  // 128*sum(q) per row / per group (same shape as scale); packed int only
+  int64_t ld;           // row-major formats: row stride in elements
+  int n, k;             // rows, columns
+  int group;            // KT_FMT_I4G_PK group size (64 or 128)
+  int row0, col0;       // fp8: offset of this slice in the full matrix (for block scales)
+  int64_t sld;          // fp8: stride of the scale grid (blocks per row of blocks)
+} kt_mat;
+
+// Projection of one expert for one pool.
+typedef struct {
+  kt_mat gate, up, down;
+} kt_expert;
+
+// A layer: routed experts of one MoE layer, split across the pools.
+typedef struct kt_layer {
+  int fmt;                 // KT_FMT_*
+  int nexp, hidden, inter; // inter = full intermediate size
+  int npools;
+  int inter_p[8];          // intermediate rows of pool p
+  kt_expert* ex;           // [npools][nexp]
+  const uint8_t* skip;     // [nexp], nonzero = skip (GPU expert); may be NULL; read at run time
+} kt_layer;
+
+// One batch. Pointers must stay valid until the task has been synced.
+typedef struct {
+  int32_t ntok;            // tokens, used when ntok_ptr is NULL
+  const int32_t* ntok_ptr; // if set, the token count is read from here when the task runs
+  int32_t k;               // ids per token
+  const void* x;           // [ntok][hidden], bf16 if x_bf16 else f32
+  const int32_t* ids;      // [ntok][k], <0 or >= nexp: skipped
+  const float* wts;        // [ntok][k]
+  void* out;               // [ntok][hidden], bf16 if out_bf16 else f32
+  int32_t x_bf16, out_bf16;
+  int32_t incremental;     // add onto out instead of overwriting it
+} kt_batch;
+
+typedef struct kt_engine kt_engine;
+
+typedef struct {
+  int npools;
+  int threads[8];   // worker threads per pool
+  int node[8];      // NUMA node of each pool, -1 = do not bind
+  int pin;          // pin threads to the CPUs of their node (or to cpus[] below)
+  const int* cpus;  // optional explicit CPU list, one per thread in pool order (NULL = from node)
+  int ncpus;
+  int isa;          // KT_ISA_* bits allowed
+  int max_tokens, max_k, nexp, hidden, inter_p; // scratch sizing (inter_p = largest pool slice)
+} kt_engine_config;
+
+// kt_engine_new creates the engine; on failure it returns NULL and writes a
+// message into err (errlen bytes).
+kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen);
+void kt_engine_free(kt_engine* e);
+
+// kt_submit queues forward(layer, batch); the batch struct is copied. It
+// returns 0, or -1 when the queue is full.
+int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
+// kt_sync blocks until at most allow_pending submitted tasks are unfinished.
+void kt_sync(kt_engine* e, int allow_pending);
+// kt_take_error returns and clears the first error a task recorded (0 = none)
+// and copies its message.
+int kt_take_error(kt_engine* e, char* msg, int msglen);
+
+// Host-function shaped entry points (void fn(void*)), for cuLaunchHostFunc.
+typedef struct {
+  kt_engine* e;
+  const kt_layer* l;
+  kt_batch b;
+  int allow_pending;
+} kt_hostfn_args;
+void kt_hostfn_submit(void* args);
+void kt_hostfn_sync(void* args);
+// kt_run_on_thread runs submit(arg) then sync(arg) on a new pthread and joins
+// it: how tests show the path needs no Go thread.
+int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg);
+
+// Packing / quantization helpers (portable C, run once at load).
+// Each packs rows [0,n) x cols [0,k) of a source given as f32 rows with stride ld.
+void kt_pack_bf16(const float* src, int64_t ld, int n, int k, uint16_t* dst);
+void kt_pack_i8(const float* src, int64_t ld, int n, int k, int8_t* dst, float* scale, int32_t* corr);
+void kt_pack_i4(const float* src, int64_t ld, int n, int k, uint8_t* dst, float* scale, int32_t* corr);
+void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale, int32_t* corr);
+// Row-major quantization (the on-disk layout of kt quant) and packing of it.
+void kt_quant_rows_i8(const float* src, int64_t ld, int n, int k, int8_t* q, float* scale);
+void kt_quant_rows_i4(const float* src, int64_t ld, int n, int k, uint8_t* q, float* scale);
+void kt_pack_q8_rows(const int8_t* q, int n, int k, int8_t* dst, float scale_mul, const float* scale_in, float* scale, int32_t* corr);
+void kt_pack_q4_rows(const uint8_t* q, int n, int k, uint8_t* dst, const float* scale_in, float* scale, int32_t* corr);
+
+// Widen helpers used by loaders and the reference.
+void kt_bf16_to_f32(const uint16_t* src, int64_t n, float* dst);
+void kt_fp8_to_f32(const uint8_t* src, int64_t n, float* dst);
+
+// Memory helpers: 64-byte aligned, optionally bound to a NUMA node.
+void* kt_alloc(int64_t bytes, int node);
+void kt_free(void* p, int64_t bytes);
+
+// kt_amx_request asks the kernel for AMX tile state; 0 on success.
+int kt_amx_request(void);
+
+// kt_stream_read reads buf (bytes) with nthreads threads, reps times, and
+// returns the seconds taken; the memory-bandwidth probe of kt bench.
+double kt_stream_read(const void* buf, int64_t bytes, int nthreads, int reps, int isa);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// apiError is an error with an HTTP status, written in OpenAI's JSON shape:
+// {"error": {"message", "type", "param", "code"}}.
+type apiError struct {
+	Status  int
+	Type    string // invalid_request_error, authentication_error, ...
+	Param   string
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, format string, a ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, a...)}
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    any     `json:"code"`
+}
+
+// writeError writes err as an OpenAI error; errors that are not apiErrors
+// are internal (500).
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{Status: http.StatusInternalServerError, Type: "internal_server_error", Message: err.Error()}
+	}
+	body := errorBody{Error: errorDetail{Message: ae.Message, Type: ae.Type, Code: ae.Code}}
+	if ae.Code == "" {
+		body.Error.Code = ae.Status
+	}
+	if ae.Param != "" {
+		body.Error.Param = &ae.Param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.Status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// maxBody bounds a request body; larger bodies are refused with 413.
+const maxBody = 32 << 20
+
+// decodeJSON reads a JSON request body into v, turning the decoder's
+// errors into 400s that say what is wrong and where.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Message: fmt.Sprintf("request body larger than %d bytes", maxBody)}
+		}
+		return badRequest("", "reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return badRequest("", "the request body is empty; send a JSON object")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return badRequest("", "invalid JSON at byte %d: %v", se.Offset, se)
+		case errors.As(err, &te):
+			field := strings.TrimPrefix(te.Field, "samplingFields.")
+			if field == "" {
+				return badRequest("", "the request body must be a JSON object, not %s", te.Value)
+			}
+			return badRequest(field, "field %q: expected %s, got JSON %s", field, jsonTypeName(te.Type.String()), te.Value)
+		default:
+			return badRequest("", "invalid request: %v", err)
+		}
+	}
+	return nil
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "map[") || strings.Contains(goType, "struct") || strings.HasPrefix(goType, "server."):
+		return "an object"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case goType == "string" || goType == "*string":
+		return "a string"
+	case strings.Contains(goType, "bool"):
+		return "a boolean"
+	}
+	return goType
+}

@@ -1,0 +1,418 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ktserve/kt/engine"
+)
+
+// generateRequest is SGLang's native /generate body.
+type generateRequest struct {
+	Text                json.RawMessage `json:"text"`
+	InputIDs            json.RawMessage `json:"input_ids"`
+	SamplingParams      json.RawMessage `json:"sampling_params"`
+	ReturnLogprob       json.RawMessage `json:"return_logprob"`
+	LogprobStartLen     *int            `json:"logprob_start_len"`
+	TopLogprobsNum      int             `json:"top_logprobs_num"`
+	ReturnTextInLogprob bool            `json:"return_text_in_logprobs"`
+	Stream              bool            `json:"stream"`
+	RID                 json.RawMessage `json:"rid"`
+	LoRAPath            json.RawMessage `json:"lora_path"`
+	Image               json.RawMessage `json:"image_data"`
+}
+
+// nativeSampling is SGLang's sampling_params object.
+type nativeSampling struct {
+	MaxNewTokens      *int            `json:"max_new_tokens"`
+	MinNewTokens      int             `json:"min_new_tokens"`
+	Stop              json.RawMessage `json:"stop"`
+	StopTokenIDs      []int32         `json:"stop_token_ids"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	TopK              *int            `json:"top_k"`
+	MinP              *float64        `json:"min_p"`
+	FrequencyPenalty  float64         `json:"frequency_penalty"`
+	PresencePenalty   float64         `json:"presence_penalty"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	IgnoreEOS         bool            `json:"ignore_eos"`
+	SkipSpecialTokens *bool           `json:"skip_special_tokens"`
+	NoStopTrim        bool            `json:"no_stop_trim"`
+	N                 *int            `json:"n"`
+	Seed              *int64          `json:"sampling_seed"`
+	JSONSchema        json.RawMessage `json:"json_schema"`
+	Regex             string          `json:"regex"`
+	EBNF              string          `json:"ebnf"`
+}
+
+// defaultMaxNewTokens is SGLang's default for /generate.
+const defaultMaxNewTokens = 128
+
+func (ns *nativeSampling) toParams() (engine.SamplingParams, []string, int, error) {
+	p := engine.DefaultSamplingParams()
+	p.MaxNewTokens = defaultMaxNewTokens
+	if ns.MaxNewTokens != nil {
+		if *ns.MaxNewTokens < 1 {
+			return p, nil, 0, badRequest("sampling_params.max_new_tokens", "max_new_tokens must be at least 1, got %d", *ns.MaxNewTokens)
+		}
+		p.MaxNewTokens = *ns.MaxNewTokens
+	}
+	p.MinNewTokens = ns.MinNewTokens
+	if ns.Temperature != nil {
+		p.Temperature = *ns.Temperature
+	}
+	if ns.TopP != nil {
+		p.TopP = *ns.TopP
+	}
+	if ns.TopK != nil {
+		p.TopK = *ns.TopK
+		if p.TopK == 0 {
+			p.TopK = -1
+		}
+	}
+	if ns.MinP != nil {
+		p.MinP = *ns.MinP
+	}
+	if ns.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *ns.RepetitionPenalty
+	}
+	p.FrequencyPenalty, p.PresencePenalty = ns.FrequencyPenalty, ns.PresencePenalty
+	p.IgnoreEOS = ns.IgnoreEOS
+	p.StopTokenIDs = ns.StopTokenIDs
+	if ns.Seed != nil {
+		p.Seed, p.HasSeed = uint64(*ns.Seed), true
+	}
+	if len(ns.JSONSchema) > 0 || ns.Regex != "" || ns.EBNF != "" {
+		return p, nil, 0, badRequest("sampling_params", "json_schema, regex and ebnf constraints are not supported yet in kt")
+	}
+	if err := p.Validate(); err != nil {
+		return p, nil, 0, paramError(err)
+	}
+	stops, err := parseStop(ns.Stop)
+	if err != nil {
+		return p, nil, 0, err
+	}
+	n := 1
+	if ns.N != nil {
+		if *ns.N < 1 || *ns.N > maxN {
+			return p, nil, 0, badRequest("sampling_params.n", "n must be in [1, %d], got %d", maxN, *ns.N)
+		}
+		n = *ns.N
+	}
+	return p, stops, n, nil
+}
+
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req generateRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(req.Image) > 0 && string(req.Image) != "null" {
+		writeError(w, badRequest("image_data", "image inputs are not supported: kt serves text-only models"))
+		return
+	}
+	if len(req.LoRAPath) > 0 && string(req.LoRAPath) != "null" {
+		writeError(w, badRequest("lora_path", "LoRA serving is not implemented yet in kt"))
+		return
+	}
+	var prompts [][]int32
+	var err error
+	batch := false
+	switch {
+	case len(req.Text) > 0 && string(req.Text) != "null" && len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
+		err = badRequest("text", "give either text or input_ids, not both")
+	case len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
+		prompts, err = s.parsePrompts(req.InputIDs, "input_ids")
+		var nested [][]int32
+		batch = json.Unmarshal(req.InputIDs, &nested) == nil
+	case len(req.Text) > 0 && string(req.Text) != "null":
+		var str string
+		if json.Unmarshal(req.Text, &str) != nil {
+			var list []string
+			if json.Unmarshal(req.Text, &list) != nil {
+				err = badRequest("text", "field \"text\": expected a string or an array of strings")
+				break
+			}
+			batch = true
+		}
+		prompts, err = s.parsePrompts(req.Text, "text")
+	default:
+		err = badRequest("text", "give the prompt as text or input_ids")
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// sampling_params: one object for all prompts, or one per prompt.
+	sps := make([]nativeSampling, len(prompts))
+	if len(req.SamplingParams) > 0 && string(req.SamplingParams) != "null" {
+		var one nativeSampling
+		if err := json.Unmarshal(req.SamplingParams, &one); err == nil {
+			for i := range sps {
+				sps[i] = one
+			}
+		} else {
+			var list []nativeSampling
+			if json.Unmarshal(req.SamplingParams, &list) != nil {
+				writeError(w, samplingTypeError(err))
+				return
+			}
+			if len(list) != len(prompts) {
+				writeError(w, badRequest("sampling_params", "%d sampling_params for %d prompts", len(list), len(prompts)))
+				return
+			}
+			sps = list
+		}
+	}
+	retLogprob, err := parseBoolOrList(req.ReturnLogprob, len(prompts))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > engine.MaxTopLogprobs {
+		writeError(w, badRequest("top_logprobs_num", "top_logprobs_num must be in [0, %d], got %d", engine.MaxTopLogprobs, req.TopLogprobsNum))
+		return
+	}
+	type item struct {
+		spec     genSpec
+		prompt   int
+		logprobs bool
+	}
+	var items []item
+	for i, pr := range prompts {
+		p, stops, n, err := sps[i].toParams()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if len(stops) > 0 && s.tok == nil {
+			writeError(w, badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)"))
+			return
+		}
+		if retLogprob[i] {
+			p.Logprobs = true
+			p.TopLogprobs = req.TopLogprobsNum
+			p.PromptLogprobs = req.LogprobStartLen != nil && *req.LogprobStartLen >= 0
+		}
+		if err := s.precheck(pr, p); err != nil {
+			writeError(w, err)
+			return
+		}
+		if n > 1 {
+			batch = true
+		}
+		skip := sps[i].SkipSpecialTokens == nil || *sps[i].SkipSpecialTokens
+		for j := range n {
+			items = append(items, item{
+				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: seedFor(p, j)},
+					stops: stops, skipSpecial: skip, noStopTrim: sps[i].NoStopTrim},
+				prompt: i, logprobs: retLogprob[i],
+			})
+		}
+	}
+	if req.Stream && len(items) > 1 {
+		writeError(w, badRequest("stream", "streaming several prompts (or n > 1) from /generate is not supported yet in kt; send one request per prompt"))
+		return
+	}
+	s.met.requests.Inc()
+	defer func() { s.met.e2e.Observe(time.Since(start).Seconds()) }()
+	startLen := 0
+	if req.LogprobStartLen != nil {
+		startLen = *req.LogprobStartLen
+	}
+	build := func(it item, res *genResult, ids []int32, text string, final bool) map[string]any {
+		meta := map[string]any{
+			"id":                fmt.Sprintf("%s", it.spec.req.ID),
+			"prompt_tokens":     len(prompts[it.prompt]),
+			"completion_tokens": len(ids),
+			"cached_tokens":     0,
+			"weight_version":    "default",
+			"e2e_latency":       time.Since(start).Seconds(),
+			"finish_reason":     nil,
+		}
+		if final {
+			meta["finish_reason"] = nativeFinish(res, len(ids))
+		}
+		if it.logprobs {
+			meta["output_token_logprobs"] = s.nativeLogprobs(res.Tokens, req.ReturnTextInLogprob)
+			if req.TopLogprobsNum > 0 {
+				tops := make([]any, len(res.Tokens))
+				for k, t := range res.Tokens {
+					tops[k] = s.nativeTop(t.Top, req.ReturnTextInLogprob)
+				}
+				meta["output_top_logprobs"] = tops
+			}
+			if it.spec.req.Params.PromptLogprobs {
+				meta["input_token_logprobs"] = s.nativeInput(prompts[it.prompt], res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
+			}
+		}
+		out := map[string]any{"output_ids": ids, "meta_info": meta}
+		if s.tok != nil {
+			out["text"] = text
+		}
+		return out
+	}
+
+	if req.Stream {
+		it := items[0]
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		ev := newSSE(w)
+		var ids []int32
+		var text string
+		acc := genResult{}
+		res, err := s.run(ctx, it.spec, func(d genDelta) error {
+			for _, t := range d.Tokens {
+				ids = append(ids, t.ID)
+			}
+			acc.Tokens = append(acc.Tokens, d.Tokens...)
+			if d.PromptLogprobs != nil {
+				acc.PromptLogprobs = d.PromptLogprobs
+			}
+			text += d.Text
+			if len(d.Tokens) == 0 && d.Text == "" {
+				return nil
+			}
+			return ev.send(build(it, &acc, ids, text, false))
+		})
+		if err != nil {
+			if ev.err == nil {
+				ev.errorEvent(engineError(err))
+			}
+			return
+		}
+		s.met.genTok.Add(float64(res.OutputTokens))
+		if res.Err != nil {
+			ev.errorEvent(fmt.Errorf("generation aborted: %w", res.Err))
+			return
+		}
+		_ = ev.send(build(it, &res, tokenIDs(res.Tokens[:res.OutputTokens]), res.Text, true))
+		ev.done()
+		return
+	}
+
+	results := make([]genResult, len(items))
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() {
+			results[i], errs[i] = s.run(r.Context(), it.spec, func(genDelta) error { return nil })
+		})
+	}
+	wg.Wait()
+	outs := make([]any, len(items))
+	for i, it := range items {
+		if errs[i] != nil {
+			writeError(w, engineError(errs[i]))
+			return
+		}
+		if results[i].Err != nil {
+			writeError(w, fmt.Errorf("generation aborted: %w", results[i].Err))
+			return
+		}
+		s.met.genTok.Add(float64(results[i].OutputTokens))
+		outs[i] = build(it, &results[i], tokenIDs(results[i].Tokens), results[i].Text, true)
+	}
+	if batch {
+		writeJSON(w, http.StatusOK, outs)
+		return
+	}
+	writeJSON(w, http.StatusOK, outs[0])
+}
+
+func samplingTypeError(err error) error {
+	if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
+		return badRequest("sampling_params."+te.Field, "sampling_params.%s: expected %s, got JSON %s", te.Field, jsonTypeName(te.Type.String()), te.Value)
+	}
+	return badRequest("sampling_params", "sampling_params: expected an object (or one per prompt): %v", err)
+}
+
+func parseBoolOrList(raw json.RawMessage, n int) ([]bool, error) {
+	out := make([]bool, n)
+	if len(raw) == 0 || string(raw) == "null" {
+		return out, nil
+	}
+	var one bool
+	if json.Unmarshal(raw, &one) == nil {
+		for i := range out {
+			out[i] = one
+		}
+		return out, nil
+	}
+	var list []bool
+	if json.Unmarshal(raw, &list) != nil || len(list) != n {
+		return nil, badRequest("return_logprob", "return_logprob: expected a boolean or one boolean per prompt")
+	}
+	return list, nil
+}
+
+func tokenIDs(toks []engine.Token) []int32 {
+	out := make([]int32, len(toks))
+	for i, t := range toks {
+		out[i] = t.ID
+	}
+	return out
+}
+
+// nativeFinish is SGLang's finish_reason object.
+func nativeFinish(res *genResult, n int) map[string]any {
+	switch res.Reason {
+	case engine.FinishStop:
+		return map[string]any{"type": "stop", "matched": nullIfEmpty(res.MatchedStop)}
+	case engine.FinishLength:
+		return map[string]any{"type": "length", "length": n}
+	}
+	msg := "aborted"
+	if res.Err != nil {
+		msg = res.Err.Error()
+	}
+	return map[string]any{"type": "abort", "message": msg}
+}
+
+// nativeLogprobs gives [logprob, id, text|null] per token.
+func (s *Server) nativeLogprobs(toks []engine.Token, withText bool) []any {
+	out := make([]any, len(toks))
+	for i, t := range toks {
+		out[i] = s.triple(finiteLogprob(t.Logprob), t.ID, withText)
+	}
+	return out
+}
+
+func (s *Server) nativeTop(top []engine.TokenLogprob, withText bool) []any {
+	out := make([]any, len(top))
+	for i, t := range top {
+		out[i] = s.triple(finiteLogprob(t.Logprob), t.ID, withText)
+	}
+	return out
+}
+
+func (s *Server) nativeInput(prompt []int32, lps []engine.TokenLogprob, startLen int, withText bool) []any {
+	var out []any
+	for j := startLen; j < len(prompt); j++ {
+		if j == 0 || j-1 >= len(lps) {
+			out = append(out, s.tripleAny(nil, prompt[j], withText))
+			continue
+		}
+		out = append(out, s.triple(finiteLogprob(lps[j-1].Logprob), prompt[j], withText))
+	}
+	return out
+}
+
+func (s *Server) triple(lp float64, id int32, withText bool) []any {
+	return s.tripleAny(lp, id, withText)
+}
+
+func (s *Server) tripleAny(lp any, id int32, withText bool) []any {
+	var text any
+	if withText && s.tok != nil {
+		t, _ := s.tokenText(id)
+		text = t
+	}
+	return []any{lp, id, text}
+}

@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ktserve/kt/engine"
+)
+
+// decoder turns token ids into text incrementally: bytes of a character
+// split over tokens are held back until the character is complete.
+type decoder struct {
+	tok     Tokenizer
+	skip    bool // skip special tokens
+	pending []byte
+}
+
+func (d *decoder) add(id int32) string {
+	if d.tok == nil || d.skip && d.tok.IsSpecial(id) {
+		return ""
+	}
+	b, _ := d.tok.TokenBytes(id)
+	d.pending = append(d.pending, b...)
+	cut := completePrefix(d.pending)
+	out := string(d.pending[:cut])
+	d.pending = append(d.pending[:0], d.pending[cut:]...)
+	return out
+}
+
+// flush returns what is held back (an unfinished character).
+func (d *decoder) flush() string {
+	out := string(d.pending)
+	d.pending = d.pending[:0]
+	return out
+}
+
+// completePrefix returns the length of b without an unfinished UTF-8
+// character at its end.
+func completePrefix(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if utf8.FullRune(b[i:]) {
+				return len(b)
+			}
+			return i
+		}
+	}
+	return len(b)
+}
+
+// genSpec is one sequence to generate for a route.
+type genSpec struct {
+	req         engine.Request
+	stops       []string
+	skipSpecial bool
+	noStopTrim  bool
+}
+
+// genDelta is what one read of the engine stream adds: visible text (stop
+// strings handled) and the tokens it came from.
+type genDelta struct {
+	Text           string
+	Tokens         []engine.Token
+	PromptLogprobs []engine.TokenLogprob // once, with the first delta, when asked for
+}
+
+// genResult is how a sequence ended.
+type genResult struct {
+	Reason         engine.FinishReason
+	MatchedStop    json.RawMessage // a token id, a stop string, or null
+	PromptTokens   int
+	OutputTokens   int
+	PromptLogprobs []engine.TokenLogprob
+	Text           string // all visible text
+	Tokens         []engine.Token
+	Err            error // an abort the client did not ask for
+	FirstToken     time.Time
+}
+
+func (r *genResult) finishReason() string {
+	if r.Reason == engine.FinishAbort {
+		return "abort"
+	}
+	return string(r.Reason)
+}
+
+// run submits spec to the engine and calls onDelta for every update until
+// the sequence ends. Stop strings are matched here, in the request's
+// goroutine: text that could be the start of a stop string is held back
+// until it is known not to be one. onDelta may return an error (the client
+// went away) to cancel the sequence.
+func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) error) (genResult, error) {
+	start := time.Now()
+	st, err := s.eng.Submit(ctx, spec.req)
+	if err != nil {
+		return genResult{}, err
+	}
+	defer st.Cancel() // no-op once finished; frees the slot on early return
+	dec := decoder{tok: s.tok, skip: spec.skipSpecial}
+	maxStop := 0
+	for _, x := range spec.stops {
+		maxStop = max(maxStop, len(x))
+	}
+	var res genResult
+	var full strings.Builder
+	sent := 0
+	lastTok := start
+	for {
+		u, err := st.Next(ctx)
+		if err != nil {
+			return res, err
+		}
+		if u.PromptLogprobs != nil {
+			res.PromptLogprobs = u.PromptLogprobs
+		}
+		delta := genDelta{PromptLogprobs: u.PromptLogprobs}
+		stopped := false
+		for _, tk := range u.Tokens {
+			now := time.Now()
+			if res.FirstToken.IsZero() {
+				res.FirstToken = now
+				s.met.ttft.Observe(now.Sub(start).Seconds())
+			} else {
+				s.met.itl.Observe(now.Sub(lastTok).Seconds())
+			}
+			lastTok = now
+			res.OutputTokens++
+			res.Tokens = append(res.Tokens, tk)
+			delta.Tokens = append(delta.Tokens, tk)
+			before := full.Len()
+			full.WriteString(dec.add(tk.ID))
+			if maxStop == 0 {
+				continue
+			}
+			text := full.String()
+			from := max(0, before-maxStop+1)
+			idx, which := -1, ""
+			for _, x := range spec.stops {
+				if i := strings.Index(text[from:], x); i >= 0 && (idx < 0 || from+i < idx) {
+					idx, which = from+i, x
+				}
+			}
+			if idx >= 0 {
+				end := idx
+				if spec.noStopTrim {
+					end += len(which)
+				}
+				delta.Text += text[sent:end]
+				sent = end
+				full.Reset()
+				full.WriteString(text[:end])
+				res.Reason = engine.FinishStop
+				res.MatchedStop, _ = json.Marshal(which)
+				stopped = true
+				st.Cancel()
+				break
+			}
+		}
+		if stopped {
+			res.Text = full.String()
+			if err := onDelta(delta); err != nil {
+				return res, err
+			}
+			// Wait for the engine to confirm, so counts are final.
+			for u.Finish == nil {
+				if u, err = st.Next(ctx); err != nil {
+					return res, err
+				}
+			}
+			res.PromptTokens = u.Finish.PromptTokens
+			return res, nil
+		}
+		if u.Finish != nil {
+			full.WriteString(dec.flush())
+		}
+		text := full.String()
+		safe := len(text)
+		if u.Finish == nil && maxStop > 0 {
+			safe = max(sent, len(text)-(maxStop-1))
+			for safe > sent && safe < len(text) && !utf8.RuneStart(text[safe]) {
+				safe--
+			}
+		}
+		delta.Text = text[sent:safe]
+		sent = safe
+		if delta.Text != "" || len(delta.Tokens) > 0 || delta.PromptLogprobs != nil {
+			if err := onDelta(delta); err != nil {
+				return res, err
+			}
+		}
+		if f := u.Finish; f != nil {
+			res.Text = text
+			res.Reason = f.Reason
+			res.PromptTokens = f.PromptTokens
+			res.Err = f.Err
+			if f.MatchedStop >= 0 {
+				res.MatchedStop = json.RawMessage(strconv.Itoa(int(f.MatchedStop)))
+			}
+			if f.Reason == engine.FinishAbort && f.Err != nil {
+				s.met.aborted.Inc()
+			}
+			return res, nil
+		}
+	}
+}
+
+// engineError maps an engine Submit error to an HTTP error.
+func engineError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isInvalid(err):
+		return badRequest("", "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+	case err == engine.ErrStopped:
+		return &apiError{Status: 503, Type: "service_unavailable", Message: "the server is shutting down"}
+	}
+	return fmt.Errorf("generation: %w", err)
+}
