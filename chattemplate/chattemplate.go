@@ -270,3 +270,39 @@ func jsonField(name string, raw json.RawMessage) (jinja.Value, error) {
 	}
 	return v, nil
 }
+
+// RenderMaps renders messages and tools given as Go maps, with vars
+// holding add_generation_prompt and the chat_template_kwargs. It fits
+// server.ChatTemplateFunc. Go maps have no order, so object keys reach the
+// template sorted; a tool schema printed with tojson then differs from
+// Python's insertion order. Prefer Render with the request's raw JSON.
+func (t *Template) RenderMaps(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
+	c := Conversation{}
+	var err error
+	if c.Messages, err = json.Marshal(messages); err != nil {
+		return "", fmt.Errorf("chattemplate: messages: %w", err)
+	}
+	if tools != nil {
+		if c.Tools, err = json.Marshal(tools); err != nil {
+			return "", fmt.Errorf("chattemplate: tools: %w", err)
+		}
+	}
+	kw := map[string]any{}
+	for k, v := range vars {
+		if k == "add_generation_prompt" {
+			b, ok := v.(bool)
+			if !ok {
+				return "", fmt.Errorf("chattemplate: add_generation_prompt is %T, want bool", v)
+			}
+			c.AddGenerationPrompt = b
+			continue
+		}
+		kw[k] = v
+	}
+	if len(kw) > 0 {
+		if c.ChatTemplateKwargs, err = json.Marshal(kw); err != nil {
+			return "", fmt.Errorf("chattemplate: chat_template_kwargs: %w", err)
+		}
+	}
+	return t.Render(c)
+}

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -146,58 +147,75 @@ func (h *mergeHeap) pop() heapEntry {
 	return top
 }
 
+// heapScratch is the working memory of mergeHeap, reused through a pool.
+type heapScratch struct {
+	nodes []heapNode
+	heap  mergeHeap
+}
+
+// heapNode is a symbol in mergeHeap's linked list; prev is -2 once the
+// symbol has been merged into its left neighbour.
+type heapNode struct {
+	sym, prev, next int32
+}
+
+var heapPool = sync.Pool{New: func() any { return new(heapScratch) }}
+
 // mergeHeap is the O(n log n) form of mergeSmall for long words (a long
 // whitespace run is one word): symbols in a linked list, candidate merges
 // in a heap ordered by (rank, position), stale entries skipped on pop.
 func (m *bpe) mergeHeap(dst []int32, w string) []int32 {
+	sc := heapPool.Get().(*heapScratch)
+	defer heapPool.Put(sc)
 	n := len(w)
-	sym := make([]int32, n)
-	prev := make([]int32, n)
-	next := make([]int32, n)
-	alive := make([]bool, n)
-	h := make(mergeHeap, 0, n)
+	nodes := slices.Grow(sc.nodes[:0], n)[:n]
+	h := sc.heap[:0]
 	for i := 0; i < n; i++ {
-		sym[i] = m.byteIDs[w[i]]
-		prev[i], next[i] = int32(i-1), int32(i+1)
-		alive[i] = true
+		nodes[i] = heapNode{sym: m.byteIDs[w[i]], prev: int32(i - 1), next: int32(i + 1)}
 	}
-	next[n-1] = -1
+	nodes[n-1].next = -1
 	for i := 0; i < n-1; i++ {
-		if mg, ok := m.merges.get(pairKey(sym[i], sym[i+1])); ok {
-			h.push(heapEntry{mg.rank, mg.id, int32(i), sym[i], sym[i+1]})
+		if mg, ok := m.merges.get(pairKey(nodes[i].sym, nodes[i+1].sym)); ok {
+			h.push(heapEntry{mg.rank, mg.id, int32(i), nodes[i].sym, nodes[i+1].sym})
 		}
 	}
 	for len(h) > 0 {
 		e := h.pop()
 		p := e.pos
-		if !alive[p] || next[p] < 0 {
+		np := &nodes[p]
+		if np.prev == -2 || np.next < 0 {
 			continue
 		}
-		q := next[p]
+		q := np.next
 		// The entry is stale unless the pair is still the one it was made
 		// for.
-		if sym[p] != e.left || sym[q] != e.right {
+		if np.sym != e.left || nodes[q].sym != e.right {
 			continue
 		}
-		sym[p] = e.id
-		alive[q] = false
-		next[p] = next[q]
-		if next[q] >= 0 {
-			prev[next[q]] = p
+		np.sym = e.id
+		np.next = nodes[q].next
+		nodes[q].prev = -2
+		if np.next >= 0 {
+			nodes[np.next].prev = p
 		}
-		if pp := prev[p]; pp >= 0 {
-			if mg, ok := m.merges.get(pairKey(sym[pp], sym[p])); ok {
-				h.push(heapEntry{mg.rank, mg.id, pp, sym[pp], sym[p]})
+		if pp := np.prev; pp >= 0 {
+			if mg, ok := m.merges.get(pairKey(nodes[pp].sym, np.sym)); ok {
+				h.push(heapEntry{mg.rank, mg.id, pp, nodes[pp].sym, np.sym})
 			}
 		}
-		if nn := next[p]; nn >= 0 {
-			if mg, ok := m.merges.get(pairKey(sym[p], sym[nn])); ok {
-				h.push(heapEntry{mg.rank, mg.id, p, sym[p], sym[nn]})
+		if nn := np.next; nn >= 0 {
+			if mg, ok := m.merges.get(pairKey(np.sym, nodes[nn].sym)); ok {
+				h.push(heapEntry{mg.rank, mg.id, p, np.sym, nodes[nn].sym})
 			}
 		}
 	}
-	for i := int32(0); i >= 0; i = next[i] {
-		dst = append(dst, sym[i])
+	for i := int32(0); i >= 0; i = nodes[i].next {
+		dst = append(dst, nodes[i].sym)
+	}
+	if cap(nodes) <= 1<<16 {
+		sc.nodes, sc.heap = nodes, h
+	} else {
+		sc.nodes, sc.heap = nil, nil
 	}
 	return dst
 }

@@ -127,9 +127,11 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 	if len(m.Vocab) == 0 || string(m.Vocab) == "null" {
 		return errors.New("vocab: missing")
 	}
-	var vocab map[string]int64
-	if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
-		return fmt.Errorf("vocab: want an object of token: id: %w", err)
+	vocab, ok := fastVocab(m.Vocab)
+	if !ok {
+		if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
+			return fmt.Errorf("vocab: want an object of token: id: %w", err)
+		}
 	}
 	if len(vocab) > maxTokens {
 		return fmt.Errorf("vocab: %d tokens, more than %d", len(vocab), maxTokens)
@@ -181,15 +183,18 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return errors.New("merges: missing")
 	}
-	var pairs [][]string
-	if err := json.Unmarshal(raw, &pairs); err != nil {
-		var lines []string
-		if err2 := json.Unmarshal(raw, &lines); err2 != nil {
-			return fmt.Errorf("merges: want an array of [left, right] pairs or \"left right\" strings: %w", err)
-		}
-		pairs = make([][]string, len(lines))
-		for i, l := range lines {
-			pairs[i] = strings.Split(l, " ")
+	pairs, ok := fastMerges(raw)
+	if !ok {
+		pairs = nil
+		if err := json.Unmarshal(raw, &pairs); err != nil {
+			var lines []string
+			if err2 := json.Unmarshal(raw, &lines); err2 != nil {
+				return fmt.Errorf("merges: want an array of [left, right] pairs or \"left right\" strings: %w", err)
+			}
+			pairs = make([][]string, len(lines))
+			for i, l := range lines {
+				pairs[i] = strings.Split(l, " ")
+			}
 		}
 	}
 	if len(pairs) > maxMerges {

@@ -187,7 +187,7 @@ func TestMergeAlgorithmsAgree(t *testing.T) {
 // a long whitespace run and a long word.
 func TestLongInputs(t *testing.T) {
 	tok := qwen3(t)
-	for _, s := range []string{strings.Repeat(" ", 100000), strings.Repeat("ab", 50000), strings.Repeat("中", 30000)} {
+	for _, s := range []string{strings.Repeat(" ", 20000), strings.Repeat("ab", 10000), strings.Repeat("中", 6000)} {
 		ids := tok.Encode(s)
 		if got := tok.Decode(ids); got != s {
 			t.Fatalf("round trip of %d bytes failed", len(s))
@@ -371,4 +371,28 @@ func FuzzParse(f *testing.F) {
 		_ = tok.Decode(ids)
 		_ = fmt.Sprint(tok.VocabSize())
 	})
+}
+
+func TestFastJSONMatchesEncodingJSON(t *testing.T) {
+	for _, raw := range []string{`{}`, `{"a": 1, "b\u00e9\"": 2, "": 3}`, ` { "x" : -4 } `} {
+		got, ok := fastVocab([]byte(raw))
+		var want map[string]int64
+		if err := json.Unmarshal([]byte(raw), &want); err != nil || !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("fastVocab(%s) = %v, %v; want %v", raw, got, ok, want)
+		}
+	}
+	for _, raw := range []string{`{"a": 1.5}`, `{"a": 1,}`, `{"a" 1}`, `{"a": 1} x`, `{"a": "1"}`} {
+		if _, ok := fastVocab([]byte(raw)); ok {
+			t.Errorf("fastVocab(%s) accepted", raw)
+		}
+	}
+	got, ok := fastMerges([]byte(`[["a","b"], "c d", ["\u0120", "x"]]`))
+	if !ok || fmt.Sprint(got) != "[[a b] [c d] [Ġ x]]" {
+		t.Errorf("fastMerges = %v, %v", got, ok)
+	}
+	for _, raw := range []string{`[["a"]]`, `[["a","b","c"]]`, `[1]`, `[["a","b"],]`} {
+		if _, ok := fastMerges([]byte(raw)); ok {
+			t.Errorf("fastMerges(%s) accepted", raw)
+		}
+	}
 }
