@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ktserve/kt/engine"
 )
@@ -35,6 +36,7 @@ var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 
 
 func newMetrics(modelName string, eng *engine.Engine) *metrics {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	labels := prometheus.Labels{"model_name": modelName}
 	m := &metrics{reg: reg}
 	hist := func(name, help string, buckets []float64) prometheus.Observer {
