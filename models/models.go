@@ -26,6 +26,12 @@ type Options struct {
 	Threads        int // CPU threads; 0 = all
 	// Backend runs the ops; nil means a new CPU backend with Threads.
 	Backend backend.Backend
+	// Experts chooses what computes routed experts when the backend is
+	// the CPU: "auto" (default: the CPU expert engine with bf16 weights in
+	// place when it supports the shapes, else the backend's MoE op),
+	// "backend" (always the backend's op, the reference), or a CPU expert
+	// method name (BF16, AMXINT8, ...; an error if it cannot run).
+	Experts string
 }
 
 // WithDefaults fills zero fields with defaults.
@@ -41,6 +47,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = 16
+	}
+	if o.Experts == "" {
+		o.Experts = "auto"
 	}
 	return o
 }

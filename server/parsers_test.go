@@ -128,7 +128,8 @@ func FuzzChatRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	go func() { _ = e.Run(f.Context()) }()
+	ctx := f.Context() // taken here: f.Context may not be called once the fuzz target runs
+	go func() { _ = e.Run(ctx) }()
 	srv, err := New(Options{Engine: e, ModelName: modelName, Tokenizer: fakemodel.Tokenizer{}, Template: ChatTemplateFunc(fakemodel.ChatML), ReasoningParser: "qwen3", ToolCallParser: "qwen25"})
 	if err != nil {
 		f.Fatal(err)
