@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type generateFlags struct {
 	chunk          int
 	tokenizerPath  string
 	experts        string
+	device         string
+	baseGPUID      int
+	memFraction    float64
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -70,6 +74,9 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.chunk, "chunked-prefill-size", 512, "prefill chunk size in tokens")
 	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
 	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
+	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
+	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
+	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
 	return c
 }
 
@@ -82,6 +89,12 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	if f.chunk <= 0 || f.maxNew < 0 {
 		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
+	}
+	if !slices.Contains(models.Devices, f.device) {
+		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(models.Devices, ", "))
+	}
+	if f.memFraction < 0 || f.memFraction > 1 {
+		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
 	}
 	var ids []int32
 	var err error
@@ -116,7 +129,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		total = len(ids) + f.maxNew + 16
 	}
 	t0 := time.Now()
-	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: f.experts})
+	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: f.experts,
+		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
+		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
 		return err
 	}

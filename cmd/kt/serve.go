@@ -117,7 +117,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 
 	t0 := time.Now()
-	runner, err := models.Load(cfg.ModelPath, models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads})
+	where := ""
+	runner, err := models.Load(cfg.ModelPath, models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
+		Device: cfg.Device, MemFractionStatic: cfg.MemFractionStatic, Notify: func(m string) { where = m }})
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
@@ -126,8 +128,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	log.Info("model loaded", "path", cfg.ModelPath, "architecture", info.Architecture, "vocab", info.VocabSize,
 		"context_length", info.ContextLen, "layers", mcfg.Layers, "experts", mcfg.Experts, "dtype", mcfg.DType,
 		"seconds", time.Since(t0).Round(time.Millisecond).Seconds())
-	log.Info("placement", "dense_layers_and_attention", "cpu", "routed_experts", "cpu", "threads", threads,
-		"why", "this build runs model runners on the CPU backend")
+	log.Info("placement", "whole_model", where, "threads", threads)
 	log.Info("memory budget", "kv_tokens", runner.FreeTokens(), "max_running_requests", maxRunning,
 		"chunked_prefill_size", cfg.ChunkedPrefillSize, "mixed_chunk", cfg.EnableMixedChunk,
 		"weights_bytes", mcfg.WeightBytes)

@@ -5,15 +5,16 @@
 // phase 5 sums the pools' partial outputs. Within a phase, threads take work
 // items from an atomic counter (work stealing). Every output element is
 // produced by exactly one item with a fixed summation order (experts
-// ascending, then pools ascending), so results do not depend on the thread
-// count or on which thread ran what.
+// order, then pools), so results do not depend on the thread count or on
+// which thread ran what.
 //
 //   1. pack: each routed (token, expert) slot's activation row, converted to the
 //      kernel's activation format, grouped by expert (padded to 16 rows)
 //   2. gate/up: per (expert, 32 intermediate rows): h = silu(gate x) * up x
 //   3. quantize h rows for the down projection
-//   4. down: per 32 hidden rows, over all experts: out_p[t] += w * (down h)
-//   5. merge: out[t] = (incremental ? out[t] : 0) + sum over pools out_p[t]
+//   4. down: per (expert, hidden rows): Y_p[slot] = down h[slot]
+//   5. merge: out[t] = (incremental ? out[t] : 0) + sum over the token's
+//      slots (top-k order) and pools (pool order) of w * Y_p[slot]
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -33,9 +34,9 @@
 #include "kt_internal.h"
 
 #define QCAP 64
-#define SPIN 20000
+#define SPIN 5000
 #define AMX_MIN_M 8
-#define RMPF_MIN_M 16
+#define RMPF_MIN_M 8
 
 typedef struct {
   int nthreads, node, tbase;
@@ -44,12 +45,14 @@ typedef struct {
   int64_t max_slots;
   void* X;
   float* Xs;
+  void* Xt;   // [max_tokens][hidden] converted once per token
+  float* Xts;
   float* Hf;
   void* Hq;
   float* Hs;
-  float* out;
-  int64_t bytesX, bytesH, bytesHq, bytesOut;
-  _Atomic int next[4];
+  float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
+  int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
+  _Atomic int next[5];
   _Atomic int bar_cnt;
   _Atomic int bar_gen;
 } kt_pool;
@@ -59,6 +62,8 @@ typedef struct {
   int pool, local, global, cpu;
   kt_scratch s;
   float *cg, *cu, *cd;
+  const float** parts;  // merge: [max_k * npools]
+  float* pw;
   pthread_t th;
   int started;
 } kt_worker;
@@ -81,6 +86,8 @@ struct kt_engine {
   _Atomic int gbar_cnt;
   _Atomic int gbar_gen;
   _Atomic int gnext;
+  _Atomic int ready;       // threads that finished their start-up
+  _Atomic int amx_failed;  // a thread could not configure AMX tiles
 
   // current task, written by the queue thread before a job starts
   const kt_layer* l;
@@ -88,6 +95,8 @@ struct kt_engine {
   int ntok;
   kt_kernel kdec, kpf;
   int pf_min;
+  int rm_pack;  // prefill packs row-major weights into panels first
+  int64_t packbytes;
 
   // routing
   int64_t max_slots;
@@ -97,12 +106,14 @@ struct kt_engine {
   int nactive, nslots;
   int* slot_tok;
   float* slot_w;
+  int* tok_slot;  // [max_tokens][max_k]: slot of (t, j), -1 = skipped
 
   // queue
   pthread_mutex_t mu;
   pthread_cond_t cv_task, cv_done;
   kt_task q[QCAP];
-  int qhead, qtail, pending;
+  int qhead;
+  _Atomic int qtail, pending;
   pthread_t qthread;
   int qstarted;
 
@@ -117,10 +128,16 @@ static void futex_wait(_Atomic int* addr, int val) {
 }
 static void futex_wake(_Atomic int* addr) { syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
 
+// wait_change waits until *addr != old: spinning first (a task usually
+// follows soon), yielding now and then so a thread that has to run to
+// produce the change (the Go caller, say) gets a core, then sleeping.
 static void wait_change(_Atomic int* addr, int old) {
   for (int i = 0; i < SPIN; i++) {
     if (atomic_load_explicit(addr, memory_order_acquire) != old) return;
-    _mm_pause();
+    if ((i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
   }
   while (atomic_load_explicit(addr, memory_order_acquire) == old) futex_wait(addr, old);
 }
@@ -208,9 +225,11 @@ static int route(kt_engine* e) {
   for (int t = 0; t < ntok; t++)
     for (int j = 0; j < b->k; j++) {
       int id = b->ids[(int64_t)t * b->k + j];
+      e->tok_slot[(int64_t)t * b->k + j] = -1;
       if (id < 0 || id >= E) continue;
       if (l->skip && l->skip[id]) continue;
       int s = e->off[id] + e->cnt[id]++;
+      e->tok_slot[(int64_t)t * b->k + j] = s;
       e->slot_tok[s] = t;
       e->slot_w[s] = b->wts[(int64_t)t * b->k + j];
     }
@@ -220,6 +239,22 @@ static int route(kt_engine* e) {
 // ---------------------------------------------------------------- phases
 
 static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_BF16 ? 2 : 1; }
+
+#define ROW_TO_ACT(...)                 \
+  do {                                  \
+    if (e->isa & KT_ISA_AVX512)         \
+      kt_avx512_row_to_act(__VA_ARGS__); \
+    else                                \
+      kt_avx2_row_to_act(__VA_ARGS__);  \
+  } while (0)
+
+#define PACK_RM(W, n0, nn, dst)               \
+  do {                                        \
+    if (e->isa & KT_ISA_AVX512)               \
+      kt_avx512_pack_rm((W), (n0), (nn), (dst)); \
+    else                                      \
+      kt_pack_rm_to_bf16pk((W), (n0), (nn), (dst)); \
+  } while (0)
 
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
@@ -233,96 +268,130 @@ static void run_job(kt_worker* w) {
   int nth = P->nthreads;
   int item;
 
-  // 1. pack activations per slot
+  // 1a. convert each token's row once
+  int tchunks = (e->ntok + 3) / 4;
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < tchunks) {
+    for (int t = item * 4; t < item * 4 + 4 && t < e->ntok; t++) {
+      const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
+      ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
+    }
+  }
+  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
-  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
-      const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
-      kt_row_to_act(src, b->x_bf16, H, act, (char*)P->X + (int64_t)s * H * asz, &P->Xs[s]);
+      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      P->Xs[s] = P->Xts[t];
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
-  // 2. gate/up + silu
-  int nb = I / KT_NB;
+  // 2. gate/up + silu; items are (expert, r2 intermediate rows)
+  int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
+  int nb = I / r2;
   int items = e->nactive * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     int m = e->cnt[x], off = e->off[x];
-    kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
-      kern(&ex[x].gate, ib * KT_NB, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
-      kern(&ex[x].up, ib * KT_NB, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-      for (int i = 0; i < mm; i++)
-        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + ib * KT_NB, KT_NB,
-                    e->isa);
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
+    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) {
+      const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
+      kt_mat PG, PU;
+      int g0 = n0;
+      if (pf && e->rm_pack) {  // row-major weights: pack this item's rows once, reuse for every token chunk
+        PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
+        PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
+        PG = *G;
+        PG.w = (const uint8_t*)w->s.pack;
+        PU = *U;
+        PU.w = (const uint8_t*)w->s.pack2;
+        G = &PG;
+        U = &PU;
+        g0 = 0;
+      }
+      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+        kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
+        kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+        kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+        for (int i = 0; i < mm; i++)
+          kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+      }
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
   // 3. quantize h for the down projection
-  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       if (e->slot_tok[s] < 0) continue;
-      kt_row_to_act(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s]);
+      ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
     }
   }
   barrier(&P->bar_cnt, &P->bar_gen, nth);
 
-  // 4. down + weighted sum into this pool's partial output
-  int hb = H / KT_NB;
-  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < hb) {
-    int h0 = item * KT_NB;
-    for (int t = 0; t < e->ntok; t++) memset(P->out + (int64_t)t * H + h0, 0, KT_NB * sizeof(float));
-    for (int a = 0; a < e->nactive; a++) {
-      int x = e->active[a];
-      int m = e->cnt[x], off = e->off[x];
-      kt_kernel kern = m >= e->pf_min ? e->kpf : e->kdec;
-      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
-        kern(&ex[x].down, h0, KT_NB, &A, mm, w->cd, KT_NB, &w->s);
-        for (int i = 0; i < mm; i++) {
-          int s = off + m0 + i;
-          float wt = e->slot_w[s];
-          float* o = P->out + (int64_t)e->slot_tok[s] * H + h0;
-          const float* c = w->cd + i * KT_NB;
-          for (int j = 0; j < KT_NB; j++) o[j] += wt * c[j];
+  // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
+  int r4 = KT_NB;
+  for (int r = 256; r > KT_NB; r /= 2)
+    if (H % r == 0 && e->nactive * (H / r) >= 4 * nth) {
+      r4 = r;
+      break;
+    }
+  int hb = H / r4;
+  items = e->nactive * hb;
+  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
+    int x = e->active[item / hb], h0 = (item % hb) * r4;
+    int m = e->cnt[x], off = e->off[x];
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
+    if (pf && e->rm_pack) {  // row-major weights: pack each 32-row block once
+      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
+        kt_mat PD = ex[x].down;
+        PACK_RM(&ex[x].down, n0, KT_NB, (uint16_t*)w->s.pack);
+        PD.w = (const uint8_t*)w->s.pack;
+        for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+          int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+          kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+          kern(&PD, 0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
         }
       }
+      continue;
+    }
+    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB)
+        kern(&ex[x].down, n0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
   }
   barrier(&e->gbar_cnt, &e->gbar_gen, e->nthreads);
 
-  // 5. merge pools into the caller's output
-  const int TCH = 4;
-  int tchunks = (e->ntok + TCH - 1) / TCH;
-  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < tchunks) {
-    for (int t = item * TCH; t < item * TCH + TCH && t < e->ntok; t++) {
-      for (int h = 0; h < H; h++) {
-        float v = 0;
-        for (int p = 0; p < e->npools; p++) v += e->pools[p].out[(int64_t)t * H + h];
-        int64_t at = (int64_t)t * H + h;
-        if (b->out_bf16) {
-          uint16_t* o = (uint16_t*)b->out;
-          if (b->incremental) v += kt_bf16f(o[at]);
-          o[at] = kt_f2bf(v);
-        } else {
-          float* o = (float*)b->out;
-          if (b->incremental) v += o[at];
-          o[at] = v;
-        }
+  // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
+  int k = b->k;
+  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) {
+    int t = item, np = 0;
+    for (int j = 0; j < k; j++) {
+      int s = e->tok_slot[(int64_t)t * k + j];
+      if (s < 0) continue;
+      for (int p = 0; p < e->npools; p++) {
+        w->parts[np] = e->pools[p].Y + (int64_t)s * H;
+        w->pw[np++] = e->slot_w[s];
       }
     }
+    void* o = (char*)b->out + (int64_t)t * H * (b->out_bf16 ? 2 : 4);
+    if (e->isa & KT_ISA_AVX512)
+      kt_avx512_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
+    else
+      kt_avx2_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
   }
 }
 
-static void* worker_main(void* arg) {
-  kt_worker* w = (kt_worker*)arg;
+// worker_init pins the calling thread and loads the AMX tile configuration.
+static void worker_init(kt_worker* w) {
   kt_engine* e = w->e;
   if (w->cpu >= 0) {
     cpu_set_t set;
@@ -331,7 +400,15 @@ static void* worker_main(void* arg) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
   _mm_setcsr(0x1f80);  // default MXCSR: no flush-to-zero (the fp8 decode relies on denormals)
-  if (e->isa & KT_ISA_AMX) kt_amx_init_thread();
+  if ((e->isa & KT_ISA_AMX) && kt_amx_init_thread() != 0) atomic_store(&e->amx_failed, 1);
+  atomic_fetch_add(&e->ready, 1);
+}
+
+// Workers 1..n-1 run here; worker 0 is the queue thread itself.
+static void* worker_main(void* arg) {
+  kt_worker* w = (kt_worker*)arg;
+  kt_engine* e = w->e;
+  worker_init(w);
   int seen = 0;
   for (;;) {
     wait_change(&e->job_gen, seen);
@@ -357,6 +434,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   e->kdec = kt_pick_kernel(fmt, dec, isa);
   e->kpf = e->kdec;
   e->pf_min = INT_MAX;
+  e->rm_pack = (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM) && (isa & (KT_ISA_AMX | KT_ISA_AVX512));
   if (isa & KT_ISA_AMX) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AMX, isa);
     e->pf_min = AMX_MIN_M;
@@ -374,13 +452,15 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
+    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_release);
   futex_wake(&e->job_gen);
+  run_job(&e->workers[0]);  // the queue thread is worker 0
+  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
     wait_change(&e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
@@ -389,7 +469,15 @@ static void run_task(kt_engine* e, const kt_task* t) {
 
 static void* queue_main(void* arg) {
   kt_engine* e = (kt_engine*)arg;
+  worker_init(&e->workers[0]);
   for (;;) {
+    // a task usually follows soon: spin a while before sleeping on the condition
+    for (int i = 0; i < SPIN && atomic_load(&e->qtail) == e->qhead && !atomic_load(&e->quit); i++) {
+      if ((i & 31) == 31)
+        sched_yield();
+      else
+        _mm_pause();
+    }
     pthread_mutex_lock(&e->mu);
     while (e->qhead == e->qtail && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
     if (e->qhead == e->qtail) {
@@ -426,6 +514,17 @@ int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
 }
 
 void kt_sync(kt_engine* e, int allow_pending) {
+  for (int i = 0; i < SPIN; i++) {
+    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {
+      pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock: its writes are visible
+      pthread_mutex_unlock(&e->mu);
+      return;
+    }
+    if ((i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
+  }
   pthread_mutex_lock(&e->mu);
   while (e->pending > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
   pthread_mutex_unlock(&e->mu);
@@ -478,11 +577,15 @@ static void free_engine(kt_engine* e) {
   if (e->workers) {
     for (int i = 0; i < e->nthreads; i++) {
       kt_worker* w = &e->workers[i];
-      kt_free(w->s.pack, 0);
+      kt_free(w->s.pack, e->packbytes);
+      kt_free(w->s.pack2, e->packbytes);
       free(w->s.ci);
+      free(w->s.row);
       free(w->cg);
       free(w->cu);
       free(w->cd);
+      free(w->parts);
+      free(w->pw);
     }
     free(e->workers);
   }
@@ -491,7 +594,9 @@ static void free_engine(kt_engine* e) {
     kt_free(P->X, P->bytesX);
     kt_free(P->Hf, P->bytesH);
     kt_free(P->Hq, P->bytesHq);
-    kt_free(P->out, P->bytesOut);
+    kt_free(P->Y, P->bytesOut);
+    kt_free(P->Xt, P->bytesXt);
+    free(P->Xts);
     free(P->Xs);
     free(P->Hs);
   }
@@ -500,11 +605,14 @@ static void free_engine(kt_engine* e) {
   free(e->active);
   free(e->slot_tok);
   free(e->slot_w);
+  free(e->tok_slot);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
   free(e);
 }
+
+int kt_engine_isa(const kt_engine* e) { return e->isa; }
 
 void kt_engine_free(kt_engine* e) {
   if (!e) return;
@@ -561,7 +669,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->active = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->slot_tok = (int*)xalloc(sizeof(int) * (size_t)e->max_slots);
   e->slot_w = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w) FAIL("out of memory for routing tables");
+  e->tok_slot = (int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens * (size_t)cfg->max_k);
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot) FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
     kt_pool* P = &e->pools[p];
@@ -570,14 +679,17 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->bytesX = e->max_slots * H * asz;
     P->bytesH = e->max_slots * I * 4;
     P->bytesHq = e->max_slots * I * asz;
-    P->bytesOut = (int64_t)cfg->max_tokens * H * 4 + 64;
+    P->bytesOut = e->max_slots * H * 4 + 64;
+    P->bytesXt = (int64_t)cfg->max_tokens * H * asz + 64;
+    P->Xt = kt_alloc(P->bytesXt, P->node);
+    P->Xts = (float*)xalloc(sizeof(float) * (size_t)cfg->max_tokens + 64);
     P->X = kt_alloc(P->bytesX, P->node);
     P->Hf = (float*)kt_alloc(P->bytesH, P->node);
     P->Hq = kt_alloc(P->bytesHq, P->node);
-    P->out = (float*)kt_alloc(P->bytesOut, P->node);
+    P->Y = (float*)kt_alloc(P->bytesOut, P->node);
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-    if (!P->X || !P->Hf || !P->Hq || !P->out || !P->Xs || !P->Hs)
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
@@ -592,23 +704,30 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->local = i;
       w->global = g;
       w->cpu = (cfg->pin && cfg->cpus && g < cfg->ncpus) ? cfg->cpus[g] : -1;
-      w->s.pack = kt_alloc((int64_t)KT_NB * maxk * 2, e->pools[p].node);
+      e->packbytes = (int64_t)KT_NB * maxk * 2;
+      w->s.pack = kt_alloc(e->packbytes, e->pools[p].node);
+      w->s.pack2 = kt_alloc(e->packbytes, e->pools[p].node);
       w->s.ci = (int32_t*)xalloc(sizeof(int32_t) * KT_MCH * KT_NB);
+      w->s.row = (float*)xalloc(sizeof(float) * (size_t)maxk + 64);
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
-      if (!w->s.pack || !w->s.ci || !w->cg || !w->cu || !w->cd) FAIL("out of memory for thread scratch");
+      w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
+      w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];
   }
-  for (int g = 0; g < e->nthreads; g++) {
+  for (int g = 1; g < e->nthreads; g++) {
     if (pthread_create(&e->workers[g].th, NULL, worker_main, &e->workers[g]) != 0)
       FAIL("cannot start worker thread %d: %s", g, strerror(errno));
     e->workers[g].started = 1;
   }
   if (pthread_create(&e->qthread, NULL, queue_main, e) != 0) FAIL("cannot start the queue thread");
   e->qstarted = 1;
+  while (atomic_load(&e->ready) < e->nthreads) usleep(100);
+  if (atomic_load(&e->amx_failed)) e->isa &= ~KT_ISA_AMX;  // fall back to AVX-512 rather than fault
   return e;
 #undef FAIL
 }

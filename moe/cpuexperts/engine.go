@@ -70,6 +70,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ISA == ISAAuto || cfg.ISA == "" {
+		cfg.ISA = ISAAuto
+	}
 	if cfg.Pools == 0 {
 		cfg.Pools = 1
 	}
@@ -114,7 +117,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	topo := readTopology("/sys", allowed)
 	if cfg.Threads == 0 {
-		cfg.Threads = max(topo.physicalCores(), 1)
+		cfg.Threads = DefaultThreads()
 	}
 	if cfg.Threads < cfg.Pools {
 		return nil, fmt.Errorf("%d threads for %d pools: each pool needs at least one thread", cfg.Threads, cfg.Pools)
@@ -159,11 +162,39 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if ce == nil {
 		return nil, fmt.Errorf("cpu expert engine: %s", C.GoString(&msg[0]))
 	}
-	e := &Engine{c: ce, cfg: cfg, feat: feat, bits: bits, cpus: cpus, bind: bind}
+	e := &Engine{c: ce, cfg: cfg, feat: feat, bits: int(C.kt_engine_isa(ce)), cpus: cpus, bind: bind}
 	for p := 0; p < cfg.Pools; p++ {
 		e.inter = append(e.inter, cfg.Intermediate/cfg.Pools)
 	}
 	return e, nil
+}
+
+// PhysicalCores counts the cores this process may run on (one per core,
+// hyperthreads not counted).
+func PhysicalCores() int {
+	var set unix.CPUSet
+	var allowed []int
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		for c := 0; c < 1024; c++ {
+			if set.IsSet(c) {
+				allowed = append(allowed, c)
+			}
+		}
+	}
+	if len(allowed) == 0 {
+		return runtime.NumCPU()
+	}
+	return max(readTopology("/sys", allowed).physicalCores(), 1)
+}
+
+// DefaultThreads is the default worker count: every physical core but one,
+// which is left to the thread that drives the GPU and submits tasks.
+func DefaultThreads() int {
+	c := PhysicalCores()
+	if c > 2 {
+		return c - 1
+	}
+	return c
 }
 
 // Close stops the threads and frees the scratch. Layers must not be used

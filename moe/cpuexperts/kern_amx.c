@@ -22,15 +22,22 @@ typedef struct {
 
 // kt_amx_init_thread loads the tile configuration every kernel here uses:
 // tiles 0-3 accumulators, 4-5 A (tokens), 6-7 B (weights), all 16 x 64 bytes.
-TAMX void kt_amx_init_thread(void) {
-  tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int i = 0; i < 8; i++) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  _tile_loadconfig(&cfg);
+// It returns 0 when the configuration reads back as written. (GCC 12's
+// _tile_loadconfig declares an 8-byte memory operand, which lets the compiler
+// drop the stores that fill the rest of the struct; hence the own asm.)
+TAMX int kt_amx_init_thread(void) {
+  static const tilecfg want = {
+      .palette = 1,
+      .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+      .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+  };
+  tilecfg got;
+  memset(&got, 0xff, sizeof got);
+  __asm__ volatile("ldtilecfg %0" : : "m"(want) : "memory");
+  __asm__ volatile("sttilecfg %0" : "=m"(got) : : "memory");
+  for (int i = 0; i < 8; i++)
+    if (got.rows[i] != 16 || got.colsb[i] != 64) return -1;
+  return got.palette == 1 ? 0 : -1;
 }
 
 // C rows are written in blocks of 16: C must have room for round_up(m, 16) rows,
@@ -152,15 +159,3 @@ TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
   amx_i8_core(dst, k, W->scale + n0, A, m, C, ldc, nn, s);
 }
 
-TAMX void kt_amx_bf16rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
-                           kt_scratch* s) {
-  kt_pack_rm_to_bf16pk(W, n0, nn, (uint16_t*)s->pack);
-  kt_mat P = *W;
-  P.w = (const uint8_t*)s->pack;
-  kt_amx_bf16pk(&P, 0, nn, A, m, C, ldc, s);
-}
-
-TAMX void kt_amx_fp8rm_pf(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
-                          kt_scratch* s) {
-  kt_amx_bf16rm_pf(W, n0, nn, A, m, C, ldc, s);
-}

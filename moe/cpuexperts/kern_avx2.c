@@ -254,6 +254,15 @@ INL T2 void rm2_body(const kt_mat* W, int row, const float* const* x, float* con
 RM2_DRIVER(kt_avx2_bf16rm, 0)
 RM2_DRIVER(kt_avx2_fp8rm, 1)
 
+// ---------------------------------------------------------------- conversions
+
+#define KT_CONVERT_BODY 1
+#define KT_CONV_ATTR T2
+#define CONV(name) kt_avx2_##name
+#include "convert.h"
+#undef CONV
+#undef KT_CONV_ATTR
+
 // ---------------------------------------------------------------- activation
 
 INL T2 __m256 exp256(__m256 x) {

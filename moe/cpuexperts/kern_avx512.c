@@ -298,19 +298,74 @@ RM_DRIVER(kt_avx512_fp8rm, 0, 1, T512)
 RM_DRIVER(kt_avx512bf16_bf16rm, 1, 0, T512)
 RM_DRIVER(kt_avx512bf16_fp8rm, 1, 1, T512)
 
-// Prefill on row-major formats: pack the rows into a bf16 panel, then run the panel kernel.
-#define RM_PF(NAME, PK)                                                                                 \
-  void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) { \
-    kt_pack_rm_to_bf16pk(W, n0, nn, (uint16_t*)s->pack);                                                \
-    kt_mat P = *W;                                                                                      \
-    P.w = (const uint8_t*)s->pack;                                                                      \
-    PK(&P, 0, nn, A, m, C, ldc, s);                                                                     \
-  }
+// ---------------------------------------------------------------- on-the-fly panel packing
 
-RM_PF(kt_avx512_bf16rm_pf, kt_avx512_bf16pk)
-RM_PF(kt_avx512_fp8rm_pf, kt_avx512_bf16pk)
-RM_PF(kt_avx512bf16_bf16rm_pf, kt_avx512bf16_bf16pk)
-RM_PF(kt_avx512bf16_fp8rm_pf, kt_avx512bf16_bf16pk)
+// tr16 transposes 16 rows of 16 dwords in place: r[j] becomes column j.
+INL T512 void tr16(__m512i* r) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int q = 0; q < 4; q++) {
+    __m512i v0 = _mm512_shuffle_i32x4(u[q], u[4 + q], 0x88), v1 = _mm512_shuffle_i32x4(u[q], u[4 + q], 0xdd);
+    __m512i w0 = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0xdd);
+    r[q] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    r[8 + q] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+    r[4 + q] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    r[12 + q] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+  }
+}
+
+INL T512 __m256i f32_to_bf16x16(__m512 f) {
+  __m512i u = _mm512_castps_si512(f);
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                   _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+// kt_avx512_pack_rm packs rows [n0, n0+nn) of a row-major bf16 or fp8
+// matrix into bf16 panels, as kt_pack_rm_to_bf16pk does, 16x16 dwords at a time.
+T512 void kt_avx512_pack_rm(const kt_mat* W, int n0, int nn, uint16_t* dst) {
+  int k = W->k;
+  int fp8 = W->scale != NULL;
+  for (int p = 0; p < nn / 16; p++) {
+    uint16_t* panel = dst + (int64_t)p * 16 * k;
+    for (int kc = 0; kc < k / 32; kc++) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) {
+        int row = n0 + p * 16 + i;
+        if (!fp8) {
+          r[i] = _mm512_loadu_si512((const uint16_t*)W->w + (int64_t)row * W->ld + kc * 32);
+        } else {
+          const uint8_t* src = W->w + (int64_t)row * W->ld + kc * 32;
+          float s = W->scale[(int64_t)((W->row0 + row) / 128) * W->sld + (W->col0 + kc * 32) / 128];
+          __m512 sv = _mm512_set1_ps(s);
+          __m256i lo = f32_to_bf16x16(_mm512_mul_ps(ld_fp8(src), sv));
+          __m256i hi = f32_to_bf16x16(_mm512_mul_ps(ld_fp8(src + 16), sv));
+          r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+      }
+      tr16(r);
+      for (int j = 0; j < 16; j++) _mm512_storeu_si512(panel + ((int64_t)kc * 16 + j) * 32, r[j]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- conversions
+
+#define KT_CONVERT_BODY 1
+#define KT_CONV_ATTR T512
+#define CONV(name) kt_avx512_##name
+#include "convert.h"
+#undef CONV
+#undef KT_CONV_ATTR
 
 // ---------------------------------------------------------------- activation
 

@@ -20,11 +20,13 @@ typedef struct {
 // Per-thread scratch handed to kernels (64-byte aligned).
 typedef struct {
   void* pack;          // on-the-fly packed weights (KT_NB rows x max K, bf16 or int8)
+  void* pack2;         // second panel buffer (up projection)
   int32_t* ci;         // int32 tile scratch [KT_MCH][KT_NB]
+  float* row;          // one f32 row of the widest matrix dimension
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
-#define KT_MCH 64    // tokens per kernel call in prefill
+#define KT_MCH 128   // tokens per kernel call in prefill
 #define KT_DEC_M 8   // tokens per pass of the line kernels
 
 // C[i*ldc + j] = sum_k W[n0+j][k] * A[i][k], i < m, j < nn (nn multiple of 16, <= KT_NB).
@@ -39,8 +41,13 @@ int kt_act_format(int fmt, int isa);
 // silu(g)*u over n floats into h.
 void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 
-// Conversions of activation rows.
+// Conversions of activation rows (portable reference; the engine uses the ISA versions).
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);
+void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
+void kt_avx512_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
+void kt_avx2_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr, float* tmp);
+void kt_avx512_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr,
+                     float* tmp);
 
 // Kernels per ISA (defined in kern_*.c).
 void kt_avx2_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
@@ -61,18 +68,13 @@ void kt_avx512_fp8rm(const kt_mat*, int, int, const kt_act*, int, float*, int, k
 void kt_avx512bf16_bf16rm(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_avx512bf16_fp8rm(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_avx512_silu_mul(const float* g, const float* u, float* h, int n);
-// prefill on row-major formats: pack to a bf16 panel, then the panel kernel
-void kt_avx512_bf16rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
-void kt_avx512_fp8rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
-void kt_avx512bf16_bf16rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
-void kt_avx512bf16_fp8rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+// prefill on row-major formats packs each item's rows once into a bf16 panel
+void kt_avx512_pack_rm(const kt_mat* W, int n0, int nn, uint16_t* dst);
 
-void kt_amx_init_thread(void);
+int kt_amx_init_thread(void);
 void kt_amx_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
-void kt_amx_bf16rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
-void kt_amx_fp8rm_pf(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 
 // Portable packing of a row-major source slice into a bf16 panel (used on the fly).
 void kt_pack_rm_to_bf16pk(const kt_mat* W, int n0, int nn, uint16_t* dst);

@@ -91,6 +91,9 @@ typedef struct {
 // message into err (errlen bytes).
 kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen);
 void kt_engine_free(kt_engine* e);
+// kt_engine_isa returns the ISA bits in use (AMX is dropped if a thread could
+// not configure its tiles).
+int kt_engine_isa(const kt_engine* e);
 
 // kt_submit queues forward(layer, batch); the batch struct is copied. It
 // returns 0, or -1 when the queue is full.

@@ -7,13 +7,13 @@
 
 float kt_fp8f(uint8_t b) {
   int e = (b >> 3) & 15, m = b & 7;
-  float v;
+  union { uint32_t u; float f; } v;
   if (e == 15 && m == 7) return NAN;
   if (e == 0)
-    v = ldexpf((float)m / 8.0f, -6);
+    v.f = (float)m * 0x1p-9f;
   else
-    v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
-  return (b & 0x80) ? -v : v;
+    v.u = (uint32_t)(e + 120) << 23 | (uint32_t)m << 20;
+  return (b & 0x80) ? -v.f : v.f;
 }
 
 void kt_bf16_to_f32(const uint16_t* src, int64_t n, float* dst) {
@@ -282,21 +282,22 @@ int kt_act_format(int fmt, int isa) {
 kt_kernel kt_pick_kernel(int fmt, int level, int isa) {
   int bf16 = (isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) != 0;
   int vnni = (isa & KT_ISA_VNNI) != 0;
-  if (level == KT_ISA_AMX) {
+  if (level == KT_ISA_AMX) {  // row-major formats get their rows packed by the engine first
     switch (fmt) {
       case KT_FMT_BF16_PK: return kt_amx_bf16pk;
       case KT_FMT_I8_PK: return kt_amx_i8pk;
       case KT_FMT_I4_PK: return kt_amx_i4pk;
-      case KT_FMT_BF16_RM: return kt_amx_bf16rm_pf;
-      case KT_FMT_FP8_RM: return kt_amx_fp8rm_pf;
+      case KT_FMT_BF16_RM: return kt_amx_bf16pk;
+      case KT_FMT_FP8_RM: return kt_amx_bf16pk;
       case KT_FMT_I4G_PK: return vnni ? kt_vnni_i4gpk : kt_avx2_i4gpk;
     }
     return NULL;
   }
-  if (level == KT_ISA_AVX512 + 100) {  // prefill on row-major formats without AMX
+  if (level == KT_ISA_AVX512 + 100) {  // prefill on row-major formats without AMX (rows packed first)
     switch (fmt) {
-      case KT_FMT_BF16_RM: return bf16 ? kt_avx512bf16_bf16rm_pf : kt_avx512_bf16rm_pf;
-      case KT_FMT_FP8_RM: return bf16 ? kt_avx512bf16_fp8rm_pf : kt_avx512_fp8rm_pf;
+      case KT_FMT_BF16_RM:
+      case KT_FMT_FP8_RM:
+        return bf16 ? kt_avx512bf16_bf16pk : kt_avx512_bf16pk;
     }
     return kt_pick_kernel(fmt, KT_ISA_AVX512, isa);
   }

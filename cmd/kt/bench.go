@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
+)
+
+func init() { addCommand(newBenchCmd) }
+
+// benchType is one kind of kt bench; others (serving, attention, ...) add
+// themselves with addBenchType from an init function in their own file.
+type benchType struct {
+	short string
+	flags func(cmd *cobra.Command)
+	run   func(cmd *cobra.Command, out io.Writer) error
+}
+
+var benchTypes = map[string]benchType{}
+
+func addBenchType(name string, t benchType) { benchTypes[name] = t }
+
+func newBenchCmd() *cobra.Command {
+	var typ string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Kernel and serving benchmarks (kt bench --type moe)",
+		Long:  "Benchmarks. Types:\n" + benchTypeList(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, ok := benchTypes[typ]
+			if !ok {
+				return fmt.Errorf("unknown bench type %q; known:\n%s", typ, benchTypeList())
+			}
+			return t.run(cmd, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "moe", "benchmark type")
+	for _, t := range benchTypes {
+		if t.flags != nil {
+			t.flags(cmd)
+		}
+	}
+	return cmd
+}
+
+func benchTypeList() string {
+	names := make([]string, 0, len(benchTypes))
+	for n := range benchTypes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", n, benchTypes[n].short)
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------- moe
+
+type moeBenchOpts struct {
+	models, methods, tokens string
+	threads, pools          int
+	isa                     string
+	minTime                 time.Duration
+	compareTorch            bool
+	python, jsonOut         string
+	bwBytes                 int64
+}
+
+var moeOpts moeBenchOpts
+
+func init() {
+	addBenchType("moe", benchType{
+		short: "one MoE layer on the CPU expert engine: time, weight GB/s vs measured read bandwidth, TFLOPS vs PyTorch",
+		flags: func(cmd *cobra.Command) {
+			f := cmd.Flags()
+			f.StringVar(&moeOpts.models, "model", "all", "layer shapes: qwen3.5-35b-a3b, qwen3-30b-a3b or all")
+			f.StringVar(&moeOpts.methods, "methods", "AMXINT4,AMXINT8,AMXBF16,BF16", "comma-separated methods ("+methodNames()+")")
+			f.StringVar(&moeOpts.tokens, "tokens", "1,4,32,512,4096", "comma-separated tokens per layer")
+			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores - 1)")
+			f.IntVar(&moeOpts.pools, "threadpool-count", 1, "thread pools (NUMA nodes)")
+			f.StringVar(&moeOpts.isa, "isa", "auto", "kernel level: auto, amx, avx512, avx2")
+			f.DurationVar(&moeOpts.minTime, "min-time", 300*time.Millisecond, "minimum time per measurement")
+			f.BoolVar(&moeOpts.compareTorch, "compare-torch", false, "also run PyTorch's expert-by-expert bf16 MoE (needs python3 + torch)")
+			f.StringVar(&moeOpts.python, "python", "python3", "python interpreter for --compare-torch")
+			f.StringVar(&moeOpts.jsonOut, "json", "", "also write results as JSON to this file")
+			f.Int64Var(&moeOpts.bwBytes, "bw-bytes", 1<<30, "buffer size of the read-bandwidth probe")
+		},
+		run: runMoEBench,
+	})
+}
+
+func methodNames() string {
+	var s []string
+	for _, m := range cpuexperts.Methods {
+		s = append(s, string(m))
+	}
+	return strings.Join(s, ", ")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad token count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+type moeRecord struct {
+	Model      string  `json:"model"`
+	Method     string  `json:"method"`
+	Kernels    string  `json:"kernels"`
+	Tokens     int     `json:"tokens"`
+	MsPerLayer float64 `json:"ms_per_layer"`
+	WeightGBps float64 `json:"weight_gbps"`
+	ReadGBps   float64 `json:"read_gbps"`
+	TFLOPS     float64 `json:"tflops"`
+	TorchTF    float64 `json:"torch_tflops,omitempty"`
+	Layers     int     `json:"layers"`
+}
+
+// benchLayers builds enough layers of random weights that together they
+// exceed the last-level cache eight times (at most 16), so that a
+// round-robin over them reads weights from memory, as a real model does.
+func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Method, llc int64, log io.Writer) ([]*cpuexperts.Layer, error) {
+	var layers []*cpuexperts.Layer
+	for {
+		l, err := e.SyntheticLayer(s, m, uint64(len(layers)+1))
+		if err != nil {
+			closeLayers(layers)
+			return nil, err
+		}
+		layers = append(layers, l)
+		if int64(len(layers))*l.WeightBytes() >= 8*llc || len(layers) >= 16 {
+			break
+		}
+	}
+	fmt.Fprintf(log, "# %s: %d layer(s) of %.0f MB round-robin (last-level cache %d MB)\n", m, len(layers), float64(layers[0].WeightBytes())/1e6, llc>>20)
+	return layers, nil
+}
+
+func closeLayers(ls []*cpuexperts.Layer) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+func runMoEBench(cmd *cobra.Command, w io.Writer) error {
+	o := moeOpts
+	tokens, err := parseInts(o.tokens)
+	if err != nil {
+		return err
+	}
+	var methods []cpuexperts.Method
+	for _, s := range strings.Split(o.methods, ",") {
+		m, err := cpuexperts.ParseMethod(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		methods = append(methods, m)
+	}
+	var shapes []cpuexperts.BenchShape
+	for _, s := range cpuexperts.BenchShapes {
+		if o.models == "all" || strings.EqualFold(o.models, s.Name) {
+			shapes = append(shapes, s)
+		}
+	}
+	if len(shapes) == 0 {
+		return fmt.Errorf("unknown --model %q (qwen3.5-35b-a3b, qwen3-30b-a3b, all)", o.models)
+	}
+	maxTok := 0
+	for _, t := range tokens {
+		maxTok = max(maxTok, t)
+	}
+	fmt.Fprintf(w, "cpu features: %s\n", cpuexperts.DetectFeatures())
+	llc := cpuexperts.LastLevelCache()
+	if llc == 0 {
+		llc = 256 << 20
+	}
+	var records []moeRecord
+	for _, s := range shapes {
+		e, err := cpuexperts.NewEngine(cpuexperts.Config{
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa),
+			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
+		})
+		if err != nil {
+			return err
+		}
+		threads := e.Config().Threads
+		probeThreads := max(cpuexperts.PhysicalCores(), threads)
+		bw, err := cpuexperts.StreamRead(o.bwBytes, probeThreads, 3)
+		if err != nil {
+			e.Close()
+			return err
+		}
+		torch := map[int]float64{}
+		if o.compareTorch {
+			torch, err = runTorch(o.python, s, tokens, threads)
+			if err != nil {
+				fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
+			}
+		}
+		fmt.Fprintf(w, "\n%s: %d experts, hidden %d, intermediate %d, top-%d; %d threads in %d pool(s); read bandwidth %.1f GB/s (%d threads)\n",
+			s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools, bw/1e9, probeThreads)
+		fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read", "TFLOPS", "torch TF", "xtorch", "kernels")
+		for _, m := range methods {
+			layers, err := benchLayers(e, s, m, llc, w)
+			if err != nil {
+				e.Close()
+				return fmt.Errorf("%s %s: %w", s.Name, m, err)
+			}
+			for _, t := range tokens {
+				r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, 7)
+				if err != nil {
+					closeLayers(layers)
+					e.Close()
+					return err
+				}
+				rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t, MsPerLayer: r.Seconds * 1e3,
+					WeightGBps: r.GBps(), ReadGBps: bw / 1e9, TFLOPS: r.TFLOPS(), TorchTF: torch[t], Layers: len(layers)}
+				records = append(records, rec)
+				tt, x := "-", "-"
+				if rec.TorchTF > 0 {
+					tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.TFLOPS/rec.TorchTF)
+				}
+				fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %8.3f %9s %7s  %s\n", m, t, rec.MsPerLayer, rec.WeightGBps,
+					100*rec.WeightGBps/rec.ReadGBps, rec.TFLOPS, tt, x, r.Kernels)
+			}
+			closeLayers(layers)
+		}
+		e.Close()
+	}
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(records, "", "  ")
+		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", o.jsonOut, err)
+		}
+	}
+	return nil
+}
+
+// runTorch runs the embedded PyTorch baseline and returns TFLOPS per token count.
+func runTorch(python string, s cpuexperts.BenchShape, tokens []int, threads int) (map[int]float64, error) {
+	dir, err := os.MkdirTemp("", "kt-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "torch_moe.py")
+	if err := os.WriteFile(script, cpuexperts.TorchMoEScript, 0o644); err != nil {
+		return nil, err
+	}
+	ts := make([]string, len(tokens))
+	for i, t := range tokens {
+		ts[i] = strconv.Itoa(t)
+	}
+	c := exec.Command(python, script, "--hidden", strconv.Itoa(s.Hidden), "--inter", strconv.Itoa(s.Intermediate),
+		"--experts", strconv.Itoa(s.Experts), "--topk", strconv.Itoa(s.TopK), "--tokens", strings.Join(ts, ","),
+		"--threads", strconv.Itoa(threads))
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	outp, err := c.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
+	}
+	res := map[int]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(outp))
+	for sc.Scan() {
+		var r struct {
+			Tokens int     `json:"tokens"`
+			TFLOPS float64 `json:"tflops"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Tokens > 0 {
+			res[r.Tokens] = r.TFLOPS
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+// writeTinyMoE writes a 2-layer Qwen3-MoE checkpoint holding only routed experts.
+func writeTinyMoE(t *testing.T, dir string) cpuexperts.LayerSpec {
+	t.Helper()
+	spec := cpuexperts.LayerSpec{Experts: 4, Hidden: 128, Intermediate: 256}
+	cfg := `{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe","vocab_size":1000,"hidden_size":128,
+"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"intermediate_size":256,
+"max_position_embeddings":512,"rms_norm_eps":1e-6,"hidden_act":"silu","num_experts":4,"num_experts_per_tok":2,
+"norm_topk_prob":true,"moe_intermediate_size":256,"decoder_sparse_step":1,"mlp_only_layers":[],"rope_theta":10000}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var specs []safetensors.Spec
+	var data [][]byte
+	for l := 0; l < 2; l++ {
+		src := &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
+		for e := 0; e < spec.Experts; e++ {
+			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
+				m, err := src.Matrix(e, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				specs = append(specs, safetensors.Spec{Name: cpuexperts.ExpertName("model.", l, e, p), DType: tensor.BF16, Shape: []int64{int64(m.Rows), int64(m.Cols)}})
+				data = append(data, m.Data)
+			}
+		}
+	}
+	w, err := safetensors.Create(filepath.Join(dir, "model.safetensors"), specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range data {
+		if _, err := w.Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func TestQuantCommand(t *testing.T) {
+	model, out := t.TempDir(), t.TempDir()
+	spec := writeTinyMoE(t, model)
+	var so, se bytes.Buffer
+	o := quantOpts{output: out, method: "int8", pools: 2}
+	if err := runQuant(model, o, &so, &se); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(se.String(), "100.0%") {
+		t.Errorf("no progress bar reaching 100%%: %q", se.String())
+	}
+	// resume: a second run finds both layers done and rewrites nothing
+	st, _ := os.Stat(filepath.Join(out, "model-00001-of-00002.safetensors"))
+	se.Reset()
+	if err := runQuant(model, o, &so, &se); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(se.String(), "done before") {
+		t.Errorf("resume did not skip finished layers: %q", se.String())
+	}
+	st2, _ := os.Stat(filepath.Join(out, "model-00001-of-00002.safetensors"))
+	if !st.ModTime().Equal(st2.ModTime()) {
+		t.Error("finished shard rewritten on resume")
+	}
+	// other settings into the same directory are refused
+	if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 1}, &so, &se); err == nil {
+		t.Error("pool count change over an existing output accepted")
+	}
+	// the loader reads the layout and matches quantizing at load time
+	qd, err := cpuexperts.OpenQuantDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qd.Close()
+	spec.Method = cpuexperts.AMXINT8
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for l := 0; l < 2; l++ {
+		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, ids, w := cpuexperts.RandomBatch(5, 4, 2, spec.Hidden, spec.Experts)
+		a, b := make([]float32, 4*spec.Hidden), make([]float32, 4*spec.Hidden)
+		for _, c := range []struct {
+			l   *cpuexperts.Layer
+			out []float32
+		}{{lq, a}, {lf, b}} {
+			if err := c.l.Forward(&cpuexperts.Batch{Tokens: 4, TopK: 2, X: x, IDs: ids, Weights: w, Out: c.out}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("layer %d: converted weights give a different output than quantizing at load", l)
+		}
+		lq.Close()
+		lf.Close()
+	}
+}

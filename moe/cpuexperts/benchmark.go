@@ -1,0 +1,142 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ktserve/kt/tensor"
+)
+
+// BenchShape is a model's MoE layer shape for kt bench.
+type BenchShape struct {
+	Name                                string
+	Experts, Hidden, Intermediate, TopK int
+}
+
+// BenchShapes are the layers the issue names: Qwen3.5-35B-A3B and Qwen3-30B-A3B.
+var BenchShapes = []BenchShape{
+	{Name: "qwen3.5-35b-a3b", Experts: 256, Hidden: 2048, Intermediate: 512, TopK: 8},
+	{Name: "qwen3-30b-a3b", Experts: 128, Hidden: 2048, Intermediate: 768, TopK: 8},
+}
+
+// BenchResult is one measured (method, token count) point.
+type BenchResult struct {
+	Method       Method
+	Kernels      string
+	Tokens       int
+	Seconds      float64 // per layer
+	Iters        int
+	BytesTouched int64   // weight bytes of the distinct experts the batch routes to
+	FLOPs        float64 // 2 * 3 * H * I * tokens * top-k
+}
+
+// GBps is the effective weight bandwidth, bytes touched / time.
+func (r BenchResult) GBps() float64 { return float64(r.BytesTouched) / r.Seconds / 1e9 }
+
+// TFLOPS is the arithmetic rate.
+func (r BenchResult) TFLOPS() float64 { return r.FLOPs / r.Seconds / 1e12 }
+
+// SyntheticLayer builds a layer of random weights for shape s and method m.
+func (e *Engine) SyntheticLayer(s BenchShape, m Method, seed uint64) (*Layer, error) {
+	spec := LayerSpec{Method: m, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate}
+	dt := tensor.BF16
+	if m == FP8 {
+		dt = tensor.F8E4M3
+	}
+	return e.NewLayer(spec, &SyntheticSource{Spec: spec, DType: dt, Seed: seed})
+}
+
+// LastLevelCache returns the size of the largest CPU cache (0 if unknown).
+func LastLevelCache() int64 {
+	var best int64
+	for i := 0; i < 8; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu0/cache/index%d/size", i))
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		mul := int64(1)
+		switch {
+		case strings.HasSuffix(s, "K"):
+			mul, s = 1<<10, strings.TrimSuffix(s, "K")
+		case strings.HasSuffix(s, "M"):
+			mul, s = 1<<20, strings.TrimSuffix(s, "M")
+		case strings.HasSuffix(s, "G"):
+			mul, s = 1<<30, strings.TrimSuffix(s, "G")
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n*mul > best {
+			best = n * mul
+		}
+	}
+	return best
+}
+
+// Bench times layers (same shape and method) on random batches of the
+// given size, bf16 in and out as the GPU path hands them over, for at least
+// minTime and 2 iterations after a warm-up. Iterations go round the layers
+// and through 64 routings, as consecutive layers of a model do, so that the
+// weights come from memory and not from the last-level cache: pass enough
+// layers that their weights exceed it several times.
+func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64) (BenchResult, error) {
+	if len(layers) == 0 {
+		return BenchResult{}, fmt.Errorf("bench: no layers")
+	}
+	l0 := layers[0]
+	H := l0.spec.Hidden
+	rng := rand.New(rand.NewPCG(seed, uint64(tokens)))
+	const variants = 64
+	xb := make([]uint16, tokens*H)
+	for i := range xb {
+		xb[i] = tensor.F32ToBF16(float32(rng.NormFloat64()))
+	}
+	out := make([]uint16, tokens*H)
+	var batches [variants]Batch
+	var touched int64
+	for v := range batches {
+		ids := make([]int32, tokens*topK)
+		w := make([]float32, tokens*topK)
+		seen := make([]bool, l0.spec.Experts)
+		for t := 0; t < tokens; t++ {
+			perm := rng.Perm(l0.spec.Experts)
+			for j := 0; j < topK; j++ {
+				ids[t*topK+j] = int32(perm[j])
+				w[t*topK+j] = 1 / float32(topK)
+				seen[perm[j]] = true
+			}
+		}
+		for x, s := range seen {
+			if s {
+				touched += l0.ExpertBytes(x)
+			}
+		}
+		batches[v] = Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
+	}
+	for _, l := range layers {
+		if err := l.Forward(&batches[0]); err != nil {
+			return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.spec.Method, tokens, err)
+		}
+	}
+	runtime.GC() // no collection competing with the workers while timing
+	var iters int
+	start := time.Now()
+	for iters < 2 || time.Since(start) < minTime {
+		l := layers[iters%len(layers)]
+		if err := l.Forward(&batches[(iters/len(layers)+iters)%variants]); err != nil {
+			return BenchResult{}, err
+		}
+		iters++
+	}
+	el := time.Since(start).Seconds()
+	return BenchResult{
+		Method: l0.spec.Method, Kernels: l0.e.Kernels(l0.spec.Method), Tokens: tokens,
+		Seconds: el / float64(iters), Iters: iters, BytesTouched: touched / variants,
+		FLOPs: 2 * 3 * float64(H) * float64(l0.spec.Intermediate) * float64(tokens*topK),
+	}, nil
+}

@@ -1,0 +1,107 @@
+// convert.h: row conversions, instantiated per ISA by kern_avx2.c and
+// kern_avx512.c (each wraps these bodies in its own target attribute, so the
+// compiler vectorizes them for that ISA). Not a public header.
+#ifndef KT_CONVERT_BODY
+#error "include from a kernel file with KT_CONVERT_BODY and KT_CONV_ATTR defined"
+#endif
+
+// f32 -> bf16, round to nearest even, NaN kept NaN; branch-free for vectorization.
+static inline KT_CONV_ATTR void CONV(f32_to_bf16)(const float* src, int n, uint16_t* dst) {
+  const uint32_t* u = (const uint32_t*)src;
+  for (int i = 0; i < n; i++) {
+    uint32_t v = u[i];
+    uint32_t r = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
+    uint32_t nan = (v >> 16) | 0x40u;
+    dst[i] = (uint16_t)(((v & 0x7fffffffu) > 0x7f800000u) ? nan : r);
+  }
+}
+
+static inline KT_CONV_ATTR void CONV(bf16_to_f32)(const uint16_t* src, int n, float* dst) {
+  uint32_t* d = (uint32_t*)dst;
+  for (int i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+}
+
+static inline KT_CONV_ATTR float CONV(amax)(const float* x, int n) {
+  float m[16] = {0};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; j++) {
+      float v = x[i + j] < 0 ? -x[i + j] : x[i + j];
+      m[j] = v > m[j] ? v : m[j];
+    }
+  float a = 0;
+  for (int j = 0; j < 16; j++) a = m[j] > a ? m[j] : a;
+  for (; i < n; i++) {
+    float v = x[i] < 0 ? -x[i] : x[i];
+    a = v > a ? v : a;
+  }
+  return a;
+}
+
+// symmetric per-row int8, scale amax/127
+static inline KT_CONV_ATTR void CONV(quant_s8)(const float* x, int n, int8_t* q, float* scale) {
+  float s = CONV(amax)(x, n) / 127.0f;
+  float inv = s > 0 ? 1.0f / s : 0.0f;
+  for (int i = 0; i < n; i++) {
+    float v = x[i] * inv;
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    q[i] = (int8_t)__builtin_lrintf(v);
+  }
+  *scale = s;
+}
+
+// kt_*_row_to_act: one row to the kernel's activation format; tmp holds n floats.
+KT_CONV_ATTR void CONV(row_to_act)(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp) {
+  const float* f = (const float*)src;
+  if (src_bf16) {
+    if (act == KT_ACT_BF16) {
+      const uint16_t* s = (const uint16_t*)src;
+      uint16_t* d = (uint16_t*)dst;
+      for (int i = 0; i < n; i++) d[i] = s[i];
+      return;
+    }
+    CONV(bf16_to_f32)((const uint16_t*)src, n, act == KT_ACT_F32 ? (float*)dst : tmp);
+    if (act == KT_ACT_F32) return;
+    f = tmp;
+  }
+  switch (act) {
+    case KT_ACT_F32: {
+      float* d = (float*)dst;
+      for (int i = 0; i < n; i++) d[i] = f[i];
+      break;
+    }
+    case KT_ACT_BF16:
+      CONV(f32_to_bf16)(f, n, (uint16_t*)dst);
+      break;
+    case KT_ACT_S8:
+      CONV(quant_s8)(f, n, (int8_t*)dst, scale);
+      break;
+  }
+}
+
+// kt_*_merge: out = (incr ? out : 0) + sum_i w[i] * parts[i]; tmp holds n floats.
+KT_CONV_ATTR void CONV(merge)(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16,
+                              int incr, float* tmp) {
+  for (int i = 0; i < n; i++) tmp[i] = 0;
+  for (int p = 0; p < np; p++) {
+    const float* x = parts[p];
+    float wp = w[p];
+    for (int i = 0; i < n; i++) tmp[i] += wp * x[i];
+  }
+  if (out_bf16) {
+    uint16_t* o = (uint16_t*)out;
+    if (incr)
+      for (int i = 0; i < n; i++) {
+        union { uint32_t u; float f; } v;
+        v.u = (uint32_t)o[i] << 16;
+        tmp[i] += v.f;
+      }
+    CONV(f32_to_bf16)(tmp, n, o);
+  } else {
+    float* o = (float*)out;
+    if (incr)
+      for (int i = 0; i < n; i++) o[i] += tmp[i];
+    else
+      for (int i = 0; i < n; i++) o[i] = tmp[i];
+  }
+}

@@ -1,0 +1,72 @@
+package cpuexperts
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+// TensorGetter is the part of a safetensors checkpoint a source needs.
+type TensorGetter interface {
+	Tensor(name string) (safetensors.Tensor, error)
+}
+
+// CheckpointSource reads one layer's routed experts from a Hugging Face
+// checkpoint: {Prefix}layers.{Layer}.mlp.experts.{e}.{gate,up,down}_proj.weight,
+// bf16, or fp8 e4m3 with a .weight_scale_inv block-scale tensor beside it.
+// The bytes alias the checkpoint's mapping (BF16 and FP8 use them in place).
+type CheckpointSource struct {
+	Ckpt   TensorGetter
+	Prefix string // "model." or "model.language_model."
+	Layer  int
+}
+
+// ExpertName is the HF name of expert e's projection p in layer l.
+func ExpertName(prefix string, l, e int, p Proj) string {
+	return fmt.Sprintf("%slayers.%d.mlp.experts.%d.%s_proj.weight", prefix, l, e, p)
+}
+
+// Matrix implements Source.
+func (s *CheckpointSource) Matrix(e int, p Proj) (Matrix, error) {
+	name := ExpertName(s.Prefix, s.Layer, e, p)
+	t, err := s.Ckpt.Tensor(name)
+	if err != nil {
+		return Matrix{}, err
+	}
+	if len(t.Shape) != 2 {
+		return Matrix{}, fmt.Errorf("%s: shape %v, want 2-D", name, t.Shape)
+	}
+	m := Matrix{DType: t.DType, Rows: int(t.Shape[0]), Cols: int(t.Shape[1]), Data: t.Data}
+	if t.DType == tensor.F8E4M3 {
+		sn := strings.TrimSuffix(name, ".weight") + ".weight_scale_inv"
+		st, err := s.Ckpt.Tensor(sn)
+		if err != nil {
+			return Matrix{}, fmt.Errorf("%s is fp8 but its block scales are missing: %w", name, err)
+		}
+		br, bc := (m.Rows+127)/128, (m.Cols+127)/128
+		if len(st.Shape) != 2 || st.Shape[0] != int64(br) || st.Shape[1] != int64(bc) {
+			return Matrix{}, fmt.Errorf("%s: shape %v, want [%d %d] (128x128 blocks); per-channel fp8 scales are not supported", sn, st.Shape, br, bc)
+		}
+		var f []float32
+		switch st.DType {
+		case tensor.F32:
+			f, err = st.F32()
+		case tensor.BF16:
+			var b []uint16
+			b, err = st.BF16()
+			f = make([]float32, len(b))
+			for i, v := range b {
+				f[i] = tensor.BF16ToF32(v)
+			}
+		default:
+			err = fmt.Errorf("dtype %s, want F32 or BF16", st.DType)
+		}
+		if err != nil {
+			return Matrix{}, fmt.Errorf("%s: %w", sn, err)
+		}
+		m.BlockScale = f
+	}
+	return m, nil
+}

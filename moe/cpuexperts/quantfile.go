@@ -1,0 +1,307 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+/*
+#include "kt_moe.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"unsafe"
+
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+// QuantFormat identifies kt quant's on-disk layout in shard metadata.
+const QuantFormat = "kt-cpu-experts/1"
+
+// QuantManifestName is the file kt quant writes last, naming every shard.
+const QuantManifestName = "kt_quant.json"
+
+// QuantManifest describes a directory written by kt quant.
+type QuantManifest struct {
+	Format         string `json:"format"`
+	Method         Method `json:"method"` // AMXINT8 or AMXINT4
+	Bits           int    `json:"bits"`
+	ThreadpoolCnt  int    `json:"threadpool_count"`
+	Experts        int    `json:"experts"`
+	Hidden         int    `json:"hidden"`
+	Intermediate   int    `json:"intermediate"`
+	Layers         []int  `json:"layers"`
+	Source         string `json:"source"`
+	SourceDType    string `json:"source_dtype"`
+	ShardsPerLayer string `json:"shards"`
+}
+
+// QuantKey is the tensor name of KT's CPU expert layout.
+func QuantKey(layer, expert, pool int, p Proj, what string) string {
+	return fmt.Sprintf("blk.%d.ffn_%s_exps.%d.numa.%d.%s", layer, p, expert, pool, what)
+}
+
+// poolSlices returns each pool's first intermediate row and row count.
+func poolSlices(inter, pools int) (start, n []int) {
+	for p := 0; p < pools; p++ {
+		start = append(start, p*(inter/pools))
+		n = append(n, inter/pools)
+	}
+	return start, n
+}
+
+// QuantShardMeta is the metadata kt quant stores in each shard.
+func QuantShardMeta(m Method, pools, layer int) map[string]string {
+	return map[string]string{"format": QuantFormat, "method": string(m), "threadpool_count": strconv.Itoa(pools), "layer": strconv.Itoa(layer)}
+}
+
+// QuantizeLayer converts one layer's experts from src into a safetensors
+// shard at path (written under a temporary name and renamed when complete),
+// split into pools slices of the intermediate dimension, as int8 (AMXINT8)
+// or int4 (AMXINT4) with one float32 scale per row. progress is called with
+// the bytes of source weights done so far.
+func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64)) error {
+	bits := 8
+	switch spec.Method {
+	case AMXINT8:
+	case AMXINT4:
+		bits = 4
+	default:
+		return fmt.Errorf("kt quant writes AMXINT8 or AMXINT4, not %s", spec.Method)
+	}
+	H, I := spec.Hidden, spec.Intermediate
+	if pools < 1 || I%pools != 0 || (I/pools)%32 != 0 || H%128 != 0 || (bits == 4 && (I/pools)%128 != 0) {
+		return fmt.Errorf("intermediate %d does not split into %d pools of a multiple of %d rows (hidden %d)", I, pools, map[int]int{8: 32, 4: 128}[bits], H)
+	}
+	start, ip := poolSlices(I, pools)
+	dt := tensor.I8
+	if bits == 4 {
+		dt = tensor.U8
+	}
+	shape := func(p Proj, pool int) (int, int) {
+		if p == Down {
+			return H, ip[pool]
+		}
+		return ip[pool], H
+	}
+	var specs []safetensors.Spec
+	for e := 0; e < spec.Experts; e++ {
+		for pool := 0; pool < pools; pool++ {
+			for p := Gate; p <= Down; p++ {
+				r, c := shape(p, pool)
+				specs = append(specs,
+					safetensors.Spec{Name: QuantKey(layer, e, pool, p, "weight"), DType: dt, Shape: []int64{int64(r), int64(c * bits / 8)}},
+					safetensors.Spec{Name: QuantKey(layer, e, pool, p, "scale"), DType: tensor.F32, Shape: []int64{int64(r)}})
+			}
+		}
+	}
+	w, err := safetensors.Create(path, specs, QuantShardMeta(spec.Method, pools, layer))
+	if err != nil {
+		return err
+	}
+	type result struct{ data [][]byte }
+	const chunk = 16
+	var done int64
+	for e0 := 0; e0 < spec.Experts; e0 += chunk {
+		n := min(chunk, spec.Experts-e0)
+		res := make([]result, n)
+		err := parallelExperts(n, func(i int, buf *[]float32) error {
+			e := e0 + i
+			for p := Gate; p <= Down; p++ {
+				m, err := src.Matrix(e, p)
+				if err != nil {
+					return fmt.Errorf("layer %d expert %d %s_proj: %w", layer, e, p, err)
+				}
+				rows, cols := I, H
+				if p == Down {
+					rows, cols = H, I
+				}
+				if m.Rows != rows || m.Cols != cols || int64(len(m.Data)) != int64(rows)*int64(cols)*int64(m.DType.Size()) {
+					return fmt.Errorf("layer %d expert %d %s_proj: [%d %d] %s with %d bytes, want [%d %d]", layer, e, p, m.Rows, m.Cols, m.DType, len(m.Data), rows, cols)
+				}
+				if m.DType != tensor.BF16 && m.DType != tensor.F32 && m.DType != tensor.F8E4M3 {
+					return fmt.Errorf("layer %d expert %d %s_proj: dtype %s, want BF16, F32 or F8_E4M3", layer, e, p, m.DType)
+				}
+				f := toF32(m, buf)
+				for pool := 0; pool < pools; pool++ {
+					r, c := shape(p, pool)
+					off := start[pool] * H
+					if p == Down {
+						off = start[pool]
+					}
+					q, s := quantRows(f[off:], cols, r, c, bits)
+					res[i].data = append(res[i].data, q, s)
+				}
+			}
+			// reorder to declaration order: pools outer, projections inner
+			d := res[i].data
+			ordered := make([][]byte, 0, len(d))
+			for pool := 0; pool < pools; pool++ {
+				for p := 0; p < 3; p++ {
+					k := (p*pools + pool) * 2
+					ordered = append(ordered, d[k], d[k+1])
+				}
+			}
+			res[i].data = ordered
+			return nil
+		})
+		if err != nil {
+			w.Abort()
+			return err
+		}
+		for _, r := range res {
+			for _, b := range r.data {
+				if _, err := w.Write(b); err != nil {
+					w.Abort()
+					return fmt.Errorf("write %s: %w", path, err)
+				}
+			}
+		}
+		done += int64(n) * 3 * int64(H) * int64(I) * 2
+		if progress != nil {
+			progress(done)
+		}
+	}
+	return w.Close()
+}
+
+// quantRows quantizes rows x cols of f (row stride ld) to int8 or packed int4
+// with one scale per row; returns the weight bytes and the scales as bytes.
+func quantRows(f []float32, ld, rows, cols, bits int) (q, s []byte) {
+	scale := make([]float32, rows)
+	src := (*C.float)(unsafe.Pointer(&f[0]))
+	sp := (*C.float)(unsafe.Pointer(&scale[0]))
+	if bits == 8 {
+		q = make([]byte, rows*cols)
+		C.kt_quant_rows_i8(src, C.int64_t(ld), C.int(rows), C.int(cols), (*C.int8_t)(unsafe.Pointer(&q[0])), sp)
+	} else {
+		q = make([]byte, rows*cols/2)
+		C.kt_quant_rows_i4(src, C.int64_t(ld), C.int(rows), C.int(cols), (*C.uint8_t)(unsafe.Pointer(&q[0])), sp)
+	}
+	return q, unsafe.Slice((*byte)(unsafe.Pointer(&scale[0])), 4*rows)
+}
+
+// QuantDir is a directory written by kt quant, opened for loading.
+type QuantDir struct {
+	Manifest QuantManifest
+	ckpt     *safetensors.Checkpoint
+}
+
+// OpenQuantDir opens dir and checks its manifest.
+func OpenQuantDir(dir string) (*QuantDir, error) {
+	b, err := os.ReadFile(filepath.Join(dir, QuantManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a complete kt quant output (%w)", dir, err)
+	}
+	var m QuantManifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, QuantManifestName), err)
+	}
+	if m.Format != QuantFormat {
+		return nil, fmt.Errorf("%s: format %q, want %q", filepath.Join(dir, QuantManifestName), m.Format, QuantFormat)
+	}
+	if (m.Method != AMXINT8 || m.Bits != 8) && (m.Method != AMXINT4 || m.Bits != 4) {
+		return nil, fmt.Errorf("%s: method %s with %d bits", filepath.Join(dir, QuantManifestName), m.Method, m.Bits)
+	}
+	if m.ThreadpoolCnt < 1 || m.ThreadpoolCnt > 8 {
+		return nil, fmt.Errorf("%s: threadpool_count %d outside 1..8", filepath.Join(dir, QuantManifestName), m.ThreadpoolCnt)
+	}
+	c, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &QuantDir{Manifest: m, ckpt: c}, nil
+}
+
+// Close unmaps the shards.
+func (d *QuantDir) Close() error { return d.ckpt.Close() }
+
+// Layer returns the QuantSource of layer l.
+func (d *QuantDir) Layer(l int) QuantSource { return &quantLayer{d: d, layer: l} }
+
+type quantLayer struct {
+	d     *QuantDir
+	layer int
+}
+
+func (q *quantLayer) Pools() int { return q.d.Manifest.ThreadpoolCnt }
+
+func (q *quantLayer) Quant(e, pool int, p Proj) (QuantMatrix, error) {
+	wn, sn := QuantKey(q.layer, e, pool, p, "weight"), QuantKey(q.layer, e, pool, p, "scale")
+	w, err := q.d.ckpt.Tensor(wn)
+	if err != nil {
+		return QuantMatrix{}, err
+	}
+	s, err := q.d.ckpt.Tensor(sn)
+	if err != nil {
+		return QuantMatrix{}, err
+	}
+	sc, err := s.F32()
+	if err != nil {
+		return QuantMatrix{}, err
+	}
+	bits := q.d.Manifest.Bits
+	if len(w.Shape) != 2 || (bits == 8 && w.DType != tensor.I8) || (bits == 4 && w.DType != tensor.U8) {
+		return QuantMatrix{}, fmt.Errorf("%s: %s %v, want a 2-D %s", wn, w.DType, w.Shape, map[int]string{8: "I8", 4: "U8"}[bits])
+	}
+	rows, cols := int(w.Shape[0]), int(w.Shape[1])*8/bits
+	if len(sc) != rows {
+		return QuantMatrix{}, errors.New(sn + ": one scale per row expected")
+	}
+	return QuantMatrix{Bits: bits, Rows: rows, Cols: cols, Data: w.Data, Scale: sc}, nil
+}
+
+// WriteQuantManifest writes dir's manifest atomically (temporary file, then rename).
+func WriteQuantManifest(dir string, m QuantManifest) error {
+	m.Format = QuantFormat
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".kt_quant-*.json")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, QuantManifestName))
+}
+
+// CheckQuantShard reports whether path is a complete shard of layer for
+// method m and pools; a shard for other settings is an error (no resume over it).
+func CheckQuantShard(path string, m Method, pools, layer int) (bool, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return false, nil // partial or corrupt: convert again
+	}
+	defer f.Close()
+	md := f.Metadata()
+	if md["format"] != QuantFormat || md["layer"] != strconv.Itoa(layer) {
+		return false, nil
+	}
+	if md["method"] != string(m) || md["threadpool_count"] != strconv.Itoa(pools) {
+		return false, fmt.Errorf("%s was converted as %s for %s thread pools; this run asks for %s and %d: use another --output or delete it",
+			path, md["method"], md["threadpool_count"], m, pools)
+	}
+	return true, nil
+}
