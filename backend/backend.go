@@ -36,9 +36,13 @@
 //
 // # Op semantics (the contract every backend is tested against)
 //
-// All floating-point activations are F32; weights may be BF16, F16 or F32
-// and are widened to F32 with F32 accumulation. Matrix weights follow the
-// PyTorch nn.Linear layout [out, in].
+// Floating-point activations (hidden states, projections, router logits and
+// weights) are in the backend's ActDType: F32 on the CPU, where results
+// match transformers' float32 reference; a GPU backend may choose BF16 to
+// halve activation traffic and use bf16 GEMMs. Models allocate them with
+// Alloc(be.ActDType(), ...). Weights may be BF16, F16 or F32; products
+// accumulate in F32. Matrix weights follow the PyTorch nn.Linear layout
+// [out, in]. Token ids and expert ids are I32.
 //
 //   - Embed(out, table): out[i] = table[step.Tokens[i]] for every token.
 //   - MatMul(out, x, w, n): out[i, o] = sum_k x[i, k] * w[o, k], i < n.
@@ -62,8 +66,8 @@
 //     skipped (experts served elsewhere).
 //   - GatherRows(out, x, first, count): out[j] = x[step.OutRows[first+j]]
 //     for j < count (the lm head runs on the gathered rows in blocks).
-//   - Read(dst, t, rows): copies the first rows rows of F32 t to host memory
-//     (waits for queued work).
+//   - Read(dst, t, rows): copies the first rows rows of t to host memory as
+//     float32 (waits for queued work).
 package backend
 
 import (
@@ -227,6 +231,9 @@ type Backend interface {
 	Weight(h Host) (Tensor, error)
 	// Alloc allocates a zeroed activation buffer.
 	Alloc(dt tensor.DType, shape ...int) (Tensor, error)
+	// ActDType is the element type of float activation buffers (F32 or
+	// BF16); see the package comment.
+	ActDType() tensor.DType
 	// AllocKV allocates one layer's paged KV cache.
 	AllocKV(pages, pageSize, kvHeads, headDim int) (*KVCache, error)
 	// SetStep sets the layout that the following ops use. The backend

@@ -24,8 +24,30 @@ type Options struct {
 	MaxBatchTokens int // tokens in one forward step (--chunked-prefill-size); default 2048
 	PageSize       int // KV page size in tokens; default 16
 	Threads        int // CPU threads; 0 = all
-	// Backend runs the ops; nil means a new CPU backend with Threads.
+	// Backend runs the ops; nil means Load opens one as Device says.
 	Backend backend.Backend
+	// Experts chooses what computes routed experts when the backend is
+	// the CPU: "auto" (default: the CPU expert engine with bf16 weights in
+	// place when it supports the shapes, else the backend's MoE op),
+	// "backend" (always the backend's op, the reference), or a CPU expert
+	// method name (BF16, AMXINT8, ...; an error if it cannot run).
+	Experts string
+
+	// Device picks the backend Load opens when Backend is nil: "" or
+	// "cpu" (a CPU backend with Threads), "cuda" (the GPU or an error),
+	// "auto" (the GPU when one is usable and the model fits, else the CPU,
+	// saying why through Notify). --device.
+	Device string
+	// BaseGPUID is the GPU among those CUDA_VISIBLE_DEVICES leaves
+	// (--base-gpu-id).
+	BaseGPUID int
+	// MemFractionStatic is the fraction of GPU memory for weights, KV
+	// cache and activations; 0 means the CUDA backend's default
+	// (--mem-fraction-static).
+	MemFractionStatic float64
+	// Notify, when set, receives one line saying where the model runs
+	// and, for "auto", why not on the GPU.
+	Notify func(msg string)
 }
 
 // WithDefaults fills zero fields with defaults.
@@ -41,6 +63,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = 16
+	}
+	if o.Experts == "" {
+		o.Experts = "auto"
 	}
 	return o
 }
@@ -98,7 +123,7 @@ func Architecture(dir string) ([]string, error) {
 }
 
 // Load opens the checkpoint in dir with the loader registered for its
-// architecture.
+// architecture, on o.Backend or on the backend o.Device picks.
 func Load(dir string, o Options) (model.Runner, error) {
 	archs, err := Architecture(dir)
 	if err != nil {
@@ -115,5 +140,9 @@ func Load(dir string, o Options) (model.Runner, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%s: architecture %s is not supported (supported: %s)", filepath.Join(dir, "config.json"), strings.Join(archs, ", "), strings.Join(Architectures(), ", "))
 	}
-	return fn(dir, o.WithDefaults())
+	o = o.WithDefaults()
+	if o.Backend != nil {
+		return fn(dir, o)
+	}
+	return loadOnDevice(dir, fn, o)
 }

@@ -20,7 +20,7 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 		b.fail("Attention: %d rows but the step has %d tokens", n, len(b.step.Tokens))
 		return
 	}
-	hd, qw, kw := p.HeadDim, p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	qw, kw := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
 	qs, ks, vs := b.f32(q, n*qw, "Attention q"), b.f32(k, n*kw, "Attention k"), b.f32(v, n*kw, "Attention v")
 	os := b.f32(out, n*qw, "Attention out")
 	kc := b.f32(kv.K, kv.TotalPages*kv.PageSize*kw, "Attention K cache")
@@ -48,20 +48,34 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 			copy(vc[dst:dst+kw], vs[r*kw:(r+1)*kw])
 		}
 	}
-	heads := p.Heads
-	b.pool.run(n*heads, 1, func(worker, lo, hi int) {
-		for idx := lo; idx < hi; idx++ {
-			t, h := idx/heads, idx%heads
-			sq := &b.step.Seqs[b.rowSeq[t]]
-			npos := sq.Pos + (t - sq.Start) + 1
-			sc := b.scratch(worker, npos)
-			if b.simd {
-				attnSIMD(qs[t*qw:], kc, vc, sq.Pages, ps, p.KVHeads, hd, heads, npos, p.Scale, sc, os[t*qw:], h, h+1)
-				continue
-			}
-			attnHead(qs[t*qw+h*hd:t*qw+(h+1)*hd], kc, vc, sq.Pages, ps, p.KVHeads, h/(heads/p.KVHeads), hd, npos, p.Scale, sc, os[t*qw+h*hd:t*qw+(h+1)*hd])
+	b.attJob = attnJob{b: b, p: p, qs: qs, os: os, kc: kc, vc: vc, ps: ps}
+	b.pool.runJob(n*p.Heads, 1, &b.attJob)
+	b.attJob = attnJob{}
+}
+
+// attnJob is Attention's parallel body over (token, head) pairs.
+type attnJob struct {
+	b              *Backend
+	p              *backend.Attn
+	qs, os, kc, vc []float32
+	ps             int
+}
+
+func (j *attnJob) run(worker, lo, hi int) {
+	b, p := j.b, j.p
+	heads, hd := p.Heads, p.HeadDim
+	qw := heads * hd
+	for idx := lo; idx < hi; idx++ {
+		t, h := idx/heads, idx%heads
+		sq := &b.step.Seqs[b.rowSeq[t]]
+		npos := sq.Pos + (t - sq.Start) + 1
+		sc := b.scratch(worker, npos)
+		if b.simd {
+			attnSIMD(j.qs[t*qw:], j.kc, j.vc, sq.Pages, j.ps, p.KVHeads, hd, heads, npos, p.Scale, sc, j.os[t*qw:], h, h+1)
+			continue
 		}
-	})
+		attnHead(j.qs[t*qw+h*hd:t*qw+(h+1)*hd], j.kc, j.vc, sq.Pages, j.ps, p.KVHeads, h/(heads/p.KVHeads), hd, npos, p.Scale, sc, j.os[t*qw+h*hd:t*qw+(h+1)*hd])
+	}
 }
 
 // attnHead is the portable attention of one query head over npos cached

@@ -79,6 +79,8 @@ type Backend struct {
 	moe     moeScratch
 	attnBuf [][]float32
 	rowSeq  []int32 // step row -> index in step.Seqs
+	mmJob   mmJob
+	attJob  attnJob
 	rope    backend.Rope
 	ropeInv []float32
 }
@@ -118,7 +120,16 @@ func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if t.n == 0 {
 		return t, nil
 	}
-	p := unsafe.Pointer(unsafe.SliceData(h.Data))
+	data := h.Data
+	if uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(h.DType.Size()) != 0 {
+		// a file whose header length breaks alignment: copy once into
+		// aligned memory rather than reinterpret unaligned bytes
+		buf := make([]uint64, (len(data)+7)/8)
+		aligned := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*8)[:len(data)]
+		copy(aligned, data)
+		data = aligned
+	}
+	p := unsafe.Pointer(unsafe.SliceData(data))
 	switch h.DType {
 	case tensor.F32:
 		t.f32 = unsafe.Slice((*float32)(p), t.n)
@@ -154,6 +165,9 @@ func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Tensor, error) {
 	}
 	return t, nil
 }
+
+// ActDType implements backend.Backend: activations are F32.
+func (b *Backend) ActDType() tensor.DType { return tensor.F32 }
 
 // AllocKV implements backend.Backend (F32 pages).
 func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCache, error) {
@@ -252,7 +266,7 @@ type pool struct {
 }
 
 type poolTask struct {
-	fn     func(worker, lo, hi int)
+	j      job
 	worker int
 	lo, hi int
 	done   *sync.WaitGroup
@@ -263,7 +277,7 @@ func newPool(n int) *pool {
 	for i := 1; i < n; i++ {
 		go func() {
 			for t := range p.work {
-				t.fn(t.worker, t.lo, t.hi)
+				t.j.run(t.worker, t.lo, t.hi)
 				t.done.Done()
 			}
 		}()
@@ -273,9 +287,25 @@ func newPool(n int) *pool {
 	return p
 }
 
+// job is a parallel loop body. Hot ops pass pointers to job structs kept
+// in the Backend, which (unlike closures) do not allocate per call.
+type job interface {
+	run(worker, lo, hi int)
+}
+
+// funcJob adapts a closure to job.
+type funcJob func(worker, lo, hi int)
+
+func (f funcJob) run(worker, lo, hi int) { f(worker, lo, hi) }
+
 // run calls fn over [0,n) split into at most p.n contiguous ranges, each a
 // multiple of grain (except the last); worker ids are distinct per range.
 func (p *pool) run(n, grain int, fn func(worker, lo, hi int)) {
+	p.runJob(n, grain, funcJob(fn))
+}
+
+// runJob is run for a job value.
+func (p *pool) runJob(n, grain int, fn job) {
 	if n <= 0 {
 		return
 	}
@@ -285,20 +315,20 @@ func (p *pool) run(n, grain int, fn func(worker, lo, hi int)) {
 	chunks := (n + grain - 1) / grain
 	parts := min(p.n, chunks)
 	if parts <= 1 {
-		fn(0, 0, n)
+		fn.run(0, 0, n)
 		return
 	}
 	per := (chunks + parts - 1) / parts * grain
 	p.wg.Add(parts - 1)
 	w := 1
 	for lo := per; lo < n; lo += per {
-		p.work <- poolTask{fn: fn, worker: w, lo: lo, hi: min(lo+per, n), done: &p.wg}
+		p.work <- poolTask{j: fn, worker: w, lo: lo, hi: min(lo+per, n), done: &p.wg}
 		w++
 	}
 	// the ranges sent may be fewer than parts-1 when n is small
 	for ; w < parts; w++ {
 		p.wg.Done()
 	}
-	fn(0, 0, min(per, n))
+	fn.run(0, 0, min(per, n))
 	p.wg.Wait()
 }

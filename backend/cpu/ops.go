@@ -106,16 +106,29 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 // matmul computes out[i*ldo+c] = x[i*ldx:] . w[c] for i < n, c < o, in
 // parallel over blocks of output columns.
 func (b *Backend) matmul(out []float32, ldo int, x []float32, ldx, n int, w *Tensor, k, o int) {
+	b.mmJob = mmJob{b: b, out: out, ldo: ldo, x: x, ldx: ldx, n: n, w: w, k: k}
+	b.pool.runJob(o, 16, &b.mmJob)
+	b.mmJob = mmJob{} // drop references to the step's buffers
+}
+
+// mmJob is one matmul's parallel body over output columns [lo,hi).
+type mmJob struct {
+	b           *Backend
+	out, x      []float32
+	ldo, ldx, n int
+	w           *Tensor
+	k           int
+}
+
+func (j *mmJob) run(worker, lo, hi int) {
 	const oBlock, tBlock = 64, 64
-	b.pool.run(o, 16, func(worker, lo, hi int) {
-		for c0 := lo; c0 < hi; c0 += oBlock {
-			c1 := min(c0+oBlock, hi)
-			for t0 := 0; t0 < n; t0 += tBlock {
-				t1 := min(t0+tBlock, n)
-				b.mmBlock(worker, out[t0*ldo:], ldo, x[t0*ldx:], ldx, t1-t0, w, k, c0, c1)
-			}
+	for c0 := lo; c0 < hi; c0 += oBlock {
+		c1 := min(c0+oBlock, hi)
+		for t0 := 0; t0 < j.n; t0 += tBlock {
+			t1 := min(t0+tBlock, j.n)
+			j.b.mmBlock(worker, j.out[t0*j.ldo:], j.ldo, j.x[t0*j.ldx:], j.ldx, t1-t0, j.w, j.k, c0, c1)
 		}
-	})
+	}
 }
 
 func (b *Backend) mmBlock(worker int, out []float32, ldo int, x []float32, ldx, n int, w *Tensor, k, c0, c1 int) {
@@ -139,7 +152,7 @@ func (b *Backend) mmBlock(worker int, out []float32, ldo int, x []float32, ldx, 
 // scratch returns worker's scratch buffer of at least n floats.
 func (b *Backend) scratch(worker, n int) []float32 {
 	if cap(b.attnBuf[worker]) < n {
-		b.attnBuf[worker] = make([]float32, n)
+		b.attnBuf[worker] = make([]float32, max(n, 2*cap(b.attnBuf[worker]), 4096))
 	}
 	return b.attnBuf[worker][:n]
 }

@@ -474,3 +474,23 @@ func TestErrorsAreSticky(t *testing.T) {
 func hostOf(dt tensor.DType, data []byte, shape ...int) backend.Host {
 	return backend.Host{Name: "bench", DType: dt, Shape: shape, Data: data}
 }
+
+// TestWeightUnaligned checks that weights at an odd byte offset (a file
+// whose header breaks alignment) are read correctly.
+func TestWeightUnaligned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		h, ref := hostWeight(rng, dt, 1, 3, 5)
+		buf := make([]byte, len(h.Data)+1)
+		copy(buf[1:], h.Data)
+		h.Data = buf[1:]
+		b := New(Options{Threads: 1})
+		w := mustW(t, b, h)
+		for i, want := range ref {
+			if got := w.at(i); float64(got) != want {
+				t.Fatalf("%s element %d = %v, want %v", dt, i, got, want)
+			}
+		}
+		b.Close()
+	}
+}

@@ -245,3 +245,25 @@ func (b *blasLt) plan(k gemmKey) (*gemmPlan, error) {
 	p.ws = int64(res.workspaceSize)
 	return p, nil
 }
+
+// GemmSupported reports (as an error naming the shape) whether cuBLASLt has
+// an algorithm for g's shape and types, caching the plan Gemm then uses.
+// Nothing is queued.
+func (d *Device) GemmSupported(g GemmArgs) error {
+	if err := g.normalise(); err != nil {
+		return err
+	}
+	b := d.lt
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key := gemmKey{g.M, g.N, g.K, g.LDA, g.LDB, g.LDD, g.AType, g.BType, g.DType, g.Accumulate}
+	if _, ok := b.plans[key]; ok {
+		return nil
+	}
+	p, err := b.plan(key)
+	if err != nil {
+		return err
+	}
+	b.plans[key] = p
+	return nil
+}

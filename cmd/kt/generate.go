@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/ktserve/kt/generate"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
+	"github.com/ktserve/kt/tokenizer"
 )
 
 func init() { addCommand(newGenerateCmd) }
@@ -35,6 +37,11 @@ type generateFlags struct {
 	threads        int
 	maxTotal       int
 	chunk          int
+	tokenizerPath  string
+	experts        string
+	device         string
+	baseGPUID      int
+	memFraction    float64
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -65,6 +72,11 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0 = all cores)")
 	fl.IntVar(&f.maxTotal, "max-total-tokens", 0, "KV cache budget in tokens (default: prompt + new tokens)")
 	fl.IntVar(&f.chunk, "chunked-prefill-size", 512, "prefill chunk size in tokens")
+	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
+	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
+	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
+	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
+	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
 	return c
 }
 
@@ -78,26 +90,48 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if f.chunk <= 0 || f.maxNew < 0 {
 		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
 	}
+	if !slices.Contains(models.Devices, f.device) {
+		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(models.Devices, ", "))
+	}
+	if f.memFraction < 0 || f.memFraction > 1 {
+		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
+	}
 	var ids []int32
 	var err error
-	if f.prompt != "" {
-		if _, serr := os.Stat(filepath.Join(f.modelPath, "tokenizer.json")); serr != nil {
-			return fmt.Errorf("generate: --prompt needs %s: %w; use --input-ids", filepath.Join(f.modelPath, "tokenizer.json"), serr)
+	var tok *tokenizer.Tokenizer
+	tokDir := f.tokenizerPath
+	if tokDir == "" {
+		tokDir = f.modelPath
+	}
+	if _, serr := os.Stat(filepath.Join(tokDir, "tokenizer.json")); serr == nil {
+		if tok, err = tokenizer.Load(tokDir); err != nil {
+			return fmt.Errorf("generate: %w", err)
 		}
-		return errors.New("generate: text prompts are not wired yet (the tokenizer package is not in this build); use --input-ids")
 	}
-	if ids, err = parseIDs(f.inputIDs); err != nil {
-		return fmt.Errorf("--input-ids: %w", err)
-	}
-	if len(ids) == 0 {
-		return errors.New("--input-ids: no ids")
+	if f.prompt != "" {
+		if tok == nil {
+			return fmt.Errorf("generate: --prompt needs %s (or --tokenizer-path); use --input-ids", filepath.Join(tokDir, "tokenizer.json"))
+		}
+		ids = tok.Encode(f.prompt)
+		if len(ids) == 0 {
+			return errors.New("generate: --prompt encodes to no tokens")
+		}
+	} else {
+		if ids, err = parseIDs(f.inputIDs); err != nil {
+			return fmt.Errorf("--input-ids: %w", err)
+		}
+		if len(ids) == 0 {
+			return errors.New("--input-ids: no ids")
+		}
 	}
 	total := f.maxTotal
 	if total <= 0 {
 		total = len(ids) + f.maxNew + 16
 	}
 	t0 := time.Now()
-	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads})
+	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: f.experts,
+		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
+		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
 		return err
 	}
@@ -116,13 +150,19 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		decodeTPS = float64(n) / res.DecodeSeconds
 	}
 	if f.jsonOut {
+		text := ""
+		if tok != nil {
+			text = tok.Decode(res.OutputIDs())
+		}
 		out := struct {
 			OutputIDs []int32 `json:"output_ids"`
+			Text      string  `json:"text,omitempty"`
 			*generate.Result
-			LoadSeconds     float64 `json:"load_seconds"`
-			PrefillTokPerS  float64 `json:"prefill_tokens_per_second"`
-			DecodeTokPerSec float64 `json:"decode_tokens_per_second"`
-		}{res.OutputIDs(), res, loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
+			Memory          map[string]int64 `json:"memory_kib,omitempty"`
+			LoadSeconds     float64          `json:"load_seconds"`
+			PrefillTokPerS  float64          `json:"prefill_tokens_per_second"`
+			DecodeTokPerSec float64          `json:"decode_tokens_per_second"`
+		}{res.OutputIDs(), text, res, procMemory(), loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", " ")
 		return enc.Encode(out)
@@ -131,8 +171,41 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	for i, t := range res.Output {
 		parts[i] = strconv.Itoa(int(t.ID))
 	}
-	fmt.Fprintln(w, strings.Join(parts, ","))
+	if tok != nil {
+		fmt.Fprintln(w, tok.Decode(res.OutputIDs()))
+	} else {
+		fmt.Fprintln(w, strings.Join(parts, ","))
+	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "%d prompt tokens in %.3fs (%.1f tok/s), %d new tokens, decode %.2f tok/s, finish %s, load %.2fs\n",
 		len(ids), res.PrefillSeconds, float64(len(ids))/res.PrefillSeconds, len(res.Output), decodeTPS, res.Finish, loadSec)
+	if m := procMemory(); m != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "memory: peak RSS %d MiB (now: anonymous %d MiB, file-backed %d MiB)\n", m["VmHWM"]/1024, m["RssAnon"]/1024, m["RssFile"]/1024)
+	}
 	return nil
+}
+
+// procMemory reads the process's peak and current resident memory (KiB)
+// from /proc/self/status: RssFile is the mmapped checkpoint pages touched,
+// RssAnon everything the process allocated. Nil where /proc is missing.
+func procMemory() map[string]int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "VmHWM", "VmRSS", "RssAnon", "RssFile":
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				m[k] = n
+			}
+		}
+	}
+	return m
 }

@@ -95,6 +95,19 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return nil
 	}
+	// caps keep a hostile config from sizing giant allocations before the
+	// weights are checked against it
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"num_hidden_layers", c.NumHiddenLayers, 1024}, {"num_attention_heads", c.NumAttentionHeads, 1024},
+		{"head_dim", c.HeadDim, 4096}, {"num_experts", max(c.NumExperts, 0), 1 << 16}, {"mlp_only_layers", len(c.MLPOnlyLayers), 1024},
+	} {
+		if f.v > f.max {
+			return nil, fmt.Errorf("field %s = %d exceeds the supported %d", f.name, f.v, f.max)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    int

@@ -43,6 +43,8 @@ type layer struct {
 	moe                   bool
 	router                backend.Tensor
 	experts               backend.Experts
+	hostGate, hostUp      []backend.Host // expert bytes, for the CPU expert engine
+	hostDown              []backend.Host
 	mlpGate, mlpUp, mlpDn backend.Tensor
 	kv                    *backend.KVCache
 }
@@ -63,6 +65,9 @@ type Runner struct {
 	norm    backend.Tensor
 	lmHead  backend.Tensor
 	logRows int // rows of the logits buffer per lm-head block
+
+	engine     *expertEngine // CPU expert engine for the MoE blocks, or nil
+	expertPath string        // what runs the routed experts, and why
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, q, k, v, att, tmp, gate, up backend.Tensor
@@ -102,6 +107,20 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, fmt.Errorf("qwen3moe: %w", err)
 	}
+	r.expertPath = "backend MoE op (" + r.be.Name() + ")"
+	if o.Experts != "backend" && cfg.NumExperts > 0 {
+		x, err := newExpertEngine(r, o.Experts)
+		switch {
+		case err == nil:
+			r.engine = x
+			r.expertPath = x.describe()
+		case o.Experts != "auto" && o.Experts != "":
+			r.Close()
+			return nil, fmt.Errorf("qwen3moe: CPU expert method %s: %w", o.Experts, err)
+		default:
+			r.expertPath += "; CPU expert engine not used: " + err.Error()
+		}
+	}
 	eos := readGenerationEOS(dir)
 	if len(eos) == 0 {
 		eos = cfg.EOS()
@@ -109,6 +128,10 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	r.info = model.Info{Architecture: Architecture, VocabSize: cfg.VocabSize, ContextLen: cfg.MaxPositionEmbeddings, EOSTokenIDs: eos}
 	return r, nil
 }
+
+// ExpertPath says what computes the routed experts (the CPU expert engine
+// and its kernels, or the backend's MoE op and why).
+func (r *Runner) ExpertPath() string { return r.expertPath }
 
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
@@ -225,6 +248,7 @@ func (r *Runner) loadExperts(L *layer, p string) error {
 	E, H, I := c.NumExperts, c.HiddenSize, c.MoEIntermediateSize
 	L.experts = backend.Experts{Hidden: H, Inter: I,
 		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
+	L.hostGate, L.hostUp, L.hostDown = make([]backend.Host, E), make([]backend.Host, E), make([]backend.Host, E)
 	if _, fused := r.ckpt.Info(p + "gate_up_proj"); fused {
 		gu, err := r.host(p+"gate_up_proj", E, 2*I, H)
 		if err != nil {
@@ -238,8 +262,17 @@ func (r *Runner) loadExperts(L *layer, p string) error {
 		for e := 0; e < E; e++ {
 			part := func(src backend.Host, name string, off, rows, cols int) (backend.Tensor, error) {
 				n := rows * cols * src.DType.Size()
-				return r.be.Weight(backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-					Shape: []int{rows, cols}, Data: src.Data[off : off+n]})
+				h := backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
+					Shape: []int{rows, cols}, Data: src.Data[off : off+n]}
+				switch name {
+				case "gate":
+					L.hostGate[e] = h
+				case "up":
+					L.hostUp[e] = h
+				default:
+					L.hostDown[e] = h
+				}
+				return r.be.Weight(h)
 			}
 			base := e * 2 * I * H * sz
 			var err error
@@ -257,15 +290,24 @@ func (r *Runner) loadExperts(L *layer, p string) error {
 	}
 	for e := 0; e < E; e++ {
 		q := fmt.Sprintf("%s%d.", p, e)
-		var err error
-		if L.experts.Gate[e], err = r.weight(q+"gate_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.experts.Up[e], err = r.weight(q+"up_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.experts.Down[e], err = r.weight(q+"down_proj.weight", H, I); err != nil {
-			return err
+		for _, w := range []struct {
+			dst  *backend.Tensor
+			host *backend.Host
+			name string
+			r, c int
+		}{
+			{&L.experts.Gate[e], &L.hostGate[e], "gate_proj.weight", I, H},
+			{&L.experts.Up[e], &L.hostUp[e], "up_proj.weight", I, H},
+			{&L.experts.Down[e], &L.hostDown[e], "down_proj.weight", H, I},
+		} {
+			h, err := r.host(q+w.name, w.r, w.c)
+			if err != nil {
+				return err
+			}
+			*w.host = h
+			if *w.dst, err = r.be.Weight(h); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -291,18 +333,19 @@ func (r *Runner) allocate() error {
 	inter := max(c.IntermediateSize, 1)
 	r.logRows = max(min(T, 64), o.MaxSeqs)
 	k := max(c.NumExpertsPerTok, 1)
+	act := r.be.ActDType()
 	for _, a := range []struct {
 		dst   *backend.Tensor
 		dt    tensor.DType
 		shape []int
 	}{
-		{&r.x, tensor.F32, []int{T, H}}, {&r.h, tensor.F32, []int{T, H}}, {&r.tmp, tensor.F32, []int{T, H}},
-		{&r.q, tensor.F32, []int{T, c.NumAttentionHeads * hd}}, {&r.att, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
-		{&r.k, tensor.F32, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKeyValueHeads * hd}},
-		{&r.gate, tensor.F32, []int{T, inter}}, {&r.up, tensor.F32, []int{T, inter}},
-		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
-		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
-		{&r.sel, tensor.F32, []int{r.logRows, H}}, {&r.logitsBuf, tensor.F32, []int{r.logRows, c.VocabSize}},
+		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
+		{&r.q, act, []int{T, c.NumAttentionHeads * hd}}, {&r.att, act, []int{T, c.NumAttentionHeads * hd}},
+		{&r.k, act, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, act, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
+		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
+		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
+		{&r.sel, act, []int{r.logRows, H}}, {&r.logitsBuf, act, []int{r.logRows, c.VocabSize}},
 	} {
 		if *a.dst, err = r.be.Alloc(a.dt, a.shape...); err != nil {
 			return fmt.Errorf("allocating activations: %w", err)
@@ -331,6 +374,10 @@ func (r *Runner) FreeTokens() int { return r.pool.FreeTokens() }
 // Close implements model.Runner.
 func (r *Runner) Close() error {
 	var err error
+	if r.engine != nil {
+		r.engine.close()
+		r.engine = nil
+	}
 	if r.ownBE && r.be != nil {
 		err = r.be.Close()
 		r.be = nil
@@ -425,7 +472,17 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, c.NormTopKProb, n)
-			be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			if r.engine != nil {
+				// the engine reads host memory: the backend's ops so far must be done
+				if err := be.Sync(); err != nil {
+					return fmt.Errorf("qwen3moe: forward: %w", err)
+				}
+				if err := r.engine.forward(l, r.h, r.tmp, r.rw, r.rids, n, c.NumExpertsPerTok, c.HiddenSize); err != nil {
+					return fmt.Errorf("qwen3moe: layer %d experts: %w", l, err)
+				}
+			} else {
+				be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			}
 		} else {
 			be.MatMul(r.gate, r.h, L.mlpGate, n)
 			be.MatMul(r.up, r.h, L.mlpUp, n)
@@ -479,4 +536,33 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		j += m
 	}
 	return nil
+}
+
+// DecodeWeightBytes is the number of weight bytes one decode token reads
+// (attention and norms of every layer, the router, the top-k experts of
+// MoE layers or the dense MLP, the final norm and the lm head): the
+// numerator of the memory-bandwidth bound on decode speed.
+func (r *Runner) DecodeWeightBytes() int64 {
+	c := r.cfg
+	wsize := func(t backend.Tensor) int64 {
+		n := int64(t.DType().Size())
+		for _, d := range t.Shape() {
+			n *= int64(d)
+		}
+		return n
+	}
+	var total int64
+	for l := range r.layers {
+		L := &r.layers[l]
+		for _, t := range []backend.Tensor{L.inNorm, L.postNorm, L.wq, L.wk, L.wv, L.wo, L.qNorm, L.kNorm} {
+			total += wsize(t)
+		}
+		if L.moe {
+			total += wsize(L.router) + int64(c.NumExpertsPerTok)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
+		} else {
+			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
+		}
+	}
+	row := wsize(r.embed) / int64(c.VocabSize)
+	return total + row + wsize(r.norm) + wsize(r.lmHead)
 }

@@ -48,7 +48,7 @@ func readRef(t *testing.T, name string) []refCase {
 func load(t *testing.T, name string, simd bool) *Runner {
 	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2, NoSIMD: !simd})
-	r, err := Load(fixtureDir(name), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be})
+	r, err := Load(fixtureDir(name), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be, Experts: "backend"})
 	if err != nil {
 		t.Fatal(err)
 	}

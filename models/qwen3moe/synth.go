@@ -19,6 +19,9 @@ type SynthShape struct {
 	Layers, Hidden, Heads, KVHeads, HeadDim int
 	Experts, TopK, MoEInter, Vocab          int
 	Fused                                   bool // fused 3-D expert tensors instead of per-expert keys
+	// Exp is the magnitude of the random weights: |w| in [2^(Exp-127),
+	// 2^(Exp-126)); 0 means 120 (about 0.01).
+	Exp int
 }
 
 // Qwen3_30B_A3B is the shape of Qwen/Qwen3-30B-A3B (48 layers).
@@ -26,8 +29,8 @@ var Qwen3_30B_A3B = SynthShape{Layers: 48, Hidden: 2048, Heads: 32, KVHeads: 4, 
 	Experts: 128, TopK: 8, MoEInter: 768, Vocab: 151936}
 
 // WriteSynthetic writes config.json and model.safetensors of a Qwen3-MoE
-// model with random bf16 weights (uniform magnitude in [2^-7, 2^-6), random
-// sign; norms 1) to dir. It streams, so the checkpoint never sits in RAM.
+// model with random bf16 weights (magnitude set by s.Exp, random sign;
+// norms 1) to dir. It streams, so the checkpoint never sits in RAM.
 func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 	cfg := map[string]any{
 		"architectures": []string{Architecture}, "model_type": "qwen3_moe",
@@ -83,6 +86,10 @@ func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 	if err != nil {
 		return err
 	}
+	exp := uint16(120)
+	if s.Exp > 0 && s.Exp < 255 {
+		exp = uint16(s.Exp)
+	}
 	buf := make([]byte, 1<<20)
 	// fill writes n bytes of the logical tensor name, seeded by its name so
 	// both expert layouts hold the same values.
@@ -103,7 +110,7 @@ func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 					// sign, exponent 2^-7, 7 random mantissa bits, four at a time
 					for j := 0; j < 4 && i+2*j < len(chunk); j++ {
 						v := uint16(r>>(16*j)) & 0x807f
-						binary.LittleEndian.PutUint16(chunk[i+2*j:], v|120<<7)
+						binary.LittleEndian.PutUint16(chunk[i+2*j:], v|exp<<7)
 					}
 				}
 			}

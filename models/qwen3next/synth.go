@@ -148,19 +148,26 @@ func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 		for n > 0 {
 			m := min(n, int64(len(buf)))
 			chunk := buf[:m]
-			for i := 0; i < len(chunk); i += 2 {
-				var v uint16
-				switch kind[name] {
-				case "zero":
-				case "one":
-					v = 0x3f80
-				case "alog":
-					v = tensor.F32ToBF16(float32(math.Log(1 + 15*rng.Float64())))
-				default:
-					// sign, exponent 2^-7, 7 random mantissa bits
-					v = uint16(rng.Uint32())&0x807f | 120<<7
+			switch k := kind[name]; k {
+			case "":
+				// sign, exponent 2^-7, 7 random mantissa bits, four at a time
+				for i := 0; i < len(chunk); i += 8 {
+					r := rng.Uint64()
+					for j := 0; j < 4 && i+2*j < len(chunk); j++ {
+						binary.LittleEndian.PutUint16(chunk[i+2*j:], uint16(r>>(16*j))&0x807f|120<<7)
+					}
 				}
-				binary.LittleEndian.PutUint16(chunk[i:], v)
+			default:
+				for i := 0; i < len(chunk); i += 2 {
+					var v uint16
+					switch k {
+					case "one":
+						v = 0x3f80
+					case "alog":
+						v = tensor.F32ToBF16(float32(math.Log(1 + 15*rng.Float64())))
+					}
+					binary.LittleEndian.PutUint16(chunk[i:], v)
+				}
 			}
 			if _, err := w.Write(chunk); err != nil {
 				return err

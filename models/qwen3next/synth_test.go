@@ -69,3 +69,43 @@ func TestMakeSynthetic(t *testing.T) {
 	}
 	t.Logf("%d layers: %.2f GB of weights read per decoded token", s.Layers, float64(s.ActiveBytesPerToken())/1e9)
 }
+
+// BenchmarkDecodeSynthetic decodes single tokens on the checkpoint in
+// $KT_SYNTH_DIR (see TestMakeSynthetic) after a 32-token prompt; it reports
+// tokens/s and the effective weight-read bandwidth. Skipped without the
+// variable.
+func BenchmarkDecodeSynthetic(b *testing.B) {
+	dir := os.Getenv("KT_SYNTH_DIR")
+	if dir == "" {
+		b.Skip("set KT_SYNTH_DIR to a checkpoint written by TestMakeSynthetic")
+	}
+	r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 1 << 16, MaxBatchTokens: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	prompt := make([]int32, 32)
+	for i := range prompt {
+		prompt[i] = int32(i*37%150000 + 10)
+	}
+	var out model.Logits
+	step := func(toks []int32) {
+		if err := r.Reserve(0, len(toks)); err != nil {
+			b.Fatal(err)
+		}
+		pos := r.pool.Len(0)
+		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Pos: pos, Tokens: toks}}}, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step(prompt)
+	b.ResetTimer()
+	for i := range b.N {
+		step([]int32{int32(i%1000 + 10)})
+	}
+	s := Qwen35_35B_A3B
+	s.Layers = r.cfg.NumHiddenLayers
+	tps := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(tps, "tok/s")
+	b.ReportMetric(tps*float64(s.ActiveBytesPerToken())/1e9, "GB/s")
+}

@@ -1,0 +1,223 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/ktserve/kt/backend"
+)
+
+// linearState is the CUDA backend's backend.LinearState: every slot's conv
+// history and gated-delta-rule state, allocated once for all slots so the
+// addresses never change.
+type linearState struct {
+	b       *Backend
+	shape   backend.LinearShape
+	maxSeqs int
+	conv    Buffer // float32 [slots, layers, K-1, C]
+	delta   Buffer // float32 [slots, layers, Hv, Dk, Dv]
+}
+
+func (s *linearState) convPerSlot() int64 {
+	return int64(s.shape.Layers) * int64(s.shape.ConvKernel-1) * int64(s.shape.Delta.ConvChannels()) * 4
+}
+
+func (s *linearState) deltaPerSlot() int64 {
+	return int64(s.shape.Layers) * int64(s.shape.Delta.StateLen()) * 4
+}
+
+// Free zeroes slot's state (a sequence starting at position 0 ignores its
+// old state anyway).
+func (s *linearState) Free(slot int) {
+	if slot < 0 || slot >= s.maxSeqs || s.b.closed {
+		return
+	}
+	c, d := s.convPerSlot(), s.deltaPerSlot()
+	if c > 0 {
+		s.b.check("LinearState.Free", s.b.s.Memset(s.conv.Slice(int64(slot)*c, c), 0))
+	}
+	s.b.check("LinearState.Free", s.b.s.Memset(s.delta.Slice(int64(slot)*d, d), 0))
+}
+
+// BytesPerSeq is the device memory one sequence's state takes.
+func (s *linearState) BytesPerSeq() int64 { return s.convPerSlot() + s.deltaPerSlot() }
+
+var _ backend.LinearState = (*linearState)(nil)
+
+// AllocLinearState implements backend.LinearAttention.
+func (b *Backend) AllocLinearState(shape backend.LinearShape, maxSeqs int) (backend.LinearState, error) {
+	if err := shape.Delta.Validate(); err != nil {
+		return nil, fmt.Errorf("cuda: linear state: %w", err)
+	}
+	if shape.Layers < 0 || shape.ConvKernel < 1 || maxSeqs < 1 {
+		return nil, fmt.Errorf("cuda: linear state: %d layers, conv kernel %d, %d sequences", shape.Layers, shape.ConvKernel, maxSeqs)
+	}
+	st := &linearState{b: b, shape: shape, maxSeqs: maxSeqs}
+	var err error
+	if st.conv, err = b.alloc(int64(maxSeqs)*st.convPerSlot(), "conv1d state"); err != nil {
+		return nil, fmt.Errorf("cuda: linear state: %w", err)
+	}
+	if st.delta, err = b.alloc(int64(maxSeqs)*st.deltaPerSlot(), "gated delta rule state"); err != nil {
+		b.free(st.conv)
+		return nil, fmt.Errorf("cuda: linear state: %w", err)
+	}
+	if err := b.s.Memset(st.conv, 0); err != nil {
+		return nil, err
+	}
+	if err := b.s.Memset(st.delta, 0); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// linearSpans checks st, layer and the step's sequences against n rows.
+func (b *Backend) linearSpans(op string, st backend.LinearState, layer, n int) *linearState {
+	ls, isCUDA := st.(*linearState)
+	if !isCUDA || ls == nil || ls.b != b {
+		b.fail("%s: not this backend's linear state", op)
+		return nil
+	}
+	if layer < 0 || layer >= ls.shape.Layers {
+		b.fail("%s: layer %d outside [0,%d)", op, layer, ls.shape.Layers)
+		return nil
+	}
+	for i, q := range b.step.Seqs {
+		if q.Start+q.Len > n {
+			b.fail("%s: step sequence %d spans rows [%d,%d) beyond %d", op, i, q.Start, q.Start+q.Len, n)
+			return nil
+		}
+		if q.Slot >= ls.maxSeqs {
+			b.fail("%s: sequence slot %d outside [0,%d)", op, q.Slot, ls.maxSeqs)
+			return nil
+		}
+	}
+	return ls
+}
+
+// CausalConv1D implements backend.LinearAttention.
+func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState, layer, n int) {
+	if !b.ok() || b.stepMissing("CausalConv1D") {
+		return
+	}
+	ls := b.linearSpans("CausalConv1D", st, layer, n)
+	if ls == nil {
+		return
+	}
+	ch, kern := ls.shape.Delta.ConvChannels(), ls.shape.ConvKernel
+	wt, wc := b.floatWeight(w, ch*kern, "CausalConv1D weight")
+	xs, os := b.f32(x, n*ch, "CausalConv1D x"), b.f32(out, n*ch, "CausalConv1D out")
+	if wt == nil || xs == nil || os == nil {
+		return
+	}
+	T, S := len(b.step.Tokens), len(b.step.Seqs)
+	if T == 0 || S == 0 {
+		return
+	}
+	if !b.check("CausalConv1D", b.d.launch(b.s, "m_conv1d", grid2(blocks(ch, 128), T), grid1(128), 0,
+		os.buf, xs.buf, wt.buf, wc, ls.conv, layer, ls.shape.Layers, b.reg(rRowSeq), b.reg(rSeqStart), b.reg(rSeqPos), b.reg(rSeqSlot), ch, kern)) {
+		return
+	}
+	b.check("CausalConv1D", b.d.launch(b.s, "m_conv_state", grid2(blocks(ch, 128), S), grid1(128), 0,
+		ls.conv, xs.buf, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot), ch, kern))
+}
+
+// GatedDeltaRule implements backend.LinearAttention with the recurrent
+// form, token by token, on the full float32 state.
+func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.LinearState, layer, n int) {
+	if !b.ok() || b.stepMissing("GatedDeltaRule") {
+		return
+	}
+	ls := b.linearSpans("GatedDeltaRule", st, layer, n)
+	if ls == nil {
+		return
+	}
+	sh := ls.shape.Delta
+	ch, vd := sh.ConvChannels(), sh.VHeads*sh.VDim
+	xs := b.f32(qkv, n*ch, "GatedDeltaRule qkv")
+	gs, bs := b.f32(g, n*sh.VHeads, "GatedDeltaRule g"), b.f32(beta, n*sh.VHeads, "GatedDeltaRule beta")
+	os := b.f32(out, n*vd, "GatedDeltaRule out")
+	if xs == nil || gs == nil || bs == nil || os == nil {
+		return
+	}
+	if xs.cols() != ch {
+		b.fail("GatedDeltaRule: qkv width %d, want %d", xs.cols(), ch)
+		return
+	}
+	S := len(b.step.Seqs)
+	if S == 0 {
+		return
+	}
+	smem := (sh.KDim*33 + 2*sh.KDim) * 4
+	b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(32), smem,
+		os.buf, xs.buf, gs.buf, bs.buf, ls.delta, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot),
+		ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim))
+}
+
+// DeltaGates implements backend.LinearAttention.
+func (b *Backend) DeltaGates(g, beta, a, bb, aLog, dtBias backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	al, ac := b.floatWeight(aLog, 1, "DeltaGates A_log")
+	dt, dc := b.floatWeight(dtBias, 1, "DeltaGates dt_bias")
+	if al == nil || dt == nil {
+		return
+	}
+	h := al.n
+	if dt.n != h {
+		b.fail("DeltaGates: A_log %s and dt_bias %s must be float vectors of one length", al.label(), dt.label())
+		return
+	}
+	as, bs := b.f32(a, n*h, "DeltaGates a"), b.f32(bb, n*h, "DeltaGates b")
+	gs, betas := b.f32(g, n*h, "DeltaGates g"), b.f32(beta, n*h, "DeltaGates beta")
+	if as == nil || bs == nil || gs == nil || betas == nil {
+		return
+	}
+	m := int64(n) * int64(h)
+	if m == 0 {
+		return
+	}
+	b.check("DeltaGates", b.d.launch(b.s, "m_delta_gates", grid1(int(blocks64(m, 256))), grid1(256), 0,
+		gs.buf, betas.buf, as.buf, bs.buf, al.buf, ac, dt.buf, dc, h, m))
+}
+
+// GatedRMSNorm implements backend.LinearAttention.
+func (b *Backend) GatedRMSNorm(out, x, z, w backend.Tensor, eps float32, rows int) {
+	if !b.ok() {
+		return
+	}
+	wt, wc := b.floatWeight(w, 1, "GatedRMSNorm weight")
+	if wt == nil {
+		return
+	}
+	d := wt.n
+	xs, zs, os := b.f32(x, rows*d, "GatedRMSNorm x"), b.f32(z, rows*d, "GatedRMSNorm z"), b.f32(out, rows*d, "GatedRMSNorm out")
+	if xs == nil || zs == nil || os == nil {
+		return
+	}
+	b.check("GatedRMSNorm", b.d.launch(b.s, "m_gated_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, zs.buf, wt.buf, wc, d, eps))
+}
+
+// SigmoidGate implements backend.LinearAttention.
+func (b *Backend) SigmoidGate(out, x, gate backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	xt, gt := b.t(x, "SigmoidGate x"), b.t(gate, "SigmoidGate gate")
+	if xt == nil || gt == nil {
+		return
+	}
+	w, gw := xt.cols(), gt.cols()
+	if gw != w && gw != 1 {
+		b.fail("SigmoidGate: gate width %d must be 1 or x's width %d", gw, w)
+		return
+	}
+	xs, gs, os := b.f32(x, n*w, "SigmoidGate x"), b.f32(gate, n*gw, "SigmoidGate gate"), b.f32(out, n*w, "SigmoidGate out")
+	if xs == nil || gs == nil || os == nil {
+		return
+	}
+	m := int64(n) * int64(w)
+	if m == 0 {
+		return
+	}
+	b.check("SigmoidGate", b.d.launch(b.s, "m_sigmoid_gate", grid1(int(blocks64(m, 256))), grid1(256), 0, os.buf, xs.buf, gs.buf, w, gw, m))
+}

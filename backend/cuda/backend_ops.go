@@ -1,0 +1,523 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tensor"
+)
+
+// blocks is ceil(n/per).
+func blocks(n, per int) int { return (n + per - 1) / per }
+
+// Embed implements backend.Ops.
+func (b *Backend) Embed(out, table backend.Tensor) {
+	if !b.ok() || b.stepMissing("Embed") {
+		return
+	}
+	tt := b.t(table, "Embed table")
+	if tt == nil {
+		return
+	}
+	dt, isFloat := wcode(tt.dt)
+	if len(tt.shape) != 2 || !isFloat {
+		b.fail("Embed: table %s must be a 2-D float tensor", tt.label())
+		return
+	}
+	v, h := tt.shape[0], tt.shape[1]
+	n := len(b.step.Tokens)
+	o := b.f32(out, n*h, "Embed out")
+	if o == nil {
+		return
+	}
+	for _, id := range b.step.Tokens {
+		if id < 0 || int(id) >= v {
+			b.fail("Embed: token id %d outside vocabulary [0,%d)", id, v)
+			return
+		}
+	}
+	b.check("Embed", b.d.launch(b.s, "m_embed", grid1(n), grid1(min(256, max(32, h))), 0, o.buf, tt.buf, dt, b.reg(rTokens), h))
+}
+
+// MatMul implements backend.Ops: out = x·wᵀ through cuBLASLt with float32
+// output. For a bf16 (f16) weight the float32 activations are split into
+// hi = bf16(x) and lo = bf16(x − hi), stacked as 2n rows of the scratch
+// buffer, and one GEMM of 2n rows (weights read once) is summed back, which
+// keeps about 16 more bits of the activations than rounding them once: the
+// result tracks the float32 reference (SetFastMatMul rounds once instead,
+// one GEMM of n rows). An F32 weight runs an F32 GEMM.
+func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	wt := b.t(w, "MatMul weight")
+	if wt == nil {
+		return
+	}
+	dt, isFloat := wcode(wt.dt)
+	if len(wt.shape) != 2 || !isFloat {
+		b.fail("MatMul: weight %s must be a 2-D float tensor", wt.label())
+		return
+	}
+	o, k := wt.shape[0], wt.shape[1]
+	xs := b.f32(x, n*k, "MatMul x")
+	os := b.f32(out, n*o, "MatMul out")
+	if xs == nil || os == nil {
+		return
+	}
+	if xs.cols() != k || os.cols() != o {
+		b.fail("MatMul: x width %d, out width %d do not match weight %s [%d,%d]", xs.cols(), os.cols(), wt.label(), o, k)
+		return
+	}
+	if n <= 0 || o == 0 || k == 0 {
+		return
+	}
+	m, mo := int64(n)*int64(k), int64(n)*int64(o)
+	split := wt.dt != tensor.F32 && !b.fastMatMul
+	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
+	if wt.dt != tensor.F32 {
+		need := 2 * m
+		if split {
+			need = 4 * m
+			if !b.growBuf(&b.gemmTmp, 8*mo, "MatMul split output") {
+				return
+			}
+			g.M, g.D = 2*n, b.gemmTmp
+		}
+		if b.scratch.Size < need && !b.check("MatMul", b.ensureScratch(need)) {
+			return
+		}
+		g.A = b.scratch
+	}
+	shape := gemmShape{g.M, o, k, wt.dt}
+	if b.fallback[shape] {
+		b.matmulKernel(os, xs, wt, dt, n, o, k)
+		return
+	}
+	if _, known := b.planned[shape]; !known {
+		if b.d.GemmSupported(g) != nil {
+			b.fallback[shape] = true
+			b.matmulKernel(os, xs, wt, dt, n, o, k)
+			return
+		}
+		b.planned[shape] = true
+	}
+	grid := grid1(int(blocks64(m, 256)))
+	var err error
+	switch {
+	case wt.dt == tensor.F32:
+	case split && wt.dt == tensor.BF16:
+		err = b.d.launch(b.s, "m_split_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	case split:
+		err = b.d.launch(b.s, "m_split_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	case wt.dt == tensor.BF16:
+		err = b.d.launch(b.s, "f32_to_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	default:
+		err = b.d.launch(b.s, "f32_to_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+	}
+	if !b.check("MatMul", err) {
+		return
+	}
+	if err := b.d.Gemm(b.s, g); err != nil {
+		// cuBLASLt refused the call (a status, nothing was queued): use
+		// the plain kernel for this shape from now on.
+		b.fallback[shape] = true
+		b.matmulKernel(os, xs, wt, dt, n, o, k)
+		return
+	}
+	if split {
+		b.check("MatMul", b.d.launch(b.s, "m_add_halves", grid1(int(blocks64(mo, 256))), grid1(256), 0, os.buf, b.gemmTmp, mo))
+	}
+}
+
+// matmulKernel is MatMul without cuBLASLt (shapes it has no algorithm
+// for): float32 activations times the weight as stored, a warp per output.
+func (b *Backend) matmulKernel(os, xs, wt *Tensor, dt, n, o, k int) {
+	b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
+}
+
+// SetFastMatMul makes MatMul round the activations to the weight's 16-bit
+// type once (one GEMM of n rows: what bf16 inference engines do, with
+// logprob differences to a float32 reference that grow with the model's
+// sensitivity) instead of splitting them into two halves (the default,
+// float32-accurate).
+func (b *Backend) SetFastMatMul(on bool) { b.fastMatMul = on }
+
+func blocks64(n int64, per int64) int64 { return (n + per - 1) / per }
+
+// normBlock picks a block size for a row of width d.
+func normBlock(d int) int {
+	switch {
+	case d >= 1024:
+		return 256
+	case d >= 128:
+		return 128
+	}
+	return 32
+}
+
+// RMSNorm implements backend.Ops.
+func (b *Backend) RMSNorm(out, x, w backend.Tensor, eps float32, rows int) {
+	if !b.ok() {
+		return
+	}
+	wt := b.t(w, "RMSNorm weight")
+	if wt == nil {
+		return
+	}
+	dt, isFloat := wcode(wt.dt)
+	if !isFloat || wt.n == 0 {
+		b.fail("RMSNorm: weight %s is %s", wt.label(), wt.dt)
+		return
+	}
+	d := wt.n
+	xs, os := b.f32(x, rows*d, "RMSNorm x"), b.f32(out, rows*d, "RMSNorm out")
+	if xs == nil || os == nil {
+		return
+	}
+	b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+}
+
+// Rope implements backend.Ops.
+func (b *Backend) Rope(x backend.Tensor, r *backend.Rope, heads, n int) {
+	if !b.ok() || b.stepMissing("Rope") {
+		return
+	}
+	if r.RotaryDim <= 0 || r.RotaryDim%2 != 0 || r.RotaryDim > r.HeadDim {
+		b.fail("Rope: rotary dim %d invalid for head dim %d", r.RotaryDim, r.HeadDim)
+		return
+	}
+	if n > len(b.step.Pos) {
+		b.fail("Rope: %d rows but the step has %d", n, len(b.step.Pos))
+		return
+	}
+	xs := b.f32(x, n*heads*r.HeadDim, "Rope x")
+	if xs == nil {
+		return
+	}
+	half := r.RotaryDim / 2
+	b.check("Rope", b.d.launch(b.s, "m_rope", grid2(n, heads), grid1(min(256, blocks(half, 32)*32)), 0,
+		xs.buf, b.reg(rPos), heads, r.HeadDim, r.RotaryDim, float32(r.Theta)))
+}
+
+// Attention implements backend.Ops.
+func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p *backend.Attn, n int) {
+	if !b.ok() || b.stepMissing("Attention") {
+		return
+	}
+	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim != kv.HeadDim || p.KVHeads != kv.KVHeads {
+		b.fail("Attention: %d heads, %d kv heads, head dim %d do not fit the cache (%d kv heads x %d)", p.Heads, p.KVHeads, p.HeadDim, kv.KVHeads, kv.HeadDim)
+		return
+	}
+	if p.HeadDim <= 0 || p.HeadDim > 512 {
+		b.fail("Attention: head dim %d outside 1..512", p.HeadDim)
+		return
+	}
+	if n != len(b.step.Tokens) {
+		b.fail("Attention: %d rows but the step has %d tokens", n, len(b.step.Tokens))
+		return
+	}
+	qw, kw := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	qs, ks, vs := b.f32(q, n*qw, "Attention q"), b.f32(k, n*kw, "Attention k"), b.f32(v, n*kw, "Attention v")
+	os := b.f32(out, n*qw, "Attention out")
+	kc := b.f32(kv.K, kv.TotalPages*kv.PageSize*kw, "Attention K cache")
+	vc := b.f32(kv.V, kv.TotalPages*kv.PageSize*kw, "Attention V cache")
+	if qs == nil || ks == nil || vs == nil || os == nil || kc == nil || vc == nil {
+		return
+	}
+	ps := kv.PageSize
+	if ps <= 0 {
+		b.fail("Attention: page size %d", ps)
+		return
+	}
+	// The kernels index pages without bounds checks: check them here.
+	for _, sq := range b.step.Seqs {
+		need := (sq.Pos + sq.Len + ps - 1) / ps
+		if len(sq.Pages) < need {
+			b.fail("Attention: slot %d has %d KV pages, needs %d", sq.Slot, len(sq.Pages), need)
+			return
+		}
+		for _, pg := range sq.Pages[:need] {
+			if pg < 0 || int(pg) >= kv.TotalPages {
+				b.fail("Attention: slot %d uses KV page %d outside [0,%d)", sq.Slot, pg, kv.TotalPages)
+				return
+			}
+		}
+	}
+	if !b.check("Attention", b.d.launch(b.s, "m_kv_store", grid1(n), grid1(min(256, blocks(kw, 32)*32)), 0,
+		kc.buf, vc.buf, ks.buf, vs.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, kw)) {
+		return
+	}
+	b.check("Attention", b.d.launch(b.s, "m_attention", grid2(n, p.Heads), grid1(128), 0,
+		os.buf, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, p.Heads, p.KVHeads, p.HeadDim, p.Scale))
+}
+
+// elementwise checks out, a, b over n rows of out's width and returns the
+// element count.
+func (b *Backend) elementwise(op string, n int, ts ...backend.Tensor) ([]*Tensor, int64) {
+	ot := b.t(ts[0], op+" out")
+	if ot == nil {
+		return nil, 0
+	}
+	m := n * ot.cols()
+	out := make([]*Tensor, len(ts))
+	for i, x := range ts {
+		if out[i] = b.f32(x, m, op); out[i] == nil {
+			return nil, 0
+		}
+	}
+	return out, int64(m)
+}
+
+// Add implements backend.Ops.
+func (b *Backend) Add(out, a, bb backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	t, m := b.elementwise("Add", n, out, a, bb)
+	if t == nil || m == 0 {
+		return
+	}
+	b.check("Add", b.d.launch(b.s, "m_add", grid1(int(blocks64(m, 256))), grid1(256), 0, t[0].buf, t[1].buf, t[2].buf, m))
+}
+
+// SiLUMul implements backend.Ops.
+func (b *Backend) SiLUMul(out, gate, up backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	t, m := b.elementwise("SiLUMul", n, out, gate, up)
+	if t == nil || m == 0 {
+		return
+	}
+	b.check("SiLUMul", b.d.launch(b.s, "m_silu_mul", grid1(int(blocks64(m, 256))), grid1(256), 0, t[0].buf, t[1].buf, t[2].buf, m))
+}
+
+// RouterTopK implements backend.Ops.
+func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, n int) {
+	if !b.ok() {
+		return
+	}
+	lt, it := b.t(logits, "RouterTopK logits"), b.t(ids, "RouterTopK ids")
+	if lt == nil || it == nil {
+		return
+	}
+	e := lt.cols()
+	if k < 1 || k > e {
+		b.fail("RouterTopK: top-k %d with %d experts", k, e)
+		return
+	}
+	ls, ws := b.f32(logits, n*e, "RouterTopK logits"), b.f32(wts, n*k, "RouterTopK weights")
+	if ls == nil || ws == nil {
+		return
+	}
+	if it.dt != tensor.I32 || it.n < n*k {
+		b.fail("RouterTopK: ids %s must be I32 with %d elements", it.label(), n*k)
+		return
+	}
+	nm := 0
+	if norm {
+		nm = 1
+	}
+	b.check("RouterTopK", b.d.launch(b.s, "m_router_topk", grid1(blocks(n, 128)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
+}
+
+// moeTableFor uploads (once per layer) the device addresses of e's weights.
+func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
+	if t, ok := b.moe[e]; ok {
+		return t
+	}
+	ne := len(e.Gate)
+	if ne == 0 || len(e.Up) != ne || len(e.Down) != ne {
+		b.fail("MoE: %d/%d/%d gate/up/down experts", len(e.Gate), len(e.Up), len(e.Down))
+		return nil
+	}
+	h, inter := e.Hidden, e.Inter
+	ptrs := make([]uint64, 3*ne)
+	codes := [3]int{-1, -1, -1}
+	for ex := 0; ex < ne; ex++ {
+		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
+			t := b.t(w, "MoE weight")
+			if t == nil {
+				return nil
+			}
+			c, isFloat := wcode(t.dt)
+			if !isFloat || t.n != h*inter {
+				b.fail("MoE: expert %d weight %s does not match hidden %d inter %d", ex, t.label(), h, inter)
+				return nil
+			}
+			if codes[j] >= 0 && codes[j] != c {
+				b.fail("MoE: expert %d weight %s is %s, other experts' differ", ex, t.label(), t.dt)
+				return nil
+			}
+			codes[j] = c
+			ptrs[3*ex+j] = t.buf.Ptr
+		}
+	}
+	buf, err := b.alloc(int64(len(ptrs))*8, "MoE expert table")
+	if !b.check("MoE", err) {
+		return nil
+	}
+	if err := Upload(b.d, buf, hostPtrs(ptrs)); !b.check("MoE", err) {
+		return nil
+	}
+	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2]}
+	b.moe[e] = t
+	return t
+}
+
+// growBuf makes *buf hold at least n bytes (allocating on first use or
+// growth only).
+func (b *Backend) growBuf(buf *Buffer, n int64, what string) bool {
+	if buf.Size >= n {
+		return true
+	}
+	if !b.check(what, b.s.Synchronize()) {
+		return false
+	}
+	b.free(*buf)
+	*buf = Buffer{}
+	nb, err := b.alloc(n, what)
+	if !b.check(what, err) {
+		return false
+	}
+	*buf = nb
+	return true
+}
+
+// MoE implements backend.Ops: every (token, slot) pair runs its expert's
+// gate/up and down projections reading the weights in place (addresses
+// from the layer's expert table), then each token sums its pairs.
+func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backend.Tensor, n int) {
+	if !b.ok() {
+		return
+	}
+	it := b.t(ids, "MoE ids")
+	if it == nil {
+		return
+	}
+	tab := b.moeTableFor(e)
+	if tab == nil {
+		return
+	}
+	if it.dt != tensor.I32 {
+		b.fail("MoE: ids %s must be I32", it.label())
+		return
+	}
+	h, inter, k := e.Hidden, e.Inter, it.cols()
+	xs, os := b.f32(x, n*h, "MoE x"), b.f32(out, n*h, "MoE out")
+	ws := b.f32(wts, n*k, "MoE weights")
+	if xs == nil || os == nil || ws == nil {
+		return
+	}
+	if it.n < n*k {
+		b.fail("MoE: ids %s hold fewer than %d x %d", it.label(), n, k)
+		return
+	}
+	if n <= 0 {
+		return
+	}
+	pairs := n * k
+	if !b.growBuf(&b.moeH, int64(pairs)*int64(inter)*4, "MoE gate/up scratch") || !b.growBuf(&b.moeY, int64(pairs)*int64(h)*4, "MoE expert output scratch") {
+		return
+	}
+	if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
+		b.moeH, xs.buf, it.buf, tab.ptrs, tab.gdt, tab.udt, h, inter, k, tab.e)) {
+		return
+	}
+	if !b.check("MoE", b.d.launch(b.s, "m_moe_down", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
+		b.moeY, b.moeH, it.buf, tab.ptrs, tab.ddt, h, inter, tab.e)) {
+		return
+	}
+	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, it.buf, k, h, tab.e))
+}
+
+// GatherRows implements backend.Ops.
+func (b *Backend) GatherRows(out, x backend.Tensor, first, count int) {
+	if !b.ok() || b.stepMissing("GatherRows") {
+		return
+	}
+	xt := b.t(x, "GatherRows x")
+	if xt == nil {
+		return
+	}
+	d := xt.cols()
+	if first < 0 || count < 0 || first+count > len(b.step.OutRows) {
+		b.fail("GatherRows: rows [%d,%d) outside the step's %d output rows", first, first+count, len(b.step.OutRows))
+		return
+	}
+	os := b.f32(out, count*d, "GatherRows out")
+	xs := b.f32(x, len(b.step.Tokens)*d, "GatherRows x")
+	if os == nil || xs == nil || count == 0 {
+		return
+	}
+	b.check("GatherRows", b.d.launch(b.s, "m_gather_rows", grid1(count), grid1(min(256, blocks(d, 32)*32)), 0, os.buf, xs.buf, b.reg(rOutRows), first, d))
+}
+
+// Read implements backend.Ops: waits for queued work and copies the first
+// rows rows of t to dst.
+func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
+	ct := b.t(t, "Read")
+	if ct == nil {
+		return b.Sync()
+	}
+	m := rows * ct.cols()
+	src := b.f32(t, m, "Read")
+	if src == nil || !b.ok() {
+		return b.Sync()
+	}
+	if len(dst) < m {
+		b.fail("Read: destination holds %d floats, need %d", len(dst), m)
+		return b.Sync()
+	}
+	if err := b.s.Synchronize(); err != nil {
+		b.check("Read", err)
+		return b.Sync()
+	}
+	if err := Download(b.d, dst[:m], src.buf); err != nil {
+		b.check("Read", err)
+		return b.Sync()
+	}
+	return nil
+}
+
+// ReadI32 copies the first n elements of an I32 tensor to host memory
+// (tests and debugging).
+func (b *Backend) ReadI32(dst []int32, t backend.Tensor, n int) error {
+	ct := b.t(t, "ReadI32")
+	if ct == nil || !b.ok() {
+		return b.Sync()
+	}
+	if ct.dt != tensor.I32 || ct.n < n || len(dst) < n {
+		return fmt.Errorf("cuda: ReadI32: %s holds %d %s elements, need %d I32", ct.label(), ct.n, ct.dt, n)
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return err
+	}
+	return Download(b.d, dst[:n], ct.buf)
+}
+
+// Write copies host values into the first elements of an F32 or I32
+// tensor (tests; a decode loop would write through pinned staging).
+func (b *Backend) Write(t backend.Tensor, src any) error {
+	ct := b.t(t, "Write")
+	if ct == nil {
+		return b.Sync()
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return err
+	}
+	switch v := src.(type) {
+	case []float32:
+		if ct.dt != tensor.F32 || len(v) > ct.n {
+			return fmt.Errorf("cuda: Write: %d floats into %s", len(v), ct.label())
+		}
+		return Upload(b.d, ct.buf, v)
+	case []int32:
+		if ct.dt != tensor.I32 || len(v) > ct.n {
+			return fmt.Errorf("cuda: Write: %d int32s into %s", len(v), ct.label())
+		}
+		return Upload(b.d, ct.buf, v)
+	}
+	return fmt.Errorf("cuda: Write: unsupported source %T", src)
+}

@@ -1,0 +1,463 @@
+// Kernels of the backend.Backend op set (Backend in backend.go): the model
+// definitions' ops with float32 activations, as the op-set contract says, for
+// any shape the models produce (the bf16 kernels of the other modules are
+// specialised to the large models' head sizes). The activation type is a
+// typedef read and written through ld_act/st_act, so a bf16-activation
+// variant is this file compiled with another typedef.
+//
+// Weights are passed as untyped pointers with a dtype code (WT_F32, WT_BF16,
+// WT_F16) and read through ldw: bf16 weights stay bf16 on the device.
+//
+// Step metadata (Backend.SetStep) lives in fixed device buffers:
+//   tokens[t], pos[t], rowseq[t] (row -> sequence index), outrows[j],
+//   seq_start[s], seq_len[s], seq_pos[s], seq_slot[s], page_off[s] (first
+//   entry of sequence s in pages[]).
+// Arithmetic follows the CPU backend (backend/cpu), which is the reference:
+// float32 everywhere, float64 where the CPU code widens (exp of gates, the
+// rotary angles).
+
+typedef float act_t;
+__device__ __forceinline__ float ld_act(const act_t *p, long long i) { return p[i]; }
+__device__ __forceinline__ void st_act(act_t *p, long long i, float v) { p[i] = v; }
+
+#define WT_F32 0
+#define WT_BF16 1
+#define WT_F16 2
+
+__device__ __forceinline__ float h2f(unsigned short h) {
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+}
+__device__ __forceinline__ unsigned short f2h(float f) {
+	unsigned short h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+
+// ldw reads element i of a weight of dtype code dt as float.
+__device__ __forceinline__ float ldw(const void *p, long long i, int dt) {
+	if (dt == WT_BF16) return bf2f(((const bf16 *)p)[i]);
+	if (dt == WT_F16) return h2f(((const unsigned short *)p)[i]);
+	return ((const float *)p)[i];
+}
+
+// Exact-ish helpers where the CPU backend computes in float64.
+__device__ __forceinline__ float silu_d(float x) { return x / (1.0f + (float)exp(-(double)x)); }
+__device__ __forceinline__ float sigmoid_d(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+
+// f32_to_f16: n elements (the activation side of an F16-weight GEMM).
+extern "C" __global__ void f32_to_f16(unsigned short *out, const float *in, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) out[i] = f2h(in[i]);
+}
+
+// m_embed: out[t] = table[tokens[t]] (ids were checked on the host). grid n.
+extern "C" __global__ void m_embed(act_t *out, const void *table, int dt, const int *tokens, int H) {
+	int t = blockIdx.x;
+	long long src = (long long)tokens[t] * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, ldw(table, src + i, dt));
+}
+
+// m_matmul: out[i, o] = Σ_k x[i, k]·w[o, k], one warp per output, for
+// shapes cuBLASLt has no algorithm for. grid (ceil(O/8), n), block 256.
+extern "C" __global__ void m_matmul(act_t *out, const act_t *x, const void *w, int dt, int O, int K) {
+	int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, i = blockIdx.y;
+	if (o >= O) return;
+	float s = 0.0f;
+	for (int k = lane; k < K; k += 32) s += ld_act(x, (long long)i * K + k) * ldw(w, (long long)o * K + k, dt);
+	s = warp_sum(s);
+	if (lane == 0) st_act(out, (long long)i * O + o, s);
+}
+
+// m_rmsnorm: rows of width d: out = x·rsqrt(mean(x²)+eps)·w. out may be x.
+// grid rows.
+extern "C" __global__ void m_rmsnorm(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	__shared__ float scratch[32];
+	long long r = (long long)blockIdx.x * d;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		float v = ld_act(x, r + i);
+		ss += v * v;
+	}
+	ss = block_sum(ss, scratch);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv));
+}
+
+// m_gated_rmsnorm: out = x·rsqrt(mean(x²)+eps)·w·silu(z). grid rows.
+extern "C" __global__ void m_gated_rmsnorm(act_t *out, const act_t *x, const act_t *z, const void *w, int dt, int d,
+					   float eps) {
+	__shared__ float scratch[32];
+	long long r = (long long)blockIdx.x * d;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		float v = ld_act(x, r + i);
+		ss += v * v;
+	}
+	ss = block_sum(ss, scratch);
+	float inv = (float)(1.0 / sqrt((double)ss / (double)d + (double)eps));
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		st_act(out, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv) * silu_d(ld_act(z, r + i)));
+}
+
+// m_rope: NeoX rotate-half on the first rot dims of each head of x viewed as
+// [n, heads, hd], position pos[t]. grid (n, heads), block >= rot/2.
+extern "C" __global__ void m_rope(act_t *x, const int *pos, int heads, int hd, int rot, float theta) {
+	int t = blockIdx.x, h = blockIdx.y, half = rot / 2;
+	long long base = ((long long)t * heads + h) * hd;
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
+		float e = (float)(2 * i) / (float)rot;
+		float inv = (float)(1.0 / pow((double)theta, (double)e));
+		float a = (float)pos[t] * inv;
+		float c = (float)cos((double)a), s = (float)sin((double)a);
+		float x1 = ld_act(x, base + i), x2 = ld_act(x, base + i + half);
+		st_act(x, base + i, x1 * c - x2 * s);
+		st_act(x, base + i + half, x2 * c + x1 * s);
+	}
+}
+
+// m_kv_store: writes row t's k and v (kvw = kvHeads·hd wide) at position
+// pos[t] of its sequence's pages. grid n.
+extern "C" __global__ void m_kv_store(float *kc, float *vc, const act_t *k, const act_t *v, const int *pos,
+				      const int *rowseq, const int *page_off, const int *pages, int page_size, int kvw) {
+	int t = blockIdx.x, p = pos[t];
+	long long pg = pages[page_off[rowseq[t]] + p / page_size];
+	long long dst = (pg * page_size + p % page_size) * kvw;
+	for (int i = threadIdx.x; i < kvw; i += blockDim.x) {
+		kc[dst + i] = ld_act(k, (long long)t * kvw + i);
+		vc[dst + i] = ld_act(v, (long long)t * kvw + i);
+	}
+}
+
+// m_attention: causal GQA of row t, head h over its sequence's positions
+// 0..pos[t] in the paged cache, online softmax over tiles of blockDim.x
+// positions (thread j scores position j of the tile; for P·V thread j owns
+// dims j, j+blockDim.x, ...). grid (n, heads), block 128; hd <= 4*128.
+#define ATT_T 128
+extern "C" __global__ void __launch_bounds__(ATT_T) m_attention(act_t *out, const act_t *q, const float *kc, const float *vc,
+								   const int *pos, const int *rowseq, const int *page_off,
+								   const int *pages, int page_size, int heads, int kvheads,
+								   int hd, float scale) {
+	__shared__ float qs[4 * ATT_T];
+	__shared__ float ps[ATT_T];
+	__shared__ float scratch[32];
+	const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+	const int kvh = h / (heads / kvheads);
+	const int npos = pos[t] + 1;
+	const int *pg = pages + page_off[rowseq[t]];
+	const long long kvw = (long long)kvheads * hd;
+	for (int d = tid; d < hd; d += ATT_T) qs[d] = ld_act(q, ((long long)t * heads + h) * hd + d);
+	__syncthreads();
+	float m = -KT_INF, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int p0 = 0; p0 < npos; p0 += ATT_T) {
+		int p = p0 + tid;
+		float s = -KT_INF;
+		if (p < npos) {
+			const float *kr = kc + ((long long)pg[p / page_size] * page_size + p % page_size) * kvw + (long long)kvh * hd;
+			float dot = 0.0f;
+			for (int d = 0; d < hd; d++) dot += qs[d] * kr[d];
+			s = dot * scale;
+		}
+		float mt = block_max(s, scratch);
+		float mn = fmaxf(m, mt);
+		float alpha = expf(m - mn);
+		float e = p < npos ? expf(s - mn) : 0.0f;
+		float st = block_sum(e, scratch);
+		ps[tid] = e;
+		__syncthreads();
+		l = l * alpha + st;
+		int cnt = min(ATT_T, npos - p0);
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			int d = tid + j * ATT_T;
+			if (d < hd) {
+				float a = acc[j] * alpha;
+				for (int pp = 0; pp < cnt; pp++) {
+					int pq = p0 + pp;
+					a += ps[pp] * vc[((long long)pg[pq / page_size] * page_size + pq % page_size) * kvw + (long long)kvh * hd + d];
+				}
+				acc[j] = a;
+			}
+		}
+		m = mn;
+		__syncthreads();
+	}
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		int d = tid + j * ATT_T;
+		if (d < hd) st_act(out, ((long long)t * heads + h) * hd + d, acc[j] / l);
+	}
+}
+
+// m_add: out = a + b over n elements.
+extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) st_act(out, i, ld_act(a, i) + ld_act(b, i));
+}
+
+// m_silu_mul: out = silu(gate)·up over n elements.
+extern "C" __global__ void m_silu_mul(act_t *out, const act_t *g, const act_t *u, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) st_act(out, i, silu_d(ld_act(g, i)) * ld_act(u, i));
+}
+
+// m_sigmoid_gate: out[r, j] = x[r, j]·sigmoid(gate[r, gw == 1 ? 0 : j]).
+extern "C" __global__ void m_sigmoid_gate(act_t *out, const act_t *x, const act_t *gate, int w, int gw, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	long long r = i / w, j = i % w;
+	st_act(out, i, ld_act(x, i) * sigmoid_d(ld_act(gate, r * gw + (gw == 1 ? 0 : j))));
+}
+
+// m_router_topk: per row of logits [n, E]: softmax, the k largest (ties:
+// lower id), renormalised when norm. One thread per row, in the CPU's order.
+extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+	int t = blockIdx.x * blockDim.x + threadIdx.x;
+	if (t >= n) return;
+	const act_t *row = logits + (long long)t * E;
+	float mx = ld_act(row, 0);
+	for (int c = 1; c < E; c++) mx = fmaxf(mx, ld_act(row, c));
+	float sum = 0.0f;
+	for (int c = 0; c < E; c++) sum += (float)exp((double)(ld_act(row, c) - mx));
+	int *id = ids + (long long)t * k;
+	float *w = wts + (long long)t * k;
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f;
+		for (int c = 0; c < E; c++) {
+			bool taken = false;
+			for (int p = 0; p < j; p++)
+				if (id[p] == c) taken = true;
+			float v = ld_act(row, c);
+			if (!taken && (best < 0 || v > bv)) {
+				best = c;
+				bv = v;
+			}
+		}
+		id[j] = best;
+		w[j] = (float)exp((double)(bv - mx)) / sum;
+	}
+	if (norm) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) s += w[j];
+		for (int j = 0; j < k; j++) w[j] /= s;
+	}
+}
+
+// Routed experts. ptrs holds per expert the device addresses of its gate,
+// up and down weights: ptrs[3e], ptrs[3e+1], ptrs[3e+2]. Pair p = t·k + j
+// runs expert ids[p] on row t (skipped when the id is outside [0, E)).
+//
+// m_moe_gateup: hbuf[p, i] = silu(gate_e[i]·x[t])·(up_e[i]·x[t]).
+// grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
+extern "C" __global__ void m_moe_gateup(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int gdt, int udt,
+					int H, int I, int k, int E) {
+	extern __shared__ float xs[];
+	const int p = blockIdx.x, e = ids[p], t = p / k;
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < H; c += blockDim.x) xs[c] = ld_act(x, (long long)t * H + c);
+	__syncthreads();
+	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (i >= I) return;
+	const void *gw = (const void *)ptrs[3 * e], *uw = (const void *)ptrs[3 * e + 1];
+	float g = 0.0f, u = 0.0f;
+	for (int c = lane; c < H; c += 32) {
+		g += xs[c] * ldw(gw, (long long)i * H + c, gdt);
+		u += xs[c] * ldw(uw, (long long)i * H + c, udt);
+	}
+	g = warp_sum(g);
+	u = warp_sum(u);
+	if (lane == 0) hbuf[(long long)p * I + i] = silu_d(g) * u;
+}
+
+// m_moe_down: ybuf[p, c] = down_e[c]·hbuf[p]. grid (n·k, ceil(H/8)), block
+// 256, smem I floats.
+extern "C" __global__ void m_moe_down(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int ddt, int H,
+				      int I, int E) {
+	extern __shared__ float hs[];
+	const int p = blockIdx.x, e = ids[p];
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < I; c += blockDim.x) hs[c] = hbuf[(long long)p * I + c];
+	__syncthreads();
+	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (c >= H) return;
+	const void *dw = (const void *)ptrs[3 * e + 2];
+	float s = 0.0f;
+	for (int i = lane; i < I; i += 32) s += hs[i] * ldw(dw, (long long)c * I + i, ddt);
+	s = warp_sum(s);
+	if (lane == 0) ybuf[(long long)p * H + c] = s;
+}
+
+// m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
+// grid n.
+extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
+					 int E) {
+	const int t = blockIdx.x;
+	for (int c = threadIdx.x; c < H; c += blockDim.x) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) {
+			int e = ids[t * k + j];
+			if (e >= 0 && e < E) s += wts[t * k + j] * ybuf[((long long)t * k + j) * H + c];
+		}
+		st_act(out, (long long)t * H + c, s);
+	}
+}
+
+// m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
+extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *outrows, int first, int d) {
+	int j = blockIdx.x;
+	long long src = (long long)outrows[first + j] * d;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, (long long)j * d + i, ld_act(x, src + i));
+}
+
+// Linear attention. State layouts (per slot, per linear layer):
+//   conv:  [slots, layers, K-1, C]        float32, oldest row first
+//   delta: [slots, layers, Hv, Dk, Dv]    float32
+// A sequence whose step span starts at position 0 reads zero state.
+
+// m_conv1d: out[t, c] = silu(Σ_j w[c, j]·in(t-K+1+j, c)), earlier inputs
+// from the state. grid (ceil(C/128), n), block 128.
+extern "C" __global__ void m_conv1d(act_t *out, const act_t *x, const void *w, int wdt, const float *state, int layer,
+				    int layers, const int *rowseq, const int *seq_start, const int *seq_pos,
+				    const int *seq_slot, int C, int K) {
+	const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+	if (c >= C) return;
+	const int s = rowseq[t], start = seq_start[s], j = t - start, hist = K - 1;
+	const bool fresh = seq_pos[s] == 0;
+	const float *st = state + ((long long)seq_slot[s] * layers + layer) * hist * C;
+	float o = 0.0f;
+	for (int kk = 0; kk < K; kk++) {
+		int r = j - hist + kk;
+		float v;
+		if (r >= 0) v = ld_act(x, (long long)(start + r) * C + c);
+		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
+		o += ldw(w, (long long)c * K + kk, wdt) * v;
+	}
+	st_act(out, (long long)t * C + c, silu_d(o));
+}
+
+// m_conv_state: after m_conv1d, keep the last K-1 inputs of (state ++ the
+// span's rows). grid (ceil(C/128), sequences), block 128.
+extern "C" __global__ void m_conv_state(float *state, const act_t *x, int layer, int layers, const int *seq_start,
+					const int *seq_len, const int *seq_pos, const int *seq_slot, int C, int K) {
+	const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
+	if (c >= C) return;
+	const int hist = K - 1, start = seq_start[s], n = seq_len[s];
+	const bool fresh = seq_pos[s] == 0;
+	float *st = state + ((long long)seq_slot[s] * layers + layer) * hist * C;
+	for (int i = 0; i < hist; i++) {
+		int r = n - hist + i; // row of the span, negative: older state
+		float v;
+		if (r >= 0) v = ld_act(x, (long long)(start + r) * C + c);
+		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
+		st[(long long)i * C + c] = v;
+	}
+}
+
+// m_delta_gates: g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b),
+// over [n, Hv].
+extern "C" __global__ void m_delta_gates(float *g, float *beta, const act_t *a, const act_t *b, const void *alog, int adt,
+					 const void *dtb, int ddt, int Hv, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	int h = i % Hv;
+	float negA = -(float)exp((double)ldw(alog, h, adt));
+	float x = ld_act(a, i) + ldw(dtb, h, ddt);
+	float sp = x > 20.0f ? x : (float)log1p(exp((double)x));
+	g[i] = negA * sp;
+	beta[i] = sigmoid_d(ld_act(b, i));
+}
+
+// m_gdn: the gated delta rule token by token (the recurrent form) over each
+// sequence's span, value head h, value columns [32·blockIdx.y, +32): thread
+// `lane` owns column j of S (Dk rows in shared memory, row stride 33).
+//   q, k <- l2norm(q)/sqrt(Dk), l2norm(k)   (eps 1e-6 inside the sqrt)
+//   S <- e^g·S;  u = β(v - Sᵀk);  S <- S + k uᵀ;  o = Sᵀq
+// qkv rows are C wide: q [Hk·Dk] | k [Hk·Dk] | v [Hv·Dv]; value head h uses
+// key head h / (Hv/Hk). grid (Hv, ceil(Dv/32), sequences), block 32,
+// smem (Dk·33 + 2·Dk) floats.
+extern "C" __global__ void __launch_bounds__(32) m_gdn(act_t *out, const act_t *qkv, const float *g, const float *beta,
+							float *state, int layer, int layers, const int *seq_start,
+							const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
+							int Hk, int Hv, int Dk, int Dv) {
+	extern __shared__ float sm[];
+	float *S = sm, *qs = sm + Dk * 33, *ks = qs + Dk;
+	const int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x;
+	const int j = blockIdx.y * 32 + lane;
+	const bool col = j < Dv;
+	const int kh = h / (Hv / Hk);
+	const int start = seq_start[s], n = seq_len[s];
+	float *st = state + (((long long)seq_slot[s] * layers + layer) * Hv + h) * Dk * Dv;
+	const bool fresh = seq_pos[s] == 0;
+	for (int i = 0; i < Dk; i++) S[i * 33 + lane] = (col && !fresh) ? st[(long long)i * Dv + j] : 0.0f;
+	const float scale = (float)(1.0 / sqrt((double)Dk));
+	const int vw = Hv * Dv;
+	for (int tt = 0; tt < n; tt++) {
+		const long long row = (long long)(start + tt) * C;
+		float sq = 0.0f, sk = 0.0f;
+		for (int i = lane; i < Dk; i += 32) {
+			float qv = ld_act(qkv, row + (long long)kh * Dk + i), kv = ld_act(qkv, row + (long long)Hk * Dk + kh * Dk + i);
+			qs[i] = qv;
+			ks[i] = kv;
+			sq += qv * qv;
+			sk += kv * kv;
+		}
+		sq = warp_sum(sq);
+		sk = warp_sum(sk);
+		float rq = (float)(1.0 / sqrt((double)(sq + 1e-6f))), rk = (float)(1.0 / sqrt((double)(sk + 1e-6f)));
+		__syncwarp();
+		for (int i = lane; i < Dk; i += 32) {
+			qs[i] = (qs[i] * rq) * scale;
+			ks[i] = ks[i] * rk;
+		}
+		__syncwarp();
+		const long long gi = (long long)(start + tt) * Hv + h;
+		const float decay = (float)exp((double)g[gi]), bt = beta[gi];
+		float mem = 0.0f;
+		for (int i = 0; i < Dk; i++) {
+			float v = S[i * 33 + lane] * decay;
+			S[i * 33 + lane] = v;
+			mem += ks[i] * v;
+		}
+		float vj = col ? ld_act(qkv, row + 2LL * Hk * Dk + (long long)h * Dv + j) : 0.0f;
+		float u = (vj - mem) * bt;
+		float o = 0.0f;
+		for (int i = 0; i < Dk; i++) {
+			float v = S[i * 33 + lane] + ks[i] * u;
+			S[i * 33 + lane] = v;
+			o += qs[i] * v;
+		}
+		if (col) st_act(out, (long long)(start + tt) * vw + (long long)h * Dv + j, o);
+		__syncwarp();
+	}
+	if (col)
+		for (int i = 0; i < Dk; i++) st[(long long)i * Dv + j] = S[i * 33 + lane];
+}
+
+// m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit
+// matrices stacked by rows, out[0..n) = hi = round(x), out[n..2n) = lo =
+// round(x - hi), so one GEMM of twice the rows gives x·Wᵀ with ~16 bits
+// more precision than x rounded once (weights read once).
+extern "C" __global__ void m_split_bf16(bf16 *out, const float *in, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	float x = in[i];
+	bf16 hi = f2bf(x);
+	out[i] = hi;
+	out[n + i] = f2bf(x - bf2f(hi));
+}
+extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	float x = in[i];
+	unsigned short hi = f2h(x);
+	out[i] = hi;
+	out[n + i] = f2h(x - h2f(hi));
+}
+
+// m_add_halves: out[i] = d[i] + d[n + i] (the hi and lo GEMM rows).
+extern "C" __global__ void m_add_halves(act_t *out, const float *d, long long n) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) st_act(out, i, d[i] + d[n + i]);
+}
