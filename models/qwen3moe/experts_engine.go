@@ -38,8 +38,8 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 // It returns (nil, reason) when the engine cannot serve this model or
 // backend and the caller should use the backend's MoE op.
 func newExpertEngine(r *Runner, method string) (*expertEngine, error) {
-	if _, isCPU := r.be.(*cpu.Backend); !isCPU {
-		return nil, fmt.Errorf("the backend %s is not the CPU", r.be.Name())
+	if _, isCPU := r.rb.BE.(*cpu.Backend); !isCPU {
+		return nil, fmt.Errorf("the backend %s is not the CPU", r.rb.BE.Name())
 	}
 	m := cpuexperts.BF16
 	if method != "auto" {
@@ -49,7 +49,7 @@ func newExpertEngine(r *Runner, method string) (*expertEngine, error) {
 		}
 	}
 	c := r.cfg
-	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: r.opts.Threads, MaxTokens: r.opts.MaxBatchTokens,
+	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: r.rb.Opts.Threads, MaxTokens: r.rb.Opts.MaxBatchTokens,
 		TopK: c.NumExpertsPerTok, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize})
 	if err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func forward(t *testing.T, r *Runner, slot int, toks []int32, all bool) [][]floa
 		t.Fatal(err)
 	}
 	var out model.Logits
-	pos := r.pool.Len(slot)
+	pos := r.rb.Pool.Len(slot)
 	if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: slot, Pos: pos, Tokens: toks, AllLogits: all}}}, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -257,8 +257,8 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if r.pool.Len(0) != 0 {
-		t.Fatalf("rejected batches advanced slot 0 to %d", r.pool.Len(0))
+	if r.rb.Pool.Len(0) != 0 {
+		t.Fatalf("rejected batches advanced slot 0 to %d", r.rb.Pool.Len(0))
 	}
 }
 

@@ -93,7 +93,7 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 		if err := r.Reserve(0, len(toks)); err != nil {
 			b.Fatal(err)
 		}
-		pos := r.pool.Len(0)
+		pos := r.rb.Pool.Len(0)
 		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Pos: pos, Tokens: toks}}}, &out); err != nil {
 			b.Fatal(err)
 		}
