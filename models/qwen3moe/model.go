@@ -20,6 +20,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/tensor"
 )
@@ -39,9 +40,7 @@ type layer struct {
 	qNorm, kNorm          backend.Tensor
 	moe                   bool
 	router                backend.Tensor
-	experts               backend.Experts
-	hostGate, hostUp      []backend.Host // expert bytes, for the CPU expert engine
-	hostDown              []backend.Host
+	experts               *routed.Weights
 	mlpGate, mlpUp, mlpDn backend.Tensor
 	kv                    *backend.KVCache
 }
@@ -57,8 +56,7 @@ type Runner struct {
 	norm   backend.Tensor
 	lmHead backend.Tensor
 
-	engine     *expertEngine // CPU expert engine for the MoE blocks, or nil
-	expertPath string        // what runs the routed experts, and why
+	routed *routed.Experts // what computes the routed experts
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, q, k, v, att, tmp, gate, up backend.Tensor
@@ -78,7 +76,6 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o = rb.Opts
 	r := &Runner{rb: rb, cfg: cfg}
 	eos := readGenerationEOS(dir)
 	if len(eos) == 0 {
@@ -93,26 +90,21 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, fmt.Errorf("qwen3moe: %w", err)
 	}
-	r.expertPath = "backend MoE op (" + rb.BE.Name() + ")"
-	if o.Experts != "backend" && cfg.NumExperts > 0 {
-		x, err := newExpertEngine(r, o.Experts)
-		switch {
-		case err == nil:
-			r.engine = x
-			r.expertPath = x.describe()
-		case o.Experts != "auto" && o.Experts != "":
-			r.Close()
-			return nil, fmt.Errorf("qwen3moe: CPU expert method %s: %w", o.Experts, err)
-		default:
-			r.expertPath += "; CPU expert engine not used: " + err.Error()
-		}
+	moe := make([]*routed.Weights, len(r.layers))
+	for l := range r.layers {
+		moe[l] = r.layers[l].experts
+	}
+	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.NumExpertsPerTok, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
+	if r.routed, err = routed.New(rb, shape, moe); err != nil {
+		r.Close()
+		return nil, err
 	}
 	return r, nil
 }
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string { return r.expertPath }
+func (r *Runner) ExpertPath() string { return r.routed.Path() }
 
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
@@ -173,80 +165,8 @@ func (r *Runner) loadWeights() error {
 		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
 		}
-		if err := r.loadExperts(L, p+"mlp.experts."); err != nil {
+		if L.experts, err = routed.Load(r.rb, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// loadExperts binds one layer's experts from per-expert keys or from the
-// fused 3-D tensors, slicing the fused bytes per expert (no copy).
-func (r *Runner) loadExperts(L *layer, p string) error {
-	c := r.cfg
-	E, H, I := c.NumExperts, c.HiddenSize, c.MoEIntermediateSize
-	L.experts = backend.Experts{Hidden: H, Inter: I,
-		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
-	L.hostGate, L.hostUp, L.hostDown = make([]backend.Host, E), make([]backend.Host, E), make([]backend.Host, E)
-	if _, fused := r.rb.Ckpt.Info(p + "gate_up_proj"); fused {
-		gu, err := r.rb.Host(p+"gate_up_proj", E, 2*I, H)
-		if err != nil {
-			return err
-		}
-		dn, err := r.rb.Host(p+"down_proj", E, H, I)
-		if err != nil {
-			return err
-		}
-		sz := gu.DType.Size()
-		for e := 0; e < E; e++ {
-			part := func(src backend.Host, name string, off, rows, cols int) (backend.Tensor, error) {
-				n := rows * cols * src.DType.Size()
-				h := backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-					Shape: []int{rows, cols}, Data: src.Data[off : off+n]}
-				switch name {
-				case "gate":
-					L.hostGate[e] = h
-				case "up":
-					L.hostUp[e] = h
-				default:
-					L.hostDown[e] = h
-				}
-				return r.rb.BE.Weight(h)
-			}
-			base := e * 2 * I * H * sz
-			var err error
-			if L.experts.Gate[e], err = part(gu, "gate", base, I, H); err != nil {
-				return err
-			}
-			if L.experts.Up[e], err = part(gu, "up", base+I*H*sz, I, H); err != nil {
-				return err
-			}
-			if L.experts.Down[e], err = part(dn, "down", e*H*I*dn.DType.Size(), H, I); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for e := 0; e < E; e++ {
-		q := fmt.Sprintf("%s%d.", p, e)
-		for _, w := range []struct {
-			dst  *backend.Tensor
-			host *backend.Host
-			name string
-			r, c int
-		}{
-			{&L.experts.Gate[e], &L.hostGate[e], "gate_proj.weight", I, H},
-			{&L.experts.Up[e], &L.hostUp[e], "up_proj.weight", I, H},
-			{&L.experts.Down[e], &L.hostDown[e], "down_proj.weight", H, I},
-		} {
-			h, err := r.rb.Host(q+w.name, w.r, w.c)
-			if err != nil {
-				return err
-			}
-			*w.host = h
-			if *w.dst, err = r.rb.BE.Weight(h); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -304,10 +224,7 @@ func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }
 
 // Close implements model.Runner.
 func (r *Runner) Close() error {
-	if r.engine != nil {
-		r.engine.close()
-		r.engine = nil
-	}
+	r.routed.Close()
 	return r.rb.Close()
 }
 
@@ -337,16 +254,8 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, c.NormTopKProb, n)
-			if r.engine != nil {
-				// the engine reads host memory: the backend's ops so far must be done
-				if err := r.rb.Sync(); err != nil {
-					return err
-				}
-				if err := r.engine.forward(l, r.h, r.tmp, r.rw, r.rids, n, c.NumExpertsPerTok, c.HiddenSize); err != nil {
-					return fmt.Errorf("qwen3moe: layer %d experts: %w", l, err)
-				}
-			} else {
-				be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
+				return err
 			}
 		} else {
 			be.MatMul(r.gate, r.h, L.mlpGate, n)

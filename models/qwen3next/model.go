@@ -27,6 +27,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/tensor"
 )
@@ -58,7 +59,7 @@ type layer struct {
 	// MLP
 	moe                   bool
 	router                backend.Tensor
-	experts               backend.Experts
+	experts               *routed.Weights
 	seGate, seUp, seDown  backend.Tensor
 	seScale               backend.Tensor
 	mlpGate, mlpUp, mlpDn backend.Tensor
@@ -69,6 +70,7 @@ type layer struct {
 type Runner struct {
 	rb     *runbase.Base // checkpoint, backend, KV pages, step layout, lm head
 	cfg    *Config
+	routed *routed.Experts // what computes the routed experts
 	la     backend.LinearAttention
 	prefix string // "model." or "model.language_model."
 	state  backend.LinearState
@@ -123,8 +125,21 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, fmt.Errorf("qwen3next: %w", err)
 	}
+	moe := make([]*routed.Weights, len(r.layers))
+	for l := range r.layers {
+		moe[l] = r.layers[l].experts
+	}
+	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.NumExpertsPerTok, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
+	if r.routed, err = routed.New(rb, shape, moe); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
+
+// ExpertPath says what computes the routed experts (the CPU expert engine
+// and its kernels, or the backend's MoE op and why).
+func (r *Runner) ExpertPath() string { return r.routed.Path() }
 
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
@@ -391,58 +406,8 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	return r.loadExperts(L, p+"experts.")
-}
-
-// loadExperts binds one layer's experts from per-expert keys or from the
-// fused 3-D tensors, slicing the fused bytes per expert (no copy).
-func (r *Runner) loadExperts(L *layer, p string) error {
-	c := r.cfg
-	E, H, I := c.NumExperts, c.HiddenSize, c.MoEIntermediateSize
-	L.experts = backend.Experts{Hidden: H, Inter: I,
-		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
-	if _, fused := r.rb.Ckpt.Info(p + "gate_up_proj"); fused {
-		gu, err := r.rb.Host(p+"gate_up_proj", E, 2*I, H)
-		if err != nil {
-			return err
-		}
-		dn, err := r.rb.Host(p+"down_proj", E, H, I)
-		if err != nil {
-			return err
-		}
-		for e := 0; e < E; e++ {
-			part := func(src backend.Host, name string, off, rows, cols int) (backend.Tensor, error) {
-				sz := src.DType.Size()
-				return r.rb.BE.Weight(backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-					Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]})
-			}
-			var err error
-			if L.experts.Gate[e], err = part(gu, "gate", e*2*I*H, I, H); err != nil {
-				return err
-			}
-			if L.experts.Up[e], err = part(gu, "up", e*2*I*H+I*H, I, H); err != nil {
-				return err
-			}
-			if L.experts.Down[e], err = part(dn, "down", e*H*I, H, I); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for e := 0; e < E; e++ {
-		q := fmt.Sprintf("%s%d.", p, e)
-		var err error
-		if L.experts.Gate[e], err = r.rb.Weight(q+"gate_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.experts.Up[e], err = r.rb.Weight(q+"up_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.experts.Down[e], err = r.rb.Weight(q+"down_proj.weight", H, I); err != nil {
-			return err
-		}
-	}
-	return nil
+	L.experts, err = routed.Load(r.rb, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
+	return err
 }
 
 // allocate sizes activations, the KV cache of the attention layers and the
@@ -534,7 +499,10 @@ func (r *Runner) LinearStateBytes() int64 {
 }
 
 // Close implements model.Runner.
-func (r *Runner) Close() error { return r.rb.Close() }
+func (r *Runner) Close() error {
+	r.routed.Close()
+	return r.rb.Close()
+}
 
 // Forward implements model.Runner.
 func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
@@ -576,7 +544,9 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, *c.NormTopKProb, n)
-			be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
+				return err
+			}
 			be.MatMul(r.seG, r.h, L.seGate, n)
 			be.MatMul(r.seU, r.h, L.seUp, n)
 			be.SiLUMul(r.seG, r.seG, r.seU, n)
