@@ -77,11 +77,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{rb: rb, cfg: cfg}
-	eos := readGenerationEOS(dir)
-	if len(eos) == 0 {
-		eos = cfg.EOS()
-	}
-	rb.Info = model.Info{Architecture: Architecture, VocabSize: cfg.VocabSize, ContextLen: cfg.MaxPositionEmbeddings, EOSTokenIDs: eos}
+	rb.Info = runbase.NewInfo(dir, cfg)
 	if err := r.loadWeights(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("qwen3moe: %s: %w", dir, err)
@@ -94,7 +90,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	for l := range r.layers {
 		moe[l] = r.layers[l].experts
 	}
-	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.NumExpertsPerTok, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
+	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.TopK, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
 	if r.routed, err = routed.New(rb, shape, moe); err != nil {
 		r.Close()
 		return nil, err
@@ -115,7 +111,7 @@ func (r *Runner) Backend() backend.Backend { return r.rb.BE }
 func (r *Runner) loadWeights() error {
 	c := r.cfg
 	H, hd := c.HiddenSize, c.HeadDim
-	qd, kd := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
+	qd, kd := c.NumHeads*hd, c.NumKVHeads*hd
 	var err error
 	if r.embed, err = r.rb.Weight("model.embed_tokens.weight", c.VocabSize, H); err != nil {
 		return err
@@ -126,7 +122,7 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
-	r.layers = make([]layer, c.NumHiddenLayers)
+	r.layers = make([]layer, c.NumLayers)
 	for l := range r.layers {
 		L := &r.layers[l]
 		p := fmt.Sprintf("model.layers.%d.", l)
@@ -148,7 +144,7 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
-		L.moe = c.IsMoE(l)
+		L.moe = c.Layers[l].IsMoE
 		if !L.moe {
 			I := c.IntermediateSize
 			if L.mlpGate, err = r.rb.Weight(p+"mlp.gate_proj.weight", I, H); err != nil {
@@ -179,17 +175,17 @@ func (r *Runner) allocate() error {
 		return err
 	}
 	hd := c.HeadDim
-	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta}
-	r.attn = backend.Attn{Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta}
+	r.attn = backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
 	var err error
 	for l := range r.layers {
-		if r.layers[l].kv, err = be.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKeyValueHeads, hd); err != nil {
+		if r.layers[l].kv, err = be.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKVHeads, hd); err != nil {
 			return err
 		}
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
 	inter := max(c.IntermediateSize, 1)
-	k := max(c.NumExpertsPerTok, 1)
+	k := max(c.TopK, 1)
 	act := be.ActDType()
 	for _, a := range []struct {
 		dst   *backend.Tensor
@@ -197,8 +193,8 @@ func (r *Runner) allocate() error {
 		shape []int
 	}{
 		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
-		{&r.q, act, []int{T, c.NumAttentionHeads * hd}}, {&r.att, act, []int{T, c.NumAttentionHeads * hd}},
-		{&r.k, act, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, act, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.q, act, []int{T, c.NumHeads * hd}}, {&r.att, act, []int{T, c.NumHeads * hd}},
+		{&r.k, act, []int{T, c.NumKVHeads * hd}}, {&r.v, act, []int{T, c.NumKVHeads * hd}},
 		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
 		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
@@ -243,17 +239,17 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		be.MatMul(r.q, r.h, L.wq, n)
 		be.MatMul(r.k, r.h, L.wk, n)
 		be.MatMul(r.v, r.h, L.wv, n)
-		be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumAttentionHeads)
-		be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKeyValueHeads)
-		be.Rope(r.q, &r.rope, c.NumAttentionHeads, n)
-		be.Rope(r.k, &r.rope, c.NumKeyValueHeads, n)
+		be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumHeads)
+		be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKVHeads)
+		be.Rope(r.q, &r.rope, c.NumHeads, n)
+		be.Rope(r.k, &r.rope, c.NumKVHeads, n)
 		be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
 		be.MatMul(r.tmp, r.att, L.wo, n)
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
-			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, c.NormTopKProb, n)
+			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
 			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
 				return err
 			}
@@ -288,7 +284,7 @@ func (r *Runner) DecodeWeightBytes() int64 {
 			total += wsize(t)
 		}
 		if L.moe {
-			total += wsize(L.router) + int64(c.NumExpertsPerTok)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
+			total += wsize(L.router) + int64(c.TopK)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
 		} else {
 			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
@@ -112,11 +113,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		return nil, fmt.Errorf("qwen3next: backend %s has no linear-attention ops", rb.BE.Name())
 	}
 	r.la = la
-	eos := readGenerationEOS(dir)
-	if len(eos) == 0 {
-		eos = cfg.EOS()
-	}
-	rb.Info = model.Info{Architecture: cfg.Architecture, VocabSize: cfg.VocabSize, ContextLen: cfg.MaxPositionEmbeddings, EOSTokenIDs: eos}
+	rb.Info = runbase.NewInfo(dir, cfg)
 	if err := r.loadWeights(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("qwen3next: %s: %w", dir, err)
@@ -129,7 +126,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	for l := range r.layers {
 		moe[l] = r.layers[l].experts
 	}
-	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.NumExpertsPerTok, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
+	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.TopK, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
 	if r.routed, err = routed.New(rb, shape, moe); err != nil {
 		r.Close()
 		return nil, err
@@ -220,8 +217,8 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
-	r.delta = backend.DeltaShape{KHeads: c.LinearNumKeyHeads, VHeads: c.LinearNumValueHeads, KDim: c.LinearKeyHeadDim, VDim: c.LinearValueHeadDim}
-	r.layers = make([]layer, c.NumHiddenLayers)
+	r.delta = backend.DeltaShape{KHeads: c.Linear.NumKeyHeads, VHeads: c.Linear.NumValueHeads, KDim: c.Linear.KeyHeadDim, VDim: c.Linear.ValueHeadDim}
+	r.layers = make([]layer, c.NumLayers)
 	nLinear := 0
 	for l := range r.layers {
 		L := &r.layers[l]
@@ -232,7 +229,7 @@ func (r *Runner) loadWeights() error {
 		if L.postNorm, err = r.f32Weight(p+"post_attention_layernorm.weight", []int{H}, []int{H}, 1); err != nil {
 			return err
 		}
-		L.linear = c.IsLinear(l)
+		L.linear = c.Layers[l].Attention == modelconfig.LinearAttention
 		if L.linear {
 			L.li = nLinear
 			nLinear++
@@ -312,7 +309,7 @@ func (r *Runner) loadLinear(L *layer, p string) error {
 			}
 		}
 	}
-	K := c.LinearConvKernelDim
+	K := c.Linear.ConvKernel
 	if L.conv, err = r.f32Weight(p+"conv1d.weight", []int{ch, 1, K}, []int{ch, K}, 0); err != nil {
 		return err
 	}
@@ -335,8 +332,8 @@ func (r *Runner) loadLinear(L *layer, p string) error {
 // projection (per head: hd query rows, then hd gate rows) into two weights.
 func (r *Runner) loadAttention(L *layer, p string) error {
 	c := r.cfg
-	H, hd, nh := c.HiddenSize, c.HeadDim, c.NumAttentionHeads
-	kvd := c.NumKeyValueHeads * hd
+	H, hd, nh := c.HiddenSize, c.HeadDim, c.NumHeads
+	kvd := c.NumKVHeads * hd
 	qg, err := r.rb.Host(p+"q_proj.weight", 2*nh*hd, H)
 	if err != nil {
 		return err
@@ -376,7 +373,7 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	c := r.cfg
 	H := c.HiddenSize
 	var err error
-	L.moe = c.IsMoE(l)
+	L.moe = c.Layers[l].IsMoE
 	if !L.moe {
 		I := c.IntermediateSize
 		if L.mlpGate, err = r.rb.Weight(p+"gate_proj.weight", I, H); err != nil {
@@ -419,25 +416,25 @@ func (r *Runner) allocate() error {
 	}
 	var err error
 	hd := c.HeadDim
-	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta}
-	r.attn = backend.Attn{Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta}
+	r.attn = backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
 	nLinear := 0
 	for l := range r.layers {
 		if r.layers[l].linear {
 			nLinear++
 			continue
 		}
-		if r.layers[l].kv, err = r.rb.BE.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKeyValueHeads, hd); err != nil {
+		if r.layers[l].kv, err = r.rb.BE.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKVHeads, hd); err != nil {
 			return err
 		}
 	}
 	if nLinear > 0 {
-		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.LinearConvKernelDim, Delta: d}, o.MaxSeqs); err != nil {
+		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.Linear.ConvKernel, Delta: d}, o.MaxSeqs); err != nil {
 			return err
 		}
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
-	k := max(c.NumExpertsPerTok, 1)
+	k := max(c.TopK, 1)
 	lin := func(v int) int { // linear-attention widths are 0 without such layers
 		if nLinear == 0 {
 			return 1
@@ -455,9 +452,9 @@ func (r *Runner) allocate() error {
 		{&r.z, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}}, {&r.core, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}},
 		{&r.ga, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gb, tensor.F32, []int{T, lin(d.VHeads)}},
 		{&r.gg, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gbeta, tensor.F32, []int{T, lin(d.VHeads)}},
-		{&r.q, tensor.F32, []int{T, c.NumAttentionHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
-		{&r.att, tensor.F32, []int{T, c.NumAttentionHeads * hd}},
-		{&r.k, tensor.F32, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumHeads * hd}},
+		{&r.att, tensor.F32, []int{T, c.NumHeads * hd}},
+		{&r.k, tensor.F32, []int{T, c.NumKVHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKVHeads * hd}},
 		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
 		{&r.seG, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
@@ -531,10 +528,10 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 			be.MatMul(r.gate, r.h, L.wgate, n)
 			be.MatMul(r.k, r.h, L.wk, n)
 			be.MatMul(r.v, r.h, L.wv, n)
-			be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumAttentionHeads)
-			be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKeyValueHeads)
-			be.Rope(r.q, &r.rope, c.NumAttentionHeads, n)
-			be.Rope(r.k, &r.rope, c.NumKeyValueHeads, n)
+			be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumHeads)
+			be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKVHeads)
+			be.Rope(r.q, &r.rope, c.NumHeads, n)
+			be.Rope(r.k, &r.rope, c.NumKVHeads, n)
 			be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
 			la.SigmoidGate(r.att, r.att, r.gate, n)
 			be.MatMul(r.tmp, r.att, L.wo, n)
@@ -543,7 +540,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
-			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, *c.NormTopKProb, n)
+			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
 			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
 				return err
 			}

@@ -104,7 +104,7 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 		step([]int32{int32(i%1000 + 10)})
 	}
 	s := Qwen35_35B_A3B
-	s.Layers = r.cfg.NumHiddenLayers
+	s.Layers = r.cfg.NumLayers
 	tps := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(tps, "tok/s")
 	b.ReportMetric(tps*float64(s.ActiveBytesPerToken())/1e9, "GB/s")
