@@ -694,11 +694,7 @@ func (e *Engine) sampleNext(s *seq, row []float32) bool {
 		mx, lse := sample.LogSumExp(row)
 		tok.Logprob = sample.Logprob(row, t, mx, lse)
 		if p.TopLogprobs > 0 {
-			ids := e.sm.Largest(row, p.TopLogprobs)
-			tok.Top = make([]TokenLogprob, len(ids))
-			for i, id := range ids {
-				tok.Top[i] = TokenLogprob{ID: id, Logprob: sample.Logprob(row, id, mx, lse)}
-			}
+			tok.Top = topN(&e.sm, row, p.TopLogprobs, mx, lse)
 		}
 	}
 	s.smp.Accept(t)

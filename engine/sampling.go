@@ -8,3 +8,14 @@ func (p *SamplingParams) sampleParams() sample.Params {
 		FrequencyPenalty: p.FrequencyPenalty, PresencePenalty: p.PresencePenalty,
 		RepetitionPenalty: p.RepetitionPenalty, Constraint: p.Constraint}
 }
+
+// topN returns the n largest entries of row as (id, logprob), best first,
+// given sample.LogSumExp's results.
+func topN(sm *sample.Sampler, row []float32, n int, mx, lse float64) []TokenLogprob {
+	ids := sm.Largest(row, n)
+	out := make([]TokenLogprob, len(ids))
+	for i, id := range ids {
+		out[i] = TokenLogprob{ID: id, Logprob: sample.Logprob(row, id, mx, lse)}
+	}
+	return out
+}
