@@ -49,6 +49,59 @@ type Conversation struct {
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 }
 
+// ErrNoTemplate is wrapped by the error Load returns when a directory has
+// no chat template at all (neither chat_template.jinja nor a
+// chat_template in tokenizer_config.json).
+var ErrNoTemplate = errors.New("no chat template")
+
+// SpecialTokens are the special tokens named in tokenizer_config.json;
+// "" when unset.
+type SpecialTokens struct {
+	BOS, EOS, PAD, UNK string
+	// Additional lists additional_special_tokens.
+	Additional []string
+}
+
+// LoadSpecialTokens reads the special tokens of DIR/tokenizer_config.json,
+// whether or not it has a chat template. A directory without the file has
+// none (and no error).
+func LoadSpecialTokens(dir string) (SpecialTokens, error) {
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	cfg, err := readLimited(cfgPath, maxConfigSize)
+	if errors.Is(err, os.ErrNotExist) {
+		return SpecialTokens{}, nil
+	}
+	if err != nil {
+		return SpecialTokens{}, fmt.Errorf("chattemplate: %w", err)
+	}
+	c, err := parseConfig(cfg)
+	if err != nil {
+		return SpecialTokens{}, fmt.Errorf("chattemplate: %s: %w", cfgPath, err)
+	}
+	return SpecialTokens{BOS: c.bos, EOS: c.eos, PAD: c.pad, UNK: c.unk, Additional: c.additional}, nil
+}
+
+// LoadFile reads a chat template from a Jinja file (as SGLang's
+// --chat-template FILE.jinja) with the special tokens of dir's
+// tokenizer_config.json.
+func LoadFile(path, dir string) (*Template, error) {
+	st, err := LoadSpecialTokens(dir)
+	if err != nil {
+		return nil, err
+	}
+	data, err := readLimited(path, jinja.MaxSourceSize)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	t, err := Parse(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %s: %w", path, err)
+	}
+	t.BOSToken, t.EOSToken, t.PADToken, t.UNKToken = st.BOS, st.EOS, st.PAD, st.UNK
+	t.AdditionalSpecialTokens = st.Additional
+	return t, nil
+}
+
 // Load reads the chat template of a model directory: chat_template.jinja
 // when present (it takes precedence, as in transformers), else the
 // chat_template field of tokenizer_config.json. Special tokens come from
@@ -74,9 +127,9 @@ func Load(dir string) (*Template, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	case cfg == nil:
-		return nil, fmt.Errorf("chattemplate: %s has neither chat_template.jinja nor tokenizer_config.json", dir)
+		return nil, fmt.Errorf("chattemplate: %s has neither chat_template.jinja nor tokenizer_config.json: %w", dir, ErrNoTemplate)
 	case src == "":
-		return nil, fmt.Errorf("chattemplate: %s: no chat_template, and no chat_template.jinja beside it", cfgPath)
+		return nil, fmt.Errorf("chattemplate: %s: no chat_template, and no chat_template.jinja beside it: %w", cfgPath, ErrNoTemplate)
 	}
 	t, err := Parse(src)
 	if err != nil {
@@ -269,40 +322,4 @@ func jsonField(name string, raw json.RawMessage) (jinja.Value, error) {
 		return nil, fmt.Errorf("chattemplate: %s: %w", name, err)
 	}
 	return v, nil
-}
-
-// RenderMaps renders messages and tools given as Go maps, with vars
-// holding add_generation_prompt and the chat_template_kwargs. It fits
-// server.ChatTemplateFunc. Go maps have no order, so object keys reach the
-// template sorted; a tool schema printed with tojson then differs from
-// Python's insertion order. Prefer Render with the request's raw JSON.
-func (t *Template) RenderMaps(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
-	c := Conversation{}
-	var err error
-	if c.Messages, err = json.Marshal(messages); err != nil {
-		return "", fmt.Errorf("chattemplate: messages: %w", err)
-	}
-	if tools != nil {
-		if c.Tools, err = json.Marshal(tools); err != nil {
-			return "", fmt.Errorf("chattemplate: tools: %w", err)
-		}
-	}
-	kw := map[string]any{}
-	for k, v := range vars {
-		if k == "add_generation_prompt" {
-			b, ok := v.(bool)
-			if !ok {
-				return "", fmt.Errorf("chattemplate: add_generation_prompt is %T, want bool", v)
-			}
-			c.AddGenerationPrompt = b
-			continue
-		}
-		kw[k] = v
-	}
-	if len(kw) > 0 {
-		if c.ChatTemplateKwargs, err = json.Marshal(kw); err != nil {
-			return "", fmt.Errorf("chattemplate: chat_template_kwargs: %w", err)
-		}
-	}
-	return t.Render(c)
 }

@@ -86,17 +86,45 @@ func TestRenderInputs(t *testing.T) {
 	}
 }
 
-func TestRenderMaps(t *testing.T) {
-	tm, err := Parse(`{% for m in messages %}{{ m.role }}:{{ m.content }} {% endfor %}{{ tools | tojson }} {{ add_generation_prompt }} {{ enable_thinking }}`)
+func TestNoTemplateIsErrNoTemplate(t *testing.T) {
+	for _, files := range []map[string]string{{"tokenizer_config.json": `{"eos_token": "E"}`}, {}} {
+		if _, err := Load(writeDir(t, files)); !errors.Is(err, ErrNoTemplate) {
+			t.Errorf("%v: error %v, want ErrNoTemplate", files, err)
+		}
+	}
+	if _, err := Load(writeDir(t, map[string]string{"tokenizer_config.json": `{"chat_template": "{% if %}"}`})); errors.Is(err, ErrNoTemplate) {
+		t.Errorf("a broken template is not a missing one: %v", err)
+	}
+}
+
+func TestLoadSpecialTokens(t *testing.T) {
+	dir := writeDir(t, map[string]string{"tokenizer_config.json": `{"eos_token": {"content": "<|im_end|>"}, "bos_token": null, "pad_token": "<|endoftext|>", "additional_special_tokens": ["<a>", {"content": "<b>"}]}`})
+	st, err := LoadSpecialTokens(dir)
+	if err != nil || st.EOS != "<|im_end|>" || st.BOS != "" || st.PAD != "<|endoftext|>" || strings.Join(st.Additional, ",") != "<a>,<b>" {
+		t.Errorf("got %+v, %v", st, err)
+	}
+	if st, err := LoadSpecialTokens(t.TempDir()); err != nil || st.EOS != "" {
+		t.Errorf("empty dir: %+v, %v", st, err)
+	}
+	if _, err := LoadSpecialTokens(writeDir(t, map[string]string{"tokenizer_config.json": `{"eos_token": 3}`})); err == nil || !strings.Contains(err.Error(), "eos_token") {
+		t.Errorf("bad eos_token: %v", err)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := writeDir(t, map[string]string{"tokenizer_config.json": `{"chat_template": "config", "eos_token": "E"}`, "custom.jinja": "custom {{ messages[0].content }}{{ eos_token }}"})
+	tm, err := LoadFile(filepath.Join(dir, "custom.jinja"), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tm.RenderMaps(
-		[]map[string]any{{"role": "user", "content": "a<b"}},
-		[]map[string]any{{"type": "function", "function": map[string]any{"name": "f"}}},
-		map[string]any{"add_generation_prompt": true, "enable_thinking": false})
-	want := `user:a<b [{"function": {"name": "f"}, "type": "function"}] True False`
-	if err != nil || got != want {
-		t.Fatalf("got %q, %v; want %q", got, err, want)
+	if got, err := tm.Render(Conversation{Messages: []byte(`[{"role":"user","content":"hi"}]`)}); err != nil || got != "custom hiE" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := LoadFile(filepath.Join(dir, "missing.jinja"), dir); err == nil || !strings.Contains(err.Error(), "missing.jinja") {
+		t.Errorf("missing file: %v", err)
+	}
+	bad := writeDir(t, map[string]string{"bad.jinja": "{% for %}"})
+	if _, err := LoadFile(filepath.Join(bad, "bad.jinja"), bad); err == nil || !strings.Contains(err.Error(), "bad.jinja") {
+		t.Errorf("bad file: %v", err)
 	}
 }

@@ -35,6 +35,7 @@ type Config struct {
 	// Model and tokenizer.
 	ModelPath         string
 	TokenizerPath     string
+	ChatTemplate      string // a Jinja file; "": the tokenizer's own template
 	TrustRemoteCode   bool
 	SkipTokenizerInit bool
 	ContextLength     int // 0: from the model
@@ -145,6 +146,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	// Model.
 	fs.StringVar(&c.ModelPath, "model-path", "", "model directory (Hugging Face layout: config.json + safetensors); alias --model")
 	fs.StringVar(&c.TokenizerPath, "tokenizer-path", "", "tokenizer directory (default: the model path)")
+	fs.StringVar(&c.ChatTemplate, "chat-template", "", "Jinja chat template file for the chat API (default: the tokenizer's chat_template.jinja or tokenizer_config.json chat_template); SGLang's built-in template names are not supported")
 	fs.BoolVar(&c.TrustRemoteCode, "trust-remote-code", false, "accepted for compatibility: kt never runs code from a model directory; every architecture is built in")
 	fs.BoolVar(&c.SkipTokenizerInit, "skip-tokenizer-init", false, "load no tokenizer: /generate takes input_ids and returns output_ids only; text routes answer 400")
 	fs.IntVar(&c.ContextLength, "context-length", 0, "maximum tokens per request, prompt plus output (default: the model's max_position_embeddings)")

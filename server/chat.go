@@ -9,71 +9,233 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/jsonconstraint"
 )
 
-// parseMessages turns the request's messages into template objects. Content
-// given as an array of parts is joined into one string (text parts only).
-func parseMessages(raw []json.RawMessage) ([]map[string]any, error) {
-	if len(raw) == 0 {
+// chatInput is a chat request's template input: the messages and tools as
+// the client sent them (key order kept), normalized as SGLang does before it
+// calls apply_chat_template.
+type chatInput struct {
+	conv chattemplate.Conversation
+	// prefix is the content of a final assistant message to continue
+	// (continue_final_message): appended to the rendered prompt.
+	prefix string
+	tools  []toolDef // the tools offered to the model (nil: none)
+}
+
+// buildChatInput validates and normalizes the request's messages, tools and
+// template arguments without reordering any object's keys:
+//   - role "developer" becomes "system";
+//   - content null becomes "" (an assistant message may omit it), an array
+//     of text parts becomes their texts joined by spaces (SGLang's string
+//     content format), other parts are refused;
+//   - members set to null are dropped (SGLang's model_dump + filter);
+//   - an assistant's tool_calls[].function.arguments given as a JSON string
+//     is parsed into the object the templates iterate over;
+//   - a final assistant message is continued (continue_final_message: its
+//     content follows the generation prompt) or else turned into a user
+//     message, as SGLang does.
+func buildChatInput(req *chatRequest) (*chatInput, error) {
+	if len(req.Messages) == 0 {
 		return nil, badRequest("messages", "messages must hold at least one message")
 	}
-	out := make([]map[string]any, len(raw))
-	for i, r := range raw {
-		var m map[string]any
-		if err := json.Unmarshal(r, &m); err != nil || m == nil {
-			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: expected an object with role and content", i)
+	msgs := make([]jsonObject, len(req.Messages))
+	for i, r := range req.Messages {
+		m, err := normalizeMessage(i, r)
+		if err != nil {
+			return nil, err
 		}
-		role, ok := m["role"].(string)
-		if !ok {
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: expected one of system, developer, user, assistant, tool", i)
-		}
-		switch role {
-		case "system", "user", "assistant", "tool":
-		case "developer":
-			m["role"] = "system"
-		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, role)
-		}
-		switch c := m["content"].(type) {
-		case nil:
-			if role != "assistant" {
-				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: missing", i)
-			}
-			m["content"] = ""
-		case string:
-		case []any:
-			var b strings.Builder
-			for j, part := range c {
-				pm, _ := part.(map[string]any)
-				typ, _ := pm["type"].(string)
-				text, isText := pm["text"].(string)
-				if typ != "text" || !isText {
-					return nil, badRequest(fmt.Sprintf("messages[%d].content[%d]", i, j), "messages[%d].content[%d]: only text parts are supported (got type %q): kt serves text-only models", i, j, typ)
-				}
-				b.WriteString(text)
-			}
-			m["content"] = b.String()
-		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: expected a string or an array of text parts", i)
-		}
-		// Tool call arguments arrive as JSON strings; templates want objects.
-		if calls, ok := m["tool_calls"].([]any); ok {
-			for _, c := range calls {
-				cm, _ := c.(map[string]any)
-				fn, _ := cm["function"].(map[string]any)
-				if a, ok := fn["arguments"].(string); ok {
-					var obj any
-					if json.Unmarshal([]byte(a), &obj) == nil {
-						fn["arguments"] = obj
-					}
-				}
-			}
-		}
-		out[i] = m
+		msgs[i] = m
 	}
-	return out, nil
+	in := &chatInput{conv: chattemplate.Conversation{AddGenerationPrompt: true}}
+	last := msgs[len(msgs)-1]
+	if role, _ := last.get("role"); string(role) == `"assistant"` {
+		var content string
+		if c, _ := last.get("content"); json.Unmarshal(c, &content) == nil {
+			if req.ContinueFinalMsg {
+				in.prefix = content
+				msgs = msgs[:len(msgs)-1]
+			} else {
+				msgs[len(msgs)-1] = jsonObject{}
+				msgs[len(msgs)-1].setString("role", "user")
+				msgs[len(msgs)-1].setString("content", content)
+			}
+		}
+	}
+	raw := make([]json.RawMessage, len(msgs))
+	for i, m := range msgs {
+		raw[i], _ = m.MarshalJSON()
+	}
+	in.conv.Messages = jsonArray(raw)
+
+	tools, err := parseTools(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(tools) > 0 {
+		in.conv.Tools = jsonArray(req.Tools)
+		in.tools = tools
+	}
+
+	// Template variables: reasoning_effort, then chat_template_kwargs
+	// (which may override it), in the client's order.
+	kw := jsonObject{}
+	if req.ReasoningEffort != "" {
+		kw.setString("reasoning_effort", req.ReasoningEffort)
+	}
+	if !isNull(req.ChatTemplateKwargs) {
+		o, err := parseObject(req.ChatTemplateKwargs)
+		if err != nil {
+			return nil, badRequest("chat_template_kwargs", "field \"chat_template_kwargs\": expected an object")
+		}
+		for _, f := range o {
+			kw.set(f.key, f.val)
+		}
+	}
+	if len(kw) > 0 {
+		in.conv.ChatTemplateKwargs, _ = kw.MarshalJSON()
+	}
+	return in, nil
+}
+
+// normalizeMessage checks message i and normalizes it (see buildChatInput).
+func normalizeMessage(i int, r json.RawMessage) (jsonObject, error) {
+	field := func(f string) string { return fmt.Sprintf("messages[%d]%s", i, f) }
+	m, err := parseObject(r)
+	if err != nil {
+		return nil, badRequest(field(""), "messages[%d]: expected an object with role and content", i)
+	}
+	var role string
+	if v, _ := m.get("role"); json.Unmarshal(v, &role) != nil {
+		return nil, badRequest(field(".role"), "messages[%d].role: expected one of system, developer, user, assistant, tool", i)
+	}
+	switch role {
+	case "system", "user", "assistant", "tool":
+	case "developer":
+		m.setString("role", "system")
+	default:
+		return nil, badRequest(field(".role"), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, role)
+	}
+	content, _ := m.get("content")
+	switch {
+	case isNull(content):
+		if role != "assistant" {
+			return nil, badRequest(field(".content"), "messages[%d].content: missing", i)
+		}
+		m.setString("content", "")
+	case content[0] == '"':
+	case content[0] == '[':
+		var parts []json.RawMessage
+		if json.Unmarshal(content, &parts) != nil {
+			return nil, badRequest(field(".content"), "messages[%d].content: expected a string or an array of text parts", i)
+		}
+		texts := make([]string, 0, len(parts))
+		for j, part := range parts {
+			var p struct {
+				Type string  `json:"type"`
+				Text *string `json:"text"`
+			}
+			_ = json.Unmarshal(part, &p)
+			if p.Type != "text" || p.Text == nil {
+				return nil, badRequest(field(fmt.Sprintf(".content[%d]", j)), "messages[%d].content[%d]: only text parts are supported (got type %q): kt serves text-only models", i, j, p.Type)
+			}
+			texts = append(texts, *p.Text)
+		}
+		m.setString("content", strings.Join(texts, " "))
+	default:
+		return nil, badRequest(field(".content"), "messages[%d].content: expected a string or an array of text parts", i)
+	}
+	m.dropNulls()
+	if role == "assistant" {
+		if err := parseToolCallArguments(i, &m); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// parseToolCallArguments replaces each tool_calls[j].function.arguments given
+// as a JSON string (OpenAI's wire form) with the object it encodes, keeping
+// its key order, as SGLang does: chat templates such as Qwen3-Coder's and
+// Qwen3.5's iterate over the arguments. A string that is not a JSON object
+// is a 400 naming the field.
+func parseToolCallArguments(i int, m *jsonObject) error {
+	raw, ok := m.get("tool_calls")
+	if !ok {
+		return nil
+	}
+	var calls []json.RawMessage
+	if json.Unmarshal(raw, &calls) != nil {
+		return badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls: expected an array of tool calls", i)
+	}
+	changed := false
+	for j, c := range calls {
+		call, err := parseObject(c)
+		if err != nil {
+			return badRequest(fmt.Sprintf("messages[%d].tool_calls[%d]", i, j), "messages[%d].tool_calls[%d]: expected an object", i, j)
+		}
+		fnRaw, ok := call.get("function")
+		if !ok {
+			continue
+		}
+		fn, err := parseObject(fnRaw)
+		if err != nil {
+			continue
+		}
+		args, ok := fn.get("arguments")
+		var s string
+		if !ok || json.Unmarshal(args, &s) != nil {
+			continue // already an object (or absent): passed as is
+		}
+		name := fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, j)
+		if _, err := parseObject(json.RawMessage(s)); err != nil || !json.Valid([]byte(s)) {
+			return badRequest(name, "%s: must be a JSON object encoded as a string, got %.80q", name, s)
+		}
+		fn.set("arguments", json.RawMessage(s))
+		call.set("function", mustMarshal(fn))
+		calls[j] = mustMarshal(call)
+		changed = true
+	}
+	if changed {
+		m.set("tool_calls", jsonArray(calls))
+	}
+	return nil
+}
+
+func mustMarshal(o jsonObject) json.RawMessage {
+	b, _ := o.MarshalJSON()
+	return b
+}
+
+// parseTools checks the request's tools and returns those offered to the
+// model (none with tool_choice "none").
+func parseTools(req *chatRequest) ([]toolDef, error) {
+	if len(req.ToolChoice) > 0 && !isNull(req.ToolChoice) {
+		var choice string
+		if json.Unmarshal(req.ToolChoice, &choice) != nil {
+			return nil, badRequest("tool_choice", "tool_choice naming a function is not supported yet in kt; use \"auto\" or \"none\"")
+		}
+		switch choice {
+		case "none":
+			return nil, nil
+		case "auto":
+		case "required":
+			return nil, badRequest("tool_choice", "tool_choice \"required\" is not supported yet in kt; use \"auto\" or \"none\"")
+		default:
+			return nil, badRequest("tool_choice", "tool_choice must be \"auto\", \"none\" or \"required\", got %q", choice)
+		}
+	}
+	var tools []toolDef
+	for i, raw := range req.Tools {
+		var t toolDef
+		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Function.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", i)
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
 }
 
 // chatState turns one choice's text stream into reasoning, answer and tool
@@ -149,7 +311,7 @@ type chatPlan struct {
 	usage      bool
 }
 
-func (s *Server) planChat(req *chatRequest) (*chatPlan, error) {
+func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, error) {
 	if err := s.checkModel(req.Model); err != nil {
 		return nil, err
 	}
@@ -157,55 +319,17 @@ func (s *Server) planChat(req *chatRequest) (*chatPlan, error) {
 		return nil, err
 	}
 	if s.opt.Template == nil {
-		return nil, badRequest("messages", "this model has no chat template; use /v1/completions or /generate")
+		return nil, badRequest("messages", "this model has no chat template (start kt serve with --chat-template FILE.jinja); use /v1/completions or /generate")
 	}
-	msgs, err := parseMessages(req.Messages)
+	in, err := buildChatInput(req)
 	if err != nil {
 		return nil, err
 	}
-	tools := req.Tools
-	if len(req.ToolChoice) > 0 {
-		var choice string
-		if json.Unmarshal(req.ToolChoice, &choice) != nil {
-			return nil, badRequest("tool_choice", "tool_choice naming a function is not supported yet in kt; use \"auto\" or \"none\"")
-		}
-		switch choice {
-		case "none":
-			tools = nil
-		case "auto":
-		case "required":
-			return nil, badRequest("tool_choice", "tool_choice \"required\" is not supported yet in kt; use \"auto\" or \"none\"")
-		default:
-			return nil, badRequest("tool_choice", "tool_choice must be \"auto\", \"none\" or \"required\", got %q", choice)
-		}
-	}
-	var toolMaps []map[string]any
-	for i, t := range tools {
-		if t.Type != "function" || t.Function.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", i)
-		}
-		b, _ := json.Marshal(t)
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		toolMaps = append(toolMaps, m)
-	}
-	vars := map[string]any{"add_generation_prompt": !req.ContinueFinalMsg}
-	for k, v := range req.ChatTemplateKwargs {
-		vars[k] = v
-	}
-	if req.ReasoningEffort != "" {
-		vars["reasoning_effort"] = req.ReasoningEffort
-	}
-	text, err := s.opt.Template.Render(msgs, toolMaps, vars)
+	text, err := s.opt.Template.RenderContext(ctx, in.conv)
 	if err != nil {
 		return nil, badRequest("messages", "rendering the chat template: %v", err)
 	}
-	if req.ContinueFinalMsg {
-		// Drop the end-of-turn the template put after the last message.
-		if i := strings.LastIndex(text, "<|im_end|>"); i >= 0 && strings.TrimSpace(text[i+len("<|im_end|>"):]) == "" {
-			text = text[:i]
-		}
-	}
+	text += in.prefix
 	p, n, err := req.toParams(0)
 	if err != nil {
 		return nil, err
@@ -230,8 +354,8 @@ func (s *Server) planChat(req *chatRequest) (*chatPlan, error) {
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
 		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 	}
-	if s.opt.ToolCallParser != "none" && len(tools) > 0 {
-		plan.tools = tools
+	if s.opt.ToolCallParser != "none" && len(in.tools) > 0 {
+		plan.tools = in.tools
 	}
 	if rf := req.ResponseFormat; rf != nil {
 		switch rf.Type {
@@ -280,7 +404,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	plan, err := s.planChat(&req)
+	plan, err := s.planChat(r.Context(), &req)
 	if err != nil {
 		writeError(w, err)
 		return

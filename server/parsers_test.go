@@ -3,13 +3,11 @@ package server
 import (
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/internal/fakemodel"
-	"github.com/ktserve/kt/tokenizer"
 )
 
 // chunkings splits s every k bytes for several k, to check that streaming
@@ -128,9 +126,9 @@ func FuzzChatRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ctx := f.Context() // taken here: f.Context may not be called once the fuzz target runs
+	ctx := f.Context() // not inside the goroutine: it may run once the fuzz target has started
 	go func() { _ = e.Run(ctx) }()
-	srv, err := New(Options{Engine: e, ModelName: modelName, Tokenizer: fakemodel.Tokenizer{}, Template: ChatTemplateFunc(fakemodel.ChatML), ReasoningParser: "qwen3", ToolCallParser: "qwen25"})
+	srv, err := New(Options{Engine: e, ModelName: modelName, Tokenizer: fakemodel.Tokenizer{}, Template: fakemodel.ChatTemplate(), ReasoningParser: "qwen3", ToolCallParser: "qwen25"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -150,39 +148,4 @@ func FuzzChatRequest(f *testing.F) {
 			t.Fatalf("%q: status %d %s", body, w.Code, w.Body.String())
 		}
 	})
-}
-
-func TestQwenTemplateMatchesReference(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads the full Qwen3 tokenizer (seconds under -race)")
-	}
-	tok, err := tokenizer.Load("../tokenizer/testdata")
-	if err != nil {
-		t.Skipf("no Qwen3 tokenizer: %v", err)
-	}
-	// Reference ids from Hugging Face tokenizers + @huggingface/jinja
-	// rendering Qwen3's template (shared/reference/test-assets.md §2).
-	text, err := QwenTemplate.Render([]map[string]any{{"role": "user", "content": "你好 🤖 func main(){}"}}, nil,
-		map[string]any{"add_generation_prompt": true, "enable_thinking": false})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []int32{151644, 872, 198, 108386, 11162, 97, 244, 2915, 1887, 368, 6257, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271}
-	if got := tok.Encode(text); !slices.Equal(got, want) {
-		t.Errorf("ids %v\nwant %v", got, want)
-	}
-	// Tools, a tool call and its result.
-	text, _ = QwenTemplate.Render([]map[string]any{
-		{"role": "system", "content": "Be brief."},
-		{"role": "user", "content": "Weather?"},
-		{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{"function": map[string]any{"name": "w", "arguments": map[string]any{"city": "<Paris>"}}}}},
-		{"role": "tool", "content": "sunny"},
-	}, []map[string]any{{"type": "function", "function": map[string]any{"name": "w"}}}, map[string]any{"add_generation_prompt": true})
-	for _, want := range []string{"<|im_start|>system\nBe brief.\n\n# Tools", `{"function": {"name": "w"}, "type": "function"}`,
-		"<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"<Paris>\"}}\n</tool_call><|im_end|>",
-		"<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("rendering lacks %q:\n%s", want, text)
-		}
-	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
 )
 
@@ -37,19 +38,12 @@ type Tokenizer interface {
 	IsSpecial(id int32) bool
 }
 
-// ChatTemplate renders a conversation into a prompt. messages and tools are
-// the request's JSON objects; vars holds add_generation_prompt and the
-// request's chat_template_kwargs (enable_thinking, ...).
+// ChatTemplate renders a conversation into a prompt; *chattemplate.Template
+// implements it. The conversation's messages and tools are the request's
+// JSON with the client's key order, so tojson prints them as transformers
+// would.
 type ChatTemplate interface {
-	Render(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error)
-}
-
-// ChatTemplateFunc adapts a function to ChatTemplate.
-type ChatTemplateFunc func(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error)
-
-// Render calls f.
-func (f ChatTemplateFunc) Render(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
-	return f(messages, tools, vars)
+	RenderContext(ctx context.Context, c chattemplate.Conversation) (string, error)
 }
 
 // Options configures a Server.
@@ -273,6 +267,7 @@ func (s *Server) handleModelInfo(w http.ResponseWriter, r *http.Request) {
 		"has_audio_understanding":   false,
 		"model_type":                info.Architecture,
 		"architectures":             []string{info.Architecture},
+		"vocab_size":                info.VocabSize, // kt extension: lets kt bench draw random prompt ids
 	})
 }
 

@@ -109,7 +109,7 @@ func newTestServer(t *testing.T, rc fakemodel.Config, ec engine.Config, mod func
 		}
 	}()
 	opt := Options{Engine: e, ModelName: modelName, ModelPath: "/models/fake", Tokenizer: fakemodel.Tokenizer{},
-		Template: ChatTemplateFunc(fakemodel.ChatML), ReasoningParser: "qwen3", ToolCallParser: "qwen25", Version: "test"}
+		Template: fakemodel.ChatTemplate(), ReasoningParser: "qwen3", ToolCallParser: "qwen25", Version: "test"}
 	if mod != nil {
 		mod(&opt)
 	}

@@ -37,15 +37,15 @@ type chatRequest struct {
 	Model    string            `json:"model"`
 	Messages []json.RawMessage `json:"messages"`
 	samplingFields
-	Logprobs           bool            `json:"logprobs"`
-	TopLogprobs        *int            `json:"top_logprobs"`
-	Tools              []toolDef       `json:"tools"`
-	ToolChoice         json.RawMessage `json:"tool_choice"`
-	ResponseFormat     *responseFormat `json:"response_format"`
-	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
-	SeparateReasoning  *bool           `json:"separate_reasoning"`
-	ContinueFinalMsg   bool            `json:"continue_final_message"`
-	ReasoningEffort    string          `json:"reasoning_effort"`
+	Logprobs           bool              `json:"logprobs"`
+	TopLogprobs        *int              `json:"top_logprobs"`
+	Tools              []json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ResponseFormat     *responseFormat   `json:"response_format"`
+	ChatTemplateKwargs json.RawMessage   `json:"chat_template_kwargs"`
+	SeparateReasoning  *bool             `json:"separate_reasoning"`
+	ContinueFinalMsg   bool              `json:"continue_final_message"`
+	ReasoningEffort    string            `json:"reasoning_effort"`
 }
 
 type toolDef struct {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/internal/fakemodel"
 	"github.com/ktserve/kt/server"
@@ -41,7 +42,12 @@ func chatServer(t *testing.T) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = e.Run(ctx) }()
-	srv, err := server.New(server.Options{Engine: e, ModelName: "tiny", Tokenizer: tok, Template: server.QwenTemplate, ReasoningParser: "qwen3"})
+	// Qwen3's own chat template (the tiny tokenizer directory keeps it).
+	tmpl, err := chattemplate.Load("../../testdata/tokenizers/qwen3-tiny1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Options{Engine: e, ModelName: "tiny", Tokenizer: tok, Template: tmpl, ReasoningParser: "qwen3"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,28 +148,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 				"tokenizer_vocab", t.VocabSize(), "model_vocab", info.VocabSize)
 		}
 		tok = t
-		tc := readTokenizerConfig(cfg.TokenizerPath)
-		tmplSource = tc.ChatTemplate
-		if tc.EOSToken != "" {
-			if id, ok := t.TokenID(tc.EOSToken); ok {
+		log.Info("tokenizer loaded", "path", cfg.TokenizerPath, "vocab", t.VocabSize())
+		special, err := chattemplate.LoadSpecialTokens(cfg.TokenizerPath)
+		if err != nil {
+			return err
+		}
+		if special.EOS != "" {
+			if id, ok := t.TokenID(special.EOS); ok {
 				eos = append(eos, id)
 			}
 		}
-		jt, jerr := chattemplate.Load(cfg.TokenizerPath)
+		jt, err := loadChatTemplate(cfg)
 		switch {
-		case jerr == nil:
-			tmpl = jinjaTemplate{jt}
-			tmplSource = jt.Source
-			log.Info("chat template", "source", cfg.TokenizerPath, "renderer", "jinja")
-		case strings.Contains(tmplSource, "<|im_start|>"):
-			tmpl = server.QwenTemplate
-			log.Warn("chat template: the Jinja renderer failed; using the built-in Qwen3 ChatML renderer", "source", tc.Path, "error", jerr)
-		case tmplSource != "":
-			log.Warn("chat template could not be loaded; /v1/chat/completions will answer 400", "source", tc.Path, "error", jerr)
+		case err == nil:
+			tmpl, tmplSource = jt, jt.Source
+			source := cfg.ChatTemplate
+			if source == "" {
+				source = cfg.TokenizerPath
+			}
+			log.Info("chat template", "source", source)
+		case errors.Is(err, chattemplate.ErrNoTemplate):
+			// As SGLang: no template, no chat API (it would be a guess).
+			log.Warn("no chat template: /v1/chat/completions will answer 400; give --chat-template FILE.jinja", "looked_in", cfg.TokenizerPath)
 		default:
-			log.Warn("no chat template found; /v1/chat/completions will answer 400", "looked_in", cfg.TokenizerPath)
+			return fmt.Errorf("%w (give --chat-template FILE.jinja to use another template)", err)
 		}
-		log.Info("tokenizer loaded", "path", cfg.TokenizerPath, "vocab", t.VocabSize())
 	} else {
 		log.Info("no tokenizer (--skip-tokenizer-init): /generate takes and returns token ids only")
 	}
@@ -332,76 +335,18 @@ func parseEOS(raw json.RawMessage) []int32 {
 	return many
 }
 
-type tokenizerConfig struct {
-	Path         string
-	ChatTemplate string
-	EOSToken     string
-}
-
-// readTokenizerConfig finds the chat template (tokenizer_config.json's
-// chat_template, or chat_template.jinja) and the eos token.
-func readTokenizerConfig(dir string) tokenizerConfig {
-	var tc tokenizerConfig
-	path := filepath.Join(dir, "tokenizer_config.json")
-	if data, err := os.ReadFile(path); err == nil {
-		var c struct {
-			ChatTemplate json.RawMessage `json:"chat_template"`
-			EOSToken     json.RawMessage `json:"eos_token"`
-		}
-		if json.Unmarshal(data, &c) == nil {
-			var s string
-			if json.Unmarshal(c.ChatTemplate, &s) == nil && s != "" {
-				tc.ChatTemplate, tc.Path = s, path
-			}
-			var eos string
-			if json.Unmarshal(c.EOSToken, &eos) == nil {
-				tc.EOSToken = eos
-			} else {
-				var obj struct {
-					Content string `json:"content"`
-				}
-				if json.Unmarshal(c.EOSToken, &obj) == nil {
-					tc.EOSToken = obj.Content
-				}
-			}
-		}
+// loadChatTemplate reads --chat-template when given, else the tokenizer
+// directory's own template.
+func loadChatTemplate(cfg *serveconfig.Config) (*chattemplate.Template, error) {
+	if cfg.ChatTemplate == "" {
+		return chattemplate.Load(cfg.TokenizerPath)
 	}
-	if tc.ChatTemplate == "" {
-		jp := filepath.Join(dir, "chat_template.jinja")
-		if data, err := os.ReadFile(jp); err == nil {
-			tc.ChatTemplate, tc.Path = string(data), jp
-		}
+	if _, err := os.Stat(cfg.ChatTemplate); err != nil && !strings.ContainsAny(cfg.ChatTemplate, "/.") {
+		return nil, fmt.Errorf("--chat-template %s: no such file; SGLang's built-in template names are not supported in kt, give a Jinja file", cfg.ChatTemplate)
 	}
-	return tc
-}
-
-// jinjaTemplate renders with the model's own Jinja chat template, as
-// transformers' apply_chat_template does.
-type jinjaTemplate struct{ t *chattemplate.Template }
-
-func (j jinjaTemplate) Render(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
-	var c chattemplate.Conversation
-	var err error
-	if c.Messages, err = json.Marshal(messages); err != nil {
-		return "", err
+	t, err := chattemplate.LoadFile(cfg.ChatTemplate, cfg.TokenizerPath)
+	if err != nil {
+		return nil, fmt.Errorf("--chat-template: %w", err)
 	}
-	if len(tools) > 0 {
-		if c.Tools, err = json.Marshal(tools); err != nil {
-			return "", err
-		}
-	}
-	kw := map[string]any{}
-	for k, v := range vars {
-		if k == "add_generation_prompt" {
-			c.AddGenerationPrompt, _ = v.(bool)
-			continue
-		}
-		kw[k] = v
-	}
-	if len(kw) > 0 {
-		if c.ChatTemplateKwargs, err = json.Marshal(kw); err != nil {
-			return "", err
-		}
-	}
-	return j.t.Render(c)
+	return t, nil
 }

@@ -171,3 +171,82 @@ func TestServeTinyModelChat(t *testing.T) {
 		t.Errorf("chat: %d %s", resp.StatusCode, raw)
 	}
 }
+
+// TestServeChatTemplateSources: the chat template comes from the tokenizer
+// directory or --chat-template; without one the chat API answers 400 (as
+// SGLang) while the other routes serve; a template that cannot be loaded
+// stops startup with the file named.
+func TestServeChatTemplateSources(t *testing.T) {
+	root := filepath.Join("..", "..", "testdata")
+	model := filepath.Join(root, "models", "qwen3moe-a")
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		t.Skipf("no tiny model: %v", err)
+	}
+	tokDir := t.TempDir()
+	src, err := filepath.Abs(filepath.Join(root, "tokenizers", "qwen3-tiny1000", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(src, filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tokDir, "tokenizer_config.json"), []byte(`{"eos_token": "<|im_end|>"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	custom := filepath.Join(t.TempDir(), "custom.jinja")
+	if err := os.WriteFile(custom, []byte(`{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}{% endfor %}assistant:`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	post := func(url, path, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	chat := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+
+	url := startServe(t, "--model-path", model, "--tokenizer-path", tokDir, "--log-level", "warning")
+	if code, body := post(url, "/v1/chat/completions", chat); code != 400 || !strings.Contains(body, "--chat-template") {
+		t.Errorf("chat without a template: %d %s", code, body)
+	}
+	if code, body := post(url, "/v1/completions", `{"prompt":"hi","max_tokens":2}`); code != 200 {
+		t.Errorf("completions without a template: %d %s", code, body)
+	}
+
+	url = startServe(t, "--model-path", model, "--tokenizer-path", tokDir, "--chat-template", custom, "--log-level", "warning")
+	code, body := post(url, "/v1/chat/completions", chat)
+	// The prompt is exactly the custom template's rendering.
+	var r struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	_ = json.Unmarshal([]byte(body), &r)
+	_, ids := post(url, "/tokenize", `{"prompt":"user: hi<|im_end|>assistant:"}`)
+	var tk struct {
+		Count int `json:"count"`
+	}
+	_ = json.Unmarshal([]byte(ids), &tk)
+	if code != 200 || tk.Count == 0 || r.Usage.PromptTokens != tk.Count {
+		t.Errorf("chat with --chat-template: %d %s (the rendered prompt has %d tokens: %s)", code, body, tk.Count, ids)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.jinja")
+	if err := os.WriteFile(bad, []byte(`{% for %}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ flag, want string }{
+		{bad, "bad.jinja"},
+		{"chatml", "built-in template names are not supported"},
+		{filepath.Join(tokDir, "missing.jinja"), "missing.jinja"},
+	} {
+		err := runServe(context.Background(), []string{"--port", "0", "--model-path", model, "--tokenizer-path", tokDir, "--chat-template", c.flag}, io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--chat-template %s: %v, want %q", c.flag, err, c.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package fakemodel
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ktserve/kt/chattemplate"
 )
 
 // Special token ids of the byte-level Tokenizer: ids 0-255 are bytes.
@@ -95,32 +97,19 @@ func (Tokenizer) IsSpecial(id int32) bool {
 	return id == EndOfText || id == IMStart || id == IMEnd
 }
 
-// ChatML renders messages the way Qwen's templates do, without tools:
-// <|im_start|>role\ncontent<|im_end|>\n ..., then <|im_start|>assistant\n
-// when addGenerationPrompt. With enable_thinking=false in vars it appends
-// an empty think block, as Qwen3's template does.
-func ChatML(messages []map[string]any, tools []map[string]any, vars map[string]any) (string, error) {
-	var b strings.Builder
-	if len(tools) > 0 {
-		b.WriteString("<|im_start|>system\n# Tools\n")
-		for _, t := range tools {
-			fmt.Fprintf(&b, "%v\n", t["function"])
-		}
-		b.WriteString("<|im_end|>\n")
+// chatML is a ChatML chat template in the manner of Qwen's: tools as a
+// system block of their functions' JSON, <|im_start|>role\ncontent<|im_end|>
+// per message, then <|im_start|>assistant\n with add_generation_prompt, and
+// an empty think block when enable_thinking is false.
+const chatML = `{%- if tools %}{{ "<|im_start|>system\n# Tools\n" }}{% for t in tools %}{{ t.function | tojson + "\n" }}{% endfor %}{{ "<|im_end|>\n" }}{% endif %}` +
+	`{%- for m in messages %}{{ "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n" }}{% endfor %}` +
+	`{%- if add_generation_prompt %}{{ "<|im_start|>assistant\n" }}{% if enable_thinking is defined and not enable_thinking %}{{ "<think>\n\n</think>\n\n" }}{% endif %}{% endif %}`
+
+// ChatTemplate returns the ChatML template for the byte-level Tokenizer.
+func ChatTemplate() *chattemplate.Template {
+	t, err := chattemplate.Parse(chatML)
+	if err != nil {
+		panic(fmt.Sprintf("fakemodel: the ChatML template does not parse: %v", err)) // a bug in this file
 	}
-	for i, m := range messages {
-		role, _ := m["role"].(string)
-		content, ok := m["content"].(string)
-		if !ok && m["content"] != nil {
-			return "", fmt.Errorf("message %d: content is not a string", i)
-		}
-		fmt.Fprintf(&b, "<|im_start|>%s\n%s<|im_end|>\n", role, content)
-	}
-	if gp, _ := vars["add_generation_prompt"].(bool); gp {
-		b.WriteString("<|im_start|>assistant\n")
-		if et, ok := vars["enable_thinking"].(bool); ok && !et {
-			b.WriteString("<think>\n\n</think>\n\n")
-		}
-	}
-	return b.String(), nil
+	return t
 }

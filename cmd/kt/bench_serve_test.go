@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--type", "nope"}, `unknown bench type "nope"`},
+		{[]string{"--type", "serve", "--dataset-name", "sharegpt"}, "only random"},
+		{[]string{"--type", "serve", "--request-rate", "0"}, "--request-rate"},
+		{[]string{"--type", "serve", "--request-rate", "fast"}, "--request-rate"},
+		{[]string{"--type", "serve", "--base-url", "http://127.0.0.1:1"}, "get_model_info"},
+		{[]string{"--type", "load", "--base-url", "http://127.0.0.1:1", "--vocab", "10", "--duration", "1s"}, "/metrics"},
+	} {
+		cmd := newBenchCmd()
+		cmd.SetArgs(c.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestBenchServeTinyModel runs kt bench --type serve against kt serve on
+// the tiny checkpoint (token ids only) and checks the report and the JSON
+// line.
+func TestBenchServeTinyModel(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "qwen3moe-a")
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		t.Skipf("no tiny model: %v", err)
+	}
+	url := startServe(t, "--model-path", model, "--skip-tokenizer-init", "--log-level", "warning", "--max-running-requests", "4")
+	out := filepath.Join(t.TempDir(), "bench.jsonl")
+	var report strings.Builder
+	o := &benchOptions{baseURL: url, backend: "sglang", dataset: "random", numPrompts: 8, inputLen: 32, outputLen: 8,
+		rangeRatio: 1, requestRate: "inf", maxConcurrency: 4, seed: 1, warmup: 1, outputFile: out}
+	if err := runServeBench(context.Background(), o, &report); err != nil {
+		t.Fatalf("%v\n%s", err, report.String())
+	}
+	for _, s := range []string{"Successful requests:                     8", "Total input tokens:                      256", "Total generated tokens:                  64", "Mean TPOT (ms):"} {
+		if !strings.Contains(report.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, report.String())
+		}
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var r struct {
+		Completed   int    `json:"completed"`
+		TotalOutput int    `json:"total_output_tokens"`
+		Rate        string `json:"request_rate"`
+		TTFT        struct {
+			Mean float64 `json:"mean_ms"`
+		} `json:"ttft"`
+	}
+	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &r) != nil || r.Completed != 8 || r.TotalOutput != 64 || r.Rate != "inf" || r.TTFT.Mean <= 0 {
+		t.Errorf("output file: %s", sc.Bytes())
+	}
+	o.clients, o.duration, o.maxTokens = 4, 300e6, 8
+	report.Reset()
+	if err := runLoadBench(context.Background(), o, &report); err != nil || !strings.Contains(report.String(), " 0 errors") {
+		t.Errorf("load: %v\n%s", err, report.String())
+	}
+}
