@@ -8,6 +8,7 @@ import (
 
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/modeltest"
 )
 
 // TestSyntheticLoadsAndRuns writes small synthetic Qwen3.5 checkpoints in
@@ -122,38 +123,11 @@ func TestExpertEngineMatchesReference(t *testing.T) {
 	if err := WriteSynthetic(dir, shape, 3); err != nil {
 		t.Fatal(err)
 	}
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(i * 37 % 300)
-	}
-	var lps [2][][]float64
-	for i, mode := range []string{"backend", "BF16"} {
-		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: mode})
+	modeltest.EngineMatchesReference(t, shape.Vocab, func(experts string) (modeltest.EngineRunner, error) {
+		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
 		if err != nil {
-			if i == 1 {
-				t.Skipf("CPU expert engine unavailable: %v", err)
-			}
-			t.Fatal(err)
+			return nil, err
 		}
-		defer r.Close()
-		t.Logf("%s: %s", mode, r.ExpertPath())
-		rows := forward(t, r, 0, prompt, true)
-		for _, row := range rows {
-			lps[i] = append(lps[i], logSoftmax(row))
-		}
-	}
-	var worst, spread float64
-	for j := range lps[0] {
-		for v := range lps[0][j] {
-			worst = math.Max(worst, math.Abs(lps[0][j][v]-lps[1][j][v]))
-			spread = math.Max(spread, math.Abs(lps[0][j][v]-lps[0][j][0]))
-		}
-	}
-	t.Logf("worst logprob difference %.3g (logprob spread %.3g)", worst, spread)
-	if spread < 0.5 {
-		t.Fatalf("synthetic model too flat to compare (spread %g)", spread)
-	}
-	if worst > 1e-3 {
-		t.Fatalf("engine and reference differ by %g", worst)
-	}
+		return testRunner{r}, nil
+	})
 }
