@@ -19,6 +19,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
@@ -40,7 +41,6 @@ type layer struct {
 	qNorm, kNorm          backend.Tensor
 	moe                   bool
 	router                backend.Tensor
-	experts               *routed.Weights
 	mlpGate, mlpUp, mlpDn backend.Tensor
 	kv                    *backend.KVCache
 }
@@ -56,7 +56,8 @@ type Runner struct {
 	norm   backend.Tensor
 	lmHead backend.Tensor
 
-	routed *routed.Experts // what computes the routed experts
+	routed *routed.Experts   // what computes the routed experts
+	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, q, k, v, att, tmp, gate, up backend.Tensor
@@ -68,30 +69,16 @@ var _ model.Runner = (*Runner)(nil)
 // Load opens the checkpoint in dir and binds its weights to the backend in
 // o (a new CPU backend when nil).
 func Load(dir string, o models.Options) (*Runner, error) {
-	cfg, err := ReadConfig(dir)
+	rb, cfg, err := runbase.Open("qwen3moe", dir, o, modelconfig.Qwen3Moe)
 	if err != nil {
 		return nil, err
 	}
-	rb, err := runbase.Open("qwen3moe", dir, o)
-	if err != nil {
+	r := &Runner{rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
+	if err := rb.Setup(dir, r.loadWeights, r.allocate); err != nil {
+		r.Close()
 		return nil, err
 	}
-	r := &Runner{rb: rb, cfg: cfg}
-	rb.Info = runbase.NewInfo(dir, cfg)
-	if err := r.loadWeights(); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("qwen3moe: %s: %w", dir, err)
-	}
-	if err := r.allocate(); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("qwen3moe: %w", err)
-	}
-	moe := make([]*routed.Weights, len(r.layers))
-	for l := range r.layers {
-		moe[l] = r.layers[l].experts
-	}
-	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.TopK, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
-	if r.routed, err = routed.New(rb, shape, moe); err != nil {
+	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -161,7 +148,7 @@ func (r *Runner) loadWeights() error {
 		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
 		}
-		if L.experts, err = routed.Load(r.rb, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		if r.moe[l], err = routed.Load(r.rb, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
 	}
@@ -250,7 +237,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
+			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
 		} else {
@@ -284,7 +271,7 @@ func (r *Runner) DecodeWeightBytes() int64 {
 			total += wsize(t)
 		}
 		if L.moe {
-			total += wsize(L.router) + int64(c.TopK)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
+			total += wsize(L.router) + int64(c.TopK)*(wsize(r.moe[l].Gate[0])+wsize(r.moe[l].Up[0])+wsize(r.moe[l].Down[0]))
 		} else {
 			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
 		}

@@ -60,7 +60,6 @@ type layer struct {
 	// MLP
 	moe                   bool
 	router                backend.Tensor
-	experts               *routed.Weights
 	seGate, seUp, seDown  backend.Tensor
 	seScale               backend.Tensor
 	mlpGate, mlpUp, mlpDn backend.Tensor
@@ -71,7 +70,8 @@ type layer struct {
 type Runner struct {
 	rb     *runbase.Base // checkpoint, backend, KV pages, step layout, lm head
 	cfg    *Config
-	routed *routed.Experts // what computes the routed experts
+	routed *routed.Experts   // what computes the routed experts
+	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 	la     backend.LinearAttention
 	prefix string // "model." or "model.language_model."
 	state  backend.LinearState
@@ -98,36 +98,22 @@ var _ model.Runner = (*Runner)(nil)
 // o (a new CPU backend when nil). The backend must implement
 // backend.LinearAttention.
 func Load(dir string, o models.Options) (*Runner, error) {
-	cfg, err := ReadConfig(dir)
+	rb, cfg, err := runbase.Open("qwen3next", dir, o, modelconfig.Qwen3Next, modelconfig.Qwen35Moe)
 	if err != nil {
 		return nil, err
 	}
-	rb, err := runbase.Open("qwen3next", dir, o)
-	if err != nil {
-		return nil, err
-	}
-	r := &Runner{rb: rb, cfg: cfg}
+	r := &Runner{rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
 	la, ok := rb.BE.(backend.LinearAttention)
 	if !ok {
 		r.Close()
 		return nil, fmt.Errorf("qwen3next: backend %s has no linear-attention ops", rb.BE.Name())
 	}
 	r.la = la
-	rb.Info = runbase.NewInfo(dir, cfg)
-	if err := r.loadWeights(); err != nil {
+	if err := rb.Setup(dir, r.loadWeights, r.allocate); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("qwen3next: %s: %w", dir, err)
+		return nil, err
 	}
-	if err := r.allocate(); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("qwen3next: %w", err)
-	}
-	moe := make([]*routed.Weights, len(r.layers))
-	for l := range r.layers {
-		moe[l] = r.layers[l].experts
-	}
-	shape := routed.Shape{Experts: cfg.NumExperts, TopK: cfg.TopK, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
-	if r.routed, err = routed.New(rb, shape, moe); err != nil {
+	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -403,7 +389,7 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	L.experts, err = routed.Load(r.rb, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
+	r.moe[l], err = routed.Load(r.rb, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
 	return err
 }
 
@@ -541,7 +527,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Forward(l, r.tmp, r.h, L.experts, r.rw, r.rids, n); err != nil {
+			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
 			be.MatMul(r.seG, r.h, L.seGate, n)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
@@ -39,7 +40,7 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 // newEngine builds the engine for method ("auto" means BF16 in place).
 // It returns (nil, reason) when the engine cannot serve this model or
 // backend and the caller should use the backend's MoE op.
-func newEngine(rb *runbase.Base, method string, s Shape, layers []*Weights) (*engine, error) {
+func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []*Weights) (*engine, error) {
 	if _, isCPU := rb.BE.(*cpu.Backend); !isCPU {
 		return nil, fmt.Errorf("the backend %s is not the CPU", rb.BE.Name())
 	}
@@ -51,12 +52,12 @@ func newEngine(rb *runbase.Base, method string, s Shape, layers []*Weights) (*en
 		}
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: rb.Opts.Threads, MaxTokens: rb.Opts.MaxBatchTokens,
-		TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate})
+		TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize})
 	if err != nil {
 		return nil, err
 	}
-	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: s.TopK, hid: s.Hidden}
-	spec := cpuexperts.LayerSpec{Method: m, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate}
+	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize}
+	spec := cpuexperts.LayerSpec{Method: m, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize}
 	for l, w := range layers {
 		if w == nil {
 			continue

@@ -6,13 +6,14 @@ import (
 	"errors"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models/internal/runbase"
 )
 
 // engine is unavailable in this build: the backend's MoE op runs.
 type engine struct{}
 
-func newEngine(*runbase.Base, string, Shape, []*Weights) (*engine, error) {
+func newEngine(*runbase.Base, string, *modelconfig.Config, []*Weights) (*engine, error) {
 	return nil, errors.New("the CPU expert engine needs linux/amd64 with cgo")
 }
 

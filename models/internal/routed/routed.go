@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models/internal/runbase"
 )
 
@@ -86,11 +87,6 @@ func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
 	return w, nil
 }
 
-// Shape is what the MoE layers of a model share.
-type Shape struct {
-	Experts, TopK, Hidden, Intermediate int
-}
-
 // Experts computes the routed experts of a model's MoE layers.
 type Experts struct {
 	rb     *runbase.Base
@@ -99,17 +95,18 @@ type Experts struct {
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
-// layer, nil for a dense one) as rb.Opts.Experts says: "backend" is the
+// layer, nil for a dense one) of the model of config c as rb.Opts.Experts
+// says: "backend" is the
 // backend's MoE op; "auto" the CPU expert engine with bf16 weights in place
 // when it can serve the model, else the op (Path says why); a method name
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
-func New(rb *runbase.Base, s Shape, layers []*Weights) (*Experts, error) {
+func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
 	method := rb.Opts.Experts
-	if method == "backend" || s.Experts == 0 {
+	if method == "backend" || c.NumMoELayers() == 0 {
 		return x, nil
 	}
-	eng, err := newEngine(rb, method, s, layers)
+	eng, err := newEngine(rb, method, c, layers)
 	switch {
 	case err == nil:
 		x.engine = eng

@@ -15,6 +15,7 @@ import (
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/kvcache"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
@@ -40,20 +41,37 @@ type Base struct {
 	rowsBuf [][]float32
 }
 
-// Open opens the checkpoint in dir and the backend o names (a new CPU
-// backend when o.Backend is nil, closed by Close). name prefixes errors.
-func Open(name, dir string, o models.Options) (*Base, error) {
+// Open reads dir/config.json (ReadConfig: one of families), opens the
+// checkpoint in dir and the backend o names (a new CPU backend when
+// o.Backend is nil, closed by Close), and fills Info. name prefixes errors.
+func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*Base, *modelconfig.Config, error) {
+	cfg, err := ReadConfig(dir, families...)
+	if err != nil {
+		return nil, nil, err
+	}
 	o = o.WithDefaults()
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	b := &Base{Name: name, Opts: o, Ckpt: ck, BE: o.Backend}
+	b := &Base{Name: name, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
 	if b.BE == nil {
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
 	}
-	return b, nil
+	return b, cfg, nil
+}
+
+// Setup runs a model's weight binding and buffer allocation, wrapping
+// their errors with the model's name (and dir for weights).
+func (b *Base) Setup(dir string, loadWeights, allocate func() error) error {
+	if err := loadWeights(); err != nil {
+		return fmt.Errorf("%s: %s: %w", b.Name, dir, err)
+	}
+	if err := allocate(); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
+	return nil
 }
 
 // Close releases the backend (when Open made it) and the checkpoint.
