@@ -8,8 +8,6 @@ package generate
 import (
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/ktserve/kt/engine/sample"
@@ -106,7 +104,7 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		if p.PromptLogprobs {
 			for j, row := range rows {
 				if k := i + j + 1; k < len(prompt) {
-					lp := logprobs(row, nil)[prompt[k]]
+					lp := sample.LogSoftmax(row, nil)[prompt[k]]
 					res.PromptLogprobs[k] = &lp
 				}
 			}
@@ -118,7 +116,7 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	pos := len(prompt)
 	var lp []float64
 	for n := 0; n < p.MaxNewTokens; n++ {
-		lp = logprobs(last, lp)
+		lp = sample.LogSoftmax(last, lp)
 		id, err := sm.Sample(seq, last)
 		if err != nil {
 			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
@@ -153,22 +151,4 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	}
 	res.DecodeSeconds = time.Since(start).Seconds()
 	return res, nil
-}
-
-// logprobs writes log_softmax(row) in float64 into dst (reused).
-func logprobs(row []float32, dst []float64) []float64 {
-	dst = slices.Grow(dst[:0], len(row))[:len(row)]
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(s)
-	for i, v := range row {
-		dst[i] = float64(v) - lse
-	}
-	return dst
 }

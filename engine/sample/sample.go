@@ -106,6 +106,25 @@ func LogSumExp(row []float32) (mx, lse float64) {
 	return float64(m), math.Log(sum)
 }
 
+// LogSoftmax writes log_softmax(row), computed in float64 throughout, into
+// dst (grown as needed) and returns it.
+func LogSoftmax(row []float32, dst []float64) []float64 {
+	dst = slices.Grow(dst[:0], len(row))[:len(row)]
+	mx := math.Inf(-1)
+	for _, v := range row {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(s)
+	for i, v := range row {
+		dst[i] = float64(v) - lse
+	}
+	return dst
+}
+
 // Logprob returns log_softmax(row)[t] given LogSumExp's results.
 func Logprob(row []float32, t int32, mx, lse float64) float32 {
 	return float32(float64(row[t]) - mx - lse)

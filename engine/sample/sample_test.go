@@ -154,3 +154,19 @@ func BenchmarkSampleGreedy(b *testing.B) {
 		}
 	}
 }
+
+func TestLogSoftmax(t *testing.T) {
+	row := []float32{2, 1, 0.5, 0, -1, 3, -40}
+	lp := LogSoftmax(row, make([]float64, 2))
+	mx, lse := LogSumExp(row)
+	var total float64
+	for i, v := range lp {
+		total += math.Exp(v)
+		if d := math.Abs(v - float64(Logprob(row, int32(i), mx, lse))); d > 1e-6 {
+			t.Errorf("token %d: LogSoftmax %g, Logprob %g", i, v, Logprob(row, int32(i), mx, lse))
+		}
+	}
+	if len(lp) != len(row) || math.Abs(total-1) > 1e-12 {
+		t.Errorf("%d logprobs summing to probability %g", len(lp), total)
+	}
+}

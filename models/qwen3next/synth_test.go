@@ -1,7 +1,6 @@
 package qwen3next
 
 import (
-	"math"
 	"os"
 	"strconv"
 	"testing"
@@ -16,37 +15,12 @@ import (
 func TestSyntheticLoadsAndRuns(t *testing.T) {
 	shape := SynthShape{Layers: 4, Hidden: 32, Heads: 2, KVHeads: 1, HeadDim: 16,
 		LinKHeads: 2, LinVHeads: 4, LinKDim: 8, LinVDim: 8, Experts: 4, TopK: 2, MoEInter: 8, SharedInter: 8, Vocab: 50}
-	var logits [2][]float32
-	for i, fused := range []bool{false, true} {
-		dir := t.TempDir()
+	modeltest.LayoutsAgree(t, func(dir string, fused bool) error {
 		shape.Fused = fused
-		if err := WriteSynthetic(dir, shape, 1); err != nil {
-			t.Fatal(err)
-		}
-		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		if err := r.Reserve(0, 3); err != nil {
-			t.Fatal(err)
-		}
-		var out model.Logits
-		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1, 2, 3}}}}, &out); err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = append([]float32(nil), out.Rows[0][0]...)
-		for _, v := range logits[i] {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				t.Fatalf("non-finite logit %v", v)
-			}
-		}
-	}
-	for j := range logits[0] {
-		if logits[0][j] != logits[1][j] {
-			t.Fatalf("per-expert and fused layouts differ at %d: %v vs %v", j, logits[0][j], logits[1][j])
-		}
-	}
+		return WriteSynthetic(dir, shape, 1)
+	}, func(dir string) (model.Runner, error) {
+		return Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
+	})
 	if b := Qwen35_35B_A3B.ActiveBytesPerToken(); b < 5e9 || b > 7e9 {
 		t.Errorf("Qwen3.5-35B-A3B reads %d bytes per token, want about 3B active params in bf16", b)
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/model"
 )
 
@@ -59,22 +60,7 @@ func ReadRef(t testing.TB, name string) []Case {
 }
 
 // LogSoftmax returns the log-probabilities of a logits row in float64.
-func LogSoftmax(row []float32) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(s)
-	out := make([]float64, len(row))
-	for i, v := range row {
-		out[i] = float64(v) - lse
-	}
-	return out
-}
+func LogSoftmax(row []float32) []float64 { return sample.LogSoftmax(row, nil) }
 
 // Argmax is the index of the largest value (the first of equals).
 func Argmax(lp []float64) int32 {
@@ -329,5 +315,43 @@ func EngineMatchesReference(t *testing.T, vocab int, load func(experts string) (
 	}
 	if worst > Tol {
 		t.Fatalf("engine and reference differ by %g", worst)
+	}
+}
+
+// LayoutsAgree writes a synthetic checkpoint with per-expert keys and with
+// fused 3-D experts (write(dir, fused), same seed), loads each with load,
+// and checks the last logits of a 3-token prompt are finite and
+// bit-identical between the layouts.
+func LayoutsAgree(t *testing.T, write func(dir string, fused bool) error, load func(dir string) (model.Runner, error)) {
+	t.Helper()
+	var logits [2][]float32
+	for i, fused := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := write(dir, fused); err != nil {
+			t.Fatal(err)
+		}
+		r, err := load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if err := r.Reserve(0, 3); err != nil {
+			t.Fatal(err)
+		}
+		var out model.Logits
+		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1, 2, 3}}}}, &out); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = append([]float32(nil), out.Rows[0][0]...)
+		for _, v := range logits[i] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("non-finite logit %v", v)
+			}
+		}
+	}
+	for j := range logits[0] {
+		if logits[0][j] != logits[1][j] {
+			t.Fatalf("per-expert and fused layouts differ at %d: %v vs %v", j, logits[0][j], logits[1][j])
+		}
 	}
 }
