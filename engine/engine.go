@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/model"
 )
 
@@ -88,7 +89,7 @@ type Engine struct {
 	running   []*seq
 	freeSlots []int
 	admitted  uint64
-	sm        sampler
+	sm        sample.Sampler
 	batch     model.Batch
 	logits    model.Logits
 	chunkSeq  []*seq
@@ -105,7 +106,7 @@ type seq struct {
 	computed   int // tokens in the runner's cache
 	slot       int
 	order      uint64 // admission order, for preemption
-	smp        *seqSampler
+	smp        *sample.Sequence
 	stops      map[int32]bool
 	maxNew     int
 	generated  int
@@ -245,7 +246,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		stops:     map[int32]bool{},
 	}
 	s.req.Params = p
-	s.smp = newSeqSampler(&s.req.Params, req.Prompt, seed)
+	s.smp = sample.NewSequence(p.sampleParams(), req.Prompt, seed)
 	if !p.IgnoreEOS {
 		for t := range e.eos {
 			s.stops[t] = true
@@ -670,19 +671,19 @@ func (e *Engine) collectPromptLogprobs(s *seq, ch model.Chunk, rows [][]float32)
 		if next >= s.promptLen {
 			break
 		}
-		mx, lse := logSumExp(row)
-		s.promptLP = append(s.promptLP, TokenLogprob{ID: s.tokens[next], Logprob: logprobOf(row, s.tokens[next], mx, lse)})
+		mx, lse := sample.LogSumExp(row)
+		s.promptLP = append(s.promptLP, TokenLogprob{ID: s.tokens[next], Logprob: sample.Logprob(row, s.tokens[next], mx, lse)})
 	}
 }
 
 // sampleNext picks s's next token from row and reports whether s ended.
 func (e *Engine) sampleNext(s *seq, row []float32) bool {
 	p := &s.req.Params
-	s.smp.ban = nil
+	s.smp.Ban = nil
 	if s.generated < p.MinNewTokens {
-		s.smp.ban = s.stops
+		s.smp.Ban = s.stops
 	}
-	t, err := e.sm.sample(s.smp, row)
+	t, err := e.sm.Sample(s.smp, row)
 	if err != nil {
 		e.release(s)
 		e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: err})
@@ -690,13 +691,13 @@ func (e *Engine) sampleNext(s *seq, row []float32) bool {
 	}
 	tok := Token{ID: t}
 	if p.Logprobs || p.TopLogprobs > 0 {
-		mx, lse := logSumExp(row)
-		tok.Logprob = logprobOf(row, t, mx, lse)
+		mx, lse := sample.LogSumExp(row)
+		tok.Logprob = sample.Logprob(row, t, mx, lse)
 		if p.TopLogprobs > 0 {
-			tok.Top = e.sm.topN(row, p.TopLogprobs, mx, lse)
+			tok.Top = topN(&e.sm, row, p.TopLogprobs, mx, lse)
 		}
 	}
-	s.smp.accept(t)
+	s.smp.Accept(t)
 	s.tokens = append(s.tokens, t)
 	s.generated++
 	e.st.GenerationTokens++

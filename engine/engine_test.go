@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fakemodel"
 )
 
@@ -101,9 +102,10 @@ func solo(r *fakemodel.Runner, vocab int, prompt []int32, maxNew int, eos int32)
 	toks := slices.Clone(prompt)
 	row := make([]float32, vocab)
 	var out []int32
+	var sm sample.Sampler
 	for len(out) < maxNew {
 		r.Logits(toks, row)
-		t := argmax(row)
+		t := sm.Largest(row, 1)[0]
 		out = append(out, t)
 		toks = append(toks, t)
 		if t == eos {
@@ -360,8 +362,8 @@ func TestLogprobs(t *testing.T) {
 	row := make([]float32, 300)
 	lp := func(toks []int32, next int32) float32 {
 		r.Logits(toks, row)
-		mx, lse := logSumExp(row)
-		return logprobOf(row, next, mx, lse)
+		mx, lse := sample.LogSumExp(row)
+		return sample.Logprob(row, next, mx, lse)
 	}
 	if len(res.prompt) != len(pr)-1 {
 		t.Fatalf("%d prompt logprobs for %d tokens", len(res.prompt), len(pr))

@@ -1,18 +1,16 @@
 // Package generate runs one prompt through a model.Runner offline: chunked
-// prefill, then decode with greedy or temperature/top-k/top-p sampling,
-// recording each output token's logprob and the top-N alternatives. It is
-// what `kt generate` and the model tests drive; the server uses the engine's
-// scheduler instead.
+// prefill, then decode with greedy or temperature/top-k/top-p sampling
+// (the engine's sampler, engine/sample), recording each output token's
+// logprob and the top-N alternatives. It is what `kt generate` and the model
+// tests drive; the server uses the engine's scheduler instead.
 package generate
 
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
-	"slices"
 	"time"
 
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/model"
 )
 
@@ -84,7 +82,12 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	}
 	r.Free(p.Slot)
 	defer r.Free(p.Slot)
-	s := sampler{rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+	topP := p.TopP
+	if topP == 0 {
+		topP = 1
+	}
+	seq := sample.NewSequence(sample.Params{Temperature: p.Temperature, TopP: topP, TopK: p.TopK, RepetitionPenalty: 1}, prompt, p.Seed)
+	var sm sample.Sampler
 	var out model.Logits
 	var last []float32
 	start := time.Now()
@@ -101,7 +104,7 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		if p.PromptLogprobs {
 			for j, row := range rows {
 				if k := i + j + 1; k < len(prompt) {
-					lp := logprobs(row, nil)[prompt[k]]
+					lp := sample.LogSoftmax(row, nil)[prompt[k]]
 					res.PromptLogprobs[k] = &lp
 				}
 			}
@@ -113,11 +116,15 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	pos := len(prompt)
 	var lp []float64
 	for n := 0; n < p.MaxNewTokens; n++ {
-		lp = logprobs(last, lp)
-		id := s.pick(lp, p)
+		lp = sample.LogSoftmax(last, lp)
+		id, err := sm.Sample(seq, last)
+		if err != nil {
+			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
+		}
+		seq.Accept(id)
 		t := Token{ID: id, Logprob: lp[id]}
 		if p.TopLogprobs > 0 {
-			for _, c := range s.top(lp, p.TopLogprobs) {
+			for _, c := range sm.Largest(last, p.TopLogprobs) {
 				t.Top = append(t.Top, TokenLogprob{ID: c, Logprob: lp[c]})
 			}
 		}
@@ -144,90 +151,4 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	}
 	res.DecodeSeconds = time.Since(start).Seconds()
 	return res, nil
-}
-
-// logprobs writes log_softmax(row) in float64 into dst (reused).
-func logprobs(row []float32, dst []float64) []float64 {
-	dst = slices.Grow(dst[:0], len(row))[:len(row)]
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(s)
-	for i, v := range row {
-		dst[i] = float64(v) - lse
-	}
-	return dst
-}
-
-type sampler struct {
-	rng  *rand.Rand
-	idx  []int32
-	prob []float64
-}
-
-// top returns the ids of the n largest logprobs, best first (ties: lower id).
-func (s *sampler) top(lp []float64, n int) []int32 {
-	s.idx = s.idx[:0]
-	for i := range lp {
-		s.idx = append(s.idx, int32(i))
-	}
-	slices.SortStableFunc(s.idx, func(a, b int32) int {
-		switch {
-		case lp[a] > lp[b]:
-			return -1
-		case lp[a] < lp[b]:
-			return 1
-		}
-		return 0
-	})
-	return s.idx[:min(n, len(s.idx))]
-}
-
-// pick chooses the next token: argmax when Temperature is 0, else a draw
-// from softmax(logprob/T) restricted to top-k and the top-p nucleus.
-func (s *sampler) pick(lp []float64, p Params) int32 {
-	if p.Temperature == 0 {
-		best := 0
-		for i, v := range lp {
-			if v > lp[best] {
-				best = i
-			}
-		}
-		return int32(best)
-	}
-	k := len(lp)
-	if p.TopK > 0 {
-		k = min(k, p.TopK)
-	}
-	cand := s.top(lp, k)
-	s.prob = s.prob[:0]
-	var tot float64
-	for _, c := range cand {
-		w := math.Exp((lp[c] - lp[cand[0]]) / p.Temperature)
-		s.prob = append(s.prob, w)
-		tot += w
-	}
-	if p.TopP > 0 && p.TopP < 1 {
-		var acc float64
-		for i, w := range s.prob {
-			acc += w
-			if acc >= p.TopP*tot {
-				s.prob, cand, tot = s.prob[:i+1], cand[:i+1], acc
-				break
-			}
-		}
-	}
-	u := s.rng.Float64() * tot
-	for i, w := range s.prob {
-		if u < w {
-			return cand[i]
-		}
-		u -= w
-	}
-	return cand[len(cand)-1]
 }

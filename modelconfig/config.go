@@ -287,6 +287,9 @@ func (c *Config) parseText(top, t object) {
 		c.HeadDim = c.HiddenSize / c.NumHeads
 	}
 	c.MaxPositionEmbeddings = t.optInt("max_position_embeddings", 32768)
+	if c.MaxPositionEmbeddings <= 0 {
+		t.fail("max_position_embeddings", "must be positive, is %d", c.MaxPositionEmbeddings)
+	}
 	c.RMSNormEps = t.optFloat("rms_norm_eps", 1e-6)
 	c.HiddenAct = t.optString("hidden_act", "silu")
 	c.AttentionBias = t.optBool("attention_bias", false)
@@ -296,7 +299,7 @@ func (c *Config) parseText(top, t object) {
 	if top.path != t.path && top.has("tie_word_embeddings") {
 		c.TieWordEmbeddings = top.optBool("tie_word_embeddings", false)
 	}
-	c.AttnOutputGate = c.Family != Qwen3Moe
+	c.AttnOutputGate = c.Family != Qwen3Moe && t.optBool("attn_output_gate", true)
 	c.ZeroCenteredNorm = c.Family != Qwen3Moe
 
 	if t.has("num_experts") {
@@ -449,7 +452,7 @@ func (c *Config) derive(t object) {
 		return
 	}
 	if c.NumHeads%c.NumKVHeads != 0 {
-		t.fail("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
+		t.fail("num_key_value_heads", "%d does not divide num_attention_heads %d (the heads must be a multiple of the kv heads)", c.NumKVHeads, c.NumHeads)
 	}
 	if c.TopK > c.NumExperts {
 		t.fail("num_experts_per_tok", "%d is more than num_experts %d", c.TopK, c.NumExperts)

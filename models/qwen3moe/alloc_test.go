@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models/internal/modeltest"
 )
 
 // TestDecodeDoesNotAllocate checks the hot loop: once buffers have grown to
@@ -11,7 +12,7 @@ import (
 func TestDecodeDoesNotAllocate(t *testing.T) {
 	for _, simd := range []bool{true, false} {
 		r := load(t, "qwen3moe-b", simd)
-		forward(t, r, 0, []int32{1, 2, 3}, false)
+		modeltest.Forward(t, r, 0, []int32{1, 2, 3}, false)
 		pos := 3
 		var out model.Logits
 		b := model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{5}}}}

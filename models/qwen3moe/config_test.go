@@ -38,7 +38,7 @@ func TestIsMoE(t *testing.T) {
 	}
 	// mlp_only_layers [0], decoder_sparse_step 2: layers 1 and 3 are sparse
 	for l, want := range []bool{false, true, false, true} {
-		if c.IsMoE(l) != want {
+		if c.Layers[l].IsMoE != want {
 			t.Errorf("layer %d: IsMoE %v", l, !want)
 		}
 	}
@@ -59,11 +59,11 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.NumAttentionHeads%c.NumKeyValueHeads != 0 || c.RotaryDim()%2 != 0 || c.RotaryDim() > c.HeadDim || c.NumHiddenLayers > 1024 {
+		if c.NumHeads%c.NumKVHeads != 0 || c.Rope.RotaryDim%2 != 0 || c.Rope.RotaryDim > c.HeadDim || c.NumLayers > 4096 || len(c.Layers) != c.NumLayers {
 			t.Fatalf("accepted bad config %+v", c)
 		}
-		for l := 0; l < c.NumHiddenLayers; l++ {
-			if c.IsMoE(l) && (c.NumExpertsPerTok < 1 || c.NumExpertsPerTok > c.NumExperts || c.MoEIntermediateSize < 1) {
+		for l := 0; l < c.NumLayers; l++ {
+			if c.Layers[l].IsMoE && (c.TopK < 1 || c.TopK > c.NumExperts || c.MoEIntermediateSize < 1) {
 				t.Fatalf("accepted bad MoE config %+v", c)
 			}
 		}

@@ -14,16 +14,15 @@
 package qwen3moe
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/ktserve/kt/backend"
-	"github.com/ktserve/kt/backend/cpu"
-	"github.com/ktserve/kt/kvcache"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/models/internal/routed"
+	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -42,42 +41,27 @@ type layer struct {
 	qNorm, kNorm          backend.Tensor
 	moe                   bool
 	router                backend.Tensor
-	experts               backend.Experts
-	hostGate, hostUp      []backend.Host // expert bytes, for the CPU expert engine
-	hostDown              []backend.Host
 	mlpGate, mlpUp, mlpDn backend.Tensor
 	kv                    *backend.KVCache
 }
 
 // Runner is a loaded Qwen3-MoE model; it implements model.Runner.
 type Runner struct {
-	cfg     *Config
-	opts    models.Options
-	be      backend.Backend
-	ownBE   bool
-	ckpt    *safetensors.Checkpoint
-	pool    *kvcache.Pool
-	info    model.Info
-	rope    backend.Rope
-	attn    backend.Attn
-	layers  []layer
-	embed   backend.Tensor
-	norm    backend.Tensor
-	lmHead  backend.Tensor
-	logRows int // rows of the logits buffer per lm-head block
+	rb     *runbase.Base // checkpoint, backend, KV pages, step layout, lm head
+	cfg    *Config
+	rope   backend.Rope
+	attn   backend.Attn
+	layers []layer
+	embed  backend.Tensor
+	norm   backend.Tensor
+	lmHead backend.Tensor
 
-	engine     *expertEngine // CPU expert engine for the MoE blocks, or nil
-	expertPath string        // what runs the routed experts, and why
+	routed *routed.Experts   // what computes the routed experts
+	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, q, k, v, att, tmp, gate, up backend.Tensor
-	rlogits, rw, rids, sel, logitsBuf backend.Tensor
-
-	// per-step host state, reused
-	step    backend.Step
-	hostLog []float32
-	rowsBuf [][]float32
-	seen    []bool
+	rlogits, rw, rids                 backend.Tensor
 }
 
 var _ model.Runner = (*Runner)(nil)
@@ -85,117 +69,47 @@ var _ model.Runner = (*Runner)(nil)
 // Load opens the checkpoint in dir and binds its weights to the backend in
 // o (a new CPU backend when nil).
 func Load(dir string, o models.Options) (*Runner, error) {
-	o = o.WithDefaults()
-	cfg, err := ReadConfig(dir)
+	rb, cfg, err := runbase.Open("qwen3moe", dir, o, modelconfig.Qwen3Moe)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("qwen3moe: %w", err)
-	}
-	r := &Runner{cfg: cfg, opts: o, ckpt: ck, be: o.Backend}
-	if r.be == nil {
-		r.be = cpu.New(cpu.Options{Threads: o.Threads})
-		r.ownBE = true
-	}
-	if err := r.loadWeights(); err != nil {
+	r := &Runner{rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
+	if err := rb.Setup(dir, r.loadWeights, r.allocate); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("qwen3moe: %s: %w", dir, err)
+		return nil, err
 	}
-	if err := r.allocate(); err != nil {
+	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("qwen3moe: %w", err)
+		return nil, err
 	}
-	r.expertPath = "backend MoE op (" + r.be.Name() + ")"
-	if o.Experts != "backend" && cfg.NumExperts > 0 {
-		x, err := newExpertEngine(r, o.Experts)
-		switch {
-		case err == nil:
-			r.engine = x
-			r.expertPath = x.describe()
-		case o.Experts != "auto" && o.Experts != "":
-			r.Close()
-			return nil, fmt.Errorf("qwen3moe: CPU expert method %s: %w", o.Experts, err)
-		default:
-			r.expertPath += "; CPU expert engine not used: " + err.Error()
-		}
-	}
-	eos := readGenerationEOS(dir)
-	if len(eos) == 0 {
-		eos = cfg.EOS()
-	}
-	r.info = model.Info{Architecture: Architecture, VocabSize: cfg.VocabSize, ContextLen: cfg.MaxPositionEmbeddings, EOSTokenIDs: eos}
 	return r, nil
 }
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string { return r.expertPath }
+func (r *Runner) ExpertPath() string { return r.routed.Path() }
 
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
 
 // Backend returns the backend the model runs on.
-func (r *Runner) Backend() backend.Backend { return r.be }
-
-// weight fetches a tensor from the checkpoint, checks its shape and hands it
-// to the backend.
-func (r *Runner) weight(name string, shape ...int) (backend.Tensor, error) {
-	h, err := r.host(name, shape...)
-	if err != nil {
-		return nil, err
-	}
-	return r.be.Weight(h)
-}
-
-func (r *Runner) host(name string, shape ...int) (backend.Host, error) {
-	t, err := r.ckpt.Tensor(name)
-	if err != nil {
-		return backend.Host{}, err
-	}
-	if !sameShape(t.Shape, shape) {
-		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)
-	}
-	if t.DType != tensor.BF16 && t.DType != tensor.F16 && t.DType != tensor.F32 {
-		return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16 or F32", name, t.DType)
-	}
-	return backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}, nil
-}
-
-func sameShape(a []int64, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != int64(b[i]) {
-			return false
-		}
-	}
-	return true
-}
+func (r *Runner) Backend() backend.Backend { return r.rb.BE }
 
 func (r *Runner) loadWeights() error {
 	c := r.cfg
 	H, hd := c.HiddenSize, c.HeadDim
-	qd, kd := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
+	qd, kd := c.NumHeads*hd, c.NumKVHeads*hd
 	var err error
-	if r.embed, err = r.weight("model.embed_tokens.weight", c.VocabSize, H); err != nil {
+	if r.embed, err = r.rb.Weight("model.embed_tokens.weight", c.VocabSize, H); err != nil {
 		return err
 	}
-	if r.norm, err = r.weight("model.norm.weight", H); err != nil {
+	if r.norm, err = r.rb.Weight("model.norm.weight", H); err != nil {
 		return err
 	}
-	if _, has := r.ckpt.Info("lm_head.weight"); has && !c.TieWordEmbeddings {
-		if r.lmHead, err = r.weight("lm_head.weight", c.VocabSize, H); err != nil {
-			return err
-		}
-	} else if c.TieWordEmbeddings {
-		r.lmHead = r.embed
-	} else {
-		return errors.New("tensor lm_head.weight missing and tie_word_embeddings is false")
+	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
+		return err
 	}
-	r.layers = make([]layer, c.NumHiddenLayers)
+	r.layers = make([]layer, c.NumLayers)
 	for l := range r.layers {
 		L := &r.layers[l]
 		p := fmt.Sprintf("model.layers.%d.", l)
@@ -213,101 +127,29 @@ func (r *Runner) loadWeights() error {
 			{&L.qNorm, "self_attn.q_norm.weight", []int{hd}},
 			{&L.kNorm, "self_attn.k_norm.weight", []int{hd}},
 		} {
-			if *w.dst, err = r.weight(p+w.name, w.shape...); err != nil {
+			if *w.dst, err = r.rb.Weight(p+w.name, w.shape...); err != nil {
 				return err
 			}
 		}
-		L.moe = c.IsMoE(l)
+		L.moe = c.Layers[l].IsMoE
 		if !L.moe {
 			I := c.IntermediateSize
-			if L.mlpGate, err = r.weight(p+"mlp.gate_proj.weight", I, H); err != nil {
+			if L.mlpGate, err = r.rb.Weight(p+"mlp.gate_proj.weight", I, H); err != nil {
 				return err
 			}
-			if L.mlpUp, err = r.weight(p+"mlp.up_proj.weight", I, H); err != nil {
+			if L.mlpUp, err = r.rb.Weight(p+"mlp.up_proj.weight", I, H); err != nil {
 				return err
 			}
-			if L.mlpDn, err = r.weight(p+"mlp.down_proj.weight", H, I); err != nil {
+			if L.mlpDn, err = r.rb.Weight(p+"mlp.down_proj.weight", H, I); err != nil {
 				return err
 			}
 			continue
 		}
-		if L.router, err = r.weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
+		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
 		}
-		if err := r.loadExperts(L, p+"mlp.experts."); err != nil {
+		if r.moe[l], err = routed.Load(r.rb, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// loadExperts binds one layer's experts from per-expert keys or from the
-// fused 3-D tensors, slicing the fused bytes per expert (no copy).
-func (r *Runner) loadExperts(L *layer, p string) error {
-	c := r.cfg
-	E, H, I := c.NumExperts, c.HiddenSize, c.MoEIntermediateSize
-	L.experts = backend.Experts{Hidden: H, Inter: I,
-		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
-	L.hostGate, L.hostUp, L.hostDown = make([]backend.Host, E), make([]backend.Host, E), make([]backend.Host, E)
-	if _, fused := r.ckpt.Info(p + "gate_up_proj"); fused {
-		gu, err := r.host(p+"gate_up_proj", E, 2*I, H)
-		if err != nil {
-			return err
-		}
-		dn, err := r.host(p+"down_proj", E, H, I)
-		if err != nil {
-			return err
-		}
-		sz := gu.DType.Size()
-		for e := 0; e < E; e++ {
-			part := func(src backend.Host, name string, off, rows, cols int) (backend.Tensor, error) {
-				n := rows * cols * src.DType.Size()
-				h := backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-					Shape: []int{rows, cols}, Data: src.Data[off : off+n]}
-				switch name {
-				case "gate":
-					L.hostGate[e] = h
-				case "up":
-					L.hostUp[e] = h
-				default:
-					L.hostDown[e] = h
-				}
-				return r.be.Weight(h)
-			}
-			base := e * 2 * I * H * sz
-			var err error
-			if L.experts.Gate[e], err = part(gu, "gate", base, I, H); err != nil {
-				return err
-			}
-			if L.experts.Up[e], err = part(gu, "up", base+I*H*sz, I, H); err != nil {
-				return err
-			}
-			if L.experts.Down[e], err = part(dn, "down", e*H*I*dn.DType.Size(), H, I); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for e := 0; e < E; e++ {
-		q := fmt.Sprintf("%s%d.", p, e)
-		for _, w := range []struct {
-			dst  *backend.Tensor
-			host *backend.Host
-			name string
-			r, c int
-		}{
-			{&L.experts.Gate[e], &L.hostGate[e], "gate_proj.weight", I, H},
-			{&L.experts.Up[e], &L.hostUp[e], "up_proj.weight", I, H},
-			{&L.experts.Down[e], &L.hostDown[e], "down_proj.weight", H, I},
-		} {
-			h, err := r.host(q+w.name, w.r, w.c)
-			if err != nil {
-				return err
-			}
-			*w.host = h
-			if *w.dst, err = r.be.Weight(h); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -315,144 +157,67 @@ func (r *Runner) loadExperts(L *layer, p string) error {
 
 // allocate sizes activations and the KV cache from the options.
 func (r *Runner) allocate() error {
-	c, o := r.cfg, r.opts
-	pool, err := kvcache.New(o.MaxTotalTokens, o.PageSize, o.MaxSeqs)
-	if err != nil {
+	c, o, be := r.cfg, r.rb.Opts, r.rb.BE
+	if err := r.rb.AllocStep(c.HiddenSize, c.VocabSize); err != nil {
 		return err
 	}
-	r.pool = pool
 	hd := c.HeadDim
-	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta}
-	r.attn = backend.Attn{Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta}
+	r.attn = backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	var err error
 	for l := range r.layers {
-		if r.layers[l].kv, err = r.be.AllocKV(pool.NumPages(), o.PageSize, c.NumKeyValueHeads, hd); err != nil {
+		if r.layers[l].kv, err = be.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKVHeads, hd); err != nil {
 			return err
 		}
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
 	inter := max(c.IntermediateSize, 1)
-	r.logRows = max(min(T, 64), o.MaxSeqs)
-	k := max(c.NumExpertsPerTok, 1)
-	act := r.be.ActDType()
+	k := max(c.TopK, 1)
+	act := be.ActDType()
 	for _, a := range []struct {
 		dst   *backend.Tensor
 		dt    tensor.DType
 		shape []int
 	}{
 		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
-		{&r.q, act, []int{T, c.NumAttentionHeads * hd}}, {&r.att, act, []int{T, c.NumAttentionHeads * hd}},
-		{&r.k, act, []int{T, c.NumKeyValueHeads * hd}}, {&r.v, act, []int{T, c.NumKeyValueHeads * hd}},
+		{&r.q, act, []int{T, c.NumHeads * hd}}, {&r.att, act, []int{T, c.NumHeads * hd}},
+		{&r.k, act, []int{T, c.NumKVHeads * hd}}, {&r.v, act, []int{T, c.NumKVHeads * hd}},
 		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
 		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
-		{&r.sel, act, []int{r.logRows, H}}, {&r.logitsBuf, act, []int{r.logRows, c.VocabSize}},
 	} {
-		if *a.dst, err = r.be.Alloc(a.dt, a.shape...); err != nil {
+		if *a.dst, err = be.Alloc(a.dt, a.shape...); err != nil {
 			return fmt.Errorf("allocating activations: %w", err)
 		}
 	}
-	r.seen = make([]bool, o.MaxSeqs)
-	r.step.Tokens = make([]int32, 0, T)
-	r.step.Pos = make([]int32, 0, T)
-	r.step.OutRows = make([]int32, 0, T)
-	r.step.Seqs = make([]backend.Seq, 0, o.MaxSeqs)
 	return nil
 }
 
 // Info implements model.Runner.
-func (r *Runner) Info() model.Info { return r.info }
+func (r *Runner) Info() model.Info { return r.rb.Info }
 
 // Reserve implements model.Runner.
-func (r *Runner) Reserve(slot, n int) error { return r.pool.Reserve(slot, n) }
+func (r *Runner) Reserve(slot, n int) error { return r.rb.Reserve(slot, n) }
 
 // Free implements model.Runner.
-func (r *Runner) Free(slot int) { r.pool.Free(slot) }
+func (r *Runner) Free(slot int) { r.rb.Free(slot) }
 
 // FreeTokens implements model.Runner.
-func (r *Runner) FreeTokens() int { return r.pool.FreeTokens() }
+func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }
 
 // Close implements model.Runner.
 func (r *Runner) Close() error {
-	var err error
-	if r.engine != nil {
-		r.engine.close()
-		r.engine = nil
-	}
-	if r.ownBE && r.be != nil {
-		err = r.be.Close()
-		r.be = nil
-	}
-	if r.ckpt != nil {
-		err = errors.Join(err, r.ckpt.Close())
-		r.ckpt = nil
-	}
-	return err
-}
-
-// buildStep validates the batch and lays it out as a backend step.
-func (r *Runner) buildStep(b *model.Batch) error {
-	s := &r.step
-	s.Tokens, s.Pos, s.OutRows, s.Seqs = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0]
-	clear(r.seen)
-	if len(b.Chunks) == 0 {
-		return errors.New("qwen3moe: empty batch")
-	}
-	total := 0
-	for i, c := range b.Chunks {
-		total += len(c.Tokens)
-		if c.Slot < 0 || c.Slot >= r.opts.MaxSeqs {
-			return fmt.Errorf("qwen3moe: chunk %d: slot %d outside [0,%d)", i, c.Slot, r.opts.MaxSeqs)
-		}
-		if r.seen[c.Slot] {
-			return fmt.Errorf("qwen3moe: chunk %d: slot %d appears twice in one batch", i, c.Slot)
-		}
-		r.seen[c.Slot] = true
-		if len(c.Tokens) == 0 {
-			return fmt.Errorf("qwen3moe: chunk %d (slot %d) has no tokens", i, c.Slot)
-		}
-		if c.Pos != r.pool.Len(c.Slot) {
-			return fmt.Errorf("qwen3moe: chunk %d: slot %d is at position %d, chunk says %d", i, c.Slot, r.pool.Len(c.Slot), c.Pos)
-		}
-		if end := c.Pos + len(c.Tokens); end > r.pool.Capacity(c.Slot) {
-			return fmt.Errorf("qwen3moe: chunk %d: slot %d reserved %d tokens, chunk needs %d", i, c.Slot, r.pool.Capacity(c.Slot), end)
-		} else if end > r.info.ContextLen {
-			return fmt.Errorf("qwen3moe: chunk %d: slot %d would reach %d tokens, past the context length %d", i, c.Slot, end, r.info.ContextLen)
-		}
-	}
-	if total > r.opts.MaxBatchTokens {
-		return fmt.Errorf("qwen3moe: batch has %d tokens, more than the %d per step", total, r.opts.MaxBatchTokens)
-	}
-	for _, c := range b.Chunks {
-		start := len(s.Tokens)
-		for j, t := range c.Tokens {
-			if t < 0 || int(t) >= r.cfg.VocabSize {
-				return fmt.Errorf("qwen3moe: slot %d token %d is %d, outside the vocabulary [0,%d)", c.Slot, j, t, r.cfg.VocabSize)
-			}
-			s.Tokens = append(s.Tokens, t)
-			s.Pos = append(s.Pos, int32(c.Pos+j))
-		}
-		s.Seqs = append(s.Seqs, backend.Seq{Slot: c.Slot, Start: start, Len: len(c.Tokens), Pos: c.Pos, Pages: r.pool.Pages(c.Slot)})
-		if c.AllLogits {
-			for j := range c.Tokens {
-				s.OutRows = append(s.OutRows, int32(start+j))
-			}
-		} else {
-			s.OutRows = append(s.OutRows, int32(len(s.Tokens)-1))
-		}
-	}
-	return nil
+	r.routed.Close()
+	return r.rb.Close()
 }
 
 // Forward implements model.Runner.
 func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
-	if err := r.buildStep(b); err != nil {
+	n, err := r.rb.Begin(b)
+	if err != nil {
 		return err
 	}
-	be, c := r.be, r.cfg
-	if err := be.SetStep(&r.step); err != nil {
-		return fmt.Errorf("qwen3moe: %w", err)
-	}
-	n := len(r.step.Tokens)
+	be, c := r.rb.BE, r.cfg
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
 	for l := range r.layers {
@@ -461,27 +226,19 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		be.MatMul(r.q, r.h, L.wq, n)
 		be.MatMul(r.k, r.h, L.wk, n)
 		be.MatMul(r.v, r.h, L.wv, n)
-		be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumAttentionHeads)
-		be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKeyValueHeads)
-		be.Rope(r.q, &r.rope, c.NumAttentionHeads, n)
-		be.Rope(r.k, &r.rope, c.NumKeyValueHeads, n)
+		be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumHeads)
+		be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKVHeads)
+		be.Rope(r.q, &r.rope, c.NumHeads, n)
+		be.Rope(r.k, &r.rope, c.NumKVHeads, n)
 		be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
 		be.MatMul(r.tmp, r.att, L.wo, n)
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
-			be.RouterTopK(r.rw, r.rids, r.rlogits, c.NumExpertsPerTok, c.NormTopKProb, n)
-			if r.engine != nil {
-				// the engine reads host memory: the backend's ops so far must be done
-				if err := be.Sync(); err != nil {
-					return fmt.Errorf("qwen3moe: forward: %w", err)
-				}
-				if err := r.engine.forward(l, r.h, r.tmp, r.rw, r.rids, n, c.NumExpertsPerTok, c.HiddenSize); err != nil {
-					return fmt.Errorf("qwen3moe: layer %d experts: %w", l, err)
-				}
-			} else {
-				be.MoE(r.tmp, r.h, &L.experts, r.rw, r.rids, n)
+			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
+			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
+				return err
 			}
 		} else {
 			be.MatMul(r.gate, r.h, L.mlpGate, n)
@@ -491,51 +248,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 	}
-	nOut := len(r.step.OutRows)
-	V := c.VocabSize
-	if cap(r.hostLog) < nOut*V {
-		r.hostLog = make([]float32, nOut*V)
-	}
-	r.hostLog = r.hostLog[:nOut*V]
-	for first := 0; first < nOut; first += r.logRows {
-		m := min(r.logRows, nOut-first)
-		be.GatherRows(r.sel, r.x, first, m)
-		be.RMSNorm(r.sel, r.sel, r.norm, eps, m)
-		be.MatMul(r.logitsBuf, r.sel, r.lmHead, m)
-		if err := be.Read(r.hostLog[first*V:(first+m)*V], r.logitsBuf, m); err != nil {
-			return fmt.Errorf("qwen3moe: forward: %w", err)
-		}
-	}
-	if err := be.Sync(); err != nil {
-		return fmt.Errorf("qwen3moe: forward: %w", err)
-	}
-	for _, ch := range b.Chunks {
-		if err := r.pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
-			return fmt.Errorf("qwen3moe: %w", err)
-		}
-	}
-	// hand out rows
-	if cap(out.Rows) < len(b.Chunks) {
-		out.Rows = make([][][]float32, len(b.Chunks))
-	}
-	out.Rows = out.Rows[:len(b.Chunks)]
-	if cap(r.rowsBuf) < nOut {
-		r.rowsBuf = make([][]float32, nOut)
-	}
-	r.rowsBuf = r.rowsBuf[:nOut]
-	for i := range r.rowsBuf {
-		r.rowsBuf[i] = r.hostLog[i*V : (i+1)*V : (i+1)*V]
-	}
-	j := 0
-	for i, ch := range b.Chunks {
-		m := 1
-		if ch.AllLogits {
-			m = len(ch.Tokens)
-		}
-		out.Rows[i] = r.rowsBuf[j : j+m : j+m]
-		j += m
-	}
-	return nil
+	return r.rb.Finish(r.x, r.norm, r.lmHead, eps, b, out)
 }
 
 // DecodeWeightBytes is the number of weight bytes one decode token reads
@@ -558,7 +271,7 @@ func (r *Runner) DecodeWeightBytes() int64 {
 			total += wsize(t)
 		}
 		if L.moe {
-			total += wsize(L.router) + int64(c.NumExpertsPerTok)*(wsize(L.experts.Gate[0])+wsize(L.experts.Up[0])+wsize(L.experts.Down[0]))
+			total += wsize(L.router) + int64(c.TopK)*(wsize(r.moe[l].Gate[0])+wsize(r.moe[l].Up[0])+wsize(r.moe[l].Down[0]))
 		} else {
 			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
 		}

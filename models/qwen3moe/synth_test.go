@@ -1,13 +1,13 @@
 package qwen3moe
 
 import (
-	"math"
 	"os"
 	"strconv"
 	"testing"
 
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/modeltest"
 )
 
 // TestSyntheticLoadsAndRuns writes small synthetic checkpoints in both
@@ -15,37 +15,12 @@ import (
 // layouts hold the same bytes in the same order for a fixed seed).
 func TestSyntheticLoadsAndRuns(t *testing.T) {
 	shape := SynthShape{Layers: 2, Hidden: 32, Heads: 4, KVHeads: 2, HeadDim: 16, Experts: 4, TopK: 2, MoEInter: 8, Vocab: 50}
-	var logits [2][]float32
-	for i, fused := range []bool{false, true} {
-		dir := t.TempDir()
+	modeltest.LayoutsAgree(t, func(dir string, fused bool) error {
 		shape.Fused = fused
-		if err := WriteSynthetic(dir, shape, 1); err != nil {
-			t.Fatal(err)
-		}
-		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		if err := r.Reserve(0, 3); err != nil {
-			t.Fatal(err)
-		}
-		var out model.Logits
-		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1, 2, 3}}}}, &out); err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = append([]float32(nil), out.Rows[0][0]...)
-		for _, v := range logits[i] {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				t.Fatalf("non-finite logit %v", v)
-			}
-		}
-	}
-	for j := range logits[0] {
-		if logits[0][j] != logits[1][j] {
-			t.Fatalf("per-expert and fused layouts differ at %d: %v vs %v", j, logits[0][j], logits[1][j])
-		}
-	}
+		return WriteSynthetic(dir, shape, 1)
+	}, func(dir string) (model.Runner, error) {
+		return Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
+	})
 }
 
 // TestMakeSynthetic writes a Qwen3-30B-A3B-shaped checkpoint to
@@ -75,38 +50,11 @@ func TestExpertEngineMatchesReference(t *testing.T) {
 	if err := WriteSynthetic(dir, shape, 3); err != nil {
 		t.Fatal(err)
 	}
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(i * 37 % 300)
-	}
-	var lps [2][][]float64
-	for i, mode := range []string{"backend", "BF16"} {
-		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: mode})
+	modeltest.EngineMatchesReference(t, shape.Vocab, func(experts string) (modeltest.EngineRunner, error) {
+		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
 		if err != nil {
-			if i == 1 {
-				t.Skipf("CPU expert engine unavailable: %v", err)
-			}
-			t.Fatal(err)
+			return nil, err
 		}
-		defer r.Close()
-		t.Logf("%s: %s", mode, r.ExpertPath())
-		rows := forward(t, r, 0, prompt, true)
-		for _, row := range rows {
-			lps[i] = append(lps[i], logSoftmax(row))
-		}
-	}
-	var worst, spread float64
-	for j := range lps[0] {
-		for v := range lps[0][j] {
-			worst = math.Max(worst, math.Abs(lps[0][j][v]-lps[1][j][v]))
-			spread = math.Max(spread, math.Abs(lps[0][j][v]-lps[0][j][0]))
-		}
-	}
-	t.Logf("worst logprob difference %.3g (logprob spread %.3g)", worst, spread)
-	if spread < 0.5 {
-		t.Fatalf("synthetic model too flat to compare (spread %g)", spread)
-	}
-	if worst > 1e-3 {
-		t.Fatalf("engine and reference differ by %g", worst)
-	}
+		return testRunner{r}, nil
+	})
 }

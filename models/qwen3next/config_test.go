@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ktserve/kt/modelconfig"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -13,8 +15,8 @@ func TestParseConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.RotaryDim() != c.HeadDim/4 || !*c.NormTopKProb && c.Architecture != ArchNext {
-			t.Errorf("%s: rotary %d of head %d, norm_topk %v", fx, c.RotaryDim(), c.HeadDim, *c.NormTopKProb)
+		if c.Rope.RotaryDim != c.HeadDim/4 || !c.NormTopKProb && c.Architecture != ArchNext {
+			t.Errorf("%s: rotary %d of head %d, norm_topk %v", fx, c.Rope.RotaryDim, c.HeadDim, c.NormTopKProb)
 		}
 	}
 	// Qwen3-Next without layer_types: every 4th layer is full attention.
@@ -27,11 +29,15 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "linear_attention,linear_attention,linear_attention,full_attention,linear_attention,linear_attention,linear_attention,full_attention"
-	if got := strings.Join(c.LayerTypes, ","); got != want {
+	var kinds []string
+	for _, L := range c.Layers {
+		kinds = append(kinds, L.Attention.String())
+	}
+	if got := strings.Join(kinds, ","); got != want {
 		t.Errorf("layer types %s", got)
 	}
-	if *c.NormTopKProb || c.IsMoE(1) || !c.IsMoE(0) {
-		t.Errorf("norm_topk_prob %v, moe(1) %v, moe(0) %v", *c.NormTopKProb, c.IsMoE(1), c.IsMoE(0))
+	if c.NormTopKProb || c.Layers[1].IsMoE || !c.Layers[0].IsMoE {
+		t.Errorf("norm_topk_prob %v, moe(1) %v, moe(0) %v", c.NormTopKProb, c.Layers[1].IsMoE, c.Layers[0].IsMoE)
 	}
 }
 
@@ -49,6 +55,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"topk":        {`"num_experts_per_tok": 2`, `"num_experts_per_tok": 9`, "num_experts_per_tok"},
 		"negative":    {`"hidden_size": 64`, `"hidden_size": -64`, "hidden_size"},
 		"not json":    {`{`, `[`, ""},
+		"no gate":     {`"hidden_act": "silu"`, `"hidden_act": "silu", "attn_output_gate": false`, "attn_output_gate"},
 	} {
 		body := strings.Replace(string(base), c.old, c.new, 1)
 		if body == string(base) {
@@ -77,9 +84,16 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for l := 0; l < c.NumHiddenLayers; l++ {
-			c.IsLinear(l)
-			c.IsMoE(l)
+		if len(c.Layers) != c.NumLayers {
+			t.Fatalf("%d layers described for num_hidden_layers %d", len(c.Layers), c.NumLayers)
+		}
+		for _, L := range c.Layers {
+			if L.IsMoE && (c.TopK < 1 || c.TopK > c.NumExperts || c.SharedExpertIntermediateSize < 1) {
+				t.Fatalf("accepted bad MoE config %+v", c)
+			}
+			if L.Attention == modelconfig.LinearAttention && (c.Linear.NumKeyHeads < 1 || c.Linear.NumValueHeads%c.Linear.NumKeyHeads != 0) {
+				t.Fatalf("accepted bad linear-attention config %+v", c)
+			}
 		}
 	})
 }

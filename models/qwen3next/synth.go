@@ -1,18 +1,9 @@
 package qwen3next
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"math"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/ktserve/kt/safetensors"
-	"github.com/ktserve/kt/tensor"
+	"github.com/ktserve/kt/models/internal/synth"
 )
 
 // SynthShape sizes a synthetic random-weight Qwen3.5 MoE checkpoint
@@ -74,134 +65,46 @@ func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 	}
 	cfg := map[string]any{"architectures": []string{ArchQwen35}, "model_type": "qwen3_5_moe",
 		"text_config": text, "tie_word_embeddings": false}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := synth.WriteConfig(dir, cfg); err != nil {
 		return err
 	}
-	data, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
-		return err
-	}
-	var specs []safetensors.Spec
-	kind := map[string]string{} // fill kind for non-matrix tensors
-	add := func(name string, shape ...int64) {
-		specs = append(specs, safetensors.Spec{Name: name, DType: tensor.BF16, Shape: shape})
-	}
-	vec := func(name, k string, n int64) { add(name, n); kind[name] = k }
+	var ck synth.Checkpoint
 	H, E, I := int64(s.Hidden), int64(s.Experts), int64(s.MoEInter)
 	kd, vd, hv := int64(s.LinKHeads*s.LinKDim), int64(s.LinVHeads*s.LinVDim), int64(s.LinVHeads)
 	const pre = "model.language_model."
-	add(pre+"embed_tokens.weight", int64(s.Vocab), H)
+	ck.Add(pre+"embed_tokens.weight", int64(s.Vocab), H)
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("%slayers.%d.", pre, l)
-		vec(p+"input_layernorm.weight", "zero", H)
-		vec(p+"post_attention_layernorm.weight", "zero", H)
+		ck.AddFilled(p+"input_layernorm.weight", synth.Zero, H)
+		ck.AddFilled(p+"post_attention_layernorm.weight", synth.Zero, H)
 		if (l+1)%4 == 0 {
 			q, kv, hd := int64(s.Heads*s.HeadDim), int64(s.KVHeads*s.HeadDim), int64(s.HeadDim)
-			add(p+"self_attn.q_proj.weight", 2*q, H)
-			add(p+"self_attn.k_proj.weight", kv, H)
-			add(p+"self_attn.v_proj.weight", kv, H)
-			add(p+"self_attn.o_proj.weight", H, q)
-			vec(p+"self_attn.q_norm.weight", "zero", hd)
-			vec(p+"self_attn.k_norm.weight", "zero", hd)
+			ck.Add(p+"self_attn.q_proj.weight", 2*q, H)
+			ck.Add(p+"self_attn.k_proj.weight", kv, H)
+			ck.Add(p+"self_attn.v_proj.weight", kv, H)
+			ck.Add(p+"self_attn.o_proj.weight", H, q)
+			ck.AddFilled(p+"self_attn.q_norm.weight", synth.Zero, hd)
+			ck.AddFilled(p+"self_attn.k_norm.weight", synth.Zero, hd)
 		} else {
 			a := p + "linear_attn."
-			add(a+"in_proj_qkv.weight", 2*kd+vd, H)
-			add(a+"in_proj_z.weight", vd, H)
-			add(a+"in_proj_b.weight", hv, H)
-			add(a+"in_proj_a.weight", hv, H)
-			add(a+"conv1d.weight", 2*kd+vd, 1, 4)
-			vec(a+"A_log", "alog", hv)
-			vec(a+"dt_bias", "one", hv)
-			vec(a+"norm.weight", "one", int64(s.LinVDim))
-			add(a+"out_proj.weight", H, vd)
+			ck.Add(a+"in_proj_qkv.weight", 2*kd+vd, H)
+			ck.Add(a+"in_proj_z.weight", vd, H)
+			ck.Add(a+"in_proj_b.weight", hv, H)
+			ck.Add(a+"in_proj_a.weight", hv, H)
+			ck.Add(a+"conv1d.weight", 2*kd+vd, 1, 4)
+			ck.AddFilled(a+"A_log", synth.ALog, hv)
+			ck.AddFilled(a+"dt_bias", synth.One, hv)
+			ck.AddFilled(a+"norm.weight", synth.One, int64(s.LinVDim))
+			ck.Add(a+"out_proj.weight", H, vd)
 		}
-		add(p+"mlp.gate.weight", E, H)
-		add(p+"mlp.shared_expert.gate_proj.weight", int64(s.SharedInter), H)
-		add(p+"mlp.shared_expert.up_proj.weight", int64(s.SharedInter), H)
-		add(p+"mlp.shared_expert.down_proj.weight", H, int64(s.SharedInter))
-		add(p+"mlp.shared_expert_gate.weight", 1, H)
-		if s.Fused {
-			add(p+"mlp.experts.gate_up_proj", E, 2*I, H)
-			add(p+"mlp.experts.down_proj", E, H, I)
-			continue
-		}
-		for e := 0; e < s.Experts; e++ {
-			q := fmt.Sprintf("%smlp.experts.%d.", p, e)
-			add(q+"gate_proj.weight", I, H)
-			add(q+"up_proj.weight", I, H)
-			add(q+"down_proj.weight", H, I)
-		}
+		ck.Add(p+"mlp.gate.weight", E, H)
+		ck.Add(p+"mlp.shared_expert.gate_proj.weight", int64(s.SharedInter), H)
+		ck.Add(p+"mlp.shared_expert.up_proj.weight", int64(s.SharedInter), H)
+		ck.Add(p+"mlp.shared_expert.down_proj.weight", H, int64(s.SharedInter))
+		ck.Add(p+"mlp.shared_expert_gate.weight", 1, H)
+		ck.AddExperts(p+"mlp.experts.", E, I, H, s.Fused)
 	}
-	vec(pre+"norm.weight", "zero", H)
-	add("lm_head.weight", int64(s.Vocab), H)
-	w, err := safetensors.Create(filepath.Join(dir, "model.safetensors"), specs, map[string]string{"format": "pt"})
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 1<<20)
-	// fill writes n bytes of the logical tensor name, seeded by its name so
-	// both expert layouts hold the same values.
-	fill := func(name string, n int64) error {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-		for n > 0 {
-			m := min(n, int64(len(buf)))
-			chunk := buf[:m]
-			switch k := kind[name]; k {
-			case "":
-				// sign, exponent 2^-7, 7 random mantissa bits, four at a time
-				for i := 0; i < len(chunk); i += 8 {
-					r := rng.Uint64()
-					for j := 0; j < 4 && i+2*j < len(chunk); j++ {
-						binary.LittleEndian.PutUint16(chunk[i+2*j:], uint16(r>>(16*j))&0x807f|120<<7)
-					}
-				}
-			default:
-				for i := 0; i < len(chunk); i += 2 {
-					var v uint16
-					switch k {
-					case "one":
-						v = 0x3f80
-					case "alog":
-						v = tensor.F32ToBF16(float32(math.Log(1 + 15*rng.Float64())))
-					}
-					binary.LittleEndian.PutUint16(chunk[i:], v)
-				}
-			}
-			if _, err := w.Write(chunk); err != nil {
-				return err
-			}
-			n -= m
-		}
-		return nil
-	}
-	for _, sp := range specs {
-		n := int64(2)
-		for _, d := range sp.Shape {
-			n *= d
-		}
-		var err error
-		switch {
-		case strings.HasSuffix(sp.Name, "mlp.experts.gate_up_proj"):
-			p := strings.TrimSuffix(sp.Name, "gate_up_proj")
-			for e := 0; e < s.Experts && err == nil; e++ {
-				if err = fill(fmt.Sprintf("%s%d.gate_proj.weight", p, e), 2*I*H); err == nil {
-					err = fill(fmt.Sprintf("%s%d.up_proj.weight", p, e), 2*I*H)
-				}
-			}
-		case strings.HasSuffix(sp.Name, "mlp.experts.down_proj"):
-			p := strings.TrimSuffix(sp.Name, "down_proj")
-			for e := 0; e < s.Experts && err == nil; e++ {
-				err = fill(fmt.Sprintf("%s%d.down_proj.weight", p, e), 2*I*H)
-			}
-		default:
-			err = fill(sp.Name, n)
-		}
-		if err != nil {
-			w.Abort()
-			return err
-		}
-	}
-	return w.Close()
+	ck.AddFilled(pre+"norm.weight", synth.Zero, H)
+	ck.Add("lm_head.weight", int64(s.Vocab), H)
+	return ck.Write(dir, seed)
 }

@@ -1,13 +1,13 @@
 package qwen3next
 
 import (
-	"math"
 	"os"
 	"strconv"
 	"testing"
 
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/modeltest"
 )
 
 // TestSyntheticLoadsAndRuns writes small synthetic Qwen3.5 checkpoints in
@@ -15,37 +15,12 @@ import (
 func TestSyntheticLoadsAndRuns(t *testing.T) {
 	shape := SynthShape{Layers: 4, Hidden: 32, Heads: 2, KVHeads: 1, HeadDim: 16,
 		LinKHeads: 2, LinVHeads: 4, LinKDim: 8, LinVDim: 8, Experts: 4, TopK: 2, MoEInter: 8, SharedInter: 8, Vocab: 50}
-	var logits [2][]float32
-	for i, fused := range []bool{false, true} {
-		dir := t.TempDir()
+	modeltest.LayoutsAgree(t, func(dir string, fused bool) error {
 		shape.Fused = fused
-		if err := WriteSynthetic(dir, shape, 1); err != nil {
-			t.Fatal(err)
-		}
-		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		if err := r.Reserve(0, 3); err != nil {
-			t.Fatal(err)
-		}
-		var out model.Logits
-		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1, 2, 3}}}}, &out); err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = append([]float32(nil), out.Rows[0][0]...)
-		for _, v := range logits[i] {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				t.Fatalf("non-finite logit %v", v)
-			}
-		}
-	}
-	for j := range logits[0] {
-		if logits[0][j] != logits[1][j] {
-			t.Fatalf("per-expert and fused layouts differ at %d: %v vs %v", j, logits[0][j], logits[1][j])
-		}
-	}
+		return WriteSynthetic(dir, shape, 1)
+	}, func(dir string) (model.Runner, error) {
+		return Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 32, MaxBatchTokens: 8})
+	})
 	if b := Qwen35_35B_A3B.ActiveBytesPerToken(); b < 5e9 || b > 7e9 {
 		t.Errorf("Qwen3.5-35B-A3B reads %d bytes per token, want about 3B active params in bf16", b)
 	}
@@ -93,7 +68,7 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 		if err := r.Reserve(0, len(toks)); err != nil {
 			b.Fatal(err)
 		}
-		pos := r.pool.Len(0)
+		pos := r.rb.Pool.Len(0)
 		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Pos: pos, Tokens: toks}}}, &out); err != nil {
 			b.Fatal(err)
 		}
@@ -104,8 +79,29 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 		step([]int32{int32(i%1000 + 10)})
 	}
 	s := Qwen35_35B_A3B
-	s.Layers = r.cfg.NumHiddenLayers
+	s.Layers = r.cfg.NumLayers
 	tps := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(tps, "tok/s")
 	b.ReportMetric(tps*float64(s.ActiveBytesPerToken())/1e9, "GB/s")
+}
+
+// TestExpertEngineMatchesReference runs a synthetic Qwen3.5 model whose
+// shapes the CPU expert engine supports (hidden 128) with the routed
+// experts on the engine and on the backend's reference MoE op (the shared
+// expert stays on the backend either way) and compares every prompt
+// logprob.
+func TestExpertEngineMatchesReference(t *testing.T) {
+	dir := t.TempDir()
+	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
+		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
+	if err := WriteSynthetic(dir, shape, 3); err != nil {
+		t.Fatal(err)
+	}
+	modeltest.EngineMatchesReference(t, shape.Vocab, func(experts string) (modeltest.EngineRunner, error) {
+		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
+		if err != nil {
+			return nil, err
+		}
+		return testRunner{r}, nil
+	})
 }

@@ -1,22 +1,22 @@
-package engine
+package sample
 
 import (
 	"math"
 	"testing"
 )
 
-func newTestSampler(p SamplingParams, prompt []int32) *seqSampler {
-	return newSeqSampler(&p, prompt, 42)
+func newTestSampler(p Params, prompt []int32) *Sequence {
+	return NewSequence(p, prompt, 42)
 }
 
 // freq draws n tokens from row under p and returns the frequencies.
-func freq(t *testing.T, p SamplingParams, row []float32, n int) []float64 {
+func freq(t *testing.T, p Params, row []float32, n int) []float64 {
 	t.Helper()
-	var sm sampler
+	var sm Sampler
 	s := newTestSampler(p, nil)
 	f := make([]float64, len(row))
 	for range n {
-		tok, err := sm.sample(s, row)
+		tok, err := sm.Sample(s, row)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,21 +46,21 @@ func TestSamplerDistribution(t *testing.T) {
 	const n = 40000
 	for _, tc := range []struct {
 		name string
-		p    SamplingParams
+		p    Params
 		want []float64
 	}{
-		{"temperature 1", SamplingParams{Temperature: 1, TopP: 1, RepetitionPenalty: 1}, softmax(row, 1)},
-		{"temperature 2", SamplingParams{Temperature: 2, TopP: 1, RepetitionPenalty: 1}, softmax(row, 2)},
-		{"top_k 2", SamplingParams{Temperature: 1, TopP: 1, TopK: 2, RepetitionPenalty: 1}, func() []float64 {
+		{"temperature 1", Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}, softmax(row, 1)},
+		{"temperature 2", Params{Temperature: 2, TopP: 1, RepetitionPenalty: 1}, softmax(row, 2)},
+		{"top_k 2", Params{Temperature: 1, TopP: 1, TopK: 2, RepetitionPenalty: 1}, func() []float64 {
 			e3, e2 := math.Exp(3), math.Exp(2)
 			return []float64{e2 / (e2 + e3), 0, 0, 0, 0, e3 / (e2 + e3)}
 		}()},
-		{"top_p 0.8", SamplingParams{Temperature: 1, TopP: 0.8, RepetitionPenalty: 1}, func() []float64 {
+		{"top_p 0.8", Params{Temperature: 1, TopP: 0.8, RepetitionPenalty: 1}, func() []float64 {
 			// softmax: 3 -> .61, 2 -> .22 (sum .84 >= .8): keep two.
 			e3, e2 := math.Exp(3), math.Exp(2)
 			return []float64{e2 / (e2 + e3), 0, 0, 0, 0, e3 / (e2 + e3)}
 		}()},
-		{"min_p 0.3", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.3, RepetitionPenalty: 1}, func() []float64 {
+		{"min_p 0.3", Params{Temperature: 1, TopP: 1, MinP: 0.3, RepetitionPenalty: 1}, func() []float64 {
 			// p/pmax: 2 -> e^-1 = .37 kept, 1 -> e^-2 = .14 dropped.
 			e3, e2 := math.Exp(3), math.Exp(2)
 			return []float64{e2 / (e2 + e3), 0, 0, 0, 0, e3 / (e2 + e3)}
@@ -76,33 +76,33 @@ func TestSamplerDistribution(t *testing.T) {
 }
 
 func TestPenalties(t *testing.T) {
-	var sm sampler
+	var sm Sampler
 	row := []float32{1.0, 0.9, -0.5, -0.6}
 	// Repetition penalty divides positive logits and multiplies negative
 	// ones of seen tokens: token 0 (seen) 1.0/2 = 0.5 < 0.9.
-	s := newTestSampler(SamplingParams{TopP: 1, RepetitionPenalty: 2}, []int32{0, 2})
-	if tok, _ := sm.sample(s, row); tok != 1 {
+	s := newTestSampler(Params{TopP: 1, RepetitionPenalty: 2}, []int32{0, 2})
+	if tok, _ := sm.Sample(s, row); tok != 1 {
 		t.Errorf("repetition penalty: got %d want 1", tok)
 	}
 	// Frequency penalty grows with the count; presence is flat.
-	s = newTestSampler(SamplingParams{TopP: 1, RepetitionPenalty: 1, FrequencyPenalty: 0.06}, nil)
-	s.accept(0)
-	if tok, _ := sm.sample(s, row); tok != 0 {
+	s = newTestSampler(Params{TopP: 1, RepetitionPenalty: 1, FrequencyPenalty: 0.06}, nil)
+	s.Accept(0)
+	if tok, _ := sm.Sample(s, row); tok != 0 {
 		t.Errorf("one use, frequency 0.06: got %d want 0", tok)
 	}
-	s.accept(0)
-	if tok, _ := sm.sample(s, row); tok != 1 {
+	s.Accept(0)
+	if tok, _ := sm.Sample(s, row); tok != 1 {
 		t.Errorf("two uses, frequency 0.06: got %d want 1", tok)
 	}
-	s = newTestSampler(SamplingParams{TopP: 1, RepetitionPenalty: 1, PresencePenalty: 0.2}, nil)
-	s.accept(0)
-	if tok, _ := sm.sample(s, row); tok != 1 {
+	s = newTestSampler(Params{TopP: 1, RepetitionPenalty: 1, PresencePenalty: 0.2}, nil)
+	s.Accept(0)
+	if tok, _ := sm.Sample(s, row); tok != 1 {
 		t.Errorf("presence: got %d want 1", tok)
 	}
 	// Negative penalties encourage.
-	s = newTestSampler(SamplingParams{TopP: 1, RepetitionPenalty: 1, PresencePenalty: -2}, nil)
-	s.accept(3)
-	if tok, _ := sm.sample(s, row); tok != 3 {
+	s = newTestSampler(Params{TopP: 1, RepetitionPenalty: 1, PresencePenalty: -2}, nil)
+	s.Accept(3)
+	if tok, _ := sm.Sample(s, row); tok != 3 {
 		t.Errorf("negative presence: got %d want 3", tok)
 	}
 	// The row itself is left alone.
@@ -112,9 +112,9 @@ func TestPenalties(t *testing.T) {
 }
 
 func TestLargest(t *testing.T) {
-	var sm sampler
+	var sm Sampler
 	x := []float32{1, 5, 3, 5, -1, 4}
-	got := sm.largest(x, 3)
+	got := sm.Largest(x, 3)
 	want := []int32{1, 3, 5}
 	for i := range want {
 		if got[i] != want[i] {
@@ -131,10 +131,10 @@ func BenchmarkSampleTopP(b *testing.B) {
 		x = x*6364136223846793005 + 1442695040888963407
 		row[i] = float32(x>>40) / float32(1<<24) * 20
 	}
-	var sm sampler
-	s := newTestSampler(SamplingParams{Temperature: 0.7, TopP: 0.9, TopK: 0, RepetitionPenalty: 1}, nil)
+	var sm Sampler
+	s := newTestSampler(Params{Temperature: 0.7, TopP: 0.9, TopK: 0, RepetitionPenalty: 1}, nil)
 	for b.Loop() {
-		if _, err := sm.sample(s, row); err != nil {
+		if _, err := sm.Sample(s, row); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -146,11 +146,27 @@ func BenchmarkSampleGreedy(b *testing.B) {
 	for i := range row {
 		row[i] = float32(i%977) / 977
 	}
-	var sm sampler
-	s := newTestSampler(SamplingParams{Temperature: 0, TopP: 1, RepetitionPenalty: 1}, nil)
+	var sm Sampler
+	s := newTestSampler(Params{Temperature: 0, TopP: 1, RepetitionPenalty: 1}, nil)
 	for b.Loop() {
-		if _, err := sm.sample(s, row); err != nil {
+		if _, err := sm.Sample(s, row); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestLogSoftmax(t *testing.T) {
+	row := []float32{2, 1, 0.5, 0, -1, 3, -40}
+	lp := LogSoftmax(row, make([]float64, 2))
+	mx, lse := LogSumExp(row)
+	var total float64
+	for i, v := range lp {
+		total += math.Exp(v)
+		if d := math.Abs(v - float64(Logprob(row, int32(i), mx, lse))); d > 1e-6 {
+			t.Errorf("token %d: LogSoftmax %g, Logprob %g", i, v, Logprob(row, int32(i), mx, lse))
+		}
+	}
+	if len(lp) != len(row) || math.Abs(total-1) > 1e-12 {
+		t.Errorf("%d logprobs summing to probability %g", len(lp), total)
 	}
 }

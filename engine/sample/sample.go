@@ -1,4 +1,11 @@
-package engine
+// Package sample picks the next token from a row of logits the way SGLang
+// does: repetition, frequency and presence penalties, temperature, top-k,
+// top-p (nucleus) and min-p filtering, a per-sequence seeded random stream,
+// banned tokens, and an optional constraint on which tokens may come next
+// (rejection sampling, then filtering). It also computes log-probabilities
+// and the most likely tokens. The engine's scheduler and kt generate both
+// use it.
+package sample
 
 import (
 	"container/heap"
@@ -8,21 +15,48 @@ import (
 	"slices"
 )
 
-// errNoToken is returned when a constraint allows no token at all.
-var errNoToken = errors.New("the output constraint allows no next token")
+// ErrNoToken is returned when a constraint allows no token at all.
+var ErrNoToken = errors.New("the output constraint allows no next token")
 
-// seqSampler is one sequence's sampling state: its random stream and the
-// token counts the penalties need.
-type seqSampler struct {
-	p      *SamplingParams
+// Constraint restricts which tokens may be sampled next (for example to keep
+// the output valid JSON). Sample calls Allow for candidate tokens and
+// Sequence.Accept calls Advance for the token picked.
+type Constraint interface {
+	// Allow reports whether token may come next.
+	Allow(token int32) bool
+	// Advance records that token was picked.
+	Advance(token int32)
+}
+
+// Params are the sampling settings of one sequence (SGLang's meanings;
+// ranges are the caller's to check).
+type Params struct {
+	Temperature       float64 // below 1e-5: greedy
+	TopP              float64 // (0, 1]; 1 disables
+	TopK              int     // 0 or -1 disables; 1 is greedy
+	MinP              float64 // [0, 1]; 0 disables
+	FrequencyPenalty  float64
+	PresencePenalty   float64
+	RepetitionPenalty float64 // 1 disables
+	Constraint        Constraint
+}
+
+// Sequence is one sequence's sampling state: its parameters, its random
+// stream and the token counts the penalties need.
+type Sequence struct {
+	p      Params
 	rng    *rand.Rand
 	counts map[int32]int      // generated tokens (frequency/presence penalties)
 	seen   map[int32]struct{} // prompt and generated tokens (repetition penalty)
-	ban    map[int32]bool     // tokens that may not come next (stop tokens before min_new_tokens)
+	// Ban lists tokens that may not come next (the engine's stop tokens
+	// before min_new_tokens); nil bans none.
+	Ban map[int32]bool
 }
 
-func newSeqSampler(p *SamplingParams, prompt []int32, seed uint64) *seqSampler {
-	s := &seqSampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+// NewSequence starts a sequence after prompt with a random stream seeded
+// by seed.
+func NewSequence(p Params, prompt []int32, seed uint64) *Sequence {
+	s := &Sequence{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
 		s.counts = map[int32]int{}
 	}
@@ -35,8 +69,8 @@ func newSeqSampler(p *SamplingParams, prompt []int32, seed uint64) *seqSampler {
 	return s
 }
 
-// accept records a chosen token.
-func (s *seqSampler) accept(t int32) {
+// Accept records a chosen token (penalty counts, the constraint's state).
+func (s *Sequence) Accept(t int32) {
 	if s.counts != nil {
 		s.counts[t]++
 	}
@@ -48,16 +82,17 @@ func (s *seqSampler) accept(t int32) {
 	}
 }
 
-// sampler holds the scratch buffers of the scheduler goroutine; it is
-// shared by all sequences and allocates only when the vocabulary grows.
-type sampler struct {
+// Sampler holds scratch buffers; one Sampler serves any number of
+// sequences (one at a time) and allocates only when the vocabulary grows.
+// The zero value is ready to use.
+type Sampler struct {
 	work []float32
 	idx  []int32
 	h    minHeap
 }
 
-// logSumExp returns the max and log(sum(exp(x - max))) of row.
-func logSumExp(row []float32) (mx, lse float64) {
+// LogSumExp returns the max and log(sum(exp(x - max))) of row.
+func LogSumExp(row []float32) (mx, lse float64) {
 	m := float32(math.Inf(-1))
 	for _, v := range row {
 		if v > m {
@@ -71,24 +106,33 @@ func logSumExp(row []float32) (mx, lse float64) {
 	return float64(m), math.Log(sum)
 }
 
-// logprobOf returns log_softmax(row)[t] given logSumExp's results.
-func logprobOf(row []float32, t int32, mx, lse float64) float32 {
+// LogSoftmax writes log_softmax(row), computed in float64 throughout, into
+// dst (grown as needed) and returns it.
+func LogSoftmax(row []float32, dst []float64) []float64 {
+	dst = slices.Grow(dst[:0], len(row))[:len(row)]
+	mx := math.Inf(-1)
+	for _, v := range row {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(s)
+	for i, v := range row {
+		dst[i] = float64(v) - lse
+	}
+	return dst
+}
+
+// Logprob returns log_softmax(row)[t] given LogSumExp's results.
+func Logprob(row []float32, t int32, mx, lse float64) float32 {
 	return float32(float64(row[t]) - mx - lse)
 }
 
-// topN returns the n largest entries of row as (id, logprob), best first.
-func (sm *sampler) topN(row []float32, n int, mx, lse float64) []TokenLogprob {
-	ids := sm.largest(row, n)
-	out := make([]TokenLogprob, len(ids))
-	for i, id := range ids {
-		out[i] = TokenLogprob{ID: id, Logprob: logprobOf(row, id, mx, lse)}
-	}
-	return out
-}
-
-// largest returns the indices of the n largest values of x, best first
+// Largest returns the indices of the n largest values of x, best first
 // (ties: lower index first). The slice is scratch, valid until the next call.
-func (sm *sampler) largest(x []float32, n int) []int32 {
+func (sm *Sampler) Largest(x []float32, n int) []int32 {
 	n = min(n, len(x))
 	sm.h = sm.h[:0]
 	for i, v := range x {
@@ -143,9 +187,10 @@ func (h *minHeap) Pop() any {
 // whole vocabulary is filtered.
 const constraintTries = 32
 
-// sample picks the next token from a logits row (the row is not modified).
-func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
-	p := s.p
+// Sample picks s's next token from a logits row (the row is not
+// modified). The caller records the pick with s.Accept.
+func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
+	p := &s.p
 	if cap(sm.work) < len(row) {
 		sm.work = make([]float32, len(row))
 	}
@@ -173,7 +218,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 			}
 		}
 	}
-	for t := range s.ban {
+	for t := range s.Ban {
 		if int(t) < len(w) {
 			w[t] = negInf
 		}
@@ -185,7 +230,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 		for try := 0; ; try++ {
 			best := argmax(w)
 			if best < 0 {
-				return 0, errNoToken
+				return 0, ErrNoToken
 			}
 			if c == nil || c.Allow(best) {
 				return best, nil
@@ -207,7 +252,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 		}
 	}
 	if math.IsInf(float64(mx), -1) {
-		return 0, errNoToken
+		return 0, ErrNoToken
 	}
 	for i := range w {
 		w[i] = float32(math.Exp(float64(w[i] - mx)))
@@ -216,7 +261,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
 	var cand []int32
 	if p.TopK > 0 && p.TopK < len(w) {
-		cand = slices.Clone(sm.largest(w, p.TopK)) // best first
+		cand = slices.Clone(sm.Largest(w, p.TopK)) // best first
 	}
 	if p.TopP < 1 {
 		if cand != nil {
@@ -250,7 +295,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 	for try := 0; ; try++ {
 		t := draw(s.rng, w, cand)
 		if t < 0 {
-			return 0, errNoToken
+			return 0, ErrNoToken
 		}
 		if c == nil || c.Allow(t) {
 			return t, nil
@@ -273,7 +318,7 @@ func (sm *sampler) sample(s *seqSampler, row []float32) (int32, error) {
 					if b := argmax(w); b >= 0 {
 						return b, nil
 					}
-					return 0, errNoToken
+					return 0, ErrNoToken
 				}
 			}
 		}

@@ -1,0 +1,357 @@
+// Package modeltest holds the checks every model definition in models/
+// runs in its tests: logprobs against the transformers reference fixtures
+// (testdata/models), bit-identical chunked prefill and mixed batches,
+// rejection of malformed batches and checkpoints, and the CPU expert engine
+// against the backend's reference MoE op. Only tests import it.
+package modeltest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ktserve/kt/engine/sample"
+	"github.com/ktserve/kt/model"
+)
+
+// Tol is the logprob tolerance against transformers.
+const Tol = 1e-3
+
+// Runner is a model runner whose slots' cached lengths a test can read.
+type Runner interface {
+	model.Runner
+	SlotLen(slot int) int
+}
+
+// Case is one prompt of a fixture's reference.json, written by
+// transformers: the prompt's logprobs, the greedy continuation with its
+// logprobs, the top-8 logprobs per step and the top-2 margin.
+type Case struct {
+	Name           string         `json:"name"`
+	PromptIDs      []int32        `json:"prompt_ids"`
+	PromptLogprobs []*float64     `json:"prompt_logprobs"`
+	GreedyIDs      []int32        `json:"greedy_ids"`
+	GreedyLogprobs []float64      `json:"greedy_logprobs"`
+	TopLogprobs    [][][2]float64 `json:"top_logprobs"`
+	Top2Margin     []float64      `json:"top2_margin"`
+}
+
+// FixtureDir is the path of testdata/models/name from a package two levels
+// below the repository root (models/<family>).
+func FixtureDir(name string) string { return filepath.Join("..", "..", "testdata", "models", name) }
+
+// ReadRef reads the reference cases of fixture name.
+func ReadRef(t testing.TB, name string) []Case {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(FixtureDir(name), "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Cases []Case `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Cases
+}
+
+// LogSoftmax returns the log-probabilities of a logits row in float64.
+func LogSoftmax(row []float32) []float64 { return sample.LogSoftmax(row, nil) }
+
+// Argmax is the index of the largest value (the first of equals).
+func Argmax(lp []float64) int32 {
+	best := 0
+	for i, v := range lp {
+		if v > lp[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// CopyRows deep-copies logits rows (the runner reuses its buffers).
+func CopyRows(rows [][]float32) [][]float32 {
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = append([]float32(nil), r...)
+	}
+	return out
+}
+
+// Forward reserves and runs one single-chunk step of toks on slot (at the
+// slot's current length) and returns copies of the logits rows.
+func Forward(t testing.TB, r Runner, slot int, toks []int32, all bool) [][]float32 {
+	t.Helper()
+	if err := r.Reserve(slot, len(toks)); err != nil {
+		t.Fatal(err)
+	}
+	var out model.Logits
+	pos := r.SlotLen(slot)
+	if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: slot, Pos: pos, Tokens: toks, AllLogits: all}}}, &out); err != nil {
+		t.Fatal(err)
+	}
+	return CopyRows(out.Rows[0])
+}
+
+// RequireIdentical fails unless got and want are bit-identical.
+func RequireIdentical(t testing.TB, what string, got, want [][]float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("%s: row %d logit %d = %v, want %v", what, i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+// MatchesTransformers checks, on slot 0 of r, every prompt logprob of
+// fixture's reference cases and, teacher-forcing the reference's greedy
+// continuation through the cache, every greedy token (where the top-2
+// margin exceeds Tol), its logprob and the top-8 logprobs, all within Tol.
+// It returns the worst logprob difference.
+func MatchesTransformers(t *testing.T, r Runner, fixture string) float64 {
+	t.Helper()
+	var worst float64
+	for _, c := range ReadRef(t, fixture) {
+		r.Free(0)
+		rows := Forward(t, r, 0, c.PromptIDs, true)
+		for i := 1; i < len(c.PromptIDs); i++ {
+			lp := LogSoftmax(rows[i-1])[c.PromptIDs[i]]
+			d := math.Abs(lp - *c.PromptLogprobs[i])
+			worst = math.Max(worst, d)
+			if d > Tol {
+				t.Errorf("%s: prompt token %d logprob %.6f, reference %.6f", c.Name, i, lp, *c.PromptLogprobs[i])
+			}
+		}
+		last := rows[len(rows)-1]
+		for s, want := range c.GreedyIDs {
+			lp := LogSoftmax(last)
+			if got := Argmax(lp); got != want && c.Top2Margin[s] > Tol {
+				t.Errorf("%s: greedy step %d: token %d, reference %d (margin %.4g)", c.Name, s, got, want, c.Top2Margin[s])
+			}
+			d := math.Abs(lp[want] - c.GreedyLogprobs[s])
+			worst = math.Max(worst, d)
+			if d > Tol {
+				t.Errorf("%s: greedy step %d logprob %.6f, reference %.6f", c.Name, s, lp[want], c.GreedyLogprobs[s])
+			}
+			for _, p := range c.TopLogprobs[s] {
+				if d := math.Abs(lp[int(p[0])] - p[1]); d > Tol {
+					t.Errorf("%s: step %d top token %d logprob %.6f, reference %.6f", c.Name, s, int(p[0]), lp[int(p[0])], p[1])
+				}
+			}
+			if s+1 < len(c.GreedyIDs) {
+				last = Forward(t, r, 0, []int32{want}, false)[0]
+			}
+		}
+	}
+	t.Logf("worst logprob difference %.3g", worst)
+	return worst
+}
+
+// ChunkedPrefillIdentical prefills fixture's longest reference prompt (at
+// least minLen tokens) in chunks of each size and checks the logits are
+// bit-identical to one prefill (size 1 is skipped in -short mode).
+func ChunkedPrefillIdentical(t *testing.T, r Runner, fixture string, minLen int, sizes []int) {
+	t.Helper()
+	cases := ReadRef(t, fixture)
+	c := cases[len(cases)-1]
+	if len(c.PromptIDs) < minLen {
+		t.Fatalf("%s: longest prompt has %d tokens, want >= %d to cross chunk boundaries", fixture, len(c.PromptIDs), minLen)
+	}
+	r.Free(0)
+	whole := Forward(t, r, 0, c.PromptIDs, true)
+	for _, size := range sizes {
+		if testing.Short() && size == 1 {
+			continue
+		}
+		r.Free(1)
+		var got [][]float32
+		for i := 0; i < len(c.PromptIDs); i += size {
+			got = append(got, Forward(t, r, 1, c.PromptIDs[i:min(i+size, len(c.PromptIDs))], true)...)
+		}
+		RequireIdentical(t, fmt.Sprintf("%s chunk %d", fixture, size), got, whole)
+	}
+}
+
+// MixedBatchIdentical runs several sequences at different positions in one
+// step (a decode, a prefill chunk starting mid-prompt, a fresh prompt; slots
+// 0-3 of a fresh r) and checks each row against the sequence run alone.
+func MixedBatchIdentical(t *testing.T, r Runner, fixture string) {
+	t.Helper()
+	cases := ReadRef(t, fixture)
+	a, b, c := cases[0].PromptIDs, cases[1].PromptIDs, cases[2].PromptIDs
+	// alone
+	aloneA := Forward(t, r, 0, a, true)
+	r.Free(0)
+	Forward(t, r, 0, b[:30], true)
+	aloneB := Forward(t, r, 0, b[30:], true)
+	r.Free(0)
+	aloneC := Forward(t, r, 0, c[:40], true)
+	r.Free(0)
+	// together: A's prompt minus its last token and B's first 30 go first
+	Forward(t, r, 2, a[:len(a)-1], false)
+	Forward(t, r, 1, b[:30], false)
+	chunks := []model.Chunk{
+		{Slot: 1, Pos: 30, Tokens: b[30:], AllLogits: true},
+		{Slot: 2, Pos: len(a) - 1, Tokens: a[len(a)-1:], AllLogits: true},
+		{Slot: 3, Pos: 0, Tokens: c[:40], AllLogits: true},
+	}
+	for _, ch := range chunks {
+		if err := r.Reserve(ch.Slot, len(ch.Tokens)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out model.Logits
+	if err := r.Forward(&model.Batch{Chunks: chunks}, &out); err != nil {
+		t.Fatal(err)
+	}
+	RequireIdentical(t, fixture+" decode row", CopyRows(out.Rows[1]), aloneA[len(a)-1:])
+	RequireIdentical(t, fixture+" prefill chunk", CopyRows(out.Rows[0]), aloneB)
+	RequireIdentical(t, fixture+" fresh prompt", CopyRows(out.Rows[2]), aloneC)
+}
+
+// RejectsBadBatches checks that misuse of a runner with 4 slots, 512 tokens
+// per step and a vocabulary of 1000 is an error, not a panic, and leaves
+// the slot unchanged.
+func RejectsBadBatches(t *testing.T, r Runner) {
+	t.Helper()
+	if err := r.Reserve(0, 4); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]model.Batch{
+		"empty":         {},
+		"bad slot":      {Chunks: []model.Chunk{{Slot: 9, Tokens: []int32{1}}}},
+		"wrong pos":     {Chunks: []model.Chunk{{Slot: 0, Pos: 3, Tokens: []int32{1}}}},
+		"no tokens":     {Chunks: []model.Chunk{{Slot: 0}}},
+		"unreserved":    {Chunks: []model.Chunk{{Slot: 0, Tokens: make([]int32, 17)}}},
+		"bad token":     {Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1000}}}},
+		"negative tok":  {Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{-1}}}},
+		"slot twice":    {Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1}}, {Slot: 0, Tokens: []int32{2}}}},
+		"too many toks": {Chunks: []model.Chunk{{Slot: 1, Tokens: make([]int32, 513)}}},
+	} {
+		var out model.Logits
+		if err := r.Forward(&b, &out); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if r.SlotLen(0) != 0 {
+		t.Fatalf("rejected batches advanced slot 0 to %d", r.SlotLen(0))
+	}
+}
+
+// LoadErrors checks that load fails on a directory with only configFixture's
+// config.json, and with weightsFixture's (differently shaped) weights
+// beside it, logging the errors.
+func LoadErrors(t *testing.T, load func(dir string) error, configFixture, weightsFixture string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, _ := os.ReadFile(filepath.Join(FixtureDir(configFixture), "config.json"))
+	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+	if err := load(dir); err == nil {
+		t.Error("loading without weights succeeded")
+	} else {
+		t.Log(err)
+	}
+	// weights of a different config: shape errors name the tensor
+	st, _ := os.ReadFile(filepath.Join(FixtureDir(weightsFixture), "model.safetensors"))
+	os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644)
+	if err := load(dir); err == nil {
+		t.Error("loading mismatched weights succeeded")
+	} else {
+		t.Log(err)
+	}
+}
+
+// EngineRunner is a runner that says what computes its routed experts.
+type EngineRunner interface {
+	Runner
+	ExpertPath() string
+}
+
+// EngineMatchesReference runs a 40-token prompt (ids below vocab) through a
+// model loaded with load("backend") (the backend's reference MoE op) and
+// load("BF16") (the CPU expert engine) and compares every prompt logprob
+// within Tol; it skips when the engine cannot run here. The model must not
+// be too flat to compare (a logprob spread of at least 0.5).
+func EngineMatchesReference(t *testing.T, vocab int, load func(experts string) (EngineRunner, error)) {
+	t.Helper()
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % vocab)
+	}
+	var lps [2][][]float64
+	for i, mode := range []string{"backend", "BF16"} {
+		r, err := load(mode)
+		if err != nil {
+			if i == 1 {
+				t.Skipf("CPU expert engine unavailable: %v", err)
+			}
+			t.Fatal(err)
+		}
+		defer r.Close()
+		t.Logf("%s: %s", mode, r.ExpertPath())
+		for _, row := range Forward(t, r, 0, prompt, true) {
+			lps[i] = append(lps[i], LogSoftmax(row))
+		}
+	}
+	var worst, spread float64
+	for j := range lps[0] {
+		for v := range lps[0][j] {
+			worst = math.Max(worst, math.Abs(lps[0][j][v]-lps[1][j][v]))
+			spread = math.Max(spread, math.Abs(lps[0][j][v]-lps[0][j][0]))
+		}
+	}
+	t.Logf("worst logprob difference %.3g (logprob spread %.3g)", worst, spread)
+	if spread < 0.5 {
+		t.Fatalf("synthetic model too flat to compare (spread %g)", spread)
+	}
+	if worst > Tol {
+		t.Fatalf("engine and reference differ by %g", worst)
+	}
+}
+
+// LayoutsAgree writes a synthetic checkpoint with per-expert keys and with
+// fused 3-D experts (write(dir, fused), same seed), loads each with load,
+// and checks the last logits of a 3-token prompt are finite and
+// bit-identical between the layouts.
+func LayoutsAgree(t *testing.T, write func(dir string, fused bool) error, load func(dir string) (model.Runner, error)) {
+	t.Helper()
+	var logits [2][]float32
+	for i, fused := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := write(dir, fused); err != nil {
+			t.Fatal(err)
+		}
+		r, err := load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if err := r.Reserve(0, 3); err != nil {
+			t.Fatal(err)
+		}
+		var out model.Logits
+		if err := r.Forward(&model.Batch{Chunks: []model.Chunk{{Slot: 0, Tokens: []int32{1, 2, 3}}}}, &out); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = append([]float32(nil), out.Rows[0][0]...)
+		for _, v := range logits[i] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("non-finite logit %v", v)
+			}
+		}
+	}
+	for j := range logits[0] {
+		if logits[0][j] != logits[1][j] {
+			t.Fatalf("per-expert and fused layouts differ at %d: %v vs %v", j, logits[0][j], logits[1][j])
+		}
+	}
+}

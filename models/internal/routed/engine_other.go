@@ -1,0 +1,26 @@
+//go:build !(linux && amd64 && cgo)
+
+package routed
+
+import (
+	"errors"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/models/internal/runbase"
+)
+
+// engine is unavailable in this build: the backend's MoE op runs.
+type engine struct{}
+
+func newEngine(*runbase.Base, string, *modelconfig.Config, []*Weights) (*engine, error) {
+	return nil, errors.New("the CPU expert engine needs linux/amd64 with cgo")
+}
+
+func (*engine) forward(int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, int) error {
+	return errors.New("no CPU expert engine")
+}
+
+func (*engine) describe() string { return "" }
+
+func (*engine) close() {}

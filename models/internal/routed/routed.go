@@ -1,0 +1,149 @@
+// Package routed is the routed-expert part of a MoE block, shared by every
+// model family in models/: binding one layer's experts (per-expert keys as
+// published, or transformers 5's fused 3-D tensors sliced per expert
+// without a copy) and computing them, on the CPU expert engine
+// (moe/cpuexperts, bf16 weights in place) when the backend is the CPU and
+// the engine serves the shapes, else with the backend's MoE op. A shared
+// expert, where a family has one, stays with the model.
+package routed
+
+import (
+	"fmt"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/models/internal/runbase"
+)
+
+// Weights are one layer's routed experts: the backend's tensors and the
+// checkpoint bytes they were made from (what the CPU expert engine reads).
+type Weights struct {
+	backend.Experts
+	HostGate, HostUp, HostDown []backend.Host // per expert
+}
+
+// Load binds the E experts under p (a layer's "...mlp.experts.") from
+// per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the fused
+// p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj" [E, H, I].
+func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
+	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
+		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
+		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
+	bind := func(dst *backend.Tensor, host *backend.Host, h backend.Host) error {
+		*host = h
+		var err error
+		*dst, err = rb.BE.Weight(h)
+		return err
+	}
+	if _, fused := rb.Ckpt.Info(p + "gate_up_proj"); fused {
+		gu, err := rb.Host(p+"gate_up_proj", E, 2*I, H)
+		if err != nil {
+			return nil, err
+		}
+		dn, err := rb.Host(p+"down_proj", E, H, I)
+		if err != nil {
+			return nil, err
+		}
+		// part is rows x cols elements of src starting at element off.
+		part := func(src backend.Host, e int, name string, off, rows, cols int) backend.Host {
+			sz := src.DType.Size()
+			return backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
+				Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]}
+		}
+		for e := 0; e < E; e++ {
+			if err := bind(&w.Gate[e], &w.HostGate[e], part(gu, e, "gate", e*2*I*H, I, H)); err != nil {
+				return nil, err
+			}
+			if err := bind(&w.Up[e], &w.HostUp[e], part(gu, e, "up", e*2*I*H+I*H, I, H)); err != nil {
+				return nil, err
+			}
+			if err := bind(&w.Down[e], &w.HostDown[e], part(dn, e, "down", e*H*I, H, I)); err != nil {
+				return nil, err
+			}
+		}
+		return w, nil
+	}
+	for e := 0; e < E; e++ {
+		q := fmt.Sprintf("%s%d.", p, e)
+		for _, x := range []struct {
+			dst  *backend.Tensor
+			host *backend.Host
+			name string
+			r, c int
+		}{
+			{&w.Gate[e], &w.HostGate[e], "gate_proj.weight", I, H},
+			{&w.Up[e], &w.HostUp[e], "up_proj.weight", I, H},
+			{&w.Down[e], &w.HostDown[e], "down_proj.weight", H, I},
+		} {
+			h, err := rb.Host(q+x.name, x.r, x.c)
+			if err != nil {
+				return nil, err
+			}
+			if err := bind(x.dst, x.host, h); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
+}
+
+// Experts computes the routed experts of a model's MoE layers.
+type Experts struct {
+	rb     *runbase.Base
+	engine *engine // nil: the backend's MoE op
+	path   string
+}
+
+// New chooses what computes the routed experts of layers (indexed by model
+// layer, nil for a dense one) of the model of config c as rb.Opts.Experts
+// says: "backend" is the
+// backend's MoE op; "auto" the CPU expert engine with bf16 weights in place
+// when it can serve the model, else the op (Path says why); a method name
+// (BF16, AMXINT8, ...) the engine with that method, or an error.
+func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
+	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
+	method := rb.Opts.Experts
+	if method == "backend" || c.NumMoELayers() == 0 {
+		return x, nil
+	}
+	eng, err := newEngine(rb, method, c, layers)
+	switch {
+	case err == nil:
+		x.engine = eng
+		x.path = eng.describe()
+	case method != "auto" && method != "":
+		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
+	default:
+		x.path += "; CPU expert engine not used: " + err.Error()
+	}
+	return x, nil
+}
+
+// Path says what computes the routed experts (the CPU expert engine and
+// its kernels, or the backend's MoE op and why).
+func (x *Experts) Path() string { return x.path }
+
+// Forward computes layer l's routed experts w for the first n rows of h
+// with router weights wts and expert ids ids (top-k per row) into out.
+func (x *Experts) Forward(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	if x.engine == nil {
+		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
+		return nil
+	}
+	// the engine reads host memory: the backend's ops so far must be done
+	if err := x.rb.Sync(); err != nil {
+		return err
+	}
+	if err := x.engine.forward(l, h, out, wts, ids, n); err != nil {
+		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
+// Close releases the engine's layers and threads.
+func (x *Experts) Close() {
+	if x != nil && x.engine != nil {
+		x.engine.close()
+		x.engine = nil
+	}
+}

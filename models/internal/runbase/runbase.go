@@ -1,0 +1,300 @@
+// Package runbase is the plumbing every model runner in models/ shares:
+// opening the checkpoint and the backend, fetching weights with their shape
+// checked, the KV page pool and its reservations, laying out a model.Batch
+// as a backend.Step (with the checks that keep a bad batch an error), and
+// the final norm and lm head over only the rows whose logits are wanted.
+// A model definition keeps what is its own: its layers and their forward
+// pass.
+package runbase
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/kvcache"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+// Base is the shared part of a loaded model runner. Its methods that match
+// model.Runner's (Reserve, Free, FreeTokens) are what a runner forwards to.
+type Base struct {
+	Name string          // the model package, prefix of every error ("qwen3moe")
+	Opts models.Options  // with defaults filled
+	BE   backend.Backend // runs the ops
+	Ckpt *safetensors.Checkpoint
+	Pool *kvcache.Pool // KV page bookkeeping, made by AllocStep
+	Info model.Info
+	Step backend.Step // the step being run, laid out by Begin
+
+	ownBE   bool
+	seen    []bool
+	logRows int // rows of the logits buffer per lm-head block
+	sel     backend.Tensor
+	logits  backend.Tensor
+	hostLog []float32
+	rowsBuf [][]float32
+}
+
+// Open reads dir/config.json (ReadConfig: one of families), opens the
+// checkpoint in dir and the backend o names (a new CPU backend when
+// o.Backend is nil, closed by Close), and fills Info. name prefixes errors.
+func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*Base, *modelconfig.Config, error) {
+	cfg, err := ReadConfig(dir, families...)
+	if err != nil {
+		return nil, nil, err
+	}
+	o = o.WithDefaults()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b := &Base{Name: name, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
+	if b.BE == nil {
+		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
+		b.ownBE = true
+	}
+	return b, cfg, nil
+}
+
+// Setup runs a model's weight binding and buffer allocation, wrapping
+// their errors with the model's name (and dir for weights).
+func (b *Base) Setup(dir string, loadWeights, allocate func() error) error {
+	if err := loadWeights(); err != nil {
+		return fmt.Errorf("%s: %s: %w", b.Name, dir, err)
+	}
+	if err := allocate(); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// Close releases the backend (when Open made it) and the checkpoint.
+func (b *Base) Close() error {
+	var err error
+	if b.ownBE && b.BE != nil {
+		err = b.BE.Close()
+		b.BE = nil
+	}
+	if b.Ckpt != nil {
+		err = errors.Join(err, b.Ckpt.Close())
+		b.Ckpt = nil
+	}
+	return err
+}
+
+// Host fetches a float tensor from the checkpoint (zero-copy) and checks
+// its shape; errors name the tensor.
+func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
+	t, err := b.Ckpt.Tensor(name)
+	if err != nil {
+		return backend.Host{}, err
+	}
+	if !sameShape(t.Shape, shape) {
+		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)
+	}
+	if t.DType != tensor.BF16 && t.DType != tensor.F16 && t.DType != tensor.F32 {
+		return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16 or F32", name, t.DType)
+	}
+	return backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}, nil
+}
+
+// Weight fetches a checkpoint tensor with Host and hands it to the backend
+// (in place on the CPU).
+func (b *Base) Weight(name string, shape ...int) (backend.Tensor, error) {
+	h, err := b.Host(name, shape...)
+	if err != nil {
+		return nil, err
+	}
+	return b.BE.Weight(h)
+}
+
+func sameShape(a []int64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != int64(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// LMHead returns the lm head: lm_head.weight [vocab, hidden], or embed when
+// the embeddings are tied.
+func (b *Base) LMHead(embed backend.Tensor, tie bool, vocab, hidden int) (backend.Tensor, error) {
+	if _, has := b.Ckpt.Info("lm_head.weight"); has && !tie {
+		return b.Weight("lm_head.weight", vocab, hidden)
+	}
+	if tie {
+		return embed, nil
+	}
+	return nil, errors.New("tensor lm_head.weight missing and tie_word_embeddings is false")
+}
+
+// AllocStep makes the KV page pool and the per-step buffers: the step
+// layout for Opts.MaxBatchTokens tokens and the lm head's row blocks.
+func (b *Base) AllocStep(hidden, vocab int) error {
+	o := b.Opts
+	pool, err := kvcache.New(o.MaxTotalTokens, o.PageSize, o.MaxSeqs)
+	if err != nil {
+		return err
+	}
+	b.Pool = pool
+	T := o.MaxBatchTokens
+	b.logRows = max(min(T, 64), o.MaxSeqs)
+	if b.sel, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, hidden); err != nil {
+		return fmt.Errorf("allocating activations: %w", err)
+	}
+	if b.logits, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, vocab); err != nil {
+		return fmt.Errorf("allocating activations: %w", err)
+	}
+	b.seen = make([]bool, o.MaxSeqs)
+	b.Step.Tokens = make([]int32, 0, T)
+	b.Step.Pos = make([]int32, 0, T)
+	b.Step.OutRows = make([]int32, 0, T)
+	b.Step.Seqs = make([]backend.Seq, 0, o.MaxSeqs)
+	return nil
+}
+
+// Reserve implements model.Runner's Reserve on the page pool.
+func (b *Base) Reserve(slot, n int) error { return b.Pool.Reserve(slot, n) }
+
+// Free releases the slot's KV pages.
+func (b *Base) Free(slot int) { b.Pool.Free(slot) }
+
+// FreeTokens implements model.Runner's FreeTokens.
+func (b *Base) FreeTokens() int { return b.Pool.FreeTokens() }
+
+// Begin validates the batch, lays it out in Step and hands it to the
+// backend. It returns the number of tokens (rows) in the step.
+func (b *Base) Begin(bt *model.Batch) (int, error) {
+	if err := b.buildStep(bt); err != nil {
+		return 0, err
+	}
+	if err := b.BE.SetStep(&b.Step); err != nil {
+		return 0, fmt.Errorf("%s: %w", b.Name, err)
+	}
+	return len(b.Step.Tokens), nil
+}
+
+// buildStep validates the batch and lays it out as a backend step.
+func (b *Base) buildStep(bt *model.Batch) error {
+	s, o, name := &b.Step, b.Opts, b.Name
+	s.Tokens, s.Pos, s.OutRows, s.Seqs = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0]
+	clear(b.seen)
+	if len(bt.Chunks) == 0 {
+		return fmt.Errorf("%s: empty batch", name)
+	}
+	total := 0
+	for i, c := range bt.Chunks {
+		total += len(c.Tokens)
+		if c.Slot < 0 || c.Slot >= o.MaxSeqs {
+			return fmt.Errorf("%s: chunk %d: slot %d outside [0,%d)", name, i, c.Slot, o.MaxSeqs)
+		}
+		if b.seen[c.Slot] {
+			return fmt.Errorf("%s: chunk %d: slot %d appears twice in one batch", name, i, c.Slot)
+		}
+		b.seen[c.Slot] = true
+		if len(c.Tokens) == 0 {
+			return fmt.Errorf("%s: chunk %d (slot %d) has no tokens", name, i, c.Slot)
+		}
+		if c.Pos != b.Pool.Len(c.Slot) {
+			return fmt.Errorf("%s: chunk %d: slot %d is at position %d, chunk says %d", name, i, c.Slot, b.Pool.Len(c.Slot), c.Pos)
+		}
+		if end := c.Pos + len(c.Tokens); end > b.Pool.Capacity(c.Slot) {
+			return fmt.Errorf("%s: chunk %d: slot %d reserved %d tokens, chunk needs %d", name, i, c.Slot, b.Pool.Capacity(c.Slot), end)
+		} else if end > b.Info.ContextLen {
+			return fmt.Errorf("%s: chunk %d: slot %d would reach %d tokens, past the context length %d", name, i, c.Slot, end, b.Info.ContextLen)
+		}
+	}
+	if total > o.MaxBatchTokens {
+		return fmt.Errorf("%s: batch has %d tokens, more than the %d per step", name, total, o.MaxBatchTokens)
+	}
+	V := b.Info.VocabSize
+	for _, c := range bt.Chunks {
+		start := len(s.Tokens)
+		for j, t := range c.Tokens {
+			if t < 0 || int(t) >= V {
+				return fmt.Errorf("%s: slot %d token %d is %d, outside the vocabulary [0,%d)", name, c.Slot, j, t, V)
+			}
+			s.Tokens = append(s.Tokens, t)
+			s.Pos = append(s.Pos, int32(c.Pos+j))
+		}
+		s.Seqs = append(s.Seqs, backend.Seq{Slot: c.Slot, Start: start, Len: len(c.Tokens), Pos: c.Pos, Pages: b.Pool.Pages(c.Slot)})
+		if c.AllLogits {
+			for j := range c.Tokens {
+				s.OutRows = append(s.OutRows, int32(start+j))
+			}
+		} else {
+			s.OutRows = append(s.OutRows, int32(len(s.Tokens)-1))
+		}
+	}
+	return nil
+}
+
+// Sync waits for the backend's ops and returns their first error.
+func (b *Base) Sync() error {
+	if err := b.BE.Sync(); err != nil {
+		return fmt.Errorf("%s: forward: %w", b.Name, err)
+	}
+	return nil
+}
+
+// Finish ends a step begun with Begin: the final rmsnorm (weight norm, eps)
+// and the lm head on the wanted rows of the hidden states x, in blocks;
+// then it advances the slots' KV lengths and hands the logits rows out in
+// out (aliasing buffers reused by the next step).
+func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Batch, out *model.Logits) error {
+	be := b.BE
+	nOut := len(b.Step.OutRows)
+	V := b.Info.VocabSize
+	if cap(b.hostLog) < nOut*V {
+		b.hostLog = make([]float32, nOut*V)
+	}
+	b.hostLog = b.hostLog[:nOut*V]
+	for first := 0; first < nOut; first += b.logRows {
+		m := min(b.logRows, nOut-first)
+		be.GatherRows(b.sel, x, first, m)
+		be.RMSNorm(b.sel, b.sel, norm, eps, m)
+		be.MatMul(b.logits, b.sel, lmHead, m)
+		if err := be.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
+			return fmt.Errorf("%s: forward: %w", b.Name, err)
+		}
+	}
+	if err := b.Sync(); err != nil {
+		return err
+	}
+	for _, ch := range bt.Chunks {
+		if err := b.Pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
+			return fmt.Errorf("%s: %w", b.Name, err)
+		}
+	}
+	if cap(out.Rows) < len(bt.Chunks) {
+		out.Rows = make([][][]float32, len(bt.Chunks))
+	}
+	out.Rows = out.Rows[:len(bt.Chunks)]
+	if cap(b.rowsBuf) < nOut {
+		b.rowsBuf = make([][]float32, nOut)
+	}
+	b.rowsBuf = b.rowsBuf[:nOut]
+	for i := range b.rowsBuf {
+		b.rowsBuf[i] = b.hostLog[i*V : (i+1)*V : (i+1)*V]
+	}
+	j := 0
+	for i, ch := range bt.Chunks {
+		m := 1
+		if ch.AllLogits {
+			m = len(ch.Tokens)
+		}
+		out.Rows[i] = b.rowsBuf[j : j+m : j+m]
+		j += m
+	}
+	return nil
+}
