@@ -1,0 +1,16 @@
+//go:build !cgo
+
+package models
+
+import (
+	"errors"
+
+	"github.com/ktserve/kt/backend"
+)
+
+// errNoCUDA says why this build never uses a GPU.
+var errNoCUDA = errors.New("CUDA unavailable: this kt was built without cgo (CGO_ENABLED=0), so it has no CUDA backend")
+
+func openGPU(Options) (backend.Backend, error) { return nil, errNoCUDA }
+
+func onGPU(backend.Backend) bool { return false }
