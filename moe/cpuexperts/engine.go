@@ -91,11 +91,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine shapes must be positive: max tokens %d, top-k %d, experts %d, hidden %d, intermediate %d",
 			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
 	}
-	if cfg.Hidden%128 != 0 {
-		return nil, fmt.Errorf("hidden size %d is not a multiple of 128", cfg.Hidden)
-	}
-	if cfg.Intermediate%cfg.Pools != 0 || (cfg.Intermediate/cfg.Pools)%32 != 0 {
-		return nil, fmt.Errorf("intermediate size %d does not split into %d pools of a multiple of 32 rows", cfg.Intermediate, cfg.Pools)
+	if err := CheckShape("", cfg.Hidden, cfg.Intermediate, cfg.Pools); err != nil {
+		return nil, err
 	}
 	if int64(cfg.MaxTokens)*int64(cfg.TopK) > 1<<26 || cfg.Experts > 1<<16 || cfg.Hidden > 1<<16 || cfg.Intermediate > 1<<16 {
 		return nil, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
