@@ -74,3 +74,16 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 	}
 	return &ownedRunner{Runner: r, be: be}, nil
 }
+
+// ExpertPath says what computes r's routed experts (the CPU expert engine
+// with its method, kernels, threads and weights, or the backend's MoE op
+// and why), or "" when the runner does not say.
+func ExpertPath(r model.Runner) string {
+	if o, ok := r.(*ownedRunner); ok {
+		r = o.Runner
+	}
+	if p, ok := r.(interface{ ExpertPath() string }); ok {
+		return p.ExpertPath()
+	}
+	return ""
+}

@@ -21,3 +21,13 @@ func onGPU(be backend.Backend) bool {
 	_, ok := be.(*cuda.Backend)
 	return ok
 }
+
+// GPUCount is the number of GPUs the CUDA backend can see (0 when the
+// driver or GPUs are missing).
+func GPUCount() int {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return 0
+	}
+	return n
+}

@@ -14,3 +14,6 @@ var errNoCUDA = errors.New("CUDA unavailable: this kt was built without cgo (CGO
 func openGPU(Options) (backend.Backend, error) { return nil, errNoCUDA }
 
 func onGPU(backend.Backend) bool { return false }
+
+// GPUCount is 0: this build has no CUDA backend.
+func GPUCount() int { return 0 }

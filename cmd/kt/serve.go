@@ -46,11 +46,13 @@ func newServeCmd() *cobra.Command {
 	}
 }
 
-// serveFeatures says what this build can do. Runners run on the CPU
-// backend; the KT CPU expert engine, GPU placement and LoRA serving are not
-// wired into kt serve yet, so their flags are refused by name.
+// serveFeatures says what this build can do. The model runs wholly on the
+// CPU or one GPU; with --kt-weight-path its routed experts run on the KT
+// CPU expert engine (the methods cpuExpertMethods lists; none in a build
+// without cgo). GPU expert placement, the hybrid CPU/GPU step, deferral
+// and LoRA serving are not there yet, so their flags are refused by name.
 func serveFeatures() serveconfig.Features {
-	return serveconfig.Features{}
+	return serveconfig.Features{GPUs: models.GPUCount(), CPUExpertMethods: cpuExpertMethods()}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -116,10 +118,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		threads = runtime.NumCPU()
 	}
 
+	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
+		Device: cfg.Device, MemFractionStatic: cfg.MemFractionStatic}
+	if err := ktExpertOptions(cfg, &opts, log); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	where := ""
-	runner, err := models.Load(cfg.ModelPath, models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, MemFractionStatic: cfg.MemFractionStatic, Notify: func(m string) { where = m }})
+	opts.Notify = func(m string) { where = m }
+	runner, err := models.Load(cfg.ModelPath, opts)
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
@@ -129,6 +136,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		"context_length", info.ContextLen, "layers", mcfg.Layers, "experts", mcfg.Experts, "dtype", mcfg.DType,
 		"seconds", time.Since(t0).Round(time.Millisecond).Seconds())
 	log.Info("placement", "whole_model", where, "threads", threads)
+	if p := models.ExpertPath(runner); p != "" {
+		log.Info("routed experts", "where", p)
+	}
 	log.Info("memory budget", "kv_tokens", runner.FreeTokens(), "max_running_requests", maxRunning,
 		"chunked_prefill_size", cfg.ChunkedPrefillSize, "mixed_chunk", cfg.EnableMixedChunk,
 		"weights_bytes", mcfg.WeightBytes)
@@ -255,6 +265,35 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	stopEngine() // ends running streams so their handlers return
 	if err := hs.Shutdown(shutCtx); err != nil {
 		_ = hs.Close()
+	}
+	return nil
+}
+
+// ktExpertOptions maps the --kt-* flags onto o. Without --kt-weight-path
+// the routed experts take the default path (the CPU expert engine with the
+// checkpoint's bf16 weights in place when it serves the shapes, else the
+// backend's MoE op); with it, the engine runs --kt-method or startup fails
+// saying why. Serve has no hybrid CPU/GPU step yet, so --kt-weight-path
+// puts the whole model on the CPU.
+func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logger) error {
+	if cfg.KTWeightPath == "" {
+		return nil
+	}
+	switch cfg.Device {
+	case "cuda":
+		return fmt.Errorf("--kt-weight-path with --device cuda: the hybrid step (routed experts on the CPU, the rest on the GPU) is not implemented yet in kt; use --device cpu (everything on the CPU, routed experts on the CPU expert engine) or drop --kt-weight-path (everything on the GPU)")
+	case "auto":
+		log.Info("--kt-weight-path: the model runs on the CPU (the hybrid CPU/GPU step is not implemented yet)")
+		o.Device = "cpu"
+	}
+	o.Experts = cfg.KTMethod
+	o.ExpertWeightPath = cfg.KTWeightPath
+	o.ExpertThreads = cfg.KTCPUInfer
+	if cfg.Set["kt-threadpool-count"] {
+		o.ExpertPools = cfg.KTThreadpoolCount
+	}
+	if cfg.Set["kt-numa-nodes"] {
+		o.ExpertNUMANodes = cfg.KTNumaNodes
 	}
 	return nil
 }
