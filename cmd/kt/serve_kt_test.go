@@ -146,3 +146,39 @@ func TestServeKTMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateKTFlags: kt generate takes serve's --kt-* flags; BF16 on the
+// engine prints the reference op's ids, and stderr says where experts ran.
+func TestGenerateKTFlags(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwen3moe.WriteSynthetic(dir, ktTestShape, 5); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"generate", "--model-path", dir, "--input-ids", "5,17,250,3,99,42", "--max-new-tokens", "12", "--device", "cpu"}
+	ref, refErr, err := runKT(t, append(args, "--experts", "backend")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotErr, err := runKT(t, append(args, "--kt-method", "BF16", "--kt-weight-path", dir, "--kt-cpuinfer", "2", "--kt-threadpool-count", "1", "--kt-numa-nodes", "0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != ref {
+		t.Errorf("--kt-method BF16: %s, reference op: %s", got, ref)
+	}
+	if !strings.Contains(refErr, "routed experts: backend MoE op") || !strings.Contains(gotErr, "routed experts: cpuexperts BF16") {
+		t.Errorf("stderr does not say where experts ran:\n%s\n%s", refErr, gotErr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kt-weight-path", dir}, "--kt-weight-path needs --kt-method"},
+		{[]string{"--kt-method", "AMXINT8", "--experts", "BF16"}, "disagree"},
+		{[]string{"--kt-method", "AMXINT4"}, "methods that fit: BF16, AMXBF16, AMXINT8"},
+	} {
+		if _, _, err := runKT(t, append(args, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
