@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ktserve/kt/sysinfo"
 )
 
 // Config sizes and places an Engine. Zero values pick defaults.
@@ -60,7 +62,7 @@ type Engine struct {
 // DetectFeatures reports the CPU features the kernels can use, requesting
 // AMX tile state from the OS when the CPU has AMX.
 func DetectFeatures() Features {
-	return cpuFeatures(func() bool { return C.kt_amx_request() == 0 })
+	return cpuFeatures(func() bool { return sysinfo.RequestAMX() == nil })
 }
 
 // NewEngine validates cfg, starts the pools and allocates the scratch.
