@@ -55,13 +55,7 @@ func init() {
 	})
 }
 
-func methodNames() string {
-	var s []string
-	for _, m := range cpuexperts.Methods {
-		s = append(s, string(m))
-	}
-	return strings.Join(s, ", ")
-}
+func methodNames() string { return strings.Join(cpuExpertMethods(), ", ") }
 
 func parseInts(s string) ([]int, error) {
 	var out []int

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
 	"github.com/ktserve/kt/serveconfig"
@@ -309,50 +309,23 @@ type modelSummary struct {
 	WeightBytes  int64
 }
 
+// readModelConfig reads dir's config.json and generation_config.json
+// through modelconfig (the one parser); the stop ids are both files'
+// eos_token_id (generation_config.json's is what SGLang stops on).
 func readModelConfig(dir string) (modelSummary, error) {
 	var s modelSummary
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	c, err := modelconfig.Load(dir)
 	if err != nil {
 		return s, fmt.Errorf("model directory: %w", err)
 	}
-	var c struct {
-		MaxPositions int             `json:"max_position_embeddings"`
-		Layers       int             `json:"num_hidden_layers"`
-		Experts      int             `json:"num_experts"`
-		LocalExperts int             `json:"num_local_experts"`
-		DType        string          `json:"dtype"`
-		TorchDType   string          `json:"torch_dtype"`
-		EOS          json.RawMessage `json:"eos_token_id"`
-		Text         *struct {
-			MaxPositions int             `json:"max_position_embeddings"`
-			Layers       int             `json:"num_hidden_layers"`
-			Experts      int             `json:"num_experts"`
-			EOS          json.RawMessage `json:"eos_token_id"`
-		} `json:"text_config"`
+	s.MaxPositions, s.Layers, s.Experts, s.DType = c.MaxPositionEmbeddings, c.NumLayers, c.NumExperts, c.DType
+	eos := c.EOSTokenIDs
+	// a malformed generation_config.json only loses its stop ids, as before
+	if g, ok, err := modelconfig.LoadGeneration(dir); err == nil && ok {
+		eos = append(eos, g.EOSTokenIDs...)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return s, fmt.Errorf("%s: %w", path, err)
-	}
-	s.MaxPositions, s.Layers, s.Experts, s.DType = c.MaxPositions, c.Layers, max(c.Experts, c.LocalExperts), c.DType
-	if s.DType == "" {
-		s.DType = c.TorchDType
-	}
-	s.EOS = parseEOS(c.EOS)
-	if t := c.Text; t != nil {
-		s.MaxPositions = max(s.MaxPositions, t.MaxPositions)
-		s.Layers = max(s.Layers, t.Layers)
-		s.Experts = max(s.Experts, t.Experts)
-		s.EOS = append(s.EOS, parseEOS(t.EOS)...)
-	}
-	// generation_config.json's eos_token_id is what SGLang stops on.
-	if data, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
-		var g struct {
-			EOS json.RawMessage `json:"eos_token_id"`
-		}
-		if json.Unmarshal(data, &g) == nil {
-			s.EOS = append(s.EOS, parseEOS(g.EOS)...)
-		}
+	for _, id := range eos {
+		s.EOS = append(s.EOS, int32(id))
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	for _, f := range files {
@@ -361,17 +334,6 @@ func readModelConfig(dir string) (modelSummary, error) {
 		}
 	}
 	return s, nil
-}
-
-// parseEOS reads an id or a list of ids.
-func parseEOS(raw json.RawMessage) []int32 {
-	var one int32
-	if json.Unmarshal(raw, &one) == nil {
-		return []int32{one}
-	}
-	var many []int32
-	_ = json.Unmarshal(raw, &many)
-	return many
 }
 
 // loadChatTemplate reads --chat-template when given, else the tokenizer
