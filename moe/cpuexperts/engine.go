@@ -100,21 +100,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
 			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
 	}
-	var set unix.CPUSet
-	var allowed []int
-	if err := unix.SchedGetaffinity(0, &set); err == nil {
-		for c := 0; c < 1024; c++ {
-			if set.IsSet(c) {
-				allowed = append(allowed, c)
-			}
-		}
-	}
-	if len(allowed) == 0 {
-		for c := 0; c < runtime.NumCPU(); c++ {
-			allowed = append(allowed, c)
-		}
-	}
-	topo := readTopology("/sys", allowed)
+	topo := readTopology("/sys", allowedCPUs())
 	if cfg.Threads == 0 {
 		cfg.Threads = DefaultThreads()
 	}
@@ -171,6 +157,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
 func PhysicalCores() int {
+	return max(readTopology("/sys", allowedCPUs()).physicalCores(), 1)
+}
+
+// allowedCPUs lists the CPUs this process may run on (its affinity mask),
+// or 0..NumCPU-1 when the mask cannot be read.
+func allowedCPUs() []int {
 	var set unix.CPUSet
 	var allowed []int
 	if err := unix.SchedGetaffinity(0, &set); err == nil {
@@ -181,9 +173,11 @@ func PhysicalCores() int {
 		}
 	}
 	if len(allowed) == 0 {
-		return runtime.NumCPU()
+		for c := 0; c < runtime.NumCPU(); c++ {
+			allowed = append(allowed, c)
+		}
 	}
-	return max(readTopology("/sys", allowed).physicalCores(), 1)
+	return allowed
 }
 
 // DefaultThreads is the default worker count: every physical core but one,
