@@ -313,7 +313,7 @@ extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *
 
 // Linear attention. State layouts (per slot, per linear layer):
 //   conv:  [slots, layers, K-1, C]        float32, oldest row first
-//   delta: [slots, layers, Hv, Dk, Dv]    float32
+//   delta: [slots, layers, S | K | U | G]  float32, the chunked form (m_gdn_chunk)
 // A sequence whose step span starts at position 0 reads zero state.
 
 // m_conv1d: out[t, c] = silu(Σ_j w[c, j]·in(t-K+1+j, c)), earlier inputs
@@ -369,7 +369,8 @@ extern "C" __global__ void m_delta_gates(float *g, float *beta, const act_t *a, 
 	beta[i] = sigmoid_d(ld_act(b, i));
 }
 
-// m_gdn: the gated delta rule token by token (the recurrent form) over each
+// m_gdn: the gated delta rule token by token (the recurrent form, on a plain
+// [slots, layers, Hv, Dk, Dv] state; kept as the benchmarks' baseline) over each
 // sequence's span, value head h, value columns [32·blockIdx.y, +32): thread
 // `lane` owns column j of S (Dk rows in shared memory, row stride 33).
 //   q, k <- l2norm(q)/sqrt(Dk), l2norm(k)   (eps 1e-6 inside the sqrt)
@@ -433,6 +434,241 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn(act_t *out, const act_t *
 	}
 	if (col)
 		for (int i = 0; i < Dk; i++) st[(long long)i * Dv + j] = S[i * 33 + lane];
+}
+
+// The gated delta rule in the chunked form the CPU backend keeps
+// (backend/cpu.DeltaState): per (slot, layer) the recurrent state S at the
+// last 64-token boundary of the sequence plus the rows of the open chunk,
+//   S [Hv, Dk, Dv] | K [64, Hk, Dk] (normalised keys) |
+//   U [64, Hv, Dv] (corrected values) | G [64, Hv] (cumulative log decay)
+// (GDN_CHUNK rows, aligned to absolute positions). Within a chunk,
+//   u_i = β_i(v_i − e^{G_i}·k_iᵀS) − Σ_{j<i} β_i(k_i·k_j)e^{G_i−G_j}·u_j
+//   o_i = e^{G_i}·q_iᵀS + Σ_{j≤i} (q_i·k_j)e^{G_i−G_j}·u_j
+// and when a chunk fills, S ← e^{G_63}·S + Σ_j e^{G_63−G_j}·k_j u_jᵀ.
+// Every row is computed with the same arithmetic whatever rows arrived
+// with it, so a prompt prefilled in pieces gives bit-identical outputs and
+// state to one prefill. The rows of a chunk are processed together: the
+// dot products, kᵀS/qᵀS, the outputs and the state update are parallel
+// over rows; only the triangular solve for u runs row after row.
+#define GDN_CHUNK 64
+#define GDN_CB 32   // value columns per block
+#define GDN_NT 128  // threads per block: 4 per column in the solve
+
+// gdn_norm_row: dst[0..Dk) = l2norm(src)·scale by one warp (the CPU's l2Row:
+// x·(1/sqrt(Σx² + 1e-6))·scale). m_gdn_chunk and m_gdn_commit both use it,
+// so the keys they store agree bit for bit.
+__device__ __forceinline__ void gdn_norm_row(const act_t *qkv, long long off, float *dst, int Dk, float scale, int lane) {
+	float ss = 0.0f;
+	for (int d = lane; d < Dk; d += 32) {
+		float v = ld_act(qkv, off + d);
+		dst[d] = v;
+		ss += v * v;
+	}
+	ss = warp_sum(ss);
+	const float inv = (float)(1.0 / sqrt((double)(ss + 1e-6f)));
+	__syncwarp();
+	for (int d = lane; d < Dk; d += 32) dst[d] = (dst[d] * inv) * scale;
+	__syncwarp();
+}
+
+// m_gdn_chunk: grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_NT, dynamic
+// smem gdn_chunk_smem floats (Go: gdnChunkSmem). Reads the open chunk's K,
+// U and G from the state and writes S (when a chunk filled or the sequence
+// is fresh) and U; m_gdn_commit then writes K and G (other blocks of the
+// same head read them here, so they are written after this grid).
+extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, const act_t *qkv, const float *g, const float *beta,
+								   float *state, int layer, int layers, const int *seq_start,
+								   const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
+								   int Hk, int Hv, int Dk, int Dv) {
+	extern __shared__ float sm[];
+	const int ldk = Dk + 1, ldc = GDN_CB + 1, ldr = GDN_CHUNK + 1;
+	float *Ss = sm;                      // [Dk][ldc]
+	float *Ks = Ss + Dk * ldc;           // [64][ldk] normalised keys of the chunk
+	float *Qs = Ks + GDN_CHUNK * ldk;    // [64][ldk] normalised, scaled queries
+	float *Us = Qs + GDN_CHUNK * ldk;    // [64][ldc] u rows, this block's columns
+	float *Os = Us + GDN_CHUNK * ldc;    // [64][ldc] e^{G_i}·q_iᵀS
+	float *A = Os + GDN_CHUNK * ldc;     // [64][ldr] −β_i(k_i·k_j)e^{G_i−G_j}, j < i
+	float *Bq = A + GDN_CHUNK * ldr;     // [64][ldr] (q_i·k_j)e^{G_i−G_j}, j ≤ i (no decay at j = i)
+	float *Gs = Bq + GDN_CHUNK * ldr;    // [64] cumulative log decay
+	float *Bs = Gs + GDN_CHUNK;          // [64] beta
+	float *Ds = Bs + GDN_CHUNK;          // [64] e^{G_last − G_j} at a flush
+
+	const int h = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int x0 = blockIdx.y * GDN_CB;
+	const int kh = h / (Hv / Hk);
+	const int start = seq_start[s], n = seq_len[s], pos = seq_pos[s];
+	const bool fresh = pos == 0;
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Sg = base + (long long)h * Dk * Dv;
+	const float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Ug = (float *)Kg + (long long)GDN_CHUNK * Hk * Dk;
+	const float *Gg = Ug + (long long)GDN_CHUNK * Hv * Dv;
+	const float scale = (float)(1.0 / sqrt((double)Dk));
+	const int vw = Hv * Dv;
+	const long long qoff = (long long)kh * Dk, koff = (long long)Hk * Dk + (long long)kh * Dk, voff = 2LL * Hk * Dk + (long long)h * Dv;
+
+	// Load the S tile and the open rows.
+	for (int i = tid; i < Dk * GDN_CB; i += GDN_NT) {
+		int d = i / GDN_CB, x = i % GDN_CB;
+		Ss[d * ldc + x] = (fresh || x0 + x >= Dv) ? 0.0f : Sg[(long long)d * Dv + x0 + x];
+	}
+	const int rows0 = pos % GDN_CHUNK; // 0 when fresh
+	for (int i = tid; i < rows0 * Dk; i += GDN_NT) {
+		int j = i / Dk, d = i % Dk;
+		Ks[j * ldk + d] = Kg[((long long)j * Hk + kh) * Dk + d];
+	}
+	for (int i = tid; i < rows0 * GDN_CB; i += GDN_NT) {
+		int j = i / GDN_CB, x = i % GDN_CB;
+		Us[j * ldc + x] = x0 + x < Dv ? Ug[((long long)j * Hv + h) * Dv + x0 + x] : 0.0f;
+	}
+	for (int j = tid; j < rows0; j += GDN_NT) Gs[j] = Gg[(long long)j * Hv + h];
+
+	bool flushed = false;
+	int r = rows0;
+	for (int t = 0; t < n;) {
+		const int seg = min(GDN_CHUNK - r, n - t), end = r + seg;
+		__syncthreads();
+		// q and k rows of the segment, one warp per row.
+		for (int i = r + warp; i < end; i += GDN_NT / 32) {
+			const long long row = (long long)(start + t + i - r) * C;
+			gdn_norm_row(qkv, row + qoff, Qs + i * ldk, Dk, scale, lane);
+			gdn_norm_row(qkv, row + koff, Ks + i * ldk, Dk, 1.0f, lane);
+		}
+		if (tid == 0) {
+			float acc = r > 0 ? Gs[r - 1] : 0.0f;
+			for (int i = r; i < end; i++) {
+				const long long gi = (long long)(start + t + i - r) * Hv + h;
+				acc = i == 0 ? g[gi] : g[gi] + acc; // i == 0 only when r == 0
+				Gs[i] = acc;
+				Bs[i] = beta[gi];
+			}
+		}
+		__syncthreads();
+		// Dot products with the chunk's keys, decays folded in.
+		for (int p = tid; p < seg * GDN_CHUNK; p += GDN_NT) {
+			const int i = r + p / GDN_CHUNK, j = p % GDN_CHUNK;
+			if (j > i) continue;
+			const float *ki = Ks + i * ldk, *qi = Qs + i * ldk, *kj = Ks + j * ldk;
+			float kk = 0.0f, qk = 0.0f;
+			for (int d = 0; d < Dk; d++) {
+				kk += ki[d] * kj[d];
+				qk += qi[d] * kj[d];
+			}
+			if (j == i) {
+				Bq[i * ldr + j] = qk;
+			} else {
+				const float dec = (float)exp((double)(Gs[i] - Gs[j]));
+				A[i * ldr + j] = (-Bs[i] * kk) * dec;
+				Bq[i * ldr + j] = qk * dec;
+			}
+		}
+		// kᵀS and qᵀS: the right-hand side of the solve and the state part of o.
+		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
+			const int i = r + p / GDN_CB, x = p % GDN_CB;
+			const float *ki = Ks + i * ldk, *qi = Qs + i * ldk;
+			float ks = 0.0f, qs = 0.0f;
+			for (int d = 0; d < Dk; d++) {
+				const float sv = Ss[d * ldc + x];
+				ks += ki[d] * sv;
+				qs += qi[d] * sv;
+			}
+			const float ei = (float)exp((double)Gs[i]);
+			const float v = x0 + x < Dv ? ld_act(qkv, (long long)(start + t + i - r) * C + voff + x0 + x) : 0.0f;
+			Us[i * ldc + x] = Bs[i] * (v - ei * ks);
+			Os[i * ldc + x] = ei * qs;
+		}
+		__syncthreads();
+		// Forward substitution, row after row: 4 lanes per column, each
+		// summing the rows j ≡ sub (mod 4), combined in a fixed order.
+		{
+			const int x = tid >> 2, sub = tid & 3;
+			for (int i = r; i < end; i++) {
+				float part = 0.0f;
+				for (int j = sub; j < i; j += 4) part += A[i * ldr + j] * Us[j * ldc + x];
+				part += __shfl_xor_sync(0xffffffffu, part, 1);
+				part += __shfl_xor_sync(0xffffffffu, part, 2);
+				if (sub == 0) Us[i * ldc + x] += part;
+				__syncwarp();
+			}
+		}
+		__syncthreads();
+		// Outputs.
+		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
+			const int i = r + p / GDN_CB, x = p % GDN_CB;
+			float o = Os[i * ldc + x];
+			for (int j = 0; j <= i; j++) o += Bq[i * ldr + j] * Us[j * ldc + x];
+			if (x0 + x < Dv) st_act(out, (long long)(start + t + i - r) * vw + (long long)h * Dv + x0 + x, o);
+		}
+		t += seg;
+		if (end < GDN_CHUNK) {
+			r = end;
+			break; // t == n
+		}
+		// The chunk is full: fold it into S.
+		for (int j = tid; j < GDN_CHUNK; j += GDN_NT) Ds[j] = (float)exp((double)(Gs[GDN_CHUNK - 1] - Gs[j]));
+		__syncthreads();
+		const float el = (float)exp((double)Gs[GDN_CHUNK - 1]);
+		for (int p = tid; p < Dk * GDN_CB; p += GDN_NT) {
+			const int d = p / GDN_CB, x = p % GDN_CB;
+			float v = Ss[d * ldc + x] * el;
+			for (int j = 0; j < GDN_CHUNK; j++) v += (Ds[j] * Ks[j * ldk + d]) * Us[j * ldc + x];
+			Ss[d * ldc + x] = v;
+		}
+		flushed = true;
+		r = 0;
+	}
+	__syncthreads();
+	if (flushed || fresh)
+		for (int i = tid; i < Dk * GDN_CB; i += GDN_NT) {
+			int d = i / GDN_CB, x = i % GDN_CB;
+			if (x0 + x < Dv) Sg[(long long)d * Dv + x0 + x] = Ss[d * ldc + x];
+		}
+	// The open chunk's new u rows (r is the number of open rows now).
+	const int first = flushed ? 0 : rows0;
+	for (int i = tid; i < (r - first) * GDN_CB; i += GDN_NT) {
+		int j = first + i / GDN_CB, x = i % GDN_CB;
+		if (x0 + x < Dv) Ug[((long long)j * Hv + h) * Dv + x0 + x] = Us[j * ldc + x];
+	}
+}
+
+// m_gdn_commit: after m_gdn_chunk, store the open chunk's new normalised
+// keys (value heads that are the first of their key head) and cumulative
+// log decays. grid (Hv, sequences), block 32.
+extern "C" __global__ void __launch_bounds__(32) m_gdn_commit(const act_t *qkv, const float *g, float *state, int layer, int layers,
+								const int *seq_start, const int *seq_len, const int *seq_pos,
+								const int *seq_slot, int C, int Hk, int Hv, int Dk, int Dv) {
+	extern __shared__ float sm[]; // [Dk]
+	const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
+	const int rep = Hv / Hk, kh = h / rep;
+	const int start = seq_start[s], n = seq_len[s], pos = seq_pos[s];
+	const int rows0 = pos % GDN_CHUNK, rend = (pos + n) % GDN_CHUNK;
+	if (rend == 0) return; // no open rows
+	const bool crossed = rows0 + n >= GDN_CHUNK;
+	const int first = crossed ? 0 : rows0; // first new row of the open chunk
+	const int t0 = n - (rend - first);     // its token index in the span
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Gg = Kg + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv;
+	if (h % rep == 0) {
+		const long long koff = (long long)Hk * Dk + (long long)kh * Dk;
+		for (int i = first; i < rend; i++) {
+			gdn_norm_row(qkv, (long long)(start + t0 + i - first) * C + koff, sm, Dk, 1.0f, lane);
+			for (int d = lane; d < Dk; d += 32) Kg[((long long)i * Hk + kh) * Dk + d] = sm[d];
+			__syncwarp();
+		}
+	}
+	if (lane == 0) {
+		// The same recurrence as m_gdn_chunk: a chunk's first row starts
+		// afresh, later rows add to the previous one.
+		float acc = first > 0 ? Gg[(long long)(first - 1) * Hv + h] : 0.0f;
+		for (int i = first; i < rend; i++) {
+			const float gv = g[(long long)(start + t0 + i - first) * Hv + h];
+			acc = i == 0 ? gv : gv + acc;
+			Gg[(long long)i * Hv + h] = acc;
+		}
+	}
 }
 
 // m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit
