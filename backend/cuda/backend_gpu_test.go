@@ -660,6 +660,24 @@ func BenchmarkBackendDecodeLayer(b *testing.B) {
 			b.Fatal(err)
 		}
 		L.run()
+		// before: the general-shape kernels only, as a replayed graph
+		g.generalOnly = true
+		L.run()
+		before, err := g.Capture(L.run)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("B=%d/graph-general-kernels", B), func(b *testing.B) {
+			for b.Loop() {
+				g.Replay(before)
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		before.Destroy()
+		g.generalOnly = false
+		L.run()
 		graph, err := g.Capture(L.run)
 		if err != nil {
 			b.Fatal(err)
@@ -681,5 +699,31 @@ func BenchmarkBackendDecodeLayer(b *testing.B) {
 			}
 		})
 		graph.Destroy()
+		// The bound beside it: the bf16 weight bytes a step must read (q/k/v/o
+		// projections, router, and the routed experts: k per token, at most E),
+		// moved by a device-to-device copy of half as many bytes (a copy reads
+		// and writes, so it moves the same number of bytes through HBM).
+		const H, heads, kvh, hd, E, k, I = 2048, 32, 4, 128, 128, 8, 768
+		wbytes := int64(2) * (2*heads*hd*H + 2*kvh*hd*H + E*H + int64(min(B*k, E))*3*H*I)
+		half := wbytes / 2
+		src, err := g.alloc(half, "copy bound src")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, err := g.alloc(half, "copy bound dst")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("B=%d/copy-bound-%dMB", B, wbytes>>20), func(b *testing.B) {
+			for b.Loop() {
+				g.check("copy", g.s.CopyDtoD(dst, src, half))
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(wbytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+		g.free(src)
+		g.free(dst)
 	}
 }

@@ -289,6 +289,63 @@ extern "C" __global__ void m_moe_down(float *ybuf, const float *hbuf, const int 
 	if (lane == 0) ybuf[(long long)p * H + c] = s;
 }
 
+// m_moe_gateup_bf16: m_moe_gateup for bf16 gate and up weights with
+// H % 256 == 0: each lane reads 8 consecutive weights (16 bytes) per load,
+// several loads in flight, so decode streams the experts near HBM speed.
+// grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
+extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int H, int I,
+					     int k, int E) {
+	extern __shared__ float xs[];
+	const int p = blockIdx.x, e = ids[p], t = p / k;
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < H; c += blockDim.x) xs[c] = ld_act(x, (long long)t * H + c);
+	__syncthreads();
+	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (i >= I) return;
+	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)i * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)i * H;
+	float g = 0.0f, u = 0.0f;
+#pragma unroll 4
+	for (int c = lane * 8; c < H; c += 256) {
+		float wg[8], wu[8];
+		load8(gw + c, wg);
+		load8(uw + c, wu);
+		const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
+		const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			g += xv[j] * wg[j];
+			u += xv[j] * wu[j];
+		}
+	}
+	g = warp_sum(g);
+	u = warp_sum(u);
+	if (lane == 0) hbuf[(long long)p * I + i] = silu_d(g) * u;
+}
+
+// m_moe_down_bf16: m_moe_down for bf16 down weights with I % 256 == 0
+// (16-byte weight loads). grid (n·k, ceil(H/8)), block 256, smem I floats.
+extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int H, int I,
+					   int E) {
+	extern __shared__ float hs[];
+	const int p = blockIdx.x, e = ids[p];
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < I; c += blockDim.x) hs[c] = hbuf[(long long)p * I + c];
+	__syncthreads();
+	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (c >= H) return;
+	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)c * I;
+	float s = 0.0f;
+#pragma unroll 4
+	for (int i = lane * 8; i < I; i += 256) {
+		float w[8];
+		load8(dw + i, w);
+		const float4 a = *(const float4 *)(hs + i), b = *(const float4 *)(hs + i + 4);
+		s += a.x * w[0] + a.y * w[1] + a.z * w[2] + a.w * w[3] + b.x * w[4] + b.y * w[5] + b.z * w[6] + b.w * w[7];
+	}
+	s = warp_sum(s);
+	if (lane == 0) ybuf[(long long)p * H + c] = s;
+}
+
 // m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
 // grid n.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
