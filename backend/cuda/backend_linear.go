@@ -28,11 +28,11 @@ func deltaLayerLen(d backend.DeltaShape) int64 {
 	return int64(d.StateLen()) + c*int64(d.KHeads*d.KDim) + c*int64(d.VHeads*d.VDim) + c*int64(d.VHeads)
 }
 
-// gdnChunkSmem is m_gdn_chunk's dynamic shared memory in bytes (the layout
-// at the top of the kernel).
-func gdnChunkSmem(d backend.DeltaShape) int {
+// gdnChunkSmem is m_gdn_chunk's dynamic shared memory in bytes for
+// segments of at most segcap rows (the layout at the top of the kernel).
+func gdnChunkSmem(d backend.DeltaShape, segcap int) int {
 	const c, cb = backend.DeltaChunkSize, 32
-	return 4 * (d.KDim*(cb+1) + 2*c*(d.KDim+1) + 2*c*(cb+1) + 2*c*(c+1) + 3*c)
+	return 4 * (d.KDim*(cb+1) + c*(d.KDim+1) + c*(cb+1) + segcap*(d.KDim+1) + segcap*(cb+1) + 2*segcap*(c+1) + 3*c)
 }
 
 func (s *linearState) convPerSlot() int64 {
@@ -69,7 +69,7 @@ func (b *Backend) AllocLinearState(shape backend.LinearShape, maxSeqs int) (back
 	if shape.Layers < 0 || shape.ConvKernel < 1 || maxSeqs < 1 {
 		return nil, fmt.Errorf("cuda: linear state: %d layers, conv kernel %d, %d sequences", shape.Layers, shape.ConvKernel, maxSeqs)
 	}
-	if sm, most := gdnChunkSmem(shape.Delta), b.d.Info.MaxSharedOptin; most > 0 && sm > most {
+	if sm, most := gdnChunkSmem(shape.Delta, backend.DeltaChunkSize), b.d.Info.MaxSharedOptin; most > 0 && sm > most {
 		return nil, fmt.Errorf("cuda: linear state: key head size %d needs %d bytes of shared memory per block, the device allows %d", shape.Delta.KDim, sm, most)
 	}
 	st := &linearState{b: b, shape: shape, maxSeqs: maxSeqs}
@@ -171,9 +171,15 @@ func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.Li
 	if S == 0 {
 		return
 	}
-	if !b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_chunk", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(128), gdnChunkSmem(sh),
+	// Segments as long as the longest span (a decode step: one row), so
+	// short steps take little shared memory and fit several blocks per SM.
+	segcap := 1
+	for _, q := range b.step.Seqs {
+		segcap = max(segcap, min(q.Len, backend.DeltaChunkSize))
+	}
+	if !b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_chunk", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(128), gdnChunkSmem(sh, segcap),
 		os.buf, xs.buf, gs.buf, bs.buf, ls.delta, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot),
-		ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim)) {
+		ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim, segcap)) {
 		return
 	}
 	b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_commit", grid2(sh.VHeads, S), grid1(32), sh.KDim*4,

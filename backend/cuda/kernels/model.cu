@@ -529,24 +529,27 @@ __device__ __forceinline__ void gdn_norm_row(const act_t *qkv, long long off, fl
 }
 
 // m_gdn_chunk: grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_NT, dynamic
-// smem gdn_chunk_smem floats (Go: gdnChunkSmem). Reads the open chunk's K,
+// smem per gdnChunkSmem (Go). Rows are processed in segments of at most
+// segcap (≤ 64, the step's longest span) so a decode step takes little
+// shared memory and several blocks fit on an SM. Reads the open chunk's K,
 // U and G from the state and writes S (when a chunk filled or the sequence
 // is fresh) and U; m_gdn_commit then writes K and G (other blocks of the
 // same head read them here, so they are written after this grid).
 extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, const act_t *qkv, const float *g, const float *beta,
 								   float *state, int layer, int layers, const int *seq_start,
 								   const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
-								   int Hk, int Hv, int Dk, int Dv) {
+								   int Hk, int Hv, int Dk, int Dv, int segcap) {
 	extern __shared__ float sm[];
 	const int ldk = Dk + 1, ldc = GDN_CB + 1, ldr = GDN_CHUNK + 1;
 	float *Ss = sm;                      // [Dk][ldc]
 	float *Ks = Ss + Dk * ldc;           // [64][ldk] normalised keys of the chunk
-	float *Qs = Ks + GDN_CHUNK * ldk;    // [64][ldk] normalised, scaled queries
-	float *Us = Qs + GDN_CHUNK * ldk;    // [64][ldc] u rows, this block's columns
-	float *Os = Us + GDN_CHUNK * ldc;    // [64][ldc] e^{G_i}·q_iᵀS
-	float *A = Os + GDN_CHUNK * ldc;     // [64][ldr] −β_i(k_i·k_j)e^{G_i−G_j}, j < i
-	float *Bq = A + GDN_CHUNK * ldr;     // [64][ldr] (q_i·k_j)e^{G_i−G_j}, j ≤ i (no decay at j = i)
-	float *Gs = Bq + GDN_CHUNK * ldr;    // [64] cumulative log decay
+	float *Us = Ks + GDN_CHUNK * ldk;    // [64][ldc] u rows, this block's columns
+	// Segment rows (index i − r):
+	float *Qs = Us + GDN_CHUNK * ldc;    // [segcap][ldk] normalised, scaled queries
+	float *Os = Qs + segcap * ldk;       // [segcap][ldc] e^{G_i}·q_iᵀS
+	float *A = Os + segcap * ldc;        // [segcap][ldr] −β_i(k_i·k_j)e^{G_i−G_j}, j < i
+	float *Bq = A + segcap * ldr;        // [segcap][ldr] (q_i·k_j)e^{G_i−G_j}, j ≤ i (no decay at j = i)
+	float *Gs = Bq + segcap * ldr;       // [64] cumulative log decay
 	float *Bs = Gs + GDN_CHUNK;          // [64] beta
 	float *Ds = Bs + GDN_CHUNK;          // [64] e^{G_last − G_j} at a flush
 
@@ -584,12 +587,12 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 	bool flushed = false;
 	int r = rows0;
 	for (int t = 0; t < n;) {
-		const int seg = min(GDN_CHUNK - r, n - t), end = r + seg;
+		const int seg = min(min(GDN_CHUNK - r, n - t), segcap), end = r + seg;
 		__syncthreads();
 		// q and k rows of the segment, one warp per row.
 		for (int i = r + warp; i < end; i += GDN_NT / 32) {
 			const long long row = (long long)(start + t + i - r) * C;
-			gdn_norm_row(qkv, row + qoff, Qs + i * ldk, Dk, scale, lane);
+			gdn_norm_row(qkv, row + qoff, Qs + (i - r) * ldk, Dk, scale, lane);
 			gdn_norm_row(qkv, row + koff, Ks + i * ldk, Dk, 1.0f, lane);
 		}
 		if (tid == 0) {
@@ -606,24 +609,24 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		for (int p = tid; p < seg * GDN_CHUNK; p += GDN_NT) {
 			const int i = r + p / GDN_CHUNK, j = p % GDN_CHUNK;
 			if (j > i) continue;
-			const float *ki = Ks + i * ldk, *qi = Qs + i * ldk, *kj = Ks + j * ldk;
+			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk, *kj = Ks + j * ldk;
 			float kk = 0.0f, qk = 0.0f;
 			for (int d = 0; d < Dk; d++) {
 				kk += ki[d] * kj[d];
 				qk += qi[d] * kj[d];
 			}
 			if (j == i) {
-				Bq[i * ldr + j] = qk;
+				Bq[(i - r) * ldr + j] = qk;
 			} else {
 				const float dec = (float)exp((double)(Gs[i] - Gs[j]));
-				A[i * ldr + j] = (-Bs[i] * kk) * dec;
-				Bq[i * ldr + j] = qk * dec;
+				A[(i - r) * ldr + j] = (-Bs[i] * kk) * dec;
+				Bq[(i - r) * ldr + j] = qk * dec;
 			}
 		}
 		// kᵀS and qᵀS: the right-hand side of the solve and the state part of o.
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
-			const float *ki = Ks + i * ldk, *qi = Qs + i * ldk;
+			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk;
 			float ks = 0.0f, qs = 0.0f;
 			for (int d = 0; d < Dk; d++) {
 				const float sv = Ss[d * ldc + x];
@@ -633,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const float ei = (float)exp((double)Gs[i]);
 			const float v = x0 + x < Dv ? ld_act(qkv, (long long)(start + t + i - r) * C + voff + x0 + x) : 0.0f;
 			Us[i * ldc + x] = Bs[i] * (v - ei * ks);
-			Os[i * ldc + x] = ei * qs;
+			Os[(i - r) * ldc + x] = ei * qs;
 		}
 		__syncthreads();
 		// Forward substitution, row after row: 4 lanes per column, each
@@ -642,7 +645,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const int x = tid >> 2, sub = tid & 3;
 			for (int i = r; i < end; i++) {
 				float part = 0.0f;
-				for (int j = sub; j < i; j += 4) part += A[i * ldr + j] * Us[j * ldc + x];
+				for (int j = sub; j < i; j += 4) part += A[(i - r) * ldr + j] * Us[j * ldc + x];
 				part += __shfl_xor_sync(0xffffffffu, part, 1);
 				part += __shfl_xor_sync(0xffffffffu, part, 2);
 				if (sub == 0) Us[i * ldc + x] += part;
@@ -653,14 +656,14 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		// Outputs.
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
-			float o = Os[i * ldc + x];
-			for (int j = 0; j <= i; j++) o += Bq[i * ldr + j] * Us[j * ldc + x];
+			float o = Os[(i - r) * ldc + x];
+			for (int j = 0; j <= i; j++) o += Bq[(i - r) * ldr + j] * Us[j * ldc + x];
 			if (x0 + x < Dv) st_act(out, (long long)(start + t + i - r) * vw + (long long)h * Dv + x0 + x, o);
 		}
 		t += seg;
 		if (end < GDN_CHUNK) {
 			r = end;
-			break; // t == n
+			continue;
 		}
 		// The chunk is full: fold it into S.
 		for (int j = tid; j < GDN_CHUNK; j += GDN_NT) Ds[j] = (float)exp((double)(Gs[GDN_CHUNK - 1] - Gs[j]));
