@@ -319,6 +319,16 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 	if norm {
 		nm = 1
 	}
+	if n <= 0 {
+		return
+	}
+	// A warp per row (one thread per row took ~150 µs for E = 128, k = 8:
+	// the serial scans dominated a decode layer); rows wider than the
+	// shared memory the warp kernel assumes keep the thread-per-row kernel.
+	if smem := 20 * e; !b.generalOnly && smem <= 48<<10 {
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		return
+	}
 	b.check("RouterTopK", b.d.launch(b.s, "m_router_topk", grid1(blocks(n, 128)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
 }
 

@@ -245,6 +245,64 @@ extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logi
 	}
 }
 
+// m_router_topk_warp: m_router_topk with a warp per row (the row and its
+// taken flags in shared memory): the same selection (the k largest logits,
+// ties to the lower id) and weights e^{l−max}/Σe^{l−max} (renormalised when
+// norm); only the softmax sum's order differs. grid ceil(n/4), block 128,
+// smem 20·E bytes (4 rows of E floats, then 4 × E taken flags).
+extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+	extern __shared__ float rsm[];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int t = blockIdx.x * 4 + warp;
+	if (t >= n) return; // the whole warp: no block-wide barriers below
+	float *v = rsm + warp * E;
+	unsigned char *taken = (unsigned char *)(rsm + 4 * E) + warp * E;
+	const act_t *row = logits + (long long)t * E;
+	float mx = -KT_INF;
+	for (int c = lane; c < E; c += 32) {
+		const float x = ld_act(row, c);
+		v[c] = x;
+		taken[c] = 0;
+		mx = fmaxf(mx, x);
+	}
+	mx = warp_max(mx);
+	float sum = 0.0f;
+	for (int c = lane; c < E; c += 32) sum += (float)exp((double)(v[c] - mx));
+	sum = warp_sum(sum);
+	__syncwarp();
+	int *id = ids + (long long)t * k;
+	float *w = wts + (long long)t * k;
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f;
+		for (int c = lane; c < E; c += 32)
+			if (!taken[c] && (best < 0 || v[c] > bv)) {
+				best = c;
+				bv = v[c];
+			}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+				best = ob;
+				bv = ov;
+			}
+		}
+		if (lane == 0) {
+			id[j] = best;
+			w[j] = (float)exp((double)(bv - mx)) / sum;
+		}
+		if (best >= 0 && lane == (best & 31)) taken[best] = 1;
+		__syncwarp();
+	}
+	if (norm && lane == 0) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) s += w[j];
+		for (int j = 0; j < k; j++) w[j] /= s;
+	}
+}
+
 // Routed experts. ptrs holds per expert the device addresses of its gate,
 // up and down weights: ptrs[3e], ptrs[3e+1], ptrs[3e+2]. Pair p = t·k + j
 // runs expert ids[p] on row t (skipped when the id is outside [0, E)).
