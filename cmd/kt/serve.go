@@ -119,7 +119,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 
 	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, MemFractionStatic: cfg.MemFractionStatic}
+		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
 	}
