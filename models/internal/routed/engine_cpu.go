@@ -70,6 +70,9 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	pools = max(pools, 1)
 	if err := cpuexperts.CheckShape(m, c.HiddenSize, c.MoEIntermediateSize, pools); err != nil {
+		if method == "auto" {
+			return nil, err // the caller falls back to the backend's op
+		}
 		return nil, fmt.Errorf("%w%s", err, alternatives(m, c, pools))
 	}
 	threads := o.ExpertThreads
