@@ -145,8 +145,12 @@ func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) 
 		return nil, fmt.Errorf("--kt-weight-path %s: "+format, append([]any{dir}, a...)...)
 	}
 	if man.Method != m {
-		return bad("holds %s weights (kt quant --method %s); run with --kt-method %s, or convert again for %s",
-			man.Method, map[cpuexperts.Method]string{cpuexperts.AMXINT8: "int8", cpuexperts.AMXINT4: "int4"}[man.Method], man.Method, m)
+		flag := map[cpuexperts.Method]string{cpuexperts.AMXINT8: "int8", cpuexperts.AMXINT4: "int4"}
+		fix := fmt.Sprintf("give the model directory %s as --kt-weight-path for %s", rb.Dir, m)
+		if flag[m] != "" {
+			fix = fmt.Sprintf("convert again with kt quant --method %s", flag[m])
+		}
+		return bad("holds %s weights (kt quant --method %s); run with --kt-method %s, or %s", man.Method, flag[man.Method], man.Method, fix)
 	}
 	if man.Experts != c.NumExperts || man.Hidden != c.HiddenSize || man.Intermediate != c.MoEIntermediateSize {
 		return bad("converted for %d experts, hidden %d, intermediate %d; the model has %d, %d, %d",
