@@ -98,6 +98,8 @@ struct kt_engine {
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
   _Atomic int* hbd;   // per hidden block: down items finished
+  _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
+  int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
   const kt_layer* l;
@@ -429,7 +431,8 @@ static void run_job(kt_worker* w) {
 // The fused path has no barrier inside the task. Items come from two atomic
 // counters (gate/up, then down), both expert-major, and are ordered by
 // per-expert and per-block counters instead of barriers:
-//   - the first gate/up item of an expert converts that expert's slot rows
+//   - each token's row is converted once, by a conversion item (tokst);
+//   - the first gate/up item of an expert gathers that expert's slot rows
 //     (xst 0 -> 1 -> 2; the others of that expert wait for 2: a short copy);
 //   - the last gate/up item of an expert to finish quantizes its h rows and
 //     publishes hqst = 1;
@@ -449,19 +452,22 @@ static inline void spin_pause(int* spins) {
     _mm_pause();
 }
 
-static void fused_convert(kt_engine* e, kt_worker* w, int x, int act, int64_t asz) {
+// fused_gather makes expert x's slot rows ready: the first gate/up item of x
+// copies its tokens' converted rows (waiting for each token's conversion
+// item) into slot order; the others wait for it, a few microseconds at most.
+static void fused_gather(kt_engine* e, int x, int64_t asz) {
   _Atomic int* st = &e->xst[x];
   int v = atomic_load_explicit(st, memory_order_acquire);
   if (v == 2) return;
   int zero = 0;
   if (v == 0 && atomic_compare_exchange_strong_explicit(st, &zero, 1, memory_order_acq_rel, memory_order_acquire)) {
     kt_pool* P = &e->pools[0];
-    const kt_batch* b = &e->b;
     int H = e->l->hidden;
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++) {
       int t = e->slot_tok[s];
-      const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
-      ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->X + (int64_t)s * H * asz, &P->Xs[s], w->s.row);
+      for (int spins = 0; atomic_load_explicit(&e->tokst[t], memory_order_acquire) != e->seq;) spin_pause(&spins);
+      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      P->Xs[s] = P->Xts[t];
     }
     atomic_store_explicit(st, 2, memory_order_release);
     return;
@@ -481,6 +487,14 @@ static void run_job_fused(kt_worker* w) {
   int na = e->nactive;
   int item;
 
+  // convert each token's row once (tokst[t] = seq publishes it); with few
+  // tokens most threads skip straight to gate/up
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < e->ntok) {
+    const char* src = (const char*)b->x + (int64_t)item * H * (b->x_bf16 ? 2 : 4);
+    ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)item * H * asz, &P->Xts[item], w->s.row);
+    atomic_store_explicit(&e->tokst[item], e->seq, memory_order_release);
+  }
+
   // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB)
   int nb = I / KT_NB;
   int items = na * nb;
@@ -489,7 +503,7 @@ static void run_job_fused(kt_worker* w) {
     int m = e->cnt[x], off = e->off[x];
     int pf = m >= e->pf_min;
     kt_kernel kern = pf ? e->kpf : e->kdec;
-    fused_convert(e, w, x, act, asz);
+    fused_gather(e, x, asz);
     const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
     kt_mat PG, PU;
     int g0 = n0;
@@ -634,6 +648,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   if (e->fused) {
+    e->seq = (int)((unsigned)e->seq + 1u);
+    if (e->seq == 0) e->seq = 1;  // tokst starts zeroed
     for (int a = 0; a < e->nactive; a++) {
       int x = e->active[a];
       atomic_store_explicit(&e->xst[x], 0, memory_order_relaxed);
@@ -804,6 +820,7 @@ static void free_engine(kt_engine* e) {
   free((void*)e->gud);
   free((void*)e->hqst);
   free((void*)e->hbd);
+  free((void*)e->tokst);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -872,8 +889,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hqst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
+  e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
