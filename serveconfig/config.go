@@ -55,6 +55,7 @@ type Config struct {
 
 	// GPU-side SGLang flags.
 	TensorParallelSize         int
+	BaseGPUID                  int // first GPU used, among those CUDA_VISIBLE_DEVICES leaves
 	AttentionBackend           string
 	DisableCUDAGraph           bool
 	EnableP2PCheck             bool
@@ -165,6 +166,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 
 	// GPU-side.
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "GPUs to split dense layers and attention over; alias --tp-size")
+	fs.IntVar(&c.BaseGPUID, "base-gpu-id", 0, "first GPU to use, counted among those CUDA_VISIBLE_DEVICES leaves visible")
 	fs.StringVar(&c.AttentionBackend, "attention-backend", "", "SGLang attention kernel name; accepted for compatibility: kt uses its own attention kernels on each backend")
 	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "accepted for compatibility: kt does not capture CUDA graphs, so this is always true")
 	fs.BoolVar(&c.EnableP2PCheck, "enable-p2p-check", false, "accepted for compatibility: kt checks peer access itself when it uses several GPUs")
@@ -336,6 +338,9 @@ func (c *Config) check() error {
 	}
 	if !slices.Contains([]string{"auto", "cuda", "cpu"}, c.Device) {
 		bad("device", "%q is not one of auto, cuda, cpu", c.Device)
+	}
+	if c.BaseGPUID < 0 {
+		bad("base-gpu-id", "must not be negative, got %d", c.BaseGPUID)
 	}
 	if c.MemFractionStatic < 0 || c.MemFractionStatic > 1 {
 		bad("mem-fraction-static", "must be in (0, 1], got %v", c.MemFractionStatic)

@@ -124,6 +124,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--model", "/m", "--attention-backend", "magic"}, "--attention-backend"},
 		{[]string{"--model", "/m", "--chunked-prefill-size", "0"}, "--chunked-prefill-size"},
 		{[]string{"--model", "/m", "--mem-fraction-static", "1.5"}, "--mem-fraction-static"},
+		{[]string{"--model", "/m", "--base-gpu-id", "-1"}, "--base-gpu-id: must not be negative"},
 		{[]string{"--model", "/m", "--lora-paths", "a=/x"}, "needs --enable-lora"},
 		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a=/x", "a=/y"}, "given twice"},
 		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a:b=/x"}, "must not contain ':'"},
@@ -173,6 +174,10 @@ func TestValidateFeatures(t *testing.T) {
 		{"frequency without stats", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "2", "--kt-expert-placement-strategy", "frequency"}, full, []string{"--init-expert-location"}, nil},
 		{"expert lora with gpu experts", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "2", "--kt-expert-lora-path", "/l"}, full, []string{"supports CPU experts only"}, nil},
 		{"expert lora with one request", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-expert-lora-path", "/l", "--max-running-requests", "1"}, full, []string{"requires --max-running-requests >= 2"}, nil},
+		{"base gpu id beyond the GPUs", []string{"--model", "/m", "--base-gpu-id", "1"}, Features{GPUs: 1}, []string{"--base-gpu-id: GPU 1 asked for but only 1 usable GPU(s) found"}, nil},
+		{"base gpu id and tp beyond the GPUs", []string{"--model", "/m", "--base-gpu-id", "2", "--tp-size", "2"}, Features{GPUs: 3, MaxTensorParallel: 4}, []string{"--base-gpu-id: GPU 3 asked for"}, nil},
+		{"base gpu id within the GPUs", []string{"--model", "/m", "--base-gpu-id", "1"}, Features{GPUs: 2}, nil, nil},
+		{"base gpu id without a GPU", []string{"--model", "/m", "--base-gpu-id", "1"}, cpuOnly, nil, []string{"base-gpu-id"}},
 		{"tp beyond build", []string{"--model", "/m", "--tp-size", "2"}, Features{GPUs: 2, MaxTensorParallel: 1}, []string{"not implemented yet"}, nil},
 	} {
 		c, err := Parse(tc.args)
@@ -213,7 +218,7 @@ func TestUsageGolden(t *testing.T) {
 	}
 	// Every flag of the issue appears in the help.
 	for _, f := range []string{"host", "port", "model-path", "tokenizer-path", "served-model-name", "trust-remote-code",
-		"tensor-parallel-size", "mem-fraction-static", "chunked-prefill-size", "max-running-requests", "max-total-tokens",
+		"tensor-parallel-size", "base-gpu-id", "mem-fraction-static", "chunked-prefill-size", "max-running-requests", "max-total-tokens",
 		"enable-mixed-chunk", "attention-backend", "disable-cuda-graph", "enable-p2p-check", "disable-custom-all-reduce",
 		"disable-shared-experts-fusion", "log-level", "skip-tokenizer-init", "api-key", "context-length", "watchdog-timeout",
 		"kt-weight-path", "kt-method", "kt-cpuinfer", "kt-threadpool-count", "kt-numa-nodes", "kt-num-gpu-experts",

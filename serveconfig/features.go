@@ -59,7 +59,11 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 			refuse("tensor-parallel-size", "tensor parallelism over %d GPUs is not implemented yet in kt (this build supports up to %d)", c.TensorParallelSize, max(f.MaxTensorParallel, 1))
 		}
 	}
+	if gpu && c.BaseGPUID+max(c.TensorParallelSize, 1) > f.GPUs {
+		refuse("base-gpu-id", "GPU %d asked for but only %d usable GPU(s) found (ids count from 0 among those CUDA_VISIBLE_DEVICES leaves)", c.BaseGPUID+max(c.TensorParallelSize, 1)-1, f.GPUs)
+	}
 	if !gpu {
+		note("base-gpu-id", "no GPU is in use, so no GPU is selected")
 		note("mem-fraction-static", "no GPU is in use, so there is no GPU memory to budget; the KV cache is sized by --max-total-tokens")
 	}
 

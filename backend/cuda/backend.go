@@ -45,6 +45,9 @@ type Backend struct {
 	moe        map[*backend.Experts]*moeTable
 	moeH       Buffer // [pairs, inter] float32
 	moeY       Buffer // [pairs, hidden] float32
+	// generalOnly keeps the general-shape kernels even where a fast
+	// variant fits (the benchmarks' before/after comparison).
+	generalOnly bool
 }
 
 type gemmShape struct {
@@ -476,14 +479,21 @@ func (b *Backend) f32(x backend.Tensor, n int, what string) *Tensor {
 }
 
 // wcode is a weight's dtype code for the kernels (model.cu WT_*).
+// Weight dtype codes of kernels/model.cu (WT_F32, WT_BF16, WT_F16).
+const (
+	wtF32 = iota
+	wtBF16
+	wtF16
+)
+
 func wcode(dt tensor.DType) (int, bool) {
 	switch dt {
 	case tensor.F32:
-		return 0, true
+		return wtF32, true
 	case tensor.BF16:
-		return 1, true
+		return wtBF16, true
 	case tensor.F16:
-		return 2, true
+		return wtF16, true
 	}
 	return 0, false
 }

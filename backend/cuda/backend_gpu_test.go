@@ -660,6 +660,24 @@ func BenchmarkBackendDecodeLayer(b *testing.B) {
 			b.Fatal(err)
 		}
 		L.run()
+		// before: the general-shape kernels only, as a replayed graph
+		g.generalOnly = true
+		L.run()
+		before, err := g.Capture(L.run)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("B=%d/graph-general-kernels", B), func(b *testing.B) {
+			for b.Loop() {
+				g.Replay(before)
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		before.Destroy()
+		g.generalOnly = false
+		L.run()
 		graph, err := g.Capture(L.run)
 		if err != nil {
 			b.Fatal(err)
@@ -673,6 +691,80 @@ func BenchmarkBackendDecodeLayer(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("B=%d/graph", B), func(b *testing.B) {
+			for b.Loop() {
+				g.Replay(graph)
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		graph.Destroy()
+		// The bound beside it: the bf16 weight bytes a step must read (q/k/v/o
+		// projections, router, and the routed experts: k per token, at most E),
+		// moved by a device-to-device copy of half as many bytes (a copy reads
+		// and writes, so it moves the same number of bytes through HBM).
+		const H, heads, kvh, hd, E, k, I = 2048, 32, 4, 128, 128, 8, 768
+		wbytes := int64(2) * (2*heads*hd*H + 2*kvh*hd*H + E*H + int64(min(B*k, E))*3*H*I)
+		half := wbytes / 2
+		src, err := g.alloc(half, "copy bound src")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, err := g.alloc(half, "copy bound dst")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("B=%d/copy-bound-%dMB", B, wbytes>>20), func(b *testing.B) {
+			for b.Loop() {
+				g.check("copy", g.s.CopyDtoD(dst, src, half))
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(wbytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+		g.free(src)
+		g.free(dst)
+	}
+}
+
+// BenchmarkBackendDecodeLayerOps splits BenchmarkBackendDecodeLayer's step
+// (one sequence) into its ops: each op is captured 50 times in one CUDA
+// graph and replayed, so ns/op/50 is the op's GPU time without launch
+// gaps. It shows where the layer's time goes.
+func BenchmarkBackendDecodeLayerOps(b *testing.B) {
+	p := newOpPair(b)
+	L := newDecodeLayer(b, p, layerShape{H: 2048, heads: 32, kvh: 4, hd: 128, E: 128, k: 8, I: 768, B: 1})
+	g, B := L.g, L.B
+	if err := g.SetStep(L.step(0)); err != nil {
+		b.Fatal(err)
+	}
+	L.run()
+	for _, op := range []struct {
+		name string
+		fn   func()
+	}{
+		{"rmsnorm", func() { g.RMSNorm(L.h, L.x, L.norm, 1e-6, B) }},
+		{"matmul-q-4096x2048", func() { g.MatMul(L.q, L.h, L.wq, B) }},
+		{"matmul-k-512x2048", func() { g.MatMul(L.k, L.h, L.wk, B) }},
+		{"qk-norm", func() { g.RMSNorm(L.q, L.q, L.qn, 1e-6, B*L.heads) }},
+		{"rope-q", func() { g.Rope(L.q, &L.rope, L.heads, B) }},
+		{"attention", func() { g.Attention(L.att, L.q, L.k, L.v, L.kv, &L.attn, B) }},
+		{"matmul-o-2048x4096", func() { g.MatMul(L.tmp, L.att, L.wo, B) }},
+		{"add", func() { g.Add(L.x, L.x, L.tmp, B) }},
+		{"matmul-router-128x2048", func() { g.MatMul(L.rl, L.h, L.wr, B) }},
+		{"router-topk", func() { g.RouterTopK(L.rw, L.ri, L.rl, L.topK, true, B) }},
+		{"moe-8-experts", func() { g.MoE(L.tmp, L.h, &L.ex, L.rw, L.ri, B) }},
+	} {
+		graph, err := g.Capture(func() {
+			for range 50 {
+				op.fn()
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(op.name+"-x50", func(b *testing.B) {
 			for b.Loop() {
 				g.Replay(graph)
 				if err := g.Sync(); err != nil {

@@ -14,7 +14,25 @@ type linearState struct {
 	shape   backend.LinearShape
 	maxSeqs int
 	conv    Buffer // float32 [slots, layers, K-1, C]
-	delta   Buffer // float32 [slots, layers, Hv, Dk, Dv]
+	delta   Buffer // float32 [slots, layers, deltaLayerLen]: the chunked form, see deltaLayerLen
+}
+
+// deltaLayerLen is the float32 count of one (slot, layer) gated-delta-rule
+// state in the chunked form the CPU backend keeps (cpu.DeltaState): the
+// recurrent state at the last chunk boundary S [Hv, Dk, Dv], then the open
+// chunk's normalised keys K [64, Hk, Dk], corrected values U [64, Hv, Dv]
+// and cumulative log decays G [64, Hv]. kernels/model.cu (m_gdn_chunk)
+// computes the same layout.
+func deltaLayerLen(d backend.DeltaShape) int64 {
+	c := int64(backend.DeltaChunkSize)
+	return int64(d.StateLen()) + c*int64(d.KHeads*d.KDim) + c*int64(d.VHeads*d.VDim) + c*int64(d.VHeads)
+}
+
+// gdnChunkSmem is m_gdn_chunk's dynamic shared memory in bytes for
+// segments of at most segcap rows (the layout at the top of the kernel).
+func gdnChunkSmem(d backend.DeltaShape, segcap int) int {
+	const c, cb = backend.DeltaChunkSize, 32
+	return 4 * (d.KDim*(cb+1) + c*(d.KDim+1) + c*(cb+1) + segcap*(d.KDim+1) + segcap*(cb+1) + 2*segcap*(c+1) + 3*c)
 }
 
 func (s *linearState) convPerSlot() int64 {
@@ -22,7 +40,7 @@ func (s *linearState) convPerSlot() int64 {
 }
 
 func (s *linearState) deltaPerSlot() int64 {
-	return int64(s.shape.Layers) * int64(s.shape.Delta.StateLen()) * 4
+	return int64(s.shape.Layers) * deltaLayerLen(s.shape.Delta) * 4
 }
 
 // Free zeroes slot's state (a sequence starting at position 0 ignores its
@@ -50,6 +68,9 @@ func (b *Backend) AllocLinearState(shape backend.LinearShape, maxSeqs int) (back
 	}
 	if shape.Layers < 0 || shape.ConvKernel < 1 || maxSeqs < 1 {
 		return nil, fmt.Errorf("cuda: linear state: %d layers, conv kernel %d, %d sequences", shape.Layers, shape.ConvKernel, maxSeqs)
+	}
+	if sm, most := gdnChunkSmem(shape.Delta, backend.DeltaChunkSize), b.d.Info.MaxSharedOptin; most > 0 && sm > most {
+		return nil, fmt.Errorf("cuda: linear state: key head size %d needs %d bytes of shared memory per block, the device allows %d", shape.Delta.KDim, sm, most)
 	}
 	st := &linearState{b: b, shape: shape, maxSeqs: maxSeqs}
 	var err error
@@ -120,8 +141,12 @@ func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState,
 		ls.conv, xs.buf, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot), ch, kern))
 }
 
-// GatedDeltaRule implements backend.LinearAttention with the recurrent
-// form, token by token, on the full float32 state.
+// GatedDeltaRule implements backend.LinearAttention in the chunked form
+// of the CPU backend (64-token chunks aligned to positions, the state at
+// the last boundary plus the open chunk's rows), so a prompt prefilled in
+// pieces gives bit-identical results to one prefill: m_gdn_chunk computes
+// outputs, S and the open rows' corrected values, then m_gdn_commit stores
+// the open rows' keys and decays.
 func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.LinearState, layer, n int) {
 	if !b.ok() || b.stepMissing("GatedDeltaRule") {
 		return
@@ -146,9 +171,19 @@ func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.Li
 	if S == 0 {
 		return
 	}
-	smem := (sh.KDim*33 + 2*sh.KDim) * 4
-	b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(32), smem,
+	// Segments as long as the longest span (a decode step: one row), so
+	// short steps take little shared memory and fit several blocks per SM.
+	segcap := 1
+	for _, q := range b.step.Seqs {
+		segcap = max(segcap, min(q.Len, backend.DeltaChunkSize))
+	}
+	if !b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_chunk", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(128), gdnChunkSmem(sh, segcap),
 		os.buf, xs.buf, gs.buf, bs.buf, ls.delta, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot),
+		ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim, segcap)) {
+		return
+	}
+	b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_commit", grid2(sh.VHeads, S), grid1(32), sh.KDim*4,
+		xs.buf, gs.buf, ls.delta, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqLen), b.reg(rSeqPos), b.reg(rSeqSlot),
 		ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim))
 }
 

@@ -319,6 +319,16 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 	if norm {
 		nm = 1
 	}
+	if n <= 0 {
+		return
+	}
+	// A warp per row (one thread per row took ~150 µs for E = 128, k = 8:
+	// the serial scans dominated a decode layer); rows wider than the
+	// shared memory the warp kernel assumes keep the thread-per-row kernel.
+	if smem := 20 * e; !b.generalOnly && smem <= 48<<10 {
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		return
+	}
 	b.check("RouterTopK", b.d.launch(b.s, "m_router_topk", grid1(blocks(n, 128)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
 }
 
@@ -421,11 +431,23 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	if !b.growBuf(&b.moeH, int64(pairs)*int64(inter)*4, "MoE gate/up scratch") || !b.growBuf(&b.moeY, int64(pairs)*int64(h)*4, "MoE expert output scratch") {
 		return
 	}
-	if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
+	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
+	// other dtypes and the tiny fixtures the general ones.
+	if !b.generalOnly && tab.gdt == wtBF16 && tab.udt == wtBF16 && h%256 == 0 {
+		if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup_bf16", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
+			b.moeH, xs.buf, it.buf, tab.ptrs, h, inter, k, tab.e)) {
+			return
+		}
+	} else if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
 		b.moeH, xs.buf, it.buf, tab.ptrs, tab.gdt, tab.udt, h, inter, k, tab.e)) {
 		return
 	}
-	if !b.check("MoE", b.d.launch(b.s, "m_moe_down", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
+	if !b.generalOnly && tab.ddt == wtBF16 && inter%256 == 0 {
+		if !b.check("MoE", b.d.launch(b.s, "m_moe_down_bf16", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
+			b.moeY, b.moeH, it.buf, tab.ptrs, h, inter, tab.e)) {
+			return
+		}
+	} else if !b.check("MoE", b.d.launch(b.s, "m_moe_down", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
 		b.moeY, b.moeH, it.buf, tab.ptrs, tab.ddt, h, inter, tab.e)) {
 		return
 	}

@@ -119,7 +119,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	t0 := time.Now()
 	where := ""
 	runner, err := models.Load(cfg.ModelPath, models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, MemFractionStatic: cfg.MemFractionStatic, Notify: func(m string) { where = m }})
+		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic, Notify: func(m string) { where = m }})
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}

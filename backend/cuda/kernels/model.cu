@@ -245,6 +245,64 @@ extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logi
 	}
 }
 
+// m_router_topk_warp: m_router_topk with a warp per row (the row and its
+// taken flags in shared memory): the same selection (the k largest logits,
+// ties to the lower id) and weights e^{l−max}/Σe^{l−max} (renormalised when
+// norm); only the softmax sum's order differs. grid ceil(n/4), block 128,
+// smem 20·E bytes (4 rows of E floats, then 4 × E taken flags).
+extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+	extern __shared__ float rsm[];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int t = blockIdx.x * 4 + warp;
+	if (t >= n) return; // the whole warp: no block-wide barriers below
+	float *v = rsm + warp * E;
+	unsigned char *taken = (unsigned char *)(rsm + 4 * E) + warp * E;
+	const act_t *row = logits + (long long)t * E;
+	float mx = -KT_INF;
+	for (int c = lane; c < E; c += 32) {
+		const float x = ld_act(row, c);
+		v[c] = x;
+		taken[c] = 0;
+		mx = fmaxf(mx, x);
+	}
+	mx = warp_max(mx);
+	float sum = 0.0f;
+	for (int c = lane; c < E; c += 32) sum += (float)exp((double)(v[c] - mx));
+	sum = warp_sum(sum);
+	__syncwarp();
+	int *id = ids + (long long)t * k;
+	float *w = wts + (long long)t * k;
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f;
+		for (int c = lane; c < E; c += 32)
+			if (!taken[c] && (best < 0 || v[c] > bv)) {
+				best = c;
+				bv = v[c];
+			}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+				best = ob;
+				bv = ov;
+			}
+		}
+		if (lane == 0) {
+			id[j] = best;
+			w[j] = (float)exp((double)(bv - mx)) / sum;
+		}
+		if (best >= 0 && lane == (best & 31)) taken[best] = 1;
+		__syncwarp();
+	}
+	if (norm && lane == 0) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) s += w[j];
+		for (int j = 0; j < k; j++) w[j] /= s;
+	}
+}
+
 // Routed experts. ptrs holds per expert the device addresses of its gate,
 // up and down weights: ptrs[3e], ptrs[3e+1], ptrs[3e+2]. Pair p = t·k + j
 // runs expert ids[p] on row t (skipped when the id is outside [0, E)).
@@ -289,6 +347,63 @@ extern "C" __global__ void m_moe_down(float *ybuf, const float *hbuf, const int 
 	if (lane == 0) ybuf[(long long)p * H + c] = s;
 }
 
+// m_moe_gateup_bf16: m_moe_gateup for bf16 gate and up weights with
+// H % 256 == 0: each lane reads 8 consecutive weights (16 bytes) per load,
+// several loads in flight, so decode streams the experts near HBM speed.
+// grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
+extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int H, int I,
+					     int k, int E) {
+	extern __shared__ float xs[];
+	const int p = blockIdx.x, e = ids[p], t = p / k;
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < H; c += blockDim.x) xs[c] = ld_act(x, (long long)t * H + c);
+	__syncthreads();
+	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (i >= I) return;
+	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)i * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)i * H;
+	float g = 0.0f, u = 0.0f;
+#pragma unroll 4
+	for (int c = lane * 8; c < H; c += 256) {
+		float wg[8], wu[8];
+		load8(gw + c, wg);
+		load8(uw + c, wu);
+		const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
+		const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			g += xv[j] * wg[j];
+			u += xv[j] * wu[j];
+		}
+	}
+	g = warp_sum(g);
+	u = warp_sum(u);
+	if (lane == 0) hbuf[(long long)p * I + i] = silu_d(g) * u;
+}
+
+// m_moe_down_bf16: m_moe_down for bf16 down weights with I % 256 == 0
+// (16-byte weight loads). grid (n·k, ceil(H/8)), block 256, smem I floats.
+extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int H, int I,
+					   int E) {
+	extern __shared__ float hs[];
+	const int p = blockIdx.x, e = ids[p];
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < I; c += blockDim.x) hs[c] = hbuf[(long long)p * I + c];
+	__syncthreads();
+	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (c >= H) return;
+	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)c * I;
+	float s = 0.0f;
+#pragma unroll 4
+	for (int i = lane * 8; i < I; i += 256) {
+		float w[8];
+		load8(dw + i, w);
+		const float4 a = *(const float4 *)(hs + i), b = *(const float4 *)(hs + i + 4);
+		s += a.x * w[0] + a.y * w[1] + a.z * w[2] + a.w * w[3] + b.x * w[4] + b.y * w[5] + b.z * w[6] + b.w * w[7];
+	}
+	s = warp_sum(s);
+	if (lane == 0) ybuf[(long long)p * H + c] = s;
+}
+
 // m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
 // grid n.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
@@ -313,7 +428,7 @@ extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *
 
 // Linear attention. State layouts (per slot, per linear layer):
 //   conv:  [slots, layers, K-1, C]        float32, oldest row first
-//   delta: [slots, layers, Hv, Dk, Dv]    float32
+//   delta: [slots, layers, S | K | U | G]  float32, the chunked form (m_gdn_chunk)
 // A sequence whose step span starts at position 0 reads zero state.
 
 // m_conv1d: out[t, c] = silu(Σ_j w[c, j]·in(t-K+1+j, c)), earlier inputs
@@ -369,7 +484,8 @@ extern "C" __global__ void m_delta_gates(float *g, float *beta, const act_t *a, 
 	beta[i] = sigmoid_d(ld_act(b, i));
 }
 
-// m_gdn: the gated delta rule token by token (the recurrent form) over each
+// m_gdn: the gated delta rule token by token (the recurrent form, on a plain
+// [slots, layers, Hv, Dk, Dv] state; kept as the benchmarks' baseline) over each
 // sequence's span, value head h, value columns [32·blockIdx.y, +32): thread
 // `lane` owns column j of S (Dk rows in shared memory, row stride 33).
 //   q, k <- l2norm(q)/sqrt(Dk), l2norm(k)   (eps 1e-6 inside the sqrt)
@@ -433,6 +549,244 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn(act_t *out, const act_t *
 	}
 	if (col)
 		for (int i = 0; i < Dk; i++) st[(long long)i * Dv + j] = S[i * 33 + lane];
+}
+
+// The gated delta rule in the chunked form the CPU backend keeps
+// (backend/cpu.DeltaState): per (slot, layer) the recurrent state S at the
+// last 64-token boundary of the sequence plus the rows of the open chunk,
+//   S [Hv, Dk, Dv] | K [64, Hk, Dk] (normalised keys) |
+//   U [64, Hv, Dv] (corrected values) | G [64, Hv] (cumulative log decay)
+// (GDN_CHUNK rows, aligned to absolute positions). Within a chunk,
+//   u_i = β_i(v_i − e^{G_i}·k_iᵀS) − Σ_{j<i} β_i(k_i·k_j)e^{G_i−G_j}·u_j
+//   o_i = e^{G_i}·q_iᵀS + Σ_{j≤i} (q_i·k_j)e^{G_i−G_j}·u_j
+// and when a chunk fills, S ← e^{G_63}·S + Σ_j e^{G_63−G_j}·k_j u_jᵀ.
+// Every row is computed with the same arithmetic whatever rows arrived
+// with it, so a prompt prefilled in pieces gives bit-identical outputs and
+// state to one prefill. The rows of a chunk are processed together: the
+// dot products, kᵀS/qᵀS, the outputs and the state update are parallel
+// over rows; only the triangular solve for u runs row after row.
+#define GDN_CHUNK 64
+#define GDN_CB 32   // value columns per block
+#define GDN_NT 128  // threads per block: 4 per column in the solve
+
+// gdn_norm_row: dst[0..Dk) = l2norm(src)·scale by one warp (the CPU's l2Row:
+// x·(1/sqrt(Σx² + 1e-6))·scale). m_gdn_chunk and m_gdn_commit both use it,
+// so the keys they store agree bit for bit.
+__device__ __forceinline__ void gdn_norm_row(const act_t *qkv, long long off, float *dst, int Dk, float scale, int lane) {
+	float ss = 0.0f;
+	for (int d = lane; d < Dk; d += 32) {
+		float v = ld_act(qkv, off + d);
+		dst[d] = v;
+		ss += v * v;
+	}
+	ss = warp_sum(ss);
+	const float inv = (float)(1.0 / sqrt((double)(ss + 1e-6f)));
+	__syncwarp();
+	for (int d = lane; d < Dk; d += 32) dst[d] = (dst[d] * inv) * scale;
+	__syncwarp();
+}
+
+// m_gdn_chunk: grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_NT, dynamic
+// smem per gdnChunkSmem (Go). Rows are processed in segments of at most
+// segcap (≤ 64, the step's longest span) so a decode step takes little
+// shared memory and several blocks fit on an SM. Reads the open chunk's K,
+// U and G from the state and writes S (when a chunk filled or the sequence
+// is fresh) and U; m_gdn_commit then writes K and G (other blocks of the
+// same head read them here, so they are written after this grid).
+extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, const act_t *qkv, const float *g, const float *beta,
+								   float *state, int layer, int layers, const int *seq_start,
+								   const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
+								   int Hk, int Hv, int Dk, int Dv, int segcap) {
+	extern __shared__ float sm[];
+	const int ldk = Dk + 1, ldc = GDN_CB + 1, ldr = GDN_CHUNK + 1;
+	float *Ss = sm;                      // [Dk][ldc]
+	float *Ks = Ss + Dk * ldc;           // [64][ldk] normalised keys of the chunk
+	float *Us = Ks + GDN_CHUNK * ldk;    // [64][ldc] u rows, this block's columns
+	// Segment rows (index i − r):
+	float *Qs = Us + GDN_CHUNK * ldc;    // [segcap][ldk] normalised, scaled queries
+	float *Os = Qs + segcap * ldk;       // [segcap][ldc] e^{G_i}·q_iᵀS
+	float *A = Os + segcap * ldc;        // [segcap][ldr] −β_i(k_i·k_j)e^{G_i−G_j}, j < i
+	float *Bq = A + segcap * ldr;        // [segcap][ldr] (q_i·k_j)e^{G_i−G_j}, j ≤ i (no decay at j = i)
+	float *Gs = Bq + segcap * ldr;       // [64] cumulative log decay
+	float *Bs = Gs + GDN_CHUNK;          // [64] beta
+	float *Ds = Bs + GDN_CHUNK;          // [64] e^{G_last − G_j} at a flush
+
+	const int h = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int x0 = blockIdx.y * GDN_CB;
+	const int kh = h / (Hv / Hk);
+	const int start = seq_start[s], n = seq_len[s], pos = seq_pos[s];
+	const bool fresh = pos == 0;
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Sg = base + (long long)h * Dk * Dv;
+	const float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Ug = (float *)Kg + (long long)GDN_CHUNK * Hk * Dk;
+	const float *Gg = Ug + (long long)GDN_CHUNK * Hv * Dv;
+	const float scale = (float)(1.0 / sqrt((double)Dk));
+	const int vw = Hv * Dv;
+	const long long qoff = (long long)kh * Dk, koff = (long long)Hk * Dk + (long long)kh * Dk, voff = 2LL * Hk * Dk + (long long)h * Dv;
+
+	// Load the S tile and the open rows.
+	for (int i = tid; i < Dk * GDN_CB; i += GDN_NT) {
+		int d = i / GDN_CB, x = i % GDN_CB;
+		Ss[d * ldc + x] = (fresh || x0 + x >= Dv) ? 0.0f : Sg[(long long)d * Dv + x0 + x];
+	}
+	const int rows0 = pos % GDN_CHUNK; // 0 when fresh
+	for (int i = tid; i < rows0 * Dk; i += GDN_NT) {
+		int j = i / Dk, d = i % Dk;
+		Ks[j * ldk + d] = Kg[((long long)j * Hk + kh) * Dk + d];
+	}
+	for (int i = tid; i < rows0 * GDN_CB; i += GDN_NT) {
+		int j = i / GDN_CB, x = i % GDN_CB;
+		Us[j * ldc + x] = x0 + x < Dv ? Ug[((long long)j * Hv + h) * Dv + x0 + x] : 0.0f;
+	}
+	for (int j = tid; j < rows0; j += GDN_NT) Gs[j] = Gg[(long long)j * Hv + h];
+
+	bool flushed = false;
+	int r = rows0;
+	for (int t = 0; t < n;) {
+		const int seg = min(min(GDN_CHUNK - r, n - t), segcap), end = r + seg;
+		__syncthreads();
+		// q and k rows of the segment, one warp per row.
+		for (int i = r + warp; i < end; i += GDN_NT / 32) {
+			const long long row = (long long)(start + t + i - r) * C;
+			gdn_norm_row(qkv, row + qoff, Qs + (i - r) * ldk, Dk, scale, lane);
+			gdn_norm_row(qkv, row + koff, Ks + i * ldk, Dk, 1.0f, lane);
+		}
+		if (tid == 0) {
+			float acc = r > 0 ? Gs[r - 1] : 0.0f;
+			for (int i = r; i < end; i++) {
+				const long long gi = (long long)(start + t + i - r) * Hv + h;
+				acc = i == 0 ? g[gi] : g[gi] + acc; // i == 0 only when r == 0
+				Gs[i] = acc;
+				Bs[i] = beta[gi];
+			}
+		}
+		__syncthreads();
+		// Dot products with the chunk's keys, decays folded in.
+		for (int p = tid; p < seg * GDN_CHUNK; p += GDN_NT) {
+			const int i = r + p / GDN_CHUNK, j = p % GDN_CHUNK;
+			if (j > i) continue;
+			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk, *kj = Ks + j * ldk;
+			float kk = 0.0f, qk = 0.0f;
+			for (int d = 0; d < Dk; d++) {
+				kk += ki[d] * kj[d];
+				qk += qi[d] * kj[d];
+			}
+			if (j == i) {
+				Bq[(i - r) * ldr + j] = qk;
+			} else {
+				const float dec = (float)exp((double)(Gs[i] - Gs[j]));
+				A[(i - r) * ldr + j] = (-Bs[i] * kk) * dec;
+				Bq[(i - r) * ldr + j] = qk * dec;
+			}
+		}
+		// kᵀS and qᵀS: the right-hand side of the solve and the state part of o.
+		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
+			const int i = r + p / GDN_CB, x = p % GDN_CB;
+			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk;
+			float ks = 0.0f, qs = 0.0f;
+			for (int d = 0; d < Dk; d++) {
+				const float sv = Ss[d * ldc + x];
+				ks += ki[d] * sv;
+				qs += qi[d] * sv;
+			}
+			const float ei = (float)exp((double)Gs[i]);
+			const float v = x0 + x < Dv ? ld_act(qkv, (long long)(start + t + i - r) * C + voff + x0 + x) : 0.0f;
+			Us[i * ldc + x] = Bs[i] * (v - ei * ks);
+			Os[(i - r) * ldc + x] = ei * qs;
+		}
+		__syncthreads();
+		// Forward substitution, row after row: 4 lanes per column, each
+		// summing the rows j ≡ sub (mod 4), combined in a fixed order.
+		{
+			const int x = tid >> 2, sub = tid & 3;
+			for (int i = r; i < end; i++) {
+				float part = 0.0f;
+				for (int j = sub; j < i; j += 4) part += A[(i - r) * ldr + j] * Us[j * ldc + x];
+				part += __shfl_xor_sync(0xffffffffu, part, 1);
+				part += __shfl_xor_sync(0xffffffffu, part, 2);
+				if (sub == 0) Us[i * ldc + x] += part;
+				__syncwarp();
+			}
+		}
+		__syncthreads();
+		// Outputs.
+		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
+			const int i = r + p / GDN_CB, x = p % GDN_CB;
+			float o = Os[(i - r) * ldc + x];
+			for (int j = 0; j <= i; j++) o += Bq[(i - r) * ldr + j] * Us[j * ldc + x];
+			if (x0 + x < Dv) st_act(out, (long long)(start + t + i - r) * vw + (long long)h * Dv + x0 + x, o);
+		}
+		t += seg;
+		if (end < GDN_CHUNK) {
+			r = end;
+			continue;
+		}
+		// The chunk is full: fold it into S.
+		for (int j = tid; j < GDN_CHUNK; j += GDN_NT) Ds[j] = (float)exp((double)(Gs[GDN_CHUNK - 1] - Gs[j]));
+		__syncthreads();
+		const float el = (float)exp((double)Gs[GDN_CHUNK - 1]);
+		for (int p = tid; p < Dk * GDN_CB; p += GDN_NT) {
+			const int d = p / GDN_CB, x = p % GDN_CB;
+			float v = Ss[d * ldc + x] * el;
+			for (int j = 0; j < GDN_CHUNK; j++) v += (Ds[j] * Ks[j * ldk + d]) * Us[j * ldc + x];
+			Ss[d * ldc + x] = v;
+		}
+		flushed = true;
+		r = 0;
+	}
+	__syncthreads();
+	if (flushed || fresh)
+		for (int i = tid; i < Dk * GDN_CB; i += GDN_NT) {
+			int d = i / GDN_CB, x = i % GDN_CB;
+			if (x0 + x < Dv) Sg[(long long)d * Dv + x0 + x] = Ss[d * ldc + x];
+		}
+	// The open chunk's new u rows (r is the number of open rows now).
+	const int first = flushed ? 0 : rows0;
+	for (int i = tid; i < (r - first) * GDN_CB; i += GDN_NT) {
+		int j = first + i / GDN_CB, x = i % GDN_CB;
+		if (x0 + x < Dv) Ug[((long long)j * Hv + h) * Dv + x0 + x] = Us[j * ldc + x];
+	}
+}
+
+// m_gdn_commit: after m_gdn_chunk, store the open chunk's new normalised
+// keys (value heads that are the first of their key head) and cumulative
+// log decays. grid (Hv, sequences), block 32.
+extern "C" __global__ void __launch_bounds__(32) m_gdn_commit(const act_t *qkv, const float *g, float *state, int layer, int layers,
+								const int *seq_start, const int *seq_len, const int *seq_pos,
+								const int *seq_slot, int C, int Hk, int Hv, int Dk, int Dv) {
+	extern __shared__ float sm[]; // [Dk]
+	const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
+	const int rep = Hv / Hk, kh = h / rep;
+	const int start = seq_start[s], n = seq_len[s], pos = seq_pos[s];
+	const int rows0 = pos % GDN_CHUNK, rend = (pos + n) % GDN_CHUNK;
+	if (rend == 0) return; // no open rows
+	const bool crossed = rows0 + n >= GDN_CHUNK;
+	const int first = crossed ? 0 : rows0; // first new row of the open chunk
+	const int t0 = n - (rend - first);     // its token index in the span
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Gg = Kg + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv;
+	if (h % rep == 0) {
+		const long long koff = (long long)Hk * Dk + (long long)kh * Dk;
+		for (int i = first; i < rend; i++) {
+			gdn_norm_row(qkv, (long long)(start + t0 + i - first) * C + koff, sm, Dk, 1.0f, lane);
+			for (int d = lane; d < Dk; d += 32) Kg[((long long)i * Hk + kh) * Dk + d] = sm[d];
+			__syncwarp();
+		}
+	}
+	if (lane == 0) {
+		// The same recurrence as m_gdn_chunk: a chunk's first row starts
+		// afresh, later rows add to the previous one.
+		float acc = first > 0 ? Gg[(long long)(first - 1) * Hv + h] : 0.0f;
+		for (int i = first; i < rend; i++) {
+			const float gv = g[(long long)(start + t0 + i - first) * Hv + h];
+			acc = i == 0 ? gv : gv + acc;
+			Gg[(long long)i * Hv + h] = acc;
+		}
+	}
 }
 
 // m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit

@@ -1,0 +1,68 @@
+// Host emulation of kernels/model.cu's m_router_topk_warp (a warp per row):
+// ids must equal a sequential scan (the k largest, ties to the lower id),
+// weights match the CPU's softmax within 1e-6 relative.
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <memory>
+using namespace std;
+struct dim3 { int x = 0, y = 0, z = 0; };
+thread_local dim3 threadIdx, blockIdx;
+static std::vector<std::unique_ptr<std::barrier<>>> wbar;
+static float fbuf[1024];
+static int ibuf[1024];
+void __syncwarp(unsigned = 0xffffffffu) { wbar[threadIdx.x / 32]->arrive_and_wait(); }
+float __shfl_xor_sync(unsigned, float v, int o) {
+	fbuf[threadIdx.x] = v; __syncwarp();
+	float r = fbuf[(threadIdx.x & ~31) | ((threadIdx.x & 31) ^ o)]; __syncwarp(); return r;
+}
+int __shfl_xor_sync(unsigned, int v, int o) {
+	ibuf[threadIdx.x] = v; __syncwarp();
+	int r = ibuf[(threadIdx.x & ~31) | ((threadIdx.x & 31) ^ o)]; __syncwarp(); return r;
+}
+float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
+float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
+#define KT_INF INFINITY
+#define __global__
+#define __shared__
+float rsm[1 << 14];
+typedef float act_t;
+inline float ld_act(const act_t *p, long long i) { return p[i]; }
+#include "router_part.cu"
+int main() {
+	std::mt19937 rng(3);
+	std::normal_distribution<float> N(0, 1);
+	int bad = 0;
+	for (auto [E, k, n] : std::vector<std::tuple<int, int, int>>{{128, 8, 6}, {512, 10, 5}, {8, 2, 3}, {40, 8, 4}}) {
+		std::vector<float> lg(n * E), w(n * k);
+		std::vector<int> id(n * k);
+		for (auto &x : lg) x = std::round(N(rng) * 4) / 4; // many ties
+		for (int b = 0; b < (n + 3) / 4; b++) {
+			wbar.clear();
+			for (int i = 0; i < 4; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
+			std::vector<std::thread> th;
+			for (int tt = 0; tt < 128; tt++) th.emplace_back([&, tt, b] { threadIdx.x = tt; blockIdx.x = b; m_router_topk_warp(w.data(), id.data(), lg.data(), n, E, k, 1); });
+			for (auto &x : th) x.join();
+		}
+		for (int t = 0; t < n; t++) {
+			const float *row = &lg[t * E];
+			float mx = row[0]; for (int c = 1; c < E; c++) mx = fmaxf(mx, row[c]);
+			float sum = 0; for (int c = 0; c < E; c++) sum += (float)exp((double)(row[c] - mx));
+			std::vector<int> ref; std::vector<float> rw; float s = 0;
+			for (int j = 0; j < k; j++) {
+				int best = -1; float bv = 0;
+				for (int c = 0; c < E; c++) { bool tk = false; for (int p : ref) tk |= p == c; if (!tk && (best < 0 || row[c] > bv)) { best = c; bv = row[c]; } }
+				ref.push_back(best); rw.push_back((float)exp((double)(bv - mx)) / sum); s += rw.back();
+			}
+			for (int j = 0; j < k; j++) {
+				if (id[t * k + j] != ref[j]) { printf("E=%d row %d id[%d] = %d want %d\n", E, t, j, id[t * k + j], ref[j]); bad++; }
+				if (fabs(w[t * k + j] - rw[j] / s) > 1e-6 * fabs(rw[j] / s)) { printf("E=%d row %d w[%d] = %g want %g\n", E, t, j, w[t * k + j], rw[j] / s); bad++; }
+			}
+		}
+	}
+	printf("router: %d mismatches\n", bad);
+	return bad != 0;
+}

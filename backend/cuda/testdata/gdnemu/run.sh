@@ -1,0 +1,28 @@
+#!/bin/sh
+# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit and
+# m_router_topk_warp (no GPU
+# needed): one std::thread per CUDA thread, barriers for __syncthreads and
+# __syncwarp. Checks the chunked rule against a float64 recurrent reference
+# and that a prompt split into pieces gives bit-identical outputs and state;
+# router ids against a sequential scan with many ties.
+# Usage: sh backend/cuda/testdata/gdnemu/run.sh   (needs g++ with C++20)
+set -e
+d=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+python3 - "$d/../../kernels/model.cu" "$tmp/gdn_part.cu" <<'P'
+import sys
+s = open(sys.argv[1]).read()
+a = s.index('#define GDN_CHUNK'); b = s.index('// m_split_bf16')
+open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern __shared__ float sm[];', ''))
+P
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/emu" "$d/emu.cpp"
+"$tmp/emu"
+python3 - "$d/../../kernels/model.cu" "$tmp/router_part.cu" <<'P'
+import sys
+s = open(sys.argv[1]).read()
+a = s.index('extern "C" __global__ void m_router_topk_warp'); b = s.index('// Routed experts.')
+open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern __shared__ float rsm[];', ''))
+P
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
+"$tmp/router"
+rm -rf "$tmp"
