@@ -42,10 +42,14 @@ static inline KT_CONV_ATTR float CONV(amax)(const float* x, int n) {
 static inline KT_CONV_ATTR void CONV(quant_s8)(const float* x, int n, int8_t* q, float* scale) {
   float s = CONV(amax)(x, n) / 127.0f;
   float inv = s > 0 ? 1.0f / s : 0.0f;
+  // round to nearest even as lrintf does under the default rounding mode (the
+  // workers set it), but with the 1.5*2^23 trick, which vectorizes: lrintf
+  // was a library call per element (~10 us per 2048-wide row). Without -ffast-math the compiler keeps
+  // (v + c) - c as written
   for (int i = 0; i < n; i++) {
     float v = x[i] * inv;
     v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-    q[i] = (int8_t)__builtin_lrintf(v);
+    q[i] = (int8_t)(int)((v + 12582912.0f) - 12582912.0f);
   }
   *scale = s;
 }

@@ -35,6 +35,8 @@
 
 #define QCAP 64
 #define SPIN 5000
+#define SPIN_PURE 1024
+#define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
 
@@ -88,6 +90,16 @@ struct kt_engine {
   _Atomic int gnext;
   _Atomic int ready;       // threads that finished their start-up
   _Atomic int amx_failed;  // a thread could not configure AMX tiles
+  _Atomic int nsleep;      // threads sleeping in futex_wait
+
+  // fused (decode) path: per-expert progress, reset for the active experts of each task
+  int fused, fused_max, r4f;
+  _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
+  _Atomic int* gud;   // gate/up items finished
+  _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
+  _Atomic int* hbd;   // per hidden block: down items finished
+  _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
+  int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
   const kt_layer* l;
@@ -126,31 +138,46 @@ struct kt_engine {
 static void futex_wait(_Atomic int* addr, int val) {
   syscall(SYS_futex, (int*)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
 }
-static void futex_wake(_Atomic int* addr) { syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
+
+// wake wakes the threads sleeping on addr, after its value changed. The
+// syscall is made only when some thread sleeps (nsleep counts the threads in
+// futex_wait on any of the engine's words): on the hot path every thread is
+// spinning and a wake-up costs a load, not a syscall on the critical path.
+// Both sides use sequentially consistent operations: either the waker sees
+// the sleeper's increment, or the sleeper's futex_wait sees the new value.
+static void wake(_Atomic int* nsleep, _Atomic int* addr) {
+  if (atomic_load_explicit(nsleep, memory_order_seq_cst) > 0)
+    syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
 
 // wait_change waits until *addr != old: spinning first (a task usually
-// follows soon), yielding now and then so a thread that has to run to
+// follows soon; the first SPIN_PURE rounds only pause, for the short waits of
+// a running task), then yielding now and then so a thread that has to run to
 // produce the change (the Go caller, say) gets a core, then sleeping.
-static void wait_change(_Atomic int* addr, int old) {
+static void wait_change(_Atomic int* nsleep, _Atomic int* addr, int old) {
   for (int i = 0; i < SPIN; i++) {
     if (atomic_load_explicit(addr, memory_order_acquire) != old) return;
-    if ((i & 31) == 31)
+    if (i >= SPIN_PURE && (i & 31) == 31)
       sched_yield();
     else
       _mm_pause();
   }
-  while (atomic_load_explicit(addr, memory_order_acquire) == old) futex_wait(addr, old);
+  while (atomic_load_explicit(addr, memory_order_seq_cst) == old) {
+    atomic_fetch_add_explicit(nsleep, 1, memory_order_seq_cst);
+    futex_wait(addr, old);
+    atomic_fetch_sub_explicit(nsleep, 1, memory_order_seq_cst);
+  }
 }
 
-static void barrier(_Atomic int* cnt, _Atomic int* gen, int n) {
+static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int n) {
   if (n <= 1) return;
   int g = atomic_load_explicit(gen, memory_order_acquire);
   if (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) == n - 1) {
     atomic_store_explicit(cnt, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(gen, 1, memory_order_release);
-    futex_wake(gen);
+    atomic_fetch_add_explicit(gen, 1, memory_order_seq_cst);
+    wake(nsleep, gen);
   } else {
-    wait_change(gen, g);
+    wait_change(nsleep, gen, g);
   }
 }
 
@@ -256,8 +283,14 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
       kt_pack_rm_to_bf16pk((W), (n0), (nn), (dst)); \
   } while (0)
 
+static void run_job_fused(kt_worker* w);
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
+  if (e->fused) {
+    run_job_fused(w);
+    return;
+  }
   kt_pool* P = &e->pools[w->pool];
   const kt_layer* l = e->l;
   const kt_batch* b = &e->b;
@@ -276,7 +309,7 @@ static void run_job(kt_worker* w) {
       ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
     }
   }
-  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
   while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
@@ -287,7 +320,7 @@ static void run_job(kt_worker* w) {
       P->Xs[s] = P->Xts[t];
     }
   }
-  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows)
   int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
@@ -323,7 +356,7 @@ static void run_job(kt_worker* w) {
       }
     }
   }
-  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
 
   // 3. quantize h for the down projection
   while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
@@ -332,7 +365,7 @@ static void run_job(kt_worker* w) {
       ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
     }
   }
-  barrier(&P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
   int r4 = KT_NB;
@@ -368,7 +401,7 @@ static void run_job(kt_worker* w) {
         kern(&ex[x].down, n0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
   }
-  barrier(&e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
   int k = b->k;
@@ -387,6 +420,163 @@ static void run_job(kt_worker* w) {
       kt_avx512_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
     else
       kt_avx2_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
+  }
+}
+
+// ---------------------------------------------------------------- fused (decode) path
+//
+// With one pool and few (token, expert) pairs the phases above cost more in
+// barriers than in work: at one token a layer reads ~12-50 MB in ~0.15-0.5 ms
+// and each barrier across 15 threads costs microseconds of skew and wake-up.
+// The fused path has no barrier inside the task. Items come from two atomic
+// counters (gate/up, then down), both expert-major, and are ordered by
+// per-expert and per-block counters instead of barriers:
+//   - each token's row is converted once, by a conversion item (tokst);
+//   - the first gate/up item of an expert gathers that expert's slot rows
+//     (xst 0 -> 1 -> 2; the others of that expert wait for 2: a short copy);
+//   - the last gate/up item of an expert to finish quantizes its h rows and
+//     publishes hqst = 1;
+//   - a down item is (expert, r4f hidden rows); it waits for hqst (rarely: the
+//     experts finish gate/up in order, the last ones while the first ones'
+//     down items run), and the last down item of a hidden block merges that
+//     block for every token, in top-k order.
+// A thread only waits for an item already claimed by a running thread, so
+// nothing can deadlock. Every output element is produced by one item with
+// the same kernels and summation order as the phased path: the two paths
+// give bitwise equal results (TestFusedMatchesPhased).
+
+static inline void spin_pause(int* spins) {
+  if ((++*spins & 255) == 0)
+    sched_yield();  // an oversubscribed machine: let the thread we wait for run
+  else
+    _mm_pause();
+}
+
+// fused_gather makes expert x's slot rows ready: the first gate/up item of x
+// copies its tokens' converted rows (waiting for each token's conversion
+// item) into slot order; the others wait for it, a few microseconds at most.
+static void fused_gather(kt_engine* e, int x, int64_t asz) {
+  _Atomic int* st = &e->xst[x];
+  int v = atomic_load_explicit(st, memory_order_acquire);
+  if (v == 2) return;
+  int zero = 0;
+  if (v == 0 && atomic_compare_exchange_strong_explicit(st, &zero, 1, memory_order_acq_rel, memory_order_acquire)) {
+    kt_pool* P = &e->pools[0];
+    int H = e->l->hidden;
+    for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++) {
+      int t = e->slot_tok[s];
+      for (int spins = 0; atomic_load_explicit(&e->tokst[t], memory_order_acquire) != e->seq;) spin_pause(&spins);
+      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      P->Xs[s] = P->Xts[t];
+    }
+    atomic_store_explicit(st, 2, memory_order_release);
+    return;
+  }
+  for (int spins = 0; atomic_load_explicit(st, memory_order_acquire) != 2;) spin_pause(&spins);
+}
+
+static void run_job_fused(kt_worker* w) {
+  kt_engine* e = w->e;
+  kt_pool* P = &e->pools[0];
+  const kt_layer* l = e->l;
+  const kt_batch* b = &e->b;
+  int H = l->hidden, I = l->inter_p[0];
+  int act = P->act;
+  int64_t asz = act_size(act);
+  const kt_expert* ex = l->ex;
+  int na = e->nactive;
+  int item;
+
+  // convert each token's row once (tokst[t] = seq publishes it); with few
+  // tokens most threads skip straight to gate/up
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < e->ntok) {
+    const char* src = (const char*)b->x + (int64_t)item * H * (b->x_bf16 ? 2 : 4);
+    ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)item * H * asz, &P->Xts[item], w->s.row);
+    atomic_store_explicit(&e->tokst[item], e->seq, memory_order_release);
+  }
+
+  // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB)
+  int nb = I / KT_NB;
+  int items = na * nb;
+  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
+    int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
+    int m = e->cnt[x], off = e->off[x];
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
+    fused_gather(e, x, asz);
+    const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
+    kt_mat PG, PU;
+    int g0 = n0;
+    if (pf && e->rm_pack) {
+      PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
+      PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
+      PG = *G;
+      PG.w = (const uint8_t*)w->s.pack;
+      PU = *U;
+      PU.w = (const uint8_t*)w->s.pack2;
+      G = &PG;
+      U = &PU;
+      g0 = 0;
+    }
+    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
+      kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+      kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+      for (int i = 0; i < mm; i++)
+        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+    }
+    if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
+      // last gate/up item of x: every h row of x is complete; quantize them for down
+      for (int s = off; s < off + m; s++)
+        ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
+      atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
+    }
+  }
+
+  // down; item i is (expert active[i / nhb], hidden rows (i % nhb) * r4)
+  int r4 = e->r4f, nhb = H / r4;
+  items = na * nhb;
+  int k = b->k;
+  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < items) {
+    int x = e->active[item / nhb], hb = item % nhb, h0 = hb * r4;
+    int m = e->cnt[x], off = e->off[x];
+    int pf = m >= e->pf_min;
+    kt_kernel kern = pf ? e->kpf : e->kdec;
+    for (int spins = 0; !atomic_load_explicit(&e->hqst[x], memory_order_acquire);) spin_pause(&spins);
+    for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
+      const kt_mat* D = &ex[x].down;
+      kt_mat PD;
+      int d0 = n0;
+      if (pf && e->rm_pack) {
+        PACK_RM(D, n0, KT_NB, (uint16_t*)w->s.pack);
+        PD = *D;
+        PD.w = (const uint8_t*)w->s.pack;
+        D = &PD;
+        d0 = 0;
+      }
+      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+        kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+      }
+    }
+    if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
+    // last expert of this hidden block: out[t][h0:h0+r4] for every token
+    for (int t = 0; t < e->ntok; t++) {
+      int np = 0;
+      for (int j = 0; j < k; j++) {
+        int s = e->tok_slot[(int64_t)t * k + j];
+        if (s < 0) continue;
+        w->parts[np] = P->Y + (int64_t)s * H + h0;
+        w->pw[np++] = e->slot_w[s];
+      }
+      void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
+      if (e->isa & KT_ISA_AVX512)
+        kt_avx512_merge(w->parts, w->pw, np, r4, o, b->out_bf16, b->incremental, w->s.row);
+      else
+        kt_avx2_merge(w->parts, w->pw, np, r4, o, b->out_bf16, b->incremental, w->s.row);
+    }
   }
 }
 
@@ -411,13 +601,13 @@ static void* worker_main(void* arg) {
   worker_init(w);
   int seen = 0;
   for (;;) {
-    wait_change(&e->job_gen, seen);
+    wait_change(&e->nsleep, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
     run_job(w);
     if (atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel) + 1 == e->nthreads) {
-      atomic_fetch_add_explicit(&e->done_gen, 1, memory_order_release);
-      futex_wake(&e->done_gen);
+      atomic_fetch_add_explicit(&e->done_gen, 1, memory_order_seq_cst);
+      wake(&e->nsleep, &e->done_gen);
     }
   }
   return NULL;
@@ -456,13 +646,33 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
+  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
+  if (e->fused) {
+    e->seq = (int)((unsigned)e->seq + 1u);
+    if (e->seq == 0) e->seq = 1;  // tokst starts zeroed
+    for (int a = 0; a < e->nactive; a++) {
+      int x = e->active[a];
+      atomic_store_explicit(&e->xst[x], 0, memory_order_relaxed);
+      atomic_store_explicit(&e->gud[x], 0, memory_order_relaxed);
+      atomic_store_explicit(&e->hqst[x], 0, memory_order_relaxed);
+    }
+    // down items: the longest contiguous weight runs that still give every thread ~8 items
+    int H = e->l->hidden;
+    e->r4f = KT_NB;
+    for (int r = 256; r > KT_NB; r /= 2)
+      if (H % r == 0 && (int64_t)e->nactive * (H / r) >= 8 * e->nthreads) {
+        e->r4f = r;
+        break;
+      }
+    for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
+  }
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
-  atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_release);
-  futex_wake(&e->job_gen);
+  atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
+  wake(&e->nsleep, &e->job_gen);
   run_job(&e->workers[0]);  // the queue thread is worker 0
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
-    wait_change(&e->done_gen, dg);
+    wait_change(&e->nsleep, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
 }
@@ -606,6 +816,11 @@ static void free_engine(kt_engine* e) {
   free(e->slot_tok);
   free(e->slot_w);
   free(e->tok_slot);
+  free((void*)e->xst);
+  free((void*)e->gud);
+  free((void*)e->hqst);
+  free((void*)e->hbd);
+  free((void*)e->tokst);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -622,7 +837,7 @@ void kt_engine_free(kt_engine* e) {
   pthread_mutex_unlock(&e->mu);
   if (e->qstarted) pthread_join(e->qthread, NULL);
   atomic_fetch_add(&e->job_gen, 1);
-  futex_wake(&e->job_gen);
+  syscall(SYS_futex, (int*)&e->job_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
   for (int i = 0; e->workers && i < e->nthreads; i++)
     if (e->workers[i].started) pthread_join(e->workers[i].th, NULL);
   free_engine(e);
@@ -670,7 +885,14 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->slot_tok = (int*)xalloc(sizeof(int) * (size_t)e->max_slots);
   e->slot_w = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
   e->tok_slot = (int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens * (size_t)cfg->max_k);
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot) FAIL("out of memory for routing tables");
+  e->xst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
+  e->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
+  e->hqst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
+  e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
+  e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
+  e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst)
+    FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
     kt_pool* P = &e->pools[p];

@@ -41,6 +41,10 @@ type Config struct {
 	Experts      int // routed experts per layer
 	Hidden       int // hidden size
 	Intermediate int // moe_intermediate_size
+
+	// fusedMaxSlots overrides the barrier-free decode path's limit on
+	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
+	fusedMaxSlots int
 }
 
 // Engine is a set of worker pools with a task queue and preallocated scratch.
@@ -139,6 +143,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.isa = C.int(bits)
 	cc.max_tokens = C.int(cfg.MaxTokens)
 	cc.max_k = C.int(cfg.TopK)
+	cc.fused_max_slots = C.int(cfg.fusedMaxSlots)
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)

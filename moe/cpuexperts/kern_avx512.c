@@ -105,6 +105,23 @@ INL TVNNI void int_store(__m512i acc, __m512i corr, __m512 ws, float as, float* 
 
 INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  if (MT == 1) {
+    // one token: two independent chains (integer sums are exact, so the result
+    // is the same) keep the multiply-add latency off the load stream
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+    int j = 0;
+    for (; j + 2 <= k / 4; j += 2) {
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(x[0][j]), flip),
+                               _mm512_loadu_si512(pan + (int64_t)j * 64));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_set1_epi32(x[0][j + 1]), flip),
+                               _mm512_loadu_si512(pan + (int64_t)(j + 1) * 64));
+    }
+    for (; j < k / 4; j++)
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(x[0][j]), flip),
+                               _mm512_loadu_si512(pan + (int64_t)j * 64));
+    acc[0] = _mm512_add_epi32(a0, a1);
+    return;
+  }
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
   for (int j = 0; j < k / 4; j++) {
     __m512i wv = _mm512_loadu_si512(pan + (int64_t)j * 64);
@@ -116,6 +133,19 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
 INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  if (MT == 1) {  // one token: separate chains for the low and high nibbles (exact, as above)
+    __m512i alo = _mm512_setzero_si512(), ahi = alo;
+    for (int c = 0; c < k / 128; c++)
+      for (int r = 0; r < 16; r++) {
+        __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
+        alo = _mm512_dpbusd_epi32(alo, _mm512_xor_si512(_mm512_set1_epi32(x[0][32 * c + r]), flip),
+                                  _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
+        ahi = _mm512_dpbusd_epi32(ahi, _mm512_xor_si512(_mm512_set1_epi32(x[0][32 * c + 16 + r]), flip),
+                                  _mm512_and_si512(b, mask));
+      }
+    acc[0] = _mm512_add_epi32(alo, ahi);
+    return;
+  }
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
   for (int c = 0; c < k / 128; c++) {
     for (int r = 0; r < 16; r++) {

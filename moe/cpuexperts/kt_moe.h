@@ -85,6 +85,8 @@ typedef struct {
   int ncpus;
   int isa;          // KT_ISA_* bits allowed
   int max_tokens, max_k, nexp, hidden, inter_p; // scratch sizing (inter_p = largest pool slice)
+  int fused_max_slots; // one pool: tasks with at most this many (token, expert) pairs take the
+                       // barrier-free decode path; 0 = default (512), < 0 = never
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
