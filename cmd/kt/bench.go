@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,16 +71,17 @@ func parseInts(s string) ([]int, error) {
 }
 
 type moeRecord struct {
-	Model      string  `json:"model"`
-	Method     string  `json:"method"`
-	Kernels    string  `json:"kernels"`
-	Tokens     int     `json:"tokens"`
-	MsPerLayer float64 `json:"ms_per_layer"`
-	WeightGBps float64 `json:"weight_gbps"`
-	ReadGBps   float64 `json:"read_gbps"`
-	TFLOPS     float64 `json:"tflops"`
-	TorchTF    float64 `json:"torch_tflops,omitempty"`
-	Layers     int     `json:"layers"`
+	Model        string  `json:"model"`
+	Method       string  `json:"method"`
+	Kernels      string  `json:"kernels"`
+	Tokens       int     `json:"tokens"`
+	MsPerLayer   float64 `json:"ms_per_layer"`
+	WeightGBps   float64 `json:"weight_gbps"`
+	ReadGBps     float64 `json:"read_gbps"`      // median of the shape's probe samples
+	ReadNearGBps float64 `json:"read_near_gbps"` // the sample taken right before this measurement
+	TFLOPS       float64 `json:"tflops"`
+	TorchTF      float64 `json:"torch_tflops,omitempty"`
+	Layers       int     `json:"layers"`
 }
 
 // benchLayers builds enough layers of random weights that together they
@@ -151,47 +153,18 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 		threads := e.Config().Threads
 		probeThreads := max(cpuexperts.PhysicalCores(), threads)
-		bw, err := cpuexperts.StreamRead(o.bwBytes, probeThreads, 3)
+		probe, err := cpuexperts.NewReadProbe(o.bwBytes, probeThreads)
 		if err != nil {
 			e.Close()
 			return err
 		}
-		torch := map[int]float64{}
-		if o.compareTorch {
-			torch, err = runTorch(o.python, s, tokens, threads)
-			if err != nil {
-				fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
-			}
-		}
-		fmt.Fprintf(w, "\n%s: %d experts, hidden %d, intermediate %d, top-%d; %d threads in %d pool(s); read bandwidth %.1f GB/s (%d threads)\n",
-			s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools, bw/1e9, probeThreads)
-		fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read", "TFLOPS", "torch TF", "xtorch", "kernels")
-		for _, m := range methods {
-			layers, err := benchLayers(e, s, m, llc, w)
-			if err != nil {
-				e.Close()
-				return fmt.Errorf("%s %s: %w", s.Name, m, err)
-			}
-			for _, t := range tokens {
-				r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, 7)
-				if err != nil {
-					closeLayers(layers)
-					e.Close()
-					return err
-				}
-				rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t, MsPerLayer: r.Seconds * 1e3,
-					WeightGBps: r.GBps(), ReadGBps: bw / 1e9, TFLOPS: r.TFLOPS(), TorchTF: torch[t], Layers: len(layers)}
-				records = append(records, rec)
-				tt, x := "-", "-"
-				if rec.TorchTF > 0 {
-					tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.TFLOPS/rec.TorchTF)
-				}
-				fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %8.3f %9s %7s  %s\n", m, t, rec.MsPerLayer, rec.WeightGBps,
-					100*rec.WeightGBps/rec.ReadGBps, rec.TFLOPS, tt, x, r.Kernels)
-			}
-			closeLayers(layers)
-		}
+		recs, err := benchShape(e, probe, s, methods, tokens, llc, o, w)
+		probe.Close()
 		e.Close()
+		if err != nil {
+			return err
+		}
+		records = append(records, recs...)
 	}
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(records, "", "  ")
@@ -200,6 +173,74 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// probeReps is the number of passes over the probe buffer per sample.
+const probeReps = 2
+
+// benchShape measures every method and token count on one layer shape. The
+// read-bandwidth probe takes three samples first and one right before every
+// measurement, so its samples are spread over the same minutes as the
+// measurements; %read is taken against the median of all of them, and the
+// sample next to each measurement is reported beside it.
+func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.BenchShape, methods []cpuexperts.Method,
+	tokens []int, llc int64, o moeBenchOpts, w io.Writer) ([]moeRecord, error) {
+	threads := e.Config().Threads
+	for range 3 {
+		if _, err := probe.Sample(probeReps); err != nil {
+			return nil, err
+		}
+	}
+	torch := map[int]float64{}
+	if o.compareTorch {
+		var err error
+		torch, err = runTorch(o.python, s, tokens, threads)
+		if err != nil {
+			fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
+		}
+	}
+	var records []moeRecord
+	for _, m := range methods {
+		layers, err := benchLayers(e, s, m, llc, w)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", s.Name, m, err)
+		}
+		for _, t := range tokens {
+			near, err := probe.Sample(probeReps)
+			if err != nil {
+				closeLayers(layers)
+				return nil, err
+			}
+			r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, 7)
+			if err != nil {
+				closeLayers(layers)
+				return nil, err
+			}
+			records = append(records, moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
+				MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: near / 1e9, TFLOPS: r.TFLOPS(),
+				TorchTF: torch[t], Layers: len(layers)})
+		}
+		closeLayers(layers)
+	}
+	smp := probe.Samples()
+	med := probe.Median() / 1e9
+	fmt.Fprintf(w, "\n%s: %d experts, hidden %d, intermediate %d, top-%d; %d threads in %d pool(s)\n",
+		s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools)
+	fmt.Fprintf(w, "read bandwidth: median %.1f GB/s of %d samples interleaved with the measurements (min %.1f, max %.1f; %d threads, %d MiB)\n",
+		med, len(smp), slices.Min(smp)/1e9, slices.Max(smp)/1e9, probe.Threads(), o.bwBytes>>20)
+	fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %9s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read",
+		"near GB/s", "TFLOPS", "torch TF", "xtorch", "kernels")
+	for i := range records {
+		rec := &records[i]
+		rec.ReadGBps = med
+		tt, x := "-", "-"
+		if rec.TorchTF > 0 {
+			tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.TFLOPS/rec.TorchTF)
+		}
+		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %9.1f %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
+			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, rec.TFLOPS, tt, x, rec.Kernels)
+	}
+	return records, nil
 }
 
 // runTorch runs the embedded PyTorch baseline and returns TFLOPS per token count.

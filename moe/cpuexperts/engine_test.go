@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -373,5 +374,49 @@ func TestStreamRead(t *testing.T) {
 	}
 	if bw <= 0 {
 		t.Fatalf("bandwidth %g", bw)
+	}
+}
+
+func TestReadProbeMedian(t *testing.T) {
+	p, err := NewReadProbe(8<<20, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 3 {
+		if bw, err := p.Sample(1); err != nil || bw <= 0 {
+			t.Fatalf("sample %g, %v", bw, err)
+		}
+	}
+	s := p.Samples()
+	if len(s) != 3 {
+		t.Fatalf("%d samples, want 3", len(s))
+	}
+	if m := p.Median(); m != Median(s) || m < slices.Min(s) || m > slices.Max(s) {
+		t.Fatalf("median %g of %v", m, s)
+	}
+	p.Close()
+	if _, err := p.Sample(1); err == nil {
+		t.Fatal("sample after close: no error")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{5}, 5},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{90, 146, 100, 95}, 97.5},
+	} {
+		in := append([]float64(nil), c.in...)
+		if got := Median(c.in); got != c.want {
+			t.Errorf("Median(%v) = %g, want %g", c.in, got, c.want)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("Median modified its input: %v", c.in)
+		}
 	}
 }
