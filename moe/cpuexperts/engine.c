@@ -64,6 +64,7 @@ typedef struct {
   int pool, local, global, cpu;
   kt_scratch s;
   float *cg, *cu, *cd;
+  void* trow;  // one converted row before it is stored in tile order
   const float** parts;  // merge: [max_k * npools]
   float* pw;
   pthread_t th;
@@ -108,6 +109,8 @@ struct kt_engine {
   kt_kernel kdec, kpf;
   int pf_min;
   int rm_pack;  // prefill packs row-major weights into panels first
+  int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
+  uint8_t* blk_tiled;  // per 16-slot block: its rows are in tile order (kt_act.tiled)
   int64_t packbytes;
 
   // routing
@@ -285,6 +288,19 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
 
 static void run_job_fused(kt_worker* w);
 
+// put_act_row converts an f32 row of n elements to the activation format and
+// stores it as row s of buf, in tile order when tiled.
+static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int act, char* buf, int64_t s, float* scale,
+                        int tiled) {
+  int64_t rb = (int64_t)n * act_size(act);
+  if (!tiled) {
+    ROW_TO_ACT(src, 0, n, act, buf + s * rb, scale, w->s.row);
+    return;
+  }
+  ROW_TO_ACT(src, 0, n, act, w->trow, scale, w->s.row);
+  kt_put_row(buf, s, rb, w->trow, 1);
+}
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
   if (e->fused) {
@@ -316,7 +332,7 @@ static void run_job(kt_worker* w) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
-      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      kt_put_row((char*)P->X, s, H * asz, (const char*)P->Xt + (int64_t)t * H * asz, e->blk_tiled[s >> 4]);
       P->Xs[s] = P->Xts[t];
     }
   }
@@ -348,7 +364,7 @@ static void run_job(kt_worker* w) {
       }
       for (int m0 = 0; m0 < m; m0 += KT_MCH) {
         int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
+        kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
         kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
         kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
         for (int i = 0; i < mm; i++)
@@ -362,7 +378,7 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       if (e->slot_tok[s] < 0) continue;
-      ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
+      put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
     }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
@@ -388,7 +404,7 @@ static void run_job(kt_worker* w) {
         PD.w = (const uint8_t*)w->s.pack;
         for (int m0 = 0; m0 < m; m0 += KT_MCH) {
           int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-          kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+          kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
           kern(&PD, 0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
         }
       }
@@ -396,7 +412,7 @@ static void run_job(kt_worker* w) {
     }
     for (int m0 = 0; m0 < m; m0 += KT_MCH) {
       int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB)
         kern(&ex[x].down, n0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
@@ -463,10 +479,11 @@ static void fused_gather(kt_engine* e, int x, int64_t asz) {
   if (v == 0 && atomic_compare_exchange_strong_explicit(st, &zero, 1, memory_order_acq_rel, memory_order_acquire)) {
     kt_pool* P = &e->pools[0];
     int H = e->l->hidden;
+    int tiled = e->pf_tiled && e->cnt[x] >= e->pf_min;
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++) {
       int t = e->slot_tok[s];
       for (int spins = 0; atomic_load_explicit(&e->tokst[t], memory_order_acquire) != e->seq;) spin_pause(&spins);
-      memcpy((char*)P->X + (int64_t)s * H * asz, (const char*)P->Xt + (int64_t)t * H * asz, (size_t)(H * asz));
+      kt_put_row((char*)P->X, s, H * asz, (const char*)P->Xt + (int64_t)t * H * asz, tiled);
       P->Xs[s] = P->Xts[t];
     }
     atomic_store_explicit(st, 2, memory_order_release);
@@ -520,7 +537,7 @@ static void run_job_fused(kt_worker* w) {
     }
     for (int m0 = 0; m0 < m; m0 += KT_MCH) {
       int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0};
+      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
       kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
       kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
       for (int i = 0; i < mm; i++)
@@ -529,7 +546,7 @@ static void run_job_fused(kt_worker* w) {
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
       for (int s = off; s < off + m; s++)
-        ROW_TO_ACT(P->Hf + (int64_t)s * I, 0, I, act, (char*)P->Hq + (int64_t)s * I * asz, &P->Hs[s], w->s.row);
+        put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
       atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
     }
   }
@@ -557,7 +574,7 @@ static void run_job_fused(kt_worker* w) {
       }
       for (int m0 = 0; m0 < m; m0 += KT_MCH) {
         int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0};
+        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
         kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
       }
     }
@@ -635,6 +652,16 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (!e->kdec || !e->kpf) {
     task_error(e, "no kernel for this weight format on this CPU");
     return;
+  }
+  // AMX prefill reads its activations in tile order (1 KiB contiguous A tiles)
+  e->pf_tiled = e->kpf == kt_amx_bf16pk || e->kpf == kt_amx_i8pk || e->kpf == kt_amx_i4pk;
+  if ((int64_t)e->l->hidden * act_size(act) % 64) e->pf_tiled = 0;
+  for (int p = 0; p < e->npools; p++)
+    if ((int64_t)e->l->inter_p[p] * act_size(act) % 64) e->pf_tiled = 0;
+  for (int a = 0; a < e->nactive; a++) {
+    int x = e->active[a];
+    uint8_t t = e->pf_tiled && e->cnt[x] >= e->pf_min;
+    for (int blk = e->off[x] >> 4; blk < (e->off[x] + e->cnt[x] + 15) >> 4; blk++) e->blk_tiled[blk] = t;
   }
   if (act_size(act) > e->pools[0].asz) {
     task_error(e, "activation format larger than the engine's buffers");
@@ -794,6 +821,7 @@ static void free_engine(kt_engine* e) {
       free(w->cg);
       free(w->cu);
       free(w->cd);
+      free(w->trow);
       free(w->parts);
       free(w->pw);
     }
@@ -821,6 +849,7 @@ static void free_engine(kt_engine* e) {
   free((void*)e->hqst);
   free((void*)e->hbd);
   free((void*)e->tokst);
+  free(e->blk_tiled);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -890,8 +919,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->hqst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
+  e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
@@ -934,9 +964,10 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
+      w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
-      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];

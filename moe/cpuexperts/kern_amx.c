@@ -38,26 +38,48 @@ TAMX int kt_amx_init_thread(void) {
 
 // C rows are written in blocks of 16: C must have room for round_up(m, 16) rows,
 // and A must be readable for that many rows (the engine pads every expert).
+//
+// A tiles: row-major activations are loaded with the row stride; tiled ones
+// (kt_act.tiled) are 1 KiB contiguous tiles, one per 64-byte column chunk of
+// each 16-row block: contiguous streams for the prefetchers, and no 16 rows
+// 4 KiB apart that all fall into one L1 set.
+typedef struct {
+  int64_t blk, step, stride;  // bytes: 16-row block, next column chunk, next row
+} amx_alayout;
+
+static inline amx_alayout amx_layout(const kt_act* A, int64_t esz) {
+  amx_alayout L;
+  if (A->tiled) {
+    L.blk = 16 * A->ld * esz;
+    L.step = 1024;
+    L.stride = 64;
+  } else {
+    L.blk = 16 * A->ld * esz;
+    L.step = 64;
+    L.stride = A->ld * esz;
+  }
+  return L;
+}
 TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                         kt_scratch* s) {
   (void)s;
   int k = W->k;
-  const uint16_t* X = (const uint16_t*)A->a;
-  int64_t lda = A->ld * 2;
+  const char* X = (const char*)A->a;
+  amx_alayout L = amx_layout(A, 2);
   for (int i0 = 0; i0 < m; i0 += 32) {
     int two_m = m - i0 > 16;
     for (int p = 0; p < nn / 16; p += 2) {
       int two_n = p + 1 < nn / 16;
       const char* b0 = (const char*)W->w + (int64_t)(n0 / 16 + p) * 32 * k;
       const char* b1 = b0 + (int64_t)32 * k;
-      const char* a0 = (const char*)(X + (int64_t)i0 * A->ld);
-      const char* a1 = a0 + 16 * lda;
+      const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
+      const char* a1 = a0 + L.blk;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (int kc = 0; kc < k / 32; kc++) {
-        _tile_loadd(4, a0 + kc * 64, lda);
+        _tile_loadd(4, a0 + kc * L.step, L.stride);
         _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
         _tile_dpbf16ps(0, 4, 6);
         if (two_n) {
@@ -65,7 +87,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
           _tile_dpbf16ps(1, 4, 7);
         }
         if (two_m) {
-          _tile_loadd(5, a1 + kc * 64, lda);
+          _tile_loadd(5, a1 + kc * L.step, L.stride);
           _tile_dpbf16ps(2, 5, 6);
           if (two_n) _tile_dpbf16ps(3, 5, 7);
         }
@@ -84,8 +106,8 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
 // int8 panels: s8 x s8 (tdpbssd), then scaled per row of W and per token.
 static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const kt_act* A, int m, float* C,
                              int ldc, int nn, kt_scratch* s) {
-  const int8_t* X = (const int8_t*)A->a;
-  int64_t lda = A->ld;
+  const char* X = (const char*)A->a;
+  amx_alayout L = amx_layout(A, 1);
   int32_t* ci = s->ci;  // [KT_MCH rounded][KT_NB]
   for (int i0 = 0; i0 < m; i0 += 32) {
     int two_m = m - i0 > 16;
@@ -93,14 +115,14 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
       int two_n = p + 1 < nn / 16;
       const int8_t* b0 = w + (int64_t)p * 16 * k;
       const int8_t* b1 = b0 + (int64_t)16 * k;
-      const int8_t* a0 = X + (int64_t)i0 * lda;
-      const int8_t* a1 = a0 + 16 * lda;
+      const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
+      const char* a1 = a0 + L.blk;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (int kc = 0; kc < k / 64; kc++) {
-        _tile_loadd(4, a0 + kc * 64, lda);
+        _tile_loadd(4, a0 + kc * L.step, L.stride);
         _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
         _tile_dpbssd(0, 4, 6);
         if (two_n) {
@@ -108,7 +130,7 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
           _tile_dpbssd(1, 4, 7);
         }
         if (two_m) {
-          _tile_loadd(5, a1 + kc * 64, lda);
+          _tile_loadd(5, a1 + kc * L.step, L.stride);
           _tile_dpbssd(2, 5, 6);
           if (two_n) _tile_dpbssd(3, 5, 7);
         }

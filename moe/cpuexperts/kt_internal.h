@@ -10,12 +10,29 @@
 // Activation formats a kernel reads.
 enum { KT_ACT_F32 = 1, KT_ACT_BF16 = 2, KT_ACT_S8 = 3 };
 
-// Rows of activations for one expert: row i at a + i*ld elements.
+// Rows of activations for one expert: row i at a + i*ld elements, or, when
+// tiled is set (AMX prefill only), in tile order: the rows come in blocks of
+// 16, each block takes the bytes of its 16 rows, and within a block the
+// 64-byte column chunk c of row r is at c*1024 + r*64, so every A tile the
+// kernel loads is 1 KiB of contiguous memory (KT_TILE_ROW below).
 typedef struct {
   const void* a;
   int64_t ld;
   const float* as;  // KT_ACT_S8: per-row scale
+  int tiled;
 } kt_act;
+
+// kt_put_row stores a row of rb bytes (a multiple of 64 when tiled) as row s
+// of an activation buffer, row-major or in the tile order described above.
+static inline void kt_put_row(char* buf, int64_t s, int64_t rb, const void* src, int tiled) {
+  if (!tiled) {
+    __builtin_memcpy(buf + s * rb, src, (size_t)rb);
+    return;
+  }
+  char* d = buf + (s & ~(int64_t)15) * rb + (s & 15) * 64;
+  const char* p = (const char*)src;
+  for (int64_t c = 0; c < rb / 64; c++) __builtin_memcpy(d + c * 1024, p + c * 64, 64);
+}
 
 // Per-thread scratch handed to kernels (64-byte aligned).
 typedef struct {
