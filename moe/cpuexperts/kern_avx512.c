@@ -275,8 +275,19 @@ INL T512 void rm_body(const kt_mat* W, int row, const void* const* x, float* con
   for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm512_setzero_ps();
   const float* s0 = NULL;
   if (FP8) s0 = W->scale + (int64_t)((W->row0 + row) / 128) * W->sld;
+  // The next pair of rows is fetched while this one is read: rows of a
+  // row-major matrix are short streams (1 KiB for a 512-wide down row), too
+  // short for the hardware prefetcher to reach its stride before a row ends.
+  // A prefetch past the matrix's last row is harmless (never faults).
+  const int64_t esz = FP8 ? 1 : 2;
+  const char* nx = (const char*)W->w + (int64_t)(row + 2) * W->ld * esz;
+  const int64_t ldb = W->ld * esz;
   for (int kk = 0; kk < k; kk += 16) {
     __m512 w0, w1;
+    if (((kk * esz) & 63) == 0) {
+      _mm_prefetch(nx + kk * esz, _MM_HINT_T0);
+      _mm_prefetch(nx + ldb + kk * esz, _MM_HINT_T0);
+    }
     if (FP8) {
       const uint8_t* r0 = W->w + (int64_t)row * W->ld + kk;
       __m512 sv = _mm512_set1_ps(s0[(W->col0 + kk) / 128]);
