@@ -527,7 +527,9 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		if L.moe {
 			be.MatMul(r.rlogits, r.h, L.router, n)
 			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
+			// routed experts start (on the CPU in the hybrid step) while
+			// the shared expert runs on the backend
+			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
 			be.MatMul(r.seG, r.h, L.seGate, n)
@@ -536,6 +538,9 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 			be.MatMul(r.tmp2, r.seG, L.seDown, n)
 			be.MatMul(r.seS, r.h, L.seScale, n)
 			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
+			if err := r.routed.Join(l, r.tmp, n); err != nil {
+				return err
+			}
 			be.Add(r.tmp, r.tmp, r.tmp2, n)
 		} else {
 			be.MatMul(r.mlpG, r.h, L.mlpGate, n)
