@@ -74,9 +74,9 @@ func TestHybridMatchesCPU(t *testing.T) {
 	}
 	cpuRef := run("cpu", nil, "BF16", "cpuexperts BF16")
 	gpuAll := run("gpu", gpu, "backend", "backend MoE op")
-	overlap := run("hybrid overlapped", gpu, "BF16", "overlapped")
-	t.Setenv(routed.SyncEnv, "1")
 	syncRun := run("hybrid synchronous", gpu, "BF16", "synchronous")
+	t.Setenv(routed.OverlapEnv, "1")
+	overlap := run("hybrid overlapped", gpu, "BF16", "overlapped")
 	var spread float64
 	for _, row := range cpuRef {
 		for v := range row {

@@ -15,10 +15,13 @@ import (
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
-// SyncEnv names the environment variable that, set to 1, makes the hybrid
-// step wait for the CPU experts of each layer on the calling thread
-// instead of overlapping them with the GPU's work (for measuring the gain).
-const SyncEnv = "KT_HYBRID_SYNC"
+// OverlapEnv names the environment variable that, set to 1, makes the
+// hybrid step overlap the CPU experts with the GPU's work through stream
+// host functions instead of running them on the calling thread between the
+// GPU's ops. Off by default: on the H100 machine the overlapped form
+// decoded 21% slower (docs/notes/hybrid.md) — two Go callbacks per layer
+// from the driver's thread cost more than the shared expert it hides.
+const OverlapEnv = "KT_HYBRID_OVERLAP"
 
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
 // expert engine: pinned host buffers at fixed addresses for one step's
@@ -26,16 +29,15 @@ const SyncEnv = "KT_HYBRID_SYNC"
 // MoE layer the host functions that submit the layer's task and wait for
 // it from the GPU stream (cuLaunchHostFunc).
 //
-// Overlapped (the default), start queues on the backend's stream: the
+// Overlapped (KT_HYBRID_OVERLAP=1), start queues on the backend's stream: the
 // device-to-host copies of the layer input, ids and weights, then a host
 // function that submits the engine task and returns; the model then queues
 // its shared expert, which the GPU computes while the CPU runs the routed
 // experts; join queues a host function that waits for the engine and the
 // host-to-device copy of the result. The pinned buffers are shared by all
 // layers: stream order puts a layer's copies in after the previous layer's
-// task finished. Synchronous (KT_HYBRID_SYNC=1), start waits for the
-// stream, runs the engine on the calling thread, and join queues the copy
-// back.
+// task finished. Synchronous (the default), start waits for the stream,
+// runs the engine on the calling thread, and join queues the copy back.
 type gpuLink struct {
 	be             *cuda.Backend
 	s              *cuda.Stream
@@ -65,7 +67,7 @@ func newGPULink(rb *runbase.Base, x *engine, nLayers int) (*gpuLink, error) {
 		return nil, fmt.Errorf("the model runs on %s: the hybrid step needs the CUDA backend or the CPU", rb.BE.Name())
 	}
 	T := rb.Opts.MaxBatchTokens
-	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(SyncEnv) == "1"}
+	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(OverlapEnv) != "1"}
 	var err error
 	alloc := func(n int) *cuda.HostBuffer {
 		if err != nil {
@@ -92,9 +94,9 @@ func newGPULink(rb *runbase.Base, x *engine, nLayers int) (*gpuLink, error) {
 // mode says how the CPU work is scheduled, for Path.
 func (g *gpuLink) mode() string {
 	if g.sync {
-		return "CPU experts synchronous (" + SyncEnv + "=1)"
+		return "CPU experts synchronous between the GPU's ops"
 	}
-	return "CPU experts overlapped with the GPU through stream host functions"
+	return "CPU experts overlapped with the GPU through stream host functions (" + OverlapEnv + "=1)"
 }
 
 // layer returns layer l's host functions, made on first use.

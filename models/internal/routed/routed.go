@@ -3,8 +3,12 @@
 // published, or transformers 5's fused 3-D tensors sliced per expert
 // without a copy) and computing them, on the CPU expert engine
 // (moe/cpuexperts, bf16 weights in place) when the backend is the CPU and
-// the engine serves the shapes, else with the backend's MoE op. A shared
-// expert, where a family has one, stays with the model.
+// the engine serves the shapes, else with the backend's MoE op. On the GPU
+// backend with a CPU expert method named (--kt-weight-path, --kt-method)
+// it is the hybrid step: the routed experts stay in host memory and run on
+// the engine, the layer input, ids and weights go to pinned host buffers
+// and the result comes back to the GPU (Hybrid). A shared expert, where a
+// family has one, stays with the model.
 package routed
 
 import (
