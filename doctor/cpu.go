@@ -2,8 +2,8 @@ package doctor
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/ktserve/kt/internal/units"
 	"github.com/ktserve/kt/sysinfo"
 )
 
@@ -131,23 +131,10 @@ func checkNUMA(env *Env) []Result {
 	return out
 }
 
-// formatCPUList renders sorted CPU ids compactly ("0-3,8").
+// formatCPUList renders sorted CPU ids compactly ("0-3,8"), or "none".
 func formatCPUList(cpus []int) string {
-	var parts []string
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(cpus[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
-		}
-		i = j + 1
-	}
-	if len(parts) == 0 {
+	if len(cpus) == 0 {
 		return "none"
 	}
-	return strings.Join(parts, ",")
+	return units.Ranges(cpus, ",")
 }

@@ -151,17 +151,3 @@ func WriteJSON(w io.Writer, results []Result) error {
 
 // GiB formats a byte count in GiB with one decimal.
 func GiB(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
-
-// Bytes formats a byte count with a binary unit (B, KiB, MiB, GiB, TiB).
-func Bytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	f, i := float64(n), 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, units[i])
-}

@@ -222,11 +222,3 @@ func TestJSONAndPanics(t *testing.T) {
 		t.Errorf("json = %s", b.String())
 	}
 }
-
-func TestBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 30: "3.0 GiB", 5 << 40: "5.0 TiB"} {
-		if got := Bytes(n); got != want {
-			t.Errorf("Bytes(%d) = %s, want %s", n, got, want)
-		}
-	}
-}

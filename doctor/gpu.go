@@ -1,3 +1,5 @@
+//go:build cgo
+
 package doctor
 
 // GPU checks: the CUDA driver, cuBLASLt, NVRTC and NCCL are probed through

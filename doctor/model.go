@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ktserve/kt/internal/units"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/sysinfo"
@@ -167,7 +168,7 @@ func checkWeights(env *Env) []Result {
 	}
 	r.Status = Pass
 	r.Detail = fmt.Sprintf("all %d tensors the config implies are present with the right shapes (%d tensors, %s, experts %s)",
-		rep.NumTensors-rep.Extras-len(rep.Unexpected), rep.NumTensors, Bytes(rep.TotalBytes), rep.ExpertLayout)
+		rep.NumTensors-rep.Extras-len(rep.Unexpected), rep.NumTensors, units.Bytes(rep.TotalBytes), rep.ExpertLayout)
 	out := []Result{r}
 	if len(rep.Unexpected) > 0 {
 		show := rep.Unexpected
@@ -220,7 +221,7 @@ func checkFit(env *Env) []Result {
 	experts := m.report.RoutedExpertBytes
 	avail := env.Sys.Memory.EffectiveMemory()
 	r.Data = map[string]any{"routed_expert_bytes": experts, "available": avail}
-	r.Detail = fmt.Sprintf("routed experts take %s; %s of RAM available", Bytes(experts), GiB(avail))
+	r.Detail = fmt.Sprintf("routed experts take %s; %s of RAM available", units.Bytes(experts), GiB(avail))
 	switch {
 	case avail == 0:
 		r.Status, r.Hint = Warn, "available memory unknown"

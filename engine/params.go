@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/ktserve/kt/engine/sample"
 )
 
 // ErrInvalidRequest is wrapped by every error Submit returns for a request
@@ -15,14 +17,10 @@ var ErrInvalidRequest = errors.New("invalid request")
 var ErrStopped = errors.New("engine: stopped")
 
 // Constraint restricts which tokens may be sampled next (for example to keep
-// the output valid JSON). The engine calls Allow for candidate tokens and
-// Advance for the token it picked, from the scheduler goroutine only.
-type Constraint interface {
-	// Allow reports whether token may come next.
-	Allow(token int32) bool
-	// Advance records that token was picked.
-	Advance(token int32)
-}
+// the output valid JSON); it is the sampler's interface. The engine calls
+// Allow for candidate tokens and Advance for the token it picked, from the
+// scheduler goroutine only.
+type Constraint = sample.Constraint
 
 // SamplingParams controls how one sequence's tokens are chosen and when it
 // stops. The zero value is not valid: use DefaultSamplingParams.

@@ -136,6 +136,10 @@ type Config struct {
 	HiddenAct             string
 	AttentionBias         bool
 	TieWordEmbeddings     bool
+	// DType is the checkpoint's dtype as config.json states it ("dtype",
+	// or the older "torch_dtype"; text config first), e.g. "bfloat16";
+	// "" when absent.
+	DType string
 	// AttnOutputGate: q_proj emits 2*NumHeads*HeadDim, the second half a
 	// sigmoid gate on the attention output (Qwen3-Next, Qwen3.5).
 	AttnOutputGate bool
@@ -298,6 +302,13 @@ func (c *Config) parseText(top, t object) {
 	c.TieWordEmbeddings = t.optBool("tie_word_embeddings", false)
 	if top.path != t.path && top.has("tie_word_embeddings") {
 		c.TieWordEmbeddings = top.optBool("tie_word_embeddings", false)
+	}
+	for _, o := range []object{t, top} {
+		for _, k := range []string{"dtype", "torch_dtype"} {
+			if c.DType == "" {
+				c.DType = o.optString(k, "")
+			}
+		}
 	}
 	c.AttnOutputGate = c.Family != Qwen3Moe && t.optBool("attn_output_gate", true)
 	c.ZeroCenteredNorm = c.Family != Qwen3Moe

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ktserve/kt/internal/units"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -99,12 +100,12 @@ func Describe(w io.Writer, c *Config, g *GenerationConfig, r *Report) error {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			dts = append(dts, fmt.Sprintf("%s %s", k, humanBytes(r.DTypeBytes[k])))
+			dts = append(dts, fmt.Sprintf("%s %s", k, units.Bytes(r.DTypeBytes[k])))
 		}
-		line("weights", "%d tensors, %s (%s), prefix %q", r.NumTensors, humanBytes(r.TotalBytes), strings.Join(dts, ", "), r.Prefix)
+		line("weights", "%d tensors, %s (%s), prefix %q", r.NumTensors, units.Bytes(r.TotalBytes), strings.Join(dts, ", "), r.Prefix)
 		line("parameters", "%s", humanCount(r.Params))
 		line("routed experts", "%s in %s layout; %s read per token (top-%d of %d in %d layers)",
-			humanBytes(r.RoutedExpertBytes), r.ExpertLayout, humanBytes(r.ActiveExpertBytesPerToken), c.TopK, c.NumExperts, len(moe))
+			units.Bytes(r.RoutedExpertBytes), r.ExpertLayout, units.Bytes(r.ActiveExpertBytesPerToken), c.TopK, c.NumExperts, len(moe))
 		if r.Extras > 0 {
 			line("extras", "%d tensors (vision tower / MTP) not used for text generation", r.Extras)
 		}
@@ -131,38 +132,12 @@ func first(s []string, n int) []string {
 	return s
 }
 
-// ranges renders sorted ints compactly: "0-2,5,7-9".
+// ranges renders sorted ints compactly: "0-2,5,7-9", or "none".
 func ranges(xs []int) string {
-	var parts []string
-	for i := 0; i < len(xs); {
-		j := i
-		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(xs[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
-		}
-		i = j + 1
-	}
-	if len(parts) == 0 {
+	if len(xs) == 0 {
 		return "none"
 	}
-	return strings.Join(parts, ",")
-}
-
-func humanBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	f, i := float64(n), 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, units[i])
+	return units.Ranges(xs, ",")
 }
 
 func humanCount(n int64) string {

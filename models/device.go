@@ -6,7 +6,6 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
-	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/model"
 )
 
@@ -26,7 +25,7 @@ func OpenBackend(o Options) (be backend.Backend, note string, err error) {
 	case "", "cpu":
 		return onCPU("")
 	case "cuda", "auto":
-		g, err := cuda.NewBackend(cuda.Options{Ordinal: o.BaseGPUID, MemFractionStatic: o.MemFractionStatic})
+		g, err := openGPU(o)
 		if err == nil {
 			return g, "running on " + g.Name(), nil
 		}
@@ -57,7 +56,7 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 	o.Backend = be
 	r, err := fn(dir, o)
 	if err != nil && o.Device == "auto" {
-		if _, onGPU := be.(*cuda.Backend); onGPU {
+		if onGPU(be) {
 			be.Close()
 			o.Device = "cpu"
 			be, note, _ = OpenBackend(o)
@@ -74,4 +73,17 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 		o.Notify(note)
 	}
 	return &ownedRunner{Runner: r, be: be}, nil
+}
+
+// ExpertPath says what computes r's routed experts (the CPU expert engine
+// with its method, kernels, threads and weights, or the backend's MoE op
+// and why), or "" when the runner does not say.
+func ExpertPath(r model.Runner) string {
+	if o, ok := r.(*ownedRunner); ok {
+		r = o.Runner
+	}
+	if p, ok := r.(interface{ ExpertPath() string }); ok {
+		return p.ExpertPath()
+	}
+	return ""
 }

@@ -32,6 +32,21 @@ type Options struct {
 	// "backend" (always the backend's op, the reference), or a CPU expert
 	// method name (BF16, AMXINT8, ...; an error if it cannot run).
 	Experts string
+	// ExpertThreads is the CPU expert engine's worker count
+	// (--kt-cpuinfer); 0 means Threads.
+	ExpertThreads int
+	// ExpertPools is the engine's thread-pool count, one per NUMA node
+	// (--kt-threadpool-count); 0 means the pool count ExpertWeightPath
+	// was converted for, else 1.
+	ExpertPools int
+	// ExpertNUMANodes are the pools' NUMA nodes (--kt-numa-nodes); nil
+	// means 0..ExpertPools-1.
+	ExpertNUMANodes []int
+	// ExpertWeightPath is where the engine's weights come from
+	// (--kt-weight-path): "" or the model directory (the checkpoint's
+	// routed experts, used in place or quantized at load), or a kt quant
+	// output directory (AMXINT8/AMXINT4, loaded as converted).
+	ExpertWeightPath string
 
 	// Device picks the backend Load opens when Backend is nil: "" or
 	// "cpu" (a CPU backend with Threads), "cuda" (the GPU or an error),

@@ -102,6 +102,11 @@ type LoRAPath struct {
 var KTMethods = []string{"AMXINT4", "AMXINT8", "RAWINT4", "FP8", "BF16", "FP8_PERCHANNEL",
 	"GPTQ_INT4", "SYCL_GPTQ_INT4", "MXFP4", "MXFP8", "LLAMAFILE", "MOE_INT4", "MOE_INT8"}
 
+// KTOwnMethods lists the `--kt-method` names kt's CPU expert engine adds
+// to SGLang-KT's: AMXBF16 (bf16 repacked for AMX tiles) and INT4_KGROUP
+// (int4 with a scale per 128-column group).
+var KTOwnMethods = []string{"AMXBF16", "INT4_KGROUP"}
+
 // PlacementStrategies lists the `--kt-expert-placement-strategy` values.
 var PlacementStrategies = []string{"uniform", "frequency", "front-loading", "random"}
 
@@ -174,8 +179,8 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.DisableSharedExpertsFusion, "disable-shared-experts-fusion", false, "keep shared experts apart from routed ones; kt always does (KT forces this in SGLang too)")
 
 	// KTransformers.
-	fs.StringVar(&c.KTWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory (BF16/FP8/RAWINT4) or converted weights (AMXINT4/AMXINT8); enables KT")
-	fs.StringVar(&c.KTMethod, "kt-method", "AMXINT4", "CPU expert backend and weight format: "+strings.Join(KTMethods, ", "))
+	fs.StringVar(&c.KTWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory (BF16/FP8, or AMXINT8/AMXINT4/INT4_KGROUP/AMXBF16 converted at load) or a kt quant output (AMXINT8/AMXINT4); enables KT")
+	fs.StringVar(&c.KTMethod, "kt-method", "AMXINT4", "CPU expert backend and weight format: "+strings.Join(KTMethods, ", ")+"; kt also has "+strings.Join(KTOwnMethods, ", "))
 	fs.IntVar(&c.KTCPUInfer, "kt-cpuinfer", 0, "CPU expert threads (start from the number of physical cores)")
 	fs.IntVar(&c.KTThreadpoolCount, "kt-threadpool-count", 2, "CPU expert thread pools, one per NUMA node")
 	fs.IntSlice("kt-numa-nodes", nil, "NUMA node of each thread pool, e.g. --kt-numa-nodes 0 1 (count must equal --kt-threadpool-count)")
@@ -363,8 +368,8 @@ func (c *Config) check() error {
 	if c.AttentionBackend != "" && !slices.Contains(AttentionBackends, c.AttentionBackend) {
 		bad("attention-backend", "%q is not one of SGLang's backends (%s)", c.AttentionBackend, strings.Join(AttentionBackends, ", "))
 	}
-	if !slices.Contains(KTMethods, c.KTMethod) {
-		bad("kt-method", "%q is not one of %s", c.KTMethod, strings.Join(KTMethods, ", "))
+	if !slices.Contains(KTMethods, c.KTMethod) && !slices.Contains(KTOwnMethods, c.KTMethod) {
+		bad("kt-method", "%q is not one of %s", c.KTMethod, strings.Join(append(slices.Clone(KTMethods), KTOwnMethods...), ", "))
 	}
 	if c.KTCPUInfer < 0 {
 		bad("kt-cpuinfer", "must be positive, got %d", c.KTCPUInfer)

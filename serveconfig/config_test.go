@@ -148,6 +148,8 @@ func TestParseErrors(t *testing.T) {
 
 func TestValidateFeatures(t *testing.T) {
 	cpuOnly := Features{CPUExpertMethods: []string{"BF16", "AMXINT4", "AMXINT8"}}
+	// what kt serve declares in a cgo build (cpuexperts.Methods)
+	engine := Features{CPUExpertMethods: []string{"BF16", "AMXBF16", "AMXINT8", "AMXINT4", "INT4_KGROUP", "FP8"}}
 	full := Features{GPUs: 4, MaxTensorParallel: 4, CPUExpertMethods: KTMethods, GPUExperts: true,
 		Deferral: true, LayerwisePrefill: true, DynamicExpertUpdate: true, ExpertDistributionRecorder: true,
 		PlacementStrategies: PlacementStrategies, LoRA: true, KTLoRA: true}
@@ -166,7 +168,16 @@ func TestValidateFeatures(t *testing.T) {
 		{"seed000 with LoRA", seed000, full, nil, []string{"lora-backend", "disable-cuda-graph"}},
 		{"plain CPU", []string{"--model", "/m"}, cpuOnly, nil, nil},
 		{"kt flags without weights", []string{"--model", "/m", "--kt-cpuinfer", "8"}, cpuOnly, []string{"--kt-cpuinfer: has no effect without --kt-weight-path"}, nil},
-		{"no CPU expert engine", []string{"--model", "/m", "--kt-weight-path", "/w"}, Features{}, []string{"not part of this build"}, nil},
+		{"no CPU expert engine", []string{"--model", "/m", "--kt-weight-path", "/w"}, Features{}, []string{"--kt-method: AMXINT4: this kt has no CPU expert engine"}, nil},
+		{"engine: every CPU flag that works", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-cpuinfer", "2",
+			"--kt-threadpool-count", "1", "--kt-numa-nodes", "0", "--kt-num-gpu-experts", "0", "--kt-max-deferred-experts-per-token", "0",
+			"--chunked-prefill-size", "64"}, engine, nil, nil},
+		{"engine: kt's own method names", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "INT4_KGROUP"}, engine, nil, nil},
+		{"engine: AMXBF16", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "AMXBF16"}, engine, nil, nil},
+		{"engine: SGLang method it lacks", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "RAWINT4"}, engine, []string{"--kt-method: RAWINT4 is not implemented yet in kt; this build has BF16, AMXBF16"}, nil},
+		{"engine: GPU experts on the CPU", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, engine, []string{"--kt-num-gpu-experts: GPU experts need a GPU", "--kt-num-gpu-experts 0"}, nil},
+		{"engine: GPU experts, no hybrid step", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, Features{GPUs: 1, CPUExpertMethods: engine.CPUExpertMethods}, []string{"GPU-resident routed experts are not implemented yet"}, nil},
+		{"engine: deferral", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, []string{"--kt-max-deferred-experts-per-token: expert deferral is not implemented yet"}, nil},
 		{"method missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "FP8"}, cpuOnly, []string{"FP8 is not implemented yet"}, nil},
 		{"deferral missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "2"}, cpuOnly, []string{"deferral is not implemented"}, nil},
 		{"gpu experts, feature missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-gpu-experts-ratio", "0.5"}, Features{GPUs: 1, CPUExpertMethods: []string{"BF16"}}, []string{"--kt-gpu-experts-ratio: GPU-resident routed experts are not implemented"}, nil},

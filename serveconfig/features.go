@@ -12,7 +12,7 @@ import (
 type Features struct {
 	GPUs                       int      // usable GPUs found
 	MaxTensorParallel          int      // largest --tensor-parallel-size the GPU backend supports
-	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements
+	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements (none: no engine in this build)
 	GPUExperts                 bool     // hot routed experts resident on the GPU
 	Deferral                   bool     // --kt-max-deferred-experts-per-token
 	LayerwisePrefill           bool     // --kt-gpu-prefill-token-threshold
@@ -81,7 +81,7 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 	} else {
 		if !slices.Contains(f.CPUExpertMethods, c.KTMethod) {
 			if len(f.CPUExpertMethods) == 0 {
-				refuse("kt-method", "%s: the CPU expert engine is not part of this build yet", c.KTMethod)
+				refuse("kt-method", "%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64)", c.KTMethod)
 			} else {
 				refuse("kt-method", "%s is not implemented yet in kt; this build has %s", c.KTMethod, strings.Join(f.CPUExpertMethods, ", "))
 			}

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/ktserve/kt/internal/units"
 	"github.com/ktserve/kt/modelconfig"
 )
 
@@ -252,10 +252,10 @@ func (p *plan) checkBase(bm *baseModel) error {
 		}
 	}
 	if len(beyond) > 0 {
-		add("layers: adapter has expert LoRA for layer(s) %s, base model has %d layers (%s)", ranges(beyond), bm.layers, bm.layersKey)
+		add("layers: adapter has expert LoRA for layer(s) %s, base model has %d layers (%s)", units.Ranges(beyond, ", "), bm.layers, bm.layersKey)
 	}
 	if len(dense) > 0 {
-		add("layers: adapter has expert LoRA for layer(s) %s, which are dense (no routed experts) in the base model", ranges(dense))
+		add("layers: adapter has expert LoRA for layer(s) %s, which are dense (no routed experts) in the base model", units.Ranges(dense, ", "))
 	}
 	var missing []int
 	for l := range bm.moeLayers {
@@ -265,7 +265,7 @@ func (p *plan) checkBase(bm *baseModel) error {
 	}
 	sort.Ints(missing)
 	if len(missing) > 0 {
-		add("layers: base model MoE layer(s) %s have no expert LoRA in %s (KT expert LoRA serving needs every MoE layer)", ranges(missing), "fused_expert_lora.safetensors")
+		add("layers: base model MoE layer(s) %s have no expert LoRA in %s (KT expert LoRA serving needs every MoE layer)", units.Ranges(missing, ", "), "fused_expert_lora.safetensors")
 	}
 	var nonexpertBeyond []int
 	for l := range p.nonexpertLayers {
@@ -275,28 +275,10 @@ func (p *plan) checkBase(bm *baseModel) error {
 	}
 	sort.Ints(nonexpertBeyond)
 	if len(nonexpertBeyond) > 0 {
-		add("layers: adapter_model.safetensors has LoRA for layer(s) %s (e.g. %q), base model has %d layers", ranges(nonexpertBeyond), p.nonexpertLayers[nonexpertBeyond[0]], bm.layers)
+		add("layers: adapter_model.safetensors has LoRA for layer(s) %s (e.g. %q), base model has %d layers", units.Ranges(nonexpertBeyond, ", "), p.nonexpertLayers[nonexpertBeyond[0]], bm.layers)
 	}
 	if len(items) == 0 {
 		return nil
 	}
 	return &mismatchError{config: bm.path, items: items}
-}
-
-// ranges formats sorted ints compactly: "0-3, 7, 9-10".
-func ranges(xs []int) string {
-	var parts []string
-	for i := 0; i < len(xs); {
-		j := i
-		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(xs[i]))
-		} else {
-			parts = append(parts, strconv.Itoa(xs[i])+"-"+strconv.Itoa(xs[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ", ")
 }

@@ -160,17 +160,6 @@ func TestBaseModelFixture(t *testing.T) {
 	}
 }
 
-func TestRanges(t *testing.T) {
-	for _, tc := range []struct {
-		in   []int
-		want string
-	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 5, 7, 8}, "0-2, 5, 7-8"}} {
-		if got := ranges(tc.in); got != tc.want {
-			t.Errorf("ranges(%v) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 func FuzzParseBaseConfig(f *testing.F) {
 	f.Add([]byte(qwen35Config(40, 256, 2048, 512, `, "mlp_only_layers": [0, 3]`)))
 	f.Add([]byte(`{"num_hidden_layers": 4, "hidden_size": 8, "num_experts": 2, "decoder_sparse_step": 0, "first_k_dense_replace": 9}`))

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ktserve/kt/internal/pyjson"
 )
 
 // Float is a float64 that MarshalPython writes as Python's repr(float) does
@@ -39,7 +41,7 @@ func pyEncode(b *bytes.Buffer, v any, depth int) error {
 	case bool:
 		b.WriteString(strconv.FormatBool(t))
 	case string:
-		pyString(b, t)
+		pyjson.WriteString(b, t, true)
 	case json.Number:
 		s, err := pyNumber(string(t))
 		if err != nil {
@@ -96,7 +98,7 @@ func pyEncode(b *bytes.Buffer, v any, depth int) error {
 				b.WriteString(",")
 			}
 			newline(b, depth+1)
-			pyString(b, k)
+			pyjson.WriteString(b, k, true)
 			b.WriteString(": ")
 			if err := pyEncode(b, t[k], depth+1); err != nil {
 				return err
@@ -129,42 +131,6 @@ func pyLess(a, b string) bool {
 		a, b = a[na:], b[nb:]
 	}
 	return len(a) < len(b)
-}
-
-// pyString writes s as a JSON string with Python's ensure_ascii escaping.
-func pyString(b *bytes.Buffer, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			switch {
-			case r < 0x20:
-				fmt.Fprintf(b, `\u%04x`, r)
-			case r < 0x80:
-				b.WriteRune(r)
-			case r > 0xffff:
-				r -= 0x10000
-				fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
-			default:
-				fmt.Fprintf(b, `\u%04x`, r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }
 
 // pyNumber re-renders a JSON number literal as Python would after json.load:

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package cuda is kt's CUDA backend. The CUDA driver (libcuda.so.1),
 // cuBLASLt, NVRTC and (for reporting only) NCCL are opened with dlopen at run
 // time through C trampolines (ktcuda.c), so kt builds and tests with no CUDA

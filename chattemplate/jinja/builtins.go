@@ -905,20 +905,9 @@ func (r *renderer) applyFilter(f *filterExpr, v Value, s *scope) (Value, error) 
 	if !ok {
 		return nil, r.errorf(f.line, "no filter named '%s'", f.name)
 	}
-	args := make([]Value, len(f.args))
-	for i, a := range f.args {
-		var err error
-		if args[i], err = r.eval(a, s); err != nil {
-			return nil, err
-		}
-	}
-	kwargs := make([]kwValue, len(f.kwargs))
-	for i, k := range f.kwargs {
-		v, err := r.eval(k.v, s)
-		if err != nil {
-			return nil, err
-		}
-		kwargs[i] = kwValue{k.name, v}
+	args, kwargs, err := r.evalArgs(f.args, f.kwargs, s)
+	if err != nil {
+		return nil, err
 	}
 	out, err := fn(r, v, args, kwargs)
 	if err != nil {

@@ -11,7 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf16"
+
+	"github.com/ktserve/kt/internal/pyjson"
 )
 
 // maxJSONDepth bounds the nesting of JSON values read or written.
@@ -195,7 +196,7 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 	case float64:
 		b.WriteString(jsonFloat(v))
 	case string:
-		writeJSONString(b, v, o.ensureASCII)
+		pyjson.WriteString(b, v, o.ensureASCII)
 	case *List:
 		if len(v.Items) == 0 {
 			b.WriteString("[]")
@@ -250,7 +251,7 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writeJSONString(b, it.k, o.ensureASCII)
+			pyjson.WriteString(b, it.k, o.ensureASCII)
 			b.WriteString(o.keySep)
 			if err := writeJSON(b, it.v, o, depth+1); err != nil {
 				return err
@@ -276,42 +277,4 @@ func jsonFloat(f float64) string {
 		return "-Infinity"
 	}
 	return pyFloat(f)
-}
-
-// writeJSONString quotes s as Python's json module does.
-func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			switch {
-			case r < 0x20:
-				fmt.Fprintf(b, `\u%04x`, r)
-			case ensureASCII && r > 0x7e:
-				if r > 0xffff {
-					r1, r2 := utf16.EncodeRune(r)
-					fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
-				} else {
-					fmt.Fprintf(b, `\u%04x`, r)
-				}
-			default:
-				b.WriteRune(r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }

@@ -724,6 +724,26 @@ func sliceIndices(n int, b [3]*int64) ([]int, error) {
 	return out, nil
 }
 
+// evalArgs evaluates a call's or filter's positional and keyword arguments.
+func (r *renderer) evalArgs(pos []expr, kw []kwarg, s *scope) ([]Value, []kwValue, error) {
+	args := make([]Value, len(pos))
+	for i, a := range pos {
+		var err error
+		if args[i], err = r.eval(a, s); err != nil {
+			return nil, nil, err
+		}
+	}
+	kwargs := make([]kwValue, len(kw))
+	for i, k := range kw {
+		v, err := r.eval(k.v, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		kwargs[i] = kwValue{k.name, v}
+	}
+	return args, kwargs, nil
+}
+
 func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error) {
 	if err := r.step(e.line); err != nil {
 		return nil, err
@@ -732,19 +752,9 @@ func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error)
 	if err != nil {
 		return nil, err
 	}
-	args := make([]Value, len(e.args))
-	for i, a := range e.args {
-		if args[i], err = r.eval(a, s); err != nil {
-			return nil, err
-		}
-	}
-	kwargs := make([]kwValue, len(e.kwargs))
-	for i, k := range e.kwargs {
-		v, err := r.eval(k.v, s)
-		if err != nil {
-			return nil, err
-		}
-		kwargs[i] = kwValue{k.name, v}
+	args, kwargs, err := r.evalArgs(e.args, e.kwargs, s)
+	if err != nil {
+		return nil, err
 	}
 	switch f := fn.(type) {
 	case *macro:

@@ -1,3 +1,5 @@
+//go:build linux && amd64 && cgo
+
 package main
 
 import (
@@ -9,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -18,56 +19,6 @@ import (
 
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
-
-func init() { addCommand(newBenchCmd) }
-
-// benchType is one kind of kt bench; others (serving, attention, ...) add
-// themselves with addBenchType from an init function in their own file.
-type benchType struct {
-	short string
-	flags func(cmd *cobra.Command)
-	run   func(cmd *cobra.Command, out io.Writer) error
-}
-
-var benchTypes = map[string]benchType{}
-
-func addBenchType(name string, t benchType) { benchTypes[name] = t }
-
-func newBenchCmd() *cobra.Command {
-	var typ string
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Kernel and serving benchmarks (kt bench --type moe)",
-		Long:  "Benchmarks. Types:\n" + benchTypeList(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, ok := benchTypes[typ]
-			if !ok {
-				return fmt.Errorf("unknown bench type %q; known:\n%s", typ, benchTypeList())
-			}
-			return t.run(cmd, cmd.OutOrStdout())
-		},
-	}
-	cmd.Flags().StringVar(&typ, "type", "moe", "benchmark type")
-	for _, t := range benchTypes {
-		if t.flags != nil {
-			t.flags(cmd)
-		}
-	}
-	return cmd
-}
-
-func benchTypeList() string {
-	names := make([]string, 0, len(benchTypes))
-	for n := range benchTypes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", n, benchTypes[n].short)
-	}
-	return b.String()
-}
 
 // ---------------------------------------------------------------- moe
 
@@ -104,13 +55,7 @@ func init() {
 	})
 }
 
-func methodNames() string {
-	var s []string
-	for _, m := range cpuexperts.Methods {
-		s = append(s, string(m))
-	}
-	return strings.Join(s, ", ")
-}
+func methodNames() string { return strings.Join(cpuExpertMethods(), ", ") }
 
 func parseInts(s string) ([]int, error) {
 	var out []int

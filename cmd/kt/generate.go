@@ -39,6 +39,11 @@ type generateFlags struct {
 	chunk          int
 	tokenizerPath  string
 	experts        string
+	ktMethod       string
+	ktWeightPath   string
+	ktCPUInfer     int
+	ktPools        int
+	ktNUMANodes    []int
 	device         string
 	baseGPUID      int
 	memFraction    float64
@@ -74,6 +79,11 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.chunk, "chunked-prefill-size", 512, "prefill chunk size in tokens")
 	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
 	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
+	fl.StringVar(&f.ktMethod, "kt-method", "", "CPU expert method, as kt serve's flag (same as --experts METHOD)")
+	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, or a kt quant output for AMXINT8/AMXINT4 (needs --kt-method)")
+	fl.IntVar(&f.ktCPUInfer, "kt-cpuinfer", 0, "CPU expert engine threads (0 = --threads)")
+	fl.IntVar(&f.ktPools, "kt-threadpool-count", 0, "CPU expert thread pools, one per NUMA node (0 = as the kt quant output was converted, else 1)")
+	fl.IntSliceVar(&f.ktNUMANodes, "kt-numa-nodes", nil, "NUMA node of each CPU expert thread pool (comma-separated)")
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
@@ -95,6 +105,18 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	if f.memFraction < 0 || f.memFraction > 1 {
 		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
+	}
+	experts := f.experts
+	switch {
+	case f.ktMethod != "" && cmd.Flags().Changed("experts") && !strings.EqualFold(f.ktMethod, f.experts):
+		return fmt.Errorf("generate: --kt-method %s and --experts %s disagree; give one", f.ktMethod, f.experts)
+	case f.ktMethod != "":
+		experts = f.ktMethod
+	case f.ktWeightPath != "":
+		return errors.New("generate: --kt-weight-path needs --kt-method (BF16, AMXINT8, ...)")
+	}
+	if f.ktCPUInfer < 0 || f.ktPools < 0 {
+		return errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
 	}
 	var ids []int32
 	var err error
@@ -129,7 +151,8 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		total = len(ids) + f.maxNew + 16
 	}
 	t0 := time.Now()
-	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: f.experts,
+	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
+		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
@@ -137,6 +160,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	defer r.Close()
 	loadSec := time.Since(t0).Seconds()
+	if p := models.ExpertPath(r); p != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "generate: routed experts:", p)
+	}
 	res, err := generate.Run(r, ids, generate.Params{
 		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
 		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,

@@ -1,3 +1,5 @@
+//go:build linux && amd64 && cgo
+
 package main
 
 import (
@@ -90,6 +92,9 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	}
 	if len(layers) == 0 {
 		return fmt.Errorf("%s: no MoE layers", model)
+	}
+	if err := cpuexperts.CheckShape(m, cfg.HiddenSize, cfg.MoEIntermediateSize, o.pools); err != nil {
+		return fmt.Errorf("%s: %s cannot hold this model's experts: %w", model, m, err)
 	}
 	spec := cpuexperts.LayerSpec{Method: m, Experts: cfg.NumExperts, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
 	if err := os.MkdirAll(o.output, 0o755); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
 	"github.com/ktserve/kt/serveconfig"
@@ -46,11 +46,13 @@ func newServeCmd() *cobra.Command {
 	}
 }
 
-// serveFeatures says what this build can do. Runners run on the CPU
-// backend; the KT CPU expert engine, GPU placement and LoRA serving are not
-// wired into kt serve yet, so their flags are refused by name.
+// serveFeatures says what this build can do. The model runs wholly on the
+// CPU or one GPU; with --kt-weight-path its routed experts run on the KT
+// CPU expert engine (the methods cpuExpertMethods lists; none in a build
+// without cgo). GPU expert placement, the hybrid CPU/GPU step, deferral
+// and LoRA serving are not there yet, so their flags are refused by name.
 func serveFeatures() serveconfig.Features {
-	return serveconfig.Features{}
+	return serveconfig.Features{GPUs: models.GPUCount(), CPUExpertMethods: cpuExpertMethods()}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -116,10 +118,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		threads = runtime.NumCPU()
 	}
 
+	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
+		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic}
+	if err := ktExpertOptions(cfg, &opts, log); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	where := ""
-	runner, err := models.Load(cfg.ModelPath, models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic, Notify: func(m string) { where = m }})
+	opts.Notify = func(m string) { where = m }
+	runner, err := models.Load(cfg.ModelPath, opts)
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
@@ -129,6 +136,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		"context_length", info.ContextLen, "layers", mcfg.Layers, "experts", mcfg.Experts, "dtype", mcfg.DType,
 		"seconds", time.Since(t0).Round(time.Millisecond).Seconds())
 	log.Info("placement", "whole_model", where, "threads", threads)
+	if p := models.ExpertPath(runner); p != "" {
+		log.Info("routed experts", "where", p)
+	}
 	log.Info("memory budget", "kv_tokens", runner.FreeTokens(), "max_running_requests", maxRunning,
 		"chunked_prefill_size", cfg.ChunkedPrefillSize, "mixed_chunk", cfg.EnableMixedChunk,
 		"weights_bytes", mcfg.WeightBytes)
@@ -259,6 +269,35 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	return nil
 }
 
+// ktExpertOptions maps the --kt-* flags onto o. Without --kt-weight-path
+// the routed experts take the default path (the CPU expert engine with the
+// checkpoint's bf16 weights in place when it serves the shapes, else the
+// backend's MoE op); with it, the engine runs --kt-method or startup fails
+// saying why. Serve has no hybrid CPU/GPU step yet, so --kt-weight-path
+// puts the whole model on the CPU.
+func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logger) error {
+	if cfg.KTWeightPath == "" {
+		return nil
+	}
+	switch cfg.Device {
+	case "cuda":
+		return fmt.Errorf("--kt-weight-path with --device cuda: the hybrid step (routed experts on the CPU, the rest on the GPU) is not implemented yet in kt; use --device cpu (everything on the CPU, routed experts on the CPU expert engine) or drop --kt-weight-path (everything on the GPU)")
+	case "auto":
+		log.Info("--kt-weight-path: the model runs on the CPU (the hybrid CPU/GPU step is not implemented yet)")
+		o.Device = "cpu"
+	}
+	o.Experts = cfg.KTMethod
+	o.ExpertWeightPath = cfg.KTWeightPath
+	o.ExpertThreads = cfg.KTCPUInfer
+	if cfg.Set["kt-threadpool-count"] {
+		o.ExpertPools = cfg.KTThreadpoolCount
+	}
+	if cfg.Set["kt-numa-nodes"] {
+		o.ExpertNUMANodes = cfg.KTNumaNodes
+	}
+	return nil
+}
+
 // modelSummary is what serve logs and needs from config.json and
 // generation_config.json.
 type modelSummary struct {
@@ -270,50 +309,23 @@ type modelSummary struct {
 	WeightBytes  int64
 }
 
+// readModelConfig reads dir's config.json and generation_config.json
+// through modelconfig (the one parser); the stop ids are both files'
+// eos_token_id (generation_config.json's is what SGLang stops on).
 func readModelConfig(dir string) (modelSummary, error) {
 	var s modelSummary
-	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	c, err := modelconfig.Load(dir)
 	if err != nil {
 		return s, fmt.Errorf("model directory: %w", err)
 	}
-	var c struct {
-		MaxPositions int             `json:"max_position_embeddings"`
-		Layers       int             `json:"num_hidden_layers"`
-		Experts      int             `json:"num_experts"`
-		LocalExperts int             `json:"num_local_experts"`
-		DType        string          `json:"dtype"`
-		TorchDType   string          `json:"torch_dtype"`
-		EOS          json.RawMessage `json:"eos_token_id"`
-		Text         *struct {
-			MaxPositions int             `json:"max_position_embeddings"`
-			Layers       int             `json:"num_hidden_layers"`
-			Experts      int             `json:"num_experts"`
-			EOS          json.RawMessage `json:"eos_token_id"`
-		} `json:"text_config"`
+	s.MaxPositions, s.Layers, s.Experts, s.DType = c.MaxPositionEmbeddings, c.NumLayers, c.NumExperts, c.DType
+	eos := c.EOSTokenIDs
+	// a malformed generation_config.json only loses its stop ids, as before
+	if g, ok, err := modelconfig.LoadGeneration(dir); err == nil && ok {
+		eos = append(eos, g.EOSTokenIDs...)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return s, fmt.Errorf("%s: %w", path, err)
-	}
-	s.MaxPositions, s.Layers, s.Experts, s.DType = c.MaxPositions, c.Layers, max(c.Experts, c.LocalExperts), c.DType
-	if s.DType == "" {
-		s.DType = c.TorchDType
-	}
-	s.EOS = parseEOS(c.EOS)
-	if t := c.Text; t != nil {
-		s.MaxPositions = max(s.MaxPositions, t.MaxPositions)
-		s.Layers = max(s.Layers, t.Layers)
-		s.Experts = max(s.Experts, t.Experts)
-		s.EOS = append(s.EOS, parseEOS(t.EOS)...)
-	}
-	// generation_config.json's eos_token_id is what SGLang stops on.
-	if data, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
-		var g struct {
-			EOS json.RawMessage `json:"eos_token_id"`
-		}
-		if json.Unmarshal(data, &g) == nil {
-			s.EOS = append(s.EOS, parseEOS(g.EOS)...)
-		}
+	for _, id := range eos {
+		s.EOS = append(s.EOS, int32(id))
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	for _, f := range files {
@@ -322,17 +334,6 @@ func readModelConfig(dir string) (modelSummary, error) {
 		}
 	}
 	return s, nil
-}
-
-// parseEOS reads an id or a list of ids.
-func parseEOS(raw json.RawMessage) []int32 {
-	var one int32
-	if json.Unmarshal(raw, &one) == nil {
-		return []int32{one}
-	}
-	var many []int32
-	_ = json.Unmarshal(raw, &many)
-	return many
 }
 
 // loadChatTemplate reads --chat-template when given, else the tokenizer

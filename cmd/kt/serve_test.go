@@ -18,6 +18,14 @@ import (
 // startServe runs kt serve in-process on a free port and returns its URL.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	url, _ := startServeLogs(t, args...)
+	return url
+}
+
+// startServeLogs is startServe that also returns a function reading the
+// server's log so far.
+func startServeLogs(t *testing.T, args ...string) (string, func() string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
@@ -32,17 +40,20 @@ func startServe(t *testing.T, args ...string) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
+	read := func() string {
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("serve exited: %v\n%s", err, logs.String())
+		return logs.String()
+	}
+	select {
+	case a := <-addr:
+		return "http://" + a, read
+	case err := <-done:
+		t.Fatalf("serve exited: %v\n%s", err, read())
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not start")
 	}
-	return ""
+	return "", read
 }
 
 type lockedWriter struct {
@@ -128,7 +139,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--model-path", "/nonexistent"}, "config.json"},
 		{[]string{"--model-path", "x", "--tensor-parallel-size", "4"}, "--tensor-parallel-size: 4 needs 4 GPUs"},
 		{[]string{"--model-path", "x", "--enable-lora", "--lora-paths", "a=/b"}, "LoRA serving is not implemented yet"},
-		{[]string{"--model-path", "x", "--kt-weight-path", "/w"}, "not part of this build yet"},
+		{[]string{"--model-path", "x", "--kt-weight-path", "/w", "--kt-method", "RAWINT4"}, "--kt-method: RAWINT4 is not implemented yet in kt"},
+		{[]string{"--model-path", "x", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-gpu-prefill-token-threshold", "512"}, "--kt-gpu-prefill-token-threshold: layerwise GPU prefill"},
 	} {
 		err := runServe(context.Background(), tc.args, io.Discard, io.Discard, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ktserve/kt/sysinfo"
 )
 
 // Config sizes and places an Engine. Zero values pick defaults.
@@ -64,7 +66,7 @@ type Engine struct {
 // DetectFeatures reports the CPU features the kernels can use, requesting
 // AMX tile state from the OS when the CPU has AMX.
 func DetectFeatures() Features {
-	return cpuFeatures(func() bool { return C.kt_amx_request() == 0 })
+	return cpuFeatures(func() bool { return sysinfo.RequestAMX() == nil })
 }
 
 // NewEngine validates cfg, starts the pools and allocates the scratch.
@@ -95,31 +97,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine shapes must be positive: max tokens %d, top-k %d, experts %d, hidden %d, intermediate %d",
 			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
 	}
-	if cfg.Hidden%128 != 0 {
-		return nil, fmt.Errorf("hidden size %d is not a multiple of 128", cfg.Hidden)
-	}
-	if cfg.Intermediate%cfg.Pools != 0 || (cfg.Intermediate/cfg.Pools)%32 != 0 {
-		return nil, fmt.Errorf("intermediate size %d does not split into %d pools of a multiple of 32 rows", cfg.Intermediate, cfg.Pools)
+	if err := CheckShape("", cfg.Hidden, cfg.Intermediate, cfg.Pools); err != nil {
+		return nil, err
 	}
 	if int64(cfg.MaxTokens)*int64(cfg.TopK) > 1<<26 || cfg.Experts > 1<<16 || cfg.Hidden > 1<<16 || cfg.Intermediate > 1<<16 {
 		return nil, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
 			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
 	}
-	var set unix.CPUSet
-	var allowed []int
-	if err := unix.SchedGetaffinity(0, &set); err == nil {
-		for c := 0; c < 1024; c++ {
-			if set.IsSet(c) {
-				allowed = append(allowed, c)
-			}
-		}
-	}
-	if len(allowed) == 0 {
-		for c := 0; c < runtime.NumCPU(); c++ {
-			allowed = append(allowed, c)
-		}
-	}
-	topo := readTopology("/sys", allowed)
+	topo := readTopology("/sys", allowedCPUs())
 	if cfg.Threads == 0 {
 		cfg.Threads = DefaultThreads()
 	}
@@ -177,6 +162,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
 func PhysicalCores() int {
+	return max(readTopology("/sys", allowedCPUs()).physicalCores(), 1)
+}
+
+// allowedCPUs lists the CPUs this process may run on (its affinity mask),
+// or 0..NumCPU-1 when the mask cannot be read.
+func allowedCPUs() []int {
 	var set unix.CPUSet
 	var allowed []int
 	if err := unix.SchedGetaffinity(0, &set); err == nil {
@@ -187,9 +178,11 @@ func PhysicalCores() int {
 		}
 	}
 	if len(allowed) == 0 {
-		return runtime.NumCPU()
+		for c := 0; c < runtime.NumCPU(); c++ {
+			allowed = append(allowed, c)
+		}
 	}
-	return max(readTopology("/sys", allowed).physicalCores(), 1)
+	return allowed
 }
 
 // DefaultThreads is the default worker count: every physical core but one,

@@ -2,17 +2,13 @@
 // called when CPUID reports AMX and the kernel granted the tile state.
 #include <immintrin.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "kt_internal.h"
 
 #define TAMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma,avx2")))
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-int kt_amx_request(void) { return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); }
+// The tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM) is requested
+// once per process from Go, by sysinfo.RequestAMX (DetectFeatures).
 
 typedef struct {
   uint8_t palette, start_row, rsv[14];

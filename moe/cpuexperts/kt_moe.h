@@ -139,9 +139,6 @@ void kt_fp8_to_f32(const uint8_t* src, int64_t n, float* dst);
 void* kt_alloc(int64_t bytes, int node);
 void kt_free(void* p, int64_t bytes);
 
-// kt_amx_request asks the kernel for AMX tile state; 0 on success.
-int kt_amx_request(void);
-
 // kt_stream_read reads buf (bytes) with nthreads threads, reps times, and
 // returns the seconds taken; the memory-bandwidth probe of kt bench.
 double kt_stream_read(const void* buf, int64_t bytes, int nthreads, int reps, int isa);

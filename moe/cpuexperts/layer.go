@@ -59,13 +59,8 @@ func (s *LayerSpec) validate(e *Engine) error {
 		return fmt.Errorf("layer shape (experts %d, hidden %d, intermediate %d) differs from the engine's (%d, %d, %d)",
 			s.Experts, s.Hidden, s.Intermediate, c.Experts, c.Hidden, c.Intermediate)
 	}
-	ip := s.Intermediate / c.Pools
-	switch s.Method {
-	case AMXINT4, INT4KGroup, FP8:
-		if ip%128 != 0 {
-			return fmt.Errorf("method %s needs each pool's intermediate slice (%d = %d / %d pools) to be a multiple of 128",
-				s.Method, ip, s.Intermediate, c.Pools)
-		}
+	if err := CheckShape(s.Method, s.Hidden, s.Intermediate, c.Pools); err != nil {
+		return err
 	}
 	if s.Method == INT4KGroup && s.GroupSize != 64 && s.GroupSize != 128 {
 		return fmt.Errorf("INT4_KGROUP group size %d: must be 64 or 128", s.GroupSize)

@@ -75,8 +75,8 @@ func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 		return fmt.Errorf("kt quant writes AMXINT8 or AMXINT4, not %s", spec.Method)
 	}
 	H, I := spec.Hidden, spec.Intermediate
-	if pools < 1 || I%pools != 0 || (I/pools)%32 != 0 || H%128 != 0 || (bits == 4 && (I/pools)%128 != 0) {
-		return fmt.Errorf("intermediate %d does not split into %d pools of a multiple of %d rows (hidden %d)", I, pools, map[int]int{8: 32, 4: 128}[bits], H)
+	if err := CheckShape(spec.Method, H, I, pools); err != nil {
+		return err
 	}
 	start, ip := poolSlices(I, pools)
 	dt := tensor.I8

@@ -4,6 +4,9 @@ package routed
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
@@ -19,6 +22,7 @@ type engine struct {
 	layers []*cpuexperts.Layer // per model layer; nil for dense layers
 	batch  cpuexperts.Batch
 	k, hid int
+	from   string // where the weights came from, for Path
 }
 
 // hostSource serves a layer's expert matrices from the checkpoint bytes.
@@ -37,12 +41,13 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 	return cpuexperts.Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}, nil
 }
 
-// newEngine builds the engine for method ("auto" means BF16 in place).
-// It returns (nil, reason) when the engine cannot serve this model or
-// backend and the caller should use the backend's MoE op.
+// newEngine builds the engine for method ("auto" means BF16 in place) with
+// the pools, threads and weights rb.Opts gives (--kt-*). It returns an
+// error saying why when the engine cannot serve this model or backend;
+// for "auto" the caller then uses the backend's MoE op.
 func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []*Weights) (*engine, error) {
 	if _, isCPU := rb.BE.(*cpu.Backend); !isCPU {
-		return nil, fmt.Errorf("the backend %s is not the CPU", rb.BE.Name())
+		return nil, fmt.Errorf("the model runs on %s: routed experts on the CPU expert engine need the model on the CPU (--device cpu); the hybrid step with the rest on the GPU is not implemented yet", rb.BE.Name())
 	}
 	m := cpuexperts.BF16
 	if method != "auto" {
@@ -51,23 +56,118 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 			return nil, err
 		}
 	}
-	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: rb.Opts.Threads, MaxTokens: rb.Opts.MaxBatchTokens,
-		TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize})
+	o := rb.Opts
+	qd, err := openQuantDir(rb, m, c)
 	if err != nil {
 		return nil, err
 	}
-	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize}
+	if qd != nil {
+		defer qd.Close() // NewLayerQuant copies the weights
+	}
+	pools := o.ExpertPools
+	if pools == 0 && qd != nil {
+		pools = qd.Manifest.ThreadpoolCnt
+	}
+	pools = max(pools, 1)
+	if err := cpuexperts.CheckShape(m, c.HiddenSize, c.MoEIntermediateSize, pools); err != nil {
+		if method == "auto" {
+			return nil, err // the caller falls back to the backend's op
+		}
+		return nil, fmt.Errorf("%w%s", err, alternatives(m, c, pools))
+	}
+	threads := o.ExpertThreads
+	if threads == 0 {
+		threads = o.Threads
+	}
+	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
+		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize})
+	if err != nil {
+		return nil, err
+	}
+	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize, from: "the checkpoint"}
+	if qd != nil {
+		x.from = "kt quant weights in " + o.ExpertWeightPath
+	} else if !m.InPlace() {
+		x.from = "the checkpoint, converted at load"
+	}
 	spec := cpuexperts.LayerSpec{Method: m, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize}
 	for l, w := range layers {
 		if w == nil {
 			continue
 		}
-		if x.layers[l], err = eng.NewLayer(spec, hostSource{w}); err != nil {
+		if qd != nil {
+			x.layers[l], err = eng.NewLayerQuant(spec, qd.Layer(l))
+		} else {
+			x.layers[l], err = eng.NewLayer(spec, hostSource{w})
+		}
+		if err != nil {
 			x.close()
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
 	return x, nil
+}
+
+// alternatives names the methods a model's shapes allow, for an error
+// about method m.
+func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int) string {
+	var alt []string
+	for _, a := range cpuexperts.MethodsFor(c.HiddenSize, c.MoEIntermediateSize, pools) {
+		if a != m {
+			alt = append(alt, string(a))
+		}
+	}
+	if len(alt) == 0 {
+		return "; no CPU expert method fits these shapes: run the routed experts with the backend's MoE op (no --kt-weight-path / --experts backend)"
+	}
+	return "; methods that fit: " + strings.Join(alt, ", ")
+}
+
+// openQuantDir opens o.ExpertWeightPath when it is a kt quant output and
+// checks it holds method m's weights for this model; it returns nil when
+// the weights come from the model's checkpoint ("" or the model directory).
+func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) (*cpuexperts.QuantDir, error) {
+	dir := rb.Opts.ExpertWeightPath
+	if dir == "" || sameDir(dir, rb.Dir) {
+		return nil, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err != nil {
+		return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s) and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
+			dir, cpuexperts.QuantManifestName, rb.Dir)
+	}
+	qd, err := cpuexperts.OpenQuantDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	man := qd.Manifest
+	bad := func(format string, a ...any) (*cpuexperts.QuantDir, error) {
+		qd.Close()
+		return nil, fmt.Errorf("--kt-weight-path %s: "+format, append([]any{dir}, a...)...)
+	}
+	if man.Method != m {
+		flag := map[cpuexperts.Method]string{cpuexperts.AMXINT8: "int8", cpuexperts.AMXINT4: "int4"}
+		fix := fmt.Sprintf("give the model directory %s as --kt-weight-path for %s", rb.Dir, m)
+		if flag[m] != "" {
+			fix = fmt.Sprintf("convert again with kt quant --method %s", flag[m])
+		}
+		return bad("holds %s weights (kt quant --method %s); run with --kt-method %s, or %s", man.Method, flag[man.Method], man.Method, fix)
+	}
+	if man.Experts != c.NumExperts || man.Hidden != c.HiddenSize || man.Intermediate != c.MoEIntermediateSize {
+		return bad("converted for %d experts, hidden %d, intermediate %d; the model has %d, %d, %d",
+			man.Experts, man.Hidden, man.Intermediate, c.NumExperts, c.HiddenSize, c.MoEIntermediateSize)
+	}
+	if p := rb.Opts.ExpertPools; p != 0 && p != man.ThreadpoolCnt {
+		return bad("converted for %d thread pools but --kt-threadpool-count is %d: convert again with kt quant --threadpool-count %d, or run with --kt-threadpool-count %d",
+			man.ThreadpoolCnt, p, p, man.ThreadpoolCnt)
+	}
+	return qd, nil
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 // forward computes layer l's routed experts for n tokens on host memory.
@@ -79,11 +179,14 @@ func (x *engine) forward(l int, h, out, wts, ids backend.Tensor, n int) error {
 	return x.layers[l].Forward(b)
 }
 
-// describe names the kernels in use.
+// describe says where the experts run: method, kernels, threads and pools,
+// and where the weights came from.
 func (x *engine) describe() string {
 	for _, L := range x.layers {
 		if L != nil {
-			return "cpuexperts " + x.eng.Kernels(L.Spec().Method)
+			m := L.Spec().Method
+			cfg := x.eng.Config()
+			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from)
 		}
 	}
 	return "cpuexperts"

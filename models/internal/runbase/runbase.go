@@ -25,6 +25,7 @@ import (
 // model.Runner's (Reserve, Free, FreeTokens) are what a runner forwards to.
 type Base struct {
 	Name string          // the model package, prefix of every error ("qwen3moe")
+	Dir  string          // the model directory
 	Opts models.Options  // with defaults filled
 	BE   backend.Backend // runs the ops
 	Ckpt *safetensors.Checkpoint
@@ -54,7 +55,7 @@ func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	b := &Base{Name: name, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
+	b := &Base{Name: name, Dir: dir, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
 	if b.BE == nil {
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
