@@ -182,7 +182,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.StringVar(&c.KTWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory (BF16/FP8, or AMXINT8/AMXINT4/INT4_KGROUP/AMXBF16 converted at load) or a kt quant output (AMXINT8/AMXINT4); enables KT")
 	fs.StringVar(&c.KTMethod, "kt-method", "AMXINT4", "CPU expert backend and weight format: "+strings.Join(KTMethods, ", ")+"; kt also has "+strings.Join(KTOwnMethods, ", "))
 	fs.IntVar(&c.KTCPUInfer, "kt-cpuinfer", 0, "CPU expert threads (start from the number of physical cores)")
-	fs.IntVar(&c.KTThreadpoolCount, "kt-threadpool-count", 2, "CPU expert thread pools, one per NUMA node")
+	fs.IntVar(&c.KTThreadpoolCount, "kt-threadpool-count", 2, "CPU expert thread pools, one per NUMA node (shown default is SGLang's; when the flag is not given kt uses the pool count a kt quant directory was converted for, else 1)")
 	fs.IntSlice("kt-numa-nodes", nil, "NUMA node of each thread pool, e.g. --kt-numa-nodes 0 1 (count must equal --kt-threadpool-count)")
 	fs.IntVar(&c.KTNumGPUExperts, "kt-num-gpu-experts", -1, "routed experts per MoE layer kept on the GPU")
 	fs.Float64Var(&c.KTGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")

@@ -271,20 +271,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 
 // ktExpertOptions maps the --kt-* flags onto o. Without --kt-weight-path
 // the routed experts take the default path (the CPU expert engine with the
-// checkpoint's bf16 weights in place when it serves the shapes, else the
-// backend's MoE op); with it, the engine runs --kt-method or startup fails
-// saying why. Serve has no hybrid CPU/GPU step yet, so --kt-weight-path
-// puts the whole model on the CPU.
+// checkpoint's bf16 weights in place when the model runs on the CPU and it
+// serves the shapes, else the backend's MoE op); with it, the engine runs
+// --kt-method or startup fails saying why. On the GPU (--device cuda, or
+// auto with a usable GPU) that is the hybrid step: routed experts on the
+// CPU engine, everything else on the GPU.
 func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logger) error {
 	if cfg.KTWeightPath == "" {
 		return nil
 	}
-	switch cfg.Device {
-	case "cuda":
-		return fmt.Errorf("--kt-weight-path with --device cuda: the hybrid step (routed experts on the CPU, the rest on the GPU) is not implemented yet in kt; use --device cpu (everything on the CPU, routed experts on the CPU expert engine) or drop --kt-weight-path (everything on the GPU)")
-	case "auto":
-		log.Info("--kt-weight-path: the model runs on the CPU (the hybrid CPU/GPU step is not implemented yet)")
-		o.Device = "cpu"
+	if cfg.Device != "cpu" {
+		log.Info("--kt-weight-path: routed experts on the CPU expert engine, the rest of the model on the GPU when one is used (hybrid step)", "device", cfg.Device)
 	}
 	o.Experts = cfg.KTMethod
 	o.ExpertWeightPath = cfg.KTWeightPath

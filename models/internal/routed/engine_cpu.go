@@ -22,7 +22,8 @@ type engine struct {
 	layers []*cpuexperts.Layer // per model layer; nil for dense layers
 	batch  cpuexperts.Batch
 	k, hid int
-	from   string // where the weights came from, for Path
+	from   string   // where the weights came from, for Path
+	gpu    *gpuLink // the hybrid step: the rest of the model on the GPU; nil on the CPU backend
 }
 
 // hostSource serves a layer's expert matrices from the checkpoint bytes.
@@ -46,8 +47,9 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 // error saying why when the engine cannot serve this model or backend;
 // for "auto" the caller then uses the backend's MoE op.
 func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []*Weights) (*engine, error) {
-	if _, isCPU := rb.BE.(*cpu.Backend); !isCPU {
-		return nil, fmt.Errorf("the model runs on %s: routed experts on the CPU expert engine need the model on the CPU (--device cpu); the hybrid step with the rest on the GPU is not implemented yet", rb.BE.Name())
+	_, isCPU := rb.BE.(*cpu.Backend)
+	if !isCPU && !Hybrid(rb) {
+		return nil, fmt.Errorf("the model runs on %s: the routed experts stay there unless a CPU expert method is named (--kt-method with --kt-weight-path)", rb.BE.Name())
 	}
 	m := cpuexperts.BF16
 	if method != "auto" {
@@ -85,6 +87,12 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 		return nil, err
 	}
 	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize, from: "the checkpoint"}
+	if !isCPU {
+		if x.gpu, err = newGPULink(rb, x, len(layers)); err != nil {
+			eng.Close()
+			return nil, err
+		}
+	}
 	if qd != nil {
 		x.from = "kt quant weights in " + o.ExpertWeightPath
 	} else if !m.InPlace() {
@@ -170,13 +178,30 @@ func sameDir(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// forward computes layer l's routed experts for n tokens on host memory.
-func (x *engine) forward(l int, h, out, wts, ids backend.Tensor, n int) error {
+// start computes layer l's routed experts for n tokens: on the CPU backend
+// at once, from and into the backend's host memory; in the hybrid step it
+// queues the work on the GPU's stream (gpuLink.start).
+func (x *engine) start(rb *runbase.Base, l int, h, out, wts, ids backend.Tensor, n int) error {
+	if x.gpu != nil {
+		return x.gpu.start(l, h, wts, ids, n)
+	}
+	// the engine reads host memory: the backend's ops so far must be done
+	if err := rb.Sync(); err != nil {
+		return err
+	}
 	b := &x.batch
 	*b = cpuexperts.Batch{Tokens: n, TopK: x.k,
 		X: h.(*cpu.Tensor).F32()[:n*x.hid], IDs: ids.(*cpu.Tensor).I32()[:n*x.k],
 		Weights: wts.(*cpu.Tensor).F32()[:n*x.k], Out: out.(*cpu.Tensor).F32()[:n*x.hid]}
 	return x.layers[l].Forward(b)
+}
+
+// join makes layer l's output valid (the hybrid step; a no-op otherwise).
+func (x *engine) join(l int, out backend.Tensor, n int) error {
+	if x.gpu != nil {
+		return x.gpu.join(l, out, n)
+	}
+	return nil
 }
 
 // describe says where the experts run: method, kernels, threads and pools,
@@ -186,13 +211,20 @@ func (x *engine) describe() string {
 		if L != nil {
 			m := L.Spec().Method
 			cfg := x.eng.Config()
-			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from)
+			where := ""
+			if x.gpu != nil {
+				where = fmt.Sprintf("; hybrid: the rest on %s, %s", x.gpu.be.Name(), x.gpu.mode())
+			}
+			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}
 	}
 	return "cpuexperts"
 }
 
 func (x *engine) close() {
+	if x.gpu != nil {
+		x.gpu.close()
+	}
 	for _, L := range x.layers {
 		if L != nil {
 			L.Close()

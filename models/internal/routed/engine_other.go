@@ -17,9 +17,11 @@ func newEngine(*runbase.Base, string, *modelconfig.Config, []*Weights) (*engine,
 	return nil, errors.New("the CPU expert engine needs linux/amd64 with cgo")
 }
 
-func (*engine) forward(int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, int) error {
+func (*engine) start(*runbase.Base, int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, int) error {
 	return errors.New("no CPU expert engine")
 }
+
+func (*engine) join(int, backend.Tensor, int) error { return errors.New("no CPU expert engine") }
 
 func (*engine) describe() string { return "" }
 

@@ -3,17 +3,47 @@
 // published, or transformers 5's fused 3-D tensors sliced per expert
 // without a copy) and computing them, on the CPU expert engine
 // (moe/cpuexperts, bf16 weights in place) when the backend is the CPU and
-// the engine serves the shapes, else with the backend's MoE op. A shared
-// expert, where a family has one, stays with the model.
+// the engine serves the shapes, else with the backend's MoE op. On the GPU
+// backend with a CPU expert method named (--kt-weight-path, --kt-method)
+// it is the hybrid step: the routed experts stay in host memory and run on
+// the engine, the layer input, ids and weights go to pinned host buffers
+// and the result comes back to the GPU (Hybrid). A shared expert, where a
+// family has one, stays with the model.
 package routed
 
 import (
 	"fmt"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models/internal/runbase"
+	"github.com/ktserve/kt/tensor"
 )
+
+// Hybrid reports whether rb's model runs its routed experts on the CPU
+// expert engine while the rest runs on another backend (the GPU): the
+// backend is not the CPU and Opts.Experts names a CPU expert method (what
+// --kt-weight-path with --kt-method asks for). "auto" and "backend" keep
+// every expert on the model's backend.
+func Hybrid(rb *runbase.Base) bool {
+	if _, isCPU := rb.BE.(*cpu.Backend); isCPU {
+		return false
+	}
+	switch rb.Opts.Experts {
+	case "", "auto", "backend":
+		return false
+	}
+	return true
+}
+
+// hostTensor stands for an expert matrix that stays in host memory (the
+// CPU expert engine reads it there): it has the checkpoint tensor's dtype
+// and shape but no backend copy.
+type hostTensor struct{ h backend.Host }
+
+func (t hostTensor) DType() tensor.DType { return t.h.DType }
+func (t hostTensor) Shape() []int        { return t.h.Shape }
 
 // Weights are one layer's routed experts: the backend's tensors and the
 // checkpoint bytes they were made from (what the CPU expert engine reads).
@@ -25,12 +55,22 @@ type Weights struct {
 // Load binds the E experts under p (a layer's "...mlp.experts.") from
 // per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the fused
 // p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj" [E, H, I].
+// In the hybrid step (Hybrid) the experts stay in host memory for the CPU
+// expert engine: nothing is uploaded to the backend.
 func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
+	onHost := Hybrid(rb)
 	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
 		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
 		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
 	bind := func(dst *backend.Tensor, host *backend.Host, h backend.Host) error {
 		*host = h
+		if onHost {
+			if err := h.Check(); err != nil {
+				return err
+			}
+			*dst = hostTensor{h}
+			return nil
+		}
 		var err error
 		*dst, err = rb.BE.Weight(h)
 		return err
@@ -124,17 +164,38 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 func (x *Experts) Path() string { return x.path }
 
 // Forward computes layer l's routed experts w for the first n rows of h
-// with router weights wts and expert ids ids (top-k per row) into out.
+// with router weights wts and expert ids ids (top-k per row) into out: Start
+// then Join.
 func (x *Experts) Forward(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	if err := x.Start(l, out, h, w, wts, ids, n); err != nil {
+		return err
+	}
+	return x.Join(l, out, n)
+}
+
+// Start begins layer l's routed experts (as Forward). Until Join(l, out, n)
+// returns, out is not valid and h, wts and ids must not be overwritten;
+// ops queued in between (a shared expert on the GPU) run while the CPU
+// computes the routed experts of the hybrid step. Every other path
+// completes the work in Start.
+func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
 	if x.engine == nil {
 		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
 		return nil
 	}
-	// the engine reads host memory: the backend's ops so far must be done
-	if err := x.rb.Sync(); err != nil {
-		return err
+	if err := x.engine.start(x.rb, l, h, out, wts, ids, n); err != nil {
+		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
 	}
-	if err := x.engine.forward(l, h, out, wts, ids, n); err != nil {
+	return nil
+}
+
+// Join makes out, the output of the Start of layer l, valid for the ops
+// queued after it.
+func (x *Experts) Join(l int, out backend.Tensor, n int) error {
+	if x.engine == nil {
+		return nil
+	}
+	if err := x.engine.join(l, out, n); err != nil {
 		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
 	}
 	return nil
