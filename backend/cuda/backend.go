@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/ktserve/kt/backend"
@@ -50,6 +51,9 @@ type Backend struct {
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
+	// noGEMV sends 1-4-row bf16 MatMuls through cuBLASLt's split GEMM
+	// instead of m_gemv_bf16 (KT_CUDA_GEMV=0; the benchmarks' before).
+	noGEMV bool
 }
 
 type gemmShape struct {
@@ -98,7 +102,8 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}}, nil
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
+		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0"}, nil
 }
 
 // Device returns the GPU the backend runs on.

@@ -67,6 +67,12 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	}
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
 	split := wt.dt != tensor.F32 && !b.fastMatMul
+	if split && b.gemvFits(wt, xs, n, k) {
+		// A decode step's rows: one launch reading the weights once, in
+		// float32 (no split, no GEMM workspace, no halves to add).
+		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
+		return
+	}
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
 	if wt.dt != tensor.F32 {
 		need := 2 * m
@@ -121,6 +127,17 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if split {
 		b.check("MatMul", b.d.launch(b.s, "m_add_halves", grid1(int(blocks64(mo, 256))), grid1(256), 0, os.buf, b.gemmTmp, mo))
 	}
+}
+
+// gemvMaxRows is the most activation rows m_gemv_bf16 takes.
+const gemvMaxRows = 4
+
+// gemvFits says whether MatMul of n rows can run m_gemv_bf16: bf16
+// weights, at most gemvMaxRows rows, K a multiple of 8 and 16-byte
+// aligned weight and activation rows (its 16-byte loads).
+func (b *Backend) gemvFits(wt, xs *Tensor, n, k int) bool {
+	return !b.noGEMV && !b.generalOnly && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
+		wt.buf.Ptr%16 == 0 && xs.buf.Ptr%16 == 0
 }
 
 // matmulKernel is MatMul without cuBLASLt (shapes it has no algorithm
