@@ -1,42 +1,23 @@
 package generate
 
 import (
-	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/qwen3moe"
 )
 
-type refCase struct {
-	PromptIDs      []int32    `json:"prompt_ids"`
-	PromptLogprobs []*float64 `json:"prompt_logprobs"`
-	GreedyIDs      []int32    `json:"greedy_ids"`
-	GreedyLogprobs []float64  `json:"greedy_logprobs"`
-	Top2Margin     []float64  `json:"top2_margin"`
-}
-
-func fixture(t *testing.T, name string) (*qwen3moe.Runner, []refCase) {
+func fixture(t *testing.T, name string) (*qwen3moe.Runner, []fixtures.Case) {
 	t.Helper()
-	dir := filepath.Join("..", "testdata", "models", name)
-	r, err := qwen3moe.Load(dir, models.Options{MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
+	r, err := qwen3moe.Load(fixtures.Dir(name), models.Options{MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct{ Cases []refCase }
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatal(err)
-	}
-	return r, ref.Cases
+	return r, fixtures.Load(t, name)
 }
 
 // TestGreedyMatchesReference generates freely (no teacher forcing) and

@@ -12,12 +12,7 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 	if !b.ok() || b.stepMissing("Attention") {
 		return
 	}
-	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim != kv.HeadDim || p.KVHeads != kv.KVHeads {
-		b.fail("Attention: %d heads, %d kv heads, head dim %d do not fit the cache (%d kv heads x %d)", p.Heads, p.KVHeads, p.HeadDim, kv.KVHeads, kv.HeadDim)
-		return
-	}
-	if n != len(b.step.Tokens) {
-		b.fail("Attention: %d rows but the step has %d tokens", n, len(b.step.Tokens))
+	if b.refuse(backend.CheckAttention(p, kv, n, len(b.step.Tokens))) {
 		return
 	}
 	qw, kw := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
@@ -28,20 +23,15 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 	if qs == nil || ks == nil || vs == nil || os == nil || kc == nil || vc == nil {
 		return
 	}
+	if b.refuse(backend.CheckKVPages(b.step.Seqs, kv)) {
+		return
+	}
 	ps := kv.PageSize
 	// store
 	for _, sq := range b.step.Seqs {
-		if need := (sq.Pos + sq.Len + ps - 1) / ps; len(sq.Pages) < need {
-			b.fail("Attention: slot %d has %d KV pages, needs %d", sq.Slot, len(sq.Pages), need)
-			return
-		}
 		for j := 0; j < sq.Len; j++ {
 			pos := sq.Pos + j
 			pg := int(sq.Pages[pos/ps])
-			if pg < 0 || pg >= kv.TotalPages {
-				b.fail("Attention: slot %d uses KV page %d outside [0,%d)", sq.Slot, pg, kv.TotalPages)
-				return
-			}
 			dst := (pg*ps + pos%ps) * kw
 			r := sq.Start + j
 			copy(kc[dst:dst+kw], ks[r*kw:(r+1)*kw])

@@ -43,19 +43,14 @@ func (t *Tensor) F32() []float32 { return t.f32 }
 func (t *Tensor) I32() []int32 { return t.i32 }
 
 // cols is the size of the last dimension.
-func (t *Tensor) cols() int {
-	if len(t.shape) == 0 {
-		return 1
-	}
-	return t.shape[len(t.shape)-1]
+func (t *Tensor) cols() int { return t.arg().Cols() }
+
+// arg describes t to the shared argument checks.
+func (t *Tensor) arg() backend.Arg {
+	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
 }
 
-func (t *Tensor) label() string {
-	if t.name != "" {
-		return t.name
-	}
-	return fmt.Sprintf("%s%v", t.dt, t.shape)
-}
+func (t *Tensor) label() string { return t.arg().Label() }
 
 // Options configures a CPU backend.
 type Options struct {
@@ -191,13 +186,8 @@ func (b *Backend) SetStep(s *backend.Step) error {
 		b.rowSeq = make([]int32, len(s.Tokens))
 	}
 	b.rowSeq = b.rowSeq[:len(s.Tokens)]
-	for i, q := range s.Seqs {
-		if q.Start < 0 || q.Len < 1 || q.Start+q.Len > len(s.Tokens) {
-			return fmt.Errorf("cpu: step sequence %d spans rows [%d,%d) outside %d tokens", i, q.Start, q.Start+q.Len, len(s.Tokens))
-		}
-		for r := q.Start; r < q.Start+q.Len; r++ {
-			b.rowSeq[r] = int32(i)
-		}
+	if err := backend.CheckStepRows(s, b.rowSeq); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	b.step = s
 	return nil
@@ -226,6 +216,16 @@ func (b *Backend) fail(format string, args ...any) {
 	}
 }
 
+// refuse records err, a failed argument check, and reports whether there
+// was one.
+func (b *Backend) refuse(err error) bool {
+	if err != nil {
+		b.fail("%w", err)
+		return true
+	}
+	return false
+}
+
 // ok reports whether ops may run (no pending error).
 func (b *Backend) ok() bool { return b.err == nil }
 
@@ -246,12 +246,7 @@ func (b *Backend) f32(x backend.Tensor, n int, what string) []float32 {
 	if t == nil {
 		return nil
 	}
-	if t.dt != tensor.F32 {
-		b.fail("%s: %s is %s, want F32", what, t.label(), t.dt)
-		return nil
-	}
-	if n > len(t.f32) {
-		b.fail("%s: %s has %d elements, need %d", what, t.label(), len(t.f32), n)
+	if b.refuse(backend.CheckF32(what, t.arg(), n)) {
 		return nil
 	}
 	return t.f32[:n]

@@ -39,8 +39,7 @@ func (b *Backend) AllocLinearState(shape backend.LinearShape, maxSeqs int) (back
 // linearLayer returns the state of one layer of the sequence slot q runs in,
 // taking memory for the slot if it has none.
 func (b *Backend) linearLayer(ls *linearState, layer int, q backend.Seq, what string) *kvcache.LayerState {
-	if layer < 0 || layer >= ls.shape.Layers {
-		b.fail("%s: layer %d outside [0,%d)", what, layer, ls.shape.Layers)
+	if b.refuse(backend.CheckLayer(what, layer, ls.shape.Layers)) {
 		return nil
 	}
 	seq, err := ls.store.Get(q.Slot)
@@ -68,7 +67,7 @@ func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState,
 	if ws == nil || xs == nil || os == nil {
 		return
 	}
-	if !b.spansFit("CausalConv1D", n) {
+	if b.refuse(backend.CheckSpans("CausalConv1D", b.step.Seqs, n)) {
 		return
 	}
 	for _, q := range b.step.Seqs {
@@ -84,17 +83,6 @@ func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState,
 			return
 		}
 	}
-}
-
-// spansFit checks that the step's sequences lie within the first n rows.
-func (b *Backend) spansFit(op string, n int) bool {
-	for i, q := range b.step.Seqs {
-		if q.Start+q.Len > n {
-			b.fail("%s: step sequence %d spans rows [%d,%d) beyond %d", op, i, q.Start, q.Start+q.Len, n)
-			return false
-		}
-	}
-	return true
 }
 
 // GatedDeltaRule implements backend.LinearAttention.
@@ -113,11 +101,10 @@ func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.Li
 	gs := b.f32(g, n*sh.VHeads, "GatedDeltaRule g")
 	bs := b.f32(beta, n*sh.VHeads, "GatedDeltaRule beta")
 	os := b.f32(out, n*vd, "GatedDeltaRule out")
-	if xs == nil || gs == nil || bs == nil || os == nil || !b.spansFit("GatedDeltaRule", n) {
+	if xs == nil || gs == nil || bs == nil || os == nil || b.refuse(backend.CheckSpans("GatedDeltaRule", b.step.Seqs, n)) {
 		return
 	}
-	if c := b.t(qkv, "").cols(); c != ch {
-		b.fail("GatedDeltaRule: qkv width %d, want %d", c, ch)
+	if b.refuse(backend.CheckWidth("GatedDeltaRule", "qkv", b.t(qkv, "").cols(), ch)) {
 		return
 	}
 	// Take every sequence's state first (allocation is not thread-safe),
@@ -166,8 +153,7 @@ func (b *Backend) DeltaGates(g, beta, a, bb, aLog, dtBias backend.Tensor, n int)
 		return
 	}
 	h := al.n
-	if dt.n != h || !isFloat(al.dt) || !isFloat(dt.dt) {
-		b.fail("DeltaGates: A_log %s and dt_bias %s must be float vectors of one length", al.label(), dt.label())
+	if b.refuse(backend.CheckDeltaGates(al.arg(), dt.arg())) {
 		return
 	}
 	as := b.f32(a, n*h, "DeltaGates a")
@@ -203,7 +189,7 @@ func (b *Backend) GatedRMSNorm(out, x, z, w backend.Tensor, eps float32, rows in
 		return
 	}
 	wt := b.t(w, "GatedRMSNorm weight")
-	if wt == nil {
+	if wt == nil || b.refuse(backend.CheckFloatWeight("GatedRMSNorm weight", wt.arg(), 1)) {
 		return
 	}
 	d := wt.n
@@ -234,8 +220,7 @@ func (b *Backend) SigmoidGate(out, x, gate backend.Tensor, n int) {
 		return
 	}
 	w, gw := xt.cols(), gt.cols()
-	if gw != w && gw != 1 {
-		b.fail("SigmoidGate: gate width %d must be 1 or x's width %d", gw, w)
+	if b.refuse(backend.CheckGateWidth(gw, w)) {
 		return
 	}
 	xs := b.f32(x, n*w, "SigmoidGate x")

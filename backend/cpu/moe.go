@@ -1,9 +1,6 @@
 package cpu
 
-import (
-	"github.com/ktserve/kt/backend"
-	"github.com/ktserve/kt/tensor"
-)
+import "github.com/ktserve/kt/backend"
 
 // moeScratch holds the buffers of the grouped expert FFN, grown on demand
 // (sized by the largest step seen, so steady state allocates nothing).
@@ -30,23 +27,17 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	if it == nil {
 		return
 	}
-	ne := len(e.Gate)
-	if ne == 0 || len(e.Up) != ne || len(e.Down) != ne {
-		b.fail("MoE: %d/%d/%d gate/up/down experts", len(e.Gate), len(e.Up), len(e.Down))
+	if b.refuse(backend.CheckExperts(e)) {
 		return
 	}
-	h, inter := e.Hidden, e.Inter
-	if it.dt != tensor.I32 {
-		b.fail("MoE: ids %s must be I32", it.label())
-		return
-	}
+	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
 	k := it.cols()
+	if b.refuse(backend.CheckExpertIDs(it.arg(), n, k)) {
+		return
+	}
 	xs, os := b.f32(x, n*h, "MoE x"), b.f32(out, n*h, "MoE out")
 	ws := b.f32(wts, n*k, "MoE weights")
-	if xs == nil || os == nil || ws == nil || len(it.i32) < n*k {
-		if b.ok() {
-			b.fail("MoE: ids %s hold fewer than %d x %d", it.label(), n, k)
-		}
+	if xs == nil || os == nil || ws == nil {
 		return
 	}
 	is := it.i32[:n*k]
@@ -95,9 +86,10 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		if g == nil || u == nil || d == nil {
 			return
 		}
-		if g.n != inter*h || u.n != inter*h || d.n != h*inter || !isFloat(g.dt) || !isFloat(u.dt) || !isFloat(d.dt) {
-			b.fail("MoE: expert %d weights %s %s %s do not match hidden %d inter %d", ex, g.label(), u.label(), d.label(), h, inter)
-			return
+		for _, w := range [3]*Tensor{g, u, d} {
+			if b.refuse(backend.CheckExpertWeight(ex, w.arg(), h, inter)) {
+				return
+			}
 		}
 		m := hi - lo
 		xg := s.xs[lo*h : hi*h]

@@ -37,10 +37,6 @@ func (t *Tensor) row(r, k int, dst []float32) {
 	}
 }
 
-func isFloat(dt tensor.DType) bool {
-	return dt == tensor.F32 || dt == tensor.BF16 || dt == tensor.F16
-}
-
 // Embed implements backend.Ops.
 func (b *Backend) Embed(out, table backend.Tensor) {
 	if !b.ok() || b.stepMissing("Embed") {
@@ -50,21 +46,16 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 	if tt == nil {
 		return
 	}
-	if len(tt.shape) != 2 || !isFloat(tt.dt) {
-		b.fail("Embed: table %s must be a 2-D float tensor", tt.label())
+	if b.refuse(backend.CheckMatrix("Embed", "table", tt.arg())) {
 		return
 	}
 	v, h := tt.shape[0], tt.shape[1]
 	n := len(b.step.Tokens)
 	o := b.f32(out, n*h, "Embed out")
-	if o == nil {
+	if o == nil || b.refuse(backend.CheckTokens(b.step.Tokens, v)) {
 		return
 	}
 	for i, id := range b.step.Tokens {
-		if id < 0 || int(id) >= v {
-			b.fail("Embed: token id %d outside vocabulary [0,%d)", id, v)
-			return
-		}
 		tt.row(int(id), h, o[i*h:(i+1)*h])
 	}
 }
@@ -86,8 +77,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	if len(wt.shape) != 2 || !isFloat(wt.dt) {
-		b.fail("MatMul: weight %s must be a 2-D float tensor", wt.label())
+	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
 		return
 	}
 	o, k := wt.shape[0], wt.shape[1]
@@ -96,8 +86,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if xs == nil || os == nil {
 		return
 	}
-	if xc, oc := b.t(x, "").cols(), b.t(out, "").cols(); xc != k || oc != o {
-		b.fail("MatMul: x width %d, out width %d do not match weight %s [%d,%d]", xc, oc, wt.label(), o, k)
+	if b.refuse(backend.CheckMatMul(b.t(x, "").cols(), b.t(out, "").cols(), wt.arg())) {
 		return
 	}
 	b.matmul(os, o, xs, k, n, wt, k, o)
@@ -166,8 +155,7 @@ func (b *Backend) RMSNorm(out, x, w backend.Tensor, eps float32, rows int) {
 	if wt == nil {
 		return
 	}
-	if !isFloat(wt.dt) {
-		b.fail("RMSNorm: weight %s is %s", wt.label(), wt.dt)
+	if b.refuse(backend.CheckNormWeight("RMSNorm", wt.arg())) {
 		return
 	}
 	d := wt.n
@@ -194,12 +182,7 @@ func (b *Backend) Rope(x backend.Tensor, r *backend.Rope, heads, n int) {
 	if !b.ok() || b.stepMissing("Rope") {
 		return
 	}
-	if r.RotaryDim <= 0 || r.RotaryDim%2 != 0 || r.RotaryDim > r.HeadDim {
-		b.fail("Rope: rotary dim %d invalid for head dim %d", r.RotaryDim, r.HeadDim)
-		return
-	}
-	if n > len(b.step.Pos) {
-		b.fail("Rope: %d rows but the step has %d", n, len(b.step.Pos))
+	if b.refuse(backend.CheckRope(r, n, len(b.step.Pos))) {
 		return
 	}
 	xs := b.f32(x, n*heads*r.HeadDim, "Rope x")
@@ -290,8 +273,7 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 		return
 	}
 	e := lt.cols()
-	if k < 1 || k > e {
-		b.fail("RouterTopK: top-k %d with %d experts", k, e)
+	if b.refuse(backend.CheckTopK(k, e)) {
 		return
 	}
 	ls := b.f32(logits, n*e, "RouterTopK logits")
@@ -299,8 +281,7 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 	if ls == nil || ws == nil {
 		return
 	}
-	if it.dt != tensor.I32 || len(it.i32) < n*k {
-		b.fail("RouterTopK: ids %s must be I32 with %d elements", it.label(), n*k)
+	if b.refuse(backend.CheckRouterIDs(it.arg(), n*k)) {
 		return
 	}
 	is := it.i32
@@ -356,8 +337,7 @@ func (b *Backend) GatherRows(out, x backend.Tensor, first, count int) {
 		return
 	}
 	d := xt.cols()
-	if first < 0 || count < 0 || first+count > len(b.step.OutRows) {
-		b.fail("GatherRows: rows [%d,%d) outside the step's %d output rows", first, first+count, len(b.step.OutRows))
+	if b.refuse(backend.CheckGather(first, count, len(b.step.OutRows))) {
 		return
 	}
 	rows := b.step.OutRows[first : first+count]
@@ -382,8 +362,7 @@ func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
 	if src == nil {
 		return b.Sync()
 	}
-	if len(dst) < m {
-		b.fail("Read: destination holds %d floats, need %d", len(dst), m)
+	if b.refuse(backend.CheckRead(len(dst), m)) {
 		return b.Sync()
 	}
 	copy(dst, src)

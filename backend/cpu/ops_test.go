@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/backend"
@@ -492,5 +493,41 @@ func TestWeightUnaligned(t *testing.T) {
 			}
 		}
 		b.Close()
+	}
+}
+
+// TestAttentionChecksEveryPage checks that Attention refuses a page table
+// whose page for an already cached position lies outside the cache (read,
+// not written, by this step) and a cache without a page size: errors from
+// Sync, never an index panic.
+func TestAttentionChecksEveryPage(t *testing.T) {
+	b := New(Options{Threads: 1})
+	defer b.Close()
+	const heads, hd, ps = 2, 4, 4
+	kv, err := b.AllocKV(2, ps, heads, hd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustAlloc(t, b, tensor.F32, 1, heads*hd)
+	out := mustAlloc(t, b, tensor.F32, 1, heads*hd)
+	p := &backend.Attn{Heads: heads, KVHeads: heads, HeadDim: hd, Scale: 0.5}
+	step := &backend.Step{Tokens: []int32{1}, Pos: []int32{ps}, Seqs: []backend.Seq{{Slot: 3, Len: 1, Pos: ps, Pages: []int32{7, 0}}}}
+	if err := b.SetStep(step); err != nil {
+		t.Fatal(err)
+	}
+	b.Attention(out, q, q, q, kv, p, 1)
+	if err := b.Sync(); err == nil || !strings.Contains(err.Error(), "slot 3 uses KV page 7 outside [0,2)") {
+		t.Fatalf("page outside the cache: Sync returned %v", err)
+	}
+	step.Seqs[0].Pages[0] = 1
+	b.Attention(out, q, q, q, kv, p, 1)
+	if err := b.Sync(); err != nil {
+		t.Fatalf("valid pages: %v", err)
+	}
+	noSize := *kv
+	noSize.PageSize = 0
+	b.Attention(out, q, q, q, &noSize, p, 1)
+	if err := b.Sync(); err == nil || !strings.Contains(err.Error(), "page size 0") {
+		t.Fatalf("page size 0: Sync returned %v", err)
 	}
 }

@@ -124,19 +124,14 @@ func (t *Tensor) Shape() []int { return t.shape }
 // Buffer returns the tensor's device memory.
 func (t *Tensor) Buffer() Buffer { return t.buf }
 
-func (t *Tensor) cols() int {
-	if len(t.shape) == 0 {
-		return 1
-	}
-	return t.shape[len(t.shape)-1]
+// arg describes t to the shared argument checks.
+func (t *Tensor) arg() backend.Arg {
+	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
 }
 
-func (t *Tensor) label() string {
-	if t.name != "" {
-		return t.name
-	}
-	return fmt.Sprintf("%s%v", t.dt, t.shape)
-}
+func (t *Tensor) cols() int { return t.arg().Cols() }
+
+func (t *Tensor) label() string { return t.arg().Label() }
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string {
@@ -302,16 +297,13 @@ func (b *Backend) SetStep(s *backend.Step) error {
 		b.rowSeq = make([]int32, T)
 	}
 	b.rowSeq = b.rowSeq[:T]
+	if err := backend.CheckStepRows(s, b.rowSeq); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
 	P := 0
 	for i, q := range s.Seqs {
-		if q.Start < 0 || q.Len < 1 || q.Start+q.Len > T {
-			return fmt.Errorf("cuda: step sequence %d spans rows [%d,%d) outside %d tokens", i, q.Start, q.Start+q.Len, T)
-		}
 		if q.Slot < 0 {
 			return fmt.Errorf("cuda: step sequence %d has slot %d", i, q.Slot)
-		}
-		for r := q.Start; r < q.Start+q.Len; r++ {
-			b.rowSeq[r] = int32(i)
 		}
 		P += len(q.Pages)
 	}
@@ -444,6 +436,16 @@ func (b *Backend) check(op string, err error) bool {
 	return true
 }
 
+// refuse records err, a failed argument check, and reports whether there
+// was one.
+func (b *Backend) refuse(err error) bool {
+	if err != nil {
+		b.fail("%w", err)
+		return true
+	}
+	return false
+}
+
 func (b *Backend) ok() bool { return b.err == nil && !b.closed }
 
 func (b *Backend) stepMissing(op string) bool {
@@ -471,12 +473,7 @@ func (b *Backend) f32(x backend.Tensor, n int, what string) *Tensor {
 	if t == nil {
 		return nil
 	}
-	if t.dt != tensor.F32 {
-		b.fail("%s: %s is %s, want F32", what, t.label(), t.dt)
-		return nil
-	}
-	if n > t.n {
-		b.fail("%s: %s has %d elements, need %d", what, t.label(), t.n, n)
+	if b.refuse(backend.CheckF32(what, t.arg(), n)) {
 		return nil
 	}
 	return t
@@ -508,15 +505,10 @@ func (b *Backend) floatWeight(x backend.Tensor, n int, what string) (*Tensor, in
 	if t == nil {
 		return nil, 0
 	}
-	c, ok := wcode(t.dt)
-	if !ok {
-		b.fail("%s: %s is %s, want a float tensor", what, t.label(), t.dt)
+	if b.refuse(backend.CheckFloatWeight(what, t.arg(), n)) {
 		return nil, 0
 	}
-	if t.n < n {
-		b.fail("%s: %s has %d elements, need %d", what, t.label(), t.n, n)
-		return nil, 0
-	}
+	c, _ := wcode(t.dt)
 	return t, c
 }
 

@@ -99,15 +99,10 @@ func (b *Backend) linearSpans(op string, st backend.LinearState, layer, n int) *
 		b.fail("%s: not this backend's linear state", op)
 		return nil
 	}
-	if layer < 0 || layer >= ls.shape.Layers {
-		b.fail("%s: layer %d outside [0,%d)", op, layer, ls.shape.Layers)
+	if b.refuse(backend.CheckLayer(op, layer, ls.shape.Layers)) || b.refuse(backend.CheckSpans(op, b.step.Seqs, n)) {
 		return nil
 	}
-	for i, q := range b.step.Seqs {
-		if q.Start+q.Len > n {
-			b.fail("%s: step sequence %d spans rows [%d,%d) beyond %d", op, i, q.Start, q.Start+q.Len, n)
-			return nil
-		}
+	for _, q := range b.step.Seqs {
 		if q.Slot >= ls.maxSeqs {
 			b.fail("%s: sequence slot %d outside [0,%d)", op, q.Slot, ls.maxSeqs)
 			return nil
@@ -165,8 +160,7 @@ func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.Li
 	if xs == nil || gs == nil || bs == nil || os == nil {
 		return
 	}
-	if xs.cols() != ch {
-		b.fail("GatedDeltaRule: qkv width %d, want %d", xs.cols(), ch)
+	if b.refuse(backend.CheckWidth("GatedDeltaRule", "qkv", xs.cols(), ch)) {
 		return
 	}
 	S := len(b.step.Seqs)
@@ -200,8 +194,7 @@ func (b *Backend) DeltaGates(g, beta, a, bb, aLog, dtBias backend.Tensor, n int)
 		return
 	}
 	h := al.n
-	if dt.n != h {
-		b.fail("DeltaGates: A_log %s and dt_bias %s must be float vectors of one length", al.label(), dt.label())
+	if b.refuse(backend.CheckDeltaGates(al.arg(), dt.arg())) {
 		return
 	}
 	as, bs := b.f32(a, n*h, "DeltaGates a"), b.f32(bb, n*h, "DeltaGates b")
@@ -244,8 +237,7 @@ func (b *Backend) SigmoidGate(out, x, gate backend.Tensor, n int) {
 		return
 	}
 	w, gw := xt.cols(), gt.cols()
-	if gw != w && gw != 1 {
-		b.fail("SigmoidGate: gate width %d must be 1 or x's width %d", gw, w)
+	if b.refuse(backend.CheckGateWidth(gw, w)) {
 		return
 	}
 	xs, gs, os := b.f32(x, n*w, "SigmoidGate x"), b.f32(gate, n*gw, "SigmoidGate gate"), b.f32(out, n*w, "SigmoidGate out")

@@ -21,22 +21,15 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 	if tt == nil {
 		return
 	}
-	dt, isFloat := wcode(tt.dt)
-	if len(tt.shape) != 2 || !isFloat {
-		b.fail("Embed: table %s must be a 2-D float tensor", tt.label())
+	if b.refuse(backend.CheckMatrix("Embed", "table", tt.arg())) {
 		return
 	}
+	dt, _ := wcode(tt.dt)
 	v, h := tt.shape[0], tt.shape[1]
 	n := len(b.step.Tokens)
 	o := b.f32(out, n*h, "Embed out")
-	if o == nil {
+	if o == nil || b.refuse(backend.CheckTokens(b.step.Tokens, v)) {
 		return
-	}
-	for _, id := range b.step.Tokens {
-		if id < 0 || int(id) >= v {
-			b.fail("Embed: token id %d outside vocabulary [0,%d)", id, v)
-			return
-		}
 	}
 	b.check("Embed", b.d.launch(b.s, "m_embed", grid1(n), grid1(min(256, max(32, h))), 0, o.buf, tt.buf, dt, b.reg(rTokens), h))
 }
@@ -56,19 +49,17 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	dt, isFloat := wcode(wt.dt)
-	if len(wt.shape) != 2 || !isFloat {
-		b.fail("MatMul: weight %s must be a 2-D float tensor", wt.label())
+	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
 		return
 	}
+	dt, _ := wcode(wt.dt)
 	o, k := wt.shape[0], wt.shape[1]
 	xs := b.f32(x, n*k, "MatMul x")
 	os := b.f32(out, n*o, "MatMul out")
 	if xs == nil || os == nil {
 		return
 	}
-	if xs.cols() != k || os.cols() != o {
-		b.fail("MatMul: x width %d, out width %d do not match weight %s [%d,%d]", xs.cols(), os.cols(), wt.label(), o, k)
+	if b.refuse(backend.CheckMatMul(xs.cols(), os.cols(), wt.arg())) {
 		return
 	}
 	if n <= 0 || o == 0 || k == 0 {
@@ -167,11 +158,10 @@ func (b *Backend) RMSNorm(out, x, w backend.Tensor, eps float32, rows int) {
 	if wt == nil {
 		return
 	}
-	dt, isFloat := wcode(wt.dt)
-	if !isFloat || wt.n == 0 {
-		b.fail("RMSNorm: weight %s is %s", wt.label(), wt.dt)
+	if b.refuse(backend.CheckNormWeight("RMSNorm", wt.arg())) {
 		return
 	}
+	dt, _ := wcode(wt.dt)
 	d := wt.n
 	xs, os := b.f32(x, rows*d, "RMSNorm x"), b.f32(out, rows*d, "RMSNorm out")
 	if xs == nil || os == nil {
@@ -185,12 +175,7 @@ func (b *Backend) Rope(x backend.Tensor, r *backend.Rope, heads, n int) {
 	if !b.ok() || b.stepMissing("Rope") {
 		return
 	}
-	if r.RotaryDim <= 0 || r.RotaryDim%2 != 0 || r.RotaryDim > r.HeadDim {
-		b.fail("Rope: rotary dim %d invalid for head dim %d", r.RotaryDim, r.HeadDim)
-		return
-	}
-	if n > len(b.step.Pos) {
-		b.fail("Rope: %d rows but the step has %d", n, len(b.step.Pos))
+	if b.refuse(backend.CheckRope(r, n, len(b.step.Pos))) {
 		return
 	}
 	xs := b.f32(x, n*heads*r.HeadDim, "Rope x")
@@ -207,16 +192,11 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 	if !b.ok() || b.stepMissing("Attention") {
 		return
 	}
-	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim != kv.HeadDim || p.KVHeads != kv.KVHeads {
-		b.fail("Attention: %d heads, %d kv heads, head dim %d do not fit the cache (%d kv heads x %d)", p.Heads, p.KVHeads, p.HeadDim, kv.KVHeads, kv.HeadDim)
+	if b.refuse(backend.CheckAttention(p, kv, n, len(b.step.Tokens))) {
 		return
 	}
 	if p.HeadDim <= 0 || p.HeadDim > 512 {
 		b.fail("Attention: head dim %d outside 1..512", p.HeadDim)
-		return
-	}
-	if n != len(b.step.Tokens) {
-		b.fail("Attention: %d rows but the step has %d tokens", n, len(b.step.Tokens))
 		return
 	}
 	qw, kw := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
@@ -227,25 +207,11 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 	if qs == nil || ks == nil || vs == nil || os == nil || kc == nil || vc == nil {
 		return
 	}
-	ps := kv.PageSize
-	if ps <= 0 {
-		b.fail("Attention: page size %d", ps)
+	// The kernels index pages without bounds checks: check them here.
+	if b.refuse(backend.CheckKVPages(b.step.Seqs, kv)) {
 		return
 	}
-	// The kernels index pages without bounds checks: check them here.
-	for _, sq := range b.step.Seqs {
-		need := (sq.Pos + sq.Len + ps - 1) / ps
-		if len(sq.Pages) < need {
-			b.fail("Attention: slot %d has %d KV pages, needs %d", sq.Slot, len(sq.Pages), need)
-			return
-		}
-		for _, pg := range sq.Pages[:need] {
-			if pg < 0 || int(pg) >= kv.TotalPages {
-				b.fail("Attention: slot %d uses KV page %d outside [0,%d)", sq.Slot, pg, kv.TotalPages)
-				return
-			}
-		}
-	}
+	ps := kv.PageSize
 	if !b.check("Attention", b.d.launch(b.s, "m_kv_store", grid1(n), grid1(min(256, blocks(kw, 32)*32)), 0,
 		kc.buf, vc.buf, ks.buf, vs.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, kw)) {
 		return
@@ -305,16 +271,14 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 		return
 	}
 	e := lt.cols()
-	if k < 1 || k > e {
-		b.fail("RouterTopK: top-k %d with %d experts", k, e)
+	if b.refuse(backend.CheckTopK(k, e)) {
 		return
 	}
 	ls, ws := b.f32(logits, n*e, "RouterTopK logits"), b.f32(wts, n*k, "RouterTopK weights")
 	if ls == nil || ws == nil {
 		return
 	}
-	if it.dt != tensor.I32 || it.n < n*k {
-		b.fail("RouterTopK: ids %s must be I32 with %d elements", it.label(), n*k)
+	if b.refuse(backend.CheckRouterIDs(it.arg(), n*k)) {
 		return
 	}
 	nm := 0
@@ -339,12 +303,10 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if t, ok := b.moe[e]; ok {
 		return t
 	}
-	ne := len(e.Gate)
-	if ne == 0 || len(e.Up) != ne || len(e.Down) != ne {
-		b.fail("MoE: %d/%d/%d gate/up/down experts", len(e.Gate), len(e.Up), len(e.Down))
+	if b.refuse(backend.CheckExperts(e)) {
 		return nil
 	}
-	h, inter := e.Hidden, e.Inter
+	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
 	ptrs := make([]uint64, 3*ne)
 	codes := [3]int{-1, -1, -1}
 	partial := false
@@ -358,11 +320,10 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 			if t == nil {
 				return nil
 			}
-			c, isFloat := wcode(t.dt)
-			if !isFloat || t.n != h*inter {
-				b.fail("MoE: expert %d weight %s does not match hidden %d inter %d", ex, t.label(), h, inter)
+			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
 				return nil
 			}
+			c, _ := wcode(t.dt)
 			if codes[j] >= 0 && codes[j] != c {
 				b.fail("MoE: expert %d weight %s is %s, other experts' differ", ex, t.label(), t.dt)
 				return nil
@@ -417,18 +378,13 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	if tab == nil {
 		return
 	}
-	if it.dt != tensor.I32 {
-		b.fail("MoE: ids %s must be I32", it.label())
+	h, inter, k := e.Hidden, e.Inter, it.cols()
+	if b.refuse(backend.CheckExpertIDs(it.arg(), n, k)) {
 		return
 	}
-	h, inter, k := e.Hidden, e.Inter, it.cols()
 	xs, os := b.f32(x, n*h, "MoE x"), b.f32(out, n*h, "MoE out")
 	ws := b.f32(wts, n*k, "MoE weights")
 	if xs == nil || os == nil || ws == nil {
-		return
-	}
-	if it.n < n*k {
-		b.fail("MoE: ids %s hold fewer than %d x %d", it.label(), n, k)
 		return
 	}
 	if n <= 0 {
@@ -480,8 +436,7 @@ func (b *Backend) GatherRows(out, x backend.Tensor, first, count int) {
 		return
 	}
 	d := xt.cols()
-	if first < 0 || count < 0 || first+count > len(b.step.OutRows) {
-		b.fail("GatherRows: rows [%d,%d) outside the step's %d output rows", first, first+count, len(b.step.OutRows))
+	if b.refuse(backend.CheckGather(first, count, len(b.step.OutRows))) {
 		return
 	}
 	os := b.f32(out, count*d, "GatherRows out")
@@ -504,8 +459,7 @@ func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
 	if src == nil || !b.ok() {
 		return b.Sync()
 	}
-	if len(dst) < m {
-		b.fail("Read: destination holds %d floats, need %d", len(dst), m)
+	if b.refuse(backend.CheckRead(len(dst), m)) {
 		return b.Sync()
 	}
 	if err := b.s.Synchronize(); err != nil {

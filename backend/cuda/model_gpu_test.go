@@ -3,18 +3,18 @@
 package cuda_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/engine/sample"
+	testfixtures "github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all"
@@ -38,37 +38,7 @@ const modelTol = 5e-3
 
 var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"}
 
-func fixtureDir(name string) string {
-	if d := os.Getenv("KT_TESTDATA_MODELS"); d != "" {
-		return filepath.Join(d, name)
-	}
-	return filepath.Join("..", "..", "testdata", "models", name)
-}
-
-type refCase struct {
-	Name           string         `json:"name"`
-	PromptIDs      []int32        `json:"prompt_ids"`
-	PromptLogprobs []*float64     `json:"prompt_logprobs"`
-	GreedyIDs      []int32        `json:"greedy_ids"`
-	GreedyLogprobs []float64      `json:"greedy_logprobs"`
-	TopLogprobs    [][][2]float64 `json:"top_logprobs"`
-	Top2Margin     []float64      `json:"top2_margin"`
-}
-
-func readRef(t *testing.T, name string) []refCase {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(fixtureDir(name), "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Cases []refCase `json:"cases"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.Cases
-}
+var fixtureDir = testfixtures.Dir
 
 var (
 	devOnce sync.Once
@@ -158,22 +128,7 @@ func (r *runner) batch(t *testing.T, chunks ...model.Chunk) [][][]float32 {
 	return res
 }
 
-func logSoftmax(row []float32) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(s)
-	out := make([]float64, len(row))
-	for i, v := range row {
-		out[i] = float64(v) - lse
-	}
-	return out
-}
+func logSoftmax(row []float32) []float64 { return sample.LogSoftmax(row, nil) }
 
 func argmax(lp []float64) int32 {
 	best := 0
@@ -207,7 +162,7 @@ func TestModelsMatchTransformers(t *testing.T) {
 			g, c := load(t, fx, true), load(t, fx, false)
 			var worstRef, worstCPU float64
 			flips := 0
-			for _, rc := range readRef(t, fx) {
+			for _, rc := range testfixtures.Load(t, fx) {
 				g.free(0)
 				c.free(0)
 				rows := g.forward(t, 0, rc.PromptIDs, true)
@@ -252,7 +207,7 @@ func TestModelsMatchTransformers(t *testing.T) {
 			// the fast mode, prompts only
 			f := loadMode(t, fx, true, true)
 			var worstFast float64
-			for _, rc := range readRef(t, fx) {
+			for _, rc := range testfixtures.Load(t, fx) {
 				f.free(0)
 				rows := f.forward(t, 0, rc.PromptIDs, true)
 				for i := 1; i < len(rc.PromptIDs); i++ {
@@ -273,7 +228,7 @@ func TestChunkedPrefill(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx, func(t *testing.T) {
 			g := load(t, fx, true)
-			cases := readRef(t, fx)
+			cases := testfixtures.Load(t, fx)
 			c := cases[len(cases)-1]
 			g.free(0)
 			whole := g.forward(t, 0, c.PromptIDs, true)
@@ -304,7 +259,7 @@ func TestChunkedPrefill(t *testing.T) {
 func TestMixedBatch(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx, func(t *testing.T) {
-			cases := readRef(t, fx)
+			cases := testfixtures.Load(t, fx)
 			a, b, c := cases[0].PromptIDs, cases[1].PromptIDs, cases[2].PromptIDs
 			g := load(t, fx, true)
 			aloneA := g.forward(t, 0, a, true)

@@ -15,12 +15,12 @@ package qwen3moe
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/block"
 	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/tensor"
@@ -36,13 +36,11 @@ func init() {
 }
 
 type layer struct {
-	inNorm, postNorm      backend.Tensor
-	wq, wk, wv, wo        backend.Tensor
-	qNorm, kNorm          backend.Tensor
-	moe                   bool
-	router                backend.Tensor
-	mlpGate, mlpUp, mlpDn backend.Tensor
-	kv                    *backend.KVCache
+	inNorm, postNorm backend.Tensor
+	attn             block.Attention
+	moe              bool
+	router           backend.Tensor
+	mlp              block.MLP // dense layers
 }
 
 // Runner is a loaded Qwen3-MoE model; it implements model.Runner.
@@ -60,8 +58,9 @@ type Runner struct {
 	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
 	// activations, sized at load from MaxBatchTokens
-	x, h, q, k, v, att, tmp, gate, up backend.Tensor
-	rlogits, rw, rids                 backend.Tensor
+	x, h, tmp, gate, up backend.Tensor
+	ab                  block.AttnBufs
+	rlogits, rw, rids   backend.Tensor
 }
 
 var _ model.Runner = (*Runner)(nil)
@@ -120,12 +119,12 @@ func (r *Runner) loadWeights() error {
 		}{
 			{&L.inNorm, "input_layernorm.weight", []int{H}},
 			{&L.postNorm, "post_attention_layernorm.weight", []int{H}},
-			{&L.wq, "self_attn.q_proj.weight", []int{qd, H}},
-			{&L.wk, "self_attn.k_proj.weight", []int{kd, H}},
-			{&L.wv, "self_attn.v_proj.weight", []int{kd, H}},
-			{&L.wo, "self_attn.o_proj.weight", []int{H, qd}},
-			{&L.qNorm, "self_attn.q_norm.weight", []int{hd}},
-			{&L.kNorm, "self_attn.k_norm.weight", []int{hd}},
+			{&L.attn.Q, "self_attn.q_proj.weight", []int{qd, H}},
+			{&L.attn.K, "self_attn.k_proj.weight", []int{kd, H}},
+			{&L.attn.V, "self_attn.v_proj.weight", []int{kd, H}},
+			{&L.attn.O, "self_attn.o_proj.weight", []int{H, qd}},
+			{&L.attn.QNorm, "self_attn.q_norm.weight", []int{hd}},
+			{&L.attn.KNorm, "self_attn.k_norm.weight", []int{hd}},
 		} {
 			if *w.dst, err = r.rb.Weight(p+w.name, w.shape...); err != nil {
 				return err
@@ -133,14 +132,7 @@ func (r *Runner) loadWeights() error {
 		}
 		L.moe = c.Layers[l].IsMoE
 		if !L.moe {
-			I := c.IntermediateSize
-			if L.mlpGate, err = r.rb.Weight(p+"mlp.gate_proj.weight", I, H); err != nil {
-				return err
-			}
-			if L.mlpUp, err = r.rb.Weight(p+"mlp.up_proj.weight", I, H); err != nil {
-				return err
-			}
-			if L.mlpDn, err = r.rb.Weight(p+"mlp.down_proj.weight", H, I); err != nil {
+			if L.mlp, err = block.LoadMLP(r.rb, p+"mlp.", c.IntermediateSize, H); err != nil {
 				return err
 			}
 			continue
@@ -162,11 +154,10 @@ func (r *Runner) allocate() error {
 		return err
 	}
 	hd := c.HeadDim
-	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta}
-	r.attn = backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	r.rope, r.attn = block.Params(c)
 	var err error
 	for l := range r.layers {
-		if r.layers[l].kv, err = be.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKVHeads, hd); err != nil {
+		if r.layers[l].attn.KV, err = block.AllocKV(r.rb, c); err != nil {
 			return err
 		}
 	}
@@ -180,8 +171,8 @@ func (r *Runner) allocate() error {
 		shape []int
 	}{
 		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
-		{&r.q, act, []int{T, c.NumHeads * hd}}, {&r.att, act, []int{T, c.NumHeads * hd}},
-		{&r.k, act, []int{T, c.NumKVHeads * hd}}, {&r.v, act, []int{T, c.NumKVHeads * hd}},
+		{&r.ab.Q, act, []int{T, c.NumHeads * hd}}, {&r.ab.Out, act, []int{T, c.NumHeads * hd}},
+		{&r.ab.K, act, []int{T, c.NumKVHeads * hd}}, {&r.ab.V, act, []int{T, c.NumKVHeads * hd}},
 		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
 		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
@@ -223,28 +214,17 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 	for l := range r.layers {
 		L := &r.layers[l]
 		be.RMSNorm(r.h, r.x, L.inNorm, eps, n)
-		be.MatMul(r.q, r.h, L.wq, n)
-		be.MatMul(r.k, r.h, L.wk, n)
-		be.MatMul(r.v, r.h, L.wv, n)
-		be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumHeads)
-		be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKVHeads)
-		be.Rope(r.q, &r.rope, c.NumHeads, n)
-		be.Rope(r.k, &r.rope, c.NumKVHeads, n)
-		be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
-		be.MatMul(r.tmp, r.att, L.wo, n)
+		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
+		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {
-			be.MatMul(r.rlogits, r.h, L.router, n)
-			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
+			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
 		} else {
-			be.MatMul(r.gate, r.h, L.mlpGate, n)
-			be.MatMul(r.up, r.h, L.mlpUp, n)
-			be.SiLUMul(r.gate, r.gate, r.up, n)
-			be.MatMul(r.tmp, r.gate, L.mlpDn, n)
+			L.mlp.Forward(be, r.tmp, r.h, r.gate, r.up, n)
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 	}
@@ -267,13 +247,14 @@ func (r *Runner) DecodeWeightBytes() int64 {
 	var total int64
 	for l := range r.layers {
 		L := &r.layers[l]
-		for _, t := range []backend.Tensor{L.inNorm, L.postNorm, L.wq, L.wk, L.wv, L.wo, L.qNorm, L.kNorm} {
+		a := &L.attn
+		for _, t := range []backend.Tensor{L.inNorm, L.postNorm, a.Q, a.K, a.V, a.O, a.QNorm, a.KNorm} {
 			total += wsize(t)
 		}
 		if L.moe {
 			total += wsize(L.router) + int64(c.TopK)*(wsize(r.moe[l].Gate[0])+wsize(r.moe[l].Up[0])+wsize(r.moe[l].Down[0]))
 		} else {
-			total += wsize(L.mlpGate) + wsize(L.mlpUp) + wsize(L.mlpDn)
+			total += wsize(L.mlp.Gate) + wsize(L.mlp.Up) + wsize(L.mlp.Down)
 		}
 	}
 	row := wsize(r.embed) / int64(c.VocabSize)

@@ -28,6 +28,7 @@ import (
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/block"
 	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/tensor"
@@ -53,16 +54,15 @@ type layer struct {
 	convChannels, valueWd int
 
 	// gated attention
-	wq, wgate, wk, wv, wo backend.Tensor
-	qNorm, kNorm          backend.Tensor
-	kv                    *backend.KVCache
+	attn  block.Attention
+	wgate backend.Tensor // the output gate's half of q_proj
 
 	// MLP
-	moe                   bool
-	router                backend.Tensor
-	seGate, seUp, seDown  backend.Tensor
-	seScale               backend.Tensor
-	mlpGate, mlpUp, mlpDn backend.Tensor
+	moe     bool
+	router  backend.Tensor
+	shared  block.MLP      // the shared expert
+	seScale backend.Tensor // its sigmoid gate [1, H]
+	mlp     block.MLP      // dense layers
 }
 
 // Runner is a loaded Qwen3-Next or Qwen3.5 MoE model; it implements
@@ -87,7 +87,8 @@ type Runner struct {
 	x, h, tmp, tmp2           backend.Tensor
 	mixed, convOut, z, core   backend.Tensor
 	ga, gb, gg, gbeta         backend.Tensor
-	q, gate, k, v, att        backend.Tensor
+	ab                        block.AttnBufs
+	gate                      backend.Tensor
 	rlogits, rw, rids         backend.Tensor
 	seG, seU, seS, mlpG, mlpU backend.Tensor
 }
@@ -329,25 +330,26 @@ func (r *Runner) loadAttention(L *layer, p string) error {
 		qRows = append(qRows, [2]int{2 * h * hd, hd})
 		gRows = append(gRows, [2]int{2*h*hd + hd, hd})
 	}
-	if L.wq, err = r.gatherRows(qg, p+"q_proj.weight[q]", qRows); err != nil {
+	a := &L.attn
+	if a.Q, err = r.gatherRows(qg, p+"q_proj.weight[q]", qRows); err != nil {
 		return err
 	}
 	if L.wgate, err = r.gatherRows(qg, p+"q_proj.weight[gate]", gRows); err != nil {
 		return err
 	}
-	if L.wk, err = r.rb.Weight(p+"k_proj.weight", kvd, H); err != nil {
+	if a.K, err = r.rb.Weight(p+"k_proj.weight", kvd, H); err != nil {
 		return err
 	}
-	if L.wv, err = r.rb.Weight(p+"v_proj.weight", kvd, H); err != nil {
+	if a.V, err = r.rb.Weight(p+"v_proj.weight", kvd, H); err != nil {
 		return err
 	}
-	if L.wo, err = r.rb.Weight(p+"o_proj.weight", H, nh*hd); err != nil {
+	if a.O, err = r.rb.Weight(p+"o_proj.weight", H, nh*hd); err != nil {
 		return err
 	}
-	if L.qNorm, err = r.f32Weight(p+"q_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
+	if a.QNorm, err = r.f32Weight(p+"q_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
 		return err
 	}
-	if L.kNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
+	if a.KNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
 		return err
 	}
 	return nil
@@ -361,29 +363,13 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	var err error
 	L.moe = c.Layers[l].IsMoE
 	if !L.moe {
-		I := c.IntermediateSize
-		if L.mlpGate, err = r.rb.Weight(p+"gate_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.mlpUp, err = r.rb.Weight(p+"up_proj.weight", I, H); err != nil {
-			return err
-		}
-		if L.mlpDn, err = r.rb.Weight(p+"down_proj.weight", H, I); err != nil {
-			return err
-		}
-		return nil
+		L.mlp, err = block.LoadMLP(r.rb, p, c.IntermediateSize, H)
+		return err
 	}
 	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
 		return err
 	}
-	SI := c.SharedExpertIntermediateSize
-	if L.seGate, err = r.rb.Weight(p+"shared_expert.gate_proj.weight", SI, H); err != nil {
-		return err
-	}
-	if L.seUp, err = r.rb.Weight(p+"shared_expert.up_proj.weight", SI, H); err != nil {
-		return err
-	}
-	if L.seDown, err = r.rb.Weight(p+"shared_expert.down_proj.weight", H, SI); err != nil {
+	if L.shared, err = block.LoadMLP(r.rb, p+"shared_expert.", c.SharedExpertIntermediateSize, H); err != nil {
 		return err
 	}
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
@@ -402,15 +388,14 @@ func (r *Runner) allocate() error {
 	}
 	var err error
 	hd := c.HeadDim
-	r.rope = backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta}
-	r.attn = backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	r.rope, r.attn = block.Params(c)
 	nLinear := 0
 	for l := range r.layers {
 		if r.layers[l].linear {
 			nLinear++
 			continue
 		}
-		if r.layers[l].kv, err = r.rb.BE.AllocKV(r.rb.Pool.NumPages(), o.PageSize, c.NumKVHeads, hd); err != nil {
+		if r.layers[l].attn.KV, err = block.AllocKV(r.rb, c); err != nil {
 			return err
 		}
 	}
@@ -438,9 +423,9 @@ func (r *Runner) allocate() error {
 		{&r.z, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}}, {&r.core, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}},
 		{&r.ga, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gb, tensor.F32, []int{T, lin(d.VHeads)}},
 		{&r.gg, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gbeta, tensor.F32, []int{T, lin(d.VHeads)}},
-		{&r.q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumHeads * hd}},
-		{&r.att, tensor.F32, []int{T, c.NumHeads * hd}},
-		{&r.k, tensor.F32, []int{T, c.NumKVHeads * hd}}, {&r.v, tensor.F32, []int{T, c.NumKVHeads * hd}},
+		{&r.ab.Q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumHeads * hd}},
+		{&r.ab.Out, tensor.F32, []int{T, c.NumHeads * hd}},
+		{&r.ab.K, tensor.F32, []int{T, c.NumKVHeads * hd}}, {&r.ab.V, tensor.F32, []int{T, c.NumKVHeads * hd}},
 		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
 		{&r.seG, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
@@ -510,32 +495,21 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 			la.GatedRMSNorm(r.core, r.core, r.z, L.gnorm, eps, n*r.delta.VHeads)
 			be.MatMul(r.tmp, r.core, L.outProj, n)
 		} else {
-			be.MatMul(r.q, r.h, L.wq, n)
 			be.MatMul(r.gate, r.h, L.wgate, n)
-			be.MatMul(r.k, r.h, L.wk, n)
-			be.MatMul(r.v, r.h, L.wv, n)
-			be.RMSNorm(r.q, r.q, L.qNorm, eps, n*c.NumHeads)
-			be.RMSNorm(r.k, r.k, L.kNorm, eps, n*c.NumKVHeads)
-			be.Rope(r.q, &r.rope, c.NumHeads, n)
-			be.Rope(r.k, &r.rope, c.NumKVHeads, n)
-			be.Attention(r.att, r.q, r.k, r.v, L.kv, &r.attn, n)
-			la.SigmoidGate(r.att, r.att, r.gate, n)
-			be.MatMul(r.tmp, r.att, L.wo, n)
+			L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
+			la.SigmoidGate(r.ab.Out, r.ab.Out, r.gate, n)
+			be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {
-			be.MatMul(r.rlogits, r.h, L.router, n)
-			be.RouterTopK(r.rw, r.rids, r.rlogits, c.TopK, c.NormTopKProb, n)
+			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 			// routed experts start (on the CPU in the hybrid step) while
 			// the shared expert runs on the backend
 			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
-			be.MatMul(r.seG, r.h, L.seGate, n)
-			be.MatMul(r.seU, r.h, L.seUp, n)
-			be.SiLUMul(r.seG, r.seG, r.seU, n)
-			be.MatMul(r.tmp2, r.seG, L.seDown, n)
+			L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
 			be.MatMul(r.seS, r.h, L.seScale, n)
 			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
 			if err := r.routed.Join(l, r.tmp, n); err != nil {
@@ -543,10 +517,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 			}
 			be.Add(r.tmp, r.tmp, r.tmp2, n)
 		} else {
-			be.MatMul(r.mlpG, r.h, L.mlpGate, n)
-			be.MatMul(r.mlpU, r.h, L.mlpUp, n)
-			be.SiLUMul(r.mlpG, r.mlpG, r.mlpU, n)
-			be.MatMul(r.tmp, r.mlpG, L.mlpDn, n)
+			L.mlp.Forward(be, r.tmp, r.h, r.mlpG, r.mlpU, n)
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 	}

@@ -6,7 +6,6 @@
 package modeltest
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/engine/sample"
+	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
 )
 
@@ -26,38 +26,15 @@ type Runner interface {
 	SlotLen(slot int) int
 }
 
-// Case is one prompt of a fixture's reference.json, written by
-// transformers: the prompt's logprobs, the greedy continuation with its
-// logprobs, the top-8 logprobs per step and the top-2 margin.
-type Case struct {
-	Name           string         `json:"name"`
-	PromptIDs      []int32        `json:"prompt_ids"`
-	PromptLogprobs []*float64     `json:"prompt_logprobs"`
-	GreedyIDs      []int32        `json:"greedy_ids"`
-	GreedyLogprobs []float64      `json:"greedy_logprobs"`
-	TopLogprobs    [][][2]float64 `json:"top_logprobs"`
-	Top2Margin     []float64      `json:"top2_margin"`
-}
+// Case is one prompt of a fixture's reference.json.
+type Case = fixtures.Case
 
-// FixtureDir is the path of testdata/models/name from a package two levels
-// below the repository root (models/<family>).
-func FixtureDir(name string) string { return filepath.Join("..", "..", "testdata", "models", name) }
+// FixtureDir is the directory of fixture name (testdata/models/name, or
+// under $KT_TESTDATA_MODELS).
+func FixtureDir(name string) string { return fixtures.Dir(name) }
 
 // ReadRef reads the reference cases of fixture name.
-func ReadRef(t testing.TB, name string) []Case {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(FixtureDir(name), "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Cases []Case `json:"cases"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.Cases
-}
+func ReadRef(t testing.TB, name string) []Case { return fixtures.Load(t, name) }
 
 // LogSoftmax returns the log-probabilities of a logits row in float64.
 func LogSoftmax(row []float32) []float64 { return sample.LogSoftmax(row, nil) }

@@ -1,0 +1,105 @@
+// Package block holds the layer pieces the Qwen model definitions
+// (qwen3moe, qwen3next) run the same way: the attention block from the
+// q/k/v projections to the attention output (per-head q/k RMSNorm, NeoX
+// rotary, grouped-query attention over the paged KV cache), the SwiGLU MLP
+// (dense layers and shared experts), the softmax top-k router, and how their
+// parameters and KV caches are sized from the config. What differs per
+// architecture (how the weights are stored, Qwen3-Next's output gate and
+// Gemma-style norms, where the blocks' outputs go) stays in the model
+// packages.
+package block
+
+import (
+	"math"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/models/internal/runbase"
+)
+
+// Params returns the rotary and attention parameters of c's attention
+// layers (scale 1/sqrt(head dim)).
+func Params(c *modelconfig.Config) (backend.Rope, backend.Attn) {
+	hd := c.HeadDim
+	return backend.Rope{HeadDim: hd, RotaryDim: c.Rope.RotaryDim, Theta: c.Rope.Theta},
+		backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+}
+
+// AllocKV allocates one attention layer's paged KV cache: the pool's pages
+// of the options' page size, c's kv heads and head dim.
+func AllocKV(rb *runbase.Base, c *modelconfig.Config) (*backend.KVCache, error) {
+	return rb.BE.AllocKV(rb.Pool.NumPages(), rb.Opts.PageSize, c.NumKVHeads, c.HeadDim)
+}
+
+// Attention is one attention layer's weights: the q, k, v projections
+// [heads·hd, H], [kvHeads·hd, H] (twice), the o projection [H, heads·hd],
+// the per-head RMSNorm weights [hd] of q and k, and the layer's KV cache.
+type Attention struct {
+	Q, K, V, O   backend.Tensor
+	QNorm, KNorm backend.Tensor
+	KV           *backend.KVCache
+}
+
+// AttnBufs are the activations the attention block writes: Q and Out
+// [T, heads·hd], K and V [T, kvHeads·hd].
+type AttnBufs struct {
+	Q, K, V, Out backend.Tensor
+}
+
+// Attend runs the attention block on the first n rows of h up to the
+// attention output (buf.Out, before the o projection): q, k, v projections,
+// per-head RMSNorm of q and k, rotary on q and k, then attention over the
+// KV cache (which the step's k and v rows join).
+func (a *Attention) Attend(be backend.Ops, buf *AttnBufs, h backend.Tensor, rope *backend.Rope, p *backend.Attn, eps float32, n int) {
+	be.MatMul(buf.Q, h, a.Q, n)
+	be.MatMul(buf.K, h, a.K, n)
+	be.MatMul(buf.V, h, a.V, n)
+	be.RMSNorm(buf.Q, buf.Q, a.QNorm, eps, n*p.Heads)
+	be.RMSNorm(buf.K, buf.K, a.KNorm, eps, n*p.KVHeads)
+	be.Rope(buf.Q, rope, p.Heads, n)
+	be.Rope(buf.K, rope, p.KVHeads, n)
+	be.Attention(buf.Out, buf.Q, buf.K, buf.V, a.KV, p, n)
+}
+
+// MLP is a SwiGLU MLP's weights: gate and up [I, H], down [H, I].
+type MLP struct {
+	Gate, Up, Down backend.Tensor
+}
+
+// LoadMLP binds the SwiGLU MLP stored under p (p+"gate_proj.weight",
+// "up_proj.weight", "down_proj.weight") with intermediate size inter.
+func LoadMLP(rb *runbase.Base, p string, inter, hidden int) (MLP, error) {
+	var m MLP
+	var err error
+	for _, w := range []struct {
+		dst        *backend.Tensor
+		name       string
+		rows, cols int
+	}{
+		{&m.Gate, "gate_proj.weight", inter, hidden},
+		{&m.Up, "up_proj.weight", inter, hidden},
+		{&m.Down, "down_proj.weight", hidden, inter},
+	} {
+		if *w.dst, err = rb.Weight(p+w.name, w.rows, w.cols); err != nil {
+			return MLP{}, err
+		}
+	}
+	return m, nil
+}
+
+// Forward computes out = down(silu(gate(x)) · up(x)) over n rows, with g
+// and u [T, I] as scratch.
+func (m *MLP) Forward(be backend.Ops, out, x, g, u backend.Tensor, n int) {
+	be.MatMul(g, x, m.Gate, n)
+	be.MatMul(u, x, m.Up, n)
+	be.SiLUMul(g, g, u, n)
+	be.MatMul(out, g, m.Down, n)
+}
+
+// Route runs the router [E, H] on n rows of h and keeps each row's top k
+// experts: logits [T, E], weights wts and ids [T, k] (renormalised when
+// norm is set).
+func Route(be backend.Ops, wts, ids, logits, h, router backend.Tensor, k int, norm bool, n int) {
+	be.MatMul(logits, h, router, n)
+	be.RouterTopK(wts, ids, logits, k, norm, n)
+}
