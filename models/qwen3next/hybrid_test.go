@@ -79,7 +79,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 	}
 	cpuRef := run("cpu", nil, "BF16", "cpuexperts BF16")
 	gpuAll := run("gpu", gpu, "backend", "backend MoE op")
-	syncRun := run("hybrid synchronous", gpu, "BF16", "synchronous (KT_HYBRID_WAIT=spin); no routed expert on the GPU")
+	syncRun := run("hybrid synchronous", gpu, "BF16", "(KT_HYBRID_WAIT=spin); no routed expert on the GPU")
 	// GPU experts (placement): none, some (uniform 3 per layer, seeded
 	// random 40%), all; the GPU computes those with its MoE op, the CPU
 	// engine the rest, the two shares summed on the GPU
