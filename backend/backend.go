@@ -217,7 +217,9 @@ type Attn struct {
 }
 
 // Experts is one MoE layer's routed experts: per expert, gate and up
-// [inter, hidden] and down [hidden, inter] weights.
+// [inter, hidden] and down [hidden, inter] weights. The CUDA backend's MoE
+// also accepts experts whose three weights are nil (served elsewhere, the
+// hybrid step's CPU experts) and skips them as it skips ids < 0.
 type Experts struct {
 	Gate, Up, Down []Tensor
 	Hidden, Inter  int

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // Options size a runner's buffers and choose where it runs.
@@ -47,6 +48,11 @@ type Options struct {
 	// routed experts, used in place or quantized at load), or a kt quant
 	// output directory (AMXINT8/AMXINT4, loaded as converted).
 	ExpertWeightPath string
+	// GPUExperts says which routed experts stay on the GPU in the hybrid
+	// step (--kt-num-gpu-experts, --kt-gpu-experts-ratio,
+	// --kt-expert-placement-strategy); the zero value (PerLayer 0) keeps
+	// every routed expert on the CPU expert engine.
+	GPUExperts placement.Request
 
 	// Device picks the backend Load opens when Backend is nil: "" or
 	// "cpu" (a CPU backend with Threads), "cuda" (the GPU or an error),

@@ -48,6 +48,7 @@ type Backend struct {
 	moe        map[*backend.Experts]*moeTable
 	moeH       Buffer // [pairs, inter] float32
 	moeY       Buffer // [pairs, hidden] float32
+	moeIDs     Buffer // [pairs] int32: ids with experts absent from the table masked to -1
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
@@ -69,6 +70,7 @@ type moeTable struct {
 	ptrs          Buffer // u64 [E][3]: gate, up, down
 	e             int
 	gdt, udt, ddt int
+	partial       bool // some experts have no weights here (nil entries): their ids are masked to -1
 }
 
 var (

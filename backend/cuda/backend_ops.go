@@ -326,7 +326,12 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
 	ptrs := make([]uint64, 3*ne)
 	codes := [3]int{-1, -1, -1}
+	partial := false
 	for ex := 0; ex < ne; ex++ {
+		if e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil {
+			partial = true // served elsewhere (the CPU expert engine): null entries
+			continue
+		}
 		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
 			t := b.t(w, "MoE weight")
 			if t == nil {
@@ -351,7 +356,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if err := Upload(b.d, buf, hostPtrs(ptrs)); !b.check("MoE", err) {
 		return nil
 	}
-	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2]}
+	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial}
 	b.moe[e] = t
 	return t
 }
@@ -406,27 +411,36 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	if !b.growBuf(&b.moeH, int64(pairs)*int64(inter)*4, "MoE gate/up scratch") || !b.growBuf(&b.moeY, int64(pairs)*int64(h)*4, "MoE expert output scratch") {
 		return
 	}
+	idb := it.buf
+	if tab.partial {
+		// experts without weights here (nil in e) are skipped as ids < 0
+		if !b.growBuf(&b.moeIDs, int64(pairs)*4, "MoE masked ids") ||
+			!b.check("MoE", b.d.launch(b.s, "m_moe_mask_ids", grid1(blocks(pairs, 256)), grid1(256), 0, b.moeIDs, idb, tab.ptrs, pairs, tab.e)) {
+			return
+		}
+		idb = b.moeIDs
+	}
 	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
 	// other dtypes and the tiny fixtures the general ones.
 	if !b.generalOnly && tab.gdt == wtBF16 && tab.udt == wtBF16 && h%256 == 0 {
 		if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup_bf16", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
-			b.moeH, xs.buf, it.buf, tab.ptrs, h, inter, k, tab.e)) {
+			b.moeH, xs.buf, idb, tab.ptrs, h, inter, k, tab.e)) {
 			return
 		}
 	} else if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
-		b.moeH, xs.buf, it.buf, tab.ptrs, tab.gdt, tab.udt, h, inter, k, tab.e)) {
+		b.moeH, xs.buf, idb, tab.ptrs, tab.gdt, tab.udt, h, inter, k, tab.e)) {
 		return
 	}
 	if !b.generalOnly && tab.ddt == wtBF16 && inter%256 == 0 {
 		if !b.check("MoE", b.d.launch(b.s, "m_moe_down_bf16", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
-			b.moeY, b.moeH, it.buf, tab.ptrs, h, inter, tab.e)) {
+			b.moeY, b.moeH, idb, tab.ptrs, h, inter, tab.e)) {
 			return
 		}
 	} else if !b.check("MoE", b.d.launch(b.s, "m_moe_down", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
-		b.moeY, b.moeH, it.buf, tab.ptrs, tab.ddt, h, inter, tab.e)) {
+		b.moeY, b.moeH, idb, tab.ptrs, tab.ddt, h, inter, tab.e)) {
 		return
 	}
-	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, it.buf, k, h, tab.e))
+	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
 }
 
 // GatherRows implements backend.Ops.

@@ -44,9 +44,13 @@ type generateFlags struct {
 	ktCPUInfer     int
 	ktPools        int
 	ktNUMANodes    []int
-	device         string
-	baseGPUID      int
-	memFraction    float64
+	// GPU experts of the hybrid step
+	ktNumGPUExperts   int
+	ktGPUExpertsRatio float64
+	ktPlacement       string
+	device            string
+	baseGPUID         int
+	memFraction       float64
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -84,6 +88,9 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.ktCPUInfer, "kt-cpuinfer", 0, "CPU expert engine threads (0 = --threads)")
 	fl.IntVar(&f.ktPools, "kt-threadpool-count", 0, "CPU expert thread pools, one per NUMA node (0 = as the kt quant output was converted, else 1)")
 	fl.IntSliceVar(&f.ktNUMANodes, "kt-numa-nodes", nil, "NUMA node of each CPU expert thread pool (comma-separated)")
+	fl.IntVar(&f.ktNumGPUExperts, "kt-num-gpu-experts", -1, "routed experts per MoE layer kept on the GPU in the hybrid step (--device cuda --kt-method M)")
+	fl.Float64Var(&f.ktGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")
+	fl.StringVar(&f.ktPlacement, "kt-expert-placement-strategy", "uniform", "GPU expert placement: "+strings.Join(placementStrategies, ", "))
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
@@ -117,6 +124,10 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	if f.ktCPUInfer < 0 || f.ktPools < 0 {
 		return errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
+	}
+	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, cmd.Flags().Changed("kt-gpu-experts-ratio"), f.ktPlacement, "")
+	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
+		return errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
 	}
 	var ids []int32
 	var err error
@@ -153,7 +164,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	t0 := time.Now()
 	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
-		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
+		GPUExperts: gpuExperts, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
+	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/serveconfig"
 	"github.com/ktserve/kt/server"
 	"github.com/ktserve/kt/tokenizer"
@@ -52,7 +53,11 @@ func newServeCmd() *cobra.Command {
 // without cgo). GPU expert placement, the hybrid CPU/GPU step, deferral
 // and LoRA serving are not there yet, so their flags are refused by name.
 func serveFeatures() serveconfig.Features {
-	return serveconfig.Features{GPUs: models.GPUCount(), CPUExpertMethods: cpuExpertMethods()}
+	methods := cpuExpertMethods()
+	gpus := models.GPUCount()
+	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
+		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
+		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -292,7 +297,23 @@ func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logge
 	if cfg.Set["kt-numa-nodes"] {
 		o.ExpertNUMANodes = cfg.KTNumaNodes
 	}
+	o.GPUExperts = gpuExpertRequest(cfg.KTNumGPUExperts, cfg.KTGPUExpertsRatio, cfg.KTGPUExpertsRatioSet, cfg.KTExpertPlacementStrategy, cfg.InitExpertLocation)
 	return nil
+}
+
+// placementStrategies are the --kt-expert-placement-strategy values kt
+// implements (frequency needs SGLang's torch statistics file: not read).
+var placementStrategies = []string{string(placement.Uniform), string(placement.FrontLoading), string(placement.Random)}
+
+// gpuExpertRequest turns --kt-num-gpu-experts (< 0 unset),
+// --kt-gpu-experts-ratio (when ratioSet), --kt-expert-placement-strategy
+// and --init-expert-location ("trivial" or "": none) into the hybrid
+// step's placement request.
+func gpuExpertRequest(perLayer int, ratio float64, ratioSet bool, strategy, stats string) placement.Request {
+	if stats == "trivial" {
+		stats = ""
+	}
+	return placement.Request{PerLayer: perLayer, Ratio: ratio, RatioSet: ratioSet, Strategy: placement.Strategy(strategy), StatsPath: stats}
 }
 
 // modelSummary is what serve logs and needs from config.json and

@@ -140,7 +140,7 @@ func (r *Runner) loadWeights() error {
 		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
 		}
-		if r.moe[l], err = routed.Load(r.rb, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		if r.moe[l], err = routed.Load(r.rb, c, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
 	"github.com/ktserve/kt/models/internal/routed"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // hybridTol bounds |logprob(hybrid) - logprob(all on the CPU)|: the GPU's
@@ -43,9 +44,13 @@ func TestHybridMatchesCPU(t *testing.T) {
 		prompt[i] = int32(i * 37 % shape.Vocab)
 	}
 	// run returns the prompt's logprob rows, then the greedy decode's.
-	run := func(name string, be backend.Backend, experts string, want string) [][]float64 {
+	run := func(name string, be backend.Backend, experts string, want string, gpuExperts ...placement.Request) [][]float64 {
 		t.Helper()
-		r, err := Load(dir, models.Options{Backend: be, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
+		o := models.Options{Backend: be, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts}
+		if len(gpuExperts) > 0 {
+			o.GPUExperts = gpuExperts[0]
+		}
+		r, err := Load(dir, o)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -74,9 +79,24 @@ func TestHybridMatchesCPU(t *testing.T) {
 	}
 	cpuRef := run("cpu", nil, "BF16", "cpuexperts BF16")
 	gpuAll := run("gpu", gpu, "backend", "backend MoE op")
-	syncRun := run("hybrid synchronous", gpu, "BF16", "synchronous")
+	syncRun := run("hybrid synchronous", gpu, "BF16", "(KT_HYBRID_WAIT=spin); no routed expert on the GPU")
+	// GPU experts (placement): none, some (uniform 3 per layer, seeded
+	// random 40%), all; the GPU computes those with its MoE op, the CPU
+	// engine the rest, the two shares summed on the GPU
+	gpu0 := run("hybrid, 0 GPU experts", gpu, "BF16", "no routed expert on the GPU", placement.Request{PerLayer: 0})
+	gpu3 := run("hybrid, 3 GPU experts per layer", gpu, "BF16", "GPU experts per MoE layer 3,3,3,3 (12 of 32)", placement.Request{PerLayer: 3})
+	gpuRand := run("hybrid, random 40% on the GPU", gpu, "BF16", "(12 of 32)", placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random})
+	gpuFront := run("hybrid, front-loading 10 on the GPU", gpu, "BF16", "GPU experts per MoE layer 8,2,0,0 (10 of 32)",
+		placement.Request{Ratio: 10.0 / 32, RatioSet: true, Strategy: placement.FrontLoading})
+	gpu8 := run("hybrid, all experts on the GPU", gpu, "BF16", "GPU experts per MoE layer 8,8,8,8 (32 of 32)", placement.Request{PerLayer: 8})
+	t.Setenv(routed.WaitEnv, "block")
+	gpu3Block := run("hybrid, 3 GPU experts, blocking wait", gpu, "BF16", "KT_HYBRID_WAIT=block", placement.Request{PerLayer: 3})
+	t.Setenv(routed.WaitEnv, "stream")
+	gpu3Stream := run("hybrid, 3 GPU experts, stream wait", gpu, "BF16", "KT_HYBRID_WAIT=stream", placement.Request{PerLayer: 3})
+	t.Setenv(routed.WaitEnv, "")
 	t.Setenv(routed.OverlapEnv, "1")
 	overlap := run("hybrid overlapped", gpu, "BF16", "overlapped")
+	overlap3 := run("hybrid overlapped, 3 GPU experts per layer", gpu, "BF16", "overlapped", placement.Request{PerLayer: 3})
 	var spread float64
 	for _, row := range cpuRef {
 		for v := range row {
@@ -94,6 +114,15 @@ func TestHybridMatchesCPU(t *testing.T) {
 		{"hybrid synchronous vs cpu", syncRun, cpuRef},
 		{"hybrid overlapped vs gpu", overlap, gpuAll},
 		{"gpu vs cpu", gpuAll, cpuRef},
+		{"hybrid 0 GPU experts vs cpu", gpu0, cpuRef},
+		{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
+		{"hybrid random 40% GPU vs cpu", gpuRand, cpuRef},
+		{"hybrid front-loading 10 GPU vs cpu", gpuFront, cpuRef},
+		{"hybrid all GPU experts vs cpu", gpu8, cpuRef},
+		{"hybrid all GPU experts vs gpu", gpu8, gpuAll},
+		{"hybrid 3 GPU experts/layer, block wait vs cpu", gpu3Block, cpuRef},
+		{"hybrid 3 GPU experts/layer, stream wait vs cpu", gpu3Stream, cpuRef},
+		{"hybrid overlapped 3 GPU experts/layer vs cpu", overlap3, cpuRef},
 	} {
 		var worst float64
 		for i := range c.want {

@@ -375,7 +375,7 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	r.moe[l], err = routed.Load(r.rb, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
+	r.moe[l], err = routed.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
 	return err
 }
 

@@ -404,6 +404,16 @@ extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const
 	if (lane == 0) ybuf[(long long)p * H + c] = s;
 }
 
+// m_moe_mask_ids: out[p] = ids[p] when that expert has weights in the
+// table (non-null gate entry), else -1 (experts served elsewhere, e.g. by
+// the CPU expert engine). grid ceil(n/256) x 256.
+extern "C" __global__ void m_moe_mask_ids(int *out, const int *ids, const u64 *ptrs, int n, int E) {
+	const int p = blockIdx.x * blockDim.x + threadIdx.x;
+	if (p >= n) return;
+	const int e = ids[p];
+	out[p] = (e >= 0 && e < E && ptrs[3 * e] != 0) ? e : -1;
+}
+
 // m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
 // grid n.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,

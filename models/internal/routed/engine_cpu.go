@@ -88,7 +88,7 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize, from: "the checkpoint"}
 	if !isCPU {
-		if x.gpu, err = newGPULink(rb, x, len(layers)); err != nil {
+		if x.gpu, err = newGPULink(rb, x, layers); err != nil {
 			eng.Close()
 			return nil, err
 		}
@@ -107,6 +107,9 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 			x.layers[l], err = eng.NewLayerQuant(spec, qd.Layer(l))
 		} else {
 			x.layers[l], err = eng.NewLayer(spec, hostSource{w})
+		}
+		if err == nil && w.GPU != nil {
+			err = x.layers[l].SetSkip(w.GPU) // the GPU computes those
 		}
 		if err != nil {
 			x.close()
@@ -183,7 +186,7 @@ func sameDir(a, b string) bool {
 // queues the work on the GPU's stream (gpuLink.start).
 func (x *engine) start(rb *runbase.Base, l int, h, out, wts, ids backend.Tensor, n int) error {
 	if x.gpu != nil {
-		return x.gpu.start(l, h, wts, ids, n)
+		return x.gpu.start(l, out, h, wts, ids, n)
 	}
 	// the engine reads host memory: the backend's ops so far must be done
 	if err := rb.Sync(); err != nil {
@@ -213,7 +216,7 @@ func (x *engine) describe() string {
 			cfg := x.eng.Config()
 			where := ""
 			if x.gpu != nil {
-				where = fmt.Sprintf("; hybrid: the rest on %s, %s", x.gpu.be.Name(), x.gpu.mode())
+				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/tensor"
 )
 
 // OverlapEnv names the environment variable that, set to 1, makes the
@@ -22,6 +25,14 @@ import (
 // decoded 21% slower (docs/notes/hybrid.md) — two Go callbacks per layer
 // from the driver's thread cost more than the shared expert it hides.
 const OverlapEnv = "KT_HYBRID_OVERLAP"
+
+// WaitEnv names the environment variable that chooses how the synchronous
+// hybrid step waits for the layer's device-to-host copies before the CPU
+// experts run: "spin" (default: an event recorded after the copies, polled
+// with cuEventQuery), "block" (cuEventSynchronize on that event) or
+// "stream" (cuStreamSynchronize, the first form; it also waits for the GPU
+// experts queued after the copies).
+const WaitEnv = "KT_HYBRID_WAIT"
 
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
 // expert engine: pinned host buffers at fixed addresses for one step's
@@ -48,9 +59,19 @@ type gpuLink struct {
 	xs, outs, wts  []float32
 	ids            []int32
 	sync           bool
-	layers         []*linkLayer // per model layer (nil for dense ones), overlapped only
-	mu             sync.Mutex
-	err            error // first error of a host function, reported by the next start or join
+	waitMode       string      // WaitEnv's value: spin, block or stream
+	ev             *cuda.Event // recorded after a layer's copies (synchronous form)
+	// GPU experts (Options.GPUExperts), per model layer: the GPU's share of
+	// the layer (nil: none), whether all its experts are on the GPU, and a
+	// device buffer for the CPU's share, added to the GPU's.
+	gpuExp  []*backend.Experts
+	allGPU  []bool
+	nGPU    []int
+	experts int
+	cpuPart backend.Tensor // f32 [maxTok][hid]; nil when no layer is split
+	layers  []*linkLayer   // per model layer (nil for dense ones), overlapped only
+	mu      sync.Mutex
+	err     error // first error of a host function, reported by the next start or join
 }
 
 // linkLayer is one MoE layer's host functions and the token count of the
@@ -61,14 +82,43 @@ type linkLayer struct {
 	submit, wait *cuda.HostFunc
 }
 
-func newGPULink(rb *runbase.Base, x *engine, nLayers int) (*gpuLink, error) {
+func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error) {
+	nLayers := len(layers)
 	be, ok := rb.BE.(*cuda.Backend)
 	if !ok {
 		return nil, fmt.Errorf("the model runs on %s: the hybrid step needs the CUDA backend or the CPU", rb.BE.Name())
 	}
 	T := rb.Opts.MaxBatchTokens
-	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(OverlapEnv) != "1"}
+	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(OverlapEnv) != "1",
+		waitMode: os.Getenv(WaitEnv), gpuExp: make([]*backend.Experts, nLayers), allGPU: make([]bool, nLayers), nGPU: make([]int, nLayers)}
+	switch g.waitMode {
+	case "":
+		g.waitMode = "spin"
+	case "spin", "block", "stream":
+	default:
+		return nil, fmt.Errorf("%s=%s: want spin, block or stream", WaitEnv, g.waitMode)
+	}
+	split := false
+	for l, w := range layers {
+		if w == nil {
+			continue
+		}
+		g.experts = len(w.Gate)
+		if w.NGPU > 0 {
+			g.gpuExp[l], g.nGPU[l] = &w.OnGPU, w.NGPU
+			g.allGPU[l] = w.NGPU == len(w.Gate)
+			split = split || !g.allGPU[l]
+		}
+	}
 	var err error
+	if split {
+		if g.cpuPart, err = be.Alloc(tensor.F32, T, g.hid); err != nil {
+			return nil, fmt.Errorf("hybrid step: buffer for the CPU experts' share: %w", err)
+		}
+	}
+	if g.ev, err = be.Device().NewEvent(false); err != nil {
+		return nil, fmt.Errorf("hybrid step: %w", err)
+	}
 	alloc := func(n int) *cuda.HostBuffer {
 		if err != nil {
 			return nil
@@ -94,9 +144,44 @@ func newGPULink(rb *runbase.Base, x *engine, nLayers int) (*gpuLink, error) {
 // mode says how the CPU work is scheduled, for Path.
 func (g *gpuLink) mode() string {
 	if g.sync {
-		return "CPU experts synchronous between the GPU's ops"
+		return "CPU experts synchronous between the GPU's ops (" + WaitEnv + "=" + g.waitMode + ")"
 	}
 	return "CPU experts overlapped with the GPU through stream host functions (" + OverlapEnv + "=1)"
+}
+
+// placement says how many routed experts of each MoE layer are on the GPU,
+// for Path (the startup log).
+func (g *gpuLink) placement() string {
+	var per []string
+	total, moe := 0, 0
+	for l := range g.allGPU {
+		if g.x.layers[l] == nil {
+			continue
+		}
+		moe++
+		total += g.nGPU[l]
+		per = append(per, strconv.Itoa(g.nGPU[l]))
+	}
+	if total == 0 {
+		return "no routed expert on the GPU"
+	}
+	return fmt.Sprintf("GPU experts per MoE layer %s (%d of %d)", strings.Join(per, ","), total, moe*g.experts)
+}
+
+// wait waits for the copies queued before the event (synchronous form).
+func (g *gpuLink) wait() error {
+	switch g.waitMode {
+	case "stream":
+		return g.be.Sync()
+	case "block":
+		return g.ev.Synchronize()
+	}
+	for {
+		done, err := g.ev.Done()
+		if err != nil || done {
+			return err
+		}
+	}
 }
 
 // layer returns layer l's host functions, made on first use.
@@ -151,8 +236,9 @@ func (g *gpuLink) buf(t backend.Tensor, what string, bytes int) (cuda.Buffer, er
 }
 
 // start queues the copies of layer l's input rows, ids and weights to the
-// pinned buffers and the engine's task (see gpuLink).
-func (g *gpuLink) start(l int, h, wts, ids backend.Tensor, n int) error {
+// pinned buffers and the engine's task (see gpuLink), and the GPU experts
+// of the layer into out (the CPU's share is added by join).
+func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if err := g.taken(); err != nil {
 		return err
 	}
@@ -160,6 +246,11 @@ func (g *gpuLink) start(l int, h, wts, ids backend.Tensor, n int) error {
 		return fmt.Errorf("%d tokens: the hybrid step's buffers hold %d", n, g.maxTok)
 	}
 	if n == 0 {
+		return nil
+	}
+	gw := g.gpuExp[l]
+	if g.allGPU[l] {
+		g.be.MoE(out, h, gw, wts, ids, n)
 		return nil
 	}
 	xb, err := g.buf(h, "layer input", n*g.hid*4)
@@ -180,7 +271,13 @@ func (g *gpuLink) start(l int, h, wts, ids backend.Tensor, n int) error {
 		return err
 	}
 	if g.sync {
-		if err := g.be.Sync(); err != nil {
+		if err := g.ev.Record(g.s); err != nil {
+			return err
+		}
+		if gw != nil {
+			g.be.MoE(out, h, gw, wts, ids, n) // runs while the CPU computes its share
+		}
+		if err := g.wait(); err != nil {
 			return err
 		}
 		b := &g.x.batch
@@ -190,13 +287,19 @@ func (g *gpuLink) start(l int, h, wts, ids backend.Tensor, n int) error {
 	}
 	L := g.layer(l)
 	L.n.Store(int32(n))
-	return g.s.LaunchHostFunc(L.submit)
+	if err := g.s.LaunchHostFunc(L.submit); err != nil {
+		return err
+	}
+	if gw != nil {
+		g.be.MoE(out, h, gw, wts, ids, n)
+	}
+	return nil
 }
 
 // join queues the wait for layer l's task (overlapped) and the copy of
 // its output to out.
 func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
-	if n == 0 {
+	if n == 0 || g.allGPU[l] {
 		return nil
 	}
 	ob, err := g.buf(out, "experts output", n*g.hid*4)
@@ -208,7 +311,18 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 			return err
 		}
 	}
-	return g.s.CopyHtoD(ob, g.pinOut, 0, int64(n*g.hid*4))
+	if g.gpuExp[l] == nil {
+		return g.s.CopyHtoD(ob, g.pinOut, 0, int64(n*g.hid*4))
+	}
+	cb, err := g.buf(g.cpuPart, "CPU experts' share", n*g.hid*4)
+	if err != nil {
+		return err
+	}
+	if err := g.s.CopyHtoD(cb, g.pinOut, 0, int64(n*g.hid*4)); err != nil {
+		return err
+	}
+	g.be.Add(out, out, g.cpuPart, n)
+	return nil
 }
 
 func (g *gpuLink) close() {
@@ -220,6 +334,9 @@ func (g *gpuLink) close() {
 			L.submit.Release()
 			L.wait.Release()
 		}
+	}
+	if g.ev != nil {
+		_ = g.ev.Destroy()
 	}
 	for _, h := range []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts} {
 		if h != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models/internal/runbase"
+	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -50,21 +51,61 @@ func (t hostTensor) Shape() []int        { return t.h.Shape }
 type Weights struct {
 	backend.Experts
 	HostGate, HostUp, HostDown []backend.Host // per expert
+	// In the hybrid step with GPU experts (Options.GPUExperts): GPU[e] is
+	// true for the experts uploaded to the GPU, NGPU counts them, and
+	// OnGPU holds their tensors (nil entries for the CPU's: the GPU MoE op
+	// skips those). GPU is nil when the layer has none.
+	GPU   []bool
+	NGPU  int
+	OnGPU backend.Experts
 }
 
-// Load binds the E experts under p (a layer's "...mlp.experts.") from
-// per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the fused
-// p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj" [E, H, I].
-// In the hybrid step (Hybrid) the experts stay in host memory for the CPU
-// expert engine: nothing is uploaded to the backend.
-func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
-	onHost := Hybrid(rb)
+// Placement returns the GPU expert mask of the model of config c for
+// rb.Opts.GPUExperts in the hybrid step, with the number of GPU experts
+// over all MoE layers; nil when no routed expert goes to the GPU.
+func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, error) {
+	if !Hybrid(rb) || !rb.Opts.GPUExperts.Active() {
+		return nil, 0, nil
+	}
+	moe := make([]bool, len(c.Layers))
+	for l, L := range c.Layers {
+		moe[l] = L.IsMoE
+	}
+	m, n, err := placement.Compute(moe, c.NumExperts, rb.Opts.GPUExperts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", rb.Name, err)
+	}
+	return m, n, nil
+}
+
+// Load binds the E experts of layer l under p (a layer's "...mlp.experts.")
+// from per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the
+// fused p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj"
+// [E, H, I]. In the hybrid step (Hybrid) the experts stay in host memory
+// for the CPU expert engine, except those the placement (Placement of c)
+// puts on the GPU: only those are uploaded.
+func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int) (*Weights, error) {
+	hybrid := Hybrid(rb)
 	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
 		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
 		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
+	mask, _, err := Placement(rb, c)
+	if err != nil {
+		return nil, err
+	}
+	if l < len(mask) && mask.Count(l) > 0 {
+		if len(mask[l]) != E {
+			return nil, fmt.Errorf("%s: layer %d: placement for %d experts, the layer has %d", rb.Name, l, len(mask[l]), E)
+		}
+		w.GPU, w.NGPU = mask[l], mask.Count(l)
+		w.OnGPU = backend.Experts{Hidden: H, Inter: I,
+			Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
+	}
+	// e is the expert a bind call serves (set by the loops below)
+	e := 0
 	bind := func(dst *backend.Tensor, host *backend.Host, h backend.Host) error {
 		*host = h
-		if onHost {
+		if hybrid && (w.GPU == nil || !w.GPU[e]) {
 			if err := h.Check(); err != nil {
 				return err
 			}
@@ -74,6 +115,12 @@ func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
 		var err error
 		*dst, err = rb.BE.Weight(h)
 		return err
+	}
+	// onGPU copies expert e's backend tensors to OnGPU for a GPU expert.
+	onGPU := func() {
+		if w.GPU != nil && w.GPU[e] {
+			w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = w.Gate[e], w.Up[e], w.Down[e]
+		}
 	}
 	if _, fused := rb.Ckpt.Info(p + "gate_up_proj"); fused {
 		gu, err := rb.Host(p+"gate_up_proj", E, 2*I, H)
@@ -90,7 +137,7 @@ func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
 			return backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
 				Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]}
 		}
-		for e := 0; e < E; e++ {
+		for e = 0; e < E; e++ {
 			if err := bind(&w.Gate[e], &w.HostGate[e], part(gu, e, "gate", e*2*I*H, I, H)); err != nil {
 				return nil, err
 			}
@@ -100,10 +147,11 @@ func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
 			if err := bind(&w.Down[e], &w.HostDown[e], part(dn, e, "down", e*H*I, H, I)); err != nil {
 				return nil, err
 			}
+			onGPU()
 		}
 		return w, nil
 	}
-	for e := 0; e < E; e++ {
+	for e = 0; e < E; e++ {
 		q := fmt.Sprintf("%s%d.", p, e)
 		for _, x := range []struct {
 			dst  *backend.Tensor
@@ -123,6 +171,7 @@ func Load(rb *runbase.Base, p string, E, H, I int) (*Weights, error) {
 				return nil, err
 			}
 		}
+		onGPU()
 	}
 	return w, nil
 }
