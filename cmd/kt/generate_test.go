@@ -5,71 +5,100 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ktserve/kt/internal/fixtures"
 )
 
+// generateRef is one `kt generate --json` run checked against a fixture's
+// transformers reference: the prompt of case Case (-1: the last), prefilled
+// in chunks of Chunk tokens, Steps greedy tokens, and Top alternatives per
+// step when Top > 0.
+type generateRef struct {
+	Fixture string
+	Case    int
+	Steps   int
+	Chunk   int
+	Top     int
+}
+
+// checkGenerate runs each row through `kt generate --json` and compares the
+// ids and logprobs with the reference until the reference's top-2 margin
+// is too small for the greedy choice to be stable.
+func checkGenerate(t *testing.T, rows []generateRef) {
+	for _, r := range rows {
+		t.Run(r.Fixture, func(t *testing.T) {
+			cases := fixtures.Load(t, r.Fixture)
+			i := r.Case
+			if i < 0 {
+				i = len(cases) + i
+			}
+			c := cases[i]
+			ids := make([]string, len(c.PromptIDs))
+			for i, id := range c.PromptIDs {
+				ids[i] = fmt.Sprint(id)
+			}
+			args := []string{"generate", "--model-path", fixtures.Dir(r.Fixture), "--input-ids", strings.Join(ids, ","),
+				"--max-new-tokens", strconv.Itoa(r.Steps), "--ignore-eos", "--json"}
+			if r.Top > 0 {
+				args = append(args, "--top-logprobs", strconv.Itoa(r.Top))
+			}
+			args = append(args, "--chunked-prefill-size", strconv.Itoa(r.Chunk), "--threads", "2")
+			stdout, stderr, err := runKT(t, args...)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", r.Fixture, err, stderr)
+			}
+			var got struct {
+				OutputIDs []int32 `json:"output_ids"`
+				Output    []struct {
+					Logprob float64 `json:"logprob"`
+					Top     []struct {
+						ID int32 `json:"id"`
+					} `json:"top_logprobs"`
+				} `json:"output"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatal(err, stdout)
+			}
+			if len(got.OutputIDs) != r.Steps {
+				t.Fatalf("%s: %d output ids", r.Fixture, len(got.OutputIDs))
+			}
+			for s, id := range got.OutputIDs {
+				if id != c.GreedyIDs[s] {
+					t.Fatalf("%s: step %d: %d, reference %d", r.Fixture, s, id, c.GreedyIDs[s])
+				}
+				if d := math.Abs(got.Output[s].Logprob - c.GreedyLogprobs[s]); d > 1e-3 {
+					t.Fatalf("%s: step %d: logprob off by %g", r.Fixture, s, d)
+				}
+				if r.Top > 0 && len(got.Output[s].Top) != r.Top {
+					t.Fatalf("%s: step %d: %d alternatives", r.Fixture, s, len(got.Output[s].Top))
+				}
+				if c.Top2Margin[s] <= 1e-3 {
+					break
+				}
+			}
+		})
+	}
+}
+
 // TestGenerateJSONMatchesReference drives `kt generate --json` on a
-// fixture and compares ids and logprobs with transformers' reference.
+// fixture and compares ids, logprobs and the number of alternatives with
+// transformers' reference.
 func TestGenerateJSONMatchesReference(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "models", "qwen3moe-c")
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct {
-		Cases []struct {
-			PromptIDs      []int32   `json:"prompt_ids"`
-			GreedyIDs      []int32   `json:"greedy_ids"`
-			GreedyLogprobs []float64 `json:"greedy_logprobs"`
-			Top2Margin     []float64 `json:"top2_margin"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatal(err)
-	}
-	c := ref.Cases[1]
-	ids := make([]string, len(c.PromptIDs))
-	for i, id := range c.PromptIDs {
-		ids[i] = fmt.Sprint(id)
-	}
-	root := newRootCmd()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"generate", "--model-path", dir, "--input-ids", strings.Join(ids, ","),
-		"--max-new-tokens", "24", "--ignore-eos", "--json", "--top-logprobs", "4", "--chunked-prefill-size", "16", "--threads", "2"})
-	if err := root.Execute(); err != nil {
-		t.Fatal(err, errOut.String())
-	}
-	var got struct {
-		OutputIDs []int32 `json:"output_ids"`
-		Output    []struct {
-			Logprob float64 `json:"logprob"`
-			Top     []struct {
-				ID int32 `json:"id"`
-			} `json:"top_logprobs"`
-		} `json:"output"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-		t.Fatal(err, out.String())
-	}
-	if len(got.OutputIDs) != 24 {
-		t.Fatalf("%d output ids", len(got.OutputIDs))
-	}
-	for s, id := range got.OutputIDs {
-		if id != c.GreedyIDs[s] {
-			t.Fatalf("step %d: %d, reference %d", s, id, c.GreedyIDs[s])
-		}
-		if d := math.Abs(got.Output[s].Logprob - c.GreedyLogprobs[s]); d > 1e-3 || len(got.Output[s].Top) != 4 {
-			t.Fatalf("step %d: logprob off by %g, %d alternatives", s, d, len(got.Output[s].Top))
-		}
-		if c.Top2Margin[s] <= 1e-3 {
-			break
-		}
-	}
+	checkGenerate(t, []generateRef{{Fixture: "qwen3moe-c", Case: 1, Steps: 24, Chunk: 16, Top: 4}})
+}
+
+// TestGenerateQwen3NextAndQwen35 drives `kt generate` on a Qwen3-Next and
+// the two Qwen3.5 MoE fixtures, prefilling the 200-token prompt in odd
+// chunks, and checks the greedy continuation against transformers.
+func TestGenerateQwen3NextAndQwen35(t *testing.T) {
+	checkGenerate(t, []generateRef{
+		{Fixture: "qwen3next-b", Case: -1, Steps: 16, Chunk: 37},
+		{Fixture: "qwen35moe-a", Case: -1, Steps: 16, Chunk: 37},
+		{Fixture: "qwen35moe-b", Case: -1, Steps: 16, Chunk: 37},
+	})
 }
 
 func TestGenerateFlagErrors(t *testing.T) {

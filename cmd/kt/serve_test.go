@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ktserve/kt/internal/fixtures"
 )
 
 // startServe runs kt serve in-process on a free port and returns its URL.
@@ -67,37 +71,28 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-type refCase struct {
-	Name      string  `json:"name"`
-	PromptIDs []int32 `json:"prompt_ids"`
-	Greedy    []int32 `json:"greedy_ids"`
-}
-
 // TestServeTinyModelMatchesTransformers serves a tiny Qwen3-MoE checkpoint
 // and checks that concurrent greedy /generate requests return the token ids
 // Hugging Face transformers produced for the same prompts.
 func TestServeTinyModelMatchesTransformers(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "models", "qwen3moe-a")
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
+	dir := fixtures.Dir("qwen3moe-a")
+	cases, err := fixtures.Read("qwen3moe-a")
+	if errors.Is(err, fs.ErrNotExist) {
 		t.Skipf("no tiny model: %v", err)
 	}
-	var ref struct {
-		Cases []refCase `json:"cases"`
-	}
-	if err := json.Unmarshal(data, &ref); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	url := startServe(t, "--model-path", dir, "--skip-tokenizer-init", "--max-running-requests", "4",
 		"--max-total-tokens", "2048", "--chunked-prefill-size", "8", "--enable-mixed-chunk", "--log-level", "warning")
 	var wg sync.WaitGroup
-	for _, c := range ref.Cases {
-		if len(c.Greedy) == 0 {
+	for _, c := range cases {
+		if len(c.GreedyIDs) == 0 {
 			continue
 		}
 		wg.Go(func() {
 			body, _ := json.Marshal(map[string]any{"input_ids": c.PromptIDs,
-				"sampling_params": map[string]any{"max_new_tokens": len(c.Greedy), "temperature": 0, "ignore_eos": true}})
+				"sampling_params": map[string]any{"max_new_tokens": len(c.GreedyIDs), "temperature": 0, "ignore_eos": true}})
 			resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(body))
 			if err != nil {
 				t.Error(err)
@@ -112,8 +107,8 @@ func TestServeTinyModelMatchesTransformers(t *testing.T) {
 				t.Errorf("%s: %d %s", c.Name, resp.StatusCode, raw)
 				return
 			}
-			if !slices.Equal(out.OutputIDs, c.Greedy) {
-				t.Errorf("%s: served %v\ntransformers %v", c.Name, out.OutputIDs, c.Greedy)
+			if !slices.Equal(out.OutputIDs, c.GreedyIDs) {
+				t.Errorf("%s: served %v\ntransformers %v", c.Name, out.OutputIDs, c.GreedyIDs)
 			}
 		})
 	}

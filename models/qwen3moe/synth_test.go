@@ -1,8 +1,6 @@
 package qwen3moe
 
 import (
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/ktserve/kt/model"
@@ -27,18 +25,11 @@ func TestSyntheticLoadsAndRuns(t *testing.T) {
 // $KT_SYNTH_OUT with $KT_SYNTH_LAYERS layers (default 8) for the decode
 // benchmark; skipped unless KT_SYNTH_OUT is set.
 func TestMakeSynthetic(t *testing.T) {
-	dir := os.Getenv("KT_SYNTH_OUT")
-	if dir == "" {
-		t.Skip("set KT_SYNTH_OUT=DIR (and KT_SYNTH_LAYERS) to write a Qwen3-30B-A3B-shaped checkpoint")
-	}
-	s := Qwen3_30B_A3B
-	s.Layers = 8
-	if v, err := strconv.Atoi(os.Getenv("KT_SYNTH_LAYERS")); err == nil && v > 0 {
-		s.Layers = v
-	}
-	if err := WriteSynthetic(dir, s, 42); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.MakeSynthetic(t, "Qwen3-30B-A3B", func(dir string, layers int) error {
+		s := Qwen3_30B_A3B
+		s.Layers = layers
+		return WriteSynthetic(dir, s, 42)
+	})
 }
 
 // TestExpertEngineMatchesReference runs a synthetic model whose shapes the

@@ -1,11 +1,9 @@
 package qwen3next
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
 )
@@ -22,13 +20,7 @@ func (r testRunner) SlotLen(slot int) int { return r.rb.Pool.Len(slot) }
 
 func load(t *testing.T, name string, simd bool) testRunner {
 	t.Helper()
-	be := cpu.New(cpu.Options{Threads: 2, NoSIMD: !simd})
-	r, err := Load(fixtureDir(name), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(); be.Close() })
-	return testRunner{r}
+	return testRunner{modeltest.LoadFixture(t, name, simd, "", Load)}
 }
 
 // TestMatchesTransformers checks every prompt logprob and, teacher-forcing
@@ -36,21 +28,11 @@ func load(t *testing.T, name string, simd bool) testRunner {
 // token (where the reference's top-2 margin exceeds 1e-3), its logprob and
 // the top-8 logprobs, for the SIMD and the portable kernels.
 func TestMatchesTransformers(t *testing.T) {
-	for _, fx := range fixtures {
-		for _, simd := range []bool{true, false} {
-			if simd && !cpu.New(cpu.Options{Threads: 1}).SIMD() {
-				continue
-			}
-			// The portable kernels are slow under -race; one fixture of
-			// each family covers them (backend/cpu tests them op by op).
-			if !simd && strings.HasSuffix(fx, "-b") && cpu.New(cpu.Options{Threads: 1}).SIMD() {
-				continue
-			}
-			t.Run(fmt.Sprintf("%s/simd=%v", fx, simd), func(t *testing.T) {
-				modeltest.MatchesTransformers(t, load(t, fx, simd), fx)
-			})
-		}
-	}
+	// The portable kernels are slow under -race; one fixture of each
+	// family covers them (backend/cpu tests them op by op).
+	modeltest.MatchesTransformersAll(t, fixtures, func(fx string) bool { return !strings.HasSuffix(fx, "-b") }, func(t *testing.T, fx string, simd bool) modeltest.Runner {
+		return load(t, fx, simd)
+	})
 }
 
 // TestChunkedPrefillIdentical prefills the longest prompt in chunks of
@@ -77,9 +59,6 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
-	if _, err := models.Load(t.TempDir(), models.Options{}); err == nil {
-		t.Error("loading an empty directory succeeded")
-	}
 	modeltest.LoadErrors(t, func(dir string) error {
 		_, err := Load(dir, models.Options{})
 		return err

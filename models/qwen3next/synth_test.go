@@ -2,7 +2,6 @@ package qwen3next
 
 import (
 	"os"
-	"strconv"
 	"testing"
 
 	"github.com/ktserve/kt/model"
@@ -30,19 +29,15 @@ func TestSyntheticLoadsAndRuns(t *testing.T) {
 // $KT_SYNTH_OUT with $KT_SYNTH_LAYERS layers (default 8) for the decode
 // benchmark; skipped unless KT_SYNTH_OUT is set.
 func TestMakeSynthetic(t *testing.T) {
-	dir := os.Getenv("KT_SYNTH_OUT")
-	if dir == "" {
-		t.Skip("set KT_SYNTH_OUT=DIR (and KT_SYNTH_LAYERS) to write a Qwen3.5-35B-A3B-shaped checkpoint")
-	}
-	s := Qwen35_35B_A3B
-	s.Layers = 8
-	if v, err := strconv.Atoi(os.Getenv("KT_SYNTH_LAYERS")); err == nil && v > 0 {
-		s.Layers = v
-	}
-	if err := WriteSynthetic(dir, s, 42); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d layers: %.2f GB of weights read per decoded token", s.Layers, float64(s.ActiveBytesPerToken())/1e9)
+	modeltest.MakeSynthetic(t, "Qwen3.5-35B-A3B", func(dir string, layers int) error {
+		s := Qwen35_35B_A3B
+		s.Layers = layers
+		if err := WriteSynthetic(dir, s, 42); err != nil {
+			return err
+		}
+		t.Logf("%d layers: %.2f GB of weights read per decoded token", s.Layers, float64(s.ActiveBytesPerToken())/1e9)
+		return nil
+	})
 }
 
 // BenchmarkDecodeSynthetic decodes single tokens on the checkpoint in

@@ -10,11 +10,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
+	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models"
 )
 
 // Tol is the logprob tolerance against transformers.
@@ -86,6 +89,65 @@ func RequireIdentical(t testing.TB, what string, got, want [][]float32) {
 				t.Fatalf("%s: row %d logit %d = %v, want %v", what, i, j, got[i][j], want[i][j])
 			}
 		}
+	}
+}
+
+// LoadFixture loads fixture with load on a fresh 2-thread CPU backend
+// (its portable kernels unless simd) with 4 slots, 2048 tokens, 512 tokens a
+// step, pages of 16 and the given routed-expert choice, and closes the
+// runner, then the backend, when t ends.
+func LoadFixture[R model.Runner](t testing.TB, fixture string, simd bool, experts string, load func(dir string, o models.Options) (R, error)) R {
+	t.Helper()
+	be := cpu.New(cpu.Options{Threads: 2, NoSIMD: !simd})
+	r, err := load(FixtureDir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be, Experts: experts})
+	if err != nil {
+		be.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); be.Close() })
+	return r
+}
+
+// MatchesTransformersAll runs MatchesTransformers on each fixture as a
+// subtest "fixture/simd=…", once with the SIMD kernels (where this CPU has
+// them) and once with the portable ones; portable(fixture) false skips the
+// portable run where the SIMD one ran (nil: always run it).
+func MatchesTransformersAll(t *testing.T, fixtureNames []string, portable func(fixture string) bool, load func(t *testing.T, fixture string, simd bool) Runner) {
+	t.Helper()
+	probe := cpu.New(cpu.Options{Threads: 1})
+	hasSIMD := probe.SIMD()
+	probe.Close()
+	for _, fx := range fixtureNames {
+		for _, simd := range []bool{true, false} {
+			if simd && !hasSIMD {
+				continue
+			}
+			if !simd && hasSIMD && portable != nil && !portable(fx) {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/simd=%v", fx, simd), func(t *testing.T) {
+				MatchesTransformers(t, load(t, fx, simd), fx)
+			})
+		}
+	}
+}
+
+// MakeSynthetic writes a full-width synthetic checkpoint to $KT_SYNTH_OUT
+// with $KT_SYNTH_LAYERS layers (default 8) through write, for the decode
+// benchmarks; it skips, naming what it would write, unless KT_SYNTH_OUT is
+// set.
+func MakeSynthetic(t *testing.T, what string, write func(dir string, layers int) error) {
+	t.Helper()
+	dir := os.Getenv("KT_SYNTH_OUT")
+	if dir == "" {
+		t.Skipf("set KT_SYNTH_OUT=DIR (and KT_SYNTH_LAYERS) to write a %s-shaped checkpoint", what)
+	}
+	layers := 8
+	if v, err := strconv.Atoi(os.Getenv("KT_SYNTH_LAYERS")); err == nil && v > 0 {
+		layers = v
+	}
+	if err := write(dir, layers); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -224,11 +286,15 @@ func RejectsBadBatches(t *testing.T, r Runner) {
 	}
 }
 
-// LoadErrors checks that load fails on a directory with only configFixture's
-// config.json, and with weightsFixture's (differently shaped) weights
-// beside it, logging the errors.
+// LoadErrors checks that models.Load fails on an empty directory, and
+// that load fails on a directory with only configFixture's config.json, and
+// with weightsFixture's (differently shaped) weights beside it, logging the
+// errors.
 func LoadErrors(t *testing.T, load func(dir string) error, configFixture, weightsFixture string) {
 	t.Helper()
+	if _, err := models.Load(t.TempDir(), models.Options{}); err == nil {
+		t.Error("loading an empty directory succeeded")
+	}
 	dir := t.TempDir()
 	cfg, _ := os.ReadFile(filepath.Join(FixtureDir(configFixture), "config.json"))
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
