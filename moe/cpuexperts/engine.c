@@ -301,6 +301,86 @@ static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int
   kt_put_row(buf, s, rb, w->trow, 1);
 }
 
+// gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
+// [n0, n0+KT_NB) of expert x over all its slot rows, into P->Hf. Row-major
+// weights are packed once for the block when the prefill kernel runs.
+static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int n0, int H, int I,
+                          int64_t asz) {
+  int m = e->cnt[x], off = e->off[x];
+  int pf = m >= e->pf_min;
+  kt_kernel kern = pf ? e->kpf : e->kdec;
+  const kt_mat *G = &xe->gate, *U = &xe->up;
+  kt_mat PG, PU;
+  int g0 = n0;
+  if (pf && e->rm_pack) {  // row-major weights: pack this block's rows once, reuse for every token chunk
+    PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
+    PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
+    PG = *G;
+    PG.w = (const uint8_t*)w->s.pack;
+    PU = *U;
+    PU.w = (const uint8_t*)w->s.pack2;
+    G = &PG;
+    U = &PU;
+    g0 = 0;
+  }
+  for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+    int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
+    kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+    kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+    for (int i = 0; i < mm; i++)
+      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+  }
+}
+
+// down_block computes y = down·h for hidden rows [h0, h0+r4) of expert x
+// over all its slot rows, into P->Y. Every output element comes from one
+// kernel call over the full intermediate width, so the loop order does not
+// change results.
+static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int h0, int r4, int H,
+                       int I, int64_t asz) {
+  int m = e->cnt[x], off = e->off[x];
+  int pf = m >= e->pf_min;
+  kt_kernel kern = pf ? e->kpf : e->kdec;
+  for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
+    const kt_mat* D = &xe->down;
+    kt_mat PD;
+    int d0 = n0;
+    if (pf && e->rm_pack) {  // row-major weights: pack each block once
+      PACK_RM(D, n0, KT_NB, (uint16_t*)w->s.pack);
+      PD = *D;
+      PD.w = (const uint8_t*)w->s.pack;
+      D = &PD;
+      d0 = 0;
+    }
+    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
+      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
+      kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+    }
+  }
+}
+
+// merge_token writes out[t][h0:h0+n] = Σ w·Y over the token's slots (top-k
+// order) and the pools (pool order), adding to out when incremental.
+static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H) {
+  const kt_batch* b = &e->b;
+  int k = b->k, np = 0;
+  for (int j = 0; j < k; j++) {
+    int s = e->tok_slot[(int64_t)t * k + j];
+    if (s < 0) continue;
+    for (int p = 0; p < e->npools; p++) {
+      w->parts[np] = e->pools[p].Y + (int64_t)s * H + h0;
+      w->pw[np++] = e->slot_w[s];
+    }
+  }
+  void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
+  if (e->isa & KT_ISA_AVX512)
+    kt_avx512_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+  else
+    kt_avx2_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+}
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
   if (e->fused) {
@@ -344,33 +424,7 @@ static void run_job(kt_worker* w) {
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
-    int m = e->cnt[x], off = e->off[x];
-    int pf = m >= e->pf_min;
-    kt_kernel kern = pf ? e->kpf : e->kdec;
-    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) {
-      const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
-      kt_mat PG, PU;
-      int g0 = n0;
-      if (pf && e->rm_pack) {  // row-major weights: pack this item's rows once, reuse for every token chunk
-        PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
-        PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
-        PG = *G;
-        PG.w = (const uint8_t*)w->s.pack;
-        PU = *U;
-        PU.w = (const uint8_t*)w->s.pack2;
-        G = &PG;
-        U = &PU;
-        g0 = 0;
-      }
-      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
-        kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
-        kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-        for (int i = 0; i < mm; i++)
-          kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
-      }
-    }
+    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
 
@@ -393,50 +447,13 @@ static void run_job(kt_worker* w) {
   int hb = H / r4;
   items = e->nactive * hb;
   while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / hb], h0 = (item % hb) * r4;
-    int m = e->cnt[x], off = e->off[x];
-    int pf = m >= e->pf_min;
-    kt_kernel kern = pf ? e->kpf : e->kdec;
-    if (pf && e->rm_pack) {  // row-major weights: pack each 32-row block once
-      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
-        kt_mat PD = ex[x].down;
-        PACK_RM(&ex[x].down, n0, KT_NB, (uint16_t*)w->s.pack);
-        PD.w = (const uint8_t*)w->s.pack;
-        for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-          int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-          kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
-          kern(&PD, 0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
-        }
-      }
-      continue;
-    }
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
-      for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB)
-        kern(&ex[x].down, n0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
-    }
+    int x = e->active[item / hb];
+    down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
   barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
-  int k = b->k;
-  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) {
-    int t = item, np = 0;
-    for (int j = 0; j < k; j++) {
-      int s = e->tok_slot[(int64_t)t * k + j];
-      if (s < 0) continue;
-      for (int p = 0; p < e->npools; p++) {
-        w->parts[np] = e->pools[p].Y + (int64_t)s * H;
-        w->pw[np++] = e->slot_w[s];
-      }
-    }
-    void* o = (char*)b->out + (int64_t)t * H * (b->out_bf16 ? 2 : 4);
-    if (e->isa & KT_ISA_AVX512)
-      kt_avx512_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
-    else
-      kt_avx2_merge(w->parts, w->pw, np, H, o, b->out_bf16, b->incremental, w->s.row);
-  }
+  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) merge_token(e, w, item, 0, H, H);
 }
 
 // ---------------------------------------------------------------- fused (decode) path
@@ -519,30 +536,8 @@ static void run_job_fused(kt_worker* w) {
     int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
     int m = e->cnt[x], off = e->off[x];
     int pf = m >= e->pf_min;
-    kt_kernel kern = pf ? e->kpf : e->kdec;
     fused_gather(e, x, asz);
-    const kt_mat *G = &ex[x].gate, *U = &ex[x].up;
-    kt_mat PG, PU;
-    int g0 = n0;
-    if (pf && e->rm_pack) {
-      PACK_RM(G, n0, KT_NB, (uint16_t*)w->s.pack);
-      PACK_RM(U, n0, KT_NB, (uint16_t*)w->s.pack2);
-      PG = *G;
-      PG.w = (const uint8_t*)w->s.pack;
-      PU = *U;
-      PU.w = (const uint8_t*)w->s.pack2;
-      G = &PG;
-      U = &PU;
-      g0 = 0;
-    }
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-      kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
-      kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
-      kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-      for (int i = 0; i < mm; i++)
-        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
-    }
+    gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
       for (int s = off; s < off + m; s++)
@@ -554,46 +549,13 @@ static void run_job_fused(kt_worker* w) {
   // down; item i is (expert active[i / nhb], hidden rows (i % nhb) * r4)
   int r4 = e->r4f, nhb = H / r4;
   items = na * nhb;
-  int k = b->k;
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nhb], hb = item % nhb, h0 = hb * r4;
-    int m = e->cnt[x], off = e->off[x];
-    int pf = m >= e->pf_min;
-    kt_kernel kern = pf ? e->kpf : e->kdec;
     for (int spins = 0; !atomic_load_explicit(&e->hqst[x], memory_order_acquire);) spin_pause(&spins);
-    for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
-      const kt_mat* D = &ex[x].down;
-      kt_mat PD;
-      int d0 = n0;
-      if (pf && e->rm_pack) {
-        PACK_RM(D, n0, KT_NB, (uint16_t*)w->s.pack);
-        PD = *D;
-        PD.w = (const uint8_t*)w->s.pack;
-        D = &PD;
-        d0 = 0;
-      }
-      for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-        int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-        kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
-        kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
-      }
-    }
+    down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
     if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
     // last expert of this hidden block: out[t][h0:h0+r4] for every token
-    for (int t = 0; t < e->ntok; t++) {
-      int np = 0;
-      for (int j = 0; j < k; j++) {
-        int s = e->tok_slot[(int64_t)t * k + j];
-        if (s < 0) continue;
-        w->parts[np] = P->Y + (int64_t)s * H + h0;
-        w->pw[np++] = e->slot_w[s];
-      }
-      void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
-      if (e->isa & KT_ISA_AVX512)
-        kt_avx512_merge(w->parts, w->pw, np, r4, o, b->out_bf16, b->incremental, w->s.row);
-      else
-        kt_avx2_merge(w->parts, w->pw, np, r4, o, b->out_bf16, b->incremental, w->s.row);
-    }
+    for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
   }
 }
 
