@@ -52,11 +52,11 @@ type Backend struct {
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
-	// noGEMV sends 1-4-row bf16 MatMuls through cuBLASLt's split GEMM
-	// instead of m_gemv_bf16. It is the default until the GEMV path passes
-	// TestChunkedPrefill: mixing it (chunks of 1-4 rows) with the split GEMM
-	// (larger chunks) moved qwen35moe-a's chunked-vs-whole prefill logprobs
-	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
+	// noGEMV sends 1-8-row bf16 MatMuls through cuBLASLt's split GEMM
+	// instead of m_gemv_bf16 (KT_CUDA_GEMV=0 in the environment). The
+	// first GEMV summed exact float32 activations, which rounded unlike the
+	// split GEMM of larger chunks (qwen35moe-a chunked vs whole prefill
+	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
 	noGEMV bool
 }
 
@@ -108,7 +108,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
-		noGEMV: os.Getenv("KT_CUDA_GEMV") != "1"}, nil
+		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0"}, nil
 }
 
 // Device returns the GPU the backend runs on.

@@ -238,6 +238,44 @@ func TestBackendOps(t *testing.T) {
 		p.g.SetFastMatMul(false)
 	})
 
+	// Decode-sized MatMuls (1..8 rows) take m_gemv_bf16: against the CPU,
+	// and against the split GEMM that larger chunks take (KT_CUDA_GEMV=0's
+	// path), which it must match up to the order of float32 additions so
+	// that chunked prefill and decode round alike.
+	t.Run("MatMulRows", func(t *testing.T) {
+		defer func() { p.g.noGEMV = false }()
+		for _, c := range []struct{ o, k int }{{4096, 2048}, {2048, 4096}, {37, 264}, {1, 2048}, {512, 8}} {
+			gw, cw := p.weight(t, "w", tensor.BF16, p.randF32(c.o*c.k, 0.02), c.o, c.k)
+			gx, cx := p.act(t, p.randF32(maxT*c.k, 1), maxT, c.k)
+			gout, cout := p.act(t, nil, maxT, c.o)
+			gref, _ := p.act(t, nil, maxT, c.o)
+			for _, rows := range []int{1, 2, 4, 5, 8} {
+				name := fmt.Sprintf("MatMul bf16 [%d,%d] x %d rows", c.o, c.k, rows)
+				p.g.noGEMV = false
+				p.g.MatMul(gout, gx, gw, rows)
+				p.c.MatMul(cout, cx, cw, rows)
+				p.compare(t, name, gout, cout, rows, 1e-4)
+				p.g.noGEMV = true
+				p.g.MatMul(gref, gx, gw, rows)
+				if p.g.fallback[gemmShape{2 * rows, c.o, c.k, tensor.BF16}] {
+					continue // no cuBLASLt algorithm: the exact float32 kernel, not the split
+				}
+				got, want := make([]float32, rows*c.o), make([]float32, rows*c.o)
+				if err := p.g.Read(got, gout, rows); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.g.Read(want, gref, rows); err != nil {
+					t.Fatal(err)
+				}
+				g64, w64 := make([]float64, len(got)), make([]float64, len(want))
+				for i := range got {
+					g64[i], w64[i] = float64(got[i]), float64(want[i])
+				}
+				checkClose(t, name+" gemv vs split GEMM", g64, w64, 1e-6)
+			}
+		}
+	})
+
 	t.Run("RMSNorm", func(t *testing.T) {
 		for _, c := range []struct {
 			d, rowsPer int

@@ -68,9 +68,9 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
 	split := wt.dt != tensor.F32 && !b.fastMatMul
 	if split && b.gemvFits(wt, xs, n, k) {
-		// A decode step's rows: one launch reading the weights once, in
-		// float32 (no split, no GEMM workspace, no halves to add).
-		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
+		// A decode step's rows: one launch reading the weights once, the
+		// split GEMM's arithmetic on the tensor cores (kernels/gemv.cu).
+		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 16)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
 		return
 	}
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
@@ -129,14 +129,18 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	}
 }
 
-// gemvMaxRows is the most activation rows m_gemv_bf16 takes.
-const gemvMaxRows = 4
+// gemvMaxRows is the most activation rows m_gemv_bf16 takes (its two
+// 8-column mma tiles hold the hi and lo parts of up to 8 rows).
+const gemvMaxRows = 8
 
 // gemvFits says whether MatMul of n rows can run m_gemv_bf16: bf16
 // weights, at most gemvMaxRows rows, K a multiple of 8 and 16-byte
-// aligned weight and activation rows (its 16-byte loads).
+// aligned weight and activation rows (its 16-byte loads), a GPU with bf16
+// mma (sm_80 or newer). The kernel computes what the split GEMM computes
+// (hi and lo bf16 parts of the activations, products on the tensor cores,
+// float32 sums), so decode rows and prefill chunks round alike.
 func (b *Backend) gemvFits(wt, xs *Tensor, n, k int) bool {
-	return !b.noGEMV && !b.generalOnly && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
+	return !b.noGEMV && !b.generalOnly && b.d.Info.Major >= 8 && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
 		wt.buf.Ptr%16 == 0 && xs.buf.Ptr%16 == 0
 }
 

@@ -825,36 +825,3 @@ extern "C" __global__ void m_add_halves(act_t *out, const float *d, long long n)
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, d[i] + d[n + i]);
 }
-
-// m_gemv_bf16: out[i, o] = Σ_k x[i, k]·w[o, k] for n ≤ 4 rows of float32
-// activations and bf16 weights with K % 8 == 0 and 16-byte aligned rows,
-// computed in float32 (at least as accurate as the split-bf16 GEMM): a
-// decode step's MatMul reads each weight once with 16-byte loads in one
-// launch. grid ceil(O/8), block 256 (a warp per output).
-extern "C" __global__ void m_gemv_bf16(act_t *out, const float *x, const bf16 *w, int n, int O, int K) {
-	const int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (o >= O) return;
-	const bf16 *wr = w + (long long)o * K;
-	float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-	for (int k = lane * 8; k < K; k += 256) {
-		float wv[8];
-		load8(wr + k, wv);
-#pragma unroll
-		for (int r = 0; r < 4; r++) {
-			if (r < n) {
-				const float *xr = x + (long long)r * K + k;
-				const float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-				s[r] += a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] +
-					b.w * wv[7];
-			}
-		}
-	}
-#pragma unroll
-	for (int r = 0; r < 4; r++) {
-		if (r < n) {
-			const float v = warp_sum(s[r]);
-			if (lane == 0) st_act(out, (long long)r * O + o, v);
-		}
-	}
-}

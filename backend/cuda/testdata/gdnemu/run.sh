@@ -25,11 +25,11 @@ open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern _
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
 "$tmp/router"
-python3 - "$d/../../kernels/model.cu" "$tmp/gemv_part.cu" <<'P2'
+python3 - "$d/../../kernels/gemv.cu" "$tmp/gemv_part.cu" <<'P2'
 import sys
 s = open(sys.argv[1]).read()
-a = s.index('extern "C" __global__ void m_gemv_bf16')
-open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('#pragma unroll 4', '').replace('#pragma unroll', ''))
+a = s.index('// GEMV_EMU_BEGIN')
+open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('#pragma unroll', ''))
 P2
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/gemv" "$d/gemv.cpp"
 "$tmp/gemv"
