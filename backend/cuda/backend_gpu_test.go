@@ -190,6 +190,10 @@ func testStep(spans ...[3]int) *backend.Step {
 var (
 	stepFill  = testStep([3]int{1, 0, 50}, [3]int{2, 0, 200})
 	stepMixed = testStep([3]int{0, 0, 37}, [3]int{1, 50, 20}, [3]int{2, 200, 1})
+	// After those (Attention): a long prompt, then decode-only steps.
+	stepLong    = testStep([3]int{3, 0, 600})
+	stepDecode  = testStep([3]int{3, 600, 1}, [3]int{1, 70, 1}, [3]int{2, 201, 1})
+	stepDecode1 = testStep([3]int{3, 601, 1})
 )
 
 func TestBackendOps(t *testing.T) {
@@ -326,7 +330,9 @@ func TestBackendOps(t *testing.T) {
 				t.Fatal(err)
 			}
 			qw, kw := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-			for _, st := range []*backend.Step{stepFill, stepMixed} {
+			// stepLong fills slot 3 with 600 positions; the decode-only steps
+			// then take the split-K path with many splits (1 row: 128).
+			for _, st := range []*backend.Step{stepFill, stepMixed, stepLong, stepDecode, stepDecode1} {
 				p.setStep(t, st)
 				m := st.NumTokens()
 				gq, cq := p.act(t, p.randF32(m*qw, 1), m, qw)

@@ -237,8 +237,58 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 		kc.buf, vc.buf, ks.buf, vs.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, kw)) {
 		return
 	}
+	if b.attnSplitFits(p) {
+		b.attnSplit(os, qs, kc, vc, p, ps, n)
+		return
+	}
 	b.check("Attention", b.d.launch(b.s, "m_attention", grid2(n, p.Heads), grid1(128), 0,
 		os.buf, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, p.Heads, p.KVHeads, p.HeadDim, p.Scale))
+}
+
+// attnMaxSplits is the most splits of a row's positions attnSplit uses
+// (m_attn_merge's block holds one partial per thread).
+const attnMaxSplits = 128
+
+// attnSplitFits says whether Attention can run the split-K kernels of
+// kernels/attnf32.cu: head dim 128 or 256 and at most 2048/D query heads
+// per kv head (their register and shared-memory budget).
+func (b *Backend) attnSplitFits(p *backend.Attn) bool {
+	d := p.HeadDim
+	return !b.generalOnly && (d == 128 || d == 256) && p.Heads%p.KVHeads == 0 && (p.Heads/p.KVHeads)*d <= 2048
+}
+
+// attnSplits is the number of splits of each row's positions: enough
+// blocks (rows × kv heads × splits) for about four per multiprocessor. It
+// depends on the row count and the shape only, never on the contexts, so
+// a captured decode step stays valid as they grow; the kernels divide each
+// row's positions among the splits on the device.
+func (b *Backend) attnSplits(n, kvHeads int) int {
+	want := 4 * max(b.d.Info.SMs, 1)
+	return min(max(blocks(want, n*kvHeads), 1), attnMaxSplits)
+}
+
+// attnSplit runs m_attn_split{128,256}, then with more than one split
+// m_attn_merge{128,256} over the partials (a scratch buffer of fixed
+// size for the shape).
+func (b *Backend) attnSplit(os, qs, kc, vc *Tensor, p *backend.Attn, ps, n int) {
+	d, heads := p.HeadDim, p.Heads
+	s := b.attnSplits(n, p.KVHeads)
+	acc, ml := Buffer{}, Buffer{}
+	if s > 1 {
+		rows := int64(n) * int64(heads) * int64(s)
+		if !b.growBuf(&b.attnAcc, rows*int64(d)*4, "Attention split partials") || !b.growBuf(&b.attnML, rows*8, "Attention split max/sum") {
+			return
+		}
+		acc, ml = b.attnAcc, b.attnML
+	}
+	split, merge := fmt.Sprintf("m_attn_split%d", d), fmt.Sprintf("m_attn_merge%d", d)
+	if !b.check("Attention", b.d.launch(b.s, split, grid3(n, p.KVHeads, s), grid1(128), 0,
+		os.buf, acc, ml, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, heads, p.KVHeads, p.Scale, s)) {
+		return
+	}
+	if s > 1 {
+		b.check("Attention", b.d.launch(b.s, merge, grid2(n, heads), grid1(128), 0, os.buf, acc, ml, heads, s))
+	}
 }
 
 // elementwise checks out, a, b over n rows of out's width and returns the
@@ -534,3 +584,5 @@ func (b *Backend) Write(t backend.Tensor, src any) error {
 	}
 	return fmt.Errorf("cuda: Write: unsupported source %T", src)
 }
+
+func grid3(x, y, z int) dim3 { return dim3{uint32(x), uint32(y), uint32(z)} }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit and
-# m_router_topk_warp (no GPU
+# m_router_topk_warp, gemv.cu's m_gemv_bf16 and attnf32.cu (no GPU
 # needed): one std::thread per CUDA thread, barriers for __syncthreads and
 # __syncwarp. Checks the chunked rule against a float64 recurrent reference
 # and that a prompt split into pieces gives bit-identical outputs and state;
@@ -33,4 +33,12 @@ open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('#pragma u
 P2
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/gemv" "$d/gemv.cpp"
 "$tmp/gemv"
+python3 - "$d/../../kernels/attnf32.cu" "$tmp/attn_part.cu" <<'P3'
+import re, sys
+s = open(sys.argv[1]).read()
+a = s.index('// ATTNF32_EMU_BEGIN')
+open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s[a:].replace('extern "C" ', '')))
+P3
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/attn" "$d/attn.cpp"
+"$tmp/attn"
 rm -rf "$tmp"
