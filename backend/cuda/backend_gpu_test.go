@@ -244,8 +244,13 @@ func TestBackendOps(t *testing.T) {
 
 	// Decode-sized MatMuls (1..8 rows) take m_gemv_bf16: against the CPU,
 	// and against the split GEMM that larger chunks take (KT_CUDA_GEMV=0's
-	// path), which it must match up to the order of float32 additions so
-	// that chunked prefill and decode round alike.
+	// path). Both compute the hi and lo parts on the tensor cores, whose
+	// float32 accumulation rounds differently for other k orders (H100:
+	// 1.9e-6 relative L2 between the two at [4096,2048], each ~2-3e-6 from
+	// the CPU's float32 product); the earlier exact-float32 GEMV differed
+	// from the split GEMM by its full ~2^-17 split error (~3e-6 here, so this
+	// bound only catches gross errors), which moved chunked prefill 10x more:
+	// TestChunkedPrefill is the consistency check that matters.
 	t.Run("MatMulRows", func(t *testing.T) {
 		defer func() { p.g.noGEMV = false }()
 		for _, c := range []struct{ o, k int }{{4096, 2048}, {2048, 4096}, {37, 264}, {1, 2048}, {512, 8}} {
@@ -275,7 +280,7 @@ func TestBackendOps(t *testing.T) {
 				for i := range got {
 					g64[i], w64[i] = float64(got[i]), float64(want[i])
 				}
-				checkClose(t, name+" gemv vs split GEMM", g64, w64, 1e-6)
+				checkClose(t, name+" gemv vs split GEMM", g64, w64, 1e-5)
 			}
 		}
 	})

@@ -246,8 +246,8 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 }
 
 // attnMaxSplits is the most splits of a row's positions attnSplit uses
-// (m_attn_merge's block holds one partial per thread).
-const attnMaxSplits = 128
+// (m_attn_merge's block of 256 threads holds one partial per thread).
+const attnMaxSplits = 256
 
 // attnSplitFits says whether Attention can run the split-K kernels of
 // kernels/attnf32.cu: head dim 128 or 256 and at most 2048/D query heads
@@ -258,12 +258,14 @@ func (b *Backend) attnSplitFits(p *backend.Attn) bool {
 }
 
 // attnSplits is the number of splits of each row's positions: enough
-// blocks (rows × kv heads × splits) for about four per multiprocessor. It
+// blocks (rows × kv heads × splits) for about eight per multiprocessor
+// (a block walks its positions a tile at a time, so several per
+// multiprocessor hide the loads' latency). It
 // depends on the row count and the shape only, never on the contexts, so
 // a captured decode step stays valid as they grow; the kernels divide each
 // row's positions among the splits on the device.
 func (b *Backend) attnSplits(n, kvHeads int) int {
-	want := 4 * max(b.d.Info.SMs, 1)
+	want := 8 * max(b.d.Info.SMs, 1)
 	return min(max(blocks(want, n*kvHeads), 1), attnMaxSplits)
 }
 
@@ -287,7 +289,7 @@ func (b *Backend) attnSplit(os, qs, kc, vc *Tensor, p *backend.Attn, ps, n int) 
 		return
 	}
 	if s > 1 {
-		b.check("Attention", b.d.launch(b.s, merge, grid2(n, heads), grid1(128), 0, os.buf, acc, ml, heads, s))
+		b.check("Attention", b.d.launch(b.s, merge, grid2(n, heads), grid1(256), 0, os.buf, acc, ml, heads, s))
 	}
 }
 

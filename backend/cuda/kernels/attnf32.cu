@@ -26,6 +26,7 @@
 
 #define AS_TP 32
 #define AS_NT 128
+#define AM_NT 256 // merge block: at most AM_NT splits
 
 // ATTNF32_EMU_BEGIN (testdata/gdnemu/run.sh compiles from here on for the host)
 
@@ -176,12 +177,16 @@ __device__ __forceinline__ void attn_split_f32(float *out, float *pacc, float *p
 }
 
 // attn_merge_f32: out[t, h] = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s over
-// the S ≤ AS_NT partials of (row t, head h). grid (n, heads), block AS_NT.
+// the S ≤ AM_NT partials of (row t, head h). grid (n, heads), block AM_NT:
+// warp w sums splits w, w+8, ... (16-byte loads, empty splits skipped: a
+// short context leaves most of them empty), then the warps' sums are added.
 template <int D>
 __device__ __forceinline__ void attn_merge_f32(float *out, const float *pacc, const float *pml, int heads, int S) {
-	__shared__ float ws[AS_NT];
+	constexpr int NV = D / 128, NW = AM_NT / 32;
+	__shared__ float ws[AM_NT];
 	__shared__ float scratch[32];
-	const int tid = threadIdx.x;
+	__shared__ __attribute__((aligned(16))) float red[NW * D];
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const long long h = (long long)blockIdx.x * heads + blockIdx.y;
 	const float m = tid < S ? pml[(h * S + tid) * 2] : -KT_INF;
 	const float M = block_max(m, scratch);
@@ -189,10 +194,35 @@ __device__ __forceinline__ void attn_merge_f32(float *out, const float *pacc, co
 	ws[tid] = w;
 	const float l = block_sum(tid < S ? w * pml[(h * S + tid) * 2 + 1] : 0.0f, scratch);
 	__syncthreads();
-	for (int d = tid; d < D; d += AS_NT) {
-		float a = 0.0f;
-		for (int i = 0; i < S; i++) a += ws[i] * pacc[(h * S + i) * D + d];
-		out[h * D + d] = a / l;
+	float a[NV][4];
+#pragma unroll
+	for (int v = 0; v < NV; v++)
+#pragma unroll
+		for (int j = 0; j < 4; j++) a[v][j] = 0.0f;
+#pragma unroll 4
+	for (int i = warp; i < S; i += NW) {
+		const float wi = ws[i];
+		if (wi != 0.0f) {
+#pragma unroll
+			for (int v = 0; v < NV; v++) {
+				const float4 p = *(const float4 *)(pacc + (h * S + i) * D + v * 128 + lane * 4);
+				a[v][0] += wi * p.x;
+				a[v][1] += wi * p.y;
+				a[v][2] += wi * p.z;
+				a[v][3] += wi * p.w;
+			}
+		}
+	}
+#pragma unroll
+	for (int v = 0; v < NV; v++)
+#pragma unroll
+		for (int j = 0; j < 4; j++) red[warp * D + v * 128 + lane * 4 + j] = a[v][j];
+	__syncthreads();
+	for (int d = tid; d < D; d += AM_NT) {
+		float sum = 0.0f;
+#pragma unroll
+		for (int v = 0; v < NW; v++) sum += red[v * D + d];
+		out[h * D + d] = sum / l;
 	}
 }
 
@@ -208,9 +238,9 @@ extern "C" __global__ void __launch_bounds__(AS_NT) m_attn_split256(float *out, 
 								      int page_size, int heads, int kvheads, float scale, int S) {
 	attn_split_f32<256>(out, pacc, pml, q, kc, vc, pos, rowseq, page_off, pages, page_size, heads, kvheads, scale, S);
 }
-extern "C" __global__ void __launch_bounds__(AS_NT) m_attn_merge128(float *out, const float *pacc, const float *pml, int heads, int S) {
+extern "C" __global__ void __launch_bounds__(AM_NT) m_attn_merge128(float *out, const float *pacc, const float *pml, int heads, int S) {
 	attn_merge_f32<128>(out, pacc, pml, heads, S);
 }
-extern "C" __global__ void __launch_bounds__(AS_NT) m_attn_merge256(float *out, const float *pacc, const float *pml, int heads, int S) {
+extern "C" __global__ void __launch_bounds__(AM_NT) m_attn_merge256(float *out, const float *pacc, const float *pml, int heads, int S) {
 	attn_merge_f32<256>(out, pacc, pml, heads, S);
 }

@@ -22,9 +22,18 @@ __device__ __forceinline__ void mma_bf16_16816(float *c, u32 a0, u32 a1, u32 a2,
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// GEMV_EMU_BEGIN (testdata/gdnemu/run.sh compiles from here on for the host)
+// split_bf16x2: the hi and lo bf16 parts of two floats, packed as the mma
+// wants them (element a in the low half): hi = bf16(x), lo = bf16(x − hi),
+// rounded to nearest even like f2bf (m_split_bf16), with the hardware
+// conversion (one instruction per pair; the software f2bf made the kernel
+// ALU-bound: every block converts its slice of x).
+__device__ __forceinline__ void split_bf16x2(float a, float b, u32 &hi, u32 &lo) {
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(b), "f"(a));
+	const float ra = a - __uint_as_float(hi << 16), rb = b - __uint_as_float(hi & 0xffff0000u);
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(rb), "f"(ra));
+}
 
-__device__ __forceinline__ u32 pack_bf16x2(bf16 lo, bf16 hi) { return (u32)lo | ((u32)hi << 16); }
+// GEMV_EMU_BEGIN (testdata/gdnemu/run.sh compiles from here on for the host)
 
 // m_gemv_bf16: out[r, o] = Σ_k x[r, k]·w[o, k] for n ≤ 8 rows of float32
 // activations and bf16 weights [O, K], K % 8 == 0, 16-byte aligned rows.
@@ -64,11 +73,7 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float 
 			const float xv[8] = {X0[u].x, X0[u].y, X0[u].z, X0[u].w, X1[u].x, X1[u].y, X1[u].z, X1[u].w};
 			u32 h[4], l[4];
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const bf16 h0 = f2bf(xv[2 * i]), h1 = f2bf(xv[2 * i + 1]);
-				h[i] = pack_bf16x2(h0, h1);
-				l[i] = pack_bf16x2(f2bf(xv[2 * i] - bf2f(h0)), f2bf(xv[2 * i + 1] - bf2f(h1)));
-			}
+			for (int i = 0; i < 4; i++) split_bf16x2(xv[2 * i], xv[2 * i + 1], h[i], l[i]);
 			mma_bf16_16816(ch, A[u].x, B[u].x, A[u].y, B[u].y, h[0], h[1]);
 			mma_bf16_16816(ch, A[u].z, B[u].z, A[u].w, B[u].w, h[2], h[3]);
 			mma_bf16_16816(cl, A[u].x, B[u].x, A[u].y, B[u].y, l[0], l[1]);

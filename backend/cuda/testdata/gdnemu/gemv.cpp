@@ -70,6 +70,12 @@ void mma_bf16_16816(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
 	__syncwarp();
 	for (int i = 0; i < 4; i++) c[i] = r[i];
 }
+// the hardware cvt.rn.bf16x2.f32 pair split, as f2bf (round to nearest even)
+void split_bf16x2(float a, float b, u32 &hi, u32 &lo) {
+	bf16 ha = f2bf(a), hb = f2bf(b);
+	hi = (u32)ha | ((u32)hb << 16);
+	lo = (u32)f2bf(a - bf2f(ha)) | ((u32)f2bf(b - bf2f(hb)) << 16);
+}
 #include "gemv_part.cu"
 int main() {
 	mt19937 rng(3);
