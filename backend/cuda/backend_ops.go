@@ -251,11 +251,17 @@ const attnMaxSplits = 256
 
 // attnSplitFits says whether Attention can run the split-K kernels of
 // kernels/attnf32.cu: head dim 128 or 256 and at most 2048/D query heads
-// per kv head (their register and shared-memory budget).
+// per kv head (their register and shared-memory budget), on sm_80 or newer
+// (cp.async).
 func (b *Backend) attnSplitFits(p *backend.Attn) bool {
 	d := p.HeadDim
-	return !b.generalOnly && (d == 128 || d == 256) && p.Heads%p.KVHeads == 0 && (p.Heads/p.KVHeads)*d <= 2048
+	return !b.generalOnly && b.d.Info.Major >= 8 && (d == 128 || d == 256) && p.Heads%p.KVHeads == 0 && (p.Heads/p.KVHeads)*d <= 2048
 }
+
+// attnSmem is m_attn_split's dynamic shared memory for head dim d: the
+// queries [2048/d][d], two K tiles [32][d+4] (cp.async double buffer) and
+// the probabilities [32][2048/d], float32.
+func attnSmem(d int) int { return (2048 + 2*32*(d+4) + 32*(2048/d)) * 4 }
 
 // attnSplits is the number of splits of each row's positions: enough
 // blocks (rows × kv heads × splits) for about eight per multiprocessor
@@ -284,7 +290,7 @@ func (b *Backend) attnSplit(os, qs, kc, vc *Tensor, p *backend.Attn, ps, n int) 
 		acc, ml = b.attnAcc, b.attnML
 	}
 	split, merge := fmt.Sprintf("m_attn_split%d", d), fmt.Sprintf("m_attn_merge%d", d)
-	if !b.check("Attention", b.d.launch(b.s, split, grid3(n, p.KVHeads, s), grid1(128), 0,
+	if !b.check("Attention", b.d.launch(b.s, split, grid3(n, p.KVHeads, s), grid1(128), attnSmem(d),
 		os.buf, acc, ml, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, heads, p.KVHeads, p.Scale, s)) {
 		return
 	}

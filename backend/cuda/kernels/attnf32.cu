@@ -28,6 +28,18 @@
 #define AS_NT 128
 #define AM_NT 256 // merge block: at most AM_NT splits
 
+// cp.async (sm_80+): 16 bytes global → shared without passing through
+// registers; the next tile's K rows stream in while this tile is computed.
+__device__ __forceinline__ void cp_async16(float *smem, const float *gmem) {
+	u32 sa;
+	asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(sa) : "l"(smem));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// attnSmem (Go) must match: qs [2048] | ks [2][AS_TP][D+4] | sc [AS_TP][2048/D] floats.
+
 // ATTNF32_EMU_BEGIN (testdata/gdnemu/run.sh compiles from here on for the host)
 
 template <int D>
@@ -35,16 +47,18 @@ __device__ __forceinline__ void attn_split_f32(float *out, float *pacc, float *p
 					       const float *vc, const int *pos, const int *rowseq, const int *page_off,
 					       const int *pages, int page_size, int heads, int kvheads, float scale, int S) {
 	constexpr int MAXG = 2048 / D, KS = D + 4, DPL = D / 128;
-	__shared__ __attribute__((aligned(16))) float qs[MAXG * D];
-	__shared__ __attribute__((aligned(16))) float ks[AS_TP * KS];
-	__shared__ __attribute__((aligned(16))) float sc[AS_TP * MAXG]; // [position][head]
+	extern __shared__ __attribute__((aligned(16))) float attsm[];
+	float *qs = attsm;                    // [MAXG][D]
+	float *kbuf = qs + MAXG * D;          // [2][AS_TP][KS]: tiles i and i+1
+	float *sc = kbuf + 2 * AS_TP * KS;    // [position][head]
 	__shared__ float mrow[MAXG], lrow[MAXG], arow[MAXG];
-	__shared__ long long roff[AS_TP];
+	__shared__ long long roffs[2][AS_TP];
 	const int t = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int G = heads / kvheads;
 	const int L = pos[t] + 1;
 	const int per = ((L + S - 1) / S + AS_TP - 1) / AS_TP * AS_TP;
 	const int p0 = s * per, p1 = min(L, p0 + per);
+	const int ntiles = p1 > p0 ? (p1 - p0 + AS_TP - 1) / AS_TP : 0;
 	const long long kvw = (long long)kvheads * D;
 	const int *pg = pages + page_off[rowseq[t]];
 	const long long qbase = ((long long)t * heads + (long long)kvh * G) * D;
@@ -59,18 +73,36 @@ __device__ __forceinline__ void attn_split_f32(float *out, float *pacc, float *p
 	for (int g = 0; g < MAXG; g++)
 #pragma unroll
 		for (int i = 0; i < DPL; i++) acc[g][i] = 0.0f;
-	for (int pt = p0; pt < p1; pt += AS_TP) {
-		const int cnt = min(AS_TP, p1 - pt);
-		__syncthreads(); // the previous tile's readers are done (and qs, mrow are set)
-		if (tid < cnt) {
-			const int p = pt + tid;
-			roff[tid] = ((long long)pg[p / page_size] * page_size + p % page_size) * kvw + (long long)kvh * D;
-		}
-		__syncthreads();
+	// Tile 0's row offsets and K copy; then per tile: the next tile's
+	// offsets and K copy are issued before this tile's V loads and compute.
+	if (ntiles > 0 && tid < min(AS_TP, p1 - p0)) {
+		const int p = p0 + tid;
+		roffs[0][tid] = ((long long)pg[p / page_size] * page_size + p % page_size) * kvw + (long long)kvh * D;
+	}
+	__syncthreads();
+	if (ntiles > 0) {
+		const int cnt = min(AS_TP, p1 - p0);
 		for (int e = tid; e < cnt * (D / 4); e += AS_NT) {
 			const int r = e / (D / 4), c = e % (D / 4);
-			*(float4 *)&ks[r * KS + c * 4] = *(const float4 *)(kc + roff[r] + c * 4);
+			cp_async16(kbuf + r * KS + c * 4, kc + roffs[0][r] + c * 4);
 		}
+	}
+	cp_async_commit();
+	for (int it = 0; it < ntiles; it++) {
+		const int b = it & 1, pt = p0 + it * AS_TP, cnt = min(AS_TP, p1 - pt);
+		const long long *roff = roffs[b];
+		const float *ks = kbuf + b * AS_TP * KS;
+		const int pn = pt + AS_TP, cn = it + 1 < ntiles ? min(AS_TP, p1 - pn) : 0;
+		if (tid < cn) {
+			const int p = pn + tid;
+			roffs[b ^ 1][tid] = ((long long)pg[p / page_size] * page_size + p % page_size) * kvw + (long long)kvh * D;
+		}
+		__syncthreads(); // next offsets visible; the last tile's readers of kbuf[b^1], sc, arow are done
+		for (int e = tid; e < cn * (D / 4); e += AS_NT) {
+			const int r = e / (D / 4), c = e % (D / 4);
+			cp_async16(kbuf + (b ^ 1) * AS_TP * KS + r * KS + c * 4, kc + roffs[b ^ 1][r] + c * 4);
+		}
+		cp_async_commit();
 		float vr[AS_TP][DPL];
 #pragma unroll
 		for (int r = 0; r < AS_TP; r++) {
@@ -88,6 +120,7 @@ __device__ __forceinline__ void attn_split_f32(float *out, float *pacc, float *p
 				for (int i = 0; i < DPL; i++) vr[r][i] = 0.0f;
 			}
 		}
+		cp_async_wait1(); // this thread's copies of tile it have landed
 		__syncthreads();
 		// scores of position lane for heads warp, warp+4, ... (at most 4 per warp)
 		float dot[MAXG / 4];

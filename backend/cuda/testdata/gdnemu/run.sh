@@ -37,7 +37,8 @@ python3 - "$d/../../kernels/attnf32.cu" "$tmp/attn_part.cu" <<'P3'
 import re, sys
 s = open(sys.argv[1]).read()
 a = s.index('// ATTNF32_EMU_BEGIN')
-open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s[a:].replace('extern "C" ', '')))
+s = s[a:].replace('extern "C" ', '').replace('extern __shared__ __attribute__((aligned(16))) float attsm[];', '')
+open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s))
 P3
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/attn" "$d/attn.cpp"
 "$tmp/attn"
