@@ -193,7 +193,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.RecordKTGPUExpertDistribution, "record-kt-gpu-expert-distribution", false, "record which experts ran on the GPU each step")
 	fs.StringVar(&c.KTLoRAPath, "kt-lora-path", "", "KT LoRA adapter: expert LoRA on the CPU plus static non-expert LoRA")
 	fs.StringVar(&c.KTExpertLoRAPath, "kt-expert-lora-path", "", "expert-only LoRA adapter for the CPU experts (manual split serving)")
-	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics file (.pt or .json) for --kt-expert-placement-strategy frequency")
+	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt: a dict with logical_count [buffer, layers, experts]) for --kt-expert-placement-strategy frequency")
 
 	// LoRA.
 	fs.BoolVar(&c.EnableLoRA, "enable-lora", false, "serve LoRA adapters (requests pick one with model=NAME:ADAPTER)")
