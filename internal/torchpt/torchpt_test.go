@@ -1,7 +1,9 @@
 package torchpt
 
 import (
+	"archive/zip"
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -123,4 +125,89 @@ func FuzzLoadReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = LoadReader(bytes.NewReader(b), int64(len(b)))
 	})
+}
+
+// TestSaveLoad writes a recorder-style dict with Save and reads it back
+// with Load (torch.load reads the same file on the GPU machine: see
+// tools/fixtures/gen_torchpt.py --check).
+func TestSaveLoad(t *testing.T) {
+	lc := &IntTensor{Shape: []int{2, 3, 4}}
+	for i := range 24 {
+		lc.Data = append(lc.Data, int32(i*1000003-7))
+	}
+	obj := map[string]any{"rank": 0, "logical_count": lc, "average_utilization_rate_over_window": 0.25,
+		"big": 1 << 40, "neg": -5, "mid": 70000, "none": nil, "flag": true, "name": "kt", "nested": map[string]any{"x": 1}}
+	var buf bytes.Buffer
+	if err := Save(&buf, "expert_distribution_recorder_1", obj); err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.(map[string]any)
+	got, ok := m["logical_count"].(*Tensor)
+	if !ok || !slices.Equal(got.Shape, lc.Shape) {
+		t.Fatalf("logical_count %+v", m["logical_count"])
+	}
+	for i, x := range lc.Data {
+		if got.Data[i] != float64(x) {
+			t.Fatalf("logical_count[%d] = %v, want %d", i, got.Data[i], x)
+		}
+	}
+	for k, want := range map[string]any{"rank": 0, "average_utilization_rate_over_window": 0.25, "big": 1 << 40,
+		"neg": -5, "mid": 70000, "none": nil, "flag": true, "name": "kt"} {
+		if m[k] != want {
+			t.Errorf("%s = %v (%T), want %v", k, m[k], m[k], want)
+		}
+	}
+	if n, ok := m["nested"].(map[string]any); !ok || n["x"] != 1 {
+		t.Errorf("nested = %v", m["nested"])
+	}
+	// storages start on 64-byte boundaries, as torch writes them
+	zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range zr.File {
+		if off, err := f.DataOffset(); err != nil || off%64 != 0 {
+			t.Errorf("%s: data at %d (%v), want a multiple of 64", f.Name, off, err)
+		}
+	}
+	if err := Save(&buf, "x", map[string]any{"bad": []int{1}}); err == nil {
+		t.Error("saving a []int: no error")
+	}
+	if err := Save(&buf, "x", &IntTensor{Shape: []int{2}, Data: []int32{1}}); err == nil {
+		t.Error("saving a tensor shorter than its shape: no error")
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/kt_saved.pt")
+
+// TestSaveGolden keeps testdata/kt_saved.pt, a recorder-style file written
+// by Save, byte for byte (go test -update rewrites it). The GPU machine
+// checks that torch.load reads it: python3 tools/fixtures/gen_torchpt.py
+// --check internal/torchpt/testdata/kt_saved.pt.
+func TestSaveGolden(t *testing.T) {
+	lc := &IntTensor{Shape: []int{2, 3, 4}}
+	for i := range 24 {
+		lc.Data = append(lc.Data, int32((i*7+3)%11))
+	}
+	var buf bytes.Buffer
+	if err := Save(&buf, "kt_saved", map[string]any{"rank": 0, "logical_count": lc, "average_utilization_rate_over_window": 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "kt_saved.pt")
+	if *update {
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Errorf("Save's output differs from %s (run with -update if the change is intended)", golden)
+	}
 }
