@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/ktserve/kt/backend"
@@ -366,5 +367,19 @@ func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
 		return b.Sync()
 	}
 	copy(dst, src)
+	return nil
+}
+
+// ReadI32 copies the first n elements of an I32 tensor (router expert ids)
+// to dst.
+func (b *Backend) ReadI32(dst []int32, t backend.Tensor, n int) error {
+	ct := b.t(t, "ReadI32")
+	if ct == nil {
+		return b.Sync()
+	}
+	if ct.dt != tensor.I32 || len(ct.i32) < n || len(dst) < n {
+		return fmt.Errorf("cpu: ReadI32: tensor holds %d %s elements, need %d I32", len(ct.i32), ct.dt, n)
+	}
+	copy(dst, ct.i32[:n])
 	return nil
 }
