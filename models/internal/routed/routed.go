@@ -179,7 +179,7 @@ func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int)
 
 // Experts computes the routed experts of a model's MoE layers.
 type Experts struct {
-	rb     *runbase.Base
+	rb      *runbase.Base
 	engine  *engine // nil: the backend's MoE op
 	path    string
 	idsHost []int32 // expert picks read back while recording
