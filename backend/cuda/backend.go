@@ -58,6 +58,12 @@ type Backend struct {
 	// (larger chunks) moved qwen35moe-a's chunked-vs-whole prefill logprobs
 	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
 	noGEMV bool
+
+	// epoch counts reallocations of buffers that kernels are passed
+	// (GraphEpoch): a graph captured before one must not be replayed.
+	epoch uint64
+	// readHost is ReadPinned's page-locked destination.
+	readHost *HostBuffer
 }
 
 type gemmShape struct {
@@ -243,6 +249,7 @@ func (b *Backend) ensureScratch(n int64) error {
 	}
 	b.free(b.scratch)
 	b.scratch = Buffer{}
+	b.epoch++
 	buf, err := b.alloc(n, "MatMul activation scratch")
 	if err != nil {
 		return err
@@ -387,6 +394,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		b.metaHost.Free()
 	}
 	b.free(b.meta)
+	b.epoch++
 	b.meta, b.metaHost = dev, host
 	b.capT, b.capS, b.capP = ct, cs, cp
 	return nil
@@ -418,6 +426,9 @@ func (b *Backend) Close() error {
 	b.bufs = nil
 	if b.metaHost != nil {
 		err = errors.Join(err, b.metaHost.Free())
+	}
+	if b.readHost != nil {
+		err = errors.Join(err, b.readHost.Free())
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {
