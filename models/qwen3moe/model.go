@@ -203,6 +203,9 @@ func (r *Runner) Close() error {
 	return r.rb.Close()
 }
 
+// GraphStats reports what the decode graph path did (models.GraphStatsOf).
+func (r *Runner) GraphStats() models.GraphStats { return r.rb.GraphStats() }
+
 // Forward implements model.Runner.
 func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 	h := runbase.Head{X: r.x, Norm: r.norm, LMHead: r.lmHead, Eps: float32(r.cfg.RMSNormEps)}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models"
 )
 
 // Decode steps as graphs
@@ -33,15 +34,6 @@ import (
 // KT_CUDA_GRAPH=eager pads decode steps exactly as the graph path does but
 // runs them op by op (the reference the graph path is tested against).
 
-// GraphStats counts what the decode graph path did.
-type GraphStats struct {
-	Captures, Replays int
-	// Off says why graphs are not used ("" when they are).
-	Off string
-	// Failed is the last capture error, if any.
-	Failed string
-}
-
 type graphState struct {
 	gb       backend.GraphBackend // nil: every step runs op by op
 	off      string
@@ -51,7 +43,7 @@ type graphState struct {
 	dummy    int // the padding rows' slot, -1 without padding
 	dummyPgs []int32
 	byKey    map[int]*stepGraph
-	stats    GraphStats
+	stats    models.GraphStats
 
 	key  int // bucket of the step begun last; 0: op by op
 	real int // chunks of the step begun last
@@ -137,7 +129,7 @@ func (b *Base) DisableGraphs(why string) {
 }
 
 // GraphStats reports what the decode graph path did so far.
-func (b *Base) GraphStats() GraphStats { return b.gr.stats }
+func (b *Base) GraphStats() models.GraphStats { return b.gr.stats }
 
 // StateSlots is the number of recurrent-state slots a model allocates:
 // MaxSeqs, plus the padding rows' slot when decode steps may be padded.
