@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ktserve/kt/model"
 )
@@ -15,6 +16,12 @@ type GraphStats struct {
 	Off string
 	// Failed is the last capture error (that bucket then ran op by op).
 	Failed string
+	// DecodeSteps counts the decode steps that took the graph path
+	// (warm-up, capture or replay) and DecodeForward their time in
+	// Forward, from the batch to the logits in host memory: what is left
+	// of a decode step's time is the caller's (sampling, scheduling).
+	DecodeSteps   int
+	DecodeForward time.Duration
 }
 
 // String is a one-line summary for logs.
@@ -23,6 +30,9 @@ func (s GraphStats) String() string {
 		return "off (" + s.Off + ")"
 	}
 	out := fmt.Sprintf("%d captured, %d replayed", s.Captures, s.Replays)
+	if s.DecodeSteps > 0 {
+		out += fmt.Sprintf("; %d decode steps, %.3f ms each in Forward", s.DecodeSteps, s.DecodeForward.Seconds()*1e3/float64(s.DecodeSteps))
+	}
 	if s.Failed != "" {
 		out += "; capture failed: " + s.Failed
 	}

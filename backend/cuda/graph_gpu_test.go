@@ -39,7 +39,8 @@ func loadGraphMode(t *testing.T, name, mode string) model.Runner {
 // runners: graphs on, the same padded steps op by op, graphs off. Graph
 // replays must equal the op-by-op padded steps bit for bit; against
 // unpadded steps (graphs off) they must be bit-identical where the batch is
-// a bucket and within modelTol where padding changed the GEMMs' row count.
+// a bucket until the first padded step, and within modelTol after it
+// (padding changed the GEMMs' row count, so their rounding).
 func TestModelGraphDecode(t *testing.T) {
 	for _, fx := range []string{"qwen3moe-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"} {
 		t.Run(fx, func(t *testing.T) {
@@ -47,7 +48,7 @@ func TestModelGraphDecode(t *testing.T) {
 			cases := testfixtures.Load(t, fx)
 			pos, next := map[int]int{}, map[int]int32{}
 			var padDiff float64
-			steps := 0
+			steps, padded := 0, false
 			step := func(what string, slots []int, prompt map[int][]int32) {
 				t.Helper()
 				var b model.Batch
@@ -88,7 +89,10 @@ func TestModelGraphDecode(t *testing.T) {
 				if !identical(rows[0], rows[1]) {
 					t.Fatalf("%s: graph replay differs from the same padded step op by op (worst logprob %.3g)", what, maxLogprobDiff(rows[0], rows[1]))
 				}
-				padded := prompt == nil && len(slots) == 3
+				// once a step was padded, its GEMMs ran with more rows than
+				// the unpadded runner's, which rounds differently, and the
+				// caches written then differ in the last bits
+				padded = padded || (prompt == nil && len(slots) == 3)
 				if d := maxLogprobDiff(rows[0], rows[2]); !padded && !identical(rows[0], rows[2]) {
 					t.Fatalf("%s: graph replay differs from the unpadded op-by-op step (worst logprob %.3g)", what, d)
 				} else if d > modelTol {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/model"
@@ -179,6 +180,7 @@ type Head struct {
 // back (Finish). A decode step replays its bucket's graph where there is
 // one (see the comment at the top of this file).
 func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n int) error) error {
+	t0 := time.Now()
 	n, err := b.Begin(bt)
 	if err != nil {
 		return err
@@ -192,7 +194,10 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 	if err := b.decodeStep(n, h, body); err != nil {
 		return err
 	}
-	return b.deliver(bt, out, len(b.Step.OutRows))
+	err = b.deliver(bt, out, len(b.Step.OutRows))
+	b.gr.stats.DecodeSteps++
+	b.gr.stats.DecodeForward += time.Since(t0)
+	return err
 }
 
 // decodeStep queues a padded decode step of n rows: eagerly the first time
