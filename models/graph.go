@@ -16,8 +16,8 @@ type GraphStats struct {
 	Off string
 	// Failed is the last capture error (that bucket then ran op by op).
 	Failed string
-	// DecodeSteps counts the decode steps that took the graph path
-	// (warm-up, capture or replay) and DecodeForward their time in
+	// DecodeSteps counts the decode steps (every chunk one token),
+	// whichever path ran them, and DecodeForward their time in
 	// Forward, from the batch to the logits in host memory: what is left
 	// of a decode step's time is the caller's (sampling, scheduling).
 	DecodeSteps   int
@@ -26,10 +26,10 @@ type GraphStats struct {
 
 // String is a one-line summary for logs.
 func (s GraphStats) String() string {
-	if s.Off != "" {
-		return "off (" + s.Off + ")"
-	}
 	out := fmt.Sprintf("%d captured, %d replayed", s.Captures, s.Replays)
+	if s.Off != "" {
+		out = "off (" + s.Off + ")"
+	}
 	if s.DecodeSteps > 0 {
 		out += fmt.Sprintf("; %d decode steps, %.3f ms each in Forward", s.DecodeSteps, s.DecodeForward.Seconds()*1e3/float64(s.DecodeSteps))
 	}

@@ -186,17 +186,16 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 		return err
 	}
 	if b.gr.key == 0 {
-		if err := body(n); err != nil {
-			return err
+		if err = body(n); err == nil {
+			err = b.Finish(h.X, h.Norm, h.LMHead, h.Eps, bt, out)
 		}
-		return b.Finish(h.X, h.Norm, h.LMHead, h.Eps, bt, out)
+	} else if err = b.decodeStep(n, h, body); err == nil {
+		err = b.deliver(bt, out, len(b.Step.OutRows))
 	}
-	if err := b.decodeStep(n, h, body); err != nil {
-		return err
+	if n == len(bt.Chunks) { // every chunk one token: a decode step
+		b.gr.stats.DecodeSteps++
+		b.gr.stats.DecodeForward += time.Since(t0)
 	}
-	err = b.deliver(bt, out, len(b.Step.OutRows))
-	b.gr.stats.DecodeSteps++
-	b.gr.stats.DecodeForward += time.Since(t0)
 	return err
 }
 
