@@ -192,7 +192,7 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 	} else if err = b.decodeStep(n, h, body); err == nil {
 		err = b.deliver(bt, out, len(b.Step.OutRows))
 	}
-	if n == len(bt.Chunks) { // every chunk one token: a decode step
+	if b.gr.key != 0 || n == len(bt.Chunks) { // every chunk one token: a decode step
 		b.gr.stats.DecodeSteps++
 		b.gr.stats.DecodeForward += time.Since(t0)
 	}
