@@ -80,6 +80,9 @@ type Config struct {
 	KTLoRAPath                    string
 	KTExpertLoRAPath              string
 	InitExpertLocation            string
+	// ExpertDistributionRecorderMode is "" (off) or "stat".
+	ExpertDistributionRecorderMode       string
+	ExpertDistributionRecorderBufferSize int // passes kept; -1 a running sum
 
 	// LoRA.
 	EnableLoRA        bool
@@ -195,7 +198,9 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.RecordKTGPUExpertDistribution, "record-kt-gpu-expert-distribution", false, "record which experts ran on the GPU each step")
 	fs.StringVar(&c.KTLoRAPath, "kt-lora-path", "", "KT LoRA adapter: expert LoRA on the CPU plus static non-expert LoRA")
 	fs.StringVar(&c.KTExpertLoRAPath, "kt-expert-lora-path", "", "expert-only LoRA adapter for the CPU experts (manual split serving)")
-	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics file (.pt or .json) for --kt-expert-placement-strategy frequency")
+	fs.StringVar(&c.ExpertDistributionRecorderMode, "expert-distribution-recorder-mode", "", "record routed-expert picks: stat (per-pass counts, dumped by /dump_expert_distribution_record to $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR as the .pt that --init-expert-location reads); stat_approx, per_pass, per_token are SGLang's other modes")
+	fs.IntVar(&c.ExpertDistributionRecorderBufferSize, "expert-distribution-recorder-buffer-size", 1000, "forward passes the stat recorder keeps (-1: one running sum of all)")
+	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt: a dict with logical_count [buffer, layers, experts]) for --kt-expert-placement-strategy frequency")
 
 	// LoRA.
 	fs.BoolVar(&c.EnableLoRA, "enable-lora", false, "serve LoRA adapters (requests pick one with model=NAME:ADAPTER)")

@@ -193,6 +193,11 @@ func TestValidateFeatures(t *testing.T) {
 		{"base gpu id within the GPUs", []string{"--model", "/m", "--base-gpu-id", "1"}, Features{GPUs: 2}, nil, nil},
 		{"base gpu id without a GPU", []string{"--model", "/m", "--base-gpu-id", "1"}, cpuOnly, nil, []string{"base-gpu-id"}},
 		{"tp beyond build", []string{"--model", "/m", "--tp-size", "2"}, Features{GPUs: 2, MaxTensorParallel: 1}, []string{"not implemented yet"}, nil},
+		{"expert recorder stat", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat", "--expert-distribution-recorder-buffer-size", "-1"}, Features{ExpertDistributionModes: []string{"stat"}}, nil, nil},
+		{"expert recorder per_token", []string{"--model", "/m", "--expert-distribution-recorder-mode", "per_token"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{"per_token is not implemented yet in kt (this build records: stat)"}, nil},
+		{"expert recorder unknown mode", []string{"--model", "/m", "--expert-distribution-recorder-mode", "all"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{`"all" is not one of`}, nil},
+		{"expert recorder buffer 0", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat", "--expert-distribution-recorder-buffer-size", "0"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{"buffer-size: 0"}, nil},
+		{"expert recorder missing", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat"}, cpuOnly, []string{"this build records: none"}, nil},
 	} {
 		c, err := Parse(tc.args)
 		if err != nil {

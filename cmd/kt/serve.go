@@ -303,8 +303,9 @@ func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logge
 }
 
 // placementStrategies are the --kt-expert-placement-strategy values kt
-// implements (frequency needs SGLang's torch statistics file: not read).
-var placementStrategies = []string{string(placement.Uniform), string(placement.FrontLoading), string(placement.Random)}
+// implements (frequency reads SGLang's statistics, --init-expert-location
+// FILE.pt).
+var placementStrategies = []string{string(placement.Uniform), string(placement.FrontLoading), string(placement.Random), string(placement.Frequency)}
 
 // gpuExpertRequest turns --kt-num-gpu-experts (< 0 unset),
 // --kt-gpu-experts-ratio (when ratioSet), --kt-expert-placement-strategy

@@ -254,9 +254,7 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	if math.IsInf(float64(mx), -1) {
 		return 0, ErrNoToken
 	}
-	for i := range w {
-		w[i] = float32(math.Exp(float64(w[i] - mx)))
-	}
+	expShifted(w, mx)
 
 	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
 	var cand []int32
@@ -339,10 +337,13 @@ func nucleus(cand []int32, w []float32, topP, total float64) []int32 {
 }
 
 // nucleusAll returns the smallest set of top tokens of w (all positive,
-// maximum 1) whose mass reaches topP of the total, best first. It buckets
-// the probabilities by their float32 bits (monotone for positive floats),
-// finds the bucket where the cumulative mass crosses the target, and sorts
-// only the tokens at or above it.
+// maximum 1) whose mass reaches topP of the total. It buckets the
+// probabilities by their float32 bits (monotone for positive floats) and
+// finds the bucket where the cumulative mass, from the top, crosses the
+// target: every token of a higher bucket is in the set (index order), and
+// only the crossing bucket is sorted (best first, ties to the lower id) to
+// take the prefix that completes the mass. The set is the one a full sort
+// would give; only the crossing bucket needs the sort.
 func nucleusAll(w []float32, topP float64) []int32 {
 	const shift = 19 // 13-bit buckets: exponent plus 4 mantissa bits
 	var sums [1 << (32 - shift)]float64
@@ -352,22 +353,25 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		total += float64(v)
 	}
 	target := topP * total
-	var acc float64
+	var above float64 // mass of the buckets above cut
 	cut := uint32(0)
 	for b := len(sums) - 1; b >= 0; b-- {
-		acc += sums[b]
-		if acc >= target {
+		if above+sums[b] >= target {
 			cut = uint32(b)
 			break
 		}
+		above += sums[b]
 	}
-	var cand []int32
+	var cand, edge []int32
 	for i, v := range w {
-		if math.Float32bits(v)>>shift >= cut {
+		switch b := math.Float32bits(v) >> shift; {
+		case b > cut:
 			cand = append(cand, int32(i))
+		case b == cut:
+			edge = append(edge, int32(i))
 		}
 	}
-	slices.SortFunc(cand, func(a, b int32) int {
+	slices.SortFunc(edge, func(a, b int32) int {
 		switch {
 		case w[a] > w[b]:
 			return -1
@@ -376,7 +380,48 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		}
 		return int(a - b)
 	})
-	return nucleus(cand, w, topP, total)
+	sum := above
+	for _, i := range edge {
+		cand = append(cand, i)
+		sum += float64(w[i])
+		if sum >= target {
+			break
+		}
+	}
+	return cand
+}
+
+// expShifted sets w[i] = e^(w[i]-mx) for a row whose maximum is mx, in
+// float32 (within 2 ulp of the rounded exact value; 0 where w[i]-mx is
+// below -87.3, no longer a normal float32). It is the sampler's hot loop
+// over the vocabulary: math.Exp in float64 took most of a top-p sample over
+// 152k logits; here each element is an independent short chain the CPU
+// overlaps across iterations.
+func expShifted(w []float32, mx float32) {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693145751953125
+		ln2lo = 1.42860682030941723212e-6
+	)
+	for i, v := range w {
+		x := v - mx
+		if !(x >= -87.33) { // also NaN
+			w[i] = 0
+			continue
+		}
+		ni := int32(x*log2e - 0.5) // x <= 0: rounds x·log2(e) to nearest
+		n := float32(ni)
+		r := x - n*ln2hi - n*ln2lo // |r| <= ln2/2
+		// e^r: Taylor to degree 7 (relative error < 3e-8), Estrin-style
+		// to halve the dependent chain.
+		r2 := r * r
+		p01 := 1 + r
+		p23 := 0.5 + r*(1.0/6)
+		p45 := 1.0/24 + r*(1.0/120)
+		p67 := 1.0/720 + r*(1.0/5040)
+		p := p01 + r2*(p23+r2*(p45+r2*p67))
+		w[i] = p * math.Float32frombits(uint32(ni+127)<<23)
+	}
 }
 
 // draw samples an index proportionally to w over cand (nil: every index);

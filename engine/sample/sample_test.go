@@ -2,6 +2,7 @@ package sample
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -168,5 +169,79 @@ func TestLogSoftmax(t *testing.T) {
 	}
 	if len(lp) != len(row) || math.Abs(total-1) > 1e-12 {
 		t.Errorf("%d logprobs summing to probability %g", len(lp), total)
+	}
+}
+
+// TestExpShifted compares the float32 exponential with math.Exp over its
+// range.
+func TestExpShifted(t *testing.T) {
+	expNeg := func(x float32) float32 {
+		w := []float32{x, 0}
+		expShifted(w, 0)
+		return w[0]
+	}
+	worst := 0.0
+	for x := float32(0); x > -87; x -= 0.0137 {
+		got := float64(expNeg(x))
+		want := math.Exp(float64(x))
+		if rel := math.Abs(got-want) / want; rel > worst {
+			worst = rel
+		}
+	}
+	if worst > 3e-7 {
+		t.Errorf("expShifted: worst relative error %g, want <= 3e-7", worst)
+	}
+	for _, x := range []float32{-88, -1000, float32(math.Inf(-1)), float32(math.NaN())} {
+		if got := expNeg(x); got != 0 {
+			t.Errorf("expNeg(%v) = %v, want 0", x, got)
+		}
+	}
+	if got := expNeg(0); got != 1 {
+		t.Errorf("expNeg(0) = %v, want 1", got)
+	}
+}
+
+// TestNucleusAllMatchesSort checks the bucketed nucleus against a full sort:
+// the same set of tokens for many distributions and top-p values.
+func TestNucleusAllMatchesSort(t *testing.T) {
+	x := uint64(7)
+	next := func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
+	}
+	for trial := 0; trial < 60; trial++ {
+		n := 1 + int(next()*3000)
+		w := make([]float32, n)
+		spread := 1 + next()*40
+		for i := range w {
+			w[i] = float32(math.Exp(-next() * spread))
+			if trial%7 == 0 && i%5 == 0 {
+				w[i] = 0.5 // ties
+			}
+		}
+		w[int(next()*float64(n))] = 1
+		topP := 0.05 + next()*0.9
+		got := nucleusAll(w, topP)
+		all := make([]int32, n)
+		var total float64
+		for i := range all {
+			all[i] = int32(i)
+			total += float64(w[i])
+		}
+		slices.SortFunc(all, func(a, b int32) int {
+			switch {
+			case w[a] > w[b]:
+				return -1
+			case w[a] < w[b]:
+				return 1
+			}
+			return int(a - b)
+		})
+		want := nucleus(all, w, topP, total)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d (n %d, top-p %.3f): bucketed set of %d tokens, sorted set of %d", trial, n, topP, len(got), len(want))
+		}
 	}
 }
