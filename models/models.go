@@ -53,6 +53,10 @@ type Options struct {
 	// --kt-expert-placement-strategy); the zero value (PerLayer 0) keeps
 	// every routed expert on the CPU expert engine.
 	GPUExperts placement.Request
+	// ExpertRecorder, when set and recording, receives the router's
+	// expert picks of every MoE layer (--expert-distribution-recorder-mode
+	// stat; moe/expertdist.Recorder). Steps run op by op while it records.
+	ExpertRecorder ExpertRecorder
 
 	// Device picks the backend Load opens when Backend is nil: "" or
 	// "cpu" (a CPU backend with Threads), "cuda" (the GPU or an error),
@@ -77,6 +81,14 @@ type Options struct {
 	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
 	// (--cuda-graph-max-bs); 0 means MaxSeqs.
 	CUDAGraphMaxBS int
+}
+
+// ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).
+type ExpertRecorder interface {
+	// Recording reports whether picks are being counted now.
+	Recording() bool
+	// Add counts layer's picks, row-major [tokens, top-k] expert ids.
+	Add(layer int, ids []int32)
 }
 
 // WithDefaults fills zero fields with defaults.

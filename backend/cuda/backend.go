@@ -58,6 +58,8 @@ type Backend struct {
 	// (larger chunks) moved qwen35moe-a's chunked-vs-whole prefill logprobs
 	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
 	noGEMV bool
+	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
+	fp8Force string
 
 	// epoch counts reallocations of buffers that kernels are passed
 	// (GraphEpoch): a graph captured before one must not be replayed.
@@ -127,6 +129,7 @@ type Tensor struct {
 	n     int // elements
 	buf   Buffer
 	name  string
+	fp8   *fp8Info // F8E4M3 weights: block scales (fp8.go)
 }
 
 // DType implements backend.Tensor.
@@ -140,7 +143,11 @@ func (t *Tensor) Buffer() Buffer { return t.buf }
 
 // arg describes t to the shared argument checks.
 func (t *Tensor) arg() backend.Arg {
-	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	a := backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	if t.fp8 != nil {
+		a.Block = [2]int{t.fp8.bn, t.fp8.bk}
+	}
+	return a
 }
 
 func (t *Tensor) cols() int { return t.arg().Cols() }
@@ -187,6 +194,9 @@ func elements(name string, shape []int) (int, error) {
 func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if err := h.Check(); err != nil {
 		return nil, err
+	}
+	if h.FP8() {
+		return b.weightFP8(h)
 	}
 	switch h.DType {
 	case tensor.F32, tensor.BF16, tensor.F16, tensor.I32:

@@ -49,7 +49,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
+	if b.refuse(backend.CheckMatMulWeight(wt.arg())) {
 		return
 	}
 	dt, _ := wcode(wt.dt)
@@ -63,6 +63,10 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 		return
 	}
 	if n <= 0 || o == 0 || k == 0 {
+		return
+	}
+	if wt.fp8 != nil {
+		b.matmulFP8(os, xs, wt, n, o, k)
 		return
 	}
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
@@ -335,6 +339,9 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
 			t := b.t(w, "MoE weight")
 			if t == nil {
+				return nil
+			}
+			if t.fp8 != nil && !b.fp8ToBF16(t) {
 				return nil
 			}
 			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {

@@ -23,6 +23,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
+	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/serveconfig"
 	"github.com/ktserve/kt/server"
@@ -57,7 +58,8 @@ func serveFeatures() serveconfig.Features {
 	gpus := models.GPUCount()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
-		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies}
+		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
+		ExpertDistributionModes: []string{"stat"}}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -128,6 +130,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
+	}
+	var recorder *expertdist.Recorder
+	if cfg.ExpertDistributionRecorderMode == "stat" {
+		if mcfg.Experts == 0 {
+			return fmt.Errorf("--expert-distribution-recorder-mode: %s has no routed experts to record", cfg.ModelPath)
+		}
+		if recorder, err = expertdist.New(mcfg.Layers, mcfg.Experts, cfg.ExpertDistributionRecorderBufferSize, ""); err != nil {
+			return fmt.Errorf("--expert-distribution-recorder-mode: %w", err)
+		}
+		opts.ExpertRecorder = recorder
 	}
 	t0 := time.Now()
 	where := ""
@@ -223,11 +235,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{
+	sopt := server.Options{
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
 		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
-	})
+	}
+	if recorder != nil {
+		sopt.Experts = recorder
+	}
+	srv, err := server.New(sopt)
 	if err != nil {
 		return err
 	}

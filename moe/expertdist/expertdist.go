@@ -39,6 +39,7 @@ type Recorder struct {
 	mu     sync.Mutex
 	pass   []int32   // this pass's counts, [layers*experts]
 	dirty  bool      // pass has counts
+	last   int       // the layer Add saw last in the open pass
 	ring   [][]int32 // the last len(ring) passes; one running sum when sum
 	sum    bool      // buffer -1: ring[0] accumulates every pass
 	next   int       // ring slot of the next pass
@@ -103,13 +104,20 @@ func (r *Recorder) Stop() {
 }
 
 // Add counts the expert ids (row-major [tokens, top-k]; ids < 0 — padding
-// or experts masked out — are skipped) the router picked in layer.
+// or experts masked out — are skipped) the router picked in layer. A
+// forward pass visits its MoE layers in increasing order, once each, so a
+// layer at or below the last one Add saw starts a new pass (EndPass closes
+// one explicitly).
 func (r *Recorder) Add(layer int, ids []int32) {
 	if !r.Recording() || layer < 0 || layer >= r.layers {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.dirty && layer <= r.last {
+		r.commit()
+	}
+	r.last = layer
 	row := r.pass[layer*r.experts : (layer+1)*r.experts]
 	for _, e := range ids {
 		if e >= 0 && int(e) < r.experts {
@@ -144,7 +152,7 @@ func (r *Recorder) commit() {
 		r.next = (r.next + 1) % len(r.ring)
 	}
 	clear(r.pass)
-	r.dirty = false
+	r.dirty, r.last = false, -1
 	r.passes++
 }
 

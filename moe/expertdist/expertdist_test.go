@@ -72,6 +72,18 @@ func TestRingAndDump(t *testing.T) {
 	if m["rank"] != 0 || m["num_passes"] != 4 {
 		t.Errorf("rank %v, num_passes %v", m["rank"], m["num_passes"])
 	}
+	if r, _ := New(2, 4, -1, t.TempDir()); r != nil {
+		r.Start()
+		r.Add(0, []int32{1})
+		r.Add(1, []int32{1})
+		r.Add(0, []int32{1}) // implicit boundary
+		r.Stop()
+		path, _ := r.Dump()
+		_, m := load(t, path)
+		if m["num_passes"] != 2 {
+			t.Errorf("implicit pass boundaries: %v passes, want 2", m["num_passes"])
+		}
+	}
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Errorf("dump left %d files in the directory", len(ents))
@@ -102,20 +114,22 @@ func TestRunningSumFeedsFrequency(t *testing.T) {
 		r.EndPass()
 	}
 	r.Add(1, []int32{1, 1, 1, 1, 1, 1})
+	r.Add(0, nil) // layer 0 again: a new pass begins (empty here)
+	r.Add(1, []int32{1})
 	r.EndPass()
 	path, err := r.Dump()
 	if err != nil {
 		t.Fatal(err)
 	}
 	lc, _ := load(t, path)
-	if !slices.Equal(lc.Shape, []int{1, 2, 4}) || !slices.Equal(lc.Data, []float64{0, 0, 5, 5, 5, 6, 0, 0}) {
+	if !slices.Equal(lc.Shape, []int{1, 2, 4}) || !slices.Equal(lc.Data, []float64{0, 0, 5, 5, 5, 7, 0, 0}) {
 		t.Fatalf("running sum %v %v", lc.Shape, lc.Data)
 	}
 	m, n, err := placement.Compute([]bool{true, true}, 4, placement.Request{PerLayer: 1, Strategy: placement.Frequency, StatsPath: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// the two busiest cells: layer 1 expert 1 (6), then layer 0 expert 2 (5, lowest position among the 5s)
+	// the two busiest cells: layer 1 expert 1 (7), then layer 0 expert 2 (5, lowest position among the 5s)
 	if n != 2 || !m[1][1] || !m[0][2] || m.Count(0)+m.Count(1) != 2 {
 		t.Errorf("frequency placement from the dump: %v (%d)", m, n)
 	}

@@ -32,6 +32,9 @@ type Base struct {
 	Pool *kvcache.Pool // KV page bookkeeping, made by AllocStep
 	Info model.Info
 	Step backend.Step // the step being run, laid out by Begin
+	// FP8Block is quantization_config.weight_block_size of an fp8
+	// checkpoint ([bn, bk]); zero otherwise.
+	FP8Block [2]int
 
 	ownBE   bool
 	seen    []bool
@@ -57,6 +60,9 @@ func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	b := &Base{Name: name, Dir: dir, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
+	if cfg.Quantization == "fp8" && len(cfg.WeightBlockSize) == 2 {
+		b.FP8Block = [2]int{cfg.WeightBlockSize[0], cfg.WeightBlockSize[1]}
+	}
 	if b.BE == nil {
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
@@ -92,7 +98,11 @@ func (b *Base) Close() error {
 }
 
 // Host fetches a float tensor from the checkpoint (zero-copy) and checks
-// its shape; errors name the tensor.
+// its shape; errors name the tensor. An F8_E4M3 matrix of an fp8
+// checkpoint comes with its block scales (name+"_scale_inv", the
+// checkpoint's weight_scale_inv) and the config's weight_block_size: a
+// block-scaled FP8 weight (see package backend), which every backend's
+// MatMul takes as it is.
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
@@ -101,10 +111,30 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	if !sameShape(t.Shape, shape) {
 		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)
 	}
-	if t.DType != tensor.BF16 && t.DType != tensor.F16 && t.DType != tensor.F32 {
-		return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16 or F32", name, t.DType)
+	h := backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}
+	switch t.DType {
+	case tensor.BF16, tensor.F16, tensor.F32:
+		return h, nil
+	case tensor.F8E4M3:
+		if b.FP8Block[0] <= 0 {
+			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3 but config.json has no fp8 quantization_config with weight_block_size", name)
+		}
+		sc, err := b.Ckpt.Tensor(name + "_scale_inv")
+		if err != nil {
+			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3: its block scales: %w", name, err)
+		}
+		ss := make([]int, len(sc.Shape))
+		for i, d := range sc.Shape {
+			ss[i] = int(d)
+		}
+		h.Scale = &backend.Host{Name: name + "_scale_inv", DType: sc.DType, Shape: ss, Data: sc.Data}
+		h.Block = b.FP8Block
+		if err := h.Check(); err != nil {
+			return backend.Host{}, err
+		}
+		return h, nil
 	}
-	return backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}, nil
+	return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16, F32 or F8_E4M3 (fp8 checkpoints)", name, t.DType)
 }
 
 // Weight fetches a checkpoint tensor with Host and hands it to the backend

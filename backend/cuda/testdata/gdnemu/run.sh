@@ -33,4 +33,12 @@ open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('#pragma u
 P2
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/gemv" "$d/gemv.cpp"
 "$tmp/gemv"
+
+python3 - "$d/../../kernels/fp8.cu" "$tmp/fp8_part.cu" <<'P3'
+import sys
+s = open(sys.argv[1]).read()
+open(sys.argv[2], 'w').write(s.replace('#pragma unroll 2', '').replace('#pragma unroll', ''))
+P3
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/fp8" "$d/fp8.cpp"
+"$tmp/fp8"
 rm -rf "$tmp"
