@@ -60,6 +60,12 @@ type Backend struct {
 	noGEMV bool
 	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
 	fp8Force string
+
+	// epoch counts reallocations of buffers that kernels are passed
+	// (GraphEpoch): a graph captured before one must not be replayed.
+	epoch uint64
+	// readHost is ReadPinned's page-locked destination.
+	readHost *HostBuffer
 }
 
 type gemmShape struct {
@@ -253,6 +259,7 @@ func (b *Backend) ensureScratch(n int64) error {
 	}
 	b.free(b.scratch)
 	b.scratch = Buffer{}
+	b.epoch++
 	buf, err := b.alloc(n, "MatMul activation scratch")
 	if err != nil {
 		return err
@@ -397,6 +404,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		b.metaHost.Free()
 	}
 	b.free(b.meta)
+	b.epoch++
 	b.meta, b.metaHost = dev, host
 	b.capT, b.capS, b.capP = ct, cs, cp
 	return nil
@@ -428,6 +436,9 @@ func (b *Backend) Close() error {
 	b.bufs = nil
 	if b.metaHost != nil {
 		err = errors.Join(err, b.metaHost.Free())
+	}
+	if b.readHost != nil {
+		err = errors.Join(err, b.readHost.Free())
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {
