@@ -142,12 +142,17 @@ func (b *Base) StateSlots() int {
 }
 
 // padStep pads a decode-only step to its bucket when graphs are on; it
-// sets the step's graph key (0: run op by op).
+// sets the step's graph key (0: run op by op). While the expert recorder
+// records, steps run op by op and unpadded: a replayed graph would not
+// report its picks, and padding rows' picks are not the model's.
 func (b *Base) padStep(bt *model.Batch) {
 	g := &b.gr
 	g.key, g.real = 0, len(bt.Chunks)
 	if g.gb == nil || g.dummy < 0 {
 		return
+	}
+	if rec := b.Opts.ExpertRecorder; rec != nil && rec.Recording() {
+		return // counted op by op, without padding rows' picks
 	}
 	for _, c := range bt.Chunks {
 		if len(c.Tokens) != 1 {
