@@ -60,6 +60,14 @@ type Backend struct {
 	// split GEMM of larger chunks (qwen35moe-a chunked vs whole prefill
 	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
 	noGEMV bool
+	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
+	fp8Force string
+
+	// epoch counts reallocations of buffers that kernels are passed
+	// (GraphEpoch): a graph captured before one must not be replayed.
+	epoch uint64
+	// readHost is ReadPinned's page-locked destination.
+	readHost *HostBuffer
 }
 
 type gemmShape struct {
@@ -123,6 +131,7 @@ type Tensor struct {
 	n     int // elements
 	buf   Buffer
 	name  string
+	fp8   *fp8Info // F8E4M3 weights: block scales (fp8.go)
 }
 
 // DType implements backend.Tensor.
@@ -136,7 +145,11 @@ func (t *Tensor) Buffer() Buffer { return t.buf }
 
 // arg describes t to the shared argument checks.
 func (t *Tensor) arg() backend.Arg {
-	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	a := backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	if t.fp8 != nil {
+		a.Block = [2]int{t.fp8.bn, t.fp8.bk}
+	}
+	return a
 }
 
 func (t *Tensor) cols() int { return t.arg().Cols() }
@@ -183,6 +196,9 @@ func elements(name string, shape []int) (int, error) {
 func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if err := h.Check(); err != nil {
 		return nil, err
+	}
+	if h.FP8() {
+		return b.weightFP8(h)
 	}
 	switch h.DType {
 	case tensor.F32, tensor.BF16, tensor.F16, tensor.I32:
@@ -245,6 +261,7 @@ func (b *Backend) ensureScratch(n int64) error {
 	}
 	b.free(b.scratch)
 	b.scratch = Buffer{}
+	b.epoch++
 	buf, err := b.alloc(n, "MatMul activation scratch")
 	if err != nil {
 		return err
@@ -389,6 +406,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		b.metaHost.Free()
 	}
 	b.free(b.meta)
+	b.epoch++
 	b.meta, b.metaHost = dev, host
 	b.capT, b.capS, b.capP = ct, cs, cp
 	return nil
@@ -420,6 +438,9 @@ func (b *Backend) Close() error {
 	b.bufs = nil
 	if b.metaHost != nil {
 		err = errors.Join(err, b.metaHost.Free())
+	}
+	if b.readHost != nil {
+		err = errors.Join(err, b.readHost.Free())
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {

@@ -49,7 +49,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
+	if b.refuse(backend.CheckMatMulWeight(wt.arg())) {
 		return
 	}
 	dt, _ := wcode(wt.dt)
@@ -63,6 +63,10 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 		return
 	}
 	if n <= 0 || o == 0 || k == 0 {
+		return
+	}
+	if wt.fp8 != nil {
+		b.matmulFP8(os, xs, wt, n, o, k)
 		return
 	}
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
@@ -399,6 +403,9 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 			if t == nil {
 				return nil
 			}
+			if t.fp8 != nil && !b.fp8ToBF16(t) {
+				return nil
+			}
 			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
 				return nil
 			}
@@ -434,6 +441,7 @@ func (b *Backend) growBuf(buf *Buffer, n int64, what string) bool {
 	}
 	b.free(*buf)
 	*buf = Buffer{}
+	b.epoch++
 	nb, err := b.alloc(n, what)
 	if !b.check(what, err) {
 		return false

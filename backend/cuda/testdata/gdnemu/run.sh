@@ -42,4 +42,12 @@ open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s))
 P3
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/attn" "$d/attn.cpp"
 "$tmp/attn"
+
+python3 - "$d/../../kernels/fp8.cu" "$tmp/fp8_part.cu" <<'P3'
+import sys
+s = open(sys.argv[1]).read()
+open(sys.argv[2], 'w').write(s.replace('#pragma unroll 2', '').replace('#pragma unroll', ''))
+P3
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/fp8" "$d/fp8.cpp"
+"$tmp/fp8"
 rm -rf "$tmp"
