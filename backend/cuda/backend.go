@@ -72,7 +72,8 @@ type moeTable struct {
 	ptrs          Buffer // u64 [E][3]: gate, up, down
 	e             int
 	gdt, udt, ddt int
-	partial       bool // some experts have no weights here (nil entries): their ids are masked to -1
+	partial       bool         // some experts have no weights here (nil entries): their ids are masked to -1
+	fp8           *moeFP8Table // FP8 experts: their scales (fp8.go)
 }
 
 var (
