@@ -132,7 +132,7 @@ func TestFP8MoE(t *testing.T) {
 	p := newOpPair(t)
 	for _, c := range []struct {
 		e, h, inter, k, n int
-		block              [2]int
+		block             [2]int
 	}{
 		{16, 2048, 768, 8, 37, [2]int{128, 128}},
 		{8, 160, 80, 2, 9, [2]int{128, 128}},
