@@ -100,7 +100,8 @@ func (b *Base) Close() error {
 // checkpoint comes with its block scales (name+"_scale_inv", the
 // checkpoint's weight_scale_inv) and the config's weight_block_size: a
 // block-scaled FP8 weight (see package backend), which every backend's
-// MatMul takes as it is.
+// MatMul takes as it is; a 3-D one (fused experts) carries its 3-D scales
+// for backend.ExpertRows.
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
@@ -127,6 +128,14 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 		}
 		h.Scale = &backend.Host{Name: name + "_scale_inv", DType: sc.DType, Shape: ss, Data: sc.Data}
 		h.Block = b.FP8Block
+		if len(shape) == 3 {
+			// fused [E, O, K] experts, scales [E, ceil(O/bn), ceil(K/bk)]:
+			// sliced per expert by backend.ExpertRows, which checks them
+			if _, err := backend.ExpertRows(h, name, 0, 0, shape[1]); err != nil {
+				return backend.Host{}, err
+			}
+			return h, nil
+		}
 		if err := h.Check(); err != nil {
 			return backend.Host{}, err
 		}
