@@ -59,7 +59,9 @@ type Backend struct {
 	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
 	noGEMV bool
 	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
-	fp8Force string
+	fp8Force   string
+	fp8W       Buffer             // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
+	fp8NoSplit map[gemmShape]bool // split GEMM shapes cuBLASLt refused
 }
 
 type gemmShape struct {
@@ -110,7 +112,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}, fp8NoSplit: map[gemmShape]bool{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") != "1"}, nil
 }
 

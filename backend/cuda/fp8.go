@@ -18,7 +18,11 @@ import (
 //
 //   - fp8_gemv for decode-sized steps (n <= fp8GemvRows): a warp per output
 //     streams the codes with 16-byte loads, activations stay float32;
-//   - fp8_gemm_mma for larger n on sm_80+: 64x64 tiles on the tensor cores
+//   - fp8_split_gemm for larger n: the weight dequantised into bf16 hi and
+//     lo halves in a reusable scratch buffer, then one cuBLASLt bf16 GEMM
+//     over the split activations and weights (fp8SplitGemm; 4x the flops
+//     of a bf16 GEMM, still several times faster than the tile kernel);
+//   - fp8_gemm_mma where cuBLASLt refuses the shape, on sm_80+: 64x64 tiles on the tensor cores
 //     (mma.sync m16n8k16 bf16), the codes decoded to bf16 in shared memory
 //     (exact), the float32 activations split into two bf16 halves as the
 //     bf16 MatMul does, block scales applied per k-block to float32 partial
@@ -110,6 +114,8 @@ func (b *Backend) fp8Kernel(xs, wt *Tensor, n int) string {
 		return b.fp8Force
 	case n <= fp8GemvRows && aligned && f.bk%16 == 0:
 		return "fp8_gemv"
+	case n > fp8GemvRows && !b.fp8NoSplit[gemmShape{2 * n, 2 * wt.shape[0], k, tensor.F8E4M3}]:
+		return "fp8_split_gemm"
 	case f.bk%16 == 0 && b.d.Info.Major >= 8:
 		return "fp8_gemm_mma"
 	}
@@ -120,7 +126,19 @@ func (b *Backend) fp8Kernel(xs, wt *Tensor, n int) string {
 func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 	f := wt.fp8
 	var err error
-	switch name := b.fp8Kernel(xs, wt, n); name {
+	name := b.fp8Kernel(xs, wt, n)
+	if name == "fp8_split_gemm" {
+		if b.fp8SplitGemm(os, xs, wt, n, o, k) {
+			return
+		}
+		if !b.ok() {
+			return
+		}
+		// cuBLASLt refused the shape: the tile kernels from now on
+		b.fp8NoSplit[gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}] = true
+		name = b.fp8Kernel(xs, wt, n)
+	}
+	switch name {
 	case "fp8_gemv":
 		err = b.d.launch(b.s, name, grid1(blocks(o, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, f.scale, n, o, k, f.bn, f.bk, f.sc)
 	case "fp8_gemm_mma":
@@ -133,6 +151,42 @@ func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 		err = b.d.launch(b.s, "fp8_matmul_gen", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)
 	}
 	b.check("MatMul", err)
+}
+
+// fp8SplitGemm is MatMul of n > fp8GemvRows rows through cuBLASLt: the
+// weight dequantised into hi and lo bf16 halves (fp8_dequant_split, a
+// scratch buffer reused by every FP8 weight), the activations split into
+// hi and lo (m_split_bf16), one bf16 GEMM [2n, k]·[2o, k]ᵀ, the four
+// products summed (fp8_add_quarters). About 16 bits of weights and
+// activations, as the bf16 split MatMul. It reports false, having queued
+// nothing, when cuBLASLt does not take the shape.
+func (b *Backend) fp8SplitGemm(os, xs, wt *Tensor, n, o, k int) bool {
+	f := wt.fp8
+	m, ok := int64(n)*int64(k), int64(o)*int64(k)
+	g := GemmArgs{M: 2 * n, N: 2 * o, K: k, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
+	shape := gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}
+	if _, known := b.planned[shape]; !known {
+		// supported-ness does not depend on the addresses
+		if b.d.GemmSupported(g) != nil {
+			return false
+		}
+		b.planned[shape] = true
+	}
+	if !b.growBuf(&b.fp8W, 4*ok, "FP8 weight bf16 halves") || !b.growBuf(&b.gemmTmp, 16*int64(n)*int64(o), "FP8 MatMul split output") {
+		return false
+	}
+	if b.scratch.Size < 4*m && !b.check("MatMul", b.ensureScratch(4*m)) {
+		return false
+	}
+	g.A, g.B, g.D = b.scratch, b.fp8W, b.gemmTmp
+	if !b.check("MatMul", b.d.launch(b.s, "fp8_dequant_split", grid1(int(blocks64(ok, 1024))), grid1(256), 0, b.fp8W, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)) ||
+		!b.check("MatMul", b.d.launch(b.s, "m_split_bf16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)) {
+		return false
+	}
+	if err := b.d.Gemm(b.s, g); err != nil {
+		return false
+	}
+	return b.check("MatMul", b.d.launch(b.s, "fp8_add_quarters", grid1(int(blocks64(int64(n)*int64(o), 256))), grid1(256), 0, os.buf, b.gemmTmp, n, o))
 }
 
 // moeFP8 collects a MoE layer's FP8 expert weights while moeTableFor
@@ -214,6 +268,7 @@ func (b *Backend) moeFP8(tab *moeTable, xs, ids Buffer, pairs, h, inter, k int) 
 		b.moeY, b.moeH, ids, tab.ptrs, f.sptrs, h, inter, tab.e, f.bn, f.bk))
 }
 
-// SetFP8Kernel forces MatMul's FP8 kernel ("fp8_gemv", "fp8_gemm_mma",
-// "fp8_matmul_gen"; "" picks by shape): for tests and benchmarks.
+// SetFP8Kernel forces MatMul's FP8 kernel ("fp8_gemv", "fp8_split_gemm",
+// "fp8_gemm_mma", "fp8_matmul_gen"; "" picks by shape): for tests and
+// benchmarks.
 func (b *Backend) SetFP8Kernel(name string) { b.fp8Force = name }

@@ -40,8 +40,8 @@ func (p *opPair) fp8Weight(t testing.TB, o, k int, block [2]int) (backend.Tensor
 // (dequantise-then-float32) MatMul on the same weights, for 128x128 and
 // 32x32 blocks, block sizes that do not divide O or K, K not a multiple
 // of 16: the float32-activation kernels (fp8_gemv, fp8_matmul_gen) within
-// 1e-5 relative L2, the tensor-core kernel (activations as two bf16
-// halves) within 1e-4. The measured errors are logged.
+// 1e-5 relative L2, the tensor-core kernels (fp8_gemm_mma: activations as
+// two bf16 halves; fp8_split_gemm: weights too) within 1e-4. The measured errors are logged.
 func TestFP8MatMul(t *testing.T) {
 	p := newOpPair(t)
 	for _, sh := range []struct {
@@ -60,11 +60,12 @@ func TestFP8MatMul(t *testing.T) {
 			xg, xc := p.act(t, x, n, sh.k)
 			og, oc := p.act(t, nil, n, sh.o)
 			p.c.MatMul(oc, xc, wc, n)
-			for _, kern := range []string{"", "fp8_gemv", "fp8_gemm_mma", "fp8_matmul_gen"} {
+			for _, kern := range []string{"", "fp8_gemv", "fp8_split_gemm", "fp8_gemm_mma", "fp8_matmul_gen"} {
 				xt, wt := xg.(*Tensor), wg.(*Tensor)
 				ok := kern == "" || kern == "fp8_matmul_gen" ||
 					(kern == "fp8_gemv" && n <= fp8GemvRows && sh.k%16 == 0 && sh.block[1]%16 == 0) ||
-					(kern == "fp8_gemm_mma" && sh.block[1]%16 == 0 && p.g.d.Info.Major >= 8)
+					(kern == "fp8_gemm_mma" && sh.block[1]%16 == 0 && p.g.d.Info.Major >= 8) ||
+					(kern == "fp8_split_gemm" && n > fp8GemvRows)
 				if !ok {
 					continue
 				}
@@ -92,8 +93,8 @@ func TestFP8MatMul(t *testing.T) {
 				}
 				rel := math.Sqrt(num / den)
 				tol := 1e-5
-				if used == "fp8_gemm_mma" {
-					tol = 1e-4
+				if used == "fp8_gemm_mma" || used == "fp8_split_gemm" {
+					tol = 1e-4 // activations (and split: weights) as two bf16 halves
 				}
 				t.Logf("RESULT fp8 %dx%d block %v n=%d %s: rel L2 %.3g, max |diff| %.3g", sh.o, sh.k, sh.block, n, used, rel, maxd)
 				if !(rel <= tol) {
@@ -182,7 +183,9 @@ func TestFP8MoE(t *testing.T) {
 }
 
 // BenchmarkFP8MatMul times MatMul with an FP8 weight at decode and prefill
-// row counts beside, in the same run, cuBLASLt's bf16 GEMM of the same
+// row counts (n <= 8: fp8_gemv and fp8_split_gemm; larger: fp8_split_gemm
+// and fp8_gemm_mma; "(default)" marks the one MatMul picks) beside, in the
+// same run, cuBLASLt's bf16 GEMM of the same
 // shape (bf16 activations, float32 output) and a device-to-device copy of
 // the FP8 weight's bytes. The MB/s column is weight bytes (FP8: o·k; the
 // bf16 GEMM: 2·o·k) over time.
@@ -210,9 +213,22 @@ func BenchmarkFP8MatMul(b *testing.B) {
 				b.Fatal(err)
 			}
 			name := fmt.Sprintf("%dx%d/n=%d", o, k, n)
-			b.Run(name+"/fp8-"+g.fp8Kernel(x.(*Tensor), wg.(*Tensor), n), func(b *testing.B) {
-				gpuTime(b, d, g.s, float64(o*k), func(int) error { g.MatMul(out, x, wg, n); return g.err })
-			})
+			kerns := []string{"fp8_gemv", "fp8_split_gemm"}
+			if n > fp8GemvRows {
+				kerns = []string{"fp8_split_gemm", "fp8_gemm_mma"}
+			}
+			def := g.fp8Kernel(x.(*Tensor), wg.(*Tensor), n)
+			for _, kern := range kerns {
+				tag := ""
+				if kern == def {
+					tag = "(default)"
+				}
+				b.Run(name+"/fp8-"+kern+tag, func(b *testing.B) {
+					g.SetFP8Kernel(kern)
+					defer g.SetFP8Kernel("")
+					gpuTime(b, d, g.s, float64(o*k), func(int) error { g.MatMul(out, x, wg, n); return g.err })
+				})
+			}
 			xb := upload(b, d, randBF16(p.rng, n*k, 1))
 			ga := GemmArgs{M: n, N: o, K: k, A: xb, B: wb, D: out.(*Tensor).buf, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
 			if err := d.GemmSupported(ga); err == nil {

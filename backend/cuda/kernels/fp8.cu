@@ -289,3 +289,38 @@ extern "C" __global__ void fp8_moe_down(float *ybuf, const float *hbuf, const in
 	s = warp_sum(s);
 	if (lane == 0) ybuf[(long long)p * H + c] = s;
 }
+
+// Prefill through cuBLASLt (fp8.go, "fp8_split_gemm"): the weight
+// w = f32(e4m3(q))·scale is written as two bf16 matrices stacked by rows,
+// hi = bf16(w) and lo = bf16(w − hi) (about 16 bits of w), into a scratch
+// buffer; the activations are split the same way (m_split_bf16); one bf16
+// GEMM of [2n, K]·[2O, K]ᵀ gives the four products, which fp8_add_quarters
+// sums.
+//
+// fp8_dequant_split: out[0..O·K) = hi, out[O·K..2·O·K) = lo. grid
+// ceil(O·K/1024), block 256 (4 elements a thread).
+extern "C" __global__ void fp8_dequant_split(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
+					     int bn, int bk, int sc) {
+	const long long total = (long long)O * K;
+	const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+	for (int j = 0; j < 4; j++) {
+		const long long i = i0 + j;
+		if (i >= total) return;
+		const int o = (int)(i / K), k = (int)(i % K);
+		const float w = fp8_one(q[i]) * scale[(long long)(o / bn) * sc + k / bk];
+		const bf16 hi = f2bf(w);
+		out[i] = hi;
+		out[total + i] = f2bf(w - bf2f(hi));
+	}
+}
+
+// fp8_add_quarters: out[r, c] = (d[r, c] + d[r, O+c]) + (d[n+r, c] +
+// d[n+r, O+c]) for the GEMM result d [2n, 2O] (rows: x hi, x lo; columns:
+// w hi, w lo). grid ceil(n·O/256), block 256.
+extern "C" __global__ void fp8_add_quarters(float *out, const float *d, int n, int O) {
+	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= (long long)n * O) return;
+	const long long r = i / O, c = i % O;
+	const float *a = d + r * 2 * O + c, *b = d + (n + r) * 2 * O + c;
+	out[i] = (a[0] + a[O]) + (b[0] + b[O]);
+}

@@ -14,6 +14,7 @@
 #include <random>
 #include <memory>
 #include <functional>
+#include <array>
 using namespace std;
 struct dim3 { int x = 0, y = 0, z = 0; };
 struct uint4 { unsigned x, y, z, w; };
@@ -214,6 +215,41 @@ int main() {
 			if (out[i] != want) { if (bad++ < 8) printf("dequant %d: %#x want %#x\n", i, out[i], want); }
 		}
 		for (int i = O * K; i < O * K + 4; i++) if (out[i] != 0xffff) { bad++; printf("dequant wrote past the output\n"); }
+	}
+	// fp8_dequant_split + a float64 "GEMM" of the stacked halves + fp8_add_quarters
+	for (auto [n, O, K, bn, bk] : {std::array<int, 5>{5, 37, 45, 8, 16}, {3, 130, 300, 128, 128}}) {
+		int sc = (K + bk - 1) / bk;
+		mt19937 rng(O + K);
+		normal_distribution<float> nd;
+		vector<unsigned char> q(O * K);
+		for (auto &c : q) { c = rng() & 0xff; if ((c & 0x7f) == 0x7f) c = 0; }
+		vector<float> scale(((O + bn - 1) / bn) * sc), x(n * K);
+		for (auto &v : scale) v = 0.001f + fabs(nd(rng)) * 0.01f;
+		for (auto &v : x) v = nd(rng);
+		vector<bf16> w2(2 * O * K + 8, 0xffff);
+		launch({(O * K + 1023) / 1024, 1, 1}, 256, [&] { fp8_dequant_split(w2.data(), q.data(), scale.data(), O, K, bn, bk, sc); });
+		for (int i = 2 * O * K; i < 2 * O * K + 8; i++) if (w2[i] != 0xffff && bad++ < 8) printf("dequant_split wrote past the output\n");
+		vector<float> d(2 * n * 2 * O);
+		for (int r = 0; r < 2 * n; r++) for (int c = 0; c < 2 * O; c++) {
+			double s = 0;
+			for (int k = 0; k < K; k++) {
+				float xv = x[(r % n) * K + k]; bf16 h = f2bf(xv);
+				double a = r < n ? bf2f(h) : bf2f(f2bf(xv - bf2f(h)));
+				s += a * bf2f(w2[c * K + k]);
+			}
+			d[r * 2 * O + c] = (float)s;
+		}
+		vector<float> out(n * O + 8, NAN);
+		launch({(n * O + 255) / 256, 1, 1}, 256, [&] { fp8_add_quarters(out.data(), d.data(), n, O); });
+		for (int r = 0; r < n; r++) for (int o = 0; o < O; o++) {
+			double ref = 0, mag = 0;
+			for (int k = 0; k < K; k++) {
+				double w = (double)(dec(q[o * K + k]) * scale[(o / bn) * sc + k / bk]);
+				ref += x[r * K + k] * w; mag += fabs(x[r * K + k] * w);
+			}
+			if (!(fabs(out[r * O + o] - ref) <= 2e-5 * mag) && bad++ < 8) printf("split gemm n=%d O=%d K=%d [%d,%d]: got %g want %g\n", n, O, K, r, o, out[r * O + o], ref);
+		}
+		for (int j = n * O; j < n * O + 8; j++) if (!std::isnan(out[j]) && bad++ < 8) printf("add_quarters wrote past the output\n");
 	}
 	checkMoE(3, 2, 4, 40, 24, 16, 16);
 	checkMoE(2, 3, 5, 160, 80, 128, 128);
