@@ -119,6 +119,12 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3 but config.json has no fp8 quantization_config with weight_block_size", name)
 		}
 		sc, err := b.Ckpt.Tensor(name + "_scale_inv")
+		if err != nil && len(shape) == 3 {
+			// transformers 5 names fused experts' scales gate_up_proj_scales_inv
+			if s2, err2 := b.Ckpt.Tensor(name + "_scales_inv"); err2 == nil {
+				sc, err = s2, nil
+			}
+		}
 		if err != nil {
 			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3: its block scales: %w", name, err)
 		}
