@@ -134,6 +134,10 @@ func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 		if !b.ok() {
 			return
 		}
+		if b.fp8Force != "" {
+			b.fail("MatMul: forced kernel fp8_split_gemm: cuBLASLt refused [%d,%d]x[%d,%d]", 2*n, k, 2*o, k)
+			return
+		}
 		// cuBLASLt refused the shape: the tile kernels from now on
 		b.fp8NoSplit[gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}] = true
 		name = b.fp8Kernel(xs, wt, n)
@@ -163,22 +167,22 @@ func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 func (b *Backend) fp8SplitGemm(os, xs, wt *Tensor, n, o, k int) bool {
 	f := wt.fp8
 	m, ok := int64(n)*int64(k), int64(o)*int64(k)
-	g := GemmArgs{M: 2 * n, N: 2 * o, K: k, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
-	shape := gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}
-	if _, known := b.planned[shape]; !known {
-		// supported-ness does not depend on the addresses
-		if b.d.GemmSupported(g) != nil {
-			return false
-		}
-		b.planned[shape] = true
-	}
 	if !b.growBuf(&b.fp8W, 4*ok, "FP8 weight bf16 halves") || !b.growBuf(&b.gemmTmp, 16*int64(n)*int64(o), "FP8 MatMul split output") {
 		return false
 	}
 	if b.scratch.Size < 4*m && !b.check("MatMul", b.ensureScratch(4*m)) {
 		return false
 	}
-	g.A, g.B, g.D = b.scratch, b.fp8W, b.gemmTmp
+	g := GemmArgs{M: 2 * n, N: 2 * o, K: k, A: b.scratch, B: b.fp8W, D: b.gemmTmp, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
+	shape := gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}
+	if _, known := b.planned[shape]; !known {
+		// (GemmSupported checks the buffer sizes too: asked only once
+		// they exist)
+		if b.d.GemmSupported(g) != nil {
+			return false
+		}
+		b.planned[shape] = true
+	}
 	if !b.check("MatMul", b.d.launch(b.s, "fp8_dequant_split", grid1(int(blocks64(ok, 1024))), grid1(256), 0, b.fp8W, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)) ||
 		!b.check("MatMul", b.d.launch(b.s, "m_split_bf16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)) {
 		return false
