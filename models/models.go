@@ -73,6 +73,14 @@ type Options struct {
 	// Notify, when set, receives one line saying where the model runs
 	// and, for "auto", why not on the GPU.
 	Notify func(msg string)
+	// DisableCUDAGraph runs every step op by op (--disable-cuda-graph).
+	// Otherwise, on a backend that can record graphs (the GPU), decode
+	// steps of up to CUDAGraphMaxBS sequences are captured once per batch
+	// size bucket and replayed.
+	DisableCUDAGraph bool
+	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
+	// (--cuda-graph-max-bs); 0 means MaxSeqs.
+	CUDAGraphMaxBS int
 }
 
 // ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).

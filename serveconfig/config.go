@@ -57,7 +57,8 @@ type Config struct {
 	TensorParallelSize         int
 	BaseGPUID                  int // first GPU used, among those CUDA_VISIBLE_DEVICES leaves
 	AttentionBackend           string
-	DisableCUDAGraph           bool
+	DisableCUDAGraph           bool // decode steps op by op instead of replayed CUDA graphs
+	CUDAGraphMaxBS             int  // largest decode batch replayed as a CUDA graph; 0: --max-running-requests
 	EnableP2PCheck             bool
 	DisableCustomAllReduce     bool
 	DisableSharedExpertsFusion bool
@@ -176,7 +177,8 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "GPUs to split dense layers and attention over; alias --tp-size")
 	fs.IntVar(&c.BaseGPUID, "base-gpu-id", 0, "first GPU to use, counted among those CUDA_VISIBLE_DEVICES leaves visible")
 	fs.StringVar(&c.AttentionBackend, "attention-backend", "", "SGLang attention kernel name; accepted for compatibility: kt uses its own attention kernels on each backend")
-	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "accepted for compatibility: kt does not capture CUDA graphs, so this is always true")
+	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of capturing them as CUDA graphs")
+	fs.IntVar(&c.CUDAGraphMaxBS, "cuda-graph-max-bs", 0, "largest decode batch captured as a CUDA graph (batches are padded to 1, 2, 4, 8, 16, 24, ...); 0: --max-running-requests")
 	fs.BoolVar(&c.EnableP2PCheck, "enable-p2p-check", false, "accepted for compatibility: kt checks peer access itself when it uses several GPUs")
 	fs.BoolVar(&c.DisableCustomAllReduce, "disable-custom-all-reduce", false, "accepted for compatibility: kt uses NCCL's all-reduce only")
 	fs.BoolVar(&c.DisableSharedExpertsFusion, "disable-shared-experts-fusion", false, "keep shared experts apart from routed ones; kt always does (KT forces this in SGLang too)")
@@ -360,6 +362,9 @@ func (c *Config) check() error {
 	}
 	if c.MaxPrefillTokens <= 0 {
 		bad("max-prefill-tokens", "must be positive, got %d", c.MaxPrefillTokens)
+	}
+	if c.CUDAGraphMaxBS < 0 {
+		bad("cuda-graph-max-bs", "must not be negative, got %d", c.CUDAGraphMaxBS)
 	}
 	if c.MaxRunningRequests < 0 {
 		bad("max-running-requests", "must be positive, got %d", c.MaxRunningRequests)

@@ -165,7 +165,10 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 
 	note("trust-remote-code", "kt never runs code from a model directory; every architecture is built in")
 	note("attention-backend", "kt uses its own attention kernels on each backend; the SGLang kernel name is not used")
-	note("disable-cuda-graph", "kt does not capture CUDA graphs")
+	if !gpu {
+		note("disable-cuda-graph", "no GPU is in use, so no CUDA graph is captured anyway")
+		note("cuda-graph-max-bs", "no GPU is in use, so no CUDA graph is captured")
+	}
 	note("enable-p2p-check", "kt checks GPU peer access itself when it uses several GPUs")
 	note("disable-custom-all-reduce", "kt uses NCCL's all-reduce only")
 	note("disable-shared-experts-fusion", "kt always keeps shared experts apart from routed ones")

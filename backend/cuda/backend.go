@@ -62,6 +62,12 @@ type Backend struct {
 	fp8Force   string
 	fp8W       Buffer             // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
 	fp8NoSplit map[gemmShape]bool // split GEMM shapes cuBLASLt refused
+
+	// epoch counts reallocations of buffers that kernels are passed
+	// (GraphEpoch): a graph captured before one must not be replayed.
+	epoch uint64
+	// readHost is ReadPinned's page-locked destination.
+	readHost *HostBuffer
 }
 
 type gemmShape struct {
@@ -256,6 +262,7 @@ func (b *Backend) ensureScratch(n int64) error {
 	}
 	b.free(b.scratch)
 	b.scratch = Buffer{}
+	b.epoch++
 	buf, err := b.alloc(n, "MatMul activation scratch")
 	if err != nil {
 		return err
@@ -400,6 +407,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		b.metaHost.Free()
 	}
 	b.free(b.meta)
+	b.epoch++
 	b.meta, b.metaHost = dev, host
 	b.capT, b.capS, b.capP = ct, cs, cp
 	return nil
@@ -431,6 +439,9 @@ func (b *Backend) Close() error {
 	b.bufs = nil
 	if b.metaHost != nil {
 		err = errors.Join(err, b.metaHost.Free())
+	}
+	if b.readHost != nil {
+		err = errors.Join(err, b.readHost.Free())
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {

@@ -384,6 +384,7 @@ func (b *Backend) growBuf(buf *Buffer, n int64, what string) bool {
 	}
 	b.free(*buf)
 	*buf = Buffer{}
+	b.epoch++
 	nb, err := b.alloc(n, what)
 	if !b.check(what, err) {
 		return false

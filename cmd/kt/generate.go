@@ -52,6 +52,7 @@ type generateFlags struct {
 	device            string
 	baseGPUID         int
 	memFraction       float64
+	noGraph           bool
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -96,6 +97,7 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
+	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 	return c
 }
 
@@ -167,7 +169,8 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		GPUExperts: gpuExperts, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
-		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
+		DisableCUDAGraph: f.noGraph,
+		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
 		return err
 	}
@@ -182,6 +185,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	})
 	if err != nil {
 		return err
+	}
+	if s, ok := models.GraphStatsOf(r); ok {
+		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
 	}
 	w := cmd.OutOrStdout()
 	decodeTPS := 0.0

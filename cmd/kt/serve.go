@@ -126,7 +126,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 
 	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic}
+		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
+		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/ktserve/kt/internal/vecmath"
 )
 
 // ErrNoToken is returned when a constraint allows no token at all.
@@ -92,18 +94,12 @@ type Sampler struct {
 }
 
 // LogSumExp returns the max and log(sum(exp(x - max))) of row.
+//
+// The exponentials are float32 (internal/vecmath: within 2 ulp), summed in
+// float64: lse is within ~3e-7 of the float64 value.
 func LogSumExp(row []float32) (mx, lse float64) {
-	m := float32(math.Inf(-1))
-	for _, v := range row {
-		if v > m {
-			m = v
-		}
-	}
-	var sum float64
-	for _, v := range row {
-		sum += math.Exp(float64(v - m))
-	}
-	return float64(m), math.Log(sum)
+	m := vecmath.Max(row)
+	return float64(m), math.Log(vecmath.SumExpShifted(row, m))
 }
 
 // LogSoftmax writes log_softmax(row), computed in float64 throughout, into
@@ -254,7 +250,7 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	if math.IsInf(float64(mx), -1) {
 		return 0, ErrNoToken
 	}
-	expShifted(w, mx)
+	vecmath.ExpShifted(w, mx)
 
 	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
 	var cand []int32
@@ -389,39 +385,6 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		}
 	}
 	return cand
-}
-
-// expShifted sets w[i] = e^(w[i]-mx) for a row whose maximum is mx, in
-// float32 (within 2 ulp of the rounded exact value; 0 where w[i]-mx is
-// below -87.3, no longer a normal float32). It is the sampler's hot loop
-// over the vocabulary: math.Exp in float64 took most of a top-p sample over
-// 152k logits; here each element is an independent short chain the CPU
-// overlaps across iterations.
-func expShifted(w []float32, mx float32) {
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693145751953125
-		ln2lo = 1.42860682030941723212e-6
-	)
-	for i, v := range w {
-		x := v - mx
-		if !(x >= -87.33) { // also NaN
-			w[i] = 0
-			continue
-		}
-		ni := int32(x*log2e - 0.5) // x <= 0: rounds x·log2(e) to nearest
-		n := float32(ni)
-		r := x - n*ln2hi - n*ln2lo // |r| <= ln2/2
-		// e^r: Taylor to degree 7 (relative error < 3e-8), Estrin-style
-		// to halve the dependent chain.
-		r2 := r * r
-		p01 := 1 + r
-		p23 := 0.5 + r*(1.0/6)
-		p45 := 1.0/24 + r*(1.0/120)
-		p67 := 1.0/720 + r*(1.0/5040)
-		p := p01 + r2*(p23+r2*(p45+r2*p67))
-		w[i] = p * math.Float32frombits(uint32(ni+127)<<23)
-	}
 }
 
 // draw samples an index proportionally to w over cand (nil: every index);

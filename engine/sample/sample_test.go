@@ -172,35 +172,6 @@ func TestLogSoftmax(t *testing.T) {
 	}
 }
 
-// TestExpShifted compares the float32 exponential with math.Exp over its
-// range.
-func TestExpShifted(t *testing.T) {
-	expNeg := func(x float32) float32 {
-		w := []float32{x, 0}
-		expShifted(w, 0)
-		return w[0]
-	}
-	worst := 0.0
-	for x := float32(0); x > -87; x -= 0.0137 {
-		got := float64(expNeg(x))
-		want := math.Exp(float64(x))
-		if rel := math.Abs(got-want) / want; rel > worst {
-			worst = rel
-		}
-	}
-	if worst > 3e-7 {
-		t.Errorf("expShifted: worst relative error %g, want <= 3e-7", worst)
-	}
-	for _, x := range []float32{-88, -1000, float32(math.Inf(-1)), float32(math.NaN())} {
-		if got := expNeg(x); got != 0 {
-			t.Errorf("expNeg(%v) = %v, want 0", x, got)
-		}
-	}
-	if got := expNeg(0); got != 1 {
-		t.Errorf("expNeg(0) = %v, want 1", got)
-	}
-}
-
 // TestNucleusAllMatchesSort checks the bucketed nucleus against a full sort:
 // the same set of tokens for many distributions and top-p values.
 func TestNucleusAllMatchesSort(t *testing.T) {
@@ -243,5 +214,33 @@ func TestNucleusAllMatchesSort(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("trial %d (n %d, top-p %.3f): bucketed set of %d tokens, sorted set of %d", trial, n, topP, len(got), len(want))
 		}
+	}
+}
+
+// TestLogSumExp compares the float32-exponential LogSumExp with float64.
+func TestLogSumExp(t *testing.T) {
+	row := make([]float32, 151936)
+	x := uint64(3)
+	for i := range row {
+		x = x*6364136223846793005 + 1442695040888963407
+		row[i] = float32(x>>40)/float32(1<<24)*30 - 15
+	}
+	mx, lse := LogSumExp(row)
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	if d := math.Abs(lse - math.Log(s)); d > 3e-7 {
+		t.Errorf("lse %v, float64 %v: differ by %g", lse, math.Log(s), d)
+	}
+}
+
+func BenchmarkLogSumExp(b *testing.B) {
+	row := make([]float32, 151936)
+	for i := range row {
+		row[i] = float32(i%977) / 97
+	}
+	for b.Loop() {
+		LogSumExp(row)
 	}
 }

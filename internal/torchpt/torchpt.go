@@ -239,39 +239,40 @@ func convert(v any, depth int) (any, error) {
 	case *pytorch.Tensor:
 		return tensorOf(x)
 	case *types.Dict:
-		m := make(map[string]any, x.Len())
+		kv := make([][2]any, 0, x.Len())
 		for _, e := range *x {
-			k, ok := e.Key.(string)
-			if !ok {
-				return nil, fmt.Errorf("dict key %v is not a string", e.Key)
-			}
-			cv, err := convert(e.Value, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("%q: %w", k, err)
-			}
-			m[k] = cv
+			kv = append(kv, [2]any{e.Key, e.Value})
 		}
-		return m, nil
+		return convertDict(kv, depth)
 	case *types.OrderedDict:
-		m := make(map[string]any, x.Len())
+		kv := make([][2]any, 0, x.Len())
 		for k, e := range x.Map {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, fmt.Errorf("dict key %v is not a string", k)
-			}
-			cv, err := convert(e.Value, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("%q: %w", ks, err)
-			}
-			m[ks] = cv
+			kv = append(kv, [2]any{k, e.Value})
 		}
-		return m, nil
+		return convertDict(kv, depth)
 	case *types.List:
 		return convertSeq(*x, depth)
 	case *types.Tuple:
 		return convertSeq(*x, depth)
 	}
 	return fmt.Sprintf("<%T>", v), nil // other objects: named, not read
+}
+
+// convertDict converts a dict's (key, value) pairs; keys must be strings.
+func convertDict(kv [][2]any, depth int) (map[string]any, error) {
+	m := make(map[string]any, len(kv))
+	for _, p := range kv {
+		k, ok := p[0].(string)
+		if !ok {
+			return nil, fmt.Errorf("dict key %v is not a string", p[0])
+		}
+		cv, err := convert(p[1], depth+1)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		m[k] = cv
+	}
+	return m, nil
 }
 
 func convertSeq(xs []any, depth int) ([]any, error) {

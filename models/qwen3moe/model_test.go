@@ -72,3 +72,9 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 }
+
+// TestGraphDecodeIdentical checks the decode graph path against op-by-op
+// steps, bit for bit (modeltest.GraphDecodeIdentical).
+func TestGraphDecodeIdentical(t *testing.T) {
+	modeltest.GraphDecodeIdentical(t, "qwen3moe-a", Load)
+}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/internal/torchpt"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
@@ -12,10 +13,12 @@ import (
 )
 
 // TestExpertRecorder runs a prefill and decode steps with the
-// expert-distribution recorder on, through the backend's MoE op and through
-// the CPU expert engine: every pass counts tokens x top-k picks in each MoE
-// layer and none in dense layers, both paths record the same picks, and
-// nothing is recorded once it stops.
+// expert-distribution recorder on, through the backend's MoE op, through
+// the CPU expert engine, and with decode graphs on (a backend that captures
+// and replays): every pass counts tokens x top-k picks in each MoE layer
+// and none in dense layers (no padding rows, no replay that skips the
+// count), all paths record the same picks, and nothing is recorded once it
+// stops.
 func TestExpertRecorder(t *testing.T) {
 	const fx = "qwen3moe-c" // has dense layers (mlp_only_layers)
 	cfg, err := modelconfig.Load(fixtureDir(fx))
@@ -24,12 +27,18 @@ func TestExpertRecorder(t *testing.T) {
 	}
 	L, E := len(cfg.Layers), cfg.NumExperts
 	var dumps [][]float64
-	for _, experts := range []string{"backend", "auto"} {
+	for _, experts := range []string{"backend", "auto", "graphs"} {
 		rec, err := expertdist.New(L, E, 16, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := Load(fixtureDir(fx), models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Experts: experts, ExpertRecorder: rec})
+		o := models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Experts: experts, ExpertRecorder: rec}
+		if experts == "graphs" {
+			be := &modeltest.FakeGraphs{Backend: cpu.New(cpu.Options{Threads: 2})}
+			defer be.Close()
+			o.Experts, o.Backend = "backend", be
+		}
+		r, err := Load(fixtureDir(fx), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,8 +48,16 @@ func TestExpertRecorder(t *testing.T) {
 		for _, tok := range []int32{3, 8, 1} {
 			modeltest.Forward(t, tr, 0, []int32{tok}, false)
 		}
+		if st, _ := models.GraphStatsOf(r); st.Captures+st.Replays != 0 {
+			t.Errorf("%s: %d captures, %d replays while recording: recorded steps must run op by op", experts, st.Captures, st.Replays)
+		}
 		rec.Stop()
-		modeltest.Forward(t, tr, 0, []int32{4}, false) // not recorded
+		for _, tok := range []int32{4, 6, 10} { // not recorded; graphs resume
+			modeltest.Forward(t, tr, 0, []int32{tok}, false)
+		}
+		if st, _ := models.GraphStatsOf(r); experts == "graphs" && st.Replays == 0 {
+			t.Errorf("no replay after recording stopped: %+v", st)
+		}
 		path, err := rec.Dump()
 		if err != nil {
 			t.Fatal(err)
@@ -67,8 +84,10 @@ func TestExpertRecorder(t *testing.T) {
 		dumps = append(dumps, lc)
 		r.Close()
 	}
-	if !slices.Equal(dumps[0], dumps[1]) {
-		t.Errorf("the backend's MoE op and the CPU expert engine recorded different picks")
+	for i := 1; i < len(dumps); i++ {
+		if !slices.Equal(dumps[0], dumps[i]) {
+			t.Errorf("path %d recorded other picks than the backend's MoE op", i)
+		}
 	}
 }
 

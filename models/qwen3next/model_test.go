@@ -94,3 +94,12 @@ func TestFreedSlotStartsFresh(t *testing.T) {
 		t.Fatal("no linear state accounted")
 	}
 }
+
+// TestGraphDecodeIdentical checks the decode graph path (padding to batch
+// buckets, capture, replay, re-capture) against op-by-op steps, bit for bit,
+// on the CPU backend with graph semantics (modeltest.FakeGraphs).
+func TestGraphDecodeIdentical(t *testing.T) {
+	for _, fx := range []string{"qwen3next-a", "qwen35moe-a"} {
+		t.Run(fx, func(t *testing.T) { modeltest.GraphDecodeIdentical(t, fx, Load) })
+	}
+}

@@ -211,6 +211,10 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	case err == nil:
 		x.engine = eng
 		x.path = eng.describe()
+		if Hybrid(rb) {
+			// the hand-off to the CPU synchronises inside the step
+			rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
+		}
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	default:

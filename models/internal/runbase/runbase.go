@@ -43,6 +43,7 @@ type Base struct {
 	logits  backend.Tensor
 	hostLog []float32
 	rowsBuf [][]float32
+	gr      graphState
 }
 
 // Open reads dir/config.json (ReadConfig: one of families), opens the
@@ -66,6 +67,7 @@ func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
 	}
+	b.initGraphs()
 	return b, cfg, nil
 }
 
@@ -186,13 +188,31 @@ func (b *Base) LMHead(embed backend.Tensor, tie bool, vocab, hidden int) (backen
 
 // AllocStep makes the KV page pool and the per-step buffers: the step
 // layout for Opts.MaxBatchTokens tokens and the lm head's row blocks.
+// When decode steps may run as graphs (graph.go), the pool has one more
+// slot and page, for the padding rows, and the backend's step buffers are
+// sized for the largest step at once.
 func (b *Base) AllocStep(hidden, vocab int) error {
 	o := b.Opts
-	pool, err := kvcache.New(o.MaxTotalTokens, o.PageSize, o.MaxSeqs)
+	pad := b.gr.gb != nil
+	tokens, slots := o.MaxTotalTokens, o.MaxSeqs
+	if pad {
+		tokens, slots = tokens+o.PageSize, slots+1
+	}
+	pool, err := kvcache.New(tokens, o.PageSize, slots)
 	if err != nil {
 		return err
 	}
 	b.Pool = pool
+	if pad {
+		b.gr.dummy = o.MaxSeqs
+		if err := pool.Reserve(b.gr.dummy, 1); err != nil {
+			return fmt.Errorf("reserving the padding rows' KV page: %w", err)
+		}
+		b.gr.dummyPgs = pool.Pages(b.gr.dummy)
+		if err := b.gr.gb.ReserveStep(max(o.MaxBatchTokens, o.MaxSeqs), o.MaxSeqs, pool.NumPages()+o.MaxSeqs); err != nil {
+			return err
+		}
+	}
 	T := o.MaxBatchTokens
 	b.logRows = max(min(T, 64), o.MaxSeqs)
 	if b.sel, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, hidden); err != nil {
@@ -224,6 +244,7 @@ func (b *Base) Begin(bt *model.Batch) (int, error) {
 	if err := b.buildStep(bt); err != nil {
 		return 0, err
 	}
+	b.padStep(bt)
 	if err := b.BE.SetStep(&b.Step); err != nil {
 		return 0, fmt.Errorf("%s: %w", b.Name, err)
 	}
@@ -298,8 +319,12 @@ func (b *Base) Sync() error {
 // then it advances the slots' KV lengths and hands the logits rows out in
 // out (aliasing buffers reused by the next step).
 func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Batch, out *model.Logits) error {
-	be := b.BE
+	h := Head{X: x, Norm: norm, LMHead: lmHead, Eps: eps}
 	nOut := len(b.Step.OutRows)
+	if nOut <= b.logRows {
+		b.queueHead(h, 0, nOut)
+		return b.deliver(bt, out, nOut)
+	}
 	V := b.Info.VocabSize
 	if cap(b.hostLog) < nOut*V {
 		b.hostLog = make([]float32, nOut*V)
@@ -307,11 +332,45 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 	b.hostLog = b.hostLog[:nOut*V]
 	for first := 0; first < nOut; first += b.logRows {
 		m := min(b.logRows, nOut-first)
-		be.GatherRows(b.sel, x, first, m)
-		be.RMSNorm(b.sel, b.sel, norm, eps, m)
-		be.MatMul(b.logits, b.sel, lmHead, m)
-		if err := be.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
+		b.queueHead(h, first, m)
+		if err := b.BE.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
 			return fmt.Errorf("%s: forward: %w", b.Name, err)
+		}
+	}
+	return b.hand(bt, out, b.hostLog)
+}
+
+// deliver reads the nOut logits rows queued into the logits buffer (into
+// the backend's page-locked memory where it has some) and hands them out.
+func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
+	V := b.Info.VocabSize
+	if gb, ok := b.BE.(backend.GraphBackend); ok {
+		rows, err := gb.ReadPinned(b.logits, nOut)
+		if err != nil {
+			return fmt.Errorf("%s: forward: %w", b.Name, err)
+		}
+		return b.hand(bt, out, rows)
+	}
+	if cap(b.hostLog) < nOut*V {
+		b.hostLog = make([]float32, nOut*V)
+	}
+	b.hostLog = b.hostLog[:nOut*V]
+	if err := b.BE.Read(b.hostLog, b.logits, nOut); err != nil {
+		return fmt.Errorf("%s: forward: %w", b.Name, err)
+	}
+	return b.hand(bt, out, b.hostLog)
+}
+
+// hand ends a step whose logits rows are in log (in output-row order):
+// the slots' KV lengths advance and out's rows alias log.
+func (b *Base) hand(bt *model.Batch, out *model.Logits, log []float32) error {
+	V := b.Info.VocabSize
+	nOut := 0
+	for _, ch := range bt.Chunks {
+		if ch.AllLogits {
+			nOut += len(ch.Tokens)
+		} else {
+			nOut++
 		}
 	}
 	if err := b.Sync(); err != nil {
@@ -331,7 +390,7 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 	}
 	b.rowsBuf = b.rowsBuf[:nOut]
 	for i := range b.rowsBuf {
-		b.rowsBuf[i] = b.hostLog[i*V : (i+1)*V : (i+1)*V]
+		b.rowsBuf[i] = log[i*V : (i+1)*V : (i+1)*V]
 	}
 	j := 0
 	for i, ch := range bt.Chunks {
