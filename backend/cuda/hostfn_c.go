@@ -24,3 +24,7 @@ func (s *Stream) LaunchHostFuncC(fn, arg unsafe.Pointer) error {
 	}
 	return cuErr(C.kt_launch_host_cfn(s.d.ctx, s.s, (*[0]byte)(fn), arg), "cuLaunchHostFunc(C)")
 }
+
+// Ptr returns the buffer's fixed host address, for C code that keeps it
+// (a host function's argument).
+func (h *HostBuffer) Ptr() unsafe.Pointer { return h.ptr }
