@@ -86,7 +86,7 @@ type gpuLink struct {
 	cpuPart backend.Tensor // f32 [maxTok][hid]; nil when no layer is split
 	layers  []*linkLayer   // per model layer (nil for dense ones), overlapped only
 	rb      *runbase.Base
-	graphs  bool                          // decode steps may be captured (graph form)
+	graphs  bool                           // decode steps may be captured (graph form)
 	tasks   map[int][]*cpuexperts.HostTask // graph form: per token count, per model layer
 	mu      sync.Mutex
 	err     error // first error of a host function, reported by the next start or join
