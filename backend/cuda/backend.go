@@ -59,7 +59,9 @@ type Backend struct {
 	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
 	noGEMV bool
 	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
-	fp8Force string
+	fp8Force   string
+	fp8W       Buffer             // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
+	fp8NoSplit map[gemmShape]bool // split GEMM shapes cuBLASLt refused
 
 	// epoch counts reallocations of buffers that kernels are passed
 	// (GraphEpoch): a graph captured before one must not be replayed.
@@ -78,7 +80,8 @@ type moeTable struct {
 	ptrs          Buffer // u64 [E][3]: gate, up, down
 	e             int
 	gdt, udt, ddt int
-	partial       bool // some experts have no weights here (nil entries): their ids are masked to -1
+	partial       bool         // some experts have no weights here (nil entries): their ids are masked to -1
+	fp8           *moeFP8Table // FP8 experts: their scales (fp8.go)
 }
 
 var (
@@ -115,7 +118,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}, fp8NoSplit: map[gemmShape]bool{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") != "1"}, nil
 }
 

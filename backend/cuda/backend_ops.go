@@ -331,6 +331,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	ptrs := make([]uint64, 3*ne)
 	codes := [3]int{-1, -1, -1}
 	partial := false
+	var f8 moeFP8
 	for ex := 0; ex < ne; ex++ {
 		if e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil {
 			partial = true // served elsewhere (the CPU expert engine): null entries
@@ -341,7 +342,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 			if t == nil {
 				return nil
 			}
-			if t.fp8 != nil && !b.fp8ToBF16(t) {
+			if !f8.add(b, ex, j, t, h, inter) {
 				return nil
 			}
 			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
@@ -356,6 +357,10 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 			ptrs[3*ex+j] = t.buf.Ptr
 		}
 	}
+	ft, ok := f8.table(b, ne)
+	if !ok {
+		return nil
+	}
 	buf, err := b.alloc(int64(len(ptrs))*8, "MoE expert table")
 	if !b.check("MoE", err) {
 		return nil
@@ -363,7 +368,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if err := Upload(b.d, buf, hostPtrs(ptrs)); !b.check("MoE", err) {
 		return nil
 	}
-	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial}
+	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial, fp8: ft}
 	b.moe[e] = t
 	return t
 }
@@ -427,6 +432,12 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 			return
 		}
 		idb = b.moeIDs
+	}
+	if tab.fp8 != nil {
+		if b.moeFP8(tab, xs.buf, idb, pairs, h, inter, k) {
+			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+		}
+		return
 	}
 	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
 	// other dtypes and the tiny fixtures the general ones.

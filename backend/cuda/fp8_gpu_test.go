@@ -40,8 +40,8 @@ func (p *opPair) fp8Weight(t testing.TB, o, k int, block [2]int) (backend.Tensor
 // (dequantise-then-float32) MatMul on the same weights, for 128x128 and
 // 32x32 blocks, block sizes that do not divide O or K, K not a multiple
 // of 16: the float32-activation kernels (fp8_gemv, fp8_matmul_gen) within
-// 1e-5 relative L2, the tensor-core kernel (activations as two bf16
-// halves) within 1e-4. The measured errors are logged.
+// 1e-5 relative L2, the tensor-core kernels (fp8_gemm_mma: activations as
+// two bf16 halves; fp8_split_gemm: weights too) within 1e-4. The measured errors are logged.
 func TestFP8MatMul(t *testing.T) {
 	p := newOpPair(t)
 	for _, sh := range []struct {
@@ -60,11 +60,12 @@ func TestFP8MatMul(t *testing.T) {
 			xg, xc := p.act(t, x, n, sh.k)
 			og, oc := p.act(t, nil, n, sh.o)
 			p.c.MatMul(oc, xc, wc, n)
-			for _, kern := range []string{"", "fp8_gemv", "fp8_gemm_mma", "fp8_matmul_gen"} {
+			for _, kern := range []string{"", "fp8_gemv", "fp8_split_gemm", "fp8_gemm_mma", "fp8_matmul_gen"} {
 				xt, wt := xg.(*Tensor), wg.(*Tensor)
 				ok := kern == "" || kern == "fp8_matmul_gen" ||
 					(kern == "fp8_gemv" && n <= fp8GemvRows && sh.k%16 == 0 && sh.block[1]%16 == 0) ||
-					(kern == "fp8_gemm_mma" && sh.block[1]%16 == 0 && p.g.d.Info.Major >= 8)
+					(kern == "fp8_gemm_mma" && sh.block[1]%16 == 0 && p.g.d.Info.Major >= 8) ||
+					(kern == "fp8_split_gemm" && n > fp8GemvRows)
 				if !ok {
 					continue
 				}
@@ -92,8 +93,8 @@ func TestFP8MatMul(t *testing.T) {
 				}
 				rel := math.Sqrt(num / den)
 				tol := 1e-5
-				if used == "fp8_gemm_mma" {
-					tol = 1e-4
+				if used == "fp8_gemm_mma" || used == "fp8_split_gemm" {
+					tol = 1e-4 // activations (and split: weights) as two bf16 halves
 				}
 				t.Logf("RESULT fp8 %dx%d block %v n=%d %s: rel L2 %.3g, max |diff| %.3g", sh.o, sh.k, sh.block, n, used, rel, maxd)
 				if !(rel <= tol) {
@@ -120,8 +121,71 @@ func TestFP8Weight(t *testing.T) {
 	}
 }
 
+// TestFP8MoE checks the MoE op over block-scaled FP8 experts against the
+// CPU op (each weight element f32(e4m3)·scale on both) within 1e-5
+// relative L2, as the bf16/f32 MoE of TestBackendOps: Qwen3-30B shapes with
+// [128,128] blocks, the fixtures' shapes (partial 128-blocks, [32,32]), and
+// blocks that divide nothing; a skipped pair (-1), many tokens and one.
+// The codes must stay FP8 on the device after the MoE call (no bf16 copy:
+// rounding the dequantised experts to bf16 moved qwen3moe-fp8-a's
+// logprobs by 3.0).
+func TestFP8MoE(t *testing.T) {
+	p := newOpPair(t)
+	for _, c := range []struct {
+		e, h, inter, k, n int
+		block             [2]int
+	}{
+		{16, 2048, 768, 8, 37, [2]int{128, 128}},
+		{8, 160, 80, 2, 9, [2]int{128, 128}},
+		{8, 64, 32, 2, 9, [2]int{32, 32}},
+		{4, 48, 40, 3, 5, [2]int{8, 16}},
+	} {
+		var ex [2]backend.Experts
+		ex[0] = backend.Experts{Hidden: c.h, Inter: c.inter}
+		ex[1] = ex[0]
+		for e := 0; e < c.e; e++ {
+			for j := 0; j < 3; j++ {
+				o, k := c.inter, c.h
+				if j == 2 {
+					o, k = c.h, c.inter
+				}
+				g, cw := p.fp8Weight(t, o, k, c.block)
+				dst := [2][]*[]backend.Tensor{{&ex[0].Gate, &ex[0].Up, &ex[0].Down}, {&ex[1].Gate, &ex[1].Up, &ex[1].Down}}
+				*dst[0][j] = append(*dst[0][j], g)
+				*dst[1][j] = append(*dst[1][j], cw)
+			}
+		}
+		name := fmt.Sprintf("FP8 MoE E=%d H=%d I=%d k=%d block %v", c.e, c.h, c.inter, c.k, c.block)
+		ids := make([]int32, c.n*c.k)
+		wts := make([]float32, c.n*c.k)
+		for i := range ids {
+			ids[i] = int32(p.rng.IntN(c.e))
+			wts[i] = float32(p.rng.Float64())
+		}
+		ids[1] = -1
+		gx, cx := p.act(t, p.randF32(c.n*c.h, 1), c.n, c.h)
+		gw, cw := p.act(t, wts, c.n, c.k)
+		gi, ci := p.ids(t, c.n, c.k)
+		copy(ci.(*cpu.Tensor).I32(), ids)
+		if err := p.g.Write(gi, ids); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{c.n, 1} {
+			gout, cout := p.act(t, nil, c.n, c.h)
+			p.g.MoE(gout, gx, &ex[0], gw, gi, n)
+			p.c.MoE(cout, cx, &ex[1], cw, ci, n)
+			p.compare(t, fmt.Sprintf("%s, %d tokens", name, n), gout, cout, n, 1e-5)
+		}
+		if g := ex[0].Down[0].(*Tensor); g.dt != tensor.F8E4M3 || g.fp8 == nil {
+			t.Errorf("%s: expert weight is %s on the device after MoE, want F8_E4M3", name, g.dt)
+		}
+	}
+}
+
 // BenchmarkFP8MatMul times MatMul with an FP8 weight at decode and prefill
-// row counts beside, in the same run, cuBLASLt's bf16 GEMM of the same
+// row counts (n <= 8: fp8_gemv and fp8_split_gemm; larger: fp8_split_gemm
+// and fp8_gemm_mma; "(default)" marks the one MatMul picks) beside, in the
+// same run, cuBLASLt's bf16 GEMM of the same
 // shape (bf16 activations, float32 output) and a device-to-device copy of
 // the FP8 weight's bytes. The MB/s column is weight bytes (FP8: o·k; the
 // bf16 GEMM: 2·o·k) over time.
@@ -149,9 +213,22 @@ func BenchmarkFP8MatMul(b *testing.B) {
 				b.Fatal(err)
 			}
 			name := fmt.Sprintf("%dx%d/n=%d", o, k, n)
-			b.Run(name+"/fp8-"+g.fp8Kernel(x.(*Tensor), wg.(*Tensor), n), func(b *testing.B) {
-				gpuTime(b, d, g.s, float64(o*k), func(int) error { g.MatMul(out, x, wg, n); return g.err })
-			})
+			kerns := []string{"fp8_gemv", "fp8_split_gemm"}
+			if n > fp8GemvRows {
+				kerns = []string{"fp8_split_gemm", "fp8_gemm_mma"}
+			}
+			def := g.fp8Kernel(x.(*Tensor), wg.(*Tensor), n)
+			for _, kern := range kerns {
+				tag := ""
+				if kern == def {
+					tag = "(default)"
+				}
+				b.Run(name+"/fp8-"+kern+tag, func(b *testing.B) {
+					g.SetFP8Kernel(kern)
+					defer g.SetFP8Kernel("")
+					gpuTime(b, d, g.s, float64(o*k), func(int) error { g.MatMul(out, x, wg, n); return g.err })
+				})
+			}
 			xb := upload(b, d, randBF16(p.rng, n*k, 1))
 			ga := GemmArgs{M: n, N: o, K: k, A: xb, B: wb, D: out.(*Tensor).buf, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
 			if err := d.GemmSupported(ga); err == nil {

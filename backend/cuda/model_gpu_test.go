@@ -37,7 +37,7 @@ import (
 const modelTol = 5e-3
 
 var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b",
-	// block-scaled FP8 checkpoints (docs/notes/fp8.md): FP8 MatMul weights, experts dequantised to bf16
+	// block-scaled FP8 checkpoints (docs/notes/fp8.md): FP8 MatMul weights and FP8 MoE experts
 	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8"}
 
 var fixtureDir = testfixtures.Dir

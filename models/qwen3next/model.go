@@ -161,19 +161,14 @@ func putF32(b []byte, f float32) {
 }
 
 // gatherRows builds a weight from row ranges of a checkpoint matrix (a
-// copy): each part is (first row, row count), concatenated in order.
+// copy): each part is (first row, row count), concatenated in order; an
+// FP8 matrix's block scales come along (backend.GatherRows).
 func (r *Runner) gatherRows(src backend.Host, name string, parts [][2]int) (backend.Tensor, error) {
-	cols := src.Shape[1]
-	rowBytes := cols * src.DType.Size()
-	rows := 0
-	for _, p := range parts {
-		rows += p[1]
+	h, err := backend.GatherRows(src, name, parts)
+	if err != nil {
+		return nil, err
 	}
-	data := make([]byte, 0, rows*rowBytes)
-	for _, p := range parts {
-		data = append(data, src.Data[p[0]*rowBytes:(p[0]+p[1])*rowBytes]...)
-	}
-	return r.rb.BE.Weight(backend.Host{Name: name, DType: src.DType, Shape: []int{rows, cols}, Data: data})
+	return r.rb.BE.Weight(h)
 }
 
 func (r *Runner) loadWeights() error {

@@ -9,7 +9,7 @@ import (
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
-var fixtures = []string{"qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"}
+var fixtures = []string{"qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b", "qwen35moe-fp8"}
 
 var fixtureDir = modeltest.FixtureDir
 

@@ -235,3 +235,92 @@ extern "C" __global__ void __launch_bounds__(128) fp8_gemm_mma(float *out, const
 		}
 	}
 }
+
+// Routed experts with block-scaled FP8 weights (the MoE op, see fp8.go):
+// fp8_moe_gateup and fp8_moe_down are model.cu's m_moe_gateup and
+// m_moe_down reading each weight element as f32(e4m3) * scale, as the CPU
+// backend does; the FP8 codes stay in VRAM. ptrs holds per expert the
+// addresses of its gate, up and down codes, sptrs those of their float32
+// scales (same layout); all share one block [bn, bk].
+__device__ __forceinline__ float fp8_silu(float x) { return x / (1.0f + (float)exp(-(double)x)); }
+
+// fp8_moe_gateup: hbuf[p, i] = silu(gate_e[i]·x[t])·(up_e[i]·x[t]), gate
+// and up [I, H]. grid (n·k, ceil(I/8)), block 256, smem H floats.
+extern "C" __global__ void fp8_moe_gateup(float *hbuf, const float *x, const int *ids, const u64 *ptrs,
+					  const u64 *sptrs, int H, int I, int k, int E, int bn, int bk) {
+	extern __shared__ float fxs[];
+	const int p = blockIdx.x, e = ids[p], t = p / k;
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < H; c += blockDim.x) fxs[c] = x[(long long)t * H + c];
+	__syncthreads();
+	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (i >= I) return;
+	const int sc = (H + bk - 1) / bk;
+	const unsigned char *gw = (const unsigned char *)ptrs[3 * e] + (long long)i * H;
+	const unsigned char *uw = (const unsigned char *)ptrs[3 * e + 1] + (long long)i * H;
+	const float *gs = (const float *)sptrs[3 * e] + (long long)(i / bn) * sc;
+	const float *us = (const float *)sptrs[3 * e + 1] + (long long)(i / bn) * sc;
+	float g = 0.0f, u = 0.0f;
+	for (int c = lane; c < H; c += 32) {
+		g += fxs[c] * (fp8_one(gw[c]) * gs[c / bk]);
+		u += fxs[c] * (fp8_one(uw[c]) * us[c / bk]);
+	}
+	g = warp_sum(g);
+	u = warp_sum(u);
+	if (lane == 0) hbuf[(long long)p * I + i] = fp8_silu(g) * u;
+}
+
+// fp8_moe_down: ybuf[p, c] = down_e[c]·hbuf[p], down [H, I]. grid
+// (n·k, ceil(H/8)), block 256, smem I floats.
+extern "C" __global__ void fp8_moe_down(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs,
+					const u64 *sptrs, int H, int I, int E, int bn, int bk) {
+	extern __shared__ float fhs[];
+	const int p = blockIdx.x, e = ids[p];
+	if (e < 0 || e >= E) return;
+	for (int c = threadIdx.x; c < I; c += blockDim.x) fhs[c] = hbuf[(long long)p * I + c];
+	__syncthreads();
+	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (c >= H) return;
+	const int sc = (I + bk - 1) / bk;
+	const unsigned char *dw = (const unsigned char *)ptrs[3 * e + 2] + (long long)c * I;
+	const float *ds = (const float *)sptrs[3 * e + 2] + (long long)(c / bn) * sc;
+	float s = 0.0f;
+	for (int i = lane; i < I; i += 32) s += fhs[i] * (fp8_one(dw[i]) * ds[i / bk]);
+	s = warp_sum(s);
+	if (lane == 0) ybuf[(long long)p * H + c] = s;
+}
+
+// Prefill through cuBLASLt (fp8.go, "fp8_split_gemm"): the weight
+// w = f32(e4m3(q))·scale is written as two bf16 matrices stacked by rows,
+// hi = bf16(w) and lo = bf16(w − hi) (about 16 bits of w), into a scratch
+// buffer; the activations are split the same way (m_split_bf16); one bf16
+// GEMM of [2n, K]·[2O, K]ᵀ gives the four products, which fp8_add_quarters
+// sums.
+//
+// fp8_dequant_split: out[0..O·K) = hi, out[O·K..2·O·K) = lo. grid
+// ceil(O·K/1024), block 256 (4 elements a thread).
+extern "C" __global__ void fp8_dequant_split(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
+					     int bn, int bk, int sc) {
+	const long long total = (long long)O * K;
+	const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+	for (int j = 0; j < 4; j++) {
+		const long long i = i0 + j;
+		if (i >= total) return;
+		const int o = (int)(i / K), k = (int)(i % K);
+		const float w = fp8_one(q[i]) * scale[(long long)(o / bn) * sc + k / bk];
+		const bf16 hi = f2bf(w);
+		out[i] = hi;
+		out[total + i] = f2bf(w - bf2f(hi));
+	}
+}
+
+// fp8_add_quarters: out[r, c] = (d[r, c] + d[r, O+c]) + (d[n+r, c] +
+// d[n+r, O+c]) for the GEMM result d [2n, 2O] (rows: x hi, x lo; columns:
+// w hi, w lo). grid ceil(n·O/256), block 256.
+extern "C" __global__ void fp8_add_quarters(float *out, const float *d, int n, int O) {
+	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= (long long)n * O) return;
+	const long long r = i / O, c = i % O;
+	const float *a = d + r * 2 * O + c, *b = d + (n + r) * 2 * O + c;
+	out[i] = (a[0] + a[O]) + (b[0] + b[O]);
+}

@@ -132,21 +132,30 @@ func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int)
 		if err != nil {
 			return nil, err
 		}
-		// part is rows x cols elements of src starting at element off.
-		part := func(src backend.Host, e int, name string, off, rows, cols int) backend.Host {
-			sz := src.DType.Size()
-			return backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-				Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]}
+		// part is rows [first, first+rows) of expert e of src (FP8: with
+		// their block scales, backend.ExpertRows)
+		part := func(src backend.Host, e int, name string, first, rows int) (backend.Host, error) {
+			return backend.ExpertRows(src, fmt.Sprintf("%s[%d].%s", src.Name, e, name), e, first, rows)
 		}
 		for e = 0; e < E; e++ {
-			if err := bind(&w.Gate[e], &w.HostGate[e], part(gu, e, "gate", e*2*I*H, I, H)); err != nil {
-				return nil, err
-			}
-			if err := bind(&w.Up[e], &w.HostUp[e], part(gu, e, "up", e*2*I*H+I*H, I, H)); err != nil {
-				return nil, err
-			}
-			if err := bind(&w.Down[e], &w.HostDown[e], part(dn, e, "down", e*H*I, H, I)); err != nil {
-				return nil, err
+			for _, x := range []struct {
+				dst         *backend.Tensor
+				host        *backend.Host
+				src         backend.Host
+				name        string
+				first, rows int
+			}{
+				{&w.Gate[e], &w.HostGate[e], gu, "gate", 0, I},
+				{&w.Up[e], &w.HostUp[e], gu, "up", I, I},
+				{&w.Down[e], &w.HostDown[e], dn, "down", 0, H},
+			} {
+				h, err := part(x.src, e, x.name, x.first, x.rows)
+				if err != nil {
+					return nil, err
+				}
+				if err := bind(x.dst, x.host, h); err != nil {
+					return nil, err
+				}
 			}
 			onGPU()
 		}

@@ -102,7 +102,8 @@ func (b *Base) Close() error {
 // checkpoint comes with its block scales (name+"_scale_inv", the
 // checkpoint's weight_scale_inv) and the config's weight_block_size: a
 // block-scaled FP8 weight (see package backend), which every backend's
-// MatMul takes as it is.
+// MatMul takes as it is; a 3-D one (fused experts) carries its 3-D scales
+// for backend.ExpertRows.
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
@@ -120,6 +121,12 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3 but config.json has no fp8 quantization_config with weight_block_size", name)
 		}
 		sc, err := b.Ckpt.Tensor(name + "_scale_inv")
+		if err != nil && len(shape) == 3 {
+			// transformers 5 names fused experts' scales gate_up_proj_scales_inv
+			if s2, err2 := b.Ckpt.Tensor(name + "_scales_inv"); err2 == nil {
+				sc, err = s2, nil
+			}
+		}
 		if err != nil {
 			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3: its block scales: %w", name, err)
 		}
@@ -129,6 +136,14 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 		}
 		h.Scale = &backend.Host{Name: name + "_scale_inv", DType: sc.DType, Shape: ss, Data: sc.Data}
 		h.Block = b.FP8Block
+		if len(shape) == 3 {
+			// fused [E, O, K] experts, scales [E, ceil(O/bn), ceil(K/bk)]:
+			// sliced per expert by backend.ExpertRows, which checks them
+			if _, err := backend.ExpertRows(h, name, 0, 0, shape[1]); err != nil {
+				return backend.Host{}, err
+			}
+			return h, nil
+		}
 		if err := h.Check(); err != nil {
 			return backend.Host{}, err
 		}

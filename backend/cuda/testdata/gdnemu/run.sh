@@ -37,6 +37,7 @@ g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/gemv" "$d/gemv.cpp"
 python3 - "$d/../../kernels/fp8.cu" "$tmp/fp8_part.cu" <<'P3'
 import sys
 s = open(sys.argv[1]).read()
+s = s.replace('extern __shared__ float fxs[];', '').replace('extern __shared__ float fhs[];', '')
 open(sys.argv[2], 'w').write(s.replace('#pragma unroll 2', '').replace('#pragma unroll', ''))
 P3
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/fp8" "$d/fp8.cpp"
