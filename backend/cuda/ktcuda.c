@@ -188,6 +188,11 @@ CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, 
 	return p_cuLaunchHostFunc(s, host_flag, &flag_ring[i]);
 }
 
+CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg) {
+	SETCTX
+	return p_cuLaunchHostFunc(s, fn, arg);
+}
+
 CUresult kt_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode) { SETCTX return p_cuStreamBeginCapture_v2(s, mode); }
 CUresult kt_cuStreamEndCapture(CUcontext ctx, CUstream s, CUgraph *g) { SETCTX return p_cuStreamEndCapture(s, g); }
 CUresult kt_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g) { SETCTX return p_cuGraphInstantiateWithFlags(e, g, 0); }

@@ -4,6 +4,7 @@ package qwen3next
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -26,7 +27,10 @@ const hybridTol = 5e-3
 // engine and everything else on the GPU — overlapped and synchronous —
 // and compares every logprob of a 40-token prompt and 6 decode steps
 // against the same model wholly on the CPU (routed experts on the same
-// engine) and against the model wholly on the GPU. It skips without a GPU.
+// engine) and against the model wholly on the GPU. The synchronous hybrid
+// runs' decode steps are captured and replayed as CUDA graphs (the graph
+// form: CPU experts as C host functions); the stats are asserted. It skips
+// without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
@@ -74,6 +78,16 @@ func TestHybridMatchesCPU(t *testing.T) {
 			}
 			row := modeltest.Forward(t, tr, 0, []int32{int32(next)}, false)
 			lps = append(lps, modeltest.LogSoftmax(row[0]))
+		}
+		// on the GPU the 6 decode steps run through the graph path (the
+		// first op by op, the second captured, all from the second on
+		// replayed) unless the overlapped form or KT_CUDA_GRAPH=0 turns
+		// graphs off
+		st, _ := models.GraphStatsOf(r)
+		t.Logf("%s: decode graphs: %s", name, st)
+		graphs := be != nil && !strings.Contains(r.ExpertPath(), "overlapped") && os.Getenv("KT_CUDA_GRAPH") != "0"
+		if graphs && (st.Off != "" || st.Failed != "" || st.Captures != 1 || st.Replays != 5) {
+			t.Fatalf("%s: graph stats %s; want 1 capture and 5 replays", name, st)
 		}
 		return lps
 	}

@@ -208,3 +208,90 @@ func (b *Buffers) runOnCThread() error {
 	}
 	return nil
 }
+
+// HostTaskMem is the memory of a HostTask: addresses outside the Go heap
+// (C or page-locked driver memory; the cgo rules forbid keeping Go
+// pointers in C memory) that stay valid while the task may run.
+type HostTaskMem struct {
+	// Tokens is the fixed token count, used when NTok is nil.
+	Tokens, TopK int
+	// NTok, if set, is read when the task starts instead of Tokens.
+	NTok *int32
+	// X is [tokens][Hidden], bf16 when XBF16 else f32; Out likewise.
+	X, Out         unsafe.Pointer
+	XBF16, OutBF16 bool
+	// IDs (int32) and Weights (f32) are [tokens][TopK].
+	IDs, Weights unsafe.Pointer
+	// Incremental adds onto Out instead of overwriting it.
+	Incremental bool
+}
+
+// HostTask is a layer's forward over caller-owned memory, prebuilt as the
+// argument of the C functions HostFuncs returns: what a CUDA graph replays
+// as host nodes (the hybrid step's submit and sync), with no Go on the
+// driver's thread and no per-call setup. Task errors are reported by the
+// next Engine.Sync.
+type HostTask struct {
+	args *C.kt_hostfn_args
+	l    *Layer
+}
+
+// NewHostTask prebuilds the layer's task over m. The memory must hold
+// max(Tokens, *NTok) rows for as long as the task may run.
+func (l *Layer) NewHostTask(m HostTaskMem) (*HostTask, error) {
+	if l.c == nil || l.e.c == nil {
+		return nil, errors.New("host task: layer or engine is closed")
+	}
+	c := l.e.cfg
+	if m.TopK < 1 || m.TopK > c.TopK {
+		return nil, fmt.Errorf("host task: top-k %d, the engine holds 1..%d", m.TopK, c.TopK)
+	}
+	if m.NTok == nil && (m.Tokens < 0 || m.Tokens > c.MaxTokens) {
+		return nil, fmt.Errorf("host task: %d tokens, the engine holds at most %d", m.Tokens, c.MaxTokens)
+	}
+	if m.X == nil || m.Out == nil || m.IDs == nil || m.Weights == nil {
+		return nil, errors.New("host task: X, Out, IDs and Weights must all be set")
+	}
+	a := (*C.kt_hostfn_args)(C.calloc(1, C.size_t(unsafe.Sizeof(C.kt_hostfn_args{}))))
+	if a == nil {
+		return nil, errors.New("host task: out of memory")
+	}
+	a.e, a.l = l.e.c, l.c
+	a.b.ntok = C.int32_t(m.Tokens)
+	a.b.ntok_ptr = (*C.int32_t)(unsafe.Pointer(m.NTok))
+	a.b.k = C.int32_t(m.TopK)
+	a.b.x, a.b.out = m.X, m.Out
+	a.b.ids, a.b.wts = (*C.int32_t)(m.IDs), (*C.float)(m.Weights)
+	flag := func(v bool) C.int32_t {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	a.b.x_bf16, a.b.out_bf16, a.b.incremental = flag(m.XBF16), flag(m.OutBF16), flag(m.Incremental)
+	return &HostTask{args: a, l: l}, nil
+}
+
+// HostFuncs returns the C functions submit and sync, both void(void*), and
+// their argument, for cuLaunchHostFunc: submit queues the task on the
+// engine and returns, sync waits until no task is pending.
+func (t *HostTask) HostFuncs() (submit, sync, arg unsafe.Pointer) {
+	return unsafe.Pointer(C.kt_hostfn_submit), unsafe.Pointer(C.kt_hostfn_sync), unsafe.Pointer(t.args)
+}
+
+// Free releases the task's argument; no stream or graph may run it after.
+func (t *HostTask) Free() {
+	if t.args != nil {
+		C.free(unsafe.Pointer(t.args))
+		t.args = nil
+	}
+}
+
+// runOnCThread runs the task's submit and sync on a pthread Go does not
+// know, as a CUDA stream would.
+func (t *HostTask) runOnCThread() error {
+	if C.kt_run_on_thread((*[0]byte)(C.kt_hostfn_submit), (*[0]byte)(C.kt_hostfn_sync), unsafe.Pointer(t.args)) != 0 {
+		return errors.New("cannot start a thread")
+	}
+	return nil
+}

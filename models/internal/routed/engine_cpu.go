@@ -207,6 +207,19 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 	return nil
 }
 
+// hybridGraphs lets the hybrid step's decode steps be captured as graphs
+// when its graph form is available (the synchronous form, GraphEnv not 0)
+// and turns graphs off otherwise (the Go host functions of the overlapped
+// form, like the synchronous hand-off, cannot be replayed).
+func (x *engine) hybridGraphs(rb *runbase.Base) {
+	if x.gpu == nil || !x.gpu.graphs {
+		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine; " + GraphEnv + "=0 or " + OverlapEnv + "=1)")
+		return
+	}
+	// a replayed step's CPU tasks report their errors once it is done
+	rb.OnReplay(x.eng.Sync)
+}
+
 // describe says where the experts run: method, kernels, threads and pools,
 // and where the weights came from.
 func (x *engine) describe() string {
@@ -217,6 +230,11 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
+				if x.gpu.graphs {
+					where += "; decode steps may run as CUDA graphs (CPU experts as C host functions)"
+				} else {
+					where += "; decode steps op by op"
+				}
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}

@@ -34,6 +34,12 @@ const OverlapEnv = "KT_HYBRID_OVERLAP"
 // experts queued after the copies).
 const WaitEnv = "KT_HYBRID_WAIT"
 
+// GraphEnv names the environment variable that, set to 0, keeps the
+// hybrid step out of decode step graphs (every step op by op, as before).
+// By default the synchronous hybrid step's decode steps are captured: see
+// gpuLink.
+const GraphEnv = "KT_HYBRID_GRAPH"
+
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
 // expert engine: pinned host buffers at fixed addresses for one step's
 // layer input, router ids and weights and the experts' output, and per
@@ -49,6 +55,15 @@ const WaitEnv = "KT_HYBRID_WAIT"
 // layers: stream order puts a layer's copies in after the previous layer's
 // task finished. Synchronous (the default), start waits for the stream,
 // runs the engine on the calling thread, and join queues the copy back.
+//
+// Graph form (the synchronous default, while runbase captures a decode
+// step): start queues the copies and a C host function that submits the
+// layer's task (cpuexperts.HostTask: f32 rows straight from and to the
+// pinned buffers, the step's padded token count fixed in the task), the
+// GPU experts of a split layer; join queues a C host function that waits
+// for the task, the copy back and the add. No Go runs on the driver's
+// thread and nothing waits on the calling thread, so the whole step —
+// attention, router, hand-off, shared expert, lm head — is one graph launch.
 type gpuLink struct {
 	be             *cuda.Backend
 	s              *cuda.Stream
@@ -70,6 +85,9 @@ type gpuLink struct {
 	experts int
 	cpuPart backend.Tensor // f32 [maxTok][hid]; nil when no layer is split
 	layers  []*linkLayer   // per model layer (nil for dense ones), overlapped only
+	rb      *runbase.Base
+	graphs  bool                           // decode steps may be captured (graph form)
+	tasks   map[int][]*cpuexperts.HostTask // graph form: per token count, per model layer
 	mu      sync.Mutex
 	err     error // first error of a host function, reported by the next start or join
 }
@@ -89,7 +107,7 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		return nil, fmt.Errorf("the model runs on %s: the hybrid step needs the CUDA backend or the CPU", rb.BE.Name())
 	}
 	T := rb.Opts.MaxBatchTokens
-	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(OverlapEnv) != "1",
+	g := &gpuLink{be: be, s: be.Stream(), x: x, hid: x.hid, k: x.k, maxTok: T, sync: os.Getenv(OverlapEnv) != "1", rb: rb,
 		waitMode: os.Getenv(WaitEnv), gpuExp: make([]*backend.Experts, nLayers), allGPU: make([]bool, nLayers), nGPU: make([]int, nLayers)}
 	switch g.waitMode {
 	case "":
@@ -138,8 +156,34 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	if !g.sync {
 		g.layers = make([]*linkLayer, nLayers)
 	}
+	g.graphs = g.sync && os.Getenv(GraphEnv) != "0"
+	g.tasks = map[int][]*cpuexperts.HostTask{}
 	return g, nil
 }
+
+// task returns layer l's host task over the pinned buffers for n tokens,
+// made on first use (one per decode bucket and MoE layer).
+func (g *gpuLink) task(l, n int) (*cpuexperts.HostTask, error) {
+	ts := g.tasks[n]
+	if ts == nil {
+		ts = make([]*cpuexperts.HostTask, len(g.x.layers))
+		g.tasks[n] = ts
+	}
+	if ts[l] != nil {
+		return ts[l], nil
+	}
+	t, err := g.x.layers[l].NewHostTask(cpuexperts.HostTaskMem{Tokens: n, TopK: g.k,
+		X: g.pinX.Ptr(), Out: g.pinOut.Ptr(), IDs: g.pinIDs.Ptr(), Weights: g.pinWts.Ptr()})
+	if err != nil {
+		return nil, err
+	}
+	ts[l] = t
+	return t, nil
+}
+
+// graphStep reports whether the ops queued now are recorded into a graph
+// (the graph form's start and join apply).
+func (g *gpuLink) graphStep() bool { return g.graphs && g.rb.Capturing() }
 
 // mode says how the CPU work is scheduled, for Path.
 func (g *gpuLink) mode() string {
@@ -270,6 +314,20 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		g.s.CopyDtoH(g.pinWts, 0, wb, int64(n*g.k*4))); err != nil {
 		return err
 	}
+	if g.graphStep() {
+		t, err := g.task(l, n)
+		if err != nil {
+			return err
+		}
+		submit, _, arg := t.HostFuncs()
+		if err := g.s.LaunchHostFuncC(submit, arg); err != nil {
+			return err
+		}
+		if gw != nil {
+			g.be.MoE(out, h, gw, wts, ids, n) // runs while the CPU computes its share
+		}
+		return nil
+	}
 	if g.sync {
 		if err := g.ev.Record(g.s); err != nil {
 			return err
@@ -306,7 +364,16 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	if err != nil {
 		return err
 	}
-	if !g.sync {
+	if g.graphStep() {
+		t, err := g.task(l, n)
+		if err != nil {
+			return err
+		}
+		_, wait, arg := t.HostFuncs()
+		if err := g.s.LaunchHostFuncC(wait, arg); err != nil {
+			return err
+		}
+	} else if !g.sync {
 		if err := g.s.LaunchHostFunc(g.layer(l).wait); err != nil {
 			return err
 		}
@@ -333,6 +400,13 @@ func (g *gpuLink) close() {
 		if L != nil {
 			L.submit.Release()
 			L.wait.Release()
+		}
+	}
+	for _, ts := range g.tasks {
+		for _, t := range ts {
+			if t != nil {
+				t.Free()
+			}
 		}
 	}
 	if g.ev != nil {

@@ -212,8 +212,7 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		x.engine = eng
 		x.path = eng.describe()
 		if Hybrid(rb) {
-			// the hand-off to the CPU synchronises inside the step
-			rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
+			eng.hybridGraphs(rb)
 		}
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)

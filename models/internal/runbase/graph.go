@@ -48,6 +48,9 @@ type graphState struct {
 
 	key  int // bucket of the step begun last; 0: op by op
 	real int // chunks of the step begun last
+
+	capturing   bool         // a step's ops are being recorded (Capturing)
+	replayCheck func() error // OnReplay's hook
 }
 
 type stepGraph struct {
@@ -129,6 +132,18 @@ func (b *Base) DisableGraphs(why string) {
 	g.gb, g.off, g.stats.Off = nil, why, why
 }
 
+// Capturing reports whether the ops queued now are being recorded into a
+// decode step graph rather than run: code that would wait for the GPU
+// inside the step (the hybrid step's CPU experts) must then queue its work
+// on the stream instead (host functions), as the graph replays it.
+func (b *Base) Capturing() bool { return b.gr.capturing }
+
+// OnReplay sets fn to run after every decode step of the graph path
+// (replayed, captured or its bucket's op-by-op first step), once its
+// logits are read back and the stream is idle: work a graph ran outside
+// the GPU (the hybrid step's CPU expert tasks) reports its errors there.
+func (b *Base) OnReplay(fn func() error) { b.gr.replayCheck = fn }
+
 // GraphStats reports what the decode graph path did so far.
 func (b *Base) GraphStats() models.GraphStats { return b.gr.stats }
 
@@ -196,6 +211,9 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 		}
 	} else if err = b.decodeStep(n, h, body); err == nil {
 		err = b.deliver(bt, out, len(b.Step.OutRows))
+		if fn := b.gr.replayCheck; err == nil && fn != nil {
+			err = fn()
+		}
 	}
 	if b.gr.key != 0 || n == len(bt.Chunks) { // every chunk one token: a decode step
 		b.gr.stats.DecodeSteps++
@@ -239,7 +257,9 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		return nil
 	}
 	var qerr error
+	g.capturing = true
 	gr, err := g.gb.CaptureStep(func() { qerr = queue() })
+	g.capturing = false
 	if err == nil && qerr == nil && g.gb.GraphEpoch() == epoch {
 		sg.g, sg.epoch = gr, epoch
 		g.stats.Captures++

@@ -1,0 +1,162 @@
+//go:build linux && amd64 && cgo
+
+package qwen3next
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/modeltest"
+	"github.com/ktserve/kt/moe/placement"
+)
+
+// TestHybridGraphDecode runs the hybrid step (routed experts on the CPU
+// expert engine) on a synthetic Qwen3.5 model with 4 sequences: prompts,
+// decode steps of 1, 2, 3 (padded to 4) and 4 sequences, 60 more steps of
+// 4, a mixed step and more decode steps, on three hybrid runners: decode
+// graphs on (each MoE layer's hand-off inside the graph as C host
+// functions), the same padded steps op by op (KT_CUDA_GRAPH=eager: the
+// synchronous hand-off), graphs off. Graph replays must equal the op-by-op
+// padded steps bit for bit (same GPU kernels on the same rows, the same
+// engine task on the same f32 rows); against unpadded steps they must stay
+// within hybridTol (padding changes the GPU GEMMs' row count). Run with no
+// GPU experts and with 3 of 8 per layer on the GPU (the GPU MoE op between
+// the submit and the wait). It skips without a GPU.
+func TestHybridGraphDecode(t *testing.T) {
+	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	defer dev.Close()
+	dir := t.TempDir()
+	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
+		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
+	if err := WriteSynthetic(dir, shape, 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range []struct {
+		name string
+		req  placement.Request
+	}{{"no GPU experts", placement.Request{}}, {"3 GPU experts per layer", placement.Request{PerLayer: 3}}} {
+		t.Run(pl.name, func(t *testing.T) {
+			load := func(mode string) model.Runner {
+				t.Setenv("KT_CUDA_GRAPH", map[string]string{"on": "", "eager": "eager", "off": "0"}[mode])
+				gpu, err := cuda.NewBackendOn(dev) // one backend each: a graph keeps its backend's buffers
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { gpu.Close() })
+				r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64,
+					Threads: 2, Experts: "BF16", GPUExperts: pl.req})
+				if err != nil {
+					t.Fatalf("%s: %v", mode, err)
+				}
+				t.Cleanup(func() { r.Close() })
+				if !strings.Contains(r.ExpertPath(), "hybrid") {
+					t.Fatalf("%s: experts run on %q, want the hybrid step", mode, r.ExpertPath())
+				}
+				return r
+			}
+			on, eager, off := load("on"), load("eager"), load("off")
+			pos, next := map[int]int{}, map[int]int32{}
+			var padDiff float64
+			steps := 0
+			step := func(what string, slots []int, prompt map[int][]int32) {
+				t.Helper()
+				var b model.Batch
+				for _, s := range slots {
+					toks := prompt[s]
+					if toks == nil {
+						toks = []int32{next[s]}
+					}
+					b.Chunks = append(b.Chunks, model.Chunk{Slot: s, Pos: pos[s], Tokens: toks})
+				}
+				var rows [3][][]float32
+				for i, r := range []model.Runner{on, eager, off} {
+					for _, c := range b.Chunks {
+						if err := r.Reserve(c.Slot, len(c.Tokens)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					var out model.Logits
+					if err := r.Forward(&b, &out); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					for _, rr := range out.Rows {
+						for _, row := range rr {
+							rows[i] = append(rows[i], append([]float32(nil), row...))
+						}
+					}
+				}
+				for i := range rows[0] {
+					for j := range rows[0][i] {
+						if rows[0][i][j] != rows[1][i][j] {
+							t.Fatalf("%s: graph replay differs from the same padded step op by op: row %d logit %d: %g vs %g (worst logprob %.3g)",
+								what, i, j, rows[0][i][j], rows[1][i][j], worstLogprob(rows[0], rows[1]))
+						}
+					}
+				}
+				d := worstLogprob(rows[0], rows[2])
+				if d > hybridTol {
+					t.Fatalf("%s: graph step differs from the unpadded op-by-op step by %.3g", what, d)
+				}
+				padDiff = math.Max(padDiff, d)
+				for i, c := range b.Chunks {
+					pos[c.Slot] += len(c.Tokens)
+					next[c.Slot] = modeltest.Argmax(modeltest.LogSoftmax(rows[2][i]))
+				}
+				steps++
+			}
+			prompt := func(s, n int) []int32 {
+				p := make([]int32, n)
+				for i := range p {
+					p[i] = int32((i*37 + s*101 + 5) % shape.Vocab)
+				}
+				return p
+			}
+			for s := 0; s < 4; s++ {
+				step(fmt.Sprintf("prefill slot %d", s), []int{s}, map[int][]int32{s: prompt(s, 12+3*s)})
+			}
+			for _, bs := range []int{1, 2, 3, 4} {
+				for i := 0; i < 3; i++ {
+					step(fmt.Sprintf("decode %d sequences, step %d", bs, i), []int{0, 1, 2, 3}[:bs], nil)
+				}
+			}
+			for i := 0; i < 60; i++ {
+				step(fmt.Sprintf("long decode step %d", i), []int{0, 1, 2, 3}, nil)
+			}
+			for _, r := range []model.Runner{on, eager, off} {
+				r.Free(3)
+			}
+			pos[3] = 0
+			step("mixed step", []int{0, 3}, map[int][]int32{3: prompt(7, 7)})
+			for i := 0; i < 5; i++ {
+				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)
+			}
+			st, _ := models.GraphStatsOf(on)
+			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 60 {
+				t.Fatalf("graph stats: %s; want at least 3 captures and 60 replays", st)
+			}
+			t.Logf("RESULT hybrid decode graph (%s): %d steps, %s; replays bit-identical to op-by-op padded hybrid steps; vs unpadded worst logprob %.3g",
+				pl.name, steps, st, padDiff)
+		})
+	}
+}
+
+// worstLogprob is the largest |logprob difference| between two sets of
+// logits rows.
+func worstLogprob(a, b [][]float32) float64 {
+	var w float64
+	for i := range a {
+		la, lb := modeltest.LogSoftmax(a[i]), modeltest.LogSoftmax(b[i])
+		for v := range la {
+			w = math.Max(w, math.Abs(la[v]-lb[v]))
+		}
+	}
+	return w
+}
