@@ -134,6 +134,11 @@ struct kt_engine {
 
   int err;
   char errmsg[256];
+
+  // phase timing (queue thread only; read between tasks)
+  int64_t ph_ns[KT_NPHASES];
+  int64_t ph_tasks[2];
+  int64_t ph_t;
 };
 
 // ---------------------------------------------------------------- sync primitives
@@ -182,6 +187,19 @@ static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int
   } else {
     wait_change(nsleep, gen, g);
   }
+}
+
+static inline int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// ph_mark ends phase ph at the current time (queue thread only).
+static inline void ph_mark(kt_engine* e, int ph) {
+  int64_t t = now_ns();
+  e->ph_ns[ph] += t - e->ph_t;
+  e->ph_t = t;
 }
 
 // ---------------------------------------------------------------- memory
@@ -304,6 +322,9 @@ static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int
 // gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
 // [n0, n0+KT_NB) of expert x over all its slot rows, into P->Hf. Row-major
 // weights are packed once for the block when the prefill kernel runs.
+// With bf16 activations the conversion is per element, so the block's h is
+// converted here and stored straight into P->Hq (its 32 bf16 values are one
+// 64-byte column chunk of a tile-order row): no f32 h, no quantize pass.
 static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int n0, int H, int I,
                           int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
@@ -323,13 +344,26 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     U = &PU;
     g0 = 0;
   }
+  int tiled = pf && e->pf_tiled;
+  int hdirect = P->act == KT_ACT_BF16;
   for (int m0 = 0; m0 < m; m0 += KT_MCH) {
     int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
+    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-    for (int i = 0; i < mm; i++)
-      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+    if (!hdirect) {
+      for (int i = 0; i < mm; i++)
+        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+      continue;
+    }
+    int64_t rb = (int64_t)I * 2;
+    for (int i = 0; i < mm; i++) {
+      int64_t s = off + m0 + i;
+      char* dst = tiled ? (char*)P->Hq + (s & ~(int64_t)15) * rb + (s & 15) * 64 + (int64_t)(n0 / 32) * 1024
+                        : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
+      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
+      ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
+    }
   }
 }
 
@@ -406,6 +440,8 @@ static void run_job(kt_worker* w) {
     }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  int timer = w->global == 0;  // the queue thread times the phases
+  if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
   while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
@@ -417,6 +453,7 @@ static void run_job(kt_worker* w) {
     }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) ph_mark(e, KT_PH_GATHER);
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows)
   int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
@@ -427,15 +464,19 @@ static void run_job(kt_worker* w) {
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) ph_mark(e, KT_PH_GATEUP);
 
-  // 3. quantize h for the down projection
-  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
-    for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
-      if (e->slot_tok[s] < 0) continue;
-      put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
+  // 3. quantize h for the down projection (bf16: gate/up stored it already)
+  if (act != KT_ACT_BF16) {
+    while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
+      for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
+        if (e->slot_tok[s] < 0) continue;
+        put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
+      }
     }
+    barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   }
-  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) ph_mark(e, KT_PH_QUANT);
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
   int r4 = KT_NB;
@@ -451,6 +492,7 @@ static void run_job(kt_worker* w) {
     down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
   barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  if (timer) ph_mark(e, KT_PH_DOWN);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) merge_token(e, w, item, 0, H, H);
@@ -540,7 +582,8 @@ static void run_job_fused(kt_worker* w) {
     gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
-      for (int s = off; s < off + m; s++)
+      // (bf16: gate/up stored h already)
+      for (int s = off; s < off + m && act != KT_ACT_BF16; s++)
         put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
       atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
     }
@@ -596,6 +639,7 @@ static void* worker_main(void* arg) {
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
   e->b = t->b;
+  e->ph_t = now_ns();
   if (route(e) != 0) return;
   int fmt = e->l->fmt, isa = e->isa;
   int act = kt_act_format(fmt, isa);
@@ -656,6 +700,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
   }
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  ph_mark(e, KT_PH_ROUTE);
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
   wake(&e->nsleep, &e->job_gen);
   run_job(&e->workers[0]);  // the queue thread is worker 0
@@ -664,6 +709,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
     wait_change(&e->nsleep, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
+  ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
+  e->ph_tasks[e->fused ? 1 : 0]++;
 }
 
 static void* queue_main(void* arg) {
@@ -820,6 +867,18 @@ static void free_engine(kt_engine* e) {
 
 int kt_engine_isa(const kt_engine* e) { return e->isa; }
 
+void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks) {
+  pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock after each task
+  for (int i = 0; i < KT_NPHASES; i++) {
+    ns[i] = e->ph_ns[i];
+    e->ph_ns[i] = 0;
+  }
+  tasks[0] = e->ph_tasks[0];
+  tasks[1] = e->ph_tasks[1];
+  e->ph_tasks[0] = e->ph_tasks[1] = 0;
+  pthread_mutex_unlock(&e->mu);
+}
+
 void kt_engine_free(kt_engine* e) {
   if (!e) return;
   pthread_mutex_lock(&e->mu);
@@ -927,6 +986,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
+      w->s.amx_kch = cfg->amx_kch;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");

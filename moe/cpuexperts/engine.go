@@ -43,6 +43,11 @@ type Config struct {
 	Hidden       int // hidden size
 	Intermediate int // moe_intermediate_size
 
+	// AMXKBlock is the K block of the AMX prefill kernels in 1 KiB tile
+	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
+	// blocking (the whole K in one pass). Results do not depend on it.
+	AMXKBlock int
+
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
 	fusedMaxSlots int
@@ -145,6 +150,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.max_tokens = C.int(cfg.MaxTokens)
 	cc.max_k = C.int(cfg.TopK)
 	cc.fused_max_slots = C.int(cfg.fusedMaxSlots)
+	if cfg.AMXKBlock == 0 {
+		cfg.AMXKBlock = DefaultAMXKBlock
+	}
+	if cfg.AMXKBlock > 0 {
+		cc.amx_kch = C.int(cfg.AMXKBlock)
+	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -158,6 +169,35 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.inter = append(e.inter, cfg.Intermediate/cfg.Pools)
 	}
 	return e, nil
+}
+
+// DefaultAMXKBlock is the default Config.AMXKBlock: 8 tile steps keep a
+// 32-row weight pair (16 KiB of bf16, 8 KiB of int8) in L1 while every
+// token block of a kernel call passes over it.
+const DefaultAMXKBlock = 8
+
+// Phase names the timed phases of a task (Engine.Phases).
+var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}
+
+// PhaseTimes are the times spent per phase since the last call, summed over
+// tasks: Phased tasks ran the barrier phases, Fused ones the decode path.
+type PhaseTimes struct {
+	Seconds       [len(PhaseNames)]float64
+	Phased, Fused int
+}
+
+// Phases returns the per-phase times accumulated since the last call and
+// resets them. Call it only when no task is in flight (after Sync).
+func (e *Engine) Phases() PhaseTimes {
+	var ns [C.KT_NPHASES]C.int64_t
+	var tasks [2]C.int64_t
+	C.kt_engine_phases(e.c, &ns[0], &tasks[0])
+	var p PhaseTimes
+	for i := range p.Seconds {
+		p.Seconds[i] = float64(ns[i]) / 1e9
+	}
+	p.Phased, p.Fused = int(tasks[0]), int(tasks[1])
+	return p
 }
 
 // PhysicalCores counts the cores this process may run on (one per core,

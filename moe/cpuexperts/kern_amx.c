@@ -60,44 +60,79 @@ static inline amx_alayout amx_layout(const kt_act* A, int64_t esz) {
   }
   return L;
 }
+// K blocking: a kernel call covers nn <= 32 weight rows (one B pair) and
+// m <= KT_MCH tokens. The K dimension is cut into blocks of kch tile steps;
+// for each block the B pair (2*kch KiB) stays in L1 while every 32-token
+// block passes over it, so only the A tiles come from L2. The accumulators
+// of all token blocks (m x 32, 16 KiB at most) are parked in s->ci between K
+// blocks: f32 or int32 values stored and reloaded exactly, and every C tile
+// sees the same tile products in the same order as without blocking, so the
+// results are bitwise those of a single pass.
+static inline int amx_kblock(const kt_scratch* s, int nkc) {
+  int kb = s->amx_kch > 0 ? s->amx_kch : nkc;
+  return kb < nkc ? kb : nkc;
+}
+
 TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                         kt_scratch* s) {
-  (void)s;
-  int k = W->k;
+  int k = W->k, nkc = k / 32;
+  int kb = amx_kblock(s, nkc);
   const char* X = (const char*)A->a;
   amx_alayout L = amx_layout(A, 2);
-  for (int i0 = 0; i0 < m; i0 += 32) {
-    int two_m = m - i0 > 16;
-    for (int p = 0; p < nn / 16; p += 2) {
-      int two_n = p + 1 < nn / 16;
-      const char* b0 = (const char*)W->w + (int64_t)(n0 / 16 + p) * 32 * k;
-      const char* b1 = b0 + (int64_t)32 * k;
-      const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
-      const char* a1 = a0 + L.blk;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int kc = 0; kc < k / 32; kc++) {
-        _tile_loadd(4, a0 + kc * L.step, L.stride);
-        _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        if (two_n) {
-          _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
-          _tile_dpbf16ps(1, 4, 7);
+  float* acc = (float*)s->ci;  // [KT_MCH][KT_NB]
+  const int la = KT_NB * 4;
+  for (int p = 0; p < nn / 16; p += 2) {
+    int two_n = p + 1 < nn / 16;
+    const char* b0 = (const char*)W->w + (int64_t)(n0 / 16 + p) * 32 * k;
+    const char* b1 = b0 + (int64_t)32 * k;
+    for (int c0 = 0; c0 < nkc; c0 += kb) {
+      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
+      int first = c0 == 0, last = c1 == nkc;
+      for (int i0 = 0; i0 < m; i0 += 32) {
+        int two_m = m - i0 > 16;
+        const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
+        const char* a1 = a0 + L.blk;
+        float* t = acc + i0 * KT_NB;
+        if (first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, t, la);
+          if (two_n) _tile_loadd(1, t + 16, la);
+          if (two_m) {
+            _tile_loadd(2, t + 16 * KT_NB, la);
+            if (two_n) _tile_loadd(3, t + 16 * KT_NB + 16, la);
+          }
         }
+        for (int kc = c0; kc < c1; kc++) {
+          _tile_loadd(4, a0 + kc * L.step, L.stride);
+          _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          if (two_n) {
+            _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
+            _tile_dpbf16ps(1, 4, 7);
+          }
+          if (two_m) {
+            _tile_loadd(5, a1 + kc * L.step, L.stride);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two_n) _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        float* c = t;
+        int lc = la;
+        if (last) {
+          c = C + (int64_t)i0 * ldc + p * 16;
+          lc = ldc * 4;
+        }
+        int rs = lc / 4;  // row stride in floats
+        _tile_stored(0, c, lc);
+        if (two_n) _tile_stored(1, c + 16, lc);
         if (two_m) {
-          _tile_loadd(5, a1 + kc * L.step, L.stride);
-          _tile_dpbf16ps(2, 5, 6);
-          if (two_n) _tile_dpbf16ps(3, 5, 7);
+          _tile_stored(2, c + 16 * rs, lc);
+          if (two_n) _tile_stored(3, c + 16 * rs + 16, lc);
         }
-      }
-      float* c = C + (int64_t)i0 * ldc + p * 16;
-      _tile_stored(0, c, ldc * 4);
-      if (two_n) _tile_stored(1, c + 16, ldc * 4);
-      if (two_m) {
-        _tile_stored(2, c + 16 * ldc, ldc * 4);
-        if (two_n) _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
       }
     }
   }
@@ -108,47 +143,65 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
                              int ldc, int nn, kt_scratch* s) {
   const char* X = (const char*)A->a;
   amx_alayout L = amx_layout(A, 1);
-  int32_t* ci = s->ci;  // [KT_MCH rounded][KT_NB]
-  for (int i0 = 0; i0 < m; i0 += 32) {
-    int two_m = m - i0 > 16;
-    for (int p = 0; p < nn / 16; p += 2) {
-      int two_n = p + 1 < nn / 16;
-      const int8_t* b0 = w + (int64_t)p * 16 * k;
-      const int8_t* b1 = b0 + (int64_t)16 * k;
-      const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
-      const char* a1 = a0 + L.blk;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int kc = 0; kc < k / 64; kc++) {
-        _tile_loadd(4, a0 + kc * L.step, L.stride);
-        _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
-        _tile_dpbssd(0, 4, 6);
-        if (two_n) {
-          _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
-          _tile_dpbssd(1, 4, 7);
+  int nkc = k / 64;
+  int kb = amx_kblock(s, nkc);
+  int32_t* ci = s->ci;  // [KT_MCH][KT_NB]
+  const int la = KT_NB * 4;
+  for (int p = 0; p < nn / 16; p += 2) {
+    int two_n = p + 1 < nn / 16;
+    const int8_t* b0 = w + (int64_t)p * 16 * k;
+    const int8_t* b1 = b0 + (int64_t)16 * k;
+    for (int c0 = 0; c0 < nkc; c0 += kb) {
+      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
+      int first = c0 == 0, last = c1 == nkc;
+      for (int i0 = 0; i0 < m; i0 += 32) {
+        int two_m = m - i0 > 16;
+        const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
+        const char* a1 = a0 + L.blk;
+        int32_t* t = ci + i0 * KT_NB;
+        if (first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, t, la);
+          if (two_n) _tile_loadd(1, t + 16, la);
+          if (two_m) {
+            _tile_loadd(2, t + 16 * KT_NB, la);
+            if (two_n) _tile_loadd(3, t + 16 * KT_NB + 16, la);
+          }
         }
+        for (int kc = c0; kc < c1; kc++) {
+          _tile_loadd(4, a0 + kc * L.step, L.stride);
+          _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
+          _tile_dpbssd(0, 4, 6);
+          if (two_n) {
+            _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
+            _tile_dpbssd(1, 4, 7);
+          }
+          if (two_m) {
+            _tile_loadd(5, a1 + kc * L.step, L.stride);
+            _tile_dpbssd(2, 5, 6);
+            if (two_n) _tile_dpbssd(3, 5, 7);
+          }
+        }
+        _tile_stored(0, t, la);
+        if (two_n) _tile_stored(1, t + 16, la);
         if (two_m) {
-          _tile_loadd(5, a1 + kc * L.step, L.stride);
-          _tile_dpbssd(2, 5, 6);
-          if (two_n) _tile_dpbssd(3, 5, 7);
+          _tile_stored(2, t + 16 * KT_NB, la);
+          if (two_n) _tile_stored(3, t + 16 * KT_NB + 16, la);
         }
-      }
-      _tile_stored(0, ci, KT_NB * 4);
-      if (two_n) _tile_stored(1, ci + 16, KT_NB * 4);
-      if (two_m) {
-        _tile_stored(2, ci + 16 * KT_NB, KT_NB * 4);
-        if (two_n) _tile_stored(3, ci + 16 * KT_NB + 16, KT_NB * 4);
-      }
-      int rows = m - i0 < 32 ? m - i0 : 32;
-      int cols = two_n ? 32 : 16;
-      for (int i = 0; i < rows; i++) {
-        __m512 as = _mm512_set1_ps(A->as[i0 + i]);
-        for (int j = 0; j < cols; j += 16) {
-          __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(ci + i * KT_NB + j));
-          f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + p * 16 + j)), as);
-          _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
+        if (!last) continue;
+        int rows = m - i0 < 32 ? m - i0 : 32;
+        int cols = two_n ? 32 : 16;
+        for (int i = 0; i < rows; i++) {
+          __m512 as = _mm512_set1_ps(A->as[i0 + i]);
+          for (int j = 0; j < cols; j += 16) {
+            __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(t + i * KT_NB + j));
+            f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + p * 16 + j)), as);
+            _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
+          }
         }
       }
     }

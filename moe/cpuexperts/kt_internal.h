@@ -40,6 +40,7 @@ typedef struct {
   void* pack2;         // second panel buffer (up projection)
   int32_t* ci;         // int32 tile scratch [KT_MCH][KT_NB]
   float* row;          // one f32 row of the widest matrix dimension
+  int amx_kch;         // AMX prefill: 1 KiB tile steps per K block (<= 0: the whole K in one pass)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
