@@ -31,7 +31,8 @@ type moeBenchOpts struct {
 	compareTorch            bool
 	python, jsonOut         string
 	bwBytes                 int64
-	amxKBlock               int
+	amxKBlock, amxPrefetch  int
+	decPrefetch             int
 	phases                  bool
 }
 
@@ -54,6 +55,8 @@ func init() {
 			f.StringVar(&moeOpts.jsonOut, "json", "", "also write results as JSON to this file")
 			f.Int64Var(&moeOpts.bwBytes, "bw-bytes", 1<<30, "buffer size of the read-bandwidth probe")
 			f.IntVar(&moeOpts.amxKBlock, "amx-kblock", 0, "AMX prefill K block in 1 KiB tile steps (0 = default, -1 = whole K)")
+			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
+			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 		},
 		run: runMoEBench,
@@ -151,8 +154,9 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	var records []moeRecord
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
-			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock,
-			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
+			DecodePrefetch: o.decPrefetch,
+			MaxTokens:      maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
 			return err

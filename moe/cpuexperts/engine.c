@@ -987,6 +987,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->s.amx_kch = cfg->amx_kch;
+      w->s.amx_pf = cfg->amx_pf;
+      w->s.dec_pf = cfg->dec_pf;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");

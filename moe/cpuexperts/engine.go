@@ -47,6 +47,12 @@ type Config struct {
 	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
 	// blocking (the whole K in one pass). Results do not depend on it.
 	AMXKBlock int
+	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
+	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
+	AMXPrefetch int
+	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
+	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
+	DecodePrefetch int
 
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
@@ -156,6 +162,18 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AMXKBlock > 0 {
 		cc.amx_kch = C.int(cfg.AMXKBlock)
 	}
+	if cfg.AMXPrefetch == 0 {
+		cfg.AMXPrefetch = DefaultAMXPrefetch
+	}
+	if cfg.AMXPrefetch > 0 {
+		cc.amx_pf = C.int(cfg.AMXPrefetch)
+	}
+	if cfg.DecodePrefetch == 0 {
+		cfg.DecodePrefetch = DefaultDecodePrefetch
+	}
+	if cfg.DecodePrefetch > 0 {
+		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
+	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -175,6 +193,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 // 32-row weight pair (16 KiB of bf16, 8 KiB of int8) in L1 while every
 // token block of a kernel call passes over it.
 const DefaultAMXKBlock = 8
+
+// DefaultAMXPrefetch is the default Config.AMXPrefetch.
+const DefaultAMXPrefetch = 2
+
+// DefaultDecodePrefetch is the default Config.DecodePrefetch.
+const DefaultDecodePrefetch = 1024
 
 // Phase names the timed phases of a task (Engine.Phases).
 var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}

@@ -73,10 +73,29 @@ static inline int amx_kblock(const kt_scratch* s, int nkc) {
   return kb < nkc ? kb : nkc;
 }
 
+// Software prefetch: AMX tile registers are not renamed, so the tile loads
+// of the next step wait for the products that still read those tiles and
+// the load latency is exposed; from L1 it is short. amx_pf2 prefetches the
+// two A tiles and the two B tiles s->amx_pf steps ahead into L1 (a tile is
+// 1 KiB: 16 lines).
+static inline void amx_pf_tile(const char* p, int64_t stride) {
+  for (int r = 0; r < 16; r++) _mm_prefetch(p + r * stride, _MM_HINT_T0);
+}
+#define AMX_PF(kc)                                                          \
+  do {                                                                      \
+    int kp_ = (kc) + pfd;                                                   \
+    if (pfd > 0 && kp_ < nkc) {                                             \
+      amx_pf_tile(a0 + kp_ * L.step, L.stride);                             \
+      if (two_m) amx_pf_tile(a1 + kp_ * L.step, L.stride);                  \
+      amx_pf_tile((const char*)b0 + (int64_t)kp_ * 1024, 64);               \
+      if (two_n) amx_pf_tile((const char*)b1 + (int64_t)kp_ * 1024, 64);    \
+    }                                                                       \
+  } while (0)
+
 TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                         kt_scratch* s) {
   int k = W->k, nkc = k / 32;
-  int kb = amx_kblock(s, nkc);
+  int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   const char* X = (const char*)A->a;
   amx_alayout L = amx_layout(A, 2);
   float* acc = (float*)s->ci;  // [KT_MCH][KT_NB]
@@ -107,6 +126,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
           }
         }
         for (int kc = c0; kc < c1; kc++) {
+          AMX_PF(kc);
           _tile_loadd(4, a0 + kc * L.step, L.stride);
           _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
           _tile_dpbf16ps(0, 4, 6);
@@ -144,7 +164,7 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
   const char* X = (const char*)A->a;
   amx_alayout L = amx_layout(A, 1);
   int nkc = k / 64;
-  int kb = amx_kblock(s, nkc);
+  int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   int32_t* ci = s->ci;  // [KT_MCH][KT_NB]
   const int la = KT_NB * 4;
   for (int p = 0; p < nn / 16; p += 2) {
@@ -173,6 +193,7 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
           }
         }
         for (int kc = c0; kc < c1; kc++) {
+          AMX_PF(kc);
           _tile_loadd(4, a0 + kc * L.step, L.stride);
           _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
           _tile_dpbssd(0, 4, 6);

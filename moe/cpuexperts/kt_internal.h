@@ -41,6 +41,8 @@ typedef struct {
   int32_t* ci;         // int32 tile scratch [KT_MCH][KT_NB]
   float* row;          // one f32 row of the widest matrix dimension
   int amx_kch;         // AMX prefill: 1 KiB tile steps per K block (<= 0: the whole K in one pass)
+  int amx_pf;          // AMX prefill: prefetch the tiles this many steps ahead (<= 0: none)
+  int dec_pf;          // int8/int4 one-token decode: prefetch this many bytes ahead (<= 0: none)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)

@@ -88,6 +88,8 @@ typedef struct {
   int fused_max_slots; // one pool: tasks with at most this many (token, expert) pairs take the
                        // barrier-free decode path; 0 = default (512), < 0 = never
   int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
+  int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
+  int dec_pf;          // int8/int4 one-token decode: prefetch this many bytes ahead; <= 0 = none
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
