@@ -32,7 +32,7 @@ type moeBenchOpts struct {
 	python, jsonOut         string
 	bwBytes                 int64
 	amxKBlock, amxPrefetch  int
-	decPrefetch             int
+	decPrefetch, chunk      int
 	phases                  bool
 }
 
@@ -57,6 +57,7 @@ func init() {
 			f.IntVar(&moeOpts.amxKBlock, "amx-kblock", 0, "AMX prefill K block in 1 KiB tile steps (0 = default, -1 = whole K)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
+			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 512)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 		},
 		run: runMoEBench,
@@ -155,8 +156,8 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
-			DecodePrefetch: o.decPrefetch,
-			MaxTokens:      maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
+			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
+			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
 			return err

@@ -95,6 +95,7 @@ struct kt_engine {
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
+  int mch;  // prefill tokens per kernel call (<= KT_MCH, multiple of 32)
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
@@ -346,8 +347,8 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   }
   int tiled = pf && e->pf_tiled;
   int hdirect = P->act == KT_ACT_BF16;
-  for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-    int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+  for (int m0 = 0; m0 < m; m0 += e->mch) {
+    int mm = m - m0 < e->mch ? m - m0 : e->mch;
     kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
@@ -387,8 +388,8 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       D = &PD;
       d0 = 0;
     }
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+    for (int m0 = 0; m0 < m; m0 += e->mch) {
+      int mm = m - m0 < e->mch ? m - m0 : e->mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
@@ -455,8 +456,16 @@ static void run_job(kt_worker* w) {
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) ph_mark(e, KT_PH_GATHER);
 
-  // 2. gate/up + silu; items are (expert, r2 intermediate rows)
-  int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
+  // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
+  // read an expert's activations (up to e->mch rows per kernel call, kept in
+  // L2 across the item's 32-row blocks) fewer times, as long as every thread
+  // still gets ~8 items
+  int r2 = KT_NB;
+  for (int r = 128; r > KT_NB; r /= 2)
+    if (I % r == 0 && (int64_t)e->nactive * (I / r) >= 8 * nth) {
+      r2 = r;
+      break;
+    }
   int nb = I / r2;
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
@@ -942,6 +951,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
+  e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
   if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;

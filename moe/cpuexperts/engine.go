@@ -53,6 +53,9 @@ type Config struct {
 	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
 	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
+	// PrefillChunk is the most tokens of one expert a prefill kernel call
+	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
+	PrefillChunk int
 
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
@@ -174,6 +177,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.DecodePrefetch > 0 {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
+	cc.mch = C.int(max(cfg.PrefillChunk, 0))
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -189,16 +193,16 @@ func NewEngine(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// DefaultAMXKBlock is the default Config.AMXKBlock: 8 tile steps keep a
-// 32-row weight pair (16 KiB of bf16, 8 KiB of int8) in L1 while every
-// token block of a kernel call passes over it.
-const DefaultAMXKBlock = 8
+// DefaultAMXKBlock is the default Config.AMXKBlock: no blocking. On the
+// device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
+// one pass for AMXINT8 and up to 15% slower for AMXBF16.
+const DefaultAMXKBlock = -1
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
-const DefaultAMXPrefetch = 2
+const DefaultAMXPrefetch = 1
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
-const DefaultDecodePrefetch = 1024
+const DefaultDecodePrefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).
 var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}

@@ -9,10 +9,11 @@ import (
 )
 
 // TestAMXKBlockBitwise checks that the K blocking of the AMX prefill
-// kernels does not change results: whole K, blocks of 1 tile step and of 3
-// (which leaves a short last block) give bitwise equal outputs, with
-// experts above KT_MCH tokens (several kernel calls per item). On CPUs
-// without AMX the option is ignored and the check is trivially true.
+// kernels, their prefetch and the prefill chunk do not change results:
+// whole K, blocks of 1 tile step and of 3 (which leaves a short last
+// block), chunks of 32 and 64 tokens (several kernel calls per item) give
+// bitwise equal outputs. On CPUs without AMX the K block and prefetch are
+// ignored; the chunk applies to every prefill kernel.
 // It also checks that the phase timers count the tasks.
 func TestAMXKBlockBitwise(t *testing.T) {
 	const topK, tokens = 4, 600 // ~150 tokens per expert
@@ -24,9 +25,11 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
-			for _, kb := range []int{-1, 1, 3} {
-				name := fmt.Sprintf("%s/%s/kblock=%d", isa, m, kb)
-				e, err := NewEngine(Config{Threads: 3, ISA: isa, MaxTokens: tokens, TopK: topK, AMXKBlock: kb,
+			for _, c := range [][3]int{{-1, -1, 0}, {1, 2, 0}, {3, 0, 64}, {-1, 1, 32}} {
+				kb, pf, chunk := c[0], c[1], c[2]
+				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d", isa, m, kb, pf, chunk)
+				e, err := NewEngine(Config{Threads: 3, ISA: isa, MaxTokens: tokens, TopK: topK,
+					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
 				if err != nil {
 					t.Fatal(err)

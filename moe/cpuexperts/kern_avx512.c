@@ -57,10 +57,12 @@ T512 void kt_avx512_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int
   }
 }
 
-INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT) {
+// pf > 0: one token prefetches the panel pf bytes ahead (as the int kernels).
+INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT, int pf) {
   __m512 acc[8];
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k / 2; j++) {
+    if (MT == 1 && pf > 0) _mm_prefetch((const char*)(pan + (int64_t)j * 16) + pf, _MM_HINT_T0);
     __m512bh wv = (__m512bh)_mm512_loadu_si512(pan + (int64_t)j * 16);
     for (int t = 0; t < MT; t++) acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_set1_epi32((int)x[t][j]));
   }
@@ -69,8 +71,7 @@ INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, f
 
 TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                                 kt_scratch* s) {
-  (void)s;
-  int k = W->k;
+  int k = W->k, pf = s->dec_pf;
   const uint16_t* X = (const uint16_t*)A->a;
   for (int p = 0; p < nn / 16; p++) {
     const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
@@ -84,13 +85,13 @@ TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A
         c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
       }
       if (mt == 1)
-        bf16pk_bf(pan, k, x, c, 1);
+        bf16pk_bf(pan, k, x, c, 1, pf);
       else if (mt == 2)
-        bf16pk_bf(pan, k, x, c, 2);
+        bf16pk_bf(pan, k, x, c, 2, pf);
       else if (mt <= 4)
-        bf16pk_bf(pan, k, x, c, 4);
+        bf16pk_bf(pan, k, x, c, 4, pf);
       else
-        bf16pk_bf(pan, k, x, c, 8);
+        bf16pk_bf(pan, k, x, c, 8, pf);
     }
   }
 }

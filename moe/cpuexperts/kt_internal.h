@@ -42,11 +42,11 @@ typedef struct {
   float* row;          // one f32 row of the widest matrix dimension
   int amx_kch;         // AMX prefill: 1 KiB tile steps per K block (<= 0: the whole K in one pass)
   int amx_pf;          // AMX prefill: prefetch the tiles this many steps ahead (<= 0: none)
-  int dec_pf;          // int8/int4 one-token decode: prefetch this many bytes ahead (<= 0: none)
+  int dec_pf;          // one-token decode (int8/int4/bf16 panels): prefetch this many bytes ahead (<= 0: none)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
-#define KT_MCH 128   // tokens per kernel call in prefill
+#define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
 
 // C[i*ldc + j] = sum_k W[n0+j][k] * A[i][k], i < m, j < nn (nn multiple of 16, <= KT_NB).

@@ -89,7 +89,8 @@ typedef struct {
                        // barrier-free decode path; 0 = default (512), < 0 = never
   int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
-  int dec_pf;          // int8/int4 one-token decode: prefetch this many bytes ahead; <= 0 = none
+  int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
+  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
