@@ -347,6 +347,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   }
   int tiled = pf && e->pf_tiled;
   int hdirect = P->act == KT_ACT_BF16;
+  w->s.c_nt = 0;  // C is this thread's scratch
   for (int m0 = 0; m0 < m; m0 += e->mch) {
     int mm = m - m0 < e->mch ? m - m0 : e->mch;
     kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
@@ -377,6 +378,9 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpf : e->kdec;
+  // phased prefill through AMX: the slot outputs bypass the caches (the
+  // fused path merges right away and wants them cached)
+  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0;
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
     kt_mat PD;
@@ -394,6 +398,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
   }
+  if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
 // merge_token writes out[t][h0:h0+n] = Σ w·Y over the token's slots (top-k

@@ -92,6 +92,17 @@ static inline void amx_pf_tile(const char* p, int64_t stride) {
     }                                                                       \
   } while (0)
 
+// amx_stream_rows copies rows of 16 or 32 floats from the parked
+// accumulators (row stride KT_NB) to C with non-temporal stores: the down
+// projection's per-slot outputs are read back only by the merge, so writing
+// them around the caches saves the read-for-ownership of every line.
+static inline TAMX void amx_stream_rows(const float* t, float* C, int ldc, int rows, int two_n) {
+  for (int i = 0; i < rows; i++) {
+    _mm512_stream_ps(C + (int64_t)i * ldc, _mm512_loadu_ps(t + i * KT_NB));
+    if (two_n) _mm512_stream_ps(C + (int64_t)i * ldc + 16, _mm512_loadu_ps(t + i * KT_NB + 16));
+  }
+}
+
 TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                         kt_scratch* s) {
   int k = W->k, nkc = k / 32;
@@ -142,7 +153,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
         }
         float* c = t;
         int lc = la;
-        if (last) {
+        if (last && !s->c_nt) {
           c = C + (int64_t)i0 * ldc + p * 16;
           lc = ldc * 4;
         }
@@ -153,6 +164,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
           _tile_stored(2, c + 16 * rs, lc);
           if (two_n) _tile_stored(3, c + 16 * rs + 16, lc);
         }
+        if (last && s->c_nt) amx_stream_rows(t, C + (int64_t)i0 * ldc + p * 16, ldc, m - i0 < 32 ? m - i0 : 32, two_n);
       }
     }
   }
@@ -221,7 +233,10 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
           for (int j = 0; j < cols; j += 16) {
             __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(t + i * KT_NB + j));
             f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + p * 16 + j)), as);
-            _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
+            if (s->c_nt)
+              _mm512_stream_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
+            else
+              _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
           }
         }
       }
