@@ -10,8 +10,9 @@
 //
 //   1. pack: each routed (token, expert) slot's activation row, converted to the
 //      kernel's activation format, grouped by expert (padded to 16 rows)
-//   2. gate/up: per (expert, 32 intermediate rows): h = silu(gate x) * up x
-//   3. quantize h rows for the down projection
+//   2. gate/up: per (expert, 32-128 intermediate rows): h = silu(gate x) * up x;
+//      bf16 activations: h is stored converted at once; otherwise
+//   3. the last gate/up item of an expert quantizes its h rows (no barrier)
 //   4. down: per (expert, hidden rows): Y_p[slot] = down h[slot]
 //   5. merge: out[t] = (incremental ? out[t] : 0) + sum over the token's
 //      slots (top-k order) and pools (pool order) of w * Y_p[slot]
@@ -55,6 +56,7 @@ typedef struct {
   float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
   _Atomic int next[5];
+  _Atomic int* gud;  // [nexp] gate/up items finished per expert (phased path)
   _Atomic int bar_cnt;
   _Atomic int bar_gen;
 } kt_pool;
@@ -476,21 +478,18 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
+    // 3. quantize h for the down projection (bf16: gate/up stored it
+    // already): the last gate/up item of an expert converts its rows while
+    // they are still in the caches and the other threads go on with gate/up
+    if (act == KT_ACT_BF16 || atomic_fetch_add_explicit(&P->gud[x], 1, memory_order_acq_rel) + 1 != nb) continue;
+    for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
+      put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
-  if (timer) ph_mark(e, KT_PH_GATEUP);
-
-  // 3. quantize h for the down projection (bf16: gate/up stored it already)
-  if (act != KT_ACT_BF16) {
-    while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
-      for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
-        if (e->slot_tok[s] < 0) continue;
-        put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
-      }
-    }
-    barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) {
+    ph_mark(e, KT_PH_GATEUP);
+    ph_mark(e, KT_PH_QUANT);  // inside gate/up now
   }
-  if (timer) ph_mark(e, KT_PH_QUANT);
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
   int r4 = KT_NB;
@@ -690,6 +689,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
     for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
+    for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
@@ -860,6 +860,7 @@ static void free_engine(kt_engine* e) {
     free(P->Xts);
     free(P->Xs);
     free(P->Hs);
+    free((void*)P->gud);
   }
   free(e->cnt);
   free(e->off);
@@ -977,7 +978,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->Y = (float*)kt_alloc(P->bytesOut, P->node);
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
+    P->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts || !P->gud)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
