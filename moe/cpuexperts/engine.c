@@ -9,7 +9,7 @@
 // which thread ran what.
 //
 //   1. pack: each routed (token, expert) slot's activation row, converted to the
-//      kernel's activation format, grouped by expert (padded to 16 rows)
+//      kernel's activation format, grouped by expert (padded to 32 rows)
 //   2. gate/up: per (expert, 32-128 intermediate rows): h = silu(gate x) * up x;
 //      bf16 activations: h is stored converted at once; otherwise
 //   3. the last gate/up item of an expert quantizes its h rows (no barrier)
@@ -264,7 +264,7 @@ static int route(kt_engine* e) {
     e->off[x] = off;
     if (e->cnt[x]) {
       e->active[na++] = x;
-      int pad = (e->cnt[x] + 15) & ~15;
+      int pad = (e->cnt[x] + KT_TBLK - 1) & ~(KT_TBLK - 1);  // tile-order blocks never straddle experts
       for (int s = off + e->cnt[x]; s < off + pad; s++) e->slot_tok[s] = -1;
       off += pad;
     }
@@ -363,8 +363,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     int64_t rb = (int64_t)I * 2;
     for (int i = 0; i < mm; i++) {
       int64_t s = off + m0 + i;
-      char* dst = tiled ? (char*)P->Hq + (s & ~(int64_t)15) * rb + (s & 15) * 64 + (int64_t)(n0 / 32) * 1024
-                        : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
+      char* dst = tiled ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32) : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
       kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
       ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
     }
@@ -943,7 +942,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     e->nthreads += cfg->threads[p];
   }
   int H = cfg->hidden, I = cfg->inter_p;
-  e->max_slots = (int64_t)cfg->max_tokens * cfg->max_k + 16LL * cfg->nexp + 32;
+  e->max_slots = (int64_t)cfg->max_tokens * cfg->max_k + (int64_t)KT_TBLK * cfg->nexp + 32;
   e->cnt = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->off = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->active = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
@@ -1024,6 +1023,40 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   if (atomic_load(&e->amx_failed)) e->isa &= ~KT_ISA_AMX;  // fall back to AVX-512 rather than fault
   return e;
 #undef FAIL
+}
+
+// ---------------------------------------------------------------- layout check
+
+int kt_check_tile_layout(int rows, int rb) {
+  if (rows < 1 || rb < 64 || rb % 64) return -1;
+  int64_t nr = (rows + KT_TBLK - 1) / KT_TBLK * KT_TBLK;
+  char* buf = (char*)calloc((size_t)(nr * rb), 1);
+  char* src = (char*)malloc((size_t)(nr * rb));
+  if (!buf || !src) {
+    free(buf);
+    free(src);
+    return -1;
+  }
+  for (int64_t i = 0; i < nr * rb; i++) src[i] = (char)((i * 131 + (i >> 8) * 7 + 1) & 0xff);
+  int bad = 0;
+  for (int tiled = 0; tiled < 2 && !bad; tiled++) {
+    memset(buf, 0, (size_t)(nr * rb));
+    for (int r = 0; r < rows; r++) kt_put_row(buf, r, rb, src + (int64_t)r * rb, tiled);
+    kt_act A = {buf, rb, NULL, tiled};
+    kt_alayout L = kt_act_layout(&A, 1);
+    for (int i0 = 0; i0 < rows && !bad; i0 += KT_TBLK)
+      for (int kc = 0; kc < rb / 64 && !bad; kc++)
+        for (int half = 0; half < 2; half++) {
+          const char* tile = buf + (int64_t)(i0 / KT_TBLK) * L.blk32 + kc * L.step + (half ? L.a1 : 0);
+          for (int rr = 0; rr < 16; rr++) {
+            int r = i0 + half * 16 + rr;
+            if (r < rows && memcmp(tile + rr * L.stride, src + (int64_t)r * rb + kc * 64, 64) != 0) bad = 1;
+          }
+        }
+  }
+  free(buf);
+  free(src);
+  return bad;
 }
 
 // ---------------------------------------------------------------- bandwidth probe

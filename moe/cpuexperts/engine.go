@@ -228,6 +228,10 @@ func (e *Engine) Phases() PhaseTimes {
 	return p
 }
 
+// tileLayoutOK reports whether activation rows stored for the AMX kernels
+// are read back by their tile addressing (rows of rb bytes; tests).
+func tileLayoutOK(rows, rb int) bool { return C.kt_check_tile_layout(C.int(rows), C.int(rb)) == 0 }
+
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
 func PhysicalCores() int {

@@ -69,3 +69,13 @@ func TestAMXKBlockBitwise(t *testing.T) {
 		}
 	}
 }
+
+// TestTileLayout checks the tile-order activation layout against the AMX
+// kernels' tile addressing on any CPU (the kernels themselves need AMX).
+func TestTileLayout(t *testing.T) {
+	for _, c := range [][2]int{{1, 64}, {32, 64}, {45, 1024}, {100, 1536}, {7, 4096}, {64, 4096}} {
+		if !tileLayoutOK(c[0], c[1]) {
+			t.Errorf("%d rows of %d bytes: tile addressing does not read back the stored rows", c[0], c[1])
+		}
+	}
+}

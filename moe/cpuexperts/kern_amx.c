@@ -36,30 +36,12 @@ TAMX int kt_amx_init_thread(void) {
   return got.palette == 1 ? 0 : -1;
 }
 
-// C rows are written in blocks of 16: C must have room for round_up(m, 16) rows,
-// and A must be readable for that many rows (the engine pads every expert).
-//
-// A tiles: row-major activations are loaded with the row stride; tiled ones
-// (kt_act.tiled) are 1 KiB contiguous tiles, one per 64-byte column chunk of
-// each 16-row block: contiguous streams for the prefetchers, and no 16 rows
-// 4 KiB apart that all fall into one L1 set.
-typedef struct {
-  int64_t blk, step, stride;  // bytes: 16-row block, next column chunk, next row
-} amx_alayout;
+// C rows are written in blocks of 16: C must have room for round_up(m, 16)
+// rows, and A must be readable for round_up(m, 32) rows (the engine pads
+// every expert to 32 slots). A tiles are addressed through kt_act_layout
+// (kt_internal.h): row-major activations are loaded with the row stride;
+// tiled ones are 1 KiB contiguous tiles, the two of a step side by side.
 
-static inline amx_alayout amx_layout(const kt_act* A, int64_t esz) {
-  amx_alayout L;
-  if (A->tiled) {
-    L.blk = 16 * A->ld * esz;
-    L.step = 1024;
-    L.stride = 64;
-  } else {
-    L.blk = 16 * A->ld * esz;
-    L.step = 64;
-    L.stride = A->ld * esz;
-  }
-  return L;
-}
 // K blocking: a kernel call covers nn <= 32 weight rows (one B pair) and
 // m <= KT_MCH tokens. The K dimension is cut into blocks of kch tile steps;
 // for each block the B pair (2*kch KiB) stays in L1 while every 32-token
@@ -108,7 +90,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
   int k = W->k, nkc = k / 32;
   int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   const char* X = (const char*)A->a;
-  amx_alayout L = amx_layout(A, 2);
+  kt_alayout L = kt_act_layout(A, 2);
   float* acc = (float*)s->ci;  // [KT_MCH][KT_NB]
   const int la = KT_NB * 4;
   for (int p = 0; p < nn / 16; p += 2) {
@@ -120,8 +102,8 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
       int first = c0 == 0, last = c1 == nkc;
       for (int i0 = 0; i0 < m; i0 += 32) {
         int two_m = m - i0 > 16;
-        const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
-        const char* a1 = a0 + L.blk;
+        const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
+        const char* a1 = a0 + L.a1;
         float* t = acc + i0 * KT_NB;
         if (first) {
           _tile_zero(0);
@@ -174,7 +156,7 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
 static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const kt_act* A, int m, float* C,
                              int ldc, int nn, kt_scratch* s) {
   const char* X = (const char*)A->a;
-  amx_alayout L = amx_layout(A, 1);
+  kt_alayout L = kt_act_layout(A, 1);
   int nkc = k / 64;
   int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   int32_t* ci = s->ci;  // [KT_MCH][KT_NB]
@@ -188,8 +170,8 @@ static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const 
       int first = c0 == 0, last = c1 == nkc;
       for (int i0 = 0; i0 < m; i0 += 32) {
         int two_m = m - i0 > 16;
-        const char* a0 = X + (int64_t)(i0 / 16) * L.blk;
-        const char* a1 = a0 + L.blk;
+        const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
+        const char* a1 = a0 + L.a1;
         int32_t* t = ci + i0 * KT_NB;
         if (first) {
           _tile_zero(0);

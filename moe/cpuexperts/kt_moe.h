@@ -118,6 +118,11 @@ enum {
 // then resets them. Call it between tasks (after kt_sync).
 void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks);
 
+// kt_check_tile_layout checks that activation rows stored for the AMX
+// kernels (row-major and in tile order) are read back by the kernels' tile
+// addressing, for rows of rb bytes (a multiple of 64); 0 = consistent (tests).
+int kt_check_tile_layout(int rows, int rb);
+
 // kt_submit queues forward(layer, batch); the batch struct is copied. It
 // returns 0, or -1 when the queue is full.
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
