@@ -46,7 +46,7 @@ TAMX int kt_amx_init_thread(void) {
 // m <= KT_MCH tokens. The K dimension is cut into blocks of kch tile steps;
 // for each block the B pair (2*kch KiB) stays in L1 while every 32-token
 // block passes over it, so only the A tiles come from L2. The accumulators
-// of all token blocks (m x 32, 16 KiB at most) are parked in s->ci between K
+// of all token blocks (m x 32 values, up to 64 KiB) are parked in s->ci between K
 // blocks: f32 or int32 values stored and reloaded exactly, and every C tile
 // sees the same tile products in the same order as without blocking, so the
 // results are bitwise those of a single pass.
@@ -57,7 +57,7 @@ static inline int amx_kblock(const kt_scratch* s, int nkc) {
 
 // Software prefetch: AMX tile registers are not renamed, so the tile loads
 // of the next step wait for the products that still read those tiles and
-// the load latency is exposed; from L1 it is short. amx_pf2 prefetches the
+// the load latency is exposed; from L1 it is short. AMX_PF prefetches the
 // two A tiles and the two B tiles s->amx_pf steps ahead into L1 (a tile is
 // 1 KiB: 16 lines).
 static inline void amx_pf_tile(const char* p, int64_t stride) {
