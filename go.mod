@@ -10,7 +10,10 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require golang.org/x/text v0.43.0
+require (
+	github.com/nlpodyssey/gopickle v0.2.0
+	golang.org/x/text v0.43.0
+)
 
 require github.com/inconshreveable/mousetrap v1.1.0 // indirect
 

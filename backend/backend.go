@@ -44,6 +44,19 @@
 // accumulate in F32. Matrix weights follow the PyTorch nn.Linear layout
 // [out, in]. Token ids and expert ids are I32.
 //
+// A MatMul weight (and a routed expert's) may also be block-scaled FP8, as
+// FP8 checkpoints (Qwen3-*-FP8, DeepSeek-V3) store their linear layers: an
+// F8_E4M3 [O, K] tensor q with a Host.Scale of F32 (or BF16/F16, widened at
+// load) [ceil(O/bn), ceil(K/bk)] (the checkpoint's weight_scale_inv) and
+// Host.Block = [bn, bk] (quantization_config.weight_block_size; 128x128 in
+// published checkpoints, any positive sizes accepted, O and K need not be
+// multiples). The weight is w[o, k] = f32(fp8(q[o, k])) * scale[o/bn, k/bk]
+// (the F32 product, what dequantising the checkpoint in float32 gives) and
+// MatMul accumulates x·wᵀ in F32 as for any other weight. Backends keep the
+// weight in FP8 (one byte per element) and decode it on the fly; E4M3 codes
+// 0x7f/0xff (NaN) never occur in checkpoints and their decoding is not part
+// of the contract. CheckFP8 (checks.go) is the shared validation.
+//
 //   - Embed(out, table): out[i] = table[step.Tokens[i]] for every token.
 //   - MatMul(out, x, w, n): out[i, o] = sum_k x[i, k] * w[o, k], i < n.
 //   - RMSNorm(out, x, w, eps, rows): width = len(w); each row r of x:
@@ -94,10 +107,30 @@ type Host struct {
 	DType tensor.DType
 	Shape []int
 	Data  []byte // len(Data) == product(Shape) * DType.Size()
+
+	// Scale and Block make an F8_E4M3 matrix block-scaled FP8 (see the
+	// package comment): Scale holds the [ceil(O/bn), ceil(K/bk)] block
+	// scales (weight_scale_inv), Block is [bn, bk]. Both are unset for
+	// every other weight.
+	Scale *Host
+	Block [2]int
 }
 
-// Check validates that h's data length matches its shape and dtype.
+// FP8 reports whether h is a block-scaled FP8 weight (h.Scale set).
+func (h Host) FP8() bool { return h.Scale != nil }
+
+// Check validates that h's data length matches its shape and dtype, and for
+// a block-scaled FP8 weight its scales and block shape (CheckFP8).
 func (h Host) Check() error {
+	if h.Scale != nil || h.DType == tensor.F8E4M3 {
+		if err := CheckFP8(h); err != nil {
+			return err
+		}
+	}
+	return h.checkSize()
+}
+
+func (h Host) checkSize() error {
 	n := 1
 	for _, d := range h.Shape {
 		if d < 0 {

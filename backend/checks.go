@@ -22,6 +22,8 @@ type Arg struct {
 	DType tensor.DType
 	Shape []int
 	Len   int // elements
+	// Block is a block-scaled FP8 weight's [bn, bk] (zero otherwise).
+	Block [2]int
 }
 
 // Label names the tensor in messages: its name, else dtype and shape.
@@ -63,6 +65,61 @@ func CheckF32(what string, a Arg, need int) error {
 func CheckMatrix(op, what string, w Arg) error {
 	if len(w.Shape) != 2 || !IsFloat(w.DType) {
 		return fmt.Errorf("%s: %s %s must be a 2-D float tensor", op, what, w.Label())
+	}
+	return nil
+}
+
+// CheckMatMulWeight checks MatMul's weight: a 2-D float tensor, or a 2-D
+// block-scaled FP8 tensor (F8_E4M3 with its block shape set).
+func CheckMatMulWeight(w Arg) error {
+	if w.DType == tensor.F8E4M3 && len(w.Shape) == 2 && w.Block[0] > 0 && w.Block[1] > 0 {
+		return nil
+	}
+	if w.DType == tensor.F8E4M3 {
+		return fmt.Errorf("MatMul: weight %s is F8_E4M3 without block scales", w.Label())
+	}
+	return CheckMatrix("MatMul", "weight", w)
+}
+
+// FP8ScaleShape is the shape of the block scales of an [o, k] FP8 weight
+// with blocks [bn, bk]: [ceil(o/bn), ceil(k/bk)].
+func FP8ScaleShape(o, k int, block [2]int) [2]int {
+	return [2]int{(o + block[0] - 1) / block[0], (k + block[1] - 1) / block[1]}
+}
+
+// CheckFP8 checks a block-scaled FP8 weight handed to Backend.Weight: a
+// 2-D F8_E4M3 tensor, positive block sizes, and a Scale of F32, BF16 or
+// F16 with shape [ceil(O/bn), ceil(K/bk)] (a 1-D scale of that many
+// elements is accepted too) whose data length matches. The errors name the
+// tensor and its scale.
+func CheckFP8(h Host) error {
+	if h.DType != tensor.F8E4M3 {
+		return fmt.Errorf("tensor %s: block scales given for a %s tensor, want F8_E4M3", h.Name, h.DType)
+	}
+	if len(h.Shape) != 2 || h.Shape[0] <= 0 || h.Shape[1] <= 0 {
+		return fmt.Errorf("tensor %s: F8_E4M3 weight has shape %v, want 2-D [out, in]", h.Name, h.Shape)
+	}
+	if h.Scale == nil {
+		return fmt.Errorf("tensor %s: F8_E4M3 weight without block scales (weight_scale_inv)", h.Name)
+	}
+	bn, bk := h.Block[0], h.Block[1]
+	if bn <= 0 || bk <= 0 {
+		return fmt.Errorf("tensor %s: FP8 block size %v, want two positive sizes (weight_block_size)", h.Name, h.Block)
+	}
+	sc := h.Scale
+	if !IsFloat(sc.DType) {
+		return fmt.Errorf("tensor %s: scale %s is %s, want F32, BF16 or F16", h.Name, sc.Name, sc.DType)
+	}
+	want := FP8ScaleShape(h.Shape[0], h.Shape[1], h.Block)
+	n := 1
+	for _, d := range sc.Shape {
+		n *= d
+	}
+	if !(len(sc.Shape) == 2 && sc.Shape[0] == want[0] && sc.Shape[1] == want[1]) && !(len(sc.Shape) == 1 && n == want[0]*want[1]) {
+		return fmt.Errorf("tensor %s: scale %s has shape %v, want %v for weight %v in blocks %v", h.Name, sc.Name, sc.Shape, want, h.Shape, h.Block)
+	}
+	if err := sc.checkSize(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -170,9 +227,11 @@ func CheckExperts(e *Experts) error {
 }
 
 // CheckExpertWeight checks one projection w of expert ex: a float tensor
-// of hidden x inter elements.
+// (or a block-scaled FP8 one, where the backend's MoE takes them) of
+// hidden x inter elements.
 func CheckExpertWeight(ex int, w Arg, hidden, inter int) error {
-	if !IsFloat(w.DType) || w.Len != hidden*inter {
+	fp8 := w.DType == tensor.F8E4M3 && w.Block[0] > 0 && w.Block[1] > 0
+	if !(IsFloat(w.DType) || fp8) || w.Len != hidden*inter {
 		return fmt.Errorf("MoE: expert %d weight %s does not match hidden %d inter %d", ex, w.Label(), hidden, inter)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,7 +90,8 @@ type Engine struct {
 	running   []*seq
 	freeSlots []int
 	admitted  uint64
-	sm        sample.Sampler
+	sms       []sample.Sampler // scratch, one per concurrent draw
+	pending   []pick           // this step's draws
 	batch     model.Batch
 	logits    model.Logits
 	chunkSeq  []*seq
@@ -653,10 +655,16 @@ func (e *Engine) step() error {
 			s.stream.pushPrompt(s.promptLP)
 			s.promptLP = nil
 		}
-		if e.sampleNext(s, rows[len(rows)-1]) {
-			ended = append(ended, s)
+		e.pending = append(e.pending, pick{s: s, row: rows[len(rows)-1]})
+	}
+	e.drawAll()
+	for _, pk := range e.pending {
+		if e.apply(pk.s, pk.tok, pk.err) {
+			ended = append(ended, pk.s)
 		}
 	}
+	clear(e.pending)
+	e.pending = e.pending[:0]
 	for _, s := range ended {
 		e.running = slices.DeleteFunc(e.running, func(x *seq) bool { return x == s })
 	}
@@ -676,27 +684,80 @@ func (e *Engine) collectPromptLogprobs(s *seq, ch model.Chunk, rows [][]float32)
 	}
 }
 
-// sampleNext picks s's next token from row and reports whether s ended.
-func (e *Engine) sampleNext(s *seq, row []float32) bool {
+// pick is one sequence's next-token draw in a step: the logits row in,
+// the token (or the error) out.
+type pick struct {
+	s   *seq
+	row []float32
+	tok Token
+	err error
+}
+
+// drawAll draws the next token of every pending sequence. Each sequence
+// has its own random stream and penalties, so the draws are independent:
+// with several sequences they run on up to GOMAXPROCS goroutines (a top-p
+// draw over a 152k vocabulary takes milliseconds), each with its own
+// Sampler scratch, and the result is the same as drawing them in order.
+func (e *Engine) drawAll() {
+	n := len(e.pending)
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if len(e.sms) < workers {
+		e.sms = append(e.sms, make([]sample.Sampler, workers-len(e.sms))...)
+	}
+	if workers <= 1 {
+		for i := range e.pending {
+			e.draw(&e.sms[0], &e.pending[i])
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(sm *sample.Sampler) {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				e.draw(sm, &e.pending[i])
+			}
+		}(&e.sms[w])
+	}
+	wg.Wait()
+}
+
+// draw picks pk.s's next token from pk.row, with its logprobs when asked.
+// It touches only pk and pk.s's sampling state.
+func (e *Engine) draw(sm *sample.Sampler, pk *pick) {
+	s, row := pk.s, pk.row
 	p := &s.req.Params
 	s.smp.Ban = nil
 	if s.generated < p.MinNewTokens {
 		s.smp.Ban = s.stops
 	}
-	t, err := e.sm.Sample(s.smp, row)
+	t, err := sm.Sample(s.smp, row)
+	if err != nil {
+		pk.err = err
+		return
+	}
+	pk.tok = Token{ID: t}
+	if p.Logprobs || p.TopLogprobs > 0 {
+		mx, lse := sample.LogSumExp(row)
+		pk.tok.Logprob = sample.Logprob(row, t, mx, lse)
+		if p.TopLogprobs > 0 {
+			pk.tok.Top = topN(sm, row, p.TopLogprobs, mx, lse)
+		}
+	}
+}
+
+// apply records s's drawn token (or ends s on a draw error) and reports
+// whether s ended.
+func (e *Engine) apply(s *seq, tok Token, err error) bool {
 	if err != nil {
 		e.release(s)
 		e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: err})
 		return true
 	}
-	tok := Token{ID: t}
-	if p.Logprobs || p.TopLogprobs > 0 {
-		mx, lse := sample.LogSumExp(row)
-		tok.Logprob = sample.Logprob(row, t, mx, lse)
-		if p.TopLogprobs > 0 {
-			tok.Top = topN(&e.sm, row, p.TopLogprobs, mx, lse)
-		}
-	}
+	p := &s.req.Params
+	t := tok.ID
 	s.smp.Accept(t)
 	s.tokens = append(s.tokens, t)
 	s.generated++

@@ -491,3 +491,39 @@ func TestWatchdog(t *testing.T) {
 		t.Errorf("a 60ms step did not trip a 20ms watchdog")
 	}
 }
+
+// TestBatchedSeededSamplingEqualsSolo runs seeded top-p/top-k requests with
+// logprobs together (their draws run concurrently within a step) and each
+// alone: every request must produce the same tokens and logprobs.
+func TestBatchedSeededSamplingEqualsSolo(t *testing.T) {
+	r := fakemodel.New(fakemodel.Config{})
+	params := func(i int) SamplingParams {
+		p := DefaultSamplingParams()
+		p.MaxNewTokens = 20
+		p.Seed, p.HasSeed = uint64(100+i), true
+		p.Temperature = 0.8 + 0.1*float64(i%3)
+		p.TopP = 0.5 + 0.1*float64(i%4)
+		p.TopK = []int{0, 20, 50}[i%3]
+		p.Logprobs, p.TopLogprobs = true, 2
+		return p
+	}
+	const n = 12
+	var reqs []Request
+	for i := range n {
+		reqs = append(reqs, Request{Prompt: prompt(i, 4+i), Params: params(i)})
+	}
+	e, start := newEngine(t, r, Config{MaxRunningRequests: n})
+	got := submitAll(t, e, start, reqs)
+	for i := range n {
+		e1, start1 := newEngine(t, r, Config{MaxRunningRequests: 1})
+		want := submitAll(t, e1, start1, reqs[i:i+1])[0]
+		if !slices.Equal(got[i].ids, want.ids) {
+			t.Fatalf("request %d: batched %v, alone %v", i, got[i].ids, want.ids)
+		}
+		for j := range want.tokens {
+			if got[i].tokens[j].Logprob != want.tokens[j].Logprob || !slices.Equal(got[i].tokens[j].Top, want.tokens[j].Top) {
+				t.Fatalf("request %d token %d: batched %+v, alone %+v", i, j, got[i].tokens[j], want.tokens[j])
+			}
+		}
+	}
+}

@@ -53,6 +53,10 @@ type Options struct {
 	// --kt-expert-placement-strategy); the zero value (PerLayer 0) keeps
 	// every routed expert on the CPU expert engine.
 	GPUExperts placement.Request
+	// ExpertRecorder, when set and recording, receives the router's
+	// expert picks of every MoE layer (--expert-distribution-recorder-mode
+	// stat; moe/expertdist.Recorder). Steps run op by op while it records.
+	ExpertRecorder ExpertRecorder
 
 	// Device picks the backend Load opens when Backend is nil: "" or
 	// "cpu" (a CPU backend with Threads), "cuda" (the GPU or an error),
@@ -69,6 +73,22 @@ type Options struct {
 	// Notify, when set, receives one line saying where the model runs
 	// and, for "auto", why not on the GPU.
 	Notify func(msg string)
+	// DisableCUDAGraph runs every step op by op (--disable-cuda-graph).
+	// Otherwise, on a backend that can record graphs (the GPU), decode
+	// steps of up to CUDAGraphMaxBS sequences are captured once per batch
+	// size bucket and replayed.
+	DisableCUDAGraph bool
+	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
+	// (--cuda-graph-max-bs); 0 means MaxSeqs.
+	CUDAGraphMaxBS int
+}
+
+// ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).
+type ExpertRecorder interface {
+	// Recording reports whether picks are being counted now.
+	Recording() bool
+	// Add counts layer's picks, row-major [tokens, top-k] expert ids.
+	Add(layer int, ids []int32)
 }
 
 // WithDefaults fills zero fields with defaults.

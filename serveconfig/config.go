@@ -57,7 +57,8 @@ type Config struct {
 	TensorParallelSize         int
 	BaseGPUID                  int // first GPU used, among those CUDA_VISIBLE_DEVICES leaves
 	AttentionBackend           string
-	DisableCUDAGraph           bool
+	DisableCUDAGraph           bool // decode steps op by op instead of replayed CUDA graphs
+	CUDAGraphMaxBS             int  // largest decode batch replayed as a CUDA graph; 0: --max-running-requests
 	EnableP2PCheck             bool
 	DisableCustomAllReduce     bool
 	DisableSharedExpertsFusion bool
@@ -79,6 +80,9 @@ type Config struct {
 	KTLoRAPath                    string
 	KTExpertLoRAPath              string
 	InitExpertLocation            string
+	// ExpertDistributionRecorderMode is "" (off) or "stat".
+	ExpertDistributionRecorderMode       string
+	ExpertDistributionRecorderBufferSize int // passes kept; -1 a running sum
 
 	// LoRA.
 	EnableLoRA        bool
@@ -173,7 +177,8 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "GPUs to split dense layers and attention over; alias --tp-size")
 	fs.IntVar(&c.BaseGPUID, "base-gpu-id", 0, "first GPU to use, counted among those CUDA_VISIBLE_DEVICES leaves visible")
 	fs.StringVar(&c.AttentionBackend, "attention-backend", "", "SGLang attention kernel name; accepted for compatibility: kt uses its own attention kernels on each backend")
-	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "accepted for compatibility: kt does not capture CUDA graphs, so this is always true")
+	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of capturing them as CUDA graphs")
+	fs.IntVar(&c.CUDAGraphMaxBS, "cuda-graph-max-bs", 0, "largest decode batch captured as a CUDA graph (batches are padded to 1, 2, 4, 8, 16, 24, ...); 0: --max-running-requests")
 	fs.BoolVar(&c.EnableP2PCheck, "enable-p2p-check", false, "accepted for compatibility: kt checks peer access itself when it uses several GPUs")
 	fs.BoolVar(&c.DisableCustomAllReduce, "disable-custom-all-reduce", false, "accepted for compatibility: kt uses NCCL's all-reduce only")
 	fs.BoolVar(&c.DisableSharedExpertsFusion, "disable-shared-experts-fusion", false, "keep shared experts apart from routed ones; kt always does (KT forces this in SGLang too)")
@@ -193,7 +198,9 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.RecordKTGPUExpertDistribution, "record-kt-gpu-expert-distribution", false, "record which experts ran on the GPU each step")
 	fs.StringVar(&c.KTLoRAPath, "kt-lora-path", "", "KT LoRA adapter: expert LoRA on the CPU plus static non-expert LoRA")
 	fs.StringVar(&c.KTExpertLoRAPath, "kt-expert-lora-path", "", "expert-only LoRA adapter for the CPU experts (manual split serving)")
-	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics file (.pt or .json) for --kt-expert-placement-strategy frequency")
+	fs.StringVar(&c.ExpertDistributionRecorderMode, "expert-distribution-recorder-mode", "", "record routed-expert picks: stat (per-pass counts, dumped by /dump_expert_distribution_record to $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR as the .pt that --init-expert-location reads); stat_approx, per_pass, per_token are SGLang's other modes")
+	fs.IntVar(&c.ExpertDistributionRecorderBufferSize, "expert-distribution-recorder-buffer-size", 1000, "forward passes the stat recorder keeps (-1: one running sum of all)")
+	fs.StringVar(&c.InitExpertLocation, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt: a dict with logical_count [buffer, layers, experts]) for --kt-expert-placement-strategy frequency")
 
 	// LoRA.
 	fs.BoolVar(&c.EnableLoRA, "enable-lora", false, "serve LoRA adapters (requests pick one with model=NAME:ADAPTER)")
@@ -355,6 +362,9 @@ func (c *Config) check() error {
 	}
 	if c.MaxPrefillTokens <= 0 {
 		bad("max-prefill-tokens", "must be positive, got %d", c.MaxPrefillTokens)
+	}
+	if c.CUDAGraphMaxBS < 0 {
+		bad("cuda-graph-max-bs", "must not be negative, got %d", c.CUDAGraphMaxBS)
 	}
 	if c.MaxRunningRequests < 0 {
 		bad("max-running-requests", "must be positive, got %d", c.MaxRunningRequests)

@@ -125,6 +125,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--model", "/m", "--chunked-prefill-size", "0"}, "--chunked-prefill-size"},
 		{[]string{"--model", "/m", "--mem-fraction-static", "1.5"}, "--mem-fraction-static"},
 		{[]string{"--model", "/m", "--base-gpu-id", "-1"}, "--base-gpu-id: must not be negative"},
+		{[]string{"--model", "/m", "--cuda-graph-max-bs", "-1"}, "--cuda-graph-max-bs: must not be negative"},
 		{[]string{"--model", "/m", "--lora-paths", "a=/x"}, "needs --enable-lora"},
 		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a=/x", "a=/y"}, "given twice"},
 		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a:b=/x"}, "must not contain ':'"},
@@ -165,7 +166,9 @@ func TestValidateFeatures(t *testing.T) {
 			[]string{"mem-fraction-static", "trust-remote-code", "attention-backend", "enable-p2p-check"}},
 		{"seed003 with every feature", seed003, full, nil, []string{"trust-remote-code", "disable-shared-experts-fusion"}},
 		{"seed000 without LoRA", seed000, cpuOnly, []string{"--enable-lora: LoRA serving is not implemented yet", "--tensor-parallel-size"}, nil},
-		{"seed000 with LoRA", seed000, full, nil, []string{"lora-backend", "disable-cuda-graph"}},
+		{"seed000 with LoRA", seed000, full, nil, []string{"lora-backend"}},
+		{"cuda graph flags without a GPU", []string{"--model", "/m", "--disable-cuda-graph", "--cuda-graph-max-bs", "8"}, cpuOnly, nil,
+			[]string{"disable-cuda-graph", "cuda-graph-max-bs"}},
 		{"plain CPU", []string{"--model", "/m"}, cpuOnly, nil, nil},
 		{"kt flags without weights", []string{"--model", "/m", "--kt-cpuinfer", "8"}, cpuOnly, []string{"--kt-cpuinfer: has no effect without --kt-weight-path"}, nil},
 		{"no CPU expert engine", []string{"--model", "/m", "--kt-weight-path", "/w"}, Features{}, []string{"--kt-method: AMXINT4: this kt has no CPU expert engine"}, nil},
@@ -190,6 +193,11 @@ func TestValidateFeatures(t *testing.T) {
 		{"base gpu id within the GPUs", []string{"--model", "/m", "--base-gpu-id", "1"}, Features{GPUs: 2}, nil, nil},
 		{"base gpu id without a GPU", []string{"--model", "/m", "--base-gpu-id", "1"}, cpuOnly, nil, []string{"base-gpu-id"}},
 		{"tp beyond build", []string{"--model", "/m", "--tp-size", "2"}, Features{GPUs: 2, MaxTensorParallel: 1}, []string{"not implemented yet"}, nil},
+		{"expert recorder stat", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat", "--expert-distribution-recorder-buffer-size", "-1"}, Features{ExpertDistributionModes: []string{"stat"}}, nil, nil},
+		{"expert recorder per_token", []string{"--model", "/m", "--expert-distribution-recorder-mode", "per_token"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{"per_token is not implemented yet in kt (this build records: stat)"}, nil},
+		{"expert recorder unknown mode", []string{"--model", "/m", "--expert-distribution-recorder-mode", "all"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{`"all" is not one of`}, nil},
+		{"expert recorder buffer 0", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat", "--expert-distribution-recorder-buffer-size", "0"}, Features{ExpertDistributionModes: []string{"stat"}}, []string{"buffer-size: 0"}, nil},
+		{"expert recorder missing", []string{"--model", "/m", "--expert-distribution-recorder-mode", "stat"}, cpuOnly, []string{"this build records: none"}, nil},
 	} {
 		c, err := Parse(tc.args)
 		if err != nil {

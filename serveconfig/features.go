@@ -18,6 +18,7 @@ type Features struct {
 	LayerwisePrefill           bool     // --kt-gpu-prefill-token-threshold
 	DynamicExpertUpdate        bool     // --kt-enable-dynamic-expert-update
 	ExpertDistributionRecorder bool     // --record-kt-gpu-expert-distribution
+	ExpertDistributionModes    []string // --expert-distribution-recorder-mode values implemented
 	PlacementStrategies        []string // --kt-expert-placement-strategy values implemented
 	LoRA                       bool     // --enable-lora / --lora-paths
 	KTLoRA                     bool     // --kt-lora-path / --kt-expert-lora-path
@@ -123,6 +124,18 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 		}
 	}
 
+	if m := c.ExpertDistributionRecorderMode; m != "" {
+		switch {
+		case !slices.Contains([]string{"stat", "stat_approx", "per_pass", "per_token"}, m):
+			refuse("expert-distribution-recorder-mode", "%q is not one of stat, stat_approx, per_pass, per_token", m)
+		case !slices.Contains(f.ExpertDistributionModes, m):
+			refuse("expert-distribution-recorder-mode", "%s is not implemented yet in kt (this build records: %s)", m, orNone(f.ExpertDistributionModes))
+		}
+		if b := c.ExpertDistributionRecorderBufferSize; b == 0 || b < -1 {
+			refuse("expert-distribution-recorder-buffer-size", "%d: want a positive number of passes, or -1 for a running sum", b)
+		}
+	}
+
 	// LoRA.
 	if c.EnableLoRA && !f.LoRA {
 		refuse("enable-lora", "LoRA serving is not implemented yet in kt")
@@ -152,7 +165,10 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 
 	note("trust-remote-code", "kt never runs code from a model directory; every architecture is built in")
 	note("attention-backend", "kt uses its own attention kernels on each backend; the SGLang kernel name is not used")
-	note("disable-cuda-graph", "kt does not capture CUDA graphs")
+	if !gpu {
+		note("disable-cuda-graph", "no GPU is in use, so no CUDA graph is captured anyway")
+		note("cuda-graph-max-bs", "no GPU is in use, so no CUDA graph is captured")
+	}
 	note("enable-p2p-check", "kt checks GPU peer access itself when it uses several GPUs")
 	note("disable-custom-all-reduce", "kt uses NCCL's all-reduce only")
 	note("disable-shared-experts-fusion", "kt always keeps shared experts apart from routed ones")
@@ -169,4 +185,12 @@ func pick(cond bool, a, b string) string {
 		return a
 	}
 	return b
+}
+
+// orNone joins xs, or says "none".
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
 }

@@ -67,6 +67,8 @@ type Options struct {
 	Logger    *slog.Logger
 	// AccessLog logs one line per request at info level.
 	AccessLog bool
+	// Experts is the expert-distribution recorder (nil: recording is off).
+	Experts ExpertRecorder
 }
 
 // Server serves the HTTP API on top of an engine.
@@ -111,6 +113,10 @@ func New(opt Options) (*Server, error) {
 	mux.HandleFunc("GET /server_info", s.handleServerInfo)
 	mux.HandleFunc("POST /flush_cache", s.handleFlushCache)
 	mux.HandleFunc("GET /flush_cache", s.handleFlushCache)
+	for _, a := range []string{"start", "stop", "dump"} {
+		mux.HandleFunc("GET /"+a+"_expert_distribution_record", s.handleExpertRecord(a))
+		mux.HandleFunc("POST /"+a+"_expert_distribution_record", s.handleExpertRecord(a))
+	}
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))

@@ -27,6 +27,7 @@ type Tensor struct {
 	f32   []float32
 	u16   []uint16 // BF16, F16
 	i32   []int32
+	fp8   *fp8Weight // F8E4M3: codes and block scales
 	name  string
 }
 
@@ -47,7 +48,11 @@ func (t *Tensor) cols() int { return t.arg().Cols() }
 
 // arg describes t to the shared argument checks.
 func (t *Tensor) arg() backend.Arg {
-	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	a := backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	if t.fp8 != nil {
+		a.Block = [2]int{t.fp8.bn, t.fp8.bk}
+	}
+	return a
 }
 
 func (t *Tensor) label() string { return t.arg().Label() }
@@ -109,6 +114,9 @@ func (b *Backend) SIMD() bool { return b.simd }
 func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if err := h.Check(); err != nil {
 		return nil, err
+	}
+	if h.FP8() {
+		return fp8Tensor(h)
 	}
 	t := &Tensor{dt: h.DType, shape: append([]int(nil), h.Shape...), name: h.Name}
 	t.n = len(h.Data) / max(h.DType.Size(), 1)

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/ktserve/kt/backend"
@@ -16,6 +17,8 @@ func (t *Tensor) at(i int) float32 {
 		return tensor.BF16ToF32(t.u16[i])
 	case tensor.F16:
 		return tensor.F16ToF32(t.u16[i])
+	case tensor.F8E4M3:
+		return t.fp8.at(i, t.cols())
 	}
 	return float32(math.NaN())
 }
@@ -33,6 +36,10 @@ func (t *Tensor) row(r, k int, dst []float32) {
 	case tensor.F16:
 		for i, v := range t.u16[off : off+k] {
 			dst[i] = tensor.F16ToF32(v)
+		}
+	case tensor.F8E4M3:
+		for i := range dst[:k] {
+			dst[i] = t.fp8.at(off+i, k)
 		}
 	}
 }
@@ -77,7 +84,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
+	if b.refuse(backend.CheckMatMulWeight(wt.arg())) {
 		return
 	}
 	o, k := wt.shape[0], wt.shape[1]
@@ -121,6 +128,10 @@ func (j *mmJob) run(worker, lo, hi int) {
 }
 
 func (b *Backend) mmBlock(worker int, out []float32, ldo int, x []float32, ldx, n int, w *Tensor, k, c0, c1 int) {
+	if w.fp8 != nil {
+		b.mmFP8Block(worker, out, ldo, x, ldx, n, w, k, c0, c1)
+		return
+	}
 	if b.simd && mmSIMD(x, ldx, n, w, k, c0, c1, out, ldo) {
 		return
 	}
@@ -366,5 +377,19 @@ func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
 		return b.Sync()
 	}
 	copy(dst, src)
+	return nil
+}
+
+// ReadI32 copies the first n elements of an I32 tensor (router expert ids)
+// to dst.
+func (b *Backend) ReadI32(dst []int32, t backend.Tensor, n int) error {
+	ct := b.t(t, "ReadI32")
+	if ct == nil {
+		return b.Sync()
+	}
+	if ct.dt != tensor.I32 || len(ct.i32) < n || len(dst) < n {
+		return fmt.Errorf("cpu: ReadI32: tensor holds %d %s elements, need %d I32", len(ct.i32), ct.dt, n)
+	}
+	copy(dst, ct.i32[:n])
 	return nil
 }

@@ -42,6 +42,19 @@ func mmSIMD(x []float32, ldx, n int, w *Tensor, k, o0, o1 int, out []float32, ld
 	return true
 }
 
+// mmF32SIMD is kt_mm_f32_avx512 over the rows x k float32 matrix w:
+// out[i*ldo+o] = x[i] · w[o] for i < n, o < rows.
+func mmF32SIMD(x []float32, ldx, n int, w []float32, k, rows int, out []float32, ldo int) {
+	C.kt_mm_f32_avx512((*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.long(ldx), C.long(n), unsafe.Pointer(unsafe.SliceData(w)),
+		C.long(k), 0, C.long(rows), (*C.float)(unsafe.Pointer(unsafe.SliceData(out))), C.long(ldo))
+}
+
+// fp8DequantSIMD decodes one FP8 row: dst[k] = e4m3(q[k]) * cs[k].
+func fp8DequantSIMD(q []uint8, cs, dst []float32) {
+	C.kt_fp8_dequant_avx512((*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(q))), (*C.float)(unsafe.Pointer(unsafe.SliceData(cs))),
+		C.long(len(q)), (*C.float)(unsafe.Pointer(unsafe.SliceData(dst))))
+}
+
 // attnSIMD runs kt_attn_avx512 for one token (see kernels_amd64.c).
 func attnSIMD(q, kc, vc []float32, pages []int32, pageSize, kvHeads, hd, heads, npos int, scale float32, scores, out []float32, h0, h1 int) {
 	C.kt_attn_avx512((*C.float)(unsafe.Pointer(unsafe.SliceData(q))),

@@ -49,15 +49,27 @@ type Backend struct {
 	moeH       Buffer // [pairs, inter] float32
 	moeY       Buffer // [pairs, hidden] float32
 	moeIDs     Buffer // [pairs] int32: ids with experts absent from the table masked to -1
+	attnAcc    Buffer // float32 [rows, heads, splits, D]: split-K attention partials
+	attnML     Buffer // float32 [rows, heads, splits, 2]: their max and sum
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
-	// noGEMV sends 1-4-row bf16 MatMuls through cuBLASLt's split GEMM
-	// instead of m_gemv_bf16. It is the default until the GEMV path passes
-	// TestChunkedPrefill: mixing it (chunks of 1-4 rows) with the split GEMM
-	// (larger chunks) moved qwen35moe-a's chunked-vs-whole prefill logprobs
-	// by 5.7e-3 on the H100, over the 5e-3 bar. KT_CUDA_GEMV=1 enables it.
+	// noGEMV sends 1-8-row bf16 MatMuls through cuBLASLt's split GEMM
+	// instead of m_gemv_bf16 (KT_CUDA_GEMV=0 in the environment). The
+	// first GEMV summed exact float32 activations, which rounded unlike the
+	// split GEMM of larger chunks (qwen35moe-a chunked vs whole prefill
+	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
 	noGEMV bool
+	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
+	fp8Force   string
+	fp8W       Buffer             // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
+	fp8NoSplit map[gemmShape]bool // split GEMM shapes cuBLASLt refused
+
+	// epoch counts reallocations of buffers that kernels are passed
+	// (GraphEpoch): a graph captured before one must not be replayed.
+	epoch uint64
+	// readHost is ReadPinned's page-locked destination.
+	readHost *HostBuffer
 }
 
 type gemmShape struct {
@@ -70,7 +82,8 @@ type moeTable struct {
 	ptrs          Buffer // u64 [E][3]: gate, up, down
 	e             int
 	gdt, udt, ddt int
-	partial       bool // some experts have no weights here (nil entries): their ids are masked to -1
+	partial       bool         // some experts have no weights here (nil entries): their ids are masked to -1
+	fp8           *moeFP8Table // FP8 experts: their scales (fp8.go)
 }
 
 var (
@@ -107,8 +120,8 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
-		noGEMV: os.Getenv("KT_CUDA_GEMV") != "1"}, nil
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}, fp8NoSplit: map[gemmShape]bool{},
+		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0"}, nil
 }
 
 // Device returns the GPU the backend runs on.
@@ -121,6 +134,7 @@ type Tensor struct {
 	n     int // elements
 	buf   Buffer
 	name  string
+	fp8   *fp8Info // F8E4M3 weights: block scales (fp8.go)
 }
 
 // DType implements backend.Tensor.
@@ -134,7 +148,11 @@ func (t *Tensor) Buffer() Buffer { return t.buf }
 
 // arg describes t to the shared argument checks.
 func (t *Tensor) arg() backend.Arg {
-	return backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	a := backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
+	if t.fp8 != nil {
+		a.Block = [2]int{t.fp8.bn, t.fp8.bk}
+	}
+	return a
 }
 
 func (t *Tensor) cols() int { return t.arg().Cols() }
@@ -181,6 +199,9 @@ func elements(name string, shape []int) (int, error) {
 func (b *Backend) Weight(h backend.Host) (backend.Tensor, error) {
 	if err := h.Check(); err != nil {
 		return nil, err
+	}
+	if h.FP8() {
+		return b.weightFP8(h)
 	}
 	switch h.DType {
 	case tensor.F32, tensor.BF16, tensor.F16, tensor.I32:
@@ -243,6 +264,7 @@ func (b *Backend) ensureScratch(n int64) error {
 	}
 	b.free(b.scratch)
 	b.scratch = Buffer{}
+	b.epoch++
 	buf, err := b.alloc(n, "MatMul activation scratch")
 	if err != nil {
 		return err
@@ -387,6 +409,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		b.metaHost.Free()
 	}
 	b.free(b.meta)
+	b.epoch++
 	b.meta, b.metaHost = dev, host
 	b.capT, b.capS, b.capP = ct, cs, cp
 	return nil
@@ -418,6 +441,9 @@ func (b *Backend) Close() error {
 	b.bufs = nil
 	if b.metaHost != nil {
 		err = errors.Join(err, b.metaHost.Free())
+	}
+	if b.readHost != nil {
+		err = errors.Join(err, b.readHost.Free())
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {

@@ -190,6 +190,10 @@ func testStep(spans ...[3]int) *backend.Step {
 var (
 	stepFill  = testStep([3]int{1, 0, 50}, [3]int{2, 0, 200})
 	stepMixed = testStep([3]int{0, 0, 37}, [3]int{1, 50, 20}, [3]int{2, 200, 1})
+	// After those (Attention): a long prompt, then decode-only steps.
+	stepLong    = testStep([3]int{3, 0, 600})
+	stepDecode  = testStep([3]int{3, 600, 1}, [3]int{1, 70, 1}, [3]int{2, 201, 1})
+	stepDecode1 = testStep([3]int{3, 601, 1})
 )
 
 func TestBackendOps(t *testing.T) {
@@ -236,6 +240,49 @@ func TestBackendOps(t *testing.T) {
 			p.compare(t, name, gout, cout, n, c.tol)
 		}
 		p.g.SetFastMatMul(false)
+	})
+
+	// Decode-sized MatMuls (1..8 rows) take m_gemv_bf16: against the CPU,
+	// and against the split GEMM that larger chunks take (KT_CUDA_GEMV=0's
+	// path). Both compute the hi and lo parts on the tensor cores, whose
+	// float32 accumulation rounds differently for other k orders (H100:
+	// 1.9e-6 relative L2 between the two at [4096,2048], each ~2-3e-6 from
+	// the CPU's float32 product); the earlier exact-float32 GEMV differed
+	// from the split GEMM by its full ~2^-17 split error (~3e-6 here, so this
+	// bound only catches gross errors), which moved chunked prefill 10x more:
+	// TestChunkedPrefill is the consistency check that matters.
+	t.Run("MatMulRows", func(t *testing.T) {
+		defer func() { p.g.noGEMV = false }()
+		for _, c := range []struct{ o, k int }{{4096, 2048}, {2048, 4096}, {37, 264}, {1, 2048}, {512, 8}} {
+			gw, cw := p.weight(t, "w", tensor.BF16, p.randF32(c.o*c.k, 0.02), c.o, c.k)
+			gx, cx := p.act(t, p.randF32(maxT*c.k, 1), maxT, c.k)
+			gout, cout := p.act(t, nil, maxT, c.o)
+			gref, _ := p.act(t, nil, maxT, c.o)
+			for _, rows := range []int{1, 2, 4, 5, 8} {
+				name := fmt.Sprintf("MatMul bf16 [%d,%d] x %d rows", c.o, c.k, rows)
+				p.g.noGEMV = false
+				p.g.MatMul(gout, gx, gw, rows)
+				p.c.MatMul(cout, cx, cw, rows)
+				p.compare(t, name, gout, cout, rows, 1e-4)
+				p.g.noGEMV = true
+				p.g.MatMul(gref, gx, gw, rows)
+				if p.g.fallback[gemmShape{2 * rows, c.o, c.k, tensor.BF16}] {
+					continue // no cuBLASLt algorithm: the exact float32 kernel, not the split
+				}
+				got, want := make([]float32, rows*c.o), make([]float32, rows*c.o)
+				if err := p.g.Read(got, gout, rows); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.g.Read(want, gref, rows); err != nil {
+					t.Fatal(err)
+				}
+				g64, w64 := make([]float64, len(got)), make([]float64, len(want))
+				for i := range got {
+					g64[i], w64[i] = float64(got[i]), float64(want[i])
+				}
+				checkClose(t, name+" gemv vs split GEMM", g64, w64, 1e-5)
+			}
+		}
 	})
 
 	t.Run("RMSNorm", func(t *testing.T) {
@@ -288,7 +335,9 @@ func TestBackendOps(t *testing.T) {
 				t.Fatal(err)
 			}
 			qw, kw := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-			for _, st := range []*backend.Step{stepFill, stepMixed} {
+			// stepLong fills slot 3 with 600 positions; the decode-only steps
+			// then take the split-K path with many splits (1 row: 128).
+			for _, st := range []*backend.Step{stepFill, stepMixed, stepLong, stepDecode, stepDecode1} {
 				p.setStep(t, st)
 				m := st.NumTokens()
 				gq, cq := p.act(t, p.randF32(m*qw, 1), m, qw)

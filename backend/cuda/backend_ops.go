@@ -49,7 +49,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if wt == nil {
 		return
 	}
-	if b.refuse(backend.CheckMatrix("MatMul", "weight", wt.arg())) {
+	if b.refuse(backend.CheckMatMulWeight(wt.arg())) {
 		return
 	}
 	dt, _ := wcode(wt.dt)
@@ -65,12 +65,16 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if n <= 0 || o == 0 || k == 0 {
 		return
 	}
+	if wt.fp8 != nil {
+		b.matmulFP8(os, xs, wt, n, o, k)
+		return
+	}
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
 	split := wt.dt != tensor.F32 && !b.fastMatMul
 	if split && b.gemvFits(wt, xs, n, k) {
-		// A decode step's rows: one launch reading the weights once, in
-		// float32 (no split, no GEMM workspace, no halves to add).
-		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
+		// A decode step's rows: one launch reading the weights once, the
+		// split GEMM's arithmetic on the tensor cores (kernels/gemv.cu).
+		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 16)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
 		return
 	}
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
@@ -129,14 +133,18 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	}
 }
 
-// gemvMaxRows is the most activation rows m_gemv_bf16 takes.
-const gemvMaxRows = 4
+// gemvMaxRows is the most activation rows m_gemv_bf16 takes (its two
+// 8-column mma tiles hold the hi and lo parts of up to 8 rows).
+const gemvMaxRows = 8
 
 // gemvFits says whether MatMul of n rows can run m_gemv_bf16: bf16
 // weights, at most gemvMaxRows rows, K a multiple of 8 and 16-byte
-// aligned weight and activation rows (its 16-byte loads).
+// aligned weight and activation rows (its 16-byte loads), a GPU with bf16
+// mma (sm_80 or newer). The kernel computes what the split GEMM computes
+// (hi and lo bf16 parts of the activations, products on the tensor cores,
+// float32 sums), so decode rows and prefill chunks round alike.
 func (b *Backend) gemvFits(wt, xs *Tensor, n, k int) bool {
-	return !b.noGEMV && !b.generalOnly && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
+	return !b.noGEMV && !b.generalOnly && b.d.Info.Major >= 8 && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
 		wt.buf.Ptr%16 == 0 && xs.buf.Ptr%16 == 0
 }
 
@@ -233,8 +241,66 @@ func (b *Backend) Attention(out, q, k, v backend.Tensor, kv *backend.KVCache, p 
 		kc.buf, vc.buf, ks.buf, vs.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, kw)) {
 		return
 	}
+	if b.attnSplitFits(p) {
+		b.attnSplit(os, qs, kc, vc, p, ps, n)
+		return
+	}
 	b.check("Attention", b.d.launch(b.s, "m_attention", grid2(n, p.Heads), grid1(128), 0,
 		os.buf, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, p.Heads, p.KVHeads, p.HeadDim, p.Scale))
+}
+
+// attnMaxSplits is the most splits of a row's positions attnSplit uses
+// (m_attn_merge's block of 256 threads holds one partial per thread).
+const attnMaxSplits = 256
+
+// attnSplitFits says whether Attention can run the split-K kernels of
+// kernels/attnf32.cu: head dim 128 or 256 and at most 2048/D query heads
+// per kv head (their register and shared-memory budget), on sm_80 or newer
+// (cp.async).
+func (b *Backend) attnSplitFits(p *backend.Attn) bool {
+	d := p.HeadDim
+	return !b.generalOnly && b.d.Info.Major >= 8 && (d == 128 || d == 256) && p.Heads%p.KVHeads == 0 && (p.Heads/p.KVHeads)*d <= 2048
+}
+
+// attnSmem is m_attn_split's dynamic shared memory for head dim d: the
+// queries [2048/d][d], two K tiles [32][d+4] (cp.async double buffer) and
+// the probabilities [32][2048/d], float32.
+func attnSmem(d int) int { return (2048 + 2*32*(d+4) + 32*(2048/d)) * 4 }
+
+// attnSplits is the number of splits of each row's positions: enough
+// blocks (rows × kv heads × splits) for about eight per multiprocessor
+// (a block walks its positions a tile at a time, so several per
+// multiprocessor hide the loads' latency). It
+// depends on the row count and the shape only, never on the contexts, so
+// a captured decode step stays valid as they grow; the kernels divide each
+// row's positions among the splits on the device.
+func (b *Backend) attnSplits(n, kvHeads int) int {
+	want := 8 * max(b.d.Info.SMs, 1)
+	return min(max(blocks(want, n*kvHeads), 1), attnMaxSplits)
+}
+
+// attnSplit runs m_attn_split{128,256}, then with more than one split
+// m_attn_merge{128,256} over the partials (a scratch buffer of fixed
+// size for the shape).
+func (b *Backend) attnSplit(os, qs, kc, vc *Tensor, p *backend.Attn, ps, n int) {
+	d, heads := p.HeadDim, p.Heads
+	s := b.attnSplits(n, p.KVHeads)
+	acc, ml := Buffer{}, Buffer{}
+	if s > 1 {
+		rows := int64(n) * int64(heads) * int64(s)
+		if !b.growBuf(&b.attnAcc, rows*int64(d)*4, "Attention split partials") || !b.growBuf(&b.attnML, rows*8, "Attention split max/sum") {
+			return
+		}
+		acc, ml = b.attnAcc, b.attnML
+	}
+	split, merge := fmt.Sprintf("m_attn_split%d", d), fmt.Sprintf("m_attn_merge%d", d)
+	if !b.check("Attention", b.d.launch(b.s, split, grid3(n, p.KVHeads, s), grid1(128), attnSmem(d),
+		os.buf, acc, ml, qs.buf, kc.buf, vc.buf, b.reg(rPos), b.reg(rRowSeq), b.reg(rPageOff), b.reg(rPages), ps, heads, p.KVHeads, p.Scale, s)) {
+		return
+	}
+	if s > 1 {
+		b.check("Attention", b.d.launch(b.s, merge, grid2(n, heads), grid1(256), 0, os.buf, acc, ml, heads, s))
+	}
 }
 
 // elementwise checks out, a, b over n rows of out's width and returns the
@@ -327,6 +393,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	ptrs := make([]uint64, 3*ne)
 	codes := [3]int{-1, -1, -1}
 	partial := false
+	var f8 moeFP8
 	for ex := 0; ex < ne; ex++ {
 		if e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil {
 			partial = true // served elsewhere (the CPU expert engine): null entries
@@ -335,6 +402,9 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
 			t := b.t(w, "MoE weight")
 			if t == nil {
+				return nil
+			}
+			if !f8.add(b, ex, j, t, h, inter) {
 				return nil
 			}
 			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
@@ -349,6 +419,10 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 			ptrs[3*ex+j] = t.buf.Ptr
 		}
 	}
+	ft, ok := f8.table(b, ne)
+	if !ok {
+		return nil
+	}
 	buf, err := b.alloc(int64(len(ptrs))*8, "MoE expert table")
 	if !b.check("MoE", err) {
 		return nil
@@ -356,7 +430,7 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if err := Upload(b.d, buf, hostPtrs(ptrs)); !b.check("MoE", err) {
 		return nil
 	}
-	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial}
+	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial, fp8: ft}
 	b.moe[e] = t
 	return t
 }
@@ -372,6 +446,7 @@ func (b *Backend) growBuf(buf *Buffer, n int64, what string) bool {
 	}
 	b.free(*buf)
 	*buf = Buffer{}
+	b.epoch++
 	nb, err := b.alloc(n, what)
 	if !b.check(what, err) {
 		return false
@@ -419,6 +494,12 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 			return
 		}
 		idb = b.moeIDs
+	}
+	if tab.fp8 != nil {
+		if b.moeFP8(tab, xs.buf, idb, pairs, h, inter, k) {
+			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+		}
+		return
 	}
 	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
 	// other dtypes and the tiny fixtures the general ones.
@@ -530,3 +611,5 @@ func (b *Backend) Write(t backend.Tensor, src any) error {
 	}
 	return fmt.Errorf("cuda: Write: unsupported source %T", src)
 }
+
+func grid3(x, y, z int) dim3 { return dim3{uint32(x), uint32(y), uint32(z)} }

@@ -36,7 +36,9 @@ import (
 // logged, not held to a tolerance.
 const modelTol = 5e-3
 
-var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"}
+var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b",
+	// block-scaled FP8 checkpoints (docs/notes/fp8.md): FP8 MatMul weights and FP8 MoE experts
+	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8"}
 
 var fixtureDir = testfixtures.Dir
 

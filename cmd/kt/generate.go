@@ -48,9 +48,11 @@ type generateFlags struct {
 	ktNumGPUExperts   int
 	ktGPUExpertsRatio float64
 	ktPlacement       string
+	initExpertLoc     string
 	device            string
 	baseGPUID         int
 	memFraction       float64
+	noGraph           bool
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -91,9 +93,11 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.ktNumGPUExperts, "kt-num-gpu-experts", -1, "routed experts per MoE layer kept on the GPU in the hybrid step (--device cuda --kt-method M)")
 	fl.Float64Var(&f.ktGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")
 	fl.StringVar(&f.ktPlacement, "kt-expert-placement-strategy", "uniform", "GPU expert placement: "+strings.Join(placementStrategies, ", "))
+	fl.StringVar(&f.initExpertLoc, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt) for --kt-expert-placement-strategy frequency")
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
+	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 	return c
 }
 
@@ -125,7 +129,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if f.ktCPUInfer < 0 || f.ktPools < 0 {
 		return errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
 	}
-	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, cmd.Flags().Changed("kt-gpu-experts-ratio"), f.ktPlacement, "")
+	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, cmd.Flags().Changed("kt-gpu-experts-ratio"), f.ktPlacement, f.initExpertLoc)
 	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
 		return errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
 	}
@@ -165,7 +169,8 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		GPUExperts: gpuExperts, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
-		Notify: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
+		DisableCUDAGraph: f.noGraph,
+		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
 		return err
 	}
@@ -180,6 +185,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	})
 	if err != nil {
 		return err
+	}
+	if s, ok := models.GraphStatsOf(r); ok {
+		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
 	}
 	w := cmd.OutOrStdout()
 	decodeTPS := 0.0

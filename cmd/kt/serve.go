@@ -23,6 +23,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/models"
 	_ "github.com/ktserve/kt/models/all" // register every architecture
+	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/serveconfig"
 	"github.com/ktserve/kt/server"
@@ -57,7 +58,8 @@ func serveFeatures() serveconfig.Features {
 	gpus := models.GPUCount()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
-		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies}
+		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
+		ExpertDistributionModes: []string{"stat"}}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -124,9 +126,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 
 	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
-		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic}
+		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
+		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
+	}
+	var recorder *expertdist.Recorder
+	if cfg.ExpertDistributionRecorderMode == "stat" {
+		if mcfg.Experts == 0 {
+			return fmt.Errorf("--expert-distribution-recorder-mode: %s has no routed experts to record", cfg.ModelPath)
+		}
+		if recorder, err = expertdist.New(mcfg.Layers, mcfg.Experts, cfg.ExpertDistributionRecorderBufferSize, ""); err != nil {
+			return fmt.Errorf("--expert-distribution-recorder-mode: %w", err)
+		}
+		opts.ExpertRecorder = recorder
 	}
 	t0 := time.Now()
 	where := ""
@@ -222,11 +235,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{
+	sopt := server.Options{
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
 		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
-	})
+	}
+	if recorder != nil {
+		sopt.Experts = recorder
+	}
+	srv, err := server.New(sopt)
 	if err != nil {
 		return err
 	}
@@ -302,8 +319,9 @@ func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logge
 }
 
 // placementStrategies are the --kt-expert-placement-strategy values kt
-// implements (frequency needs SGLang's torch statistics file: not read).
-var placementStrategies = []string{string(placement.Uniform), string(placement.FrontLoading), string(placement.Random)}
+// implements (frequency reads SGLang's statistics, --init-expert-location
+// FILE.pt).
+var placementStrategies = []string{string(placement.Uniform), string(placement.FrontLoading), string(placement.Random), string(placement.Frequency)}
 
 // gpuExpertRequest turns --kt-num-gpu-experts (< 0 unset),
 // --kt-gpu-experts-ratio (when ratioSet), --kt-expert-placement-strategy

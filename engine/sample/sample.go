@@ -13,6 +13,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/ktserve/kt/internal/vecmath"
 )
 
 // ErrNoToken is returned when a constraint allows no token at all.
@@ -92,18 +94,12 @@ type Sampler struct {
 }
 
 // LogSumExp returns the max and log(sum(exp(x - max))) of row.
+//
+// The exponentials are float32 (internal/vecmath: within 2 ulp), summed in
+// float64: lse is within ~3e-7 of the float64 value.
 func LogSumExp(row []float32) (mx, lse float64) {
-	m := float32(math.Inf(-1))
-	for _, v := range row {
-		if v > m {
-			m = v
-		}
-	}
-	var sum float64
-	for _, v := range row {
-		sum += math.Exp(float64(v - m))
-	}
-	return float64(m), math.Log(sum)
+	m := vecmath.Max(row)
+	return float64(m), math.Log(vecmath.SumExpShifted(row, m))
 }
 
 // LogSoftmax writes log_softmax(row), computed in float64 throughout, into
@@ -254,9 +250,7 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	if math.IsInf(float64(mx), -1) {
 		return 0, ErrNoToken
 	}
-	for i := range w {
-		w[i] = float32(math.Exp(float64(w[i] - mx)))
-	}
+	vecmath.ExpShifted(w, mx)
 
 	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
 	var cand []int32
@@ -339,10 +333,13 @@ func nucleus(cand []int32, w []float32, topP, total float64) []int32 {
 }
 
 // nucleusAll returns the smallest set of top tokens of w (all positive,
-// maximum 1) whose mass reaches topP of the total, best first. It buckets
-// the probabilities by their float32 bits (monotone for positive floats),
-// finds the bucket where the cumulative mass crosses the target, and sorts
-// only the tokens at or above it.
+// maximum 1) whose mass reaches topP of the total. It buckets the
+// probabilities by their float32 bits (monotone for positive floats) and
+// finds the bucket where the cumulative mass, from the top, crosses the
+// target: every token of a higher bucket is in the set (index order), and
+// only the crossing bucket is sorted (best first, ties to the lower id) to
+// take the prefix that completes the mass. The set is the one a full sort
+// would give; only the crossing bucket needs the sort.
 func nucleusAll(w []float32, topP float64) []int32 {
 	const shift = 19 // 13-bit buckets: exponent plus 4 mantissa bits
 	var sums [1 << (32 - shift)]float64
@@ -352,22 +349,25 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		total += float64(v)
 	}
 	target := topP * total
-	var acc float64
+	var above float64 // mass of the buckets above cut
 	cut := uint32(0)
 	for b := len(sums) - 1; b >= 0; b-- {
-		acc += sums[b]
-		if acc >= target {
+		if above+sums[b] >= target {
 			cut = uint32(b)
 			break
 		}
+		above += sums[b]
 	}
-	var cand []int32
+	var cand, edge []int32
 	for i, v := range w {
-		if math.Float32bits(v)>>shift >= cut {
+		switch b := math.Float32bits(v) >> shift; {
+		case b > cut:
 			cand = append(cand, int32(i))
+		case b == cut:
+			edge = append(edge, int32(i))
 		}
 	}
-	slices.SortFunc(cand, func(a, b int32) int {
+	slices.SortFunc(edge, func(a, b int32) int {
 		switch {
 		case w[a] > w[b]:
 			return -1
@@ -376,7 +376,15 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		}
 		return int(a - b)
 	})
-	return nucleus(cand, w, topP, total)
+	sum := above
+	for _, i := range edge {
+		cand = append(cand, i)
+		sum += float64(w[i])
+		if sum >= target {
+			break
+		}
+	}
+	return cand
 }
 
 // draw samples an index proportionally to w over cand (nil: every index);

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -168,5 +169,78 @@ func TestLogSoftmax(t *testing.T) {
 	}
 	if len(lp) != len(row) || math.Abs(total-1) > 1e-12 {
 		t.Errorf("%d logprobs summing to probability %g", len(lp), total)
+	}
+}
+
+// TestNucleusAllMatchesSort checks the bucketed nucleus against a full sort:
+// the same set of tokens for many distributions and top-p values.
+func TestNucleusAllMatchesSort(t *testing.T) {
+	x := uint64(7)
+	next := func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
+	}
+	for trial := 0; trial < 60; trial++ {
+		n := 1 + int(next()*3000)
+		w := make([]float32, n)
+		spread := 1 + next()*40
+		for i := range w {
+			w[i] = float32(math.Exp(-next() * spread))
+			if trial%7 == 0 && i%5 == 0 {
+				w[i] = 0.5 // ties
+			}
+		}
+		w[int(next()*float64(n))] = 1
+		topP := 0.05 + next()*0.9
+		got := nucleusAll(w, topP)
+		all := make([]int32, n)
+		var total float64
+		for i := range all {
+			all[i] = int32(i)
+			total += float64(w[i])
+		}
+		slices.SortFunc(all, func(a, b int32) int {
+			switch {
+			case w[a] > w[b]:
+				return -1
+			case w[a] < w[b]:
+				return 1
+			}
+			return int(a - b)
+		})
+		want := nucleus(all, w, topP, total)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d (n %d, top-p %.3f): bucketed set of %d tokens, sorted set of %d", trial, n, topP, len(got), len(want))
+		}
+	}
+}
+
+// TestLogSumExp compares the float32-exponential LogSumExp with float64.
+func TestLogSumExp(t *testing.T) {
+	row := make([]float32, 151936)
+	x := uint64(3)
+	for i := range row {
+		x = x*6364136223846793005 + 1442695040888963407
+		row[i] = float32(x>>40)/float32(1<<24)*30 - 15
+	}
+	mx, lse := LogSumExp(row)
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	if d := math.Abs(lse - math.Log(s)); d > 3e-7 {
+		t.Errorf("lse %v, float64 %v: differ by %g", lse, math.Log(s), d)
+	}
+}
+
+func BenchmarkLogSumExp(b *testing.B) {
+	row := make([]float32, 151936)
+	for i := range row {
+		row[i] = float32(i%977) / 97
+	}
+	for b.Loop() {
+		LogSumExp(row)
 	}
 }

@@ -45,7 +45,8 @@ type layer struct {
 
 // Runner is a loaded Qwen3-MoE model; it implements model.Runner.
 type Runner struct {
-	rb     *runbase.Base // checkpoint, backend, KV pages, step layout, lm head
+	body   func(n int) error // layersForward
+	rb     *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg    *Config
 	rope   backend.Rope
 	attn   backend.Attn
@@ -202,12 +203,21 @@ func (r *Runner) Close() error {
 	return r.rb.Close()
 }
 
+// GraphStats reports what the decode graph path did (models.GraphStatsOf).
+func (r *Runner) GraphStats() models.GraphStats { return r.rb.GraphStats() }
+
 // Forward implements model.Runner.
 func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
-	n, err := r.rb.Begin(b)
-	if err != nil {
-		return err
+	h := runbase.Head{X: r.x, Norm: r.norm, LMHead: r.lmHead, Eps: float32(r.cfg.RMSNormEps)}
+	if r.body == nil {
+		r.body = r.layersForward // made once: a method value allocates
 	}
+	return r.rb.Forward(b, out, h, r.body)
+}
+
+// layersForward queues the embedding and every layer for the step's n rows
+// (the step Forward began).
+func (r *Runner) layersForward(n int) error {
 	be, c := r.rb.BE, r.cfg
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
@@ -228,7 +238,7 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 	}
-	return r.rb.Finish(r.x, r.norm, r.lmHead, eps, b, out)
+	return nil
 }
 
 // DecodeWeightBytes is the number of weight bytes one decode token reads

@@ -8,7 +8,7 @@ import (
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
-var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c"}
+var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3moe-fp8-a", "qwen3moe-fp8-b"}
 
 var fixtureDir = modeltest.FixtureDir
 
@@ -71,4 +71,10 @@ func TestRegistry(t *testing.T) {
 	if info := r.Info(); info.Architecture != Architecture || info.VocabSize != 1000 || len(info.EOSTokenIDs) == 0 {
 		t.Fatalf("info %+v", info)
 	}
+}
+
+// TestGraphDecodeIdentical checks the decode graph path against op-by-op
+// steps, bit for bit (modeltest.GraphDecodeIdentical).
+func TestGraphDecodeIdentical(t *testing.T) {
+	modeltest.GraphDecodeIdentical(t, "qwen3moe-a", Load)
 }

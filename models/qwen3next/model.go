@@ -68,7 +68,8 @@ type layer struct {
 // Runner is a loaded Qwen3-Next or Qwen3.5 MoE model; it implements
 // model.Runner.
 type Runner struct {
-	rb     *runbase.Base // checkpoint, backend, KV pages, step layout, lm head
+	body   func(n int) error // layersForward
+	rb     *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg    *Config
 	routed *routed.Experts   // what computes the routed experts
 	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
@@ -160,19 +161,14 @@ func putF32(b []byte, f float32) {
 }
 
 // gatherRows builds a weight from row ranges of a checkpoint matrix (a
-// copy): each part is (first row, row count), concatenated in order.
+// copy): each part is (first row, row count), concatenated in order; an
+// FP8 matrix's block scales come along (backend.GatherRows).
 func (r *Runner) gatherRows(src backend.Host, name string, parts [][2]int) (backend.Tensor, error) {
-	cols := src.Shape[1]
-	rowBytes := cols * src.DType.Size()
-	rows := 0
-	for _, p := range parts {
-		rows += p[1]
+	h, err := backend.GatherRows(src, name, parts)
+	if err != nil {
+		return nil, err
 	}
-	data := make([]byte, 0, rows*rowBytes)
-	for _, p := range parts {
-		data = append(data, src.Data[p[0]*rowBytes:(p[0]+p[1])*rowBytes]...)
-	}
-	return r.rb.BE.Weight(backend.Host{Name: name, DType: src.DType, Shape: []int{rows, cols}, Data: data})
+	return r.rb.BE.Weight(h)
 }
 
 func (r *Runner) loadWeights() error {
@@ -400,7 +396,7 @@ func (r *Runner) allocate() error {
 		}
 	}
 	if nLinear > 0 {
-		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.Linear.ConvKernel, Delta: d}, o.MaxSeqs); err != nil {
+		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.Linear.ConvKernel, Delta: d}, r.rb.StateSlots()); err != nil {
 			return err
 		}
 	}
@@ -472,12 +468,21 @@ func (r *Runner) Close() error {
 	return r.rb.Close()
 }
 
+// GraphStats reports what the decode graph path did (models.GraphStatsOf).
+func (r *Runner) GraphStats() models.GraphStats { return r.rb.GraphStats() }
+
 // Forward implements model.Runner.
 func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
-	n, err := r.rb.Begin(b)
-	if err != nil {
-		return err
+	h := runbase.Head{X: r.x, Norm: r.norm, LMHead: r.lmHead, Eps: float32(r.cfg.RMSNormEps)}
+	if r.body == nil {
+		r.body = r.layersForward // made once: a method value allocates
 	}
+	return r.rb.Forward(b, out, h, r.body)
+}
+
+// layersForward queues the embedding and every layer for the step's n rows
+// (the step Forward began).
+func (r *Runner) layersForward(n int) error {
 	be, la, c := r.rb.BE, r.la, r.cfg
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
@@ -521,5 +526,5 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 	}
-	return r.rb.Finish(r.x, r.norm, r.lmHead, eps, b, out)
+	return nil
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
-var fixtures = []string{"qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"}
+var fixtures = []string{"qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b", "qwen35moe-fp8"}
 
 var fixtureDir = modeltest.FixtureDir
 
@@ -92,5 +92,14 @@ func TestFreedSlotStartsFresh(t *testing.T) {
 	modeltest.RequireIdentical(t, "after free", modeltest.Forward(t, r, 0, b, true), want)
 	if r.LinearStateBytes() <= 0 {
 		t.Fatal("no linear state accounted")
+	}
+}
+
+// TestGraphDecodeIdentical checks the decode graph path (padding to batch
+// buckets, capture, replay, re-capture) against op-by-op steps, bit for bit,
+// on the CPU backend with graph semantics (modeltest.FakeGraphs).
+func TestGraphDecodeIdentical(t *testing.T) {
+	for _, fx := range []string{"qwen3next-a", "qwen35moe-a"} {
+		t.Run(fx, func(t *testing.T) { modeltest.GraphDecodeIdentical(t, fx, Load) })
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+
+	"github.com/ktserve/kt/internal/torchpt"
 )
 
 // Strategy names an initial placement.
@@ -19,7 +22,7 @@ const (
 	Uniform      Strategy = "uniform"       // N/L per MoE layer, the first N%L layers one more; experts 0..n-1
 	FrontLoading Strategy = "front-loading" // fill from the first MoE layer, min(remaining, E) each; experts 0..n-1
 	Random       Strategy = "random"        // a seeded permutation of all (MoE layer, expert) cells, the first N
-	Frequency    Strategy = "frequency"     // global top-N of recorded routing counts (needs a statistics file)
+	Frequency    Strategy = "frequency"     // global top-N (layer, expert) cells of recorded routing counts (--init-expert-location FILE.pt)
 )
 
 // RandomSeed is the seed of the random strategy (SGLang's 42). SGLang
@@ -126,13 +129,92 @@ func Compute(moe []bool, E int, r Request) (Mask, int, error) {
 		}
 	case Frequency:
 		if r.StatsPath == "" {
-			return nil, 0, errors.New("placement: frequency needs expert statistics (--init-expert-location FILE)")
+			return nil, 0, errors.New("placement: frequency needs expert statistics (--init-expert-location FILE.pt)")
 		}
-		return nil, 0, fmt.Errorf("placement: frequency: reading %s is not implemented (SGLang's statistics are a torch .pt pickle); use uniform, front-loading or random", r.StatsPath)
+		freq, err := LoadCounts(r.StatsPath, len(moe), E)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, cell := range topCells(freq, layers, n) {
+			m[cell/E][cell%E] = true
+		}
 	default:
 		return nil, 0, fmt.Errorf("placement: unknown strategy %q (uniform, front-loading, random, frequency)", r.Strategy)
 	}
 	return m, n, nil
+}
+
+// LoadCounts reads SGLang's expert statistics for a model of layers layers
+// (num_hidden_layers) and E routed experts per layer: a torch.save file
+// holding either a dict with "logical_count" (what SGLang's
+// expert-distribution recorder dumps in stat mode) or the tensor itself,
+// shaped [buffer, layers, E]. It returns the counts summed over the buffer
+// dimension, [layers][E], as SGLang's _init_kt_gpu_experts_masks does.
+func LoadCounts(path string, layers, E int) ([][]float64, error) {
+	v, err := torchpt.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("placement: --init-expert-location: %w", err)
+	}
+	if d, ok := v.(map[string]any); ok {
+		lc, ok := d["logical_count"]
+		if !ok {
+			keys := make([]string, 0, len(d))
+			for k := range d {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			return nil, fmt.Errorf("placement: --init-expert-location %s: the dict has no \"logical_count\" (keys: %v)", path, keys)
+		}
+		v = lc
+	}
+	t, ok := v.(*torchpt.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("placement: --init-expert-location %s: holds %T, want a [buffer, layers, experts] tensor or a dict with logical_count", path, v)
+	}
+	if len(t.Shape) != 3 {
+		return nil, fmt.Errorf("placement: --init-expert-location %s: counts of shape %v, want 3 dims [buffer, layers, experts]", path, t.Shape)
+	}
+	if t.Shape[1] != layers || t.Shape[2] != E {
+		return nil, fmt.Errorf("placement: --init-expert-location %s: counts of shape %v, but the model has %d layers of %d experts", path, t.Shape, layers, E)
+	}
+	out := make([][]float64, layers)
+	for l := range out {
+		out[l] = make([]float64, E)
+	}
+	for b := range t.Shape[0] {
+		for l := range layers {
+			for e := range E {
+				out[l][e] += t.Data[(b*layers+l)*E+e]
+			}
+		}
+	}
+	return out, nil
+}
+
+// topCells returns the n (layer, expert) cells of the MoE layers with the
+// largest counts, as layer*E+expert, ties to the lower layer then expert.
+// SGLang takes torch.topk over every layer's row (dense rows count 0 and
+// tie order is torch's); kt ranks MoE cells only, so no GPU slot goes to a
+// dense layer's row, and breaks ties by position.
+func topCells(freq [][]float64, layers []int, n int) []int {
+	E := len(freq[0])
+	cells := make([]int, 0, len(layers)*E)
+	for _, l := range layers {
+		for e := range E {
+			cells = append(cells, l*E+e)
+		}
+	}
+	slices.SortStableFunc(cells, func(a, b int) int {
+		fa, fb := freq[a/E][a%E], freq[b/E][b%E]
+		switch {
+		case fa > fb:
+			return -1
+		case fa < fb:
+			return 1
+		}
+		return 0
+	})
+	return cells[:min(n, len(cells))]
 }
 
 // fill marks experts 0..c-1 of row.

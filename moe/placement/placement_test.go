@@ -2,6 +2,9 @@ package placement
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -127,7 +130,9 @@ func TestComputeErrors(t *testing.T) {
 		{"ratio above 1", 8, Request{Ratio: 1.5, RatioSet: true}, "[0, 1]"},
 		{"negative ratio", 8, Request{Ratio: -0.1, RatioSet: true}, "[0, 1]"},
 		{"frequency without stats", 8, Request{PerLayer: 2, Strategy: Frequency}, "--init-expert-location"},
-		{"frequency with stats", 8, Request{PerLayer: 2, Strategy: Frequency, StatsPath: "x.pt"}, "x.pt"},
+		{"frequency, missing stats file", 8, Request{PerLayer: 2, Strategy: Frequency, StatsPath: "x.pt"}, "x.pt"},
+		{"frequency, other experts", 8, Request{PerLayer: 2, Strategy: Frequency, StatsPath: statsFile("emu_stats.pt")}, "model has 2 layers of 8 experts"},
+		{"frequency, no logical_count", 8, Request{PerLayer: 2, Strategy: Frequency, StatsPath: statsFile("emu_view.pt")}, "keys: [t]"},
 		{"unknown strategy", 8, Request{PerLayer: 2, Strategy: "best"}, "unknown strategy"},
 		{"no experts", 0, Request{PerLayer: 2}, "0 experts"},
 	} {
@@ -153,6 +158,69 @@ func TestActive(t *testing.T) {
 	} {
 		if got := c.r.Active(); got != c.want {
 			t.Errorf("%+v: Active %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+// statsFile names a torch.save test file of internal/torchpt.
+func statsFile(name string) string {
+	return filepath.Join("..", "..", "internal", "torchpt", "testdata", name)
+}
+
+// TestFrequency places GPU experts from SGLang-style statistics files (a
+// dict with logical_count [2, 3, 4] and a raw [1, 3, 4] tensor) and checks
+// the mask against a brute-force ranking of the summed counts.
+func TestFrequency(t *testing.T) {
+	moe := []bool{true, false, true} // layer 1 is dense
+	const E = 4
+	for _, c := range []struct {
+		file string
+		buf  int
+	}{{"emu_stats.pt", 2}, {"emu_raw.pt", 1}, {"real_stats.pt", 2}, {"real_raw.pt", 1}} {
+		path := statsFile(c.file)
+		if _, err := os.Stat(path); err != nil {
+			continue // real_* only where torch.save wrote them
+		}
+		for _, r := range []Request{
+			{PerLayer: 1, Strategy: Frequency, StatsPath: path},
+			{PerLayer: 3, Strategy: Frequency, StatsPath: path},
+			{Ratio: 0.5, RatioSet: true, Strategy: Frequency, StatsPath: path},
+		} {
+			m, n, err := Compute(moe, E, r)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", c.file, r, err)
+			}
+			// the counts gen_torchpt.py wrote, summed over the buffer
+			count := func(l, e int) int {
+				s := 0
+				for b := range c.buf {
+					i := (b*3+l)*E + e
+					s += (i*7 + 3) % 11
+				}
+				return s
+			}
+			type cell struct{ l, e, c int }
+			var cells []cell
+			for _, l := range []int{0, 2} {
+				for e := range E {
+					cells = append(cells, cell{l, e, count(l, e)})
+				}
+			}
+			sort.SliceStable(cells, func(i, j int) bool { return cells[i].c > cells[j].c })
+			want := map[[2]int]bool{}
+			for _, x := range cells[:n] {
+				want[[2]int{x.l, x.e}] = true
+			}
+			for l := range moe {
+				for e := range E {
+					if g := m[l][e]; g != (want[[2]int{l, e}] || !moe[l]) {
+						t.Errorf("%s %+v: layer %d expert %d on GPU = %v", c.file, r, l, e, g)
+					}
+				}
+			}
+			if m.Count(0)+m.Count(2) != n {
+				t.Errorf("%s %+v: %d GPU experts, total says %d", c.file, r, m.Count(0)+m.Count(2), n)
+			}
 		}
 	}
 }

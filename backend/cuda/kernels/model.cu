@@ -347,32 +347,75 @@ extern "C" __global__ void m_moe_down(float *ybuf, const float *hbuf, const int 
 	if (lane == 0) ybuf[(long long)p * H + c] = s;
 }
 
+// bf16x8: the 8 bf16 of u as floats (load8 on a loaded register).
+__device__ __forceinline__ void bf16x8(uint4 u, float *f) {
+	const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		f[2 * i] = __uint_as_float(w[i] << 16);
+		f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+	}
+}
+
+// MOE_PF: 16-byte weight loads per lane and matrix issued before the
+// block's activation row is staged in shared memory, so the weight stream
+// does not wait for that copy and its barrier (a decode step's expert
+// GEMVs are short: I = 512..768 is 2-3 loads per lane for down).
+#define MOE_PF 4
+
 // m_moe_gateup_bf16: m_moe_gateup for bf16 gate and up weights with
 // H % 256 == 0: each lane reads 8 consecutive weights (16 bytes) per load,
-// several loads in flight, so decode streams the experts near HBM speed.
+// the first MOE_PF of each matrix before the activations are staged, so
+// decode streams the experts near HBM speed.
 // grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
 extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int H, int I,
 					     int k, int E) {
 	extern __shared__ float xs[];
 	const int p = blockIdx.x, e = ids[p], t = p / k;
 	if (e < 0 || e >= E) return;
+	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	const bool act = i < I;
+	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)(act ? i : 0) * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)(act ? i : 0) * H;
+	uint4 pg[MOE_PF], pu[MOE_PF];
+#pragma unroll
+	for (int j = 0; j < MOE_PF; j++) {
+		const int c = lane * 8 + j * 256;
+		if (act && c < H) {
+			pg[j] = *(const uint4 *)(gw + c);
+			pu[j] = *(const uint4 *)(uw + c);
+		}
+	}
 	for (int c = threadIdx.x; c < H; c += blockDim.x) xs[c] = ld_act(x, (long long)t * H + c);
 	__syncthreads();
-	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (i >= I) return;
-	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)i * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)i * H;
+	if (!act) return;
 	float g = 0.0f, u = 0.0f;
+#pragma unroll
+	for (int j = 0; j < MOE_PF; j++) {
+		const int c = lane * 8 + j * 256;
+		if (c < H) {
+			float wg[8], wu[8];
+			bf16x8(pg[j], wg);
+			bf16x8(pu[j], wu);
+			const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
+			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+			for (int q = 0; q < 8; q++) {
+				g += xv[q] * wg[q];
+				u += xv[q] * wu[q];
+			}
+		}
+	}
 #pragma unroll 4
-	for (int c = lane * 8; c < H; c += 256) {
+	for (int c = lane * 8 + MOE_PF * 256; c < H; c += 256) {
 		float wg[8], wu[8];
 		load8(gw + c, wg);
 		load8(uw + c, wu);
 		const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
 		const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-		for (int j = 0; j < 8; j++) {
-			g += xv[j] * wg[j];
-			u += xv[j] * wu[j];
+		for (int q = 0; q < 8; q++) {
+			g += xv[q] * wg[q];
+			u += xv[q] * wu[q];
 		}
 	}
 	g = warp_sum(g);
@@ -381,20 +424,38 @@ extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const 
 }
 
 // m_moe_down_bf16: m_moe_down for bf16 down weights with I % 256 == 0
-// (16-byte weight loads). grid (n·k, ceil(H/8)), block 256, smem I floats.
+// (16-byte weight loads, the first MOE_PF before hbuf's row is staged).
+// grid (n·k, ceil(H/8)), block 256, smem I floats.
 extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int H, int I,
 					   int E) {
 	extern __shared__ float hs[];
 	const int p = blockIdx.x, e = ids[p];
 	if (e < 0 || e >= E) return;
-	for (int c = threadIdx.x; c < I; c += blockDim.x) hs[c] = hbuf[(long long)p * I + c];
-	__syncthreads();
 	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (c >= H) return;
-	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)c * I;
+	const bool act = c < H;
+	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)(act ? c : 0) * I;
+	uint4 pw[MOE_PF];
+#pragma unroll
+	for (int j = 0; j < MOE_PF; j++) {
+		const int i = lane * 8 + j * 256;
+		if (act && i < I) pw[j] = *(const uint4 *)(dw + i);
+	}
+	for (int q = threadIdx.x; q < I; q += blockDim.x) hs[q] = hbuf[(long long)p * I + q];
+	__syncthreads();
+	if (!act) return;
 	float s = 0.0f;
+#pragma unroll
+	for (int j = 0; j < MOE_PF; j++) {
+		const int i = lane * 8 + j * 256;
+		if (i < I) {
+			float w[8];
+			bf16x8(pw[j], w);
+			const float4 a = *(const float4 *)(hs + i), b = *(const float4 *)(hs + i + 4);
+			s += a.x * w[0] + a.y * w[1] + a.z * w[2] + a.w * w[3] + b.x * w[4] + b.y * w[5] + b.z * w[6] + b.w * w[7];
+		}
+	}
 #pragma unroll 4
-	for (int i = lane * 8; i < I; i += 256) {
+	for (int i = lane * 8 + MOE_PF * 256; i < I; i += 256) {
 		float w[8];
 		load8(dw + i, w);
 		const float4 a = *(const float4 *)(hs + i), b = *(const float4 *)(hs + i + 4);
@@ -824,37 +885,4 @@ extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, lon
 extern "C" __global__ void m_add_halves(act_t *out, const float *d, long long n) {
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, d[i] + d[n + i]);
-}
-
-// m_gemv_bf16: out[i, o] = Σ_k x[i, k]·w[o, k] for n ≤ 4 rows of float32
-// activations and bf16 weights with K % 8 == 0 and 16-byte aligned rows,
-// computed in float32 (at least as accurate as the split-bf16 GEMM): a
-// decode step's MatMul reads each weight once with 16-byte loads in one
-// launch. grid ceil(O/8), block 256 (a warp per output).
-extern "C" __global__ void m_gemv_bf16(act_t *out, const float *x, const bf16 *w, int n, int O, int K) {
-	const int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (o >= O) return;
-	const bf16 *wr = w + (long long)o * K;
-	float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-	for (int k = lane * 8; k < K; k += 256) {
-		float wv[8];
-		load8(wr + k, wv);
-#pragma unroll
-		for (int r = 0; r < 4; r++) {
-			if (r < n) {
-				const float *xr = x + (long long)r * K + k;
-				const float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-				s[r] += a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] +
-					b.w * wv[7];
-			}
-		}
-	}
-#pragma unroll
-	for (int r = 0; r < 4; r++) {
-		if (r < n) {
-			const float v = warp_sum(s[r]);
-			if (lane == 0) st_act(out, (long long)r * O + o, v);
-		}
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/runbase"
 	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/tensor"
@@ -131,21 +132,30 @@ func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int)
 		if err != nil {
 			return nil, err
 		}
-		// part is rows x cols elements of src starting at element off.
-		part := func(src backend.Host, e int, name string, off, rows, cols int) backend.Host {
-			sz := src.DType.Size()
-			return backend.Host{Name: fmt.Sprintf("%s[%d].%s", src.Name, e, name), DType: src.DType,
-				Shape: []int{rows, cols}, Data: src.Data[off*sz : (off+rows*cols)*sz]}
+		// part is rows [first, first+rows) of expert e of src (FP8: with
+		// their block scales, backend.ExpertRows)
+		part := func(src backend.Host, e int, name string, first, rows int) (backend.Host, error) {
+			return backend.ExpertRows(src, fmt.Sprintf("%s[%d].%s", src.Name, e, name), e, first, rows)
 		}
 		for e = 0; e < E; e++ {
-			if err := bind(&w.Gate[e], &w.HostGate[e], part(gu, e, "gate", e*2*I*H, I, H)); err != nil {
-				return nil, err
-			}
-			if err := bind(&w.Up[e], &w.HostUp[e], part(gu, e, "up", e*2*I*H+I*H, I, H)); err != nil {
-				return nil, err
-			}
-			if err := bind(&w.Down[e], &w.HostDown[e], part(dn, e, "down", e*H*I, H, I)); err != nil {
-				return nil, err
+			for _, x := range []struct {
+				dst         *backend.Tensor
+				host        *backend.Host
+				src         backend.Host
+				name        string
+				first, rows int
+			}{
+				{&w.Gate[e], &w.HostGate[e], gu, "gate", 0, I},
+				{&w.Up[e], &w.HostUp[e], gu, "up", I, I},
+				{&w.Down[e], &w.HostDown[e], dn, "down", 0, H},
+			} {
+				h, err := part(x.src, e, x.name, x.first, x.rows)
+				if err != nil {
+					return nil, err
+				}
+				if err := bind(x.dst, x.host, h); err != nil {
+					return nil, err
+				}
 			}
 			onGPU()
 		}
@@ -178,9 +188,10 @@ func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int)
 
 // Experts computes the routed experts of a model's MoE layers.
 type Experts struct {
-	rb     *runbase.Base
-	engine *engine // nil: the backend's MoE op
-	path   string
+	rb      *runbase.Base
+	engine  *engine // nil: the backend's MoE op
+	path    string
+	idsHost []int32 // expert picks read back while recording
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -200,6 +211,10 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	case err == nil:
 		x.engine = eng
 		x.path = eng.describe()
+		if Hybrid(rb) {
+			// the hand-off to the CPU synchronises inside the step
+			rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
+		}
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	default:
@@ -228,6 +243,11 @@ func (x *Experts) Forward(l int, out, h backend.Tensor, w *Weights, wts, ids bac
 // computes the routed experts of the hybrid step. Every other path
 // completes the work in Start.
 func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	if rec := x.rb.Opts.ExpertRecorder; rec != nil && rec.Recording() {
+		if err := x.record(rec, l, ids, n); err != nil {
+			return err
+		}
+	}
 	if x.engine == nil {
 		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
 		return nil
@@ -235,6 +255,30 @@ func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backe
 	if err := x.engine.start(x.rb, l, h, out, wts, ids, n); err != nil {
 		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
 	}
+	return nil
+}
+
+// record hands layer l's expert picks (the first n rows of ids) to rec.
+// It waits for the router: only while recording.
+func (x *Experts) record(rec models.ExpertRecorder, l int, ids backend.Tensor, n int) error {
+	rd, ok := x.rb.BE.(interface {
+		ReadI32(dst []int32, t backend.Tensor, n int) error
+	})
+	if !ok {
+		return fmt.Errorf("%s: layer %d: recording expert picks needs a backend that reads I32 tensors", x.rb.Name, l)
+	}
+	k := 1
+	if sh := ids.Shape(); len(sh) == 2 {
+		k = sh[1]
+	}
+	if cap(x.idsHost) < n*k {
+		x.idsHost = make([]int32, n*k)
+	}
+	x.idsHost = x.idsHost[:n*k]
+	if err := rd.ReadI32(x.idsHost, ids, n*k); err != nil {
+		return fmt.Errorf("%s: layer %d: reading expert picks: %w", x.rb.Name, l, err)
+	}
+	rec.Add(l, x.idsHost)
 	return nil
 }
 

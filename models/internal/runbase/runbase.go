@@ -32,6 +32,9 @@ type Base struct {
 	Pool *kvcache.Pool // KV page bookkeeping, made by AllocStep
 	Info model.Info
 	Step backend.Step // the step being run, laid out by Begin
+	// FP8Block is quantization_config.weight_block_size of an fp8
+	// checkpoint ([bn, bk]); zero otherwise.
+	FP8Block [2]int
 
 	ownBE   bool
 	seen    []bool
@@ -40,6 +43,7 @@ type Base struct {
 	logits  backend.Tensor
 	hostLog []float32
 	rowsBuf [][]float32
+	gr      graphState
 }
 
 // Open reads dir/config.json (ReadConfig: one of families), opens the
@@ -56,10 +60,14 @@ func Open(name, dir string, o models.Options, families ...modelconfig.Family) (*
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	b := &Base{Name: name, Dir: dir, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
+	if cfg.Quantization == "fp8" && len(cfg.WeightBlockSize) == 2 {
+		b.FP8Block = [2]int{cfg.WeightBlockSize[0], cfg.WeightBlockSize[1]}
+	}
 	if b.BE == nil {
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
 	}
+	b.initGraphs()
 	return b, cfg, nil
 }
 
@@ -90,7 +98,12 @@ func (b *Base) Close() error {
 }
 
 // Host fetches a float tensor from the checkpoint (zero-copy) and checks
-// its shape; errors name the tensor.
+// its shape; errors name the tensor. An F8_E4M3 matrix of an fp8
+// checkpoint comes with its block scales (name+"_scale_inv", the
+// checkpoint's weight_scale_inv) and the config's weight_block_size: a
+// block-scaled FP8 weight (see package backend), which every backend's
+// MatMul takes as it is; a 3-D one (fused experts) carries its 3-D scales
+// for backend.ExpertRows.
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
@@ -99,10 +112,44 @@ func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	if !sameShape(t.Shape, shape) {
 		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)
 	}
-	if t.DType != tensor.BF16 && t.DType != tensor.F16 && t.DType != tensor.F32 {
-		return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16 or F32", name, t.DType)
+	h := backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}
+	switch t.DType {
+	case tensor.BF16, tensor.F16, tensor.F32:
+		return h, nil
+	case tensor.F8E4M3:
+		if b.FP8Block[0] <= 0 {
+			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3 but config.json has no fp8 quantization_config with weight_block_size", name)
+		}
+		sc, err := b.Ckpt.Tensor(name + "_scale_inv")
+		if err != nil && len(shape) == 3 {
+			// transformers 5 names fused experts' scales gate_up_proj_scales_inv
+			if s2, err2 := b.Ckpt.Tensor(name + "_scales_inv"); err2 == nil {
+				sc, err = s2, nil
+			}
+		}
+		if err != nil {
+			return backend.Host{}, fmt.Errorf("tensor %s is F8_E4M3: its block scales: %w", name, err)
+		}
+		ss := make([]int, len(sc.Shape))
+		for i, d := range sc.Shape {
+			ss[i] = int(d)
+		}
+		h.Scale = &backend.Host{Name: name + "_scale_inv", DType: sc.DType, Shape: ss, Data: sc.Data}
+		h.Block = b.FP8Block
+		if len(shape) == 3 {
+			// fused [E, O, K] experts, scales [E, ceil(O/bn), ceil(K/bk)]:
+			// sliced per expert by backend.ExpertRows, which checks them
+			if _, err := backend.ExpertRows(h, name, 0, 0, shape[1]); err != nil {
+				return backend.Host{}, err
+			}
+			return h, nil
+		}
+		if err := h.Check(); err != nil {
+			return backend.Host{}, err
+		}
+		return h, nil
 	}
-	return backend.Host{Name: name, DType: t.DType, Shape: shape, Data: t.Data}, nil
+	return backend.Host{}, fmt.Errorf("tensor %s has dtype %s, want BF16, F16, F32 or F8_E4M3 (fp8 checkpoints)", name, t.DType)
 }
 
 // Weight fetches a checkpoint tensor with Host and hands it to the backend
@@ -141,13 +188,31 @@ func (b *Base) LMHead(embed backend.Tensor, tie bool, vocab, hidden int) (backen
 
 // AllocStep makes the KV page pool and the per-step buffers: the step
 // layout for Opts.MaxBatchTokens tokens and the lm head's row blocks.
+// When decode steps may run as graphs (graph.go), the pool has one more
+// slot and page, for the padding rows, and the backend's step buffers are
+// sized for the largest step at once.
 func (b *Base) AllocStep(hidden, vocab int) error {
 	o := b.Opts
-	pool, err := kvcache.New(o.MaxTotalTokens, o.PageSize, o.MaxSeqs)
+	pad := b.gr.gb != nil
+	tokens, slots := o.MaxTotalTokens, o.MaxSeqs
+	if pad {
+		tokens, slots = tokens+o.PageSize, slots+1
+	}
+	pool, err := kvcache.New(tokens, o.PageSize, slots)
 	if err != nil {
 		return err
 	}
 	b.Pool = pool
+	if pad {
+		b.gr.dummy = o.MaxSeqs
+		if err := pool.Reserve(b.gr.dummy, 1); err != nil {
+			return fmt.Errorf("reserving the padding rows' KV page: %w", err)
+		}
+		b.gr.dummyPgs = pool.Pages(b.gr.dummy)
+		if err := b.gr.gb.ReserveStep(max(o.MaxBatchTokens, o.MaxSeqs), o.MaxSeqs, pool.NumPages()+o.MaxSeqs); err != nil {
+			return err
+		}
+	}
 	T := o.MaxBatchTokens
 	b.logRows = max(min(T, 64), o.MaxSeqs)
 	if b.sel, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, hidden); err != nil {
@@ -179,6 +244,7 @@ func (b *Base) Begin(bt *model.Batch) (int, error) {
 	if err := b.buildStep(bt); err != nil {
 		return 0, err
 	}
+	b.padStep(bt)
 	if err := b.BE.SetStep(&b.Step); err != nil {
 		return 0, fmt.Errorf("%s: %w", b.Name, err)
 	}
@@ -253,8 +319,12 @@ func (b *Base) Sync() error {
 // then it advances the slots' KV lengths and hands the logits rows out in
 // out (aliasing buffers reused by the next step).
 func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Batch, out *model.Logits) error {
-	be := b.BE
+	h := Head{X: x, Norm: norm, LMHead: lmHead, Eps: eps}
 	nOut := len(b.Step.OutRows)
+	if nOut <= b.logRows {
+		b.queueHead(h, 0, nOut)
+		return b.deliver(bt, out, nOut)
+	}
 	V := b.Info.VocabSize
 	if cap(b.hostLog) < nOut*V {
 		b.hostLog = make([]float32, nOut*V)
@@ -262,11 +332,45 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 	b.hostLog = b.hostLog[:nOut*V]
 	for first := 0; first < nOut; first += b.logRows {
 		m := min(b.logRows, nOut-first)
-		be.GatherRows(b.sel, x, first, m)
-		be.RMSNorm(b.sel, b.sel, norm, eps, m)
-		be.MatMul(b.logits, b.sel, lmHead, m)
-		if err := be.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
+		b.queueHead(h, first, m)
+		if err := b.BE.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
 			return fmt.Errorf("%s: forward: %w", b.Name, err)
+		}
+	}
+	return b.hand(bt, out, b.hostLog)
+}
+
+// deliver reads the nOut logits rows queued into the logits buffer (into
+// the backend's page-locked memory where it has some) and hands them out.
+func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
+	V := b.Info.VocabSize
+	if gb, ok := b.BE.(backend.GraphBackend); ok {
+		rows, err := gb.ReadPinned(b.logits, nOut)
+		if err != nil {
+			return fmt.Errorf("%s: forward: %w", b.Name, err)
+		}
+		return b.hand(bt, out, rows)
+	}
+	if cap(b.hostLog) < nOut*V {
+		b.hostLog = make([]float32, nOut*V)
+	}
+	b.hostLog = b.hostLog[:nOut*V]
+	if err := b.BE.Read(b.hostLog, b.logits, nOut); err != nil {
+		return fmt.Errorf("%s: forward: %w", b.Name, err)
+	}
+	return b.hand(bt, out, b.hostLog)
+}
+
+// hand ends a step whose logits rows are in log (in output-row order):
+// the slots' KV lengths advance and out's rows alias log.
+func (b *Base) hand(bt *model.Batch, out *model.Logits, log []float32) error {
+	V := b.Info.VocabSize
+	nOut := 0
+	for _, ch := range bt.Chunks {
+		if ch.AllLogits {
+			nOut += len(ch.Tokens)
+		} else {
+			nOut++
 		}
 	}
 	if err := b.Sync(); err != nil {
@@ -286,7 +390,7 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 	}
 	b.rowsBuf = b.rowsBuf[:nOut]
 	for i := range b.rowsBuf {
-		b.rowsBuf[i] = b.hostLog[i*V : (i+1)*V : (i+1)*V]
+		b.rowsBuf[i] = log[i*V : (i+1)*V : (i+1)*V]
 	}
 	j := 0
 	for i, ch := range bt.Chunks {

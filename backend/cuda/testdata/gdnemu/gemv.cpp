@@ -1,7 +1,10 @@
-// Host emulation of kernels/model.cu's m_gemv_bf16 (a warp per output,
-// 8 outputs per block): every output of n = 1..4 rows, with O not a
-// multiple of 8 and K = 8·odd, must match a float64 reference within 1e-6
-// relative, and no element outside the n×O output may be written.
+// Host emulation of kernels/gemv.cu's m_gemv_bf16 (16 outputs per block,
+// GEMV_WARPS warps splitting K, mma.sync m16n8k16 emulated from the PTX
+// fragment layouts): for n = 1..8 rows, O not a multiple of 16 and K = 8·odd,
+// every output must match a float64 reference of the split arithmetic
+// (x = hi + lo, two bf16 parts) within 1e-6 relative to Σ|x·w|, the exact
+// float32 product within 2e-5, and no element outside the n×O output may
+// be written.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -10,63 +13,113 @@
 #include <cstring>
 #include <random>
 #include <memory>
+#include <algorithm>
 using namespace std;
 struct dim3 { int x = 0, y = 0, z = 0; };
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 thread_local dim3 threadIdx, blockIdx;
+static std::unique_ptr<std::barrier<>> bar;
 static std::vector<std::unique_ptr<std::barrier<>>> wbar;
-static float fbuf[1024];
+void __syncthreads() { bar->arrive_and_wait(); }
 void __syncwarp(unsigned = 0xffffffffu) { wbar[threadIdx.x / 32]->arrive_and_wait(); }
-float __shfl_xor_sync(unsigned, float v, int o) {
-	fbuf[threadIdx.x] = v; __syncwarp();
-	float r = fbuf[(threadIdx.x & ~31) | ((threadIdx.x & 31) ^ o)]; __syncwarp(); return r;
-}
-float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
 typedef unsigned short bf16;
 typedef unsigned int u32;
 float __uint_as_float(u32 u) { float f; memcpy(&f, &u, 4); return f; }
-void load8(const bf16 *p, float *f) {
-	for (int i = 0; i < 8; i++) f[i] = __uint_as_float((u32)p[i] << 16);
+u32 __float_as_uint(float f) { u32 u; memcpy(&u, &f, 4); return u; }
+float bf2f(bf16 x) { return __uint_as_float(((u32)x) << 16); }
+bf16 f2bf(float f) {
+	u32 u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (bf16)(u >> 16);
 }
+#define GEMV_WARPS 8
+#define GEMV_U 4
 #define __global__
-typedef float act_t;
-inline void st_act(act_t *p, long long i, float v) { p[i] = v; }
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__ static
+// mma emulation: every lane posts its fragments, then computes its four
+// outputs from the whole tiles (float32 sums in k order).
+static u32 fa[8][32][4], fb[8][32][2];
+void mma_bf16_16816(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+	int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+	fa[w][lane][0] = a0; fa[w][lane][1] = a1; fa[w][lane][2] = a2; fa[w][lane][3] = a3;
+	fb[w][lane][0] = b0; fb[w][lane][1] = b1;
+	__syncwarp();
+	auto A = [&](int r, int k) { // row r, col k of the 16x16 tile
+		int g = r % 8, q = (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+		u32 v = fa[w][g * 4 + q][reg];
+		return bf2f((bf16)(k % 2 ? v >> 16 : v & 0xffff));
+	};
+	auto B = [&](int k, int col) {
+		int q = (k % 8) / 2, reg = k >= 8 ? 1 : 0;
+		u32 v = fb[w][col * 4 + q][reg];
+		return bf2f((bf16)(k % 2 ? v >> 16 : v & 0xffff));
+	};
+	int g = lane / 4, q = lane % 4;
+	float r[4];
+	for (int i = 0; i < 4; i++) {
+		int row = g + (i >= 2 ? 8 : 0), col = 2 * q + (i & 1);
+		float s = c[i];
+		for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+		r[i] = s;
+	}
+	__syncwarp();
+	for (int i = 0; i < 4; i++) c[i] = r[i];
+}
+// the hardware cvt.rn.bf16x2.f32 pair split, as f2bf (round to nearest even)
+void split_bf16x2(float a, float b, u32 &hi, u32 &lo) {
+	bf16 ha = f2bf(a), hb = f2bf(b);
+	hi = (u32)ha | ((u32)hb << 16);
+	lo = (u32)f2bf(a - bf2f(ha)) | ((u32)f2bf(b - bf2f(hb)) << 16);
+}
 #include "gemv_part.cu"
 int main() {
 	mt19937 rng(3);
 	normal_distribution<float> nd;
 	int bad = 0;
-	for (int n = 1; n <= 4; n++) {
-		for (int K : {8, 264, 2048}) {
-			const int O = 21;
-			vector<float> x(n * K);
-			vector<bf16> w(O * K);
-			for (auto &v : x) v = nd(rng);
-			for (auto &v : w) { float f = nd(rng) * 0.05f; u32 u; memcpy(&u, &f, 4); v = (bf16)(u >> 16); }
-			vector<float> out(4 * O + 8, NAN);
-			for (int b = 0; b < (O + 7) / 8; b++) {
-				wbar.clear();
-				for (int i = 0; i < 8; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
-				vector<thread> th;
-				// threads of warps whose output is past O return at once, as on the GPU
-				for (int t = 0; t < 256; t++) {
-					if (b * 8 + t / 32 >= O) continue;
-					th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
+	double worstSplit = 0, worstExact = 0;
+	for (int n = 1; n <= 8; n++) {
+		for (int K : {8, 40, 264, 2056}) {
+			for (int O : {21, 37}) {
+				vector<float> x(n * K);
+				vector<bf16> w(O * K);
+				for (auto &v : x) v = nd(rng);
+				for (auto &v : w) v = f2bf(nd(rng) * 0.05f);
+				vector<float> out(8 * O + 8, NAN);
+				for (int b = 0; b < (O + 15) / 16; b++) {
+					bar = std::make_unique<std::barrier<>>(32 * GEMV_WARPS);
+					wbar.clear();
+					for (int i = 0; i < GEMV_WARPS; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
+					vector<thread> th;
+					for (int t = 0; t < 32 * GEMV_WARPS; t++)
+						th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
+					for (auto &t : th) t.join();
 				}
-				for (auto &t : th) t.join();
-			}
-			for (int i = 0; i < n; i++) for (int o = 0; o < O; o++) {
-				double ref = 0, mag = 0;
-				for (int k = 0; k < K; k++) {
-					double wf = __uint_as_float((u32)w[o * K + k] << 16);
-					ref += x[i * K + k] * wf; mag += fabs(x[i * K + k] * wf);
+				for (int i = 0; i < n; i++) for (int o = 0; o < O; o++) {
+					double ref = 0, exact = 0, mag = 0;
+					for (int k = 0; k < K; k++) {
+						double wf = bf2f(w[o * K + k]);
+						float xv = x[i * K + k];
+						bf16 hi = f2bf(xv), lo = f2bf(xv - bf2f(hi));
+						ref += ((double)bf2f(hi) + bf2f(lo)) * wf;
+						exact += xv * wf;
+						mag += fabs(xv * wf);
+					}
+					double got = out[i * O + o];
+					worstSplit = max(worstSplit, fabs(got - ref) / mag);
+					worstExact = max(worstExact, fabs(got - exact) / mag);
+					if (!(fabs(got - ref) <= 1e-6 * mag) || !(fabs(got - exact) <= 2e-5 * mag)) {
+						if (bad++ < 5) printf("n=%d K=%d O=%d [%d,%d] got %g want %g (exact %g)\n", n, K, O, i, o, got, ref, exact);
+					}
 				}
-				if (!(fabs(out[i * O + o] - ref) <= 1e-6 * mag)) { if (bad++ < 5) printf("n=%d K=%d [%d,%d] got %g want %g\n", n, K, i, o, out[i * O + o], ref); }
+				for (size_t j = n * O; j < out.size(); j++) if (!std::isnan(out[j])) { if (bad++ < 5) printf("n=%d K=%d wrote past the output at %zu\n", n, K, j); }
 			}
-			for (size_t j = n * O; j < out.size(); j++) if (!std::isnan(out[j])) { if (bad++ < 5) printf("n=%d K=%d wrote past the output at %zu\n", n, K, j); }
 		}
 	}
-	printf("gemv: %d mismatches\n", bad);
+	printf("gemv: %d mismatches (worst vs split reference %.2e, vs exact %.2e, of sum |x.w|)\n", bad, worstSplit, worstExact);
 	return bad != 0;
 }

@@ -1,0 +1,16 @@
+//go:build !cgo || !amd64
+
+package vecmath
+
+func maxC([]float32) (float32, bool) { return 0, false }
+
+func sumExpC([]float32, float32, bool) (float64, bool) { return 0, false }
+
+// Level names the loops in use ("go": this build has no C loops).
+func Level() string { return "go" }
+
+func levels() []int { return nil }
+
+func maxAt(int, []float32) (float32, bool) { return 0, false }
+
+func sumExpAt(int, []float32, float32, bool) (float64, bool) { return 0, false }
