@@ -31,6 +31,9 @@ type moeBenchOpts struct {
 	compareTorch            bool
 	python, jsonOut         string
 	bwBytes                 int64
+	amxKBlock, amxPrefetch  int
+	decPrefetch, chunk      int
+	phases                  bool
 }
 
 var moeOpts moeBenchOpts
@@ -51,6 +54,11 @@ func init() {
 			f.StringVar(&moeOpts.python, "python", "python3", "python interpreter for --compare-torch")
 			f.StringVar(&moeOpts.jsonOut, "json", "", "also write results as JSON to this file")
 			f.Int64Var(&moeOpts.bwBytes, "bw-bytes", 1<<30, "buffer size of the read-bandwidth probe")
+			f.IntVar(&moeOpts.amxKBlock, "amx-kblock", 0, "AMX prefill K block in 1 KiB tile steps (0 = default, -1 = whole K)")
+			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
+			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
+			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 512)")
+			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 		},
 		run: runMoEBench,
 	})
@@ -82,6 +90,8 @@ type moeRecord struct {
 	TFLOPS       float64 `json:"tflops"`
 	TorchTF      float64 `json:"torch_tflops,omitempty"`
 	Layers       int     `json:"layers"`
+	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
+	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 }
 
 // benchLayers builds enough layers of random weights that together they
@@ -145,7 +155,8 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	var records []moeRecord
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
-			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa),
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
+			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
@@ -218,7 +229,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			}
 			records = append(records, moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
 				MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: near / 1e9, TFLOPS: r.TFLOPS(),
-				TorchTF: torch[t], Layers: len(layers)})
+				TorchTF: torch[t], Layers: len(layers), PhaseMs: phaseMs(r.Phases)})
 		}
 		closeLayers(layers)
 	}
@@ -240,7 +251,34 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %9.1f %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
 			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, rec.TFLOPS, tt, x, rec.Kernels)
 	}
+	if o.phases {
+		fmt.Fprintf(w, "phases, ms per task:\n%-12s %7s", "method", "tokens")
+		for _, n := range cpuexperts.PhaseNames {
+			fmt.Fprintf(w, " %9s", n)
+		}
+		fmt.Fprintln(w)
+		for _, rec := range records {
+			fmt.Fprintf(w, "%-12s %7d", rec.Method, rec.Tokens)
+			for _, n := range cpuexperts.PhaseNames {
+				fmt.Fprintf(w, " %9.3f", rec.PhaseMs[n])
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	return records, nil
+}
+
+// phaseMs turns summed phase times into milliseconds per task.
+func phaseMs(p cpuexperts.PhaseTimes) map[string]float64 {
+	n := p.Phased + p.Fused
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]float64, len(p.Seconds))
+	for i, s := range p.Seconds {
+		m[cpuexperts.PhaseNames[i]] = s * 1e3 / float64(n)
+	}
+	return m
 }
 
 // runTorch runs the embedded PyTorch baseline and returns TFLOPS per token count.

@@ -9,9 +9,10 @@
 // which thread ran what.
 //
 //   1. pack: each routed (token, expert) slot's activation row, converted to the
-//      kernel's activation format, grouped by expert (padded to 16 rows)
-//   2. gate/up: per (expert, 32 intermediate rows): h = silu(gate x) * up x
-//   3. quantize h rows for the down projection
+//      kernel's activation format, grouped by expert (padded to 32 rows)
+//   2. gate/up: per (expert, 32-128 intermediate rows): h = silu(gate x) * up x;
+//      bf16 activations: h is stored converted at once; otherwise
+//   3. the last gate/up item of an expert quantizes its h rows (no barrier)
 //   4. down: per (expert, hidden rows): Y_p[slot] = down h[slot]
 //   5. merge: out[t] = (incremental ? out[t] : 0) + sum over the token's
 //      slots (top-k order) and pools (pool order) of w * Y_p[slot]
@@ -55,6 +56,7 @@ typedef struct {
   float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
   _Atomic int next[5];
+  _Atomic int* gud;  // [nexp] gate/up items finished per expert (phased path)
   _Atomic int bar_cnt;
   _Atomic int bar_gen;
 } kt_pool;
@@ -95,6 +97,7 @@ struct kt_engine {
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
+  int mch;  // prefill tokens per kernel call (<= KT_MCH, multiple of 32)
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
@@ -134,6 +137,11 @@ struct kt_engine {
 
   int err;
   char errmsg[256];
+
+  // phase timing (queue thread only; read between tasks)
+  int64_t ph_ns[KT_NPHASES];
+  int64_t ph_tasks[2];
+  int64_t ph_t;
 };
 
 // ---------------------------------------------------------------- sync primitives
@@ -182,6 +190,19 @@ static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int
   } else {
     wait_change(nsleep, gen, g);
   }
+}
+
+static inline int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// ph_mark ends phase ph at the current time (queue thread only).
+static inline void ph_mark(kt_engine* e, int ph) {
+  int64_t t = now_ns();
+  e->ph_ns[ph] += t - e->ph_t;
+  e->ph_t = t;
 }
 
 // ---------------------------------------------------------------- memory
@@ -243,7 +264,7 @@ static int route(kt_engine* e) {
     e->off[x] = off;
     if (e->cnt[x]) {
       e->active[na++] = x;
-      int pad = (e->cnt[x] + 15) & ~15;
+      int pad = (e->cnt[x] + KT_TBLK - 1) & ~(KT_TBLK - 1);  // tile-order blocks never straddle experts
       for (int s = off + e->cnt[x]; s < off + pad; s++) e->slot_tok[s] = -1;
       off += pad;
     }
@@ -304,6 +325,9 @@ static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int
 // gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
 // [n0, n0+KT_NB) of expert x over all its slot rows, into P->Hf. Row-major
 // weights are packed once for the block when the prefill kernel runs.
+// With bf16 activations the conversion is per element, so the block's h is
+// converted here and stored straight into P->Hq (its 32 bf16 values are one
+// 64-byte column chunk of a tile-order row): no f32 h, no quantize pass.
 static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int n0, int H, int I,
                           int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
@@ -323,13 +347,26 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     U = &PU;
     g0 = 0;
   }
-  for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-    int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
-    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, pf && e->pf_tiled};
+  int tiled = pf && e->pf_tiled;
+  int hdirect = P->act == KT_ACT_BF16;
+  w->s.c_nt = 0;  // C is this thread's scratch
+  for (int m0 = 0; m0 < m; m0 += e->mch) {
+    int mm = m - m0 < e->mch ? m - m0 : e->mch;
+    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
-    for (int i = 0; i < mm; i++)
-      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+    if (!hdirect) {
+      for (int i = 0; i < mm; i++)
+        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+      continue;
+    }
+    int64_t rb = (int64_t)I * 2;
+    for (int i = 0; i < mm; i++) {
+      int64_t s = off + m0 + i;
+      char* dst = tiled ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32) : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
+      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
+      ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
+    }
   }
 }
 
@@ -342,6 +379,9 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpf : e->kdec;
+  // phased prefill through AMX: the slot outputs bypass the caches (the
+  // fused path merges right away and wants them cached)
+  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0;
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
     kt_mat PD;
@@ -353,12 +393,13 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       D = &PD;
       d0 = 0;
     }
-    for (int m0 = 0; m0 < m; m0 += KT_MCH) {
-      int mm = m - m0 < KT_MCH ? m - m0 : KT_MCH;
+    for (int m0 = 0; m0 < m; m0 += e->mch) {
+      int mm = m - m0 < e->mch ? m - m0 : e->mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
     }
   }
+  if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
 // merge_token writes out[t][h0:h0+n] = Σ w·Y over the token's slots (top-k
@@ -406,6 +447,8 @@ static void run_job(kt_worker* w) {
     }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  int timer = w->global == 0;  // the queue thread times the phases
+  if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
   while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
@@ -417,25 +460,35 @@ static void run_job(kt_worker* w) {
     }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) ph_mark(e, KT_PH_GATHER);
 
-  // 2. gate/up + silu; items are (expert, r2 intermediate rows)
-  int r2 = (I % 64 == 0 && e->nactive * (I / 64) >= 4 * nth) ? 64 : KT_NB;
+  // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
+  // read an expert's activations (up to e->mch rows per kernel call, kept in
+  // L2 across the item's 32-row blocks) fewer times, as long as every thread
+  // still gets ~8 items
+  int r2 = KT_NB;
+  for (int r = 128; r > KT_NB; r /= 2)
+    if (I % r == 0 && (int64_t)e->nactive * (I / r) >= 8 * nth) {
+      r2 = r;
+      break;
+    }
   int nb = I / r2;
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
-  }
-  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
-
-  // 3. quantize h for the down projection
-  while ((item = atomic_fetch_add_explicit(&P->next[3], 1, memory_order_relaxed)) < nchunks) {
-    for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
-      if (e->slot_tok[s] < 0) continue;
+    // 3. quantize h for the down projection (bf16: gate/up stored it
+    // already): the last gate/up item of an expert converts its rows while
+    // they are still in the caches and the other threads go on with gate/up
+    if (act == KT_ACT_BF16 || atomic_fetch_add_explicit(&P->gud[x], 1, memory_order_acq_rel) + 1 != nb) continue;
+    for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
       put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
-    }
   }
   barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  if (timer) {
+    ph_mark(e, KT_PH_GATEUP);
+    ph_mark(e, KT_PH_QUANT);  // inside gate/up now
+  }
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
   int r4 = KT_NB;
@@ -451,6 +504,7 @@ static void run_job(kt_worker* w) {
     down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
   barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  if (timer) ph_mark(e, KT_PH_DOWN);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) merge_token(e, w, item, 0, H, H);
@@ -540,7 +594,8 @@ static void run_job_fused(kt_worker* w) {
     gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
-      for (int s = off; s < off + m; s++)
+      // (bf16: gate/up stored h already)
+      for (int s = off; s < off + m && act != KT_ACT_BF16; s++)
         put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
       atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
     }
@@ -596,6 +651,7 @@ static void* worker_main(void* arg) {
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
   e->b = t->b;
+  e->ph_t = now_ns();
   if (route(e) != 0) return;
   int fmt = e->l->fmt, isa = e->isa;
   int act = kt_act_format(fmt, isa);
@@ -632,6 +688,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
     for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
+    for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
@@ -656,6 +713,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
   }
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  ph_mark(e, KT_PH_ROUTE);
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
   wake(&e->nsleep, &e->job_gen);
   run_job(&e->workers[0]);  // the queue thread is worker 0
@@ -664,6 +722,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
     wait_change(&e->nsleep, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
+  ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
+  e->ph_tasks[e->fused ? 1 : 0]++;
 }
 
 static void* queue_main(void* arg) {
@@ -799,6 +859,7 @@ static void free_engine(kt_engine* e) {
     free(P->Xts);
     free(P->Xs);
     free(P->Hs);
+    free((void*)P->gud);
   }
   free(e->cnt);
   free(e->off);
@@ -819,6 +880,18 @@ static void free_engine(kt_engine* e) {
 }
 
 int kt_engine_isa(const kt_engine* e) { return e->isa; }
+
+void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks) {
+  pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock after each task
+  for (int i = 0; i < KT_NPHASES; i++) {
+    ns[i] = e->ph_ns[i];
+    e->ph_ns[i] = 0;
+  }
+  tasks[0] = e->ph_tasks[0];
+  tasks[1] = e->ph_tasks[1];
+  e->ph_tasks[0] = e->ph_tasks[1] = 0;
+  pthread_mutex_unlock(&e->mu);
+}
 
 void kt_engine_free(kt_engine* e) {
   if (!e) return;
@@ -869,7 +942,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     e->nthreads += cfg->threads[p];
   }
   int H = cfg->hidden, I = cfg->inter_p;
-  e->max_slots = (int64_t)cfg->max_tokens * cfg->max_k + 16LL * cfg->nexp + 32;
+  e->max_slots = (int64_t)cfg->max_tokens * cfg->max_k + (int64_t)KT_TBLK * cfg->nexp + 32;
   e->cnt = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->off = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->active = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
@@ -883,6 +956,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
+  e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
   if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
@@ -903,7 +977,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->Y = (float*)kt_alloc(P->bytesOut, P->node);
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
-    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts)
+    P->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts || !P->gud)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
@@ -927,6 +1002,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
+      w->s.amx_kch = cfg->amx_kch;
+      w->s.amx_pf = cfg->amx_pf;
+      w->s.dec_pf = cfg->dec_pf;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
@@ -945,6 +1023,40 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   if (atomic_load(&e->amx_failed)) e->isa &= ~KT_ISA_AMX;  // fall back to AVX-512 rather than fault
   return e;
 #undef FAIL
+}
+
+// ---------------------------------------------------------------- layout check
+
+int kt_check_tile_layout(int rows, int rb) {
+  if (rows < 1 || rb < 64 || rb % 64) return -1;
+  int64_t nr = (rows + KT_TBLK - 1) / KT_TBLK * KT_TBLK;
+  char* buf = (char*)calloc((size_t)(nr * rb), 1);
+  char* src = (char*)malloc((size_t)(nr * rb));
+  if (!buf || !src) {
+    free(buf);
+    free(src);
+    return -1;
+  }
+  for (int64_t i = 0; i < nr * rb; i++) src[i] = (char)((i * 131 + (i >> 8) * 7 + 1) & 0xff);
+  int bad = 0;
+  for (int tiled = 0; tiled < 2 && !bad; tiled++) {
+    memset(buf, 0, (size_t)(nr * rb));
+    for (int r = 0; r < rows; r++) kt_put_row(buf, r, rb, src + (int64_t)r * rb, tiled);
+    kt_act A = {buf, rb, NULL, tiled};
+    kt_alayout L = kt_act_layout(&A, 1);
+    for (int i0 = 0; i0 < rows && !bad; i0 += KT_TBLK)
+      for (int kc = 0; kc < rb / 64 && !bad; kc++)
+        for (int half = 0; half < 2; half++) {
+          const char* tile = buf + (int64_t)(i0 / KT_TBLK) * L.blk32 + kc * L.step + (half ? L.a1 : 0);
+          for (int rr = 0; rr < 16; rr++) {
+            int r = i0 + half * 16 + rr;
+            if (r < rows && memcmp(tile + rr * L.stride, src + (int64_t)r * rb + kc * 64, 64) != 0) bad = 1;
+          }
+        }
+  }
+  free(buf);
+  free(src);
+  return bad;
 }
 
 // ---------------------------------------------------------------- bandwidth probe

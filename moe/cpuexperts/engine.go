@@ -43,6 +43,20 @@ type Config struct {
 	Hidden       int // hidden size
 	Intermediate int // moe_intermediate_size
 
+	// AMXKBlock is the K block of the AMX prefill kernels in 1 KiB tile
+	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
+	// blocking (the whole K in one pass). Results do not depend on it.
+	AMXKBlock int
+	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
+	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
+	AMXPrefetch int
+	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
+	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
+	DecodePrefetch int
+	// PrefillChunk is the most tokens of one expert a prefill kernel call
+	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
+	PrefillChunk int
+
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
 	fusedMaxSlots int
@@ -145,6 +159,25 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.max_tokens = C.int(cfg.MaxTokens)
 	cc.max_k = C.int(cfg.TopK)
 	cc.fused_max_slots = C.int(cfg.fusedMaxSlots)
+	if cfg.AMXKBlock == 0 {
+		cfg.AMXKBlock = DefaultAMXKBlock
+	}
+	if cfg.AMXKBlock > 0 {
+		cc.amx_kch = C.int(cfg.AMXKBlock)
+	}
+	if cfg.AMXPrefetch == 0 {
+		cfg.AMXPrefetch = DefaultAMXPrefetch
+	}
+	if cfg.AMXPrefetch > 0 {
+		cc.amx_pf = C.int(cfg.AMXPrefetch)
+	}
+	if cfg.DecodePrefetch == 0 {
+		cfg.DecodePrefetch = DefaultDecodePrefetch
+	}
+	if cfg.DecodePrefetch > 0 {
+		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
+	}
+	cc.mch = C.int(max(cfg.PrefillChunk, 0))
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -159,6 +192,45 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	return e, nil
 }
+
+// DefaultAMXKBlock is the default Config.AMXKBlock: no blocking. On the
+// device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
+// one pass for AMXINT8 and up to 15% slower for AMXBF16.
+const DefaultAMXKBlock = -1
+
+// DefaultAMXPrefetch is the default Config.AMXPrefetch.
+const DefaultAMXPrefetch = 1
+
+// DefaultDecodePrefetch is the default Config.DecodePrefetch.
+const DefaultDecodePrefetch = 2048
+
+// Phase names the timed phases of a task (Engine.Phases).
+var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}
+
+// PhaseTimes are the times spent per phase since the last call, summed over
+// tasks: Phased tasks ran the barrier phases, Fused ones the decode path.
+type PhaseTimes struct {
+	Seconds       [len(PhaseNames)]float64
+	Phased, Fused int
+}
+
+// Phases returns the per-phase times accumulated since the last call and
+// resets them. Call it only when no task is in flight (after Sync).
+func (e *Engine) Phases() PhaseTimes {
+	var ns [C.KT_NPHASES]C.int64_t
+	var tasks [2]C.int64_t
+	C.kt_engine_phases(e.c, &ns[0], &tasks[0])
+	var p PhaseTimes
+	for i := range p.Seconds {
+		p.Seconds[i] = float64(ns[i]) / 1e9
+	}
+	p.Phased, p.Fused = int(tasks[0]), int(tasks[1])
+	return p
+}
+
+// tileLayoutOK reports whether activation rows stored for the AMX kernels
+// are read back by their tile addressing (rows of rb bytes; tests).
+func tileLayoutOK(rows, rb int) bool { return C.kt_check_tile_layout(C.int(rows), C.int(rb)) == 0 }
 
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).

@@ -57,10 +57,12 @@ T512 void kt_avx512_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int
   }
 }
 
-INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT) {
+// pf > 0: one token prefetches the panel pf bytes ahead (as the int kernels).
+INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT, int pf) {
   __m512 acc[8];
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k / 2; j++) {
+    if (MT == 1 && pf > 0) _mm_prefetch((const char*)(pan + (int64_t)j * 16) + pf, _MM_HINT_T0);
     __m512bh wv = (__m512bh)_mm512_loadu_si512(pan + (int64_t)j * 16);
     for (int t = 0; t < MT; t++) acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_set1_epi32((int)x[t][j]));
   }
@@ -69,8 +71,7 @@ INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, f
 
 TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                                 kt_scratch* s) {
-  (void)s;
-  int k = W->k;
+  int k = W->k, pf = s->dec_pf;
   const uint16_t* X = (const uint16_t*)A->a;
   for (int p = 0; p < nn / 16; p++) {
     const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
@@ -84,13 +85,13 @@ TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A
         c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
       }
       if (mt == 1)
-        bf16pk_bf(pan, k, x, c, 1);
+        bf16pk_bf(pan, k, x, c, 1, pf);
       else if (mt == 2)
-        bf16pk_bf(pan, k, x, c, 2);
+        bf16pk_bf(pan, k, x, c, 2, pf);
       else if (mt <= 4)
-        bf16pk_bf(pan, k, x, c, 4);
+        bf16pk_bf(pan, k, x, c, 4, pf);
       else
-        bf16pk_bf(pan, k, x, c, 8);
+        bf16pk_bf(pan, k, x, c, 8, pf);
     }
   }
 }
@@ -103,7 +104,10 @@ INL TVNNI void int_store(__m512i acc, __m512i corr, __m512 ws, float as, float* 
   _mm512_storeu_ps(c, _mm512_mul_ps(_mm512_mul_ps(f, ws), _mm512_set1_ps(as)));
 }
 
-INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
+// pf > 0: the one-token loops prefetch the panel pf bytes ahead (a panel is
+// one contiguous stream; a work item's panels are short streams for the
+// hardware prefetcher).
+INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   if (MT == 1) {
     // one token: two independent chains (integer sums are exact, so the result
@@ -111,6 +115,10 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
     __m512i a0 = _mm512_setzero_si512(), a1 = a0;
     int j = 0;
     for (; j + 2 <= k / 4; j += 2) {
+      if (pf > 0) {
+        _mm_prefetch((const char*)pan + (int64_t)j * 64 + pf, _MM_HINT_T0);
+        _mm_prefetch((const char*)pan + (int64_t)j * 64 + 64 + pf, _MM_HINT_T0);
+      }
       a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(x[0][j]), flip),
                                _mm512_loadu_si512(pan + (int64_t)j * 64));
       a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_set1_epi32(x[0][j + 1]), flip),
@@ -130,13 +138,14 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
   }
 }
 
-INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT) {
+INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   if (MT == 1) {  // one token: separate chains for the low and high nibbles (exact, as above)
     __m512i alo = _mm512_setzero_si512(), ahi = alo;
     for (int c = 0; c < k / 128; c++)
       for (int r = 0; r < 16; r++) {
+        if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
         __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
         alo = _mm512_dpbusd_epi32(alo, _mm512_xor_si512(_mm512_set1_epi32(x[0][32 * c + r]), flip),
                                   _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
@@ -163,8 +172,7 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
 #define INT_PANEL_DRIVER(NAME, BODY, PANEL_BYTES)                                                       \
   TVNNI void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,           \
                   kt_scratch* s) {                                                                      \
-    (void)s;                                                                                            \
-    int k = W->k;                                                                                       \
+    int k = W->k, pf = s->dec_pf;                                                                       \
     const int8_t* X = (const int8_t*)A->a;                                                              \
     for (int p = 0; p < nn / 16; p++) {                                                                 \
       int row = n0 + p * 16;                                                                            \
@@ -177,13 +185,13 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
         __m512i acc[8];                                                                                 \
         for (int t = 0; t < 8; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
         if (mt == 1)                                                                                    \
-          BODY(pan, k, x, acc, 1);                                                                      \
+          BODY(pan, k, x, acc, 1, pf);                                                                      \
         else if (mt == 2)                                                                               \
-          BODY(pan, k, x, acc, 2);                                                                      \
+          BODY(pan, k, x, acc, 2, pf);                                                                      \
         else if (mt <= 4)                                                                               \
-          BODY(pan, k, x, acc, 4);                                                                      \
+          BODY(pan, k, x, acc, 4, pf);                                                                      \
         else                                                                                            \
-          BODY(pan, k, x, acc, 8);                                                                      \
+          BODY(pan, k, x, acc, 8, pf);                                                                      \
         for (int t = 0; t < mt; t++)                                                                    \
           int_store(acc[t], corr, ws, A->as[t0 + t], C + (int64_t)(t0 + t) * ldc + p * 16);             \
       }                                                                                                 \

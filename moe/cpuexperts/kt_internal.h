@@ -12,15 +12,25 @@ enum { KT_ACT_F32 = 1, KT_ACT_BF16 = 2, KT_ACT_S8 = 3 };
 
 // Rows of activations for one expert: row i at a + i*ld elements, or, when
 // tiled is set (AMX prefill only), in tile order: the rows come in blocks of
-// 16, each block takes the bytes of its 16 rows, and within a block the
-// 64-byte column chunk c of row r is at c*1024 + r*64, so every A tile the
-// kernel loads is 1 KiB of contiguous memory (KT_TILE_ROW below).
+// 32 (experts start at multiples of 32 slots), each block takes the bytes of
+// its 32 rows, and within a block the 64-byte column chunk c of row r is at
+// c*2048 + r*64. The two A tiles of one kernel step (rows 0-15 and 16-31 of
+// chunk c) are then 2 KiB of contiguous memory, and successive steps follow
+// each other: one sequential stream (kt_tiled_chunk below).
 typedef struct {
   const void* a;
   int64_t ld;
   const float* as;  // KT_ACT_S8: per-row scale
   int tiled;
 } kt_act;
+
+#define KT_TBLK 32  // rows per tile-order block
+
+// kt_tiled_chunk is where the 64-byte column chunk c of row s of a tile-order
+// buffer with rows of rb bytes lives.
+static inline char* kt_tiled_chunk(char* buf, int64_t s, int64_t rb, int64_t c) {
+  return buf + (s & ~(int64_t)(KT_TBLK - 1)) * rb + c * (KT_TBLK * 64) + (s & (KT_TBLK - 1)) * 64;
+}
 
 // kt_put_row stores a row of rb bytes (a multiple of 64 when tiled) as row s
 // of an activation buffer, row-major or in the tile order described above.
@@ -29,9 +39,31 @@ static inline void kt_put_row(char* buf, int64_t s, int64_t rb, const void* src,
     __builtin_memcpy(buf + s * rb, src, (size_t)rb);
     return;
   }
-  char* d = buf + (s & ~(int64_t)15) * rb + (s & 15) * 64;
   const char* p = (const char*)src;
-  for (int64_t c = 0; c < rb / 64; c++) __builtin_memcpy(d + c * 1024, p + c * 64, 64);
+  for (int64_t c = 0; c < rb / 64; c++) __builtin_memcpy(kt_tiled_chunk(buf, s, rb, c), p + c * 64, 64);
+}
+
+// Addressing of the A tiles in an AMX kernel: for the 32-row block starting
+// at row i0 (a multiple of 32) and step kc, the tile of rows 0-15 is at
+// A + (i0/32)*blk32 + kc*step, the one of rows 16-31 a1 bytes further, and
+// the rows of a tile are stride bytes apart (kt_check_tile_layout tests it).
+typedef struct {
+  int64_t blk32, a1, step, stride;
+} kt_alayout;
+
+static inline kt_alayout kt_act_layout(const kt_act* A, int64_t esz) {
+  kt_alayout L;
+  L.blk32 = KT_TBLK * A->ld * esz;
+  if (A->tiled) {
+    L.a1 = 16 * 64;
+    L.step = KT_TBLK * 64;
+    L.stride = 64;
+  } else {
+    L.a1 = 16 * A->ld * esz;
+    L.step = 64;
+    L.stride = A->ld * esz;
+  }
+  return L;
 }
 
 // Per-thread scratch handed to kernels (64-byte aligned).
@@ -40,10 +72,14 @@ typedef struct {
   void* pack2;         // second panel buffer (up projection)
   int32_t* ci;         // int32 tile scratch [KT_MCH][KT_NB]
   float* row;          // one f32 row of the widest matrix dimension
+  int amx_kch;         // AMX prefill: 1 KiB tile steps per K block (<= 0: the whole K in one pass)
+  int amx_pf;          // AMX prefill: prefetch the tiles this many steps ahead (<= 0: none)
+  int c_nt;            // AMX prefill: write C with non-temporal stores (C 64-byte aligned, ldc*4 a multiple of 64)
+  int dec_pf;          // one-token decode (int8/int4/bf16 panels): prefetch this many bytes ahead (<= 0: none)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
-#define KT_MCH 128   // tokens per kernel call in prefill
+#define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
 
 // C[i*ldc + j] = sum_k W[n0+j][k] * A[i][k], i < m, j < nn (nn multiple of 16, <= KT_NB).

@@ -87,6 +87,10 @@ typedef struct {
   int max_tokens, max_k, nexp, hidden, inter_p; // scratch sizing (inter_p = largest pool slice)
   int fused_max_slots; // one pool: tasks with at most this many (token, expert) pairs take the
                        // barrier-free decode path; 0 = default (512), < 0 = never
+  int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
+  int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
+  int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
+  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
@@ -96,6 +100,28 @@ void kt_engine_free(kt_engine* e);
 // kt_engine_isa returns the ISA bits in use (AMX is dropped if a thread could
 // not configure its tiles).
 int kt_engine_isa(const kt_engine* e);
+
+// Phases of the barrier-phased task path, timed on the queue thread.
+enum {
+  KT_PH_ROUTE,    // routing and setup before the workers start
+  KT_PH_CONVERT,  // 1a: each token's row to the activation format
+  KT_PH_GATHER,   // 1b: rows into per-expert slot order
+  KT_PH_GATEUP,   // 2: gate/up + SiLU
+  KT_PH_QUANT,    // 3: h to the down projection's activation format
+  KT_PH_DOWN,     // 4: down projection
+  KT_PH_MERGE,    // 5: weighted sum per token, until every thread is done
+  KT_PH_FUSED,    // a whole task on the fused (decode) path
+  KT_NPHASES
+};
+// kt_engine_phases copies the accumulated nanoseconds per phase into ns
+// (KT_NPHASES values) and the number of phased and fused tasks into tasks[2],
+// then resets them. Call it between tasks (after kt_sync).
+void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks);
+
+// kt_check_tile_layout checks that activation rows stored for the AMX
+// kernels (row-major and in tile order) are read back by the kernels' tile
+// addressing, for rows of rb bytes (a multiple of 64); 0 = consistent (tests).
+int kt_check_tile_layout(int rows, int rb);
 
 // kt_submit queues forward(layer, batch); the batch struct is copied. It
 // returns 0, or -1 when the queue is full.

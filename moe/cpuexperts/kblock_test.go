@@ -1,0 +1,81 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// TestAMXKBlockBitwise checks that the K blocking of the AMX prefill
+// kernels, their prefetch and the prefill chunk do not change results:
+// whole K, blocks of 1 tile step and of 3 (which leaves a short last
+// block), chunks of 32 and 64 tokens (several kernel calls per item) give
+// bitwise equal outputs. On CPUs without AMX the K block and prefetch are
+// ignored; the chunk applies to every prefill kernel (checked on the best
+// level only: the chunking is in the engine, not in the kernels).
+// It also checks that the phase timers count the tasks.
+func TestAMXKBlockBitwise(t *testing.T) {
+	const topK, tokens = 4, 300 // ~150 tokens per expert
+	lv := levels(t)
+	for _, isa := range lv[:1] { // the best level: AMX where the CPU has it
+		for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16} {
+			spec := small
+			spec.Method, spec.Experts = m, 8
+			src := sourceFor(m, spec)
+			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
+			ids[5] = -1
+			var ref []float32
+			configs := [][3]int{{-1, -1, 0}, {-1, 1, 32}} // K block, prefetch, chunk
+			if isa == ISAAMX {
+				configs = append(configs, [3]int{1, 2, 0}, [3]int{3, 0, 64})
+			}
+			for _, c := range configs {
+				kb, pf, chunk := c[0], c[1], c[2]
+				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d", isa, m, kb, pf, chunk)
+				e, err := NewEngine(Config{Threads: 3, ISA: isa, MaxTokens: tokens, TopK: topK,
+					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk,
+					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := e.NewLayer(spec, src)
+				if err != nil {
+					e.Close()
+					t.Fatal(err)
+				}
+				out := make([]float32, tokens*spec.Hidden)
+				err = l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out})
+				ph := e.Phases()
+				l.Close()
+				e.Close()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if ph.Phased != 1 || ph.Fused != 0 || ph.Seconds[2] <= 0 {
+					t.Fatalf("%s: phase timers: %+v, want one phased task", name, ph)
+				}
+				if ref == nil {
+					ref = out
+					continue
+				}
+				for j := range ref {
+					if math.Float32bits(ref[j]) != math.Float32bits(out[j]) {
+						t.Fatalf("%s: out[%d] = %g, whole K gives %g", name, j, out[j], ref[j])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTileLayout checks the tile-order activation layout against the AMX
+// kernels' tile addressing on any CPU (the kernels themselves need AMX).
+func TestTileLayout(t *testing.T) {
+	for _, c := range [][2]int{{1, 64}, {32, 64}, {45, 1024}, {100, 1536}, {7, 4096}, {64, 4096}} {
+		if !tileLayoutOK(c[0], c[1]) {
+			t.Errorf("%d rows of %d bytes: tile addressing does not read back the stored rows", c[0], c[1])
+		}
+	}
+}
