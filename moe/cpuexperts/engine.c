@@ -832,6 +832,19 @@ int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg) {
   return pthread_join(th, NULL);
 }
 
+int64_t kt_hostfn_loop(void* args, int n, int64_t gap_ns) {
+  int64_t busy = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t t0 = now_ns();
+    kt_hostfn_submit(args);
+    kt_hostfn_sync(args);
+    int64_t t1 = now_ns();
+    busy += t1 - t0;
+    while (gap_ns > 0 && now_ns() - t1 < gap_ns) _mm_pause();
+  }
+  return busy;
+}
+
 static void free_engine(kt_engine* e) {
   if (e->workers) {
     for (int i = 0; i < e->nthreads; i++) {

@@ -144,6 +144,11 @@ void kt_hostfn_sync(void* args);
 // kt_run_on_thread runs submit(arg) then sync(arg) on a new pthread and joins
 // it: how tests show the path needs no Go thread.
 int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg);
+// kt_hostfn_loop runs kt_hostfn_submit then kt_hostfn_sync n times on the
+// calling thread, waiting gap_ns (busy, as a GPU step between two layers
+// would keep the driver thread) after each, and returns the nanoseconds the
+// n submit+sync pairs took, gaps excluded (benchmarks of the hand-off).
+int64_t kt_hostfn_loop(void* args, int n, int64_t gap_ns);
 
 // Packing / quantization helpers (portable C, run once at load).
 // Each packs rows [0,n) x cols [0,k) of a source given as f32 rows with stride ld.
