@@ -91,6 +91,8 @@ typedef struct {
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
+  int64_t spin_ns;     // idle threads spin this long before sleeping (unless oversubscribed);
+                       // 0 = default (300 us), < 0 = none (a few hundred pauses)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
