@@ -11,7 +11,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"time"
 	"unsafe"
 )
 
@@ -295,11 +294,4 @@ func (t *HostTask) runOnCThread() error {
 		return errors.New("cannot start a thread")
 	}
 	return nil
-}
-
-// loopOnThread runs the task's submit and sync n times on the calling
-// thread (locked to it, no Go between the pairs), with a busy gap after
-// each, and returns the time of the n pairs without the gaps (benchmarks).
-func (t *HostTask) loopOnThread(n int, gap time.Duration) time.Duration {
-	return time.Duration(C.kt_hostfn_loop(unsafe.Pointer(t.args), C.int(n), C.int64_t(gap.Nanoseconds())))
 }

@@ -35,11 +35,8 @@
 #include "kt_internal.h"
 
 #define QCAP 64
-#define SPIN 5000       // oversubscribed machine: spin rounds before sleeping
-#define SPIN_PURE 1024  // oversubscribed machine: rounds before the first sched_yield
-#define SPIN_NS_DEFAULT 300000  // otherwise: spin this long (ns) before sleeping
-#define SYNC_SPIN_NS 5000000  // kt_sync: spin this much longer (a task is running)
-#define LINE 128        // the hot atomics each get a line pair (adjacent-line prefetch)
+#define SPIN 5000
+#define SPIN_PURE 1024
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
@@ -58,16 +55,10 @@ typedef struct {
   float* Hs;
   float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
+  _Atomic int next[5];
   _Atomic int* gud;  // [nexp] gate/up items finished per expert (phased path)
-  // work counters and barrier words, each on its own line: every item's
-  // fetch_add would otherwise evict the read-only fields above from every
-  // other thread's cache
-  struct {
-    _Alignas(LINE) _Atomic int v;
-  } next[5];
-  _Alignas(LINE) _Atomic int bar_cnt;
-  _Alignas(LINE) _Atomic int bar_gen;
-  _Alignas(LINE) char pad_;
+  _Atomic int bar_cnt;
+  _Atomic int bar_gen;
 } kt_pool;
 
 typedef struct {
@@ -93,22 +84,16 @@ struct kt_engine {
   kt_pool pools[8];
   kt_worker* workers;
 
-  // hot words, one line each (written by one thread while the others spin
-  // on or fetch_add their neighbours otherwise)
-  _Alignas(LINE) _Atomic int job_gen;
-  _Alignas(LINE) _Atomic int job_done;
-  _Alignas(LINE) _Atomic int done_gen;
-  _Alignas(LINE) _Atomic int gbar_cnt;
-  _Alignas(LINE) _Atomic int gbar_gen;
-  _Alignas(LINE) _Atomic int gnext;
-  _Alignas(LINE) _Atomic int nsleep;  // threads sleeping in futex_wait
-  _Alignas(LINE) _Atomic int quit;
+  _Atomic int job_gen;
+  _Atomic int job_done;
+  _Atomic int done_gen;
+  _Atomic int quit;
+  _Atomic int gbar_cnt;
+  _Atomic int gbar_gen;
+  _Atomic int gnext;
   _Atomic int ready;       // threads that finished their start-up
   _Atomic int amx_failed;  // a thread could not configure AMX tiles
-  // spinning: oversub = more engine threads than CPUs less one (the
-  // submitter's), where spinning must yield; else spin_ns of pure pause
-  int oversub;
-  int64_t spin_ns;
+  _Atomic int nsleep;      // threads sleeping in futex_wait
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
@@ -142,20 +127,11 @@ struct kt_engine {
   int* tok_slot;  // [max_tokens][max_k]: slot of (t, j), -1 = skipped
 
   // queue
-  // kt_submit writes a slot and then qtail (under mu: several submitters);
-  // the queue thread reads the slot after an acquire load of qtail, without
-  // the mutex. pending drops when a task finished (release: its writes are
-  // visible to whoever sees the drop); kt_sync spins on it and sleeps on
-  // cv_done only after the spin window (nsyncw counts the sleepers, so the
-  // queue thread takes the mutex to broadcast only when one sleeps).
   pthread_mutex_t mu;
   pthread_cond_t cv_task, cv_done;
   kt_task q[QCAP];
-  _Alignas(LINE) _Atomic int qhead;
-  _Alignas(LINE) _Atomic int qtail;
-  _Alignas(LINE) _Atomic int pending;
-  _Alignas(LINE) _Atomic int nsyncw;
-  _Alignas(LINE) int qsleep;  // queue thread waits on cv_task (under mu)
+  int qhead;
+  _Atomic int qtail, pending;
   pthread_t qthread;
   int qstarted;
 
@@ -185,47 +161,18 @@ static void wake(_Atomic int* nsleep, _Atomic int* addr) {
     syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline int64_t now_ns(void);
-
-// spin_until spins until *addr != old (returns 1) or the spin budget is
-// spent (returns 0). With a core for every engine thread and the submitter
-// it only pauses, for e->spin_ns (a time, not a round count: consecutive
-// layers' tasks, a GPU step apart, find the threads awake; an idle engine
-// burns that long after its last task, then sleeps). On an oversubscribed
-// machine it pauses SPIN_PURE rounds, then yields now and then so the
-// thread that has to produce the change (the Go caller, say) gets a core.
-static int spin_until(const kt_engine* e, _Atomic int* addr, int old) {
-#define KT_DONE(v) ((v) != old)
-  if (e->oversub) {
-    for (int i = 0; i < SPIN; i++) {
-      if (KT_DONE(atomic_load_explicit(addr, memory_order_acquire))) return 1;
-      if (i >= SPIN_PURE && (i & 31) == 31)
-        sched_yield();
-      else
-        _mm_pause();
-    }
-    return 0;
+// wait_change waits until *addr != old: spinning first (a task usually
+// follows soon; the first SPIN_PURE rounds only pause, for the short waits of
+// a running task), then yielding now and then so a thread that has to run to
+// produce the change (the Go caller, say) gets a core, then sleeping.
+static void wait_change(_Atomic int* nsleep, _Atomic int* addr, int old) {
+  for (int i = 0; i < SPIN; i++) {
+    if (atomic_load_explicit(addr, memory_order_acquire) != old) return;
+    if (i >= SPIN_PURE && (i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
   }
-  int64_t deadline = 0;
-  for (int i = 0;; i++) {
-    if (KT_DONE(atomic_load_explicit(addr, memory_order_acquire))) return 1;
-    _mm_pause();
-    if ((i & 63) == 63) {  // ~64 pauses between clock reads (vDSO, ~20 ns)
-      int64_t t = now_ns();
-      if (!deadline)
-        deadline = t + e->spin_ns;
-      else if (t >= deadline)
-        return 0;
-    }
-  }
-#undef KT_DONE
-}
-
-// wait_change waits until *addr != old: spinning first (spin_until), then
-// sleeping on the futex.
-static void wait_change(kt_engine* e, _Atomic int* addr, int old) {
-  _Atomic int* nsleep = &e->nsleep;
-  if (spin_until(e, addr, old)) return;
   while (atomic_load_explicit(addr, memory_order_seq_cst) == old) {
     atomic_fetch_add_explicit(nsleep, 1, memory_order_seq_cst);
     futex_wait(addr, old);
@@ -233,8 +180,7 @@ static void wait_change(kt_engine* e, _Atomic int* addr, int old) {
   }
 }
 
-static void barrier(kt_engine* e, _Atomic int* cnt, _Atomic int* gen, int n) {
-  _Atomic int* nsleep = &e->nsleep;
+static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int n) {
   if (n <= 1) return;
   int g = atomic_load_explicit(gen, memory_order_acquire);
   if (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) == n - 1) {
@@ -242,7 +188,7 @@ static void barrier(kt_engine* e, _Atomic int* cnt, _Atomic int* gen, int n) {
     atomic_fetch_add_explicit(gen, 1, memory_order_seq_cst);
     wake(nsleep, gen);
   } else {
-    wait_change(e, gen, g);
+    wait_change(nsleep, gen, g);
   }
 }
 
@@ -494,18 +440,18 @@ static void run_job(kt_worker* w) {
 
   // 1a. convert each token's row once
   int tchunks = (e->ntok + 3) / 4;
-  while ((item = atomic_fetch_add_explicit(&P->next[0].v, 1, memory_order_relaxed)) < tchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < tchunks) {
     for (int t = item * 4; t < item * 4 + 4 && t < e->ntok; t++) {
       const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
       ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
     }
   }
-  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   int timer = w->global == 0;  // the queue thread times the phases
   if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
-  while ((item = atomic_fetch_add_explicit(&P->next[1].v, 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
@@ -513,7 +459,7 @@ static void run_job(kt_worker* w) {
       P->Xs[s] = P->Xts[t];
     }
   }
-  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) ph_mark(e, KT_PH_GATHER);
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
@@ -528,7 +474,7 @@ static void run_job(kt_worker* w) {
     }
   int nb = I / r2;
   int items = e->nactive * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     // 3. quantize h for the down projection (bf16: gate/up stored it
@@ -538,7 +484,7 @@ static void run_job(kt_worker* w) {
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
       put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
   }
-  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) {
     ph_mark(e, KT_PH_GATEUP);
     ph_mark(e, KT_PH_QUANT);  // inside gate/up now
@@ -553,11 +499,11 @@ static void run_job(kt_worker* w) {
     }
   int hb = H / r4;
   items = e->nactive * hb;
-  while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / hb];
     down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
-  barrier(e, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
   if (timer) ph_mark(e, KT_PH_DOWN);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
@@ -631,7 +577,7 @@ static void run_job_fused(kt_worker* w) {
 
   // convert each token's row once (tokst[t] = seq publishes it); with few
   // tokens most threads skip straight to gate/up
-  while ((item = atomic_fetch_add_explicit(&P->next[0].v, 1, memory_order_relaxed)) < e->ntok) {
+  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < e->ntok) {
     const char* src = (const char*)b->x + (int64_t)item * H * (b->x_bf16 ? 2 : 4);
     ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)item * H * asz, &P->Xts[item], w->s.row);
     atomic_store_explicit(&e->tokst[item], e->seq, memory_order_release);
@@ -640,7 +586,7 @@ static void run_job_fused(kt_worker* w) {
   // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB)
   int nb = I / KT_NB;
   int items = na * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
     int m = e->cnt[x], off = e->off[x];
     int pf = m >= e->pf_min;
@@ -689,7 +635,7 @@ static void* worker_main(void* arg) {
   worker_init(w);
   int seen = 0;
   for (;;) {
-    wait_change(e, &e->job_gen, seen);
+    wait_change(&e->nsleep, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
     run_job(w);
@@ -741,7 +687,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
-    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i].v, 0, memory_order_relaxed);
+    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
     for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
@@ -773,7 +719,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   run_job(&e->workers[0]);  // the queue thread is worker 0
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
-    wait_change(e, &e->done_gen, dg);
+    wait_change(&e->nsleep, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
   ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
@@ -785,27 +731,26 @@ static void* queue_main(void* arg) {
   worker_init(&e->workers[0]);
   for (;;) {
     // a task usually follows soon: spin a while before sleeping on the condition
-    int head = atomic_load_explicit(&e->qhead, memory_order_relaxed);
-    if (!spin_until(e, &e->qtail, head)) {
-      pthread_mutex_lock(&e->mu);
-      e->qsleep = 1;
-      while (atomic_load(&e->qtail) == head && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
-      e->qsleep = 0;
+    for (int i = 0; i < SPIN && atomic_load(&e->qtail) == e->qhead && !atomic_load(&e->quit); i++) {
+      if ((i & 31) == 31)
+        sched_yield();
+      else
+        _mm_pause();
+    }
+    pthread_mutex_lock(&e->mu);
+    while (e->qhead == e->qtail && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
+    if (e->qhead == e->qtail) {
       pthread_mutex_unlock(&e->mu);
+      break;
     }
-    if (atomic_load_explicit(&e->qtail, memory_order_acquire) == head) {
-      if (atomic_load(&e->quit)) break;
-      continue;  // quit is only set with the queue drained; a spurious return
-    }
-    kt_task t = e->q[head % QCAP];
-    atomic_store_explicit(&e->qhead, head + 1, memory_order_release);  // the slot may be reused
+    kt_task t = e->q[e->qhead % QCAP];
+    e->qhead++;
+    pthread_mutex_unlock(&e->mu);
     run_task(e, &t);
-    atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&e->nsyncw, memory_order_seq_cst) > 0) {
-      pthread_mutex_lock(&e->mu);
-      pthread_cond_broadcast(&e->cv_done);
-      pthread_mutex_unlock(&e->mu);
-    }
+    pthread_mutex_lock(&e->mu);
+    e->pending--;
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_mutex_unlock(&e->mu);
   }
   return NULL;
 }
@@ -814,38 +759,33 @@ static void* queue_main(void* arg) {
 
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
   pthread_mutex_lock(&e->mu);
-  int tail = atomic_load_explicit(&e->qtail, memory_order_relaxed);
-  if (tail - atomic_load_explicit(&e->qhead, memory_order_acquire) >= QCAP) {
+  if (e->qtail - e->qhead >= QCAP) {
     pthread_mutex_unlock(&e->mu);
     return -1;
   }
-  e->q[tail % QCAP].l = l;
-  e->q[tail % QCAP].b = *b;
-  atomic_fetch_add_explicit(&e->pending, 1, memory_order_seq_cst);
-  atomic_store_explicit(&e->qtail, tail + 1, memory_order_release);
-  if (e->qsleep) pthread_cond_signal(&e->cv_task);
+  e->q[e->qtail % QCAP].l = l;
+  e->q[e->qtail % QCAP].b = *b;
+  e->qtail++;
+  e->pending++;
+  pthread_cond_signal(&e->cv_task);
   pthread_mutex_unlock(&e->mu);
   return 0;
 }
 
 void kt_sync(kt_engine* e, int allow_pending) {
-  // the acquire load pairs with the queue thread's decrement of pending,
-  // which follows every write of the task. The caller waits for running
-  // work, not for an idle engine: it spins SYNC_SPIN_NS beyond the idle
-  // window (device: sleeping after 300 us added ~0.3 ms of wake-up to 0.4-0.6
-  // ms one-token tasks), then sleeps on cv_done
-  if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) return;
-  int64_t limit = e->spin_ns > 0 ? e->spin_ns + SYNC_SPIN_NS : 0;
-  for (int64_t t0 = now_ns();;) {
-    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) return;
-    _mm_pause();
-    if (e->oversub) sched_yield();
-    if (now_ns() - t0 > limit) break;
+  for (int i = 0; i < SPIN; i++) {
+    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {
+      pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock: its writes are visible
+      pthread_mutex_unlock(&e->mu);
+      return;
+    }
+    if ((i & 31) == 31)
+      sched_yield();
+    else
+      _mm_pause();
   }
   pthread_mutex_lock(&e->mu);
-  atomic_fetch_add_explicit(&e->nsyncw, 1, memory_order_seq_cst);
-  while (atomic_load_explicit(&e->pending, memory_order_seq_cst) > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
-  atomic_fetch_sub_explicit(&e->nsyncw, 1, memory_order_seq_cst);
+  while (e->pending > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -890,19 +830,6 @@ int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg) {
   pthread_t th;
   if (pthread_create(&th, NULL, hostfn_thread, &h) != 0) return -1;
   return pthread_join(th, NULL);
-}
-
-int64_t kt_hostfn_loop(void* args, int n, int64_t gap_ns) {
-  int64_t busy = 0;
-  for (int i = 0; i < n; i++) {
-    int64_t t0 = now_ns();
-    kt_hostfn_submit(args);
-    kt_hostfn_sync(args);
-    int64_t t1 = now_ns();
-    busy += t1 - t0;
-    while (gap_ns > 0 && now_ns() - t1 < gap_ns) _mm_pause();
-  }
-  return busy;
 }
 
 static void free_engine(kt_engine* e) {
@@ -994,8 +921,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     kt_engine_free(e);                       \
     return NULL;                             \
   } while (0)
-  kt_engine* e = NULL;
-  if (posix_memalign((void**)&e, LINE, sizeof *e) == 0) memset(e, 0, sizeof *e);
+  kt_engine* e = (kt_engine*)calloc(1, sizeof *e);
   if (!e) {
     snprintf(err, (size_t)errlen, "out of memory");
     return NULL;
@@ -1006,7 +932,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->cfg = *cfg;
   e->cfg.cpus = NULL;
   e->isa = cfg->isa;
-  e->spin_ns = cfg->spin_ns == 0 ? SPIN_NS_DEFAULT : cfg->spin_ns < 0 ? 0 : cfg->spin_ns;
   if (cfg->npools < 1 || cfg->npools > 8) FAIL("pool count %d outside 1..8", cfg->npools);
   e->npools = cfg->npools;
   for (int p = 0; p < e->npools; p++) {
@@ -1057,10 +982,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
-  cpu_set_t allowed;
-  int ncpu = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
-  if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  e->oversub = e->nthreads >= ncpu;  // the submitter needs a core too
   e->workers = (kt_worker*)calloc((size_t)e->nthreads, sizeof(kt_worker));
   if (!e->workers) FAIL("out of memory");
   int maxk = H > I ? H : I;

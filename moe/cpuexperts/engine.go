@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -57,13 +56,6 @@ type Config struct {
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
 	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
 	PrefillChunk int
-	// SpinWait is how long idle threads (workers, the queue thread, a
-	// caller in Sync) spin before they sleep, when every engine thread and
-	// the submitter have a core: tasks a GPU step apart then find them
-	// awake, at the price of that much CPU after the last task. 0 =
-	// DefaultSpinWait, < 0 = sleep at once. An oversubscribed machine spins
-	// a bounded number of rounds with yields instead.
-	SpinWait time.Duration
 
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
@@ -186,10 +178,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
 	cc.mch = C.int(max(cfg.PrefillChunk, 0))
-	if cfg.SpinWait == 0 {
-		cfg.SpinWait = DefaultSpinWait
-	}
-	cc.spin_ns = C.int64_t(max(cfg.SpinWait.Nanoseconds(), -1))
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -209,11 +197,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 // device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
 // one pass for AMXINT8 and up to 15% slower for AMXBF16.
 const DefaultAMXKBlock = -1
-
-// DefaultSpinWait is the default Config.SpinWait: longer than the GPU part
-// of a hybrid decode step between two CPU MoE layers, short enough that an
-// idle server's threads sleep right after its last request.
-const DefaultSpinWait = 300 * time.Microsecond
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1

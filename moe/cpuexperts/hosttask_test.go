@@ -10,7 +10,7 @@ import (
 
 // cMem maps n zeroed bytes outside the Go heap (what a HostTask's memory
 // must be: the C side keeps its addresses).
-func cMem(t testing.TB, n int) []byte {
+func cMem(t *testing.T, n int) []byte {
 	t.Helper()
 	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {

@@ -91,8 +91,6 @@ typedef struct {
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
-  int64_t spin_ns;     // idle threads spin this long before sleeping (unless oversubscribed);
-                       // 0 = default (300 us), < 0 = none (a few hundred pauses)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
@@ -146,11 +144,6 @@ void kt_hostfn_sync(void* args);
 // kt_run_on_thread runs submit(arg) then sync(arg) on a new pthread and joins
 // it: how tests show the path needs no Go thread.
 int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg);
-// kt_hostfn_loop runs kt_hostfn_submit then kt_hostfn_sync n times on the
-// calling thread, waiting gap_ns (busy, as a GPU step between two layers
-// would keep the driver thread) after each, and returns the nanoseconds the
-// n submit+sync pairs took, gaps excluded (benchmarks of the hand-off).
-int64_t kt_hostfn_loop(void* args, int n, int64_t gap_ns);
 
 // Packing / quantization helpers (portable C, run once at load).
 // Each packs rows [0,n) x cols [0,k) of a source given as f32 rows with stride ld.
