@@ -12,6 +12,7 @@ import (
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
+	"github.com/ktserve/kt/models/internal/routed"
 	"github.com/ktserve/kt/moe/placement"
 )
 
@@ -28,6 +29,7 @@ import (
 // GPU experts and with 3 of 8 per layer on the GPU (the GPU MoE op between
 // the submit and the wait). It skips without a GPU.
 func TestHybridGraphDecode(t *testing.T) {
+	t.Setenv(routed.GraphEnv, "1") // the graph form is opt-in
 	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)

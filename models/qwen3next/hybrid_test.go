@@ -32,6 +32,7 @@ const hybridTol = 5e-3
 // form: CPU experts as C host functions); the stats are asserted. It skips
 // without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
+	t.Setenv(routed.GraphEnv, "1") // the graph form is opt-in
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)

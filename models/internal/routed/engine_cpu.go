@@ -208,12 +208,12 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 }
 
 // hybridGraphs lets the hybrid step's decode steps be captured as graphs
-// when its graph form is available (the synchronous form, GraphEnv not 0)
+// when its graph form is asked for (the synchronous form, GraphEnv=1)
 // and turns graphs off otherwise (the Go host functions of the overlapped
 // form, like the synchronous hand-off, cannot be replayed).
 func (x *engine) hybridGraphs(rb *runbase.Base) {
 	if x.gpu == nil || !x.gpu.graphs {
-		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine; " + GraphEnv + "=0 or " + OverlapEnv + "=1)")
+		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine; its graph form is opt-in: " + GraphEnv + "=1, not with " + OverlapEnv + "=1)")
 		return
 	}
 	// a replayed step's CPU tasks report their errors once it is done

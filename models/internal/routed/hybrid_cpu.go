@@ -34,10 +34,14 @@ const OverlapEnv = "KT_HYBRID_OVERLAP"
 // experts queued after the copies).
 const WaitEnv = "KT_HYBRID_WAIT"
 
-// GraphEnv names the environment variable that, set to 0, keeps the
-// hybrid step out of decode step graphs (every step op by op, as before).
-// By default the synchronous hybrid step's decode steps are captured: see
-// gpuLink.
+// GraphEnv names the environment variable that, set to 1, lets the
+// hybrid step's decode steps be captured as CUDA graphs with the CPU
+// experts as C host nodes (see gpuLink). Off by default: on the H100
+// machine, alternating the two forms three times in one call (8-layer
+// Qwen3.5, AMXINT4, 15 engine threads) gave 208/139/143 tok/s with the
+// graph and 300/309/295 op by op — the host nodes' submit and wait on the
+// driver's callback thread cost more than the launches they save there
+// (docs/notes/coordinator.md, session 2).
 const GraphEnv = "KT_HYBRID_GRAPH"
 
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
@@ -156,7 +160,7 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	if !g.sync {
 		g.layers = make([]*linkLayer, nLayers)
 	}
-	g.graphs = g.sync && os.Getenv(GraphEnv) != "0"
+	g.graphs = g.sync && os.Getenv(GraphEnv) == "1"
 	g.tasks = map[int][]*cpuexperts.HostTask{}
 	return g, nil
 }
