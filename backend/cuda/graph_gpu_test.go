@@ -9,6 +9,7 @@ import (
 
 	"github.com/ktserve/kt/backend/cuda"
 	testfixtures "github.com/ktserve/kt/internal/fixtures"
+	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
 )
@@ -46,36 +47,12 @@ func TestModelGraphDecode(t *testing.T) {
 		t.Run(fx, func(t *testing.T) {
 			on, eager, off := loadGraphMode(t, fx, "on"), loadGraphMode(t, fx, "eager"), loadGraphMode(t, fx, "off")
 			cases := testfixtures.Load(t, fx)
-			pos, next := map[int]int{}, map[int]int32{}
+			sp := stepper.New(on, eager, off)
 			var padDiff float64
 			steps, padded := 0, false
 			step := func(what string, slots []int, prompt map[int][]int32) {
 				t.Helper()
-				var b model.Batch
-				for _, s := range slots {
-					toks := prompt[s]
-					if toks == nil {
-						toks = []int32{next[s]}
-					}
-					b.Chunks = append(b.Chunks, model.Chunk{Slot: s, Pos: pos[s], Tokens: toks})
-				}
-				var rows [3][][]float32
-				for i, r := range []model.Runner{on, eager, off} {
-					for _, c := range b.Chunks {
-						if err := r.Reserve(c.Slot, len(c.Tokens)); err != nil {
-							t.Fatal(err)
-						}
-					}
-					var out model.Logits
-					if err := r.Forward(&b, &out); err != nil {
-						t.Fatalf("%s: %v", what, err)
-					}
-					for _, rr := range out.Rows {
-						for _, row := range rr {
-							rows[i] = append(rows[i], append([]float32(nil), row...))
-						}
-					}
-				}
+				b, rows := sp.Run(t, what, slots, prompt)
 				identical := func(a, b [][]float32) bool {
 					for i := range a {
 						for j := range a[i] {
@@ -100,10 +77,7 @@ func TestModelGraphDecode(t *testing.T) {
 				} else {
 					padDiff = math.Max(padDiff, d)
 				}
-				for i, c := range b.Chunks {
-					pos[c.Slot] += len(c.Tokens)
-					next[c.Slot] = argmax(logSoftmax(rows[2][i]))
-				}
+				sp.Advance(b, rows[2])
 				steps++
 			}
 			for s := 0; s < 4; s++ {
@@ -118,10 +92,7 @@ func TestModelGraphDecode(t *testing.T) {
 			for i := 0; i < 70; i++ {
 				step(fmt.Sprintf("long decode step %d", i), []int{0, 1, 2, 3}, nil)
 			}
-			for _, r := range []model.Runner{on, eager, off} {
-				r.Free(3)
-			}
-			pos[3] = 0
+			sp.Free(3)
 			step("mixed step", []int{0, 3}, map[int][]int32{3: cases[0].PromptIDs[:7]})
 			for i := 0; i < 3; i++ {
 				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
@@ -65,36 +66,12 @@ func TestHybridGraphDecode(t *testing.T) {
 				return r
 			}
 			on, eager, off := load("on"), load("eager"), load("off")
-			pos, next := map[int]int{}, map[int]int32{}
+			sp := stepper.New(on, eager, off)
 			var padDiff float64
 			steps := 0
 			step := func(what string, slots []int, prompt map[int][]int32) {
 				t.Helper()
-				var b model.Batch
-				for _, s := range slots {
-					toks := prompt[s]
-					if toks == nil {
-						toks = []int32{next[s]}
-					}
-					b.Chunks = append(b.Chunks, model.Chunk{Slot: s, Pos: pos[s], Tokens: toks})
-				}
-				var rows [3][][]float32
-				for i, r := range []model.Runner{on, eager, off} {
-					for _, c := range b.Chunks {
-						if err := r.Reserve(c.Slot, len(c.Tokens)); err != nil {
-							t.Fatal(err)
-						}
-					}
-					var out model.Logits
-					if err := r.Forward(&b, &out); err != nil {
-						t.Fatalf("%s: %v", what, err)
-					}
-					for _, rr := range out.Rows {
-						for _, row := range rr {
-							rows[i] = append(rows[i], append([]float32(nil), row...))
-						}
-					}
-				}
+				b, rows := sp.Run(t, what, slots, prompt)
 				for i := range rows[0] {
 					for j := range rows[0][i] {
 						if rows[0][i][j] != rows[1][i][j] {
@@ -108,10 +85,7 @@ func TestHybridGraphDecode(t *testing.T) {
 					t.Fatalf("%s: graph step differs from the unpadded op-by-op step by %.3g", what, d)
 				}
 				padDiff = math.Max(padDiff, d)
-				for i, c := range b.Chunks {
-					pos[c.Slot] += len(c.Tokens)
-					next[c.Slot] = modeltest.Argmax(modeltest.LogSoftmax(rows[2][i]))
-				}
+				sp.Advance(b, rows[2])
 				steps++
 			}
 			prompt := func(s, n int) []int32 {
@@ -132,10 +106,7 @@ func TestHybridGraphDecode(t *testing.T) {
 			for i := 0; i < 60; i++ {
 				step(fmt.Sprintf("long decode step %d", i), []int{0, 1, 2, 3}, nil)
 			}
-			for _, r := range []model.Runner{on, eager, off} {
-				r.Free(3)
-			}
-			pos[3] = 0
+			sp.Free(3)
 			step("mixed step", []int{0, 3}, map[int][]int32{3: prompt(7, 7)})
 			for i := 0; i < 5; i++ {
 				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
 )
@@ -88,38 +89,12 @@ func GraphDecodeIdentical[R model.Runner](t *testing.T, fixture string, load fun
 		t.Fatalf("graphs disabled, yet stats say %s", s)
 	}
 	cases := ReadRef(t, fixture)
-	pos := map[int]int{}
-	next := map[int]int32{}
+	sp := stepper.New(ref, gr)
 	step := func(what string, slots []int, prompt map[int][]int32) {
 		t.Helper()
-		var b model.Batch
-		for _, s := range slots {
-			toks := prompt[s]
-			if toks == nil {
-				toks = []int32{next[s]}
-			}
-			b.Chunks = append(b.Chunks, model.Chunk{Slot: s, Pos: pos[s], Tokens: toks})
-		}
-		var rows [2][][]float32
-		for i, r := range []model.Runner{ref, gr} {
-			for _, c := range b.Chunks {
-				if err := r.Reserve(c.Slot, len(c.Tokens)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var out model.Logits
-			if err := r.Forward(&b, &out); err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			for _, rr := range out.Rows {
-				rows[i] = append(rows[i], CopyRows(rr)...)
-			}
-		}
+		b, rows := sp.Run(t, what, slots, prompt)
 		RequireIdentical(t, what, rows[1], rows[0])
-		for i, c := range b.Chunks {
-			pos[c.Slot] += len(c.Tokens)
-			next[c.Slot] = Argmax(LogSoftmax(rows[0][i]))
-		}
+		sp.Advance(b, rows[0])
 	}
 	for s := 0; s < 4; s++ {
 		p := cases[s%len(cases)].PromptIDs
@@ -144,9 +119,7 @@ func GraphDecodeIdentical[R model.Runner](t *testing.T, fixture string, load fun
 		t.Fatalf("after the epoch changed: graph stats %s, want 4 captured, 11 replayed", st)
 	}
 	// a mixed step (prefill + decode) runs op by op between replays
-	gr.Free(3)
-	ref.Free(3)
-	pos[3] = 0
+	sp.Free(3)
 	step("mixed step", []int{0, 3}, map[int][]int32{3: cases[0].PromptIDs[:7]})
 	step("decode after the mixed step", []int{0, 1, 2, 3}, nil)
 	t.Logf("%s: %s", fixture, st)
