@@ -236,6 +236,14 @@ type Device struct {
 	closed bool
 }
 
+// SchedEnv names the environment variable that sets how host threads wait
+// for the GPU (the primary context's scheduling flag, before it is first
+// retained): "auto" (the driver's default: spin while there are fewer
+// active CUDA threads than cores, else yield), "spin", "yield" or
+// "blocking" (sleep on an OS primitive: no core burnt while a whole
+// decode-step graph runs, at a wake-up cost per wait).
+const SchedEnv = "KT_CUDA_SCHED"
+
 // Open opens the GPU described by opt. Errors that mean "no usable GPU"
 // wrap ErrUnavailable; the message says which library or call failed.
 func Open(opt Options) (*Device, error) {
@@ -252,6 +260,15 @@ func Open(opt Options) (*Device, error) {
 	d := &Device{Info: *info}
 	if err := cuErr(C.kt_cuDeviceGet(&d.dev, C.int(opt.Ordinal)), "cuDeviceGet(%d)", opt.Ordinal); err != nil {
 		return nil, err
+	}
+	if v := os.Getenv(SchedEnv); v != "" && v != "auto" {
+		f, ok := map[string]C.uint{"spin": 1, "yield": 2, "blocking": 4}[v]
+		if !ok {
+			return nil, fmt.Errorf("%s=%q: want auto, spin, yield or blocking", SchedEnv, v)
+		}
+		if err := cuErr(C.kt_cuDevicePrimaryCtxSetFlags(d.dev, f), "cuDevicePrimaryCtxSetFlags(%d, %s)", opt.Ordinal, v); err != nil {
+			return nil, err
+		}
 	}
 	if err := cuErr(C.kt_cuDevicePrimaryCtxRetain(&d.ctx, d.dev), "cuDevicePrimaryCtxRetain(%d)", opt.Ordinal); err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ static char load_err[512];
 	X(cuDeviceGetPCIBusId, CUresult, (char *, int, CUdevice)) \
 	X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice)) \
 	X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice)) \
+	X(cuDevicePrimaryCtxSetFlags_v2, CUresult, (CUdevice, unsigned)) \
 	X(cuCtxSetCurrent, CUresult, (CUcontext)) \
 	X(cuCtxSynchronize, CUresult, (void)) \
 	X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *)) \
@@ -121,6 +122,7 @@ CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d) { NOCTX return p_cuDeviceTot
 CUresult kt_cuDeviceGetPCIBusId(char *b, int n, CUdevice d) { NOCTX return p_cuDeviceGetPCIBusId(b, n, d); }
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRetain(c, d); }
 CUresult kt_cuDevicePrimaryCtxRelease(CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRelease_v2(d); }
+CUresult kt_cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f) { NOCTX return p_cuDevicePrimaryCtxSetFlags_v2(d, f); }
 CUresult kt_cuCtxSynchronize(CUcontext ctx) { SETCTX return p_cuCtxSynchronize(); }
 CUresult kt_cuMemGetInfo(CUcontext ctx, size_t *f, size_t *t) { SETCTX return p_cuMemGetInfo_v2(f, t); }
 CUresult kt_cuMemAlloc(CUcontext ctx, CUdeviceptr *p, size_t n) { SETCTX return p_cuMemAlloc_v2(p, n); }

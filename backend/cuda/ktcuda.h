@@ -57,6 +57,7 @@ CUresult kt_cuDeviceGetAttribute(int *v, int attr, CUdevice d);
 CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d);
 CUresult kt_cuDeviceGetPCIBusId(char *buf, int len, CUdevice d);
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
+CUresult kt_cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f);
 CUresult kt_cuDevicePrimaryCtxRelease(CUdevice d);
 CUresult kt_cuCtxSynchronize(CUcontext ctx);
 CUresult kt_cuMemGetInfo(CUcontext ctx, size_t *free, size_t *total);
