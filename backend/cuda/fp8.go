@@ -183,7 +183,7 @@ func (b *Backend) fp8SplitGemm(os, xs, wt *Tensor, n, o, k int) bool {
 		}
 		b.planned[shape] = true
 	}
-	if !b.check("MatMul", b.d.launch(b.s, "fp8_dequant_split", grid1(int(blocks64(ok, 1024))), grid1(256), 0, b.fp8W, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)) ||
+	if !b.check("MatMul", b.d.launch(b.s, "fp8_dequant_split", grid2(int(min(blocks64(int64(k), 256), 64)), min(o, 65535)), grid1(256), 0, b.fp8W, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)) ||
 		!b.check("MatMul", b.d.launch(b.s, "m_split_bf16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)) {
 		return false
 	}

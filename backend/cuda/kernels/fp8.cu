@@ -298,19 +298,21 @@ extern "C" __global__ void fp8_moe_down(float *ybuf, const float *hbuf, const in
 // sums.
 //
 // fp8_dequant_split: out[0..O·K) = hi, out[O·K..2·O·K) = lo. grid
-// ceil(O·K/1024), block 256 (4 elements a thread).
+// (ceil(K/256) capped, min(O, 65535)), block 256: rows by blockIdx.y (and
+// strides of gridDim.y), columns by threads, so a row's scale row is found
+// once and no element pays a 64-bit division.
 extern "C" __global__ void fp8_dequant_split(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
 					     int bn, int bk, int sc) {
 	const long long total = (long long)O * K;
-	const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-	for (int j = 0; j < 4; j++) {
-		const long long i = i0 + j;
-		if (i >= total) return;
-		const int o = (int)(i / K), k = (int)(i % K);
-		const float w = fp8_one(q[i]) * scale[(long long)(o / bn) * sc + k / bk];
-		const bf16 hi = f2bf(w);
-		out[i] = hi;
-		out[total + i] = f2bf(w - bf2f(hi));
+	for (int o = blockIdx.y; o < O; o += gridDim.y) {
+		const float *srow = scale + (long long)(o / bn) * sc;
+		const long long base = (long long)o * K;
+		for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < K; k += gridDim.x * blockDim.x) {
+			const float w = fp8_one(q[base + k]) * srow[k / bk];
+			const bf16 hi = f2bf(w);
+			out[base + k] = hi;
+			out[total + base + k] = f2bf(w - bf2f(hi));
+		}
 	}
 }
 

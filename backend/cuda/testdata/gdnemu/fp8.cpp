@@ -227,7 +227,7 @@ int main() {
 		for (auto &v : scale) v = 0.001f + fabs(nd(rng)) * 0.01f;
 		for (auto &v : x) v = nd(rng);
 		vector<bf16> w2(2 * O * K + 8, 0xffff);
-		launch({(O * K + 1023) / 1024, 1, 1}, 256, [&] { fp8_dequant_split(w2.data(), q.data(), scale.data(), O, K, bn, bk, sc); });
+		launch({min((K + 255) / 256, 64), min(O, 65535), 1}, 256, [&] { fp8_dequant_split(w2.data(), q.data(), scale.data(), O, K, bn, bk, sc); });
 		for (int i = 2 * O * K; i < 2 * O * K + 8; i++) if (w2[i] != 0xffff && bad++ < 8) printf("dequant_split wrote past the output\n");
 		vector<float> d(2 * n * 2 * O);
 		for (int r = 0; r < 2 * n; r++) for (int c = 0; c < 2 * O; c++) {
