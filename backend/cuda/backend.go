@@ -43,14 +43,16 @@ type Backend struct {
 	scratch    Buffer // 16-bit copies of MatMul activations
 	gemmTmp    Buffer // float32 [2n, o]: the hi and lo halves of a split MatMul
 	fastMatMul bool
-	fallback   map[gemmShape]bool
-	planned    map[gemmShape]bool
-	moe        map[*backend.Experts]*moeTable
-	moeH       Buffer // [pairs, inter] float32
-	moeY       Buffer // [pairs, hidden] float32
-	moeIDs     Buffer // [pairs] int32: ids with experts absent from the table masked to -1
-	attnAcc    Buffer // float32 [rows, heads, splits, D]: split-K attention partials
-	attnML     Buffer // float32 [rows, heads, splits, 2]: their max and sum
+	// gemmOK says, per GEMM shape asked for, whether cuBLASLt takes it
+	// (false: refused by the heuristic query or by a call; MatMul then
+	// uses its own kernels for that shape).
+	gemmOK  map[gemmShape]bool
+	moe     map[*backend.Experts]*moeTable
+	moeH    Buffer // [pairs, inter] float32
+	moeY    Buffer // [pairs, hidden] float32
+	moeIDs  Buffer // [pairs] int32: ids with experts absent from the table masked to -1
+	attnAcc Buffer // float32 [rows, heads, splits, D]: split-K attention partials
+	attnML  Buffer // float32 [rows, heads, splits, 2]: their max and sum
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
@@ -61,9 +63,8 @@ type Backend struct {
 	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
 	noGEMV bool
 	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
-	fp8Force   string
-	fp8W       Buffer             // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
-	fp8NoSplit map[gemmShape]bool // split GEMM shapes cuBLASLt refused
+	fp8Force string
+	fp8W     Buffer // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
 
 	// epoch counts reallocations of buffers that kernels are passed
 	// (GraphEpoch): a graph captured before one must not be replayed.
@@ -120,7 +121,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, fallback: map[gemmShape]bool{}, planned: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}, fp8NoSplit: map[gemmShape]bool{},
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0"}, nil
 }
 
@@ -574,4 +575,23 @@ func (b *Backend) Replay(g *Graph) {
 	if b.ok() {
 		b.check("Replay", g.Launch(b.s))
 	}
+}
+
+// gemmSupported reports whether cuBLASLt takes g (of the given shape),
+// asking it once per shape; Gemm refusing a call later is recorded in
+// gemmOK by the caller.
+func (b *Backend) gemmSupported(shape gemmShape, g GemmArgs) bool {
+	if ok, known := b.gemmOK[shape]; known {
+		return ok
+	}
+	ok := b.d.GemmSupported(g) == nil
+	b.gemmOK[shape] = ok
+	return ok
+}
+
+// gemmRefused reports whether cuBLASLt refused shape (not asked yet:
+// false).
+func (b *Backend) gemmRefused(shape gemmShape) bool {
+	ok, known := b.gemmOK[shape]
+	return known && !ok
 }

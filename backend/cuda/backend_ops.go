@@ -93,17 +93,9 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 		g.A = b.scratch
 	}
 	shape := gemmShape{g.M, o, k, wt.dt}
-	if b.fallback[shape] {
+	if !b.gemmSupported(shape, g) {
 		b.matmulKernel(os, xs, wt, dt, n, o, k)
 		return
-	}
-	if _, known := b.planned[shape]; !known {
-		if b.d.GemmSupported(g) != nil {
-			b.fallback[shape] = true
-			b.matmulKernel(os, xs, wt, dt, n, o, k)
-			return
-		}
-		b.planned[shape] = true
 	}
 	grid := grid1(int(blocks64(m, 256)))
 	var err error
@@ -124,7 +116,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if err := b.d.Gemm(b.s, g); err != nil {
 		// cuBLASLt refused the call (a status, nothing was queued): use
 		// the plain kernel for this shape from now on.
-		b.fallback[shape] = true
+		b.gemmOK[shape] = false
 		b.matmulKernel(os, xs, wt, dt, n, o, k)
 		return
 	}

@@ -114,7 +114,7 @@ func (b *Backend) fp8Kernel(xs, wt *Tensor, n int) string {
 		return b.fp8Force
 	case n <= fp8GemvRows && aligned && f.bk%16 == 0:
 		return "fp8_gemv"
-	case n > fp8GemvRows && !b.fp8NoSplit[gemmShape{2 * n, 2 * wt.shape[0], k, tensor.F8E4M3}]:
+	case n > fp8GemvRows && !b.gemmRefused(fp8SplitShape(n, wt.shape[0], k)):
 		return "fp8_split_gemm"
 	case f.bk%16 == 0 && b.d.Info.Major >= 8:
 		return "fp8_gemm_mma"
@@ -139,7 +139,7 @@ func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 			return
 		}
 		// cuBLASLt refused the shape: the tile kernels from now on
-		b.fp8NoSplit[gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}] = true
+		b.gemmOK[fp8SplitShape(n, o, k)] = false
 		name = b.fp8Kernel(xs, wt, n)
 	}
 	switch name {
@@ -156,6 +156,10 @@ func (b *Backend) matmulFP8(os, xs, wt *Tensor, n, o, k int) {
 	}
 	b.check("MatMul", err)
 }
+
+// fp8SplitShape is the cuBLASLt GEMM shape of fp8SplitGemm for n rows of
+// an [o, k] weight: [2n, k]·[2o, k]ᵀ (hi and lo halves of both).
+func fp8SplitShape(n, o, k int) gemmShape { return gemmShape{2 * n, 2 * o, k, tensor.F8E4M3} }
 
 // fp8SplitGemm is MatMul of n > fp8GemvRows rows through cuBLASLt: the
 // weight dequantised into hi and lo bf16 halves (fp8_dequant_split, a
@@ -174,14 +178,10 @@ func (b *Backend) fp8SplitGemm(os, xs, wt *Tensor, n, o, k int) bool {
 		return false
 	}
 	g := GemmArgs{M: 2 * n, N: 2 * o, K: k, A: b.scratch, B: b.fp8W, D: b.gemmTmp, AType: tensor.BF16, BType: tensor.BF16, DType: tensor.F32}
-	shape := gemmShape{2 * n, 2 * o, k, tensor.F8E4M3}
-	if _, known := b.planned[shape]; !known {
-		// (GemmSupported checks the buffer sizes too: asked only once
-		// they exist)
-		if b.d.GemmSupported(g) != nil {
-			return false
-		}
-		b.planned[shape] = true
+	// (GemmSupported checks the buffer sizes too: asked only once they
+	// exist)
+	if !b.gemmSupported(fp8SplitShape(n, o, k), g) {
+		return false
 	}
 	if !b.check("MatMul", b.d.launch(b.s, "fp8_dequant_split", grid2(int(min(blocks64(int64(k), 256), 64)), min(o, 65535)), grid1(256), 0, b.fp8W, wt.buf, f.scale, o, k, f.bn, f.bk, f.sc)) ||
 		!b.check("MatMul", b.d.launch(b.s, "m_split_bf16", grid1(int(blocks64(m, 256))), grid1(256), 0, b.scratch, xs.buf, m)) {
