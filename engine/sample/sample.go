@@ -367,15 +367,7 @@ func nucleusAll(w []float32, topP float64) []int32 {
 			edge = append(edge, int32(i))
 		}
 	}
-	slices.SortFunc(edge, func(a, b int32) int {
-		switch {
-		case w[a] > w[b]:
-			return -1
-		case w[a] < w[b]:
-			return 1
-		}
-		return int(a - b)
-	})
+	slices.SortFunc(edge, bestFirst(w))
 	sum := above
 	for _, i := range edge {
 		cand = append(cand, i)
@@ -385,6 +377,19 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		}
 	}
 	return cand
+}
+
+// bestFirst orders token ids by w, largest first, ties to the lower id.
+func bestFirst(w []float32) func(a, b int32) int {
+	return func(a, b int32) int {
+		switch {
+		case w[a] > w[b]:
+			return -1
+		case w[a] < w[b]:
+			return 1
+		}
+		return int(a - b)
+	}
 }
 
 // draw samples an index proportionally to w over cand (nil: every index);

@@ -199,15 +199,7 @@ func TestNucleusAllMatchesSort(t *testing.T) {
 			all[i] = int32(i)
 			total += float64(w[i])
 		}
-		slices.SortFunc(all, func(a, b int32) int {
-			switch {
-			case w[a] > w[b]:
-				return -1
-			case w[a] < w[b]:
-				return 1
-			}
-			return int(a - b)
-		})
+		slices.SortFunc(all, bestFirst(w))
 		want := nucleus(all, w, topP, total)
 		slices.Sort(got)
 		slices.Sort(want)

@@ -35,24 +35,19 @@ func Save(w io.Writer, name string, obj any) error {
 
 	cw := &countWriter{w: w}
 	zw := zip.NewWriter(cw)
-	records := []struct {
+	type record struct {
 		name string
 		data []byte
-	}{{name + "/data.pkl", p.b.Bytes()}, {name + "/byteorder", []byte("little")}}
+	}
+	records := []record{{name + "/data.pkl", p.b.Bytes()}, {name + "/byteorder", []byte("little")}}
 	for i, t := range p.tensors {
 		var d bytes.Buffer
 		if err := binary.Write(&d, binary.LittleEndian, t.Data); err != nil {
 			return fmt.Errorf("torchpt: save: %w", err)
 		}
-		records = append(records, struct {
-			name string
-			data []byte
-		}{name + "/data/" + strconv.Itoa(i), d.Bytes()})
+		records = append(records, record{name + "/data/" + strconv.Itoa(i), d.Bytes()})
 	}
-	records = append(records, struct {
-		name string
-		data []byte
-	}{name + "/version", []byte("3\n")})
+	records = append(records, record{name + "/version", []byte("3\n")})
 	for _, r := range records {
 		if err := zw.Flush(); err != nil {
 			return fmt.Errorf("torchpt: save: %w", err)

@@ -115,7 +115,7 @@ func load(zr *zip.Reader, size int64) (v any, err error) {
 	fallback := u.FindClass
 	u.FindClass = func(module, name string) (any, error) {
 		if c, ok := storageClasses[module+"."+name]; ok {
-			return c.class, nil
+			return c, nil
 		}
 		if module+"."+name == "torch._utils._rebuild_tensor_v2" {
 			return &pytorch.RebuildTensorV2{}, nil
@@ -131,7 +131,7 @@ func load(zr *zip.Reader, size int64) (v any, err error) {
 			return nil, fmt.Errorf("persistent id %v: want ('storage', type, key, location, numel)", id)
 		}
 		kind, _ := t.Get(0).(string)
-		class, classOK := t.Get(1).(pytorch.StorageClassInterface)
+		class, classOK := t.Get(1).(storageClass)
 		key, keyOK := t.Get(2).(string)
 		loc, locOK := t.Get(3).(string)
 		numel, numelOK := t.Get(4).(int)
@@ -145,10 +145,7 @@ func load(zr *zip.Reader, size int64) (v any, err error) {
 		if !ok {
 			return nil, fmt.Errorf("storage %q: no record %s", key, path.Join(dir, "data", key))
 		}
-		esz := elemSize(class)
-		if esz == 0 {
-			return nil, fmt.Errorf("storage %q: unsupported storage type %T", key, class)
-		}
+		esz := class.size
 		need := uint64(numel) * uint64(esz)
 		if need > maxStorageBytes || rec.UncompressedSize64 < need {
 			return nil, fmt.Errorf("storage %q: %d elements of %d bytes, record holds %d bytes", key, numel, esz, rec.UncompressedSize64)
@@ -175,12 +172,14 @@ func load(zr *zip.Reader, size int64) (v any, err error) {
 	return convert(obj, 0)
 }
 
-// storageClasses are the typed storages torch.save names, with their
-// element sizes.
-var storageClasses = map[string]struct {
-	class pytorch.StorageClassInterface
-	size  int
-}{
+// storageClass is a typed storage torch.save names, with its element size.
+type storageClass struct {
+	pytorch.StorageClassInterface
+	size int
+}
+
+// storageClasses are the typed storages torch.save names.
+var storageClasses = map[string]storageClass{
 	"torch.HalfStorage":     {&pytorch.HalfStorageClass{}, 2},
 	"torch.BFloat16Storage": {&pytorch.BFloat16StorageClass{}, 2},
 	"torch.FloatStorage":    {&pytorch.FloatStorageClass{}, 4},
@@ -191,15 +190,6 @@ var storageClasses = map[string]struct {
 	"torch.ShortStorage":    {&pytorch.ShortStorageClass{}, 2},
 	"torch.IntStorage":      {&pytorch.IntStorageClass{}, 4},
 	"torch.LongStorage":     {&pytorch.LongStorageClass{}, 8},
-}
-
-func elemSize(c pytorch.StorageClassInterface) int {
-	for _, s := range storageClasses {
-		if s.class == c {
-			return s.size
-		}
-	}
-	return 0
 }
 
 // possibleBytes bounds what record f can decompress to in an archive of

@@ -19,7 +19,7 @@ const minC = 64
 // empty or all-NaN row).
 func Max(x []float32) float32 {
 	if len(x) >= minC {
-		if m, ok := maxC(x); ok {
+		if m, ok := maxAt(level(), x); ok {
 			return m
 		}
 	}
@@ -29,7 +29,7 @@ func Max(x []float32) float32 {
 // ExpShifted sets x[i] = e^(x[i]-mx) and returns their sum in float64.
 func ExpShifted(x []float32, mx float32) float64 {
 	if len(x) >= minC {
-		if s, ok := sumExpC(x, mx, true); ok {
+		if s, ok := sumExpAt(level(), x, mx, true); ok {
 			return s
 		}
 	}
@@ -39,7 +39,7 @@ func ExpShifted(x []float32, mx float32) float64 {
 // SumExpShifted returns the float64 sum of e^(x[i]-mx), leaving x alone.
 func SumExpShifted(x []float32, mx float32) float64 {
 	if len(x) >= minC {
-		if s, ok := sumExpC(x, mx, false); ok {
+		if s, ok := sumExpAt(level(), x, mx, false); ok {
 			return s
 		}
 	}

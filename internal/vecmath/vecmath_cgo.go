@@ -25,12 +25,6 @@ func levels() []int {
 	return ls
 }
 
-func maxC(x []float32) (float32, bool) { return maxAt(level(), x) }
-
-func sumExpC(x []float32, mx float32, store bool) (float64, bool) {
-	return sumExpAt(level(), x, mx, store)
-}
-
 func maxAt(l int, x []float32) (float32, bool) {
 	if l == 0 {
 		return 0, false
