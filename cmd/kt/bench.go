@@ -34,6 +34,8 @@ type moeBenchOpts struct {
 	amxKBlock, amxPrefetch  int
 	decPrefetch, chunk      int
 	phases                  bool
+	trace, noSyncHelp       bool
+	fusedItems              int
 }
 
 var moeOpts moeBenchOpts
@@ -59,6 +61,9 @@ func init() {
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 512)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
+			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
+			f.BoolVar(&moeOpts.noSyncHelp, "no-sync-help", false, "the waiting caller does not join a running decode task as a worker")
+			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
 		},
 		run: runMoEBench,
 	})
@@ -92,6 +97,8 @@ type moeRecord struct {
 	Layers       int     `json:"layers"`
 	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
+	// Trace is the per-thread timing of the decode tasks (--trace).
+	Trace *cpuexperts.TaskTrace `json:"trace,omitempty"`
 }
 
 // benchLayers builds enough layers of random weights that together they
@@ -157,6 +164,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
+			Trace: o.trace, NoSyncHelp: o.noSyncHelp, FusedItems: o.fusedItems,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
@@ -227,9 +235,13 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 				closeLayers(layers)
 				return nil, err
 			}
-			records = append(records, moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
+			rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
 				MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: near / 1e9, TFLOPS: r.TFLOPS(),
-				TorchTF: torch[t], Layers: len(layers), PhaseMs: phaseMs(r.Phases)})
+				TorchTF: torch[t], Layers: len(layers), PhaseMs: phaseMs(r.Phases)}
+			if r.Trace.Tasks > 0 {
+				rec.Trace = &r.Trace
+			}
+			records = append(records, rec)
 		}
 		closeLayers(layers)
 	}
@@ -265,7 +277,36 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			fmt.Fprintln(w)
 		}
 	}
+	if o.trace {
+		printTrace(w, records)
+	}
 	return records, nil
+}
+
+// printTrace prints where a decode task's time goes, in microseconds per
+// task (means): the hand-off before the workers start, the workers' start
+// and finish spread, the completion, and the caller's own time.
+func printTrace(w io.Writer, records []moeRecord) {
+	fmt.Fprintf(w, "decode tasks, us per task from the job's publication (sub->pick, pick->pub before it; done->compl, ->ret, ->next sub after):\n")
+	fmt.Fprintf(w, "%-12s %6s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s %6s %6s %7s %7s %6s\n", "method", "tokens",
+		"sub>pick", "pick>pub", "seen", "seenmx", "gu-end", "endmin", "endavg", "endmax", "alldone", ">compl", ">ret", ">nextsub",
+		"items", "guest", "g-join", "g-end", "g-items", "")
+	us := func(s float64) float64 { return s * 1e6 }
+	for _, r := range records {
+		t := r.Trace
+		if t == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%-12s %6d %8.1f %8.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %4.1f-%-4.1f %5.0f%% %6.1f %7.1f %7.1f\n",
+			r.Method, r.Tokens, us(t.SubmitPick), us(t.PickPublish), us(t.SeenMean), us(t.SeenMax), us(t.GateUpEnd),
+			us(t.EndMin), us(t.EndMean), us(t.EndMax), us(t.AllDone), us(t.DoneCompl), us(t.ComplReturn), us(t.ReturnSub),
+			t.ItemsMin, t.ItemsMax, 100*t.GuestShare, us(t.GuestJoin), us(t.GuestEnd), t.GuestItems)
+		fmt.Fprintf(w, "  per-thread done (us):")
+		for _, v := range t.WorkerEnd {
+			fmt.Fprintf(w, " %.0f", us(v))
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // phaseMs turns summed phase times into milliseconds per task.

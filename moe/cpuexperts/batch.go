@@ -5,12 +5,31 @@ package cpuexperts
 /*
 #include <stdlib.h>
 #include "kt_moe.h"
+
+// kt_forward_ptrs is kt_forward over a batch given as separate pointers:
+// Go memory passed to C for the duration of one call needs no pinning,
+// while a struct holding Go pointers would.
+static int kt_forward_ptrs(kt_engine* e, const kt_layer* l, int32_t ntok, int32_t k, const void* x, int32_t x_bf16,
+                           const int32_t* ids, const float* wts, void* out, int32_t out_bf16, int32_t incr) {
+  kt_batch b = {0};
+  b.ntok = ntok;
+  b.k = k;
+  b.x = x;
+  b.x_bf16 = x_bf16;
+  b.ids = ids;
+  b.wts = wts;
+  b.out = out;
+  b.out_bf16 = out_bf16;
+  b.incremental = incr;
+  return kt_forward(e, l, &b);
+}
 */
 import "C"
 
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -80,6 +99,7 @@ func (l *Layer) Submit(b *Batch) error {
 	defer e.mu.Unlock()
 	pin := func(p unsafe.Pointer) unsafe.Pointer {
 		e.pinned.Pin(p)
+		e.npinned++
 		return p
 	}
 	if b.X != nil {
@@ -105,12 +125,52 @@ func (l *Layer) Submit(b *Batch) error {
 	return nil
 }
 
-// Forward runs the layer on b and waits for it.
+// Forward runs the layer on b and waits for it (and for every task
+// submitted before). It is one call into C: the batch's memory is used only
+// during the call, so nothing is pinned, and the calling thread joins the
+// task as a worker while it waits (Config.NoSyncHelp).
 func (l *Layer) Forward(b *Batch) error {
-	if err := l.Submit(b); err != nil {
+	if err := l.check(b); err != nil {
 		return err
 	}
-	return l.e.Sync()
+	if b.Tokens == 0 {
+		return l.e.Sync()
+	}
+	cb := func(v bool) C.int32_t {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	x, xbf := unsafe.Pointer(nil), b.XBF16 != nil
+	if xbf {
+		x = unsafe.Pointer(&b.XBF16[0])
+	} else {
+		x = unsafe.Pointer(&b.X[0])
+	}
+	out, obf := unsafe.Pointer(nil), b.OutBF16 != nil
+	if obf {
+		out = unsafe.Pointer(&b.OutBF16[0])
+	} else {
+		out = unsafe.Pointer(&b.Out[0])
+	}
+	e := l.e
+	r := C.kt_forward_ptrs(e.c, l.c, C.int32_t(b.Tokens), C.int32_t(b.TopK), x, cb(xbf),
+		(*C.int32_t)(unsafe.Pointer(&b.IDs[0])), (*C.float)(unsafe.Pointer(&b.Weights[0])), out, cb(obf), cb(b.Incremental))
+	runtime.KeepAlive(b)
+	e.mu.Lock()
+	if e.npinned > 0 { // tasks submitted before are done too
+		e.pinned.Unpin()
+		e.npinned = 0
+	}
+	e.mu.Unlock()
+	if r != 0 {
+		var msg [256]C.char
+		if C.kt_take_error(e.c, &msg[0], C.int(len(msg))) != 0 {
+			return fmt.Errorf("cpu expert task: %s", C.GoString(&msg[0]))
+		}
+	}
+	return nil
 }
 
 // Buffers are batch buffers in C memory with a prebuilt host-function

@@ -36,6 +36,7 @@ type BenchResult struct {
 	BytesTouched int64      // weight bytes of the distinct experts the batch routes to
 	FLOPs        float64    // 2 * 3 * H * I * tokens * top-k
 	Phases       PhaseTimes // summed over the Iters timed tasks
+	Trace        TaskTrace  // means over the timed decode tasks (Config.Trace)
 }
 
 // GBps is the effective weight bandwidth, bytes touched / time.
@@ -126,6 +127,7 @@ func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64
 	}
 	runtime.GC() // no collection competing with the workers while timing
 	l0.e.Phases()
+	l0.e.Trace()
 	var iters int
 	start := time.Now()
 	for iters < 2 || time.Since(start) < minTime {
@@ -138,7 +140,7 @@ func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64
 	el := time.Since(start).Seconds()
 	ph := l0.e.Phases()
 	return BenchResult{
-		Phases: ph,
+		Phases: ph, Trace: l0.e.Trace(),
 		Method: l0.spec.Method, Kernels: l0.e.Kernels(l0.spec.Method), Tokens: tokens,
 		Seconds: el / float64(iters), Iters: iters, BytesTouched: touched / variants,
 		FLOPs: 2 * 3 * float64(H) * float64(l0.spec.Intermediate) * float64(tokens*topK),

@@ -37,6 +37,8 @@
 #define QCAP 64
 #define SPIN 5000
 #define SPIN_PURE 1024
+#define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
+#define JOPEN (1 << 30)  // jopen: a guest may join the running job (low bits: guests inside)
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
@@ -55,14 +57,20 @@ typedef struct {
   float* Hs;
   float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
-  _Atomic int next[5];
   _Atomic int* gud;  // [nexp] gate/up items finished per expert (phased path)
-  _Atomic int bar_cnt;
-  _Atomic int bar_gen;
+  // work counters and barrier words on lines of their own: each item's
+  // fetch_add would otherwise take the line of the read-only fields above
+  // away from every other thread
+  struct {
+    _Alignas(LINE) _Atomic int v;
+  } next[5];
+  _Alignas(LINE) _Atomic int bar_cnt;
+  _Alignas(LINE) _Atomic int bar_gen;
+  _Alignas(LINE) char pad_;
 } kt_pool;
 
 typedef struct {
-  struct kt_engine* e;
+  _Alignas(LINE) struct kt_engine* e;  // one worker per line pair: a worker writes its own fields during a task
   int pool, local, global, cpu;
   kt_scratch s;
   float *cg, *cu, *cd;
@@ -71,11 +79,15 @@ typedef struct {
   float* pw;
   pthread_t th;
   int started;
+  // trace of the current fused task (kt_engine_config.trace)
+  int64_t tr_seen, tr_gu, tr_end;
+  int tr_items;
 } kt_worker;
 
 typedef struct {
   const kt_layer* l;
   kt_batch b;
+  int64_t t_sub;  // trace: when kt_submit queued it
 } kt_task;
 
 struct kt_engine {
@@ -84,16 +96,24 @@ struct kt_engine {
   kt_pool pools[8];
   kt_worker* workers;
 
-  _Atomic int job_gen;
-  _Atomic int job_done;
-  _Atomic int done_gen;
-  _Atomic int quit;
-  _Atomic int gbar_cnt;
-  _Atomic int gbar_gen;
-  _Atomic int gnext;
+  kt_worker* guest;  // the kt_sync caller that joins a running fused task (workers[nthreads])
+  int no_help, trace;
+
+  // hot words, one line pair each
+  _Alignas(LINE) _Atomic int job_gen;
+  _Alignas(LINE) _Atomic int job_done;
+  _Alignas(LINE) _Atomic int done_gen;
+  _Alignas(LINE) _Atomic int gbar_cnt;
+  _Alignas(LINE) _Atomic int gbar_gen;
+  _Alignas(LINE) _Atomic int gnext;
+  _Alignas(LINE) _Atomic int nsleep;  // threads sleeping in futex_wait
+  _Alignas(LINE) _Atomic int jopen;   // JOPEN while a guest may join; low bits: guests inside
+  _Atomic int jseq;                   // task number of the open job (a guest joins each once)
+  _Atomic int guest_busy;             // a thread is using the guest worker
+  _Alignas(LINE) _Atomic int quit;
   _Atomic int ready;       // threads that finished their start-up
   _Atomic int amx_failed;  // a thread could not configure AMX tiles
-  _Atomic int nsleep;      // threads sleeping in futex_wait
+  int guest_ok;            // the current job is fused and needs no AMX tiles
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
@@ -130,8 +150,20 @@ struct kt_engine {
   pthread_mutex_t mu;
   pthread_cond_t cv_task, cv_done;
   kt_task q[QCAP];
-  int qhead;
-  _Atomic int qtail, pending;
+  // kt_submit writes a slot, then qtail (release; under mu among several
+  // submitters); the queue thread reads the slot after an acquire load of
+  // qtail, without the mutex, and sleeps on cv_task (qsleep, under mu) only
+  // after spinning. pending drops when a task is done (its writes are then
+  // visible); kt_sync spins on it and sleeps on cv_done only after spinning
+  // (nsyncw counts the sleepers: the queue thread takes the mutex to wake
+  // them only when there are some). No mutex on the hot path: a thread that
+  // sees the change and then blocks on a mutex the other side still holds
+  // pays a futex sleep and wake-up (16-25 us per task on a 2-vCPU VM).
+  _Alignas(LINE) _Atomic int qhead;
+  _Alignas(LINE) _Atomic int qtail;
+  _Alignas(LINE) _Atomic int pending;
+  _Alignas(LINE) _Atomic int nsyncw;
+  int qsleep;  // the queue thread waits on cv_task (under mu)
   pthread_t qthread;
   int qstarted;
 
@@ -142,6 +174,14 @@ struct kt_engine {
   int64_t ph_ns[KT_NPHASES];
   int64_t ph_tasks[2];
   int64_t ph_t;
+
+  // trace (kt_engine_config.trace): sums, and the times the callers need
+  int64_t tr_pub, tr_pick;
+  int tr_last;  // the last task was traced
+  int fused_items;
+  _Atomic int64_t tr[KT_TR_N];
+  _Atomic int64_t* tr_wend;       // [nthreads]
+  _Atomic int64_t tr_compl, tr_ret;
 };
 
 // ---------------------------------------------------------------- sync primitives
@@ -440,7 +480,7 @@ static void run_job(kt_worker* w) {
 
   // 1a. convert each token's row once
   int tchunks = (e->ntok + 3) / 4;
-  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < tchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[0].v, 1, memory_order_relaxed)) < tchunks) {
     for (int t = item * 4; t < item * 4 + 4 && t < e->ntok; t++) {
       const char* src = (const char*)b->x + (int64_t)t * H * (b->x_bf16 ? 2 : 4);
       ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
@@ -451,7 +491,7 @@ static void run_job(kt_worker* w) {
   if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
-  while ((item = atomic_fetch_add_explicit(&P->next[1], 1, memory_order_relaxed)) < nchunks) {
+  while ((item = atomic_fetch_add_explicit(&P->next[1].v, 1, memory_order_relaxed)) < nchunks) {
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
@@ -474,7 +514,7 @@ static void run_job(kt_worker* w) {
     }
   int nb = I / r2;
   int items = e->nactive * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     // 3. quantize h for the down projection (bf16: gate/up stored it
@@ -499,7 +539,7 @@ static void run_job(kt_worker* w) {
     }
   int hb = H / r4;
   items = e->nactive * hb;
-  while ((item = atomic_fetch_add_explicit(&P->next[4], 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / hb];
     down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
@@ -573,11 +613,11 @@ static void run_job_fused(kt_worker* w) {
   int64_t asz = act_size(act);
   const kt_expert* ex = l->ex;
   int na = e->nactive;
-  int item;
+  int item, nitems = 0;
 
   // convert each token's row once (tokst[t] = seq publishes it); with few
   // tokens most threads skip straight to gate/up
-  while ((item = atomic_fetch_add_explicit(&P->next[0], 1, memory_order_relaxed)) < e->ntok) {
+  while ((item = atomic_fetch_add_explicit(&P->next[0].v, 1, memory_order_relaxed)) < e->ntok) {
     const char* src = (const char*)b->x + (int64_t)item * H * (b->x_bf16 ? 2 : 4);
     ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)item * H * asz, &P->Xts[item], w->s.row);
     atomic_store_explicit(&e->tokst[item], e->seq, memory_order_release);
@@ -586,10 +626,11 @@ static void run_job_fused(kt_worker* w) {
   // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB)
   int nb = I / KT_NB;
   int items = na * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[2], 1, memory_order_relaxed)) < items) {
+  while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
     int m = e->cnt[x], off = e->off[x];
     int pf = m >= e->pf_min;
+    nitems++;
     fused_gather(e, x, asz);
     gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
@@ -600,18 +641,21 @@ static void run_job_fused(kt_worker* w) {
       atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
     }
   }
+  if (e->trace) w->tr_gu = now_ns();
 
   // down; item i is (expert active[i / nhb], hidden rows (i % nhb) * r4)
   int r4 = e->r4f, nhb = H / r4;
   items = na * nhb;
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nhb], hb = item % nhb, h0 = hb * r4;
+    nitems++;
     for (int spins = 0; !atomic_load_explicit(&e->hqst[x], memory_order_acquire);) spin_pause(&spins);
     down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
     if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
     // last expert of this hidden block: out[t][h0:h0+r4] for every token
     for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
   }
+  w->tr_items = nitems;
 }
 
 // worker_init pins the calling thread and loads the AMX tile configuration.
@@ -638,7 +682,9 @@ static void* worker_main(void* arg) {
     wait_change(&e->nsleep, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
+    if (e->trace) w->tr_seen = now_ns();
     run_job(w);
+    if (e->trace) w->tr_end = now_ns();
     if (atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel) + 1 == e->nthreads) {
       atomic_fetch_add_explicit(&e->done_gen, 1, memory_order_seq_cst);
       wake(&e->nsleep, &e->done_gen);
@@ -647,11 +693,58 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
+// trace_task adds the current fused task's per-thread times to the sums.
+static void trace_task(kt_engine* e, const kt_task* t) {
+  int64_t now = now_ns(), pub = e->tr_pub, n = e->nthreads;
+  int64_t seen = 0, seenmax = 0, gu = 0, endmin = INT64_MAX, end = 0, endmax = 0;
+  int imin = INT_MAX, imax = 0;
+  for (int i = 0; i < n; i++) {
+    kt_worker* w = &e->workers[i];
+    int64_t s = w->tr_seen - pub, d = w->tr_end - pub, g = w->tr_gu - pub;
+    seen += s;
+    seenmax = s > seenmax ? s : seenmax;
+    gu = g > gu ? g : gu;
+    end += d;
+    endmin = d < endmin ? d : endmin;
+    endmax = d > endmax ? d : endmax;
+    imin = w->tr_items < imin ? w->tr_items : imin;
+    imax = w->tr_items > imax ? w->tr_items : imax;
+    atomic_fetch_add_explicit(&e->tr_wend[i], d, memory_order_relaxed);
+  }
+  kt_worker* g = e->guest;
+  if (g->tr_items >= 0) {  // written before the guest left (acquire above)
+    atomic_fetch_add_explicit(&e->tr[KT_TR_GUESTS], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_JOIN], g->tr_seen - pub, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_END], g->tr_end - pub, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_ITEMS], g->tr_items, memory_order_relaxed);
+    if (g->tr_gu - pub > gu) gu = g->tr_gu - pub;
+  }
+  int64_t add[KT_TR_N] = {0};
+  add[KT_TR_TASKS] = 1;
+  add[KT_TR_SUB_PICK] = t->t_sub ? e->tr_pick - t->t_sub : 0;
+  add[KT_TR_PICK_PUB] = pub - e->tr_pick;
+  add[KT_TR_SEEN_AVG] = seen / n;
+  add[KT_TR_SEEN_MAX] = seenmax;
+  add[KT_TR_GU_MAX] = gu;
+  add[KT_TR_END_MIN] = endmin;
+  add[KT_TR_END_AVG] = end / n;
+  add[KT_TR_END_MAX] = endmax;
+  add[KT_TR_ALLDONE] = now - pub;
+  add[KT_TR_ITEMS_MIN] = imin;
+  add[KT_TR_ITEMS_MAX] = imax;
+  for (int i = 0; i < KT_TR_N; i++)
+    if (add[i]) atomic_fetch_add_explicit(&e->tr[i], add[i], memory_order_relaxed);
+  e->tr_pub = now;  // the completion's start (queue_main)
+  e->tr_last = 1;
+}
+
 // run_task executes one queued task on all pools and waits for it.
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
   e->b = t->b;
   e->ph_t = now_ns();
+  e->tr_pick = e->ph_t;
+  e->tr_last = 0;
   if (route(e) != 0) return;
   int fmt = e->l->fmt, isa = e->isa;
   int act = kt_act_format(fmt, isa);
@@ -687,7 +780,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   for (int p = 0; p < e->npools; p++) {
     e->pools[p].act = act;
-    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i], 0, memory_order_relaxed);
+    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i].v, 0, memory_order_relaxed);
     for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
@@ -702,55 +795,93 @@ static void run_task(kt_engine* e, const kt_task* t) {
       atomic_store_explicit(&e->gud[x], 0, memory_order_relaxed);
       atomic_store_explicit(&e->hqst[x], 0, memory_order_relaxed);
     }
-    // down items: the longest contiguous weight runs that still give every thread ~8 items
+    // down items: the longest contiguous weight runs that still give every
+    // thread (and a guest) ~fused_items items
     int H = e->l->hidden;
+    int64_t want = (int64_t)e->fused_items * (e->nthreads + !e->no_help);
     e->r4f = KT_NB;
     for (int r = 256; r > KT_NB; r /= 2)
-      if (H % r == 0 && (int64_t)e->nactive * (H / r) >= 8 * e->nthreads) {
+      if (H % r == 0 && (int64_t)e->nactive * (H / r) >= want) {
         e->r4f = r;
         break;
       }
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
   }
+  // a kt_sync caller may join a fused job whose kernels need no AMX tiles
+  // (its thread has none configured)
+  e->guest_ok = e->fused && !e->no_help;
+  if (e->guest_ok && e->pf_tiled)
+    for (int a = 0; a < e->nactive; a++)
+      if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
+  int traced = e->trace && e->fused;
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   ph_mark(e, KT_PH_ROUTE);
+  if (traced) {
+    e->tr_pub = now_ns();
+    e->workers[0].tr_seen = e->tr_pub;
+    e->guest->tr_items = -1;  // set when a guest joins
+  }
+  if (e->guest_ok) {
+    atomic_store_explicit(&e->jseq, e->seq, memory_order_relaxed);
+    atomic_store_explicit(&e->jopen, JOPEN, memory_order_release);
+  }
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
   wake(&e->nsleep, &e->job_gen);
   run_job(&e->workers[0]);  // the queue thread is worker 0
+  if (traced) e->workers[0].tr_end = now_ns();
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
     wait_change(&e->nsleep, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
+  if (e->guest_ok) {  // no guest joins any more; wait for the one inside to leave
+    atomic_fetch_and_explicit(&e->jopen, ~JOPEN, memory_order_acq_rel);
+    while (atomic_load_explicit(&e->jopen, memory_order_acquire) != 0) _mm_pause();
+  }
   ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
   e->ph_tasks[e->fused ? 1 : 0]++;
+  if (traced) trace_task(e, t);
 }
 
 static void* queue_main(void* arg) {
   kt_engine* e = (kt_engine*)arg;
   worker_init(&e->workers[0]);
   for (;;) {
-    // a task usually follows soon: spin a while before sleeping on the condition
-    for (int i = 0; i < SPIN && atomic_load(&e->qtail) == e->qhead && !atomic_load(&e->quit); i++) {
-      if ((i & 31) == 31)
+    // a task usually follows soon: spin a while before sleeping on the
+    // condition (only pausing at first, as the workers do)
+    int head = atomic_load_explicit(&e->qhead, memory_order_relaxed);  // only this thread writes it
+    for (int i = 0; i < SPIN && atomic_load_explicit(&e->qtail, memory_order_relaxed) == head && !atomic_load(&e->quit);
+         i++) {
+      if (i >= SPIN_PURE && (i & 31) == 31)
         sched_yield();
       else
         _mm_pause();
     }
-    pthread_mutex_lock(&e->mu);
-    while (e->qhead == e->qtail && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
-    if (e->qhead == e->qtail) {
+    if (atomic_load_explicit(&e->qtail, memory_order_relaxed) == head) {
+      pthread_mutex_lock(&e->mu);
+      e->qsleep = 1;
+      while (atomic_load(&e->qtail) == head && !atomic_load(&e->quit)) pthread_cond_wait(&e->cv_task, &e->mu);
+      e->qsleep = 0;
       pthread_mutex_unlock(&e->mu);
-      break;
     }
-    kt_task t = e->q[e->qhead % QCAP];
-    e->qhead++;
-    pthread_mutex_unlock(&e->mu);
+    if (atomic_load_explicit(&e->qtail, memory_order_acquire) == head) {
+      if (atomic_load(&e->quit)) break;  // quit is set with the queue drained
+      continue;
+    }
+    kt_task t = e->q[head % QCAP];
+    atomic_store_explicit(&e->qhead, head + 1, memory_order_release);  // the slot may be reused
     run_task(e, &t);
-    pthread_mutex_lock(&e->mu);
-    e->pending--;
-    pthread_cond_broadcast(&e->cv_done);
-    pthread_mutex_unlock(&e->mu);
+    if (e->trace) {
+      int64_t tc = now_ns();
+      if (e->tr_last) atomic_fetch_add_explicit(&e->tr[KT_TR_DONE_COMPL], tc - e->tr_pub, memory_order_relaxed);
+      atomic_store_explicit(&e->tr_compl, tc, memory_order_relaxed);
+    }
+    atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&e->nsyncw, memory_order_seq_cst) > 0) {
+      pthread_mutex_lock(&e->mu);
+      pthread_cond_broadcast(&e->cv_done);
+      pthread_mutex_unlock(&e->mu);
+    }
   }
   return NULL;
 }
@@ -758,35 +889,109 @@ static void* queue_main(void* arg) {
 // ---------------------------------------------------------------- public API
 
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
-  pthread_mutex_lock(&e->mu);
-  if (e->qtail - e->qhead >= QCAP) {
+  int64_t ts = 0;
+  if (e->trace) {
+    ts = now_ns();
+    int64_t r = atomic_exchange_explicit(&e->tr_ret, 0, memory_order_relaxed);
+    if (r) {
+      atomic_fetch_add_explicit(&e->tr[KT_TR_RET_SUB], ts - r, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->tr[KT_TR_GAPS], 1, memory_order_relaxed);
+    }
+  }
+  pthread_mutex_lock(&e->mu);  // among submitters
+  int tail = atomic_load_explicit(&e->qtail, memory_order_relaxed);
+  if (tail - atomic_load_explicit(&e->qhead, memory_order_acquire) >= QCAP) {
     pthread_mutex_unlock(&e->mu);
     return -1;
   }
-  e->q[e->qtail % QCAP].l = l;
-  e->q[e->qtail % QCAP].b = *b;
-  e->qtail++;
-  e->pending++;
-  pthread_cond_signal(&e->cv_task);
+  e->q[tail % QCAP].l = l;
+  e->q[tail % QCAP].b = *b;
+  e->q[tail % QCAP].t_sub = ts;
+  atomic_fetch_add_explicit(&e->pending, 1, memory_order_seq_cst);
+  atomic_store_explicit(&e->qtail, tail + 1, memory_order_release);
+  if (e->qsleep) pthread_cond_signal(&e->cv_task);
   pthread_mutex_unlock(&e->mu);
   return 0;
 }
 
+// help joins the running job as the guest worker when it is open, needs no
+// AMX tiles and was not joined before (*last: the job joined last). The
+// guest takes items from the same counters as the workers; the job's runner
+// closes it (no new guest) and waits for the guest to leave before it
+// completes the task. Returns 1 when it ran items.
+static int help(kt_engine* e, int* last) {
+  if (!(atomic_load_explicit(&e->jopen, memory_order_relaxed) & JOPEN)) return 0;
+  if (atomic_load_explicit(&e->jseq, memory_order_relaxed) == *last) return 0;
+  int zero = 0;
+  if (!atomic_compare_exchange_strong_explicit(&e->guest_busy, &zero, 1, memory_order_acquire, memory_order_relaxed))
+    return 0;  // another caller is the guest
+  int v = atomic_load_explicit(&e->jopen, memory_order_relaxed), ran = 0;
+  while (v & JOPEN)
+    if (atomic_compare_exchange_weak_explicit(&e->jopen, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) {
+      int seq = atomic_load_explicit(&e->jseq, memory_order_relaxed);
+      if (seq != *last) {  // the job's fields are visible (acquire above)
+        *last = seq;
+        kt_worker* g = e->guest;
+        unsigned csr = _mm_getcsr();
+        _mm_setcsr(0x1f80);  // as the workers (fp8 decode relies on denormals)
+        int64_t t0 = e->trace ? now_ns() : 0;
+        run_job_fused(g);
+        if (e->trace) {
+          g->tr_seen = t0;
+          g->tr_end = now_ns();
+        } else {
+          g->tr_items = -1;
+        }
+        _mm_setcsr(csr);
+        ran = 1;
+      }
+      atomic_fetch_sub_explicit(&e->jopen, 1, memory_order_release);
+      break;
+    }
+  atomic_store_explicit(&e->guest_busy, 0, memory_order_release);
+  return ran;
+}
+
+// sync_traced records a kt_sync that waited: completion -> return.
+static void sync_traced(kt_engine* e) {
+  if (!e->trace) return;
+  int64_t t = now_ns();
+  atomic_fetch_add_explicit(&e->tr[KT_TR_COMPL_RET], t - atomic_load_explicit(&e->tr_compl, memory_order_relaxed),
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->tr[KT_TR_SYNCS], 1, memory_order_relaxed);
+  atomic_store_explicit(&e->tr_ret, t, memory_order_relaxed);
+}
+
 void kt_sync(kt_engine* e, int allow_pending) {
+  // any job open now or later may be joined (a job's seq is never 0)
+  int last = 0, waited = 0;
   for (int i = 0; i < SPIN; i++) {
-    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {
-      pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock: its writes are visible
-      pthread_mutex_unlock(&e->mu);
+    if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {  // the tasks' writes are visible
+      if (waited) sync_traced(e);
       return;
     }
-    if ((i & 31) == 31)
+    waited = 1;
+    if (!e->no_help && help(e, &last)) {
+      i = 0;  // the task is nearly done: spin, do not yield yet
+      continue;
+    }
+    if (i >= SPIN_PURE && (i & 31) == 31)
       sched_yield();
     else
       _mm_pause();
   }
   pthread_mutex_lock(&e->mu);
-  while (e->pending > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
+  atomic_fetch_add_explicit(&e->nsyncw, 1, memory_order_seq_cst);
+  while (atomic_load_explicit(&e->pending, memory_order_seq_cst) > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
+  atomic_fetch_sub_explicit(&e->nsyncw, 1, memory_order_seq_cst);
   pthread_mutex_unlock(&e->mu);
+  sync_traced(e);
+}
+
+int kt_forward(kt_engine* e, const kt_layer* l, const kt_batch* b) {
+  while (kt_submit(e, l, b) != 0) kt_sync(e, 0);
+  kt_sync(e, 0);
+  return e->err;  // visible: kt_sync saw pending drop (acquire)
 }
 
 int kt_take_error(kt_engine* e, char* msg, int msglen) {
@@ -834,7 +1039,7 @@ int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg) {
 
 static void free_engine(kt_engine* e) {
   if (e->workers) {
-    for (int i = 0; i < e->nthreads; i++) {
+    for (int i = 0; i <= e->nthreads; i++) {  // the guest too
       kt_worker* w = &e->workers[i];
       kt_free(w->s.pack, e->packbytes);
       kt_free(w->s.pack2, e->packbytes);
@@ -873,6 +1078,7 @@ static void free_engine(kt_engine* e) {
   free((void*)e->hbd);
   free((void*)e->tokst);
   free(e->blk_tiled);
+  free((void*)e->tr_wend);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -881,8 +1087,20 @@ static void free_engine(kt_engine* e) {
 
 int kt_engine_isa(const kt_engine* e) { return e->isa; }
 
+int kt_engine_threads(const kt_engine* e) { return e->nthreads; }
+
+void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend) {
+  pthread_mutex_lock(&e->mu);  // the caller synced: pending (acquire) made the sums visible
+  for (int i = 0; i < KT_TR_N; i++) sums[i] = atomic_exchange_explicit(&e->tr[i], 0, memory_order_relaxed);
+  for (int i = 0; i < e->nthreads; i++) {
+    int64_t v = atomic_exchange_explicit(&e->tr_wend[i], 0, memory_order_relaxed);
+    if (wend) wend[i] = v;
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
 void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks) {
-  pthread_mutex_lock(&e->mu);  // pairs with the queue thread's unlock after each task
+  pthread_mutex_lock(&e->mu);  // the caller synced: pending (acquire) made the sums visible
   for (int i = 0; i < KT_NPHASES; i++) {
     ns[i] = e->ph_ns[i];
     e->ph_ns[i] = 0;
@@ -909,7 +1127,7 @@ void kt_engine_free(kt_engine* e) {
 
 static void* xalloc(size_t n) {
   void* p = NULL;
-  if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+  if (posix_memalign(&p, LINE, n ? n : 64) != 0) return NULL;
   memset(p, 0, n ? n : 64);
   return p;
 }
@@ -921,7 +1139,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     kt_engine_free(e);                       \
     return NULL;                             \
   } while (0)
-  kt_engine* e = (kt_engine*)calloc(1, sizeof *e);
+  kt_engine* e = NULL;
+  if (posix_memalign((void**)&e, LINE, sizeof *e) != 0) e = NULL;
+  if (e) memset(e, 0, sizeof *e);
   if (!e) {
     snprintf(err, (size_t)errlen, "out of memory");
     return NULL;
@@ -956,6 +1176,16 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
+  // a guest needs a core of its own: with as many workers as CPUs it would
+  // take one from a worker (and spin where the handoff branch's 17th thread did)
+  cpu_set_t allowed;
+  int ncpu = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  e->no_help = cfg->no_help != 0 || e->nthreads >= ncpu;
+  e->trace = cfg->trace != 0;
+  e->fused_items = cfg->fused_items > 0 ? cfg->fused_items : 8;
+  e->tr_wend = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
+  if (!e->tr_wend) FAIL("out of memory");
   e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
   if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
@@ -982,17 +1212,20 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
-  e->workers = (kt_worker*)calloc((size_t)e->nthreads, sizeof(kt_worker));
+  // workers[nthreads] is the guest: a kt_sync caller joining a fused task (pool 0)
+  e->workers = (kt_worker*)xalloc(sizeof(kt_worker) * (size_t)(e->nthreads + 1));
   if (!e->workers) FAIL("out of memory");
+  e->guest = &e->workers[e->nthreads];
   int maxk = H > I ? H : I;
   for (int p = 0, g = 0; p < e->npools; p++)
-    for (int i = 0; i < cfg->threads[p]; i++, g++) {
-      kt_worker* w = &e->workers[g];
+    for (int i = 0; i < cfg->threads[p] + (p == 0); i++) {
+      int guest = p == 0 && i == cfg->threads[0];
+      kt_worker* w = guest ? e->guest : &e->workers[g++];
       w->e = e;
       w->pool = p;
-      w->local = i;
-      w->global = g;
-      w->cpu = (cfg->pin && cfg->cpus && g < cfg->ncpus) ? cfg->cpus[g] : -1;
+      w->local = guest ? -1 : i;
+      w->global = guest ? e->nthreads : g - 1;
+      w->cpu = (!guest && cfg->pin && cfg->cpus && w->global < cfg->ncpus) ? cfg->cpus[w->global] : -1;
       e->packbytes = (int64_t)KT_NB * maxk * 2;
       w->s.pack = kt_alloc(e->packbytes, e->pools[p].node);
       w->s.pack2 = kt_alloc(e->packbytes, e->pools[p].node);

@@ -57,6 +57,18 @@ type Config struct {
 	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
 	PrefillChunk int
 
+	// NoSyncHelp makes Sync and Forward only wait. By default the thread
+	// that waits for a running decode task (one that needs no AMX tiles)
+	// joins it as one more worker: it would spin anyway, so the task gets
+	// another core and no extra thread spins. Results do not depend on it.
+	NoSyncHelp bool
+	// Trace times every decode (fused) task per thread; Engine.Trace reads
+	// the sums. It costs a few clock reads per thread and task.
+	Trace bool
+	// FusedItems is how many down items per thread the decode path aims
+	// for (0 = 8): more items make a shorter tail and shorter weight runs.
+	FusedItems int
+
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
 	fusedMaxSlots int
@@ -67,15 +79,16 @@ type Config struct {
 // order. Submit/Sync from Go are not safe for concurrent use by several
 // goroutines; the C entry points (Buffers) may be called from any thread.
 type Engine struct {
-	c      *C.kt_engine
-	cfg    Config
-	feat   Features
-	bits   int
-	inter  []int // intermediate rows per pool
-	cpus   []int
-	bind   []int
-	mu     sync.Mutex
-	pinned runtime.Pinner
+	c       *C.kt_engine
+	cfg     Config
+	feat    Features
+	bits    int
+	inter   []int // intermediate rows per pool
+	cpus    []int
+	bind    []int
+	mu      sync.Mutex
+	pinned  runtime.Pinner
+	npinned int
 }
 
 // DetectFeatures reports the CPU features the kernels can use, requesting
@@ -178,6 +191,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
 	cc.mch = C.int(max(cfg.PrefillChunk, 0))
+	if cfg.NoSyncHelp {
+		cc.no_help = 1
+	}
+	if cfg.Trace {
+		cc.trace = 1
+	}
+	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -226,6 +246,72 @@ func (e *Engine) Phases() PhaseTimes {
 	}
 	p.Phased, p.Fused = int(tasks[0]), int(tasks[1])
 	return p
+}
+
+// TaskTrace is the mean timing of the decode (fused) tasks traced since the
+// last call (Config.Trace), in seconds. "Published" is when a task's job was
+// handed to the workers, after routing; worker times are from then.
+type TaskTrace struct {
+	Tasks       int
+	SubmitPick  float64 // kt_submit -> the queue thread took the task
+	PickPublish float64 // routing and setup
+	SeenMean    float64 // published -> a worker starts (mean over workers)
+	SeenMax     float64 // ... the last worker to start
+	GateUpEnd   float64 // published -> the last gate/up item done
+	EndMin      float64 // published -> the first worker out of items
+	EndMean     float64 // ... mean over workers
+	EndMax      float64 // ... the last worker done
+	AllDone     float64 // published -> the runner saw every worker and the guest done
+	DoneCompl   float64 // all done -> completion published
+	ComplReturn float64 // completion -> Sync returned (per waiting sync)
+	ReturnSub   float64 // Sync returned -> next submit: the caller's own time (per gap)
+	ItemsMin    float64 // fewest items one worker ran in a task
+	ItemsMax    float64 // most items one worker ran in a task
+	// GuestShare is the share of tasks a waiting caller joined; GuestJoin,
+	// GuestEnd and GuestItems are means over those tasks.
+	GuestShare, GuestJoin, GuestEnd, GuestItems float64
+	// WorkerEnd is each worker thread's mean published -> done time.
+	WorkerEnd []float64
+}
+
+// Trace returns the decode-task timing accumulated since the last call and
+// resets it (zero unless Config.Trace). Call it only when no task is in
+// flight (after Sync).
+func (e *Engine) Trace() TaskTrace {
+	var s [C.KT_TR_N]C.int64_t
+	n := int(C.kt_engine_threads(e.c))
+	wend := make([]C.int64_t, n+1)
+	C.kt_engine_trace(e.c, &s[0], &wend[0])
+	var t TaskTrace
+	t.Tasks = int(s[C.KT_TR_TASKS])
+	if t.Tasks == 0 {
+		return t
+	}
+	per := func(i int, n int64) float64 {
+		if n == 0 {
+			return 0
+		}
+		return float64(s[i]) / 1e9 / float64(n)
+	}
+	tasks := int64(t.Tasks)
+	t.SubmitPick, t.PickPublish = per(C.KT_TR_SUB_PICK, tasks), per(C.KT_TR_PICK_PUB, tasks)
+	t.SeenMean, t.SeenMax = per(C.KT_TR_SEEN_AVG, tasks), per(C.KT_TR_SEEN_MAX, tasks)
+	t.GateUpEnd = per(C.KT_TR_GU_MAX, tasks)
+	t.EndMin, t.EndMean, t.EndMax = per(C.KT_TR_END_MIN, tasks), per(C.KT_TR_END_AVG, tasks), per(C.KT_TR_END_MAX, tasks)
+	t.AllDone, t.DoneCompl = per(C.KT_TR_ALLDONE, tasks), per(C.KT_TR_DONE_COMPL, tasks)
+	t.ComplReturn = per(C.KT_TR_COMPL_RET, int64(s[C.KT_TR_SYNCS]))
+	t.ReturnSub = per(C.KT_TR_RET_SUB, int64(s[C.KT_TR_GAPS]))
+	t.ItemsMin = float64(s[C.KT_TR_ITEMS_MIN]) / float64(tasks)
+	t.ItemsMax = float64(s[C.KT_TR_ITEMS_MAX]) / float64(tasks)
+	if g := int64(s[C.KT_TR_GUESTS]); g > 0 {
+		t.GuestShare = float64(g) / float64(tasks)
+		t.GuestJoin, t.GuestEnd = per(C.KT_TR_GUEST_JOIN, g), per(C.KT_TR_GUEST_END, g)
+		t.GuestItems = float64(s[C.KT_TR_GUEST_ITEMS]) / float64(g)
+	}
+	for i := 0; i < n; i++ {
+		t.WorkerEnd = append(t.WorkerEnd, float64(wend[i])/1e9/float64(tasks))
+	}
+	return t
 }
 
 // tileLayoutOK reports whether activation rows stored for the AMX kernels
@@ -301,6 +387,7 @@ func (e *Engine) Sync() error {
 	C.kt_sync(e.c, 0)
 	e.mu.Lock()
 	e.pinned.Unpin()
+	e.npinned = 0
 	e.mu.Unlock()
 	var msg [256]C.char
 	if C.kt_take_error(e.c, &msg[0], C.int(len(msg))) != 0 {

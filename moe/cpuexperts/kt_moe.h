@@ -91,6 +91,9 @@ typedef struct {
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
+  int no_help;         // kt_sync callers only wait: they do not join a running decode task as a worker
+  int trace;           // time every fused task per thread (kt_engine_trace)
+  int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
@@ -118,6 +121,40 @@ enum {
 // then resets them. Call it between tasks (after kt_sync).
 void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks);
 
+// Per-thread timing of fused (decode) tasks (kt_engine_config.trace), in
+// nanoseconds summed over the traced tasks. "pub" is the moment the task's
+// job was published to the workers (after routing); worker times are from
+// it. A guest is a kt_sync caller that joined the task as an extra worker.
+enum {
+  KT_TR_TASKS,       // traced tasks
+  KT_TR_SUB_PICK,    // kt_submit -> the queue thread took the task
+  KT_TR_PICK_PUB,    // taken -> published (routing, setup)
+  KT_TR_SEEN_AVG,    // pub -> a worker starts on it (mean over the workers)
+  KT_TR_SEEN_MAX,    // ... the last worker to start
+  KT_TR_GU_MAX,      // pub -> the last gate/up item done
+  KT_TR_END_MIN,     // pub -> the first worker out of items
+  KT_TR_END_AVG,     // ... mean over the workers
+  KT_TR_END_MAX,     // ... the last worker done (the task's work is done)
+  KT_TR_ALLDONE,     // pub -> the runner saw every worker and guest done
+  KT_TR_DONE_COMPL,  // all done -> completion published (pending decremented)
+  KT_TR_COMPL_RET,   // completion -> kt_sync returned (summed over the syncs that waited)
+  KT_TR_RET_SUB,     // kt_sync returned -> the next kt_submit (the caller's own time)
+  KT_TR_SYNCS,       // kt_sync calls counted in COMPL_RET
+  KT_TR_GAPS,        // gaps counted in RET_SUB
+  KT_TR_GUESTS,      // tasks a guest joined
+  KT_TR_GUEST_JOIN,  // pub -> the guest joined
+  KT_TR_GUEST_END,   // pub -> the guest left
+  KT_TR_GUEST_ITEMS, // items the guest ran
+  KT_TR_ITEMS_MIN,   // fewest items of one worker in a task
+  KT_TR_ITEMS_MAX,   // most items of one worker in a task
+  KT_TR_N
+};
+// kt_engine_trace copies the sums (KT_TR_N values) and, per worker thread,
+// the summed pub -> done time into wend (nthreads values, may be NULL), then
+// resets them. Call it between tasks (after kt_sync).
+void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend);
+int kt_engine_threads(const kt_engine* e);
+
 // kt_check_tile_layout checks that activation rows stored for the AMX
 // kernels (row-major and in tile order) are read back by the kernels' tile
 // addressing, for rows of rb bytes (a multiple of 64); 0 = consistent (tests).
@@ -127,7 +164,15 @@ int kt_check_tile_layout(int rows, int rb);
 // returns 0, or -1 when the queue is full.
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // kt_sync blocks until at most allow_pending submitted tasks are unfinished.
+// While it waits on a running decode (fused) task that needs no AMX tiles,
+// the caller joins it as an extra worker (unless no_help): its thread would
+// spin anyway, so the task gets one more core without one more spinning
+// thread.
 void kt_sync(kt_engine* e, int allow_pending);
+// kt_forward is kt_submit then kt_sync(e, 0) in one call, retrying while the
+// queue is full; the batch's memory need only stay valid during the call.
+// It returns nonzero when a task recorded an error (kt_take_error).
+int kt_forward(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // kt_take_error returns and clears the first error a task recorded (0 = none)
 // and copies its message.
 int kt_take_error(kt_engine* e, char* msg, int msglen);
