@@ -35,7 +35,7 @@ type moeBenchOpts struct {
 	decPrefetch, chunk      int
 	phases                  bool
 	trace, noSyncHelp       bool
-	fusedItems              int
+	fusedItems, decHead     int
 }
 
 var moeOpts moeBenchOpts
@@ -64,6 +64,7 @@ func init() {
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.noSyncHelp, "no-sync-help", false, "the waiting caller does not join a running decode task as a worker")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
+			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
 		run: runMoEBench,
 	})
@@ -164,7 +165,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
-			Trace: o.trace, NoSyncHelp: o.noSyncHelp, FusedItems: o.fusedItems,
+			Trace: o.trace, NoSyncHelp: o.noSyncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

@@ -98,6 +98,7 @@ struct kt_engine {
 
   kt_worker* guest;  // the kt_sync caller that joins a running fused task (workers[nthreads])
   int no_help, trace;
+  int dec_head;  // decode items prefetch the first dec_head bytes of their weight runs
 
   // hot words, one line pair each
   _Alignas(LINE) _Atomic int job_gen;
@@ -349,6 +350,32 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
 
 static void run_job_fused(kt_worker* w);
 
+// head_prefetch asks for the first bytes of the weight run of rows [n0,
+// n0+KT_NB) of a packed matrix (one contiguous run) and of their scales: the
+// kernel's own prefetch runs ahead of its reads and never covers the start,
+// where each decode item would otherwise wait a memory latency per line.
+static inline void head_prefetch(const kt_engine* e, const kt_mat* W, int n0) {
+  int64_t per16;  // bytes per 16-row panel
+  switch (e->l->fmt) {
+    case KT_FMT_I4_PK:
+    case KT_FMT_I4G_PK:
+      per16 = (int64_t)8 * W->k;
+      break;
+    case KT_FMT_I8_PK:
+      per16 = (int64_t)16 * W->k;
+      break;
+    case KT_FMT_BF16_PK:
+      per16 = (int64_t)32 * W->k;
+      break;
+    default:
+      return;
+  }
+  const char* p = (const char*)W->w + (int64_t)(n0 / 16) * per16;
+  for (int o = 0; o < e->dec_head; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  if (W->scale && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->scale + n0), _MM_HINT_T0);
+  if (W->corr && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->corr + n0), _MM_HINT_T0);
+}
+
 // put_act_row converts an f32 row of n elements to the activation format and
 // stores it as row s of buf, in tile order when tiled.
 static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int act, char* buf, int64_t s, float* scale,
@@ -387,6 +414,10 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     U = &PU;
     g0 = 0;
   }
+  if (!pf && e->dec_head > 0) {
+    head_prefetch(e, G, g0);
+    head_prefetch(e, U, g0);
+  }
   int tiled = pf && e->pf_tiled;
   int hdirect = P->act == KT_ACT_BF16;
   w->s.c_nt = 0;  // C is this thread's scratch
@@ -422,6 +453,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   // phased prefill through AMX: the slot outputs bypass the caches (the
   // fused path merges right away and wants them cached)
   w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0;
+  if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
     kt_mat PD;
@@ -1184,6 +1216,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->no_help = cfg->no_help != 0 || e->nthreads >= ncpu;
   e->trace = cfg->trace != 0;
   e->fused_items = cfg->fused_items > 0 ? cfg->fused_items : 8;
+  e->dec_head = cfg->dec_head > 0 ? (cfg->dec_head > 16384 ? 16384 : cfg->dec_head) : 0;
   e->tr_wend = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend) FAIL("out of memory");
   e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;

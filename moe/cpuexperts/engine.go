@@ -68,6 +68,10 @@ type Config struct {
 	// FusedItems is how many down items per thread the decode path aims
 	// for (0 = 8): more items make a shorter tail and shorter weight runs.
 	FusedItems int
+	// DecodeHeadPrefetch is how many bytes at the start of each decode
+	// item's weight run (packed formats) are prefetched when the item starts
+	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
+	DecodeHeadPrefetch int
 
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
@@ -198,6 +202,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.trace = 1
 	}
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
+	if cfg.DecodeHeadPrefetch == 0 {
+		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
+	}
+	if cfg.DecodeHeadPrefetch > 0 {
+		cc.dec_head = C.int(min(cfg.DecodeHeadPrefetch, 1<<14))
+	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -220,6 +230,9 @@ const DefaultAMXKBlock = -1
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1
+
+// DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
+const DefaultDecodeHeadPrefetch = -1
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048

@@ -94,6 +94,7 @@ typedef struct {
   int no_help;         // kt_sync callers only wait: they do not join a running decode task as a worker
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
+  int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
