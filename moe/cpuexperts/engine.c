@@ -842,7 +842,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // a kt_sync caller may join a fused job whose kernels need no AMX tiles
   // (its thread has none configured)
   e->guest_ok = e->fused && !e->no_help;
-  if (e->guest_ok && e->pf_tiled)
+  if (e->guest_ok && (e->kpf == kt_amx_bf16pk || e->kpf == kt_amx_i8pk || e->kpf == kt_amx_i4pk))
     for (int a = 0; a < e->nactive; a++)
       if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
   int traced = e->trace && e->fused;
