@@ -36,6 +36,7 @@ type moeBenchOpts struct {
 	phases                  bool
 	trace, noSyncHelp       bool
 	fusedItems, decHead     int
+	spinWait                time.Duration
 }
 
 var moeOpts moeBenchOpts
@@ -64,6 +65,7 @@ func init() {
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.noSyncHelp, "no-sync-help", false, "the waiting caller does not join a running decode task as a worker")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
+			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
 		run: runMoEBench,
@@ -165,7 +167,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
-			Trace: o.trace, NoSyncHelp: o.noSyncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead,
+			Trace: o.trace, NoSyncHelp: o.noSyncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
@@ -302,7 +304,11 @@ func printTrace(w io.Writer, records []moeRecord) {
 			r.Method, r.Tokens, us(t.SubmitPick), us(t.PickPublish), us(t.SeenMean), us(t.SeenMax), us(t.GateUpEnd),
 			us(t.EndMin), us(t.EndMean), us(t.EndMax), us(t.AllDone), us(t.DoneCompl), us(t.ComplReturn), us(t.ReturnSub),
 			t.ItemsMin, t.ItemsMax, 100*t.GuestShare, us(t.GuestJoin), us(t.GuestEnd), t.GuestItems)
-		fmt.Fprintf(w, "  per-thread done (us):")
+		fmt.Fprintf(w, "  sleeps per task: engine %.2f, sync %.2f; per-thread start (us):", t.Sleeps, t.SyncSleeps)
+		for _, v := range t.WorkerSeen {
+			fmt.Fprintf(w, " %.0f", us(v))
+		}
+		fmt.Fprintf(w, "\n  per-thread done (us):")
 		for _, v := range t.WorkerEnd {
 			fmt.Fprintf(w, " %.0f", us(v))
 		}

@@ -35,10 +35,11 @@
 #include "kt_internal.h"
 
 #define QCAP 64
-#define SPIN 5000
-#define SPIN_PURE 1024
+#define SPIN_NS 500000      // default spin budget before sleeping (kt_engine_config.spin_ns)
+#define SPIN_PURE_NS 30000  // the first part of a spin only pauses
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
-#define JOPEN (1 << 30)  // jopen: a guest may join the running job (low bits: guests inside)
+#define JOPEN (1 << 30)
+#define DNX (LINE / (int)sizeof(int))  // jopen: a guest may join the running job (low bits: guests inside)
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
@@ -99,6 +100,8 @@ struct kt_engine {
   kt_worker* guest;  // the kt_sync caller that joins a running fused task (workers[nthreads])
   int no_help, trace;
   int dec_head;  // decode items prefetch the first dec_head bytes of their weight runs
+  int64_t spin_ns, spin_pure_ns;  // spin_step's budget and its pause-only start
+  _Atomic int* dnx;  // fused down items claimed per active expert, one line pair each (DNX ints apart)
 
   // hot words, one line pair each
   _Alignas(LINE) _Atomic int job_gen;
@@ -181,7 +184,7 @@ struct kt_engine {
   int tr_last;  // the last task was traced
   int fused_items;
   _Atomic int64_t tr[KT_TR_N];
-  _Atomic int64_t* tr_wend;       // [nthreads]
+  _Atomic int64_t *tr_wend, *tr_wseen;  // [nthreads]
   _Atomic int64_t tr_compl, tr_ret;
 };
 
@@ -202,26 +205,54 @@ static void wake(_Atomic int* nsleep, _Atomic int* addr) {
     syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-// wait_change waits until *addr != old: spinning first (a task usually
-// follows soon; the first SPIN_PURE rounds only pause, for the short waits of
-// a running task), then yielding now and then so a thread that has to run to
-// produce the change (the Go caller, say) gets a core, then sleeping.
-static void wait_change(_Atomic int* nsleep, _Atomic int* addr, int old) {
-  for (int i = 0; i < SPIN; i++) {
-    if (atomic_load_explicit(addr, memory_order_acquire) != old) return;
-    if (i >= SPIN_PURE && (i & 31) == 31)
-      sched_yield();
-    else
-      _mm_pause();
+static inline int64_t now_ns(void);
+
+// A spin of bounded time: spin_step pauses, and returns 0 once the engine's
+// spin budget (spin_ns, measured from the first step) is spent and the
+// caller should sleep. The first spin_pure_ns only pause; after that every
+// 32nd step yields, so that a thread that shares the core (the Go runtime's,
+// the driver's) gets it. A bound in time, not in rounds: a PAUSE costs from
+// ~10 to ~140 cycles depending on the CPU, and a round count that meant
+// 0.3 ms on one CPU meant ~50 us on another, where workers went to sleep
+// between back-to-back decode tasks and paid a futex wake-up (tens of us in a
+// VM) at the start of the next.
+typedef struct {
+  int64_t t0;
+  unsigned i;
+} kt_spin;
+
+static inline int spin_step(const kt_engine* e, kt_spin* s) {
+  if ((++s->i & 31) != 0) {
+    _mm_pause();
+    return 1;
   }
+  int64_t t = now_ns();
+  if (!s->t0) s->t0 = t;
+  int64_t el = t - s->t0;
+  if (el >= e->spin_ns) return 0;
+  if (el >= e->spin_pure_ns)
+    sched_yield();
+  else
+    _mm_pause();
+  return 1;
+}
+
+// wait_change waits until *addr != old: spinning (spin_step), then sleeping.
+static void wait_change(kt_engine* e, _Atomic int* addr, int old) {
+  kt_spin sp = {0, 0};
+  while (atomic_load_explicit(addr, memory_order_acquire) == old)
+    if (!spin_step(e, &sp)) break;
+  if (e->trace && atomic_load_explicit(addr, memory_order_seq_cst) == old)
+    atomic_fetch_add_explicit(&e->tr[KT_TR_SLEEPS], 1, memory_order_relaxed);
   while (atomic_load_explicit(addr, memory_order_seq_cst) == old) {
-    atomic_fetch_add_explicit(nsleep, 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&e->nsleep, 1, memory_order_seq_cst);
     futex_wait(addr, old);
-    atomic_fetch_sub_explicit(nsleep, 1, memory_order_seq_cst);
+    atomic_fetch_sub_explicit(&e->nsleep, 1, memory_order_seq_cst);
   }
 }
 
-static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int n) {
+static void barrier(kt_engine* e, _Atomic int* cnt, _Atomic int* gen, int n) {
+  _Atomic int* nsleep = &e->nsleep;
   if (n <= 1) return;
   int g = atomic_load_explicit(gen, memory_order_acquire);
   if (atomic_fetch_add_explicit(cnt, 1, memory_order_acq_rel) == n - 1) {
@@ -229,10 +260,11 @@ static void barrier(_Atomic int* nsleep, _Atomic int* cnt, _Atomic int* gen, int
     atomic_fetch_add_explicit(gen, 1, memory_order_seq_cst);
     wake(nsleep, gen);
   } else {
-    wait_change(nsleep, gen, g);
+    wait_change(e, gen, g);
   }
 }
 
+static inline int64_t now_ns(void);
 static inline int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -518,7 +550,7 @@ static void run_job(kt_worker* w) {
       ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
     }
   }
-  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
   int timer = w->global == 0;  // the queue thread times the phases
   if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
@@ -531,7 +563,7 @@ static void run_job(kt_worker* w) {
       P->Xs[s] = P->Xts[t];
     }
   }
-  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) ph_mark(e, KT_PH_GATHER);
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
@@ -556,7 +588,7 @@ static void run_job(kt_worker* w) {
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
       put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
   }
-  barrier(&e->nsleep, &P->bar_cnt, &P->bar_gen, nth);
+  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) {
     ph_mark(e, KT_PH_GATEUP);
     ph_mark(e, KT_PH_QUANT);  // inside gate/up now
@@ -575,7 +607,7 @@ static void run_job(kt_worker* w) {
     int x = e->active[item / hb];
     down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
-  barrier(&e->nsleep, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  barrier(e, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
   if (timer) ph_mark(e, KT_PH_DOWN);
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
@@ -675,13 +707,34 @@ static void run_job_fused(kt_worker* w) {
   }
   if (e->trace) w->tr_gu = now_ns();
 
-  // down; item i is (expert active[i / nhb], hidden rows (i % nhb) * r4)
+  // down; an item is (expert, hidden rows hb * r4). Ready first: a thread
+  // takes the next item of the first expert whose h is complete, so a late
+  // gate/up item (its thread preempted, say) holds back only its own
+  // expert's down items while the others are done
   int r4 = e->r4f, nhb = H / r4;
-  items = na * nhb;
-  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / nhb], hb = item % nhb, h0 = hb * r4;
+  for (int lo = 0, spins = 0;;) {
+    int xa = -1, hb = 0;
+    for (int a = lo; a < na; a++) {
+      _Atomic int* c = &e->dnx[(int64_t)a * DNX];
+      if (atomic_load_explicit(c, memory_order_relaxed) >= nhb) {
+        lo += a == lo;  // exhausted
+        continue;
+      }
+      if (!atomic_load_explicit(&e->hqst[e->active[a]], memory_order_acquire)) continue;
+      if ((hb = atomic_fetch_add_explicit(c, 1, memory_order_relaxed)) >= nhb) {
+        lo += a == lo;
+        continue;
+      }
+      xa = a;
+      break;
+    }
+    if (xa < 0) {
+      if (lo >= na) break;
+      spin_pause(&spins);  // every expert left waits for its gate/up
+      continue;
+    }
+    int x = e->active[xa], h0 = hb * r4;
     nitems++;
-    for (int spins = 0; !atomic_load_explicit(&e->hqst[x], memory_order_acquire);) spin_pause(&spins);
     down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
     if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
     // last expert of this hidden block: out[t][h0:h0+r4] for every token
@@ -711,7 +764,7 @@ static void* worker_main(void* arg) {
   worker_init(w);
   int seen = 0;
   for (;;) {
-    wait_change(&e->nsleep, &e->job_gen, seen);
+    wait_change(e, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
     if (e->trace) w->tr_seen = now_ns();
@@ -742,6 +795,7 @@ static void trace_task(kt_engine* e, const kt_task* t) {
     imin = w->tr_items < imin ? w->tr_items : imin;
     imax = w->tr_items > imax ? w->tr_items : imax;
     atomic_fetch_add_explicit(&e->tr_wend[i], d, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->tr_wseen[i], s, memory_order_relaxed);
   }
   kt_worker* g = e->guest;
   if (g->tr_items >= 0) {  // written before the guest left (acquire above)
@@ -826,6 +880,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
       atomic_store_explicit(&e->xst[x], 0, memory_order_relaxed);
       atomic_store_explicit(&e->gud[x], 0, memory_order_relaxed);
       atomic_store_explicit(&e->hqst[x], 0, memory_order_relaxed);
+      atomic_store_explicit(&e->dnx[(int64_t)a * DNX], 0, memory_order_relaxed);
     }
     // down items: the longest contiguous weight runs that still give every
     // thread (and a guest) ~fused_items items
@@ -863,7 +918,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (traced) e->workers[0].tr_end = now_ns();
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
-    wait_change(&e->nsleep, &e->done_gen, dg);
+    wait_change(e, &e->done_gen, dg);
     dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   }
   if (e->guest_ok) {  // no guest joins any more; wait for the one inside to leave
@@ -882,13 +937,9 @@ static void* queue_main(void* arg) {
     // a task usually follows soon: spin a while before sleeping on the
     // condition (only pausing at first, as the workers do)
     int head = atomic_load_explicit(&e->qhead, memory_order_relaxed);  // only this thread writes it
-    for (int i = 0; i < SPIN && atomic_load_explicit(&e->qtail, memory_order_relaxed) == head && !atomic_load(&e->quit);
-         i++) {
-      if (i >= SPIN_PURE && (i & 31) == 31)
-        sched_yield();
-      else
-        _mm_pause();
-    }
+    kt_spin sp = {0, 0};
+    while (atomic_load_explicit(&e->qtail, memory_order_relaxed) == head && !atomic_load(&e->quit))
+      if (!spin_step(e, &sp)) break;
     if (atomic_load_explicit(&e->qtail, memory_order_relaxed) == head) {
       pthread_mutex_lock(&e->mu);
       e->qsleep = 1;
@@ -997,21 +1048,21 @@ static void sync_traced(kt_engine* e) {
 void kt_sync(kt_engine* e, int allow_pending) {
   // any job open now or later may be joined (a job's seq is never 0)
   int last = 0, waited = 0;
-  for (int i = 0; i < SPIN; i++) {
+  kt_spin sp = {0, 0};
+  for (;;) {
     if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {  // the tasks' writes are visible
       if (waited) sync_traced(e);
       return;
     }
     waited = 1;
     if (!e->no_help && help(e, &last)) {
-      i = 0;  // the task is nearly done: spin, do not yield yet
+      sp.t0 = 0;  // the task is nearly done: a fresh spin
+      sp.i = 0;
       continue;
     }
-    if (i >= SPIN_PURE && (i & 31) == 31)
-      sched_yield();
-    else
-      _mm_pause();
+    if (!spin_step(e, &sp)) break;
   }
+  if (e->trace) atomic_fetch_add_explicit(&e->tr[KT_TR_SYNC_SLEEPS], 1, memory_order_relaxed);
   pthread_mutex_lock(&e->mu);
   atomic_fetch_add_explicit(&e->nsyncw, 1, memory_order_seq_cst);
   while (atomic_load_explicit(&e->pending, memory_order_seq_cst) > allow_pending) pthread_cond_wait(&e->cv_done, &e->mu);
@@ -1111,6 +1162,8 @@ static void free_engine(kt_engine* e) {
   free((void*)e->tokst);
   free(e->blk_tiled);
   free((void*)e->tr_wend);
+  free((void*)e->tr_wseen);
+  free((void*)e->dnx);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv_task);
   pthread_cond_destroy(&e->cv_done);
@@ -1121,12 +1174,14 @@ int kt_engine_isa(const kt_engine* e) { return e->isa; }
 
 int kt_engine_threads(const kt_engine* e) { return e->nthreads; }
 
-void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend) {
+void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend, int64_t* wseen) {
   pthread_mutex_lock(&e->mu);  // the caller synced: pending (acquire) made the sums visible
   for (int i = 0; i < KT_TR_N; i++) sums[i] = atomic_exchange_explicit(&e->tr[i], 0, memory_order_relaxed);
   for (int i = 0; i < e->nthreads; i++) {
     int64_t v = atomic_exchange_explicit(&e->tr_wend[i], 0, memory_order_relaxed);
     if (wend) wend[i] = v;
+    v = atomic_exchange_explicit(&e->tr_wseen[i], 0, memory_order_relaxed);
+    if (wseen) wseen[i] = v;
   }
   pthread_mutex_unlock(&e->mu);
 }
@@ -1214,11 +1269,17 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   int ncpu = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
   if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
   e->no_help = cfg->no_help != 0 || e->nthreads >= ncpu;
+  e->spin_ns = cfg->spin_ns > 0 ? cfg->spin_ns : cfg->spin_ns < 0 ? 0 : SPIN_NS;
+  // oversubscribed (a worker per CPU: the caller shares one): yield from the start
+  e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < SPIN_PURE_NS ? e->spin_ns : SPIN_PURE_NS;
+  e->dnx = (_Atomic int*)xalloc(sizeof(int) * DNX * (size_t)cfg->nexp);
+  if (!e->dnx) FAIL("out of memory");
   e->trace = cfg->trace != 0;
   e->fused_items = cfg->fused_items > 0 ? cfg->fused_items : 8;
   e->dec_head = cfg->dec_head > 0 ? (cfg->dec_head > 16384 ? 16384 : cfg->dec_head) : 0;
   e->tr_wend = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
-  if (!e->tr_wend) FAIL("out of memory");
+  e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
+  if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
   if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");

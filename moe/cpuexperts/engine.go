@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -68,6 +69,11 @@ type Config struct {
 	// FusedItems is how many down items per thread the decode path aims
 	// for (0 = 8): more items make a shorter tail and shorter weight runs.
 	FusedItems int
+	// SpinWait is how long the engine's threads, and a caller in Sync or
+	// Forward, spin on a change before they sleep on a futex: pausing for
+	// the first 30 us, then yielding to other threads of their core now and
+	// then. 0 = DefaultSpinWait, < 0 = sleep at once.
+	SpinWait time.Duration
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
@@ -202,6 +208,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.trace = 1
 	}
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
+	if cfg.SpinWait == 0 {
+		cfg.SpinWait = DefaultSpinWait
+	}
+	cc.spin_ns = C.int64_t(max(min(cfg.SpinWait, time.Second), -1))
 	if cfg.DecodeHeadPrefetch == 0 {
 		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
 	}
@@ -230,6 +240,11 @@ const DefaultAMXKBlock = -1
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1
+
+// DefaultSpinWait is the default Config.SpinWait: longer than the gap
+// between two layers' tasks in a hybrid decode step (~0.2-0.4 ms), so that
+// the workers are awake when the next one comes.
+const DefaultSpinWait = 500 * time.Microsecond
 
 // DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
 const DefaultDecodeHeadPrefetch = -1
@@ -283,8 +298,12 @@ type TaskTrace struct {
 	// GuestShare is the share of tasks a waiting caller joined; GuestJoin,
 	// GuestEnd and GuestItems are means over those tasks.
 	GuestShare, GuestJoin, GuestEnd, GuestItems float64
-	// WorkerEnd is each worker thread's mean published -> done time.
-	WorkerEnd []float64
+	// Sleeps and SyncSleeps count the waits per task that ended in a futex
+	// sleep: of the engine's threads, and of callers in Sync.
+	Sleeps, SyncSleeps float64
+	// WorkerSeen and WorkerEnd are each worker thread's mean published ->
+	// start and published -> done times.
+	WorkerSeen, WorkerEnd []float64
 }
 
 // Trace returns the decode-task timing accumulated since the last call and
@@ -293,8 +312,8 @@ type TaskTrace struct {
 func (e *Engine) Trace() TaskTrace {
 	var s [C.KT_TR_N]C.int64_t
 	n := int(C.kt_engine_threads(e.c))
-	wend := make([]C.int64_t, n+1)
-	C.kt_engine_trace(e.c, &s[0], &wend[0])
+	wend, wseen := make([]C.int64_t, n+1), make([]C.int64_t, n+1)
+	C.kt_engine_trace(e.c, &s[0], &wend[0], &wseen[0])
 	var t TaskTrace
 	t.Tasks = int(s[C.KT_TR_TASKS])
 	if t.Tasks == 0 {
@@ -321,8 +340,11 @@ func (e *Engine) Trace() TaskTrace {
 		t.GuestJoin, t.GuestEnd = per(C.KT_TR_GUEST_JOIN, g), per(C.KT_TR_GUEST_END, g)
 		t.GuestItems = float64(s[C.KT_TR_GUEST_ITEMS]) / float64(g)
 	}
+	t.Sleeps = float64(s[C.KT_TR_SLEEPS]) / float64(tasks)
+	t.SyncSleeps = float64(s[C.KT_TR_SYNC_SLEEPS]) / float64(tasks)
 	for i := 0; i < n; i++ {
 		t.WorkerEnd = append(t.WorkerEnd, float64(wend[i])/1e9/float64(tasks))
+		t.WorkerSeen = append(t.WorkerSeen, float64(wseen[i])/1e9/float64(tasks))
 	}
 	return t
 }

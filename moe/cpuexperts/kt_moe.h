@@ -94,6 +94,7 @@ typedef struct {
   int no_help;         // kt_sync callers only wait: they do not join a running decode task as a worker
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
+  int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
 } kt_engine_config;
 
@@ -148,12 +149,15 @@ enum {
   KT_TR_GUEST_ITEMS, // items the guest ran
   KT_TR_ITEMS_MIN,   // fewest items of one worker in a task
   KT_TR_ITEMS_MAX,   // most items of one worker in a task
+  KT_TR_SLEEPS,      // waits of engine threads that ended in a futex sleep (not only in traced tasks)
+  KT_TR_SYNC_SLEEPS, // kt_sync calls that slept
   KT_TR_N
 };
 // kt_engine_trace copies the sums (KT_TR_N values) and, per worker thread,
-// the summed pub -> done time into wend (nthreads values, may be NULL), then
-// resets them. Call it between tasks (after kt_sync).
-void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend);
+// the summed pub -> done and pub -> start times into wend and wseen
+// (nthreads values each, may be NULL), then resets them. Call it between
+// tasks (after kt_sync).
+void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend, int64_t* wseen);
 int kt_engine_threads(const kt_engine* e);
 
 // kt_check_tile_layout checks that activation rows stored for the AMX
