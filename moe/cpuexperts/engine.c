@@ -916,6 +916,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
   wake(&e->nsleep, &e->job_gen);
+  if (e->guest_ok && e->cfg.test_wait_guest)  // tests: a guest joins every task (at most 1 s)
+    for (int64_t t0 = now_ns(); !(atomic_load(&e->jopen) & ~JOPEN) && now_ns() - t0 < 1000000000;) _mm_pause();
   run_job(&e->workers[0]);  // the queue thread is worker 0
   if (traced) e->workers[0].tr_end = now_ns();
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);

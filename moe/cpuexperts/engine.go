@@ -79,6 +79,10 @@ type Config struct {
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
 	DecodeHeadPrefetch int
 
+	// testWaitGuest makes the runner wait for the Sync caller to join each
+	// task it may join (tests: a guest every time, on a loaded machine too).
+	testWaitGuest bool
+
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
 	fusedMaxSlots int
@@ -206,6 +210,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.Trace {
 		cc.trace = 1
+	}
+	if cfg.testWaitGuest {
+		cc.test_wait_guest = 1
 	}
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {

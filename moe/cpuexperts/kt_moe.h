@@ -94,6 +94,7 @@ typedef struct {
   int no_help;         // kt_sync callers only wait: they do not join a running decode task as a worker
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
+  int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
 } kt_engine_config;
