@@ -119,6 +119,8 @@ struct kt_engine {
   _Atomic int ready;       // threads that finished their start-up
   _Atomic int amx_failed;  // a thread could not configure AMX tiles
   int guest_ok;            // the current job is fused and needs no AMX tiles
+  int wcpus_set;           // the workers are pinned to the CPUs in wcpus
+  cpu_set_t wcpus;
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
@@ -1006,9 +1008,17 @@ int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
 // guest takes items from the same counters as the workers; the job's runner
 // closes it (no new guest) and waits for the guest to leave before it
 // completes the task. Returns 1 when it ran items.
+// It returns -1 without joining when the caller runs on a worker's CPU: it
+// would hold that worker off its core for the whole task (seen on the
+// device: one worker starting 150 us late in every task); the caller yields
+// instead, and the scheduler moves it to a free CPU.
 static int help(kt_engine* e, int* last) {
   if (!(atomic_load_explicit(&e->jopen, memory_order_relaxed) & JOPEN)) return 0;
   if (atomic_load_explicit(&e->jseq, memory_order_relaxed) == *last) return 0;
+  if (e->wcpus_set) {
+    int c = sched_getcpu();
+    if (c >= 0 && c < CPU_SETSIZE && CPU_ISSET(c, &e->wcpus)) return -1;
+  }
   int zero = 0;
   if (!atomic_compare_exchange_strong_explicit(&e->guest_busy, &zero, 1, memory_order_acquire, memory_order_relaxed))
     return 0;  // another caller is the guest
@@ -1062,9 +1072,14 @@ void kt_sync(kt_engine* e, int allow_pending) {
       return;
     }
     waited = 1;
-    if (!e->no_help && help(e, &last)) {
+    int h = e->no_help ? 0 : help(e, &last);
+    if (h > 0) {
       sp.t0 = 0;  // the task is nearly done: a fresh spin
       sp.i = 0;
+      continue;
+    }
+    if (h < 0) {  // on a worker's CPU: let the worker run
+      sched_yield();
       continue;
     }
     if (!spin_step(e, &sp)) break;
@@ -1275,7 +1290,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   cpu_set_t allowed;
   int ncpu = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
   if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  e->no_help = cfg->no_help != 0 || e->nthreads >= ncpu;
+  e->no_help = !cfg->sync_help || e->nthreads >= ncpu;
   e->spin_ns = cfg->spin_ns > 0 ? cfg->spin_ns : cfg->spin_ns < 0 ? 0 : SPIN_NS;
   // oversubscribed (a worker per CPU: the caller shares one): yield from the start
   e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < SPIN_PURE_NS ? e->spin_ns : SPIN_PURE_NS;
@@ -1344,7 +1359,12 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
-    for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];
+    CPU_ZERO(&e->wcpus);
+    for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) {
+      e->workers[g].cpu = cfg->cpus[g];
+      if (cfg->cpus[g] >= 0 && cfg->cpus[g] < CPU_SETSIZE) CPU_SET(cfg->cpus[g], &e->wcpus);
+    }
+    e->wcpus_set = 1;
   }
   for (int g = 1; g < e->nthreads; g++) {
     if (pthread_create(&e->workers[g].th, NULL, worker_main, &e->workers[g]) != 0)

@@ -58,11 +58,15 @@ type Config struct {
 	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
 	PrefillChunk int
 
-	// NoSyncHelp makes Sync and Forward only wait. By default the thread
-	// that waits for a running decode task (one that needs no AMX tiles)
-	// joins it as one more worker: it would spin anyway, so the task gets
-	// another core and no extra thread spins. Results do not depend on it.
-	NoSyncHelp bool
+	// SyncHelp lets the thread that waits in Sync or Forward for a running
+	// decode task (one that needs no AMX tiles) join it as one more worker:
+	// it would spin anyway, so the task gets another core and no extra
+	// thread spins. It joins only from a CPU no worker is pinned to (else it
+	// yields, so the scheduler moves it). Off by default: on the device it
+	// gave the fastest one-token tasks when the caller had the free core, and
+	// a 20% slower one when it shared a worker's (before the CPU check; see
+	// docs/notes/cpuexperts.md). Results do not depend on it.
+	SyncHelp bool
 	// Trace times every decode (fused) task per thread; Engine.Trace reads
 	// the sums. It costs a few clock reads per thread and task.
 	Trace bool
@@ -205,8 +209,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
 	cc.mch = C.int(max(cfg.PrefillChunk, 0))
-	if cfg.NoSyncHelp {
-		cc.no_help = 1
+	if cfg.SyncHelp {
+		cc.sync_help = 1
 	}
 	if cfg.Trace {
 		cc.trace = 1

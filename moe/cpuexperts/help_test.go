@@ -9,7 +9,7 @@ import (
 )
 
 // TestSyncHelpBitwise runs decode tasks with and without the waiting
-// caller joining them as a worker (Config.NoSyncHelp) and requires bitwise
+// caller joining them as a worker (Config.SyncHelp) and requires bitwise
 // equal outputs, through Forward and through Submit + Sync, for every
 // method, and that the caller did join (the runner waits for it:
 // testWaitGuest; one worker thread leaves a core for it on two CPUs).
@@ -23,7 +23,8 @@ func TestSyncHelpBitwise(t *testing.T) {
 		var engines [2]*Engine
 		for i, noHelp := range []bool{true, false} {
 			e, err := NewEngine(Config{Threads: 1, MaxTokens: maxTok, TopK: topK, Experts: spec.Experts,
-				Hidden: spec.Hidden, Intermediate: spec.Intermediate, NoSyncHelp: noHelp, Trace: true, testWaitGuest: !noHelp})
+				Hidden: spec.Hidden, Intermediate: spec.Intermediate, SyncHelp: !noHelp, Trace: true, testWaitGuest: !noHelp,
+				NoPin: true}) // pinned, the caller may share the worker's CPU and would not join
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +64,7 @@ func TestSyncHelpBitwise(t *testing.T) {
 			}
 		}
 		if tr := engines[0].Trace(); tr.GuestShare != 0 {
-			t.Errorf("%s: NoSyncHelp engine had a guest in %.0f%% of its tasks", m, 100*tr.GuestShare)
+			t.Errorf("%s: engine without SyncHelp had a guest in %.0f%% of its tasks", m, 100*tr.GuestShare)
 		}
 		// every task that needs no AMX tiles had a guest (testWaitGuest); the
 		// 1-token ones always qualify
@@ -94,7 +95,7 @@ func BenchmarkDecodeHandoff(b *testing.B) {
 			spec := small
 			spec.Method = AMXINT4
 			e := newEngineCfg(b, Config{Threads: 1, MaxTokens: 1, TopK: 8, Experts: spec.Experts, Hidden: spec.Hidden,
-				Intermediate: spec.Intermediate, NoSyncHelp: noHelp, Trace: true})
+				Intermediate: spec.Intermediate, SyncHelp: !noHelp, Trace: true})
 			l, err := e.NewLayer(spec, sourceFor(spec.Method, spec))
 			if err != nil {
 				b.Fatal(err)

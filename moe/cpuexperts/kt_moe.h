@@ -91,7 +91,7 @@ typedef struct {
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
-  int no_help;         // kt_sync callers only wait: they do not join a running decode task as a worker
+  int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
   int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
@@ -170,10 +170,9 @@ int kt_check_tile_layout(int rows, int rb);
 // returns 0, or -1 when the queue is full.
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // kt_sync blocks until at most allow_pending submitted tasks are unfinished.
-// While it waits on a running decode (fused) task that needs no AMX tiles,
-// the caller joins it as an extra worker (unless no_help): its thread would
-// spin anyway, so the task gets one more core without one more spinning
-// thread.
+// With sync_help, while it waits on a running decode (fused) task that needs
+// no AMX tiles, the caller joins it as an extra worker: its thread would spin
+// anyway, so the task gets one more core without one more spinning thread.
 void kt_sync(kt_engine* e, int allow_pending);
 // kt_forward is kt_submit then kt_sync(e, 0) in one call, retrying while the
 // queue is full; the batch's memory need only stay valid during the call.
