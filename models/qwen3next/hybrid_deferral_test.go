@@ -21,9 +21,11 @@ import (
 // same deferral wholly on the CPU, for D = 1 and 2 of top-2, over a
 // 3-token prompt and 8 teacher-forced decode steps; with GPU experts (3
 // per layer), which are never deferred, the run must move from its own
-// D = 0. The graph form asked
-// for (KT_HYBRID_GRAPH=1) falls back to op by op, saying so; the
-// overlapped form is refused. It skips without a GPU.
+// D = 0. The host-node graph form asked for (KT_HYBRID_GRAPH=1) falls
+// back to op by op, saying so; the piecewise graph form (the default) runs
+// deferral and must give the op-by-op run's logprobs bit for bit, with and
+// without GPU experts; the overlapped form is refused. It skips without a
+// GPU.
 func TestHybridDeferral(t *testing.T) {
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
@@ -81,6 +83,37 @@ func TestHybridDeferral(t *testing.T) {
 				t.Errorf("D=%d: %s: logprobs differ by %g", d, c.name, worst)
 			}
 		}
+		// the piecewise graph form (the default): decode steps replayed as
+		// 5 graphs with the hand-offs between, the deferred task running on
+		// while the next piece does
+		t.Setenv(routed.GraphEnv, "")
+		for _, pc := range []struct {
+			name    string
+			req     placement.Request
+			opByOp  [][]float64
+			wantSeg int
+		}{{"hybrid piecewise", none, hyb, shape.Layers + 1}, {"hybrid piecewise, 3 GPU experts per layer", three, hyb3, shape.Layers + 1}} {
+			r, err := load(gpu, d, pc.req)
+			if err != nil {
+				t.Fatalf("%s: %v", pc.name, err)
+			}
+			if !strings.Contains(r.ExpertPath(), "piecewise") || !strings.Contains(r.ExpertPath(), "deferral:") {
+				r.Close()
+				t.Fatalf("%s: experts run on %q, want piecewise graphs with deferral", pc.name, r.ExpertPath())
+			}
+			rows, _ := modeltest.DeferralRows(t, testRunner{r}, shape.Vocab, decode)
+			st, _ := models.GraphStatsOf(r)
+			r.Close()
+			if st.Off != "" || st.Failed != "" || st.Captures != 1 || st.Replays < 5 || st.Segments != pc.wantSeg {
+				t.Errorf("D=%d: %s: graph stats %s (segments %d); want 1 capture, >= 5 replays, %d graphs per step", d, pc.name, st, st.Segments, pc.wantSeg)
+			}
+			worst := modeltest.WorstDiff(rows, pc.opByOp)
+			t.Logf("D=%d: %s vs op by op: worst logprob difference %.3g (%s)", d, pc.name, worst, st)
+			if worst != 0 {
+				t.Errorf("D=%d: %s differs from the op-by-op hybrid step by %g, want bit-identical", d, pc.name, worst)
+			}
+		}
+		t.Setenv(routed.GraphEnv, "1")
 		if moved := modeltest.WorstDiff(hyb, hyb0); moved < 10*modeltest.Tol {
 			t.Errorf("D=%d: hybrid moved from D=0 by only %g: is deferral applied?", d, moved)
 		} else {

@@ -259,21 +259,25 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 	return nil
 }
 
-// hybridGraphs lets the hybrid step's decode steps be captured as graphs
-// when its graph form is asked for (the synchronous form, GraphEnv=1)
-// and turns graphs off otherwise (the Go host functions of the overlapped
-// form, like the synchronous hand-off, cannot be replayed).
+// hybridGraphs tells runbase how the hybrid step's decode steps may be
+// captured (gpuLink.graphSetup: piecewise by default, one graph with C host
+// nodes when asked for) and turns graphs off otherwise (the Go host
+// functions of the overlapped form, like the synchronous hand-off, cannot
+// be replayed).
 func (x *engine) hybridGraphs(rb *runbase.Base) {
-	if x.gpu == nil || !x.gpu.graphs {
-		why := "hybrid step (routed experts on the CPU expert engine; its graph form is opt-in: " + GraphEnv + "=1, not with " + OverlapEnv + "=1)"
-		if x.gpu != nil && x.gpu.noGraph != "" {
-			why = "hybrid step: " + x.gpu.noGraph
-		}
-		rb.DisableGraphs(why)
+	if x.gpu == nil {
+		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
 		return
 	}
-	// a replayed step's CPU tasks report their errors once it is done
-	rb.OnReplay(x.eng.Sync)
+	off, collect := x.gpu.graphSetup(rb)
+	if off != "" {
+		rb.DisableGraphs(off)
+		return
+	}
+	if collect {
+		// a replayed step's CPU tasks report their errors once it is done
+		rb.OnReplay(x.eng.Sync)
+	}
 }
 
 // describe says where the experts run: method, kernels, threads and pools,
@@ -286,11 +290,7 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
-				if x.gpu.graphs {
-					where += "; decode steps may run as CUDA graphs (CPU experts as C host functions)"
-				} else {
-					where += "; decode steps op by op"
-				}
+				where += "; " + x.gpu.graphForm()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}
