@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ type generateFlags struct {
 	baseGPUID         int
 	memFraction       float64
 	noGraph           bool
+	cpuProfile        string
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -99,6 +101,7 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the generation (prefill and decode, not the load) to this file (go tool pprof)")
 	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 	return c
 }
@@ -184,6 +187,20 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if p := models.ExpertPath(r); p != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: routed experts:", p)
 	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
 	res, err := generate.Run(r, ids, generate.Params{
 		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
 		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,
@@ -193,6 +210,10 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	if s, ok := models.GraphStatsOf(r); ok {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
+	}
+	if n := len(res.Output) - 1; n > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (picking the token, logprobs)\n",
+			res.DecodeSeconds*1e3/float64(n), res.DecodeHostSeconds*1e3/float64(n))
 	}
 	w := cmd.OutOrStdout()
 	decodeTPS := 0.0
