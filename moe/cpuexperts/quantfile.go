@@ -186,10 +186,14 @@ func quantRows(f []float32, ld, rows, cols, bits int) (q, s []byte) {
 	return q, unsafe.Slice((*byte)(unsafe.Pointer(&scale[0])), 4*rows)
 }
 
-// QuantDir is a directory written by kt quant, opened for loading.
+// QuantDir is a directory of pre-quantized experts opened for loading:
+// kt quant's output (OpenQuantDir) or KTransformers' own (OpenKTDir, with
+// Manifest.Format KTDirFormat).
 type QuantDir struct {
 	Manifest QuantManifest
 	ckpt     *safetensors.Checkpoint
+	kt       *ktDir // KT's own layout
+	hidden   int
 }
 
 // OpenQuantDir opens dir and checks its manifest.
@@ -219,10 +223,20 @@ func OpenQuantDir(dir string) (*QuantDir, error) {
 }
 
 // Close unmaps the shards.
-func (d *QuantDir) Close() error { return d.ckpt.Close() }
+func (d *QuantDir) Close() error {
+	if d.ckpt == nil {
+		return nil
+	}
+	return d.ckpt.Close()
+}
 
 // Layer returns the QuantSource of layer l.
-func (d *QuantDir) Layer(l int) QuantSource { return &quantLayer{d: d, layer: l} }
+func (d *QuantDir) Layer(l int) QuantSource {
+	if d.kt != nil {
+		return &ktLayer{d: d.kt, layer: l, pools: d.Manifest.ThreadpoolCnt, hidden: d.hidden}
+	}
+	return &quantLayer{d: d, layer: l}
+}
 
 type quantLayer struct {
 	d     *QuantDir
