@@ -73,41 +73,6 @@ func (s ktGenSource) Matrix(e int, p Proj) (Matrix, error) {
 	return Matrix{DType: tensor.BF16, Rows: rows, Cols: cols, Data: b}, nil
 }
 
-// ktRuleInt4 quantizes rows like KT's BufferBInt4Impl::from_mat: scale
-// amax/112 (computed in double, stored as float), x = round-to-even(v/scale),
-// then |x| rounded half up to a multiple of 16. It returns kt's packed form
-// (value = q * 16*scale) and the scales 16*scale.
-func ktRuleInt4(f []float32, ld, rows, cols int) ([]byte, []float32) {
-	q := make([]byte, rows*cols/2)
-	sc := make([]float32, rows)
-	for r := 0; r < rows; r++ {
-		row := f[r*ld : r*ld+cols]
-		var amax float32
-		for _, v := range row {
-			amax = max(amax, float32(math.Abs(float64(v))))
-		}
-		d := float32(float64(amax) / 112.0)
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
-		for c, v := range row {
-			x := int(math.RoundToEven(float64(v * id)))
-			a := x
-			if a < 0 {
-				a = -a
-			}
-			a = (a + 8) >> 4
-			if x < 0 {
-				a = -a
-			}
-			q[(r*cols+c)/2] |= byte(a&15) << (4 * (c & 1))
-		}
-		sc[r] = 16 * d
-	}
-	return q, sc
-}
-
 // poolSlice returns a pool's slice of the full matrix f (HF shape) as a
 // sub-matrix start, row stride and shape.
 func poolSlice(f []float32, p Proj, hidden, inter, pools, pool int) ([]float32, int, int, int) {
@@ -173,7 +138,7 @@ func TestKTFiles(t *testing.T) {
 							}
 							continue
 						}
-						kq, _ := ktRuleInt4(sub, ld, r, c)
+						kq, _ := ktQuantRows(sub, ld, r, c, 4)
 						if !bytes.Equal(got.Data, kq) {
 							t.Fatalf("expert %d %s pool %d: int4 weights differ from KT's rounding rule", e, p, pool)
 						}
@@ -347,7 +312,7 @@ func TestKTLayoutVersions(t *testing.T) {
 			f := ktGen(tc.seed, 0, n, k, true)
 			want, ws := quantRows(f, k, n, k, tc.bits)
 			if tc.bits == 4 {
-				want, _ = ktRuleInt4(f, k, n, k)
+				want, _ = ktQuantRows(f, k, n, k, 4)
 			}
 			if !bytes.Equal(got.Data, want) {
 				t.Fatal("decoded weights differ from the quantization of the source")
@@ -516,5 +481,45 @@ func TestKTRefusals(t *testing.T) {
 	defer good.Close()
 	if _, err := e1.NewLayerQuant(spec, good.Layer(1)); err == nil || !strings.Contains(err.Error(), "thread pools") {
 		t.Errorf("pool mismatch: %v", err)
+	}
+}
+
+// TestQuantizeLayerKTMatchesKT: kt quant --layout kt writes, for the same
+// bf16 weights, exactly the bytes KT's converter wrote (weights and scales,
+// every tensor), so KT reads kt's output as its own.
+func TestQuantizeLayerKTMatchesKT(t *testing.T) {
+	for _, tc := range ktCases {
+		spec := LayerSpec{Method: tc.method, Experts: 2, Hidden: tc.hidden, Intermediate: tc.inter}
+		path := filepath.Join(t.TempDir(), "model-00001-of-00001.safetensors")
+		if err := QuantizeLayerKT(ktGenSource{spec, tc.seed}, spec, 2, 1, path, nil); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := CheckQuantShardLayout(path, tc.method, 2, 1, LayoutKT)
+		if !ok || err != nil {
+			t.Fatalf("fresh KT-layout shard not accepted for resume: %v %v", ok, err)
+		}
+		if _, err := CheckQuantShardLayout(path, tc.method, 2, 1, LayoutRows); err == nil {
+			t.Error("KT-layout shard accepted for a rows-layout resume")
+		}
+		ours, err := safetensors.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := safetensors.OpenDir(tc.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ours.Tensors()) != len(theirs.Names()) {
+			t.Fatalf("%d tensors, KT's file has %d", len(ours.Tensors()), len(theirs.Names()))
+		}
+		for _, name := range theirs.Names() {
+			a, err1 := ours.Tensor(name)
+			b, err2 := theirs.Tensor(name)
+			if err1 != nil || err2 != nil || a.DType != b.DType || fmt.Sprint(a.Shape) != fmt.Sprint(b.Shape) || !bytes.Equal(a.Data, b.Data) {
+				t.Fatalf("%s %s: kt's tensor differs from KT's (%v %v)", tc.method, name, err1, err2)
+			}
+		}
+		ours.Close()
+		theirs.Close()
 	}
 }

@@ -269,3 +269,66 @@ func ktPermute(q []byte, n, k, bits, nblock int) ([]byte, error) {
 func nibble(q []byte, e int) byte {
 	return (q[e/2] >> (4 * (e & 1))) & 15
 }
+
+// ktQuantRows quantizes rows x cols of f (row stride ld) per row as KT's
+// BufferB::from_mat does and returns kt's row-major form (int8, or int4
+// packed low nibble first) with KT's scales: int8 q = rne(v / (amax/127));
+// int4 x = rne(v / (amax/112)) then q = sign(x) * ((|x| + 8) >> 4), scale
+// amax/112 (the file's; the value is q*16*scale). For int8 this is kt's own
+// rule; for int4 it rounds |v|/(amax/7) fractions in [0.469, 0.5] up where
+// kt's round-to-even rounds down (about 3% of weights on random data).
+func ktQuantRows(f []float32, ld, rows, cols, bits int) ([]byte, []float32) {
+	q := make([]byte, ktWeightBytes(rows, cols, bits))
+	sc := make([]float32, rows)
+	div := 127.0
+	if bits == 4 {
+		div = 112
+	}
+	for r := 0; r < rows; r++ {
+		row := f[r*ld : r*ld+cols]
+		var amax float32
+		for _, v := range row {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := float32(float64(amax) / div) // KT divides in double for int4; the same float either way
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		for c, v := range row {
+			x := int(math.RoundToEven(float64(v * id)))
+			x = max(-128, min(127, x)) // _mm512_cvtsepi32_epi8 saturates
+			if bits == 8 {
+				q[r*cols+c] = byte(int8(x))
+				continue
+			}
+			a := x
+			if a < 0 {
+				a = -a
+			}
+			a = (a + 8) >> 4
+			if x < 0 {
+				a = -a
+			}
+			q[(r*cols+c)/2] |= byte(a&15) << (4 * (c & 1))
+		}
+		sc[r] = d
+	}
+	return q, sc
+}
+
+// ktQuantSlice quantizes a slice with KT's rules and returns the BufferB
+// weight image (newest release's N_BLOCK) and the scales' bytes.
+func ktQuantSlice(f []float32, ld, rows, cols, bits int) ([]byte, []byte, error) {
+	q, sc := ktQuantRows(f, ld, rows, cols, bits)
+	w, err := ktPermute(q, rows, cols, bits, ktDefaultNBlock(bits))
+	if err != nil {
+		return nil, nil, err
+	}
+	s := make([]byte, 4*len(sc))
+	for i, v := range sc {
+		u := math.Float32bits(v)
+		s[4*i], s[4*i+1], s[4*i+2], s[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return w, s, nil
+}
