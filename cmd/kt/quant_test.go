@@ -122,3 +122,66 @@ func TestQuantCommand(t *testing.T) {
 		lf.Close()
 	}
 }
+
+// TestQuantLayoutKT: --layout kt output loads (through the KT reader) and
+// gives the same layer as quantizing at load (AMXINT8: bit for bit); a run
+// with the other layout over it is refused.
+func TestQuantLayoutKT(t *testing.T) {
+	model, out := t.TempDir(), t.TempDir()
+	spec := writeTinyMoE(t, model)
+	var so, se bytes.Buffer
+	if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, layout: "kt", noProg: true}, &so, &se); err != nil {
+		t.Fatal(err)
+	}
+	if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, layout: "rows", noProg: true}, &so, &se); err == nil {
+		t.Error("rows layout over a kt-layout output accepted")
+	}
+	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int8", pools: 2, layout: "gguf"}, &so, &se); err == nil {
+		t.Error("unknown layout accepted")
+	}
+	qd, err := cpuexperts.OpenQuantDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qd.Close()
+	if qd.Manifest.Layout != cpuexperts.LayoutKT {
+		t.Fatalf("manifest layout %q", qd.Manifest.Layout)
+	}
+	// KT's own reader (no manifest) sees the same directory as a KT one
+	kd, err := cpuexperts.OpenKTDir(out, spec.Hidden, spec.Intermediate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd.Close()
+	spec.Method = cpuexperts.AMXINT8
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for l := 0; l < 2; l++ {
+		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, ids, w := cpuexperts.RandomBatch(5, 4, 2, spec.Hidden, spec.Experts)
+		a, b := make([]float32, 4*spec.Hidden), make([]float32, 4*spec.Hidden)
+		for _, c := range []struct {
+			l   *cpuexperts.Layer
+			out []float32
+		}{{lq, a}, {lf, b}} {
+			if err := c.l.Forward(&cpuexperts.Batch{Tokens: 4, TopK: 2, X: x, IDs: ids, Weights: w, Out: c.out}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("layer %d: kt-layout weights give a different output than quantizing at load", l)
+		}
+		lq.Close()
+		lf.Close()
+	}
+}
