@@ -108,3 +108,28 @@ func FuzzOpenKTDir(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkKTUnpermute decodes one Qwen3-30B-A3B gate slice (768 x 2048)
+// and one DeepSeek-V3 gate slice (2048 x 7168, two K_BLOCKs) from KT's
+// layout: the load-time cost per matrix of reading KT's files.
+func BenchmarkKTUnpermute(b *testing.B) {
+	for _, c := range []struct {
+		name       string
+		n, k, bits int
+	}{{"int8_768x2048", 768, 2048, 8}, {"int4_768x2048", 768, 2048, 4}, {"int8_2048x7168", 2048, 7168, 8}, {"int4_2048x7168", 2048, 7168, 4}} {
+		b.Run(c.name, func(b *testing.B) {
+			f := ktGen(3, 0, c.n, c.k, false)
+			q, s := ktQuantRows(f, c.k, c.n, c.k, c.bits)
+			w, err := ktPermute(q, c.n, c.k, c.bits, ktDefaultNBlock(c.bits))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				if _, err := ktUnpermute(w, s, c.n, c.k, c.bits, ktDefaultNBlock(c.bits)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

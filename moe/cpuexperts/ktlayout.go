@@ -2,11 +2,18 @@
 
 package cpuexperts
 
+/*
+#include <stdint.h>
+void kt_ktlayout_unpermute(const uint8_t* w, int n, int k, int bits, int nblock, int kblock, uint8_t* out, int32_t* rowmax);
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // KTransformers' AMXINT8 / AMXINT4 CPU expert files hold the raw bytes of
@@ -101,57 +108,9 @@ func ktUnpermute(w []byte, scale []float32, n, k, bits, nblock int) (QuantMatrix
 		return QuantMatrix{}, fmt.Errorf("%d scales, want one per row (%d)", len(scale), n)
 	}
 	out := make([]byte, ktWeightBytes(n, k, bits))
-	rowMax := make([]int, n)
-	kstep := ktKStep
-	if bits == 4 {
-		kstep = 2 * ktKStep
-	}
-	for nb0 := 0; nb0 < n; nb0 += nblock {
-		nbs := min(nblock, n-nb0)
-		for kb0 := 0; kb0 < k; kb0 += ktKBlock {
-			kbs := min(ktKBlock, k-kb0)
-			for nBegin := 0; nBegin < nbs; nBegin += ktNStep {
-				for kBegin := 0; kBegin < kbs; kBegin += kstep {
-					base := (nb0*k + kb0*nbs + nBegin*kbs + kBegin*ktNStep) * bits / 8
-					panel := w[base : base+ktNStep*64]
-					for i := 0; i < ktNStep; i++ {
-						row := nb0 + nBegin + i
-						src := (i/16)*1024 + (i%16)*4
-						col := kb0 + kBegin
-						m := rowMax[row]
-						if bits == 8 {
-							dst := out[row*k+col : row*k+col+64]
-							for j := 0; j < 64; j++ {
-								v := panel[src+(j/4)*64+j%4]
-								dst[j] = v
-								a := int(int8(v))
-								if a < 0 {
-									a = -a
-								}
-								m = max(m, a)
-							}
-						} else {
-							dst := out[(row*k+col)/2 : (row*k+col)/2+64]
-							for j := 0; j < 64; j++ {
-								b := panel[src+(j/4)*64+j%4]
-								lo, hi := int(b&15), int(b>>4)
-								m = max(m, abs4(lo), abs4(hi))
-								// column col+j (lo) and col+64+j (hi); packed low nibble first
-								if j%2 == 0 {
-									dst[j/2] = byte(lo)
-									dst[32+j/2] = byte(hi)
-								} else {
-									dst[j/2] |= byte(lo << 4)
-									dst[32+j/2] |= byte(hi << 4)
-								}
-							}
-						}
-						rowMax[row] = m
-					}
-				}
-			}
-		}
-	}
+	rowMax := make([]int32, n)
+	C.kt_ktlayout_unpermute((*C.uint8_t)(unsafe.Pointer(&w[0])), C.int(n), C.int(k), C.int(bits), C.int(nblock), C.int(ktKBlock),
+		(*C.uint8_t)(unsafe.Pointer(&out[0])), (*C.int32_t)(unsafe.Pointer(&rowMax[0])))
 	full := 127
 	sc := make([]float32, n)
 	copy(sc, scale)
@@ -167,7 +126,7 @@ func ktUnpermute(w []byte, scale []float32, n, k, bits, nblock int) (QuantMatrix
 			return QuantMatrix{}, fmt.Errorf("row %d: scale %g is not a finite non-negative number", r, s)
 		case s == 0 && rowMax[r] != 0:
 			return QuantMatrix{}, fmt.Errorf("row %d: scale 0 with nonzero weights", r)
-		case s >= 0x1p-100 && rowMax[r] != full:
+		case s >= 0x1p-100 && int(rowMax[r]) != full:
 			return QuantMatrix{}, fmt.Errorf("row %d: largest |q| is %d, not %d: %w", r, rowMax[r], full, errKTFullScale)
 		}
 	}
