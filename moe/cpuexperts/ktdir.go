@@ -29,8 +29,9 @@ const KTDirFormat = "ktransformers-amx"
 var ErrNotKTDir = errors.New("no KTransformers CPU expert weights (blk.*.ffn_*_exps.*.numa.* tensors or _layer_*/_numa_*/*.kt files)")
 
 var (
-	ktKeyRE  = regexp.MustCompile(`^blk\.(\d{1,6})\.ffn_(gate|up|down)_exps\.(\d{1,6})\.numa\.(\d{1,2})\.(weight|scale)$`)
-	ktFileRE = regexp.MustCompile(`^(INT8|INT4)_(gate|up|down)_(\d{1,6})_(\d{1,12})Byte_(quant|scale)_\.kt$`)
+	ktKeyRE = regexp.MustCompile(`^blk\.(\d{1,6})\.ffn_(gate|up|down)_exps\.(\d{1,6})\.numa\.(\d{1,2})\.(weight|scale)$`)
+	// the size part is absent in older KT releases' names ({INT8|INT4}_{proj}_{E}_quant_.kt)
+	ktFileRE = regexp.MustCompile(`^(INT8|INT4)_(gate|up|down)_(\d{1,6})(?:_(\d{1,12})Byte)?_(quant|scale)_\.kt$`)
 	ktDirRE  = regexp.MustCompile(`^_(layer|numa)_(\d{1,6})$`)
 )
 
@@ -119,7 +120,11 @@ func OpenKTDir(dir string, hidden, intermediate int) (*QuantDir, error) {
 			want = int64(4 * n)
 		}
 		if sz != want {
-			return fail(fmt.Errorf("%s: %d bytes, want %d (%s [%d %d])", k, sz, want, man.Method, n, kk))
+			hint := ""
+			if k.scale && sz > want && sz%want == 0 {
+				hint = fmt.Sprintf("; %d scales per row look like one of KT's k-group layouts, which kt does not read (convert from the HF checkpoint with kt quant, or use --kt-method INT4_KGROUP on it)", sz/want)
+			}
+			return fail(fmt.Errorf("%s: %d bytes, want %d (%s [%d %d])%s", k, sz, want, man.Method, n, kk, hint))
 		}
 	}
 	for p := Gate; p <= Down; p++ {
@@ -187,14 +192,17 @@ func (d *ktDir) scan() ([]ktKey, map[ktKey]int64, error) {
 					}
 					method = m[1]
 					e, _ := strconv.Atoi(m[3])
-					declared, _ := strconv.ParseInt(m[4], 10, 64)
-					k := ktKey{layer: layer, expert: e, pool: pool, proj: parseProj(m[2]), scale: m[5] == "scale"}
-					if _, dup := d.files[k]; dup {
-						return nil, nil, fmt.Errorf("KT weights %s: two files for %s", d.dir, k)
-					}
 					st, err := f.Info()
 					if err != nil {
 						return nil, nil, fmt.Errorf("KT weights: %w", err)
+					}
+					declared := st.Size()
+					if m[4] != "" {
+						declared, _ = strconv.ParseInt(m[4], 10, 64)
+					}
+					k := ktKey{layer: layer, expert: e, pool: pool, proj: parseProj(m[2]), scale: m[5] == "scale"}
+					if _, dup := d.files[k]; dup {
+						return nil, nil, fmt.Errorf("KT weights %s: two files for %s", d.dir, k)
 					}
 					if st.Size() != declared {
 						return nil, nil, fmt.Errorf("KT weights: %s holds %d bytes, its name says %d (truncated?)", path, st.Size(), declared)

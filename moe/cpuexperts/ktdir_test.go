@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unsafe"
@@ -229,6 +230,8 @@ func ktWriteFolder(t *testing.T, from, to string, method string) {
 	}
 }
 
+var ktSizeRE = regexp.MustCompile(`_\d+Byte_`)
+
 // TestKTFolderForm: the unmerged .kt files decode like the merged ones.
 func TestKTFolderForm(t *testing.T) {
 	for _, tc := range ktCases {
@@ -259,6 +262,24 @@ func TestKTFolderForm(t *testing.T) {
 		if _, err := b.Layer(2).Quant(0, 0, Gate); err == nil {
 			t.Error("a layer the folder lacks decoded")
 		}
+		// older KT releases named the files without their size
+		old := t.TempDir()
+		ktWriteFolder(t, tc.dir, old, map[Method]string{AMXINT8: "INT8", AMXINT4: "INT4"}[tc.method])
+		paths, _ := filepath.Glob(filepath.Join(old, "_layer_1", "_numa_*", "*.kt"))
+		for _, p := range paths {
+			np := ktSizeRE.ReplaceAllString(p, "_")
+			if err := os.Rename(p, np); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := OpenKTDir(old, tc.hidden, tc.inter)
+		if err != nil {
+			t.Fatalf("size-less .kt names: %v", err)
+		}
+		if x, err := c.Layer(1).Quant(1, 1, Down); err != nil || x.Rows != tc.hidden {
+			t.Fatalf("size-less .kt names: %v", err)
+		}
+		c.Close()
 		// a truncated .kt file is refused at open
 		files, _ := filepath.Glob(filepath.Join(dir, "_layer_1", "_numa_1", "*_up_1_*quant_.kt"))
 		if err := os.Truncate(files[0], 100); err != nil {
@@ -432,6 +453,13 @@ func TestKTRefusals(t *testing.T) {
 			return same(n, i, d), d
 		}, "scale"},
 		{"other model", 256, 128, nil, "bytes, want"},
+		{"k-group scales", 128, 128, func(n string, i safetensors.TensorInfo, d []byte) (safetensors.Spec, []byte) {
+			if strings.HasSuffix(n, ".scale") {
+				d = append(d, d...)
+				return safetensors.Spec{Name: n, DType: i.DType, Shape: []int64{2 * i.Shape[0]}}, d
+			}
+			return same(n, i, d), d
+		}, "k-group layouts"},
 		{"other intermediate", 128, 512, nil, "want 32768 (AMXINT8) or 16384 (AMXINT4)"},
 		{"pools do not divide", 128, 129, nil, "does not split"},
 	} {
