@@ -23,6 +23,9 @@ type engine struct {
 	eng    *cpuexperts.Engine
 	layers []*cpuexperts.Layer // per model layer; nil for dense layers
 	batch  cpuexperts.Batch
+	dbatch cpuexperts.Batch // the deferred task (expert deferral)
+	def    *deferral        // expert deferral; nil when off
+	defOut []float32        // CPU backend: the deferred output kept for the next MoE layer
 	k, hid int
 	from   string   // where the weights came from, for Path
 	gpu    *gpuLink // the hybrid step: the rest of the model on the GPU; nil on the CPU backend
@@ -200,6 +203,19 @@ func sameDir(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
+// setDeferral turns expert deferral on (f non-nil) for the next steps.
+func (x *engine) setDeferral(f *deferral) error {
+	x.def = f
+	if f == nil {
+		return nil
+	}
+	if x.gpu != nil {
+		return x.gpu.setDeferral(f)
+	}
+	x.defOut = make([]float32, x.eng.Config().MaxTokens*x.hid)
+	return nil
+}
+
 // start computes layer l's routed experts for n tokens: on the CPU backend
 // at once, from and into the backend's host memory; in the hybrid step it
 // queues the work on the GPU's stream (gpuLink.start).
@@ -211,11 +227,47 @@ func (x *engine) start(rb *runbase.Base, l int, h, out, wts, ids backend.Tensor,
 	if err := rb.Sync(); err != nil {
 		return err
 	}
+	xs, is, ws, outs := h.(*cpu.Tensor).F32()[:n*x.hid], ids.(*cpu.Tensor).I32()[:n*x.k],
+		wts.(*cpu.Tensor).F32()[:n*x.k], out.(*cpu.Tensor).F32()[:n*x.hid]
 	b := &x.batch
-	*b = cpuexperts.Batch{Tokens: n, TopK: x.k,
-		X: h.(*cpu.Tensor).F32()[:n*x.hid], IDs: ids.(*cpu.Tensor).I32()[:n*x.k],
-		Weights: wts.(*cpu.Tensor).F32()[:n*x.k], Out: out.(*cpu.Tensor).F32()[:n*x.hid]}
-	return x.layers[l].Forward(b)
+	if x.def == nil {
+		*b = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: is, Weights: ws, Out: outs}
+		return x.layers[l].Forward(b)
+	}
+	return x.deferredForward(l, xs, is, ws, outs, n)
+}
+
+// deferredForward is start on the CPU backend with expert deferral: the
+// previous MoE layer's deferred output is copied into out and the
+// immediate task adds onto it (as the hybrid step's pinned output slot
+// holds it), then the deferred task writes the kept output for the next
+// MoE layer. Both finish before it returns: on the CPU backend the
+// model's own ops would compete with the engine for the cores.
+func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []float32, n int) error {
+	f := x.def
+	d, pending := f.begin(l)
+	kept := x.defOut[:n*x.hid]
+	if pending {
+		copy(outs, kept)
+	}
+	b := &x.batch
+	*b = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: is, Weights: ws, Out: outs, Incremental: pending}
+	if d > 0 {
+		f.split(is, ws, n, d)
+		b.IDs = f.imm[:n*x.k]
+	}
+	if err := x.layers[l].Submit(b); err != nil {
+		return err
+	}
+	if d > 0 {
+		x.dbatch = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: f.def[:n*x.k], Weights: ws, Out: kept}
+		if err := x.layers[l].Submit(&x.dbatch); err != nil {
+			_ = x.eng.Sync()
+			return err
+		}
+	}
+	f.pending = d > 0
+	return x.eng.Sync()
 }
 
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).
@@ -232,7 +284,11 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 // form, like the synchronous hand-off, cannot be replayed).
 func (x *engine) hybridGraphs(rb *runbase.Base) {
 	if x.gpu == nil || !x.gpu.graphs {
-		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine; its graph form is opt-in: " + GraphEnv + "=1, not with " + OverlapEnv + "=1)")
+		why := "hybrid step (routed experts on the CPU expert engine; its graph form is opt-in: " + GraphEnv + "=1, not with " + OverlapEnv + "=1)"
+		if x.gpu != nil && x.gpu.noGraph != "" {
+			why = "hybrid step: " + x.gpu.noGraph
+		}
+		rb.DisableGraphs(why)
 		return
 	}
 	// a replayed step's CPU tasks report their errors once it is done

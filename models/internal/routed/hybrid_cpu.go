@@ -94,6 +94,24 @@ type gpuLink struct {
 	tasks   map[int][]*cpuexperts.HostTask // graph form: per token count, per model layer
 	mu      sync.Mutex
 	err     error // first error of a host function, reported by the next start or join
+	// expert deferral (setDeferral): two slots of pinned buffers, used by
+	// the MoE layers in turn, so that a layer's deferred task may still
+	// read its slot while the next layer's copies fill the other
+	def     *deferral
+	slots   [2]pinSlot
+	dbatch  cpuexperts.Batch // the deferred task's batch
+	noGraph string           // why the graph form is off ("" unless deferral turned it off)
+}
+
+// pinSlot is one slot of pinned buffers of the hybrid step with expert
+// deferral: a MoE layer's input rows, ids (the immediate picks), weights,
+// deferred picks and the output its immediate task completes (which the
+// previous MoE layer's deferred task wrote first).
+type pinSlot struct {
+	x, out, ids, wts, defIDs *cuda.HostBuffer
+	xs, outs, ws             []float32
+	is, ds                   []int32
+	owned                    bool // x, out, ids, wts allocated for the slot (slot 1), freed by close
 }
 
 // linkLayer is one MoE layer's host functions and the token count of the
@@ -163,6 +181,90 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	g.graphs = g.sync && os.Getenv(GraphEnv) == "1"
 	g.tasks = map[int][]*cpuexperts.HostTask{}
 	return g, nil
+}
+
+// setDeferral turns expert deferral on: slot 0 is the step's pinned
+// buffers, slot 1 a second set, each with a buffer for the deferred
+// picks. The graph form is turned off (its host nodes wait for every task;
+// the op-by-op step overlaps a layer's deferred task with the next layer's
+// GPU work) and the overlapped form refused.
+func (g *gpuLink) setDeferral(f *deferral) error {
+	if !g.sync {
+		return fmt.Errorf("--kt-max-deferred-experts-per-token is not implemented for %s=1 (the overlapped form); unset it", OverlapEnv)
+	}
+	if g.graphs {
+		g.graphs = false
+		g.noGraph = "expert deferral runs the hybrid decode step op by op (the graph form, " + GraphEnv + "=1, has no deferral)"
+	}
+	T := g.maxTok
+	var err error
+	alloc := func(n int) *cuda.HostBuffer {
+		if err != nil {
+			return nil
+		}
+		var h *cuda.HostBuffer
+		h, err = g.be.Device().AllocHost(int64(n) * 4)
+		return h
+	}
+	g.slots[0] = pinSlot{x: g.pinX, out: g.pinOut, ids: g.pinIDs, wts: g.pinWts, defIDs: alloc(T * g.k)}
+	g.slots[1] = pinSlot{x: alloc(T * g.hid), out: alloc(T * g.hid), ids: alloc(T * g.k), wts: alloc(T * g.k), defIDs: alloc(T * g.k), owned: true}
+	g.def = f // close frees what was allocated
+	if err != nil {
+		return fmt.Errorf("hybrid step: pinned buffers for expert deferral, %d tokens: %w", T, err)
+	}
+	for i := range g.slots {
+		sl := &g.slots[i]
+		sl.xs, sl.outs, sl.ws = cuda.HostSlice[float32](sl.x), cuda.HostSlice[float32](sl.out), cuda.HostSlice[float32](sl.wts)
+		sl.is, sl.ds = cuda.HostSlice[int32](sl.ids), cuda.HostSlice[int32](sl.defIDs)
+	}
+	return nil
+}
+
+// slot returns the pinned buffers of layer l: its slot with deferral,
+// else the step's buffers.
+func (g *gpuLink) slot(l int) (x, out, ids, wts *cuda.HostBuffer) {
+	if g.def == nil {
+		return g.pinX, g.pinOut, g.pinIDs, g.pinWts
+	}
+	sl := &g.slots[g.def.order[l]&1]
+	return sl.x, sl.out, sl.ids, sl.wts
+}
+
+// deferredRun is the synchronous form's CPU work of layer l with expert
+// deferral, once the layer's copies into its slot have landed: the
+// immediate picks into the slot's output, on top of the previous MoE
+// layer's deferred output when one is pending (FIFO: that task finishes
+// first), then the deferred picks into the other slot's output for the
+// next MoE layer. It returns once the immediate task is done; the
+// deferred task runs on while the GPU runs the next layer's work.
+func (g *gpuLink) deferredRun(l, n, d int, pending bool) error {
+	f := g.def
+	s := f.order[l] & 1
+	sl, next := &g.slots[s], &g.slots[1-s]
+	nk := n * g.k
+	b := &g.x.batch
+	*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: sl.xs[:n*g.hid], IDs: sl.is[:nk], Weights: sl.ws[:nk],
+		Out: sl.outs[:n*g.hid], Incremental: pending}
+	if d > 0 {
+		f.split(sl.is[:nk], sl.ws[:nk], n, d)
+		copy(sl.is[:nk], f.imm[:nk])
+		copy(sl.ds[:nk], f.def[:nk])
+	}
+	if err := g.x.layers[l].Submit(b); err != nil {
+		return err
+	}
+	f.pending = false
+	if d == 0 {
+		return g.x.eng.Sync()
+	}
+	g.dbatch = cpuexperts.Batch{Tokens: n, TopK: g.k, X: sl.xs[:n*g.hid], IDs: sl.ds[:nk], Weights: sl.ws[:nk],
+		Out: next.outs[:n*g.hid]}
+	if err := g.x.layers[l].Submit(&g.dbatch); err != nil {
+		_ = g.x.eng.Sync()
+		return err
+	}
+	f.pending = true
+	return g.x.eng.Wait(1)
 }
 
 // task returns layer l's host task over the pinned buffers for n tokens,
@@ -296,6 +398,14 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if n == 0 {
 		return nil
 	}
+	var d int
+	var pending bool
+	if f := g.def; f != nil {
+		if l == f.first && f.pending {
+			_ = g.x.eng.Sync() // a step that failed midway left a deferred task
+		}
+		d, pending = f.begin(l)
+	}
 	gw := g.gpuExp[l]
 	if g.allGPU[l] {
 		g.be.MoE(out, h, gw, wts, ids, n)
@@ -313,9 +423,10 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(g.s.CopyDtoH(g.pinX, 0, xb, int64(n*g.hid*4)),
-		g.s.CopyDtoH(g.pinIDs, 0, ib, int64(n*g.k*4)),
-		g.s.CopyDtoH(g.pinWts, 0, wb, int64(n*g.k*4))); err != nil {
+	px, _, pids, pwts := g.slot(l)
+	if err := errors.Join(g.s.CopyDtoH(px, 0, xb, int64(n*g.hid*4)),
+		g.s.CopyDtoH(pids, 0, ib, int64(n*g.k*4)),
+		g.s.CopyDtoH(pwts, 0, wb, int64(n*g.k*4))); err != nil {
 		return err
 	}
 	if g.graphStep() {
@@ -341,6 +452,9 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		}
 		if err := g.wait(); err != nil {
 			return err
+		}
+		if g.def != nil {
+			return g.deferredRun(l, n, d, pending)
 		}
 		b := &g.x.batch
 		*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: g.xs[:n*g.hid], IDs: g.ids[:n*g.k],
@@ -382,14 +496,15 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 			return err
 		}
 	}
+	_, pout, _, _ := g.slot(l)
 	if g.gpuExp[l] == nil {
-		return g.s.CopyHtoD(ob, g.pinOut, 0, int64(n*g.hid*4))
+		return g.s.CopyHtoD(ob, pout, 0, int64(n*g.hid*4))
 	}
 	cb, err := g.buf(g.cpuPart, "CPU experts' share", n*g.hid*4)
 	if err != nil {
 		return err
 	}
-	if err := g.s.CopyHtoD(cb, g.pinOut, 0, int64(n*g.hid*4)); err != nil {
+	if err := g.s.CopyHtoD(cb, pout, 0, int64(n*g.hid*4)); err != nil {
 		return err
 	}
 	g.be.Add(out, out, g.cpuPart, n)
@@ -399,6 +514,9 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 func (g *gpuLink) close() {
 	if g.s != nil {
 		_ = g.s.Synchronize() // no host function may still run
+	}
+	if g.def != nil {
+		_ = g.x.eng.Sync() // nor a deferred task on the slots
 	}
 	for _, L := range g.layers {
 		if L != nil {
@@ -416,7 +534,14 @@ func (g *gpuLink) close() {
 	if g.ev != nil {
 		_ = g.ev.Destroy()
 	}
-	for _, h := range []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts} {
+	free := []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts}
+	for _, sl := range g.slots {
+		free = append(free, sl.defIDs)
+		if sl.owned {
+			free = append(free, sl.x, sl.out, sl.ids, sl.wts)
+		}
+	}
+	for _, h := range free {
 		if h != nil {
 			_ = h.Free()
 		}
