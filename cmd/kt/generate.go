@@ -89,7 +89,7 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
 	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
 	fl.StringVar(&f.ktMethod, "kt-method", "", "CPU expert method, as kt serve's flag (same as --experts METHOD)")
-	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, or a kt quant output for AMXINT8/AMXINT4 (needs --kt-method)")
+	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, a kt quant output, or a KTransformers-converted AMXINT8/AMXINT4 directory (needs --kt-method)")
 	fl.IntVar(&f.ktCPUInfer, "kt-cpuinfer", 0, "CPU expert engine threads (0 = --threads)")
 	fl.IntVar(&f.ktPools, "kt-threadpool-count", 0, "CPU expert thread pools, one per NUMA node (0 = as the kt quant output was converted, else 1)")
 	fl.IntSliceVar(&f.ktNUMANodes, "kt-numa-nodes", nil, "NUMA node of each CPU expert thread pool (comma-separated)")

@@ -3,9 +3,11 @@
 package routed
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ktserve/kt/backend"
@@ -68,6 +70,11 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	if qd != nil {
 		defer qd.Close() // NewLayerQuant copies the weights
+		for l, w := range layers {
+			if w != nil && !slices.Contains(qd.Manifest.Layers, l) {
+				return nil, fmt.Errorf("--kt-weight-path %s has no experts for MoE layer %d (it holds layers %v)", o.ExpertWeightPath, l, qd.Manifest.Layers)
+			}
+		}
 	}
 	pools := o.ExpertPools
 	if pools == 0 && qd != nil {
@@ -98,6 +105,9 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	if qd != nil {
 		x.from = "kt quant weights in " + o.ExpertWeightPath
+		if qd.Manifest.Format == cpuexperts.KTDirFormat {
+			x.from = "KTransformers' converted weights in " + o.ExpertWeightPath
+		}
 	} else if !m.InPlace() {
 		x.from = "the checkpoint, converted at load"
 	}
@@ -137,7 +147,8 @@ func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int) string 
 	return "; methods that fit: " + strings.Join(alt, ", ")
 }
 
-// openQuantDir opens o.ExpertWeightPath when it is a kt quant output and
+// openQuantDir opens o.ExpertWeightPath when it is a kt quant output or
+// KTransformers' own converted experts (OpenKTDir) and
 // checks it holds method m's weights for this model; it returns nil when
 // the weights come from the model's checkpoint ("" or the model directory).
 func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) (*cpuexperts.QuantDir, error) {
@@ -145,13 +156,21 @@ func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) 
 	if dir == "" || sameDir(dir, rb.Dir) {
 		return nil, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err != nil {
-		return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s) and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
-			dir, cpuexperts.QuantManifestName, rb.Dir)
-	}
-	qd, err := cpuexperts.OpenQuantDir(dir)
-	if err != nil {
-		return nil, err
+	var qd *cpuexperts.QuantDir
+	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err == nil {
+		if qd, err = cpuexperts.OpenQuantDir(dir); err != nil {
+			return nil, err
+		}
+	} else {
+		// no kt quant manifest: KTransformers' own converted files?
+		qd, err = cpuexperts.OpenKTDir(dir, c.HiddenSize, c.MoEIntermediateSize)
+		if errors.Is(err, cpuexperts.ErrNotKTDir) {
+			return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s), not KTransformers' converted experts and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
+				dir, cpuexperts.QuantManifestName, rb.Dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--kt-weight-path %s: %w", dir, err)
+		}
 	}
 	man := qd.Manifest
 	bad := func(format string, a ...any) (*cpuexperts.QuantDir, error) {
