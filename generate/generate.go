@@ -8,9 +8,11 @@ package generate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ktserve/kt/engine/sample"
+	"github.com/ktserve/kt/internal/vecmath"
 	"github.com/ktserve/kt/model"
 )
 
@@ -49,6 +51,10 @@ type Result struct {
 	Finish         string     `json:"finish_reason"` // "length" or "stop"
 	PrefillSeconds float64    `json:"prefill_seconds"`
 	DecodeSeconds  float64    `json:"decode_seconds"` // after the first token
+	// DecodeHostSeconds is the part of DecodeSeconds spent outside the
+	// runner's Forward: picking each token, its logprob and alternatives,
+	// reserving its KV slot.
+	DecodeHostSeconds float64 `json:"decode_host_seconds"`
 }
 
 // OutputIDs lists the generated token ids.
@@ -114,13 +120,26 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	res.PrefillSeconds = time.Since(start).Seconds()
 	start = time.Now()
 	pos := len(prompt)
+	// plain greedy decoding (no penalty, ban or constraint: Params has
+	// none) picks what the sampler's greedy path would, without its copy
+	// of the row and its scalar scan (greedyPick)
+	greedy := p.Temperature < 1e-5 || p.TopK == 1
+	var host time.Duration
 	for n := 0; n < p.MaxNewTokens; n++ {
+		th := time.Now()
 		// one pass over the vocabulary (the engine's way), not a float64
 		// log-softmax of every entry: at batch 1 on the GPU that pass is
 		// host time between two decode steps
-		mx, lse := sample.LogSumExp(last)
+		var id int32
+		var mx, lse float64
+		var err error
+		if greedy {
+			id, mx, lse, err = greedyPick(last)
+		} else {
+			mx, lse = sample.LogSumExp(last)
+			id, err = sm.Sample(seq, last)
+		}
 		lp := func(id int32) float64 { return float64(last[id]) - mx - lse }
-		id, err := sm.Sample(seq, last)
 		if err != nil {
 			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
 		}
@@ -145,6 +164,9 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		if err := r.Reserve(p.Slot, 1); err != nil {
 			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
 		}
+		if n > 0 { // the first token's time is not in DecodeSeconds
+			host += time.Since(th)
+		}
 		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: pos, Tokens: []int32{id}}}}
 		if err := r.Forward(&b, &out); err != nil {
 			return nil, fmt.Errorf("generate: decode at %d: %w", pos, err)
@@ -153,5 +175,31 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		last = out.Rows[0][0]
 	}
 	res.DecodeSeconds = time.Since(start).Seconds()
+	res.DecodeHostSeconds = host.Seconds()
 	return res, nil
+}
+
+// greedyPick returns the greedy sampler's pick from a logits row — the
+// first index of the largest value, NaNs skipped; sample.ErrNoToken when
+// every value is -Inf or NaN — and sample.LogSumExp's results, from the
+// same maximum: one vectorised pass for the maximum, a scan that stops at
+// its first occurrence and one for the sum of exponentials. The row is
+// not copied (the sampler copies it to apply penalties, which plain greedy
+// decoding has none of).
+func greedyPick(row []float32) (id int32, mx, lse float64, err error) {
+	m := vecmath.Max(row)
+	if math.IsInf(float64(m), -1) || len(row) == 0 {
+		return 0, 0, 0, sample.ErrNoToken
+	}
+	id = -1
+	for i, v := range row {
+		if v == m {
+			id = int32(i)
+			break
+		}
+	}
+	if id < 0 { // unreachable: m is an element of row
+		return 0, 0, 0, sample.ErrNoToken
+	}
+	return id, float64(m), math.Log(vecmath.SumExpShifted(row, m)), nil
 }

@@ -12,6 +12,10 @@ import (
 // they use moved) and replayed.
 type GraphStats struct {
 	Captures, Replays int
+	// Segments is the number of graphs a step captured last was
+	// recorded as: more than 1 for piecewise graphs (the hybrid step: one
+	// per stretch between its CPU experts' hand-offs), 1 for one graph.
+	Segments int
 	// Off says why decode steps are not captured ("" when they are).
 	Off string
 	// Failed is the last capture error (that bucket then ran op by op).
@@ -27,6 +31,9 @@ type GraphStats struct {
 // String is a one-line summary for logs.
 func (s GraphStats) String() string {
 	out := fmt.Sprintf("%d captured, %d replayed", s.Captures, s.Replays)
+	if s.Segments > 1 {
+		out += fmt.Sprintf(" (piecewise: %d graphs per step)", s.Segments)
+	}
 	if s.Off != "" {
 		out = "off (" + s.Off + ")"
 	}

@@ -53,6 +53,14 @@ type Options struct {
 	// --kt-expert-placement-strategy); the zero value (PerLayer 0) keeps
 	// every routed expert on the CPU expert engine.
 	GPUExperts placement.Request
+	// ExpertDeferral is --kt-max-deferred-experts-per-token: per token,
+	// the routed experts outside the k−D highest-weight ones (unless
+	// another token of the step protects them) run as a second CPU task
+	// whose output is added to the next MoE layer's, so it may finish
+	// while the GPU runs that layer's attention (SGLang-KT's deferred
+	// experts; models/internal/routed). 0 (default) is off; the last MoE
+	// layer never defers.
+	ExpertDeferral int
 	// ExpertRecorder, when set and recording, receives the router's
 	// expert picks of every MoE layer (--expert-distribution-recorder-mode
 	// stat; moe/expertdist.Recorder). Steps run op by op while it records.

@@ -184,7 +184,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.DisableSharedExpertsFusion, "disable-shared-experts-fusion", false, "keep shared experts apart from routed ones; kt always does (KT forces this in SGLang too)")
 
 	// KTransformers.
-	fs.StringVar(&c.KTWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory (BF16/FP8, or AMXINT8/AMXINT4/INT4_KGROUP/AMXBF16 converted at load) or a kt quant output (AMXINT8/AMXINT4); enables KT")
+	fs.StringVar(&c.KTWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory (BF16/FP8, or AMXINT8/AMXINT4/INT4_KGROUP/AMXBF16 converted at load) a kt quant output, or a KTransformers-converted directory (AMXINT8/AMXINT4); enables KT")
 	fs.StringVar(&c.KTMethod, "kt-method", "AMXINT4", "CPU expert backend and weight format: "+strings.Join(KTMethods, ", ")+"; kt also has "+strings.Join(KTOwnMethods, ", "))
 	fs.IntVar(&c.KTCPUInfer, "kt-cpuinfer", 0, "CPU expert threads (start from the number of physical cores)")
 	fs.IntVar(&c.KTThreadpoolCount, "kt-threadpool-count", 2, "CPU expert thread pools, one per NUMA node (shown default is SGLang's; when the flag is not given kt uses the pool count a kt quant directory was converted for, else 1)")

@@ -150,7 +150,7 @@ func TestParseErrors(t *testing.T) {
 func TestValidateFeatures(t *testing.T) {
 	cpuOnly := Features{CPUExpertMethods: []string{"BF16", "AMXINT4", "AMXINT8"}}
 	// what kt serve declares in a cgo build (cpuexperts.Methods)
-	engine := Features{CPUExpertMethods: []string{"BF16", "AMXBF16", "AMXINT8", "AMXINT4", "INT4_KGROUP", "FP8"}}
+	engine := Features{CPUExpertMethods: []string{"BF16", "AMXBF16", "AMXINT8", "AMXINT4", "INT4_KGROUP", "FP8"}, Deferral: true}
 	full := Features{GPUs: 4, MaxTensorParallel: 4, CPUExpertMethods: KTMethods, GPUExperts: true,
 		Deferral: true, LayerwisePrefill: true, DynamicExpertUpdate: true, ExpertDistributionRecorder: true,
 		PlacementStrategies: PlacementStrategies, LoRA: true, KTLoRA: true}
@@ -180,9 +180,10 @@ func TestValidateFeatures(t *testing.T) {
 		{"engine: SGLang method it lacks", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "RAWINT4"}, engine, []string{"--kt-method: RAWINT4 is not implemented yet in kt; this build has BF16, AMXBF16"}, nil},
 		{"engine: GPU experts on the CPU", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, engine, []string{"--kt-num-gpu-experts: GPU experts need a GPU", "--kt-num-gpu-experts 0"}, nil},
 		{"engine: GPU experts, no hybrid step", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, Features{GPUs: 1, CPUExpertMethods: engine.CPUExpertMethods}, []string{"GPU-resident routed experts are not implemented yet"}, nil},
-		{"engine: deferral", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, []string{"--kt-max-deferred-experts-per-token: expert deferral is not implemented yet"}, nil},
+		{"engine: deferral", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, nil, nil},
+		{"engine: deferral without weights", []string{"--model", "/m", "--kt-max-deferred-experts-per-token", "1"}, engine, []string{"--kt-max-deferred-experts-per-token: has no effect without --kt-weight-path"}, nil},
 		{"method missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "FP8"}, cpuOnly, []string{"FP8 is not implemented yet"}, nil},
-		{"deferral missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "2"}, cpuOnly, []string{"deferral is not implemented"}, nil},
+		{"deferral missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "2"}, cpuOnly, []string{"--kt-max-deferred-experts-per-token: expert deferral is not implemented in this build"}, nil},
 		{"gpu experts, feature missing", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-gpu-experts-ratio", "0.5"}, Features{GPUs: 1, CPUExpertMethods: []string{"BF16"}}, []string{"--kt-gpu-experts-ratio: GPU-resident routed experts are not implemented"}, nil},
 		{"cuda without gpu", []string{"--model", "/m", "--device", "cuda"}, cpuOnly, []string{"no usable GPU"}, nil},
 		{"frequency without stats", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "2", "--kt-expert-placement-strategy", "frequency"}, full, []string{"--init-expert-location"}, nil},

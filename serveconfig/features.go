@@ -14,7 +14,7 @@ type Features struct {
 	MaxTensorParallel          int      // largest --tensor-parallel-size the GPU backend supports
 	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements (none: no engine in this build)
 	GPUExperts                 bool     // hot routed experts resident on the GPU
-	Deferral                   bool     // --kt-max-deferred-experts-per-token
+	Deferral                   bool     // --kt-max-deferred-experts-per-token (the CPU expert engine splits its task)
 	LayerwisePrefill           bool     // --kt-gpu-prefill-token-threshold
 	DynamicExpertUpdate        bool     // --kt-enable-dynamic-expert-update
 	ExpertDistributionRecorder bool     // --record-kt-gpu-expert-distribution
@@ -97,7 +97,7 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 			}
 		}
 		if c.KTMaxDeferredExpertsPerToken > 0 && !f.Deferral {
-			refuse("kt-max-deferred-experts-per-token", "expert deferral is not implemented yet in kt; use 0")
+			refuse("kt-max-deferred-experts-per-token", "expert deferral is not implemented in this build (it splits the CPU expert engine's task: a cgo build for linux/amd64); use 0")
 		}
 		if c.KTGPUPrefillTokenThreshold > 0 {
 			switch {

@@ -41,6 +41,69 @@ func (b *Backend) CaptureStep(fn func()) (backend.StepGraph, error) {
 	return g, nil
 }
 
+// CaptureSegments records the ops fn queues as a sequence of graphs: each
+// call of cut (which fn makes between ops) ends one graph and begins the
+// next, so that the caller can run host work between their replays (the
+// hybrid step's CPU experts, runbase.Base.Cut). ReplayStep replays each.
+// After a failed cut every later cut fails too (the work queued meanwhile
+// is still recorded, then discarded, so none of it runs): fn should stop
+// and return. Run the same ops once eagerly first, as for CaptureStep.
+func (b *Backend) CaptureSegments(fn func(cut func() error)) ([]backend.StepGraph, error) {
+	if err := b.Sync(); err != nil {
+		return nil, err
+	}
+	epoch := b.epoch
+	if err := b.s.BeginCapture(); err != nil {
+		return nil, err
+	}
+	var segs []backend.StepGraph
+	var first error
+	capturing := true
+	end := func() {
+		ferr := b.err
+		if ferr == nil {
+			ferr = first
+		}
+		g, err := b.s.EndCapture(ferr)
+		capturing = false
+		switch {
+		case err != nil && first == nil:
+			first = err
+		case err == nil:
+			segs = append(segs, g)
+		}
+	}
+	cut := func() error {
+		if first != nil {
+			return first
+		}
+		end()
+		if err := b.s.BeginCapture(); err != nil {
+			if first == nil {
+				first = err
+			}
+			return first
+		}
+		capturing = true
+		return first
+	}
+	fn(cut)
+	if capturing {
+		end()
+	}
+	b.err = nil
+	if first == nil && b.epoch != epoch {
+		first = errors.New("cuda: a scratch buffer moved during capture")
+	}
+	if first != nil {
+		for _, g := range segs {
+			g.Destroy()
+		}
+		return nil, first
+	}
+	return segs, nil
+}
+
 // ReplayStep implements backend.GraphBackend.
 func (b *Backend) ReplayStep(g backend.StepGraph) {
 	cg, ok := g.(*Graph)

@@ -66,6 +66,7 @@ static char load_err[512];
 #define DECL(name, ret, args) static ret(*p_##name) args;
 DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
+static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
 
 static const char *resolve(void *h, const char *lib, const char *name, void **dst) {
 	*dst = dlsym(h, name);
@@ -99,6 +100,7 @@ const char *kt_load_driver(const char *path) {
 	if (!p_cuEventElapsedTime &&
 	    (err = resolve(h, path, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime)) != NULL)
 		goto fail;
+	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
 	h_driver = h;
 	return NULL;
 fail:
@@ -144,6 +146,11 @@ CUresult kt_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e) { SETCTX ret
 CUresult kt_cuEventCreate(CUcontext ctx, CUevent *e, unsigned fl) { SETCTX return p_cuEventCreate(e, fl); }
 CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e) { SETCTX return p_cuEventDestroy_v2(e); }
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s) { SETCTX return p_cuEventRecord(e, s); }
+CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags) {
+	SETCTX
+	if (!p_cuEventRecordWithFlags) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	return p_cuEventRecordWithFlags(e, s, flags);
+}
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e) { SETCTX return p_cuEventSynchronize(e); }
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e) { SETCTX return p_cuEventQuery(e); }
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b) { SETCTX return p_cuEventElapsedTime(ms, a, b); }

@@ -80,6 +80,7 @@ CUresult kt_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e);
 CUresult kt_cuEventCreate(CUcontext ctx, CUevent *e, unsigned flags);
 CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e);
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
+CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags);
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e);
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b);

@@ -113,6 +113,15 @@ func (e *Event) Record(s *Stream) error {
 	return cuErr(C.kt_cuEventRecord(e.d.ctx, e.e, s.s), "cuEventRecord")
 }
 
+// RecordExternal records e inside a stream capture as an event record
+// node (CU_EVENT_RECORD_EXTERNAL): each launch of the graph records e when
+// the work queued before it on s is done, so the host can wait for that
+// point of the graph (Done, Synchronize) while the rest of it runs. It is
+// an error outside a capture.
+func (e *Event) RecordExternal(s *Stream) error {
+	return cuErr(C.kt_cuEventRecordWithFlags(e.d.ctx, e.e, s.s, 1), "cuEventRecordWithFlags(external)")
+}
+
 // Synchronize waits until the recorded work is done.
 func (e *Event) Synchronize() error {
 	return cuErr(C.kt_cuEventSynchronize(e.d.ctx, e.e), "cuEventSynchronize")
@@ -216,12 +225,22 @@ type Graph struct {
 // it, and instantiates the graph. Work fn queues must use fixed buffers:
 // replays reuse the captured addresses and kernel arguments.
 func (s *Stream) Capture(fn func() error) (*Graph, error) {
-	// CU_STREAM_CAPTURE_MODE_RELAXED: other goroutines may allocate while
-	// this one captures.
-	if err := cuErr(C.kt_cuStreamBeginCapture(s.d.ctx, s.s, 2), "cuStreamBeginCapture"); err != nil {
+	if err := s.BeginCapture(); err != nil {
 		return nil, err
 	}
-	ferr := fn()
+	return s.EndCapture(fn())
+}
+
+// BeginCapture starts recording what is queued on s (EndCapture ends it).
+func (s *Stream) BeginCapture() error {
+	// CU_STREAM_CAPTURE_MODE_RELAXED: other goroutines may allocate while
+	// this one captures.
+	return cuErr(C.kt_cuStreamBeginCapture(s.d.ctx, s.s, 2), "cuStreamBeginCapture")
+}
+
+// EndCapture ends the recording BeginCapture started and instantiates the
+// graph; ferr, an error of the code that queued the work, discards it.
+func (s *Stream) EndCapture(ferr error) (*Graph, error) {
 	g := &Graph{d: s.d}
 	if err := cuErr(C.kt_cuStreamEndCapture(s.d.ctx, s.s, &g.g), "cuStreamEndCapture"); err != nil {
 		if ferr != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,10 +50,12 @@ type generateFlags struct {
 	ktGPUExpertsRatio float64
 	ktPlacement       string
 	initExpertLoc     string
+	ktDeferred        int // --kt-max-deferred-experts-per-token
 	device            string
 	baseGPUID         int
 	memFraction       float64
 	noGraph           bool
+	cpuProfile        string
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -86,7 +89,7 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
 	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
 	fl.StringVar(&f.ktMethod, "kt-method", "", "CPU expert method, as kt serve's flag (same as --experts METHOD)")
-	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, or a kt quant output for AMXINT8/AMXINT4 (needs --kt-method)")
+	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, a kt quant output, or a KTransformers-converted AMXINT8/AMXINT4 directory (needs --kt-method)")
 	fl.IntVar(&f.ktCPUInfer, "kt-cpuinfer", 0, "CPU expert engine threads (0 = --threads)")
 	fl.IntVar(&f.ktPools, "kt-threadpool-count", 0, "CPU expert thread pools, one per NUMA node (0 = as the kt quant output was converted, else 1)")
 	fl.IntSliceVar(&f.ktNUMANodes, "kt-numa-nodes", nil, "NUMA node of each CPU expert thread pool (comma-separated)")
@@ -94,9 +97,11 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.Float64Var(&f.ktGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")
 	fl.StringVar(&f.ktPlacement, "kt-expert-placement-strategy", "uniform", "GPU expert placement: "+strings.Join(placementStrategies, ", "))
 	fl.StringVar(&f.initExpertLoc, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt) for --kt-expert-placement-strategy frequency")
+	fl.IntVar(&f.ktDeferred, "kt-max-deferred-experts-per-token", 0, "routed experts per token whose CPU work may finish during the next MoE layer (0 off, 1-4 recommended; CPU experts only)")
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the generation (prefill and decode, not the load) to this file (go tool pprof)")
 	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 	return c
 }
@@ -133,6 +138,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
 		return errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
 	}
+	if err := deferralAllowed(f.ktDeferred, f.device, experts); err != nil {
+		return err
+	}
 	var ids []int32
 	var err error
 	var tok *tokenizer.Tokenizer
@@ -168,7 +176,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	t0 := time.Now()
 	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
-		GPUExperts: gpuExperts, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
+		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		DisableCUDAGraph: f.noGraph,
 		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
@@ -179,6 +187,20 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if p := models.ExpertPath(r); p != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: routed experts:", p)
 	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
 	res, err := generate.Run(r, ids, generate.Params{
 		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
 		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,
@@ -188,6 +210,10 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	if s, ok := models.GraphStatsOf(r); ok {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
+	}
+	if n := len(res.Output) - 1; n > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (picking the token, logprobs)\n",
+			res.DecodeSeconds*1e3/float64(n), res.DecodeHostSeconds*1e3/float64(n))
 	}
 	w := cmd.OutOrStdout()
 	decodeTPS := 0.0
@@ -253,4 +279,24 @@ func procMemory() map[string]int64 {
 		}
 	}
 	return m
+}
+
+// deferralAllowed refuses --kt-max-deferred-experts-per-token d where kt
+// does not implement it: deferral splits the routed experts' CPU task, so
+// it needs the CPU expert engine (a cgo build) and, on the GPU, the hybrid
+// step (--kt-method). On --device cpu the engine (or, where its shapes do
+// not fit, the backend's reference op) runs it.
+func deferralAllowed(d int, device, experts string) error {
+	const flag = "generate: --kt-max-deferred-experts-per-token"
+	switch {
+	case d < 0:
+		return fmt.Errorf("%s %d: must not be negative", flag, d)
+	case d == 0:
+		return nil
+	case len(cpuExpertMethods()) == 0:
+		return fmt.Errorf("%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64), so there is no CPU task to defer", flag)
+	case device == "cuda" && (experts == "auto" || experts == "backend"):
+		return fmt.Errorf("%s: on the GPU, deferral applies to routed experts on the CPU expert engine: give --kt-method (the hybrid step)", flag)
+	}
+	return nil
 }

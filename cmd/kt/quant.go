@@ -26,6 +26,7 @@ type quantOpts struct {
 	pools   int
 	noProg  bool
 	srcKind string
+	layout  string
 }
 
 func newQuantCmd() *cobra.Command {
@@ -42,7 +43,14 @@ dimension, in KTransformers' key layout:
 
 One safetensors shard per MoE layer is written atomically; an interrupted run
 resumes where it stopped; kt_quant.json is written last. Serve with the same
---kt-threadpool-count: the loader refuses a different one.`,
+--kt-threadpool-count: the loader refuses a different one.
+
+--layout rows (the default) stores plain row-major int8/int4 that kt repacks at
+load. --layout kt stores KTransformers' own bytes (the AMX BufferB image of its
+newest release, as an int8 1-D tensor, with KT's quantization rules): for the
+same weights they equal what KT's convert_cpu_weights.py writes, so KTransformers
+can load the output too. kt serve reads both, and KTransformers' own converted
+directories as well.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runQuant(args[0], o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -53,6 +61,7 @@ resumes where it stopped; kt_quant.json is written last. Serve with the same
 	f.StringVar(&o.method, "method", "int8", "int8 (AMXINT8) or int4 (AMXINT4)")
 	f.IntVar(&o.pools, "threadpool-count", 1, "thread pools (NUMA nodes) the weights are split for; must match --kt-threadpool-count")
 	f.BoolVar(&o.noProg, "no-progress", false, "no progress bar")
+	f.StringVar(&o.layout, "layout", cpuexperts.LayoutRows, "rows (kt's row-major) or kt (KTransformers' own AMX layout, readable by KTransformers)")
 	return cmd
 }
 
@@ -68,6 +77,14 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		m = cpuexperts.AMXINT4
 	default:
 		return fmt.Errorf("--method %q: want int8 or int4", o.method)
+	}
+	layout := cpuexperts.LayoutRows
+	switch strings.ToLower(o.layout) {
+	case "", "rows":
+	case "kt", "ktransformers":
+		layout = cpuexperts.LayoutKT
+	default:
+		return fmt.Errorf("--layout %q: want rows or kt", o.layout)
 	}
 	if o.pools < 1 || o.pools > 8 {
 		return fmt.Errorf("--threadpool-count %d outside 1..8", o.pools)
@@ -110,8 +127,12 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		if qd, err := cpuexperts.OpenQuantDir(o.output); err == nil {
 			mm := qd.Manifest
 			qd.Close()
-			if mm.Method != m || mm.ThreadpoolCnt != o.pools {
-				return fmt.Errorf("%s already holds %s for %d thread pools; choose another --output", o.output, mm.Method, mm.ThreadpoolCnt)
+			have := mm.Layout
+			if have == "" {
+				have = cpuexperts.LayoutRows
+			}
+			if mm.Method != m || mm.ThreadpoolCnt != o.pools || have != layout {
+				return fmt.Errorf("%s already holds %s for %d thread pools in layout %s; choose another --output", o.output, mm.Method, mm.ThreadpoolCnt, have)
 			}
 		}
 	}
@@ -120,7 +141,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	srcType := ""
 	for i, l := range layers {
 		path := filepath.Join(o.output, fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(layers)))
-		done, err := cpuexperts.CheckQuantShard(path, m, o.pools, l)
+		done, err := cpuexperts.CheckQuantShardLayout(path, m, o.pools, l, layout)
 		if err != nil {
 			return err
 		}
@@ -135,7 +156,11 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			continue
 		}
 		src := &cpuexperts.CheckpointSource{Ckpt: ckpt, Prefix: cfg.TextPrefix, Layer: l}
-		err = cpuexperts.QuantizeLayer(src, spec, o.pools, l, path, func(d int64) {
+		quantize := cpuexperts.QuantizeLayer
+		if layout == cpuexperts.LayoutKT {
+			quantize = cpuexperts.QuantizeLayerKT
+		}
+		err = quantize(src, spec, o.pools, l, path, func(d int64) {
 			bar.set(base+d, fmt.Sprintf("layer %d/%d", i+1, len(layers)))
 		})
 		if err != nil {
@@ -146,11 +171,11 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	bar.finish()
 	man := cpuexperts.QuantManifest{Method: m, Bits: map[cpuexperts.Method]int{cpuexperts.AMXINT8: 8, cpuexperts.AMXINT4: 4}[m],
 		ThreadpoolCnt: o.pools, Experts: cfg.NumExperts, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize,
-		Layers: layers, Source: model, SourceDType: srcType, ShardsPerLayer: "one file per MoE layer"}
+		Layers: layers, Source: model, SourceDType: srcType, ShardsPerLayer: "one file per MoE layer", Layout: layout}
 	if err := cpuexperts.WriteQuantManifest(o.output, man); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote %d layers of %s experts (%d pools) to %s\n", len(layers), m, o.pools, o.output)
+	fmt.Fprintf(out, "wrote %d layers of %s experts (%d pools, layout %s) to %s\n", len(layers), m, o.pools, layout, o.output)
 	return nil
 }
 

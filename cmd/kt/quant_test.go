@@ -4,12 +4,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ktserve/kt/models/qwen3moe"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
@@ -90,6 +94,93 @@ func TestQuantCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qd.Close()
+	checkQuantMatchesLoad(t, spec, qd, "converted weights")
+}
+
+// TestQuantLayoutKT: --layout kt output loads (through the KT reader) and
+// gives the same layer as quantizing at load (AMXINT8: bit for bit); a run
+// with the other layout over it is refused.
+func TestQuantLayoutKT(t *testing.T) {
+	model, out := t.TempDir(), t.TempDir()
+	spec := writeTinyMoE(t, model)
+	var so, se bytes.Buffer
+	if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, layout: "kt", noProg: true}, &so, &se); err != nil {
+		t.Fatal(err)
+	}
+	if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, layout: "rows", noProg: true}, &so, &se); err == nil {
+		t.Error("rows layout over a kt-layout output accepted")
+	}
+	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int8", pools: 2, layout: "gguf"}, &so, &se); err == nil {
+		t.Error("unknown layout accepted")
+	}
+	qd, err := cpuexperts.OpenQuantDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qd.Close()
+	if qd.Manifest.Layout != cpuexperts.LayoutKT {
+		t.Fatalf("manifest layout %q", qd.Manifest.Layout)
+	}
+	// KT's own reader (no manifest) sees the same directory as a KT one
+	kd, err := cpuexperts.OpenKTDir(out, spec.Hidden, spec.Intermediate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd.Close()
+	checkQuantMatchesLoad(t, spec, qd, "kt-layout weights")
+}
+
+// TestServeKTDir serves a synthetic model from a KTransformers-layout
+// directory without kt's manifest (what KT's own converter leaves: kt quant
+// --layout kt writes the same bytes, see
+// cpuexperts.TestQuantizeLayerKTMatchesKT) and gets exactly the tokens of
+// kt's own AMXINT8 files; directories that do not fit are refused at startup.
+func TestServeKTDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwen3moe.WriteSynthetic(dir, ktTestShape, 5); err != nil {
+		t.Fatal(err)
+	}
+	rows, ktdir := filepath.Join(t.TempDir(), "rows"), filepath.Join(t.TempDir(), "kt")
+	for _, c := range []struct{ out, layout string }{{rows, "rows"}, {ktdir, "kt"}} {
+		if err := runQuant(dir, quantOpts{output: c.out, method: "int8", pools: 1, layout: c.layout, noProg: true}, io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(ktdir, cpuexperts.QuantManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--model-path", dir, "--skip-tokenizer-init", "--max-running-requests", "2", "--max-total-tokens", "256",
+		"--chunked-prefill-size", "8", "--kt-cpuinfer", "2", "--kt-num-gpu-experts", "0", "--kt-max-deferred-experts-per-token", "0", "--kt-method", "AMXINT8"}
+	url, _ := startServeLogs(t, append(common, "--kt-weight-path", rows)...)
+	want := generateIDs(t, url)
+	url, logs := startServeLogs(t, append(common, "--kt-weight-path", ktdir)...)
+	if got := generateIDs(t, url); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("from KT's layout: %v\nfrom kt's: %v", got, want)
+	}
+	if !strings.Contains(logs(), "KTransformers' converted weights in "+ktdir) {
+		t.Errorf("startup log does not name the KT directory:\n%s", logs())
+	}
+	// a missing layer, and the wrong method, are refused at startup
+	shards, _ := filepath.Glob(filepath.Join(ktdir, "*.safetensors"))
+	if err := os.Remove(shards[1]); err != nil {
+		t.Fatal(err)
+	}
+	err := runServe(context.Background(), append(append([]string{"--port", "0"}, common...), "--kt-weight-path", ktdir), io.Discard, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "has no experts for MoE layer 1") {
+		t.Errorf("missing layer: %v", err)
+	}
+	c2 := append([]string{"--port", "0"}, common[:len(common)-2]...)
+	err = runServe(context.Background(), append(c2, "--kt-method", "AMXBF16", "--kt-weight-path", ktdir), io.Discard, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "holds AMXINT8 weights") {
+		t.Errorf("method mismatch: %v", err)
+	}
+}
+
+// checkQuantMatchesLoad runs both layers of the tiny model from the converted
+// directory qd and from the same seeded bf16 weights quantized at load (AMXINT8)
+// and requires bit-identical outputs; what names the converted weights in errors.
+func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string) {
+	t.Helper()
 	spec.Method = cpuexperts.AMXINT8
 	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
 	if err != nil {
@@ -116,7 +207,7 @@ func TestQuantCommand(t *testing.T) {
 			}
 		}
 		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("layer %d: converted weights give a different output than quantizing at load", l)
+			t.Errorf("layer %d: %s give a different output than quantizing at load", l, what)
 		}
 		lq.Close()
 		lf.Close()

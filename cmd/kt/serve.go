@@ -51,14 +51,16 @@ func newServeCmd() *cobra.Command {
 // serveFeatures says what this build can do. The model runs wholly on the
 // CPU or one GPU; with --kt-weight-path its routed experts run on the KT
 // CPU expert engine (the methods cpuExpertMethods lists; none in a build
-// without cgo). GPU expert placement, the hybrid CPU/GPU step, deferral
-// and LoRA serving are not there yet, so their flags are refused by name.
+// without cgo), with expert deferral wherever the engine runs. LoRA
+// serving is not there yet, so its flags are refused by name.
 func serveFeatures() serveconfig.Features {
 	methods := cpuExpertMethods()
 	gpus := models.GPUCount()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
+		// deferral splits the CPU expert engine's task (CPU path and hybrid step)
+		Deferral:                len(methods) > 0,
 		ExpertDistributionModes: []string{"stat"}}
 }
 
@@ -315,6 +317,7 @@ func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logge
 		o.ExpertNUMANodes = cfg.KTNumaNodes
 	}
 	o.GPUExperts = gpuExpertRequest(cfg.KTNumGPUExperts, cfg.KTGPUExpertsRatio, cfg.KTGPUExpertsRatioSet, cfg.KTExpertPlacementStrategy, cfg.InitExpertLocation)
+	o.ExpertDeferral = cfg.KTMaxDeferredExpertsPerToken
 	return nil
 }
 

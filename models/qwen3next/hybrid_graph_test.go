@@ -21,32 +21,48 @@ import (
 // expert engine) on a synthetic Qwen3.5 model with 4 sequences: prompts,
 // decode steps of 1, 2, 3 (padded to 4) and 4 sequences, 60 more steps of
 // 4, a mixed step and more decode steps, on three hybrid runners: decode
-// graphs on (each MoE layer's hand-off inside the graph as C host
-// functions), the same padded steps op by op (KT_CUDA_GRAPH=eager: the
+// graphs on, the same padded steps op by op (KT_CUDA_GRAPH=eager: the
 // synchronous hand-off), graphs off. Graph replays must equal the op-by-op
 // padded steps bit for bit (same GPU kernels on the same rows, the same
 // engine task on the same f32 rows); against unpadded steps they must stay
-// within hybridTol (padding changes the GPU GEMMs' row count). Run with no
-// GPU experts and with 3 of 8 per layer on the GPU (the GPU MoE op between
-// the submit and the wait). It skips without a GPU.
+// within hybridTol (padding changes the GPU GEMMs' row count). Both graph
+// forms run: piecewise (the default: one graph per stretch between MoE
+// hand-offs, 5 for the 4 MoE layers, the CPU experts on the calling thread
+// between launches; also with the event recorded after each launch,
+// KT_HYBRID_PGRAPH_EVENT=after) and one graph with C host nodes
+// (KT_HYBRID_GRAPH=1). Each runs with no GPU experts and with 3 of 8 per
+// layer on the GPU (the GPU MoE op between the copies and the hand-off);
+// piecewise also with expert deferral D = 1 (the deferred task runs on
+// while the next piece does; padding rows take part in the batch-wide
+// protection, so there it is not compared with unpadded steps). It skips
+// without a GPU.
 func TestHybridGraphDecode(t *testing.T) {
-	t.Setenv(routed.GraphEnv, "1") // the graph form is opt-in
 	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer dev.Close()
-	dir := t.TempDir()
-	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
-	if err := WriteSynthetic(dir, shape, 5); err != nil {
-		t.Fatal(err)
-	}
-	for _, pl := range []struct {
-		name string
-		req  placement.Request
-	}{{"no GPU experts", placement.Request{}}, {"3 GPU experts per layer", placement.Request{PerLayer: 3}}} {
-		t.Run(pl.name, func(t *testing.T) {
+	dir, shape := writeEngineSynth(t, 5)
+	for _, c := range []struct {
+		name, graphEnv, eventEnv string
+		req                      placement.Request
+		defer1                   bool
+		segments                 int // graphs per step; 1: one graph
+	}{
+		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1},
+		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1},
+		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1},
+		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1},
+		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1},
+		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(routed.GraphEnv, c.graphEnv)
+			t.Setenv(routed.PieceEventEnv, c.eventEnv)
+			d := 0
+			if c.defer1 {
+				d = 1
+			}
 			load := func(mode string) model.Runner {
 				t.Setenv("KT_CUDA_GRAPH", map[string]string{"on": "", "eager": "eager", "off": "0"}[mode])
 				gpu, err := cuda.NewBackendOn(dev) // one backend each: a graph keeps its backend's buffers
@@ -55,13 +71,16 @@ func TestHybridGraphDecode(t *testing.T) {
 				}
 				t.Cleanup(func() { gpu.Close() })
 				r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64,
-					Threads: 2, Experts: "BF16", GPUExperts: pl.req})
+					Threads: 2, Experts: "BF16", GPUExperts: c.req, ExpertDeferral: d})
 				if err != nil {
 					t.Fatalf("%s: %v", mode, err)
 				}
 				t.Cleanup(func() { r.Close() })
 				if !strings.Contains(r.ExpertPath(), "hybrid") {
 					t.Fatalf("%s: experts run on %q, want the hybrid step", mode, r.ExpertPath())
+				}
+				if mode == "on" {
+					t.Logf("experts: %s", r.ExpertPath())
 				}
 				return r
 			}
@@ -81,11 +100,13 @@ func TestHybridGraphDecode(t *testing.T) {
 					}
 				}
 				d := worstLogprob(rows[0], rows[2])
-				if d > hybridTol {
+				if d > hybridTol && !c.defer1 {
 					t.Fatalf("%s: graph step differs from the unpadded op-by-op step by %.3g", what, d)
 				}
 				padDiff = math.Max(padDiff, d)
-				sp.Advance(b, rows[2])
+				// teacher-force the padded runs' tokens: with deferral the
+				// unpadded run may pick others
+				sp.Advance(b, rows[1])
 				steps++
 			}
 			prompt := func(s, n int) []int32 {
@@ -112,11 +133,11 @@ func TestHybridGraphDecode(t *testing.T) {
 				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)
 			}
 			st, _ := models.GraphStatsOf(on)
-			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 60 {
-				t.Fatalf("graph stats: %s; want at least 3 captures and 60 replays", st)
+			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 60 || st.Segments != c.segments {
+				t.Fatalf("graph stats: %s (segments %d); want at least 3 captures and 60 replays, %d graphs per step", st, st.Segments, c.segments)
 			}
 			t.Logf("RESULT hybrid decode graph (%s): %d steps, %s; replays bit-identical to op-by-op padded hybrid steps; vs unpadded worst logprob %.3g",
-				pl.name, steps, st, padDiff)
+				c.name, steps, st, padDiff)
 		})
 	}
 }

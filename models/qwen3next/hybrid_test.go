@@ -28,22 +28,18 @@ const hybridTol = 5e-3
 // and compares every logprob of a 40-token prompt and 6 decode steps
 // against the same model wholly on the CPU (routed experts on the same
 // engine) and against the model wholly on the GPU. The synchronous hybrid
-// runs' decode steps are captured and replayed as CUDA graphs (the graph
-// form: CPU experts as C host functions); the stats are asserted. It skips
-// without a GPU.
+// runs' decode steps are captured and replayed as CUDA graphs (the default
+// piecewise form: one graph per stretch between MoE hand-offs, the CPU
+// experts on the calling thread between launches); the stats are asserted.
+// It skips without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
-	t.Setenv(routed.GraphEnv, "1") // the graph form is opt-in
+	t.Setenv(routed.GraphEnv, "") // the default: piecewise graphs
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer gpu.Close()
-	dir := t.TempDir()
-	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
-	if err := WriteSynthetic(dir, shape, 3); err != nil {
-		t.Fatal(err)
-	}
+	dir, shape := writeEngineSynth(t, 3)
 	prompt := make([]int32, 40)
 	for i := range prompt {
 		prompt[i] = int32(i * 37 % shape.Vocab)

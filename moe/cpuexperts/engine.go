@@ -442,6 +442,23 @@ func (e *Engine) Sync() error {
 	return nil
 }
 
+// Wait waits until at most allowPending submitted tasks are unfinished
+// (kt_sync's allow_pending: the tasks run in FIFO order, so the earlier
+// ones are done) and returns the first error a finished task reported.
+// Unlike Sync it keeps the Go memory of the submitted tasks pinned: call
+// Sync once every task is done to release it.
+func (e *Engine) Wait(allowPending int) error {
+	if e.c == nil {
+		return errors.New("cpu expert engine is closed")
+	}
+	C.kt_sync(e.c, C.int(max(allowPending, 0)))
+	var msg [256]C.char
+	if C.kt_take_error(e.c, &msg[0], C.int(len(msg))) != 0 {
+		return fmt.Errorf("cpu expert task: %s", C.GoString(&msg[0]))
+	}
+	return nil
+}
+
 // StreamRead reads a buffer of the given size with n threads, reps times,
 // and returns bytes per second: one sample of the memory read bandwidth.
 func StreamRead(bytes int64, threads, reps int) (float64, error) {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -25,6 +26,16 @@ const QuantFormat = "kt-cpu-experts/1"
 
 // QuantManifestName is the file kt quant writes last, naming every shard.
 const QuantManifestName = "kt_quant.json"
+
+// Layouts of kt quant's weights (QuantManifest.Layout, shard metadata "layout").
+const (
+	// LayoutRows is kt's own: row-major int8 [rows, cols] or packed int4
+	// [rows, cols/2] (low nibble first), scale = value per q.
+	LayoutRows = "rows"
+	// LayoutKT is KTransformers' own: the BufferB byte image as a 1-D int8
+	// tensor and KT's scales (see ktlayout.go), readable by KT itself.
+	LayoutKT = "ktransformers"
+)
 
 // QuantManifest describes a directory written by kt quant.
 type QuantManifest struct {
@@ -39,6 +50,8 @@ type QuantManifest struct {
 	Source         string `json:"source"`
 	SourceDType    string `json:"source_dtype"`
 	ShardsPerLayer string `json:"shards"`
+	// Layout is LayoutRows (also when empty, as before it existed) or LayoutKT.
+	Layout string `json:"layout,omitempty"`
 }
 
 // QuantKey is the tensor name of KT's CPU expert layout.
@@ -66,6 +79,19 @@ func QuantShardMeta(m Method, pools, layer int) map[string]string {
 // or int4 (AMXINT4) with one float32 scale per row. progress is called with
 // the bytes of source weights done so far.
 func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64)) error {
+	return quantizeLayer(src, spec, pools, layer, path, progress, false)
+}
+
+// QuantizeLayerKT is QuantizeLayer writing KTransformers' own layout
+// (LayoutKT): each slice is the byte image of KT's BufferB for the newest
+// KT release (int8 1-D tensor) with its float32 scales, quantized with KT's
+// rules, so the bytes equal what KT's convert_cpu_weights.py writes for the
+// same weights and KT reads the shard as its own.
+func QuantizeLayerKT(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64)) error {
+	return quantizeLayer(src, spec, pools, layer, path, progress, true)
+}
+
+func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64), kt bool) error {
 	bits := 8
 	switch spec.Method {
 	case AMXINT8:
@@ -89,18 +115,33 @@ func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 		}
 		return ip[pool], H
 	}
+	layout := LayoutRows
+	if kt {
+		layout = LayoutKT
+		for p := Gate; p <= Down; p++ {
+			r, c := shape(p, 0)
+			if err := ktCheckShape(r, c, bits); err != nil {
+				return fmt.Errorf("KT's layout cannot hold %s_proj: %w", p, err)
+			}
+		}
+	}
 	var specs []safetensors.Spec
 	for e := 0; e < spec.Experts; e++ {
 		for pool := 0; pool < pools; pool++ {
 			for p := Gate; p <= Down; p++ {
 				r, c := shape(p, pool)
-				specs = append(specs,
-					safetensors.Spec{Name: QuantKey(layer, e, pool, p, "weight"), DType: dt, Shape: []int64{int64(r), int64(c * bits / 8)}},
+				ws := safetensors.Spec{Name: QuantKey(layer, e, pool, p, "weight"), DType: dt, Shape: []int64{int64(r), int64(c * bits / 8)}}
+				if kt {
+					ws.DType, ws.Shape = tensor.I8, []int64{int64(ktWeightBytes(r, c, bits))}
+				}
+				specs = append(specs, ws,
 					safetensors.Spec{Name: QuantKey(layer, e, pool, p, "scale"), DType: tensor.F32, Shape: []int64{int64(r)}})
 			}
 		}
 	}
-	w, err := safetensors.Create(path, specs, QuantShardMeta(spec.Method, pools, layer))
+	meta := QuantShardMeta(spec.Method, pools, layer)
+	meta["layout"] = layout
+	w, err := safetensors.Create(path, specs, meta)
 	if err != nil {
 		return err
 	}
@@ -134,7 +175,15 @@ func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 					if p == Down {
 						off = start[pool]
 					}
-					q, s := quantRows(f[off:], cols, r, c, bits)
+					var q, s []byte
+					if kt {
+						var err error
+						if q, s, err = ktQuantSlice(f[off:], cols, r, c, bits); err != nil {
+							return err
+						}
+					} else {
+						q, s = quantRows(f[off:], cols, r, c, bits)
+					}
 					res[i].data = append(res[i].data, q, s)
 				}
 			}
@@ -186,10 +235,14 @@ func quantRows(f []float32, ld, rows, cols, bits int) (q, s []byte) {
 	return q, unsafe.Slice((*byte)(unsafe.Pointer(&scale[0])), 4*rows)
 }
 
-// QuantDir is a directory written by kt quant, opened for loading.
+// QuantDir is a directory of pre-quantized experts opened for loading:
+// kt quant's output (OpenQuantDir) or KTransformers' own (OpenKTDir, with
+// Manifest.Format KTDirFormat).
 type QuantDir struct {
 	Manifest QuantManifest
 	ckpt     *safetensors.Checkpoint
+	kt       *ktDir // KT's own layout
+	hidden   int
 }
 
 // OpenQuantDir opens dir and checks its manifest.
@@ -211,6 +264,23 @@ func OpenQuantDir(dir string) (*QuantDir, error) {
 	if m.ThreadpoolCnt < 1 || m.ThreadpoolCnt > 8 {
 		return nil, fmt.Errorf("%s: threadpool_count %d outside 1..8", filepath.Join(dir, QuantManifestName), m.ThreadpoolCnt)
 	}
+	switch m.Layout {
+	case "", LayoutRows:
+	case LayoutKT:
+		kd, err := OpenKTDir(dir, m.Hidden, m.Intermediate)
+		if err != nil {
+			return nil, err
+		}
+		if kd.Manifest.Method != m.Method || kd.Manifest.ThreadpoolCnt != m.ThreadpoolCnt || kd.Manifest.Experts != m.Experts || !slices.Equal(kd.Manifest.Layers, m.Layers) {
+			kd.Close()
+			return nil, fmt.Errorf("%s: the shards hold %s for %d pools, %d experts, layers %v; %s says %s, %d, %d, %v",
+				dir, kd.Manifest.Method, kd.Manifest.ThreadpoolCnt, kd.Manifest.Experts, kd.Manifest.Layers, QuantManifestName, m.Method, m.ThreadpoolCnt, m.Experts, m.Layers)
+		}
+		kd.Manifest = m
+		return kd, nil
+	default:
+		return nil, fmt.Errorf("%s: layout %q, want %q or %q", filepath.Join(dir, QuantManifestName), m.Layout, LayoutRows, LayoutKT)
+	}
 	c, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, err
@@ -219,10 +289,20 @@ func OpenQuantDir(dir string) (*QuantDir, error) {
 }
 
 // Close unmaps the shards.
-func (d *QuantDir) Close() error { return d.ckpt.Close() }
+func (d *QuantDir) Close() error {
+	if d.ckpt == nil {
+		return nil
+	}
+	return d.ckpt.Close()
+}
 
 // Layer returns the QuantSource of layer l.
-func (d *QuantDir) Layer(l int) QuantSource { return &quantLayer{d: d, layer: l} }
+func (d *QuantDir) Layer(l int) QuantSource {
+	if d.kt != nil {
+		return &ktLayer{d: d.kt, layer: l, pools: d.Manifest.ThreadpoolCnt, hidden: d.hidden}
+	}
+	return &quantLayer{d: d, layer: l}
+}
 
 type quantLayer struct {
 	d     *QuantDir
@@ -287,6 +367,12 @@ func WriteQuantManifest(dir string, m QuantManifest) error {
 // CheckQuantShard reports whether path is a complete shard of layer for
 // method m and pools; a shard for other settings is an error (no resume over it).
 func CheckQuantShard(path string, m Method, pools, layer int) (bool, error) {
+	return CheckQuantShardLayout(path, m, pools, layer, LayoutRows)
+}
+
+// CheckQuantShardLayout is CheckQuantShard for a given layout (LayoutRows
+// or LayoutKT); a shard of the other layout is an error too.
+func CheckQuantShardLayout(path string, m Method, pools, layer int, layout string) (bool, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -299,9 +385,13 @@ func CheckQuantShard(path string, m Method, pools, layer int) (bool, error) {
 	if md["format"] != QuantFormat || md["layer"] != strconv.Itoa(layer) {
 		return false, nil
 	}
-	if md["method"] != string(m) || md["threadpool_count"] != strconv.Itoa(pools) {
-		return false, fmt.Errorf("%s was converted as %s for %s thread pools; this run asks for %s and %d: use another --output or delete it",
-			path, md["method"], md["threadpool_count"], m, pools)
+	have := md["layout"]
+	if have == "" {
+		have = LayoutRows
+	}
+	if md["method"] != string(m) || md["threadpool_count"] != strconv.Itoa(pools) || have != layout {
+		return false, fmt.Errorf("%s was converted as %s for %s thread pools in layout %s; this run asks for %s and %d in layout %s: use another --output or delete it",
+			path, md["method"], md["threadpool_count"], have, m, pools, layout)
 	}
 	return true, nil
 }

@@ -3,9 +3,11 @@
 package routed
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ktserve/kt/backend"
@@ -21,6 +23,9 @@ type engine struct {
 	eng    *cpuexperts.Engine
 	layers []*cpuexperts.Layer // per model layer; nil for dense layers
 	batch  cpuexperts.Batch
+	dbatch cpuexperts.Batch // the deferred task (expert deferral)
+	def    *deferral        // expert deferral; nil when off
+	defOut []float32        // CPU backend: the deferred output kept for the next MoE layer
 	k, hid int
 	from   string   // where the weights came from, for Path
 	gpu    *gpuLink // the hybrid step: the rest of the model on the GPU; nil on the CPU backend
@@ -65,6 +70,11 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	if qd != nil {
 		defer qd.Close() // NewLayerQuant copies the weights
+		for l, w := range layers {
+			if w != nil && !slices.Contains(qd.Manifest.Layers, l) {
+				return nil, fmt.Errorf("--kt-weight-path %s has no experts for MoE layer %d (it holds layers %v)", o.ExpertWeightPath, l, qd.Manifest.Layers)
+			}
+		}
 	}
 	pools := o.ExpertPools
 	if pools == 0 && qd != nil {
@@ -95,6 +105,9 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	if qd != nil {
 		x.from = "kt quant weights in " + o.ExpertWeightPath
+		if qd.Manifest.Format == cpuexperts.KTDirFormat {
+			x.from = "KTransformers' converted weights in " + o.ExpertWeightPath
+		}
 	} else if !m.InPlace() {
 		x.from = "the checkpoint, converted at load"
 	}
@@ -134,7 +147,8 @@ func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int) string 
 	return "; methods that fit: " + strings.Join(alt, ", ")
 }
 
-// openQuantDir opens o.ExpertWeightPath when it is a kt quant output and
+// openQuantDir opens o.ExpertWeightPath when it is a kt quant output or
+// KTransformers' own converted experts (OpenKTDir) and
 // checks it holds method m's weights for this model; it returns nil when
 // the weights come from the model's checkpoint ("" or the model directory).
 func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) (*cpuexperts.QuantDir, error) {
@@ -142,13 +156,21 @@ func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) 
 	if dir == "" || sameDir(dir, rb.Dir) {
 		return nil, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err != nil {
-		return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s) and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
-			dir, cpuexperts.QuantManifestName, rb.Dir)
-	}
-	qd, err := cpuexperts.OpenQuantDir(dir)
-	if err != nil {
-		return nil, err
+	var qd *cpuexperts.QuantDir
+	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err == nil {
+		if qd, err = cpuexperts.OpenQuantDir(dir); err != nil {
+			return nil, err
+		}
+	} else {
+		// no kt quant manifest: KTransformers' own converted files?
+		qd, err = cpuexperts.OpenKTDir(dir, c.HiddenSize, c.MoEIntermediateSize)
+		if errors.Is(err, cpuexperts.ErrNotKTDir) {
+			return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s), not KTransformers' converted experts and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
+				dir, cpuexperts.QuantManifestName, rb.Dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--kt-weight-path %s: %w", dir, err)
+		}
 	}
 	man := qd.Manifest
 	bad := func(format string, a ...any) (*cpuexperts.QuantDir, error) {
@@ -181,6 +203,19 @@ func sameDir(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
+// setDeferral turns expert deferral on (f non-nil) for the next steps.
+func (x *engine) setDeferral(f *deferral) error {
+	x.def = f
+	if f == nil {
+		return nil
+	}
+	if x.gpu != nil {
+		return x.gpu.setDeferral(f)
+	}
+	x.defOut = make([]float32, x.eng.Config().MaxTokens*x.hid)
+	return nil
+}
+
 // start computes layer l's routed experts for n tokens: on the CPU backend
 // at once, from and into the backend's host memory; in the hybrid step it
 // queues the work on the GPU's stream (gpuLink.start).
@@ -192,11 +227,47 @@ func (x *engine) start(rb *runbase.Base, l int, h, out, wts, ids backend.Tensor,
 	if err := rb.Sync(); err != nil {
 		return err
 	}
+	xs, is, ws, outs := h.(*cpu.Tensor).F32()[:n*x.hid], ids.(*cpu.Tensor).I32()[:n*x.k],
+		wts.(*cpu.Tensor).F32()[:n*x.k], out.(*cpu.Tensor).F32()[:n*x.hid]
 	b := &x.batch
-	*b = cpuexperts.Batch{Tokens: n, TopK: x.k,
-		X: h.(*cpu.Tensor).F32()[:n*x.hid], IDs: ids.(*cpu.Tensor).I32()[:n*x.k],
-		Weights: wts.(*cpu.Tensor).F32()[:n*x.k], Out: out.(*cpu.Tensor).F32()[:n*x.hid]}
-	return x.layers[l].Forward(b)
+	if x.def == nil {
+		*b = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: is, Weights: ws, Out: outs}
+		return x.layers[l].Forward(b)
+	}
+	return x.deferredForward(l, xs, is, ws, outs, n)
+}
+
+// deferredForward is start on the CPU backend with expert deferral: the
+// previous MoE layer's deferred output is copied into out and the
+// immediate task adds onto it (as the hybrid step's pinned output slot
+// holds it), then the deferred task writes the kept output for the next
+// MoE layer. Both finish before it returns: on the CPU backend the
+// model's own ops would compete with the engine for the cores.
+func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []float32, n int) error {
+	f := x.def
+	d, pending := f.begin(l)
+	kept := x.defOut[:n*x.hid]
+	if pending {
+		copy(outs, kept)
+	}
+	b := &x.batch
+	*b = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: is, Weights: ws, Out: outs, Incremental: pending}
+	if d > 0 {
+		f.split(is, ws, n, d)
+		b.IDs = f.imm[:n*x.k]
+	}
+	if err := x.layers[l].Submit(b); err != nil {
+		return err
+	}
+	if d > 0 {
+		x.dbatch = cpuexperts.Batch{Tokens: n, TopK: x.k, X: xs, IDs: f.def[:n*x.k], Weights: ws, Out: kept}
+		if err := x.layers[l].Submit(&x.dbatch); err != nil {
+			_ = x.eng.Sync()
+			return err
+		}
+	}
+	f.pending = d > 0
+	return x.eng.Sync()
 }
 
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).
@@ -207,17 +278,25 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 	return nil
 }
 
-// hybridGraphs lets the hybrid step's decode steps be captured as graphs
-// when its graph form is asked for (the synchronous form, GraphEnv=1)
-// and turns graphs off otherwise (the Go host functions of the overlapped
-// form, like the synchronous hand-off, cannot be replayed).
+// hybridGraphs tells runbase how the hybrid step's decode steps may be
+// captured (gpuLink.graphSetup: piecewise by default, one graph with C host
+// nodes when asked for) and turns graphs off otherwise (the Go host
+// functions of the overlapped form, like the synchronous hand-off, cannot
+// be replayed).
 func (x *engine) hybridGraphs(rb *runbase.Base) {
-	if x.gpu == nil || !x.gpu.graphs {
-		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine; its graph form is opt-in: " + GraphEnv + "=1, not with " + OverlapEnv + "=1)")
+	if x.gpu == nil {
+		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
 		return
 	}
-	// a replayed step's CPU tasks report their errors once it is done
-	rb.OnReplay(x.eng.Sync)
+	off, collect := x.gpu.graphSetup(rb)
+	if off != "" {
+		rb.DisableGraphs(off)
+		return
+	}
+	if collect {
+		// a replayed step's CPU tasks report their errors once it is done
+		rb.OnReplay(x.eng.Sync)
+	}
 }
 
 // describe says where the experts run: method, kernels, threads and pools,
@@ -230,11 +309,7 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
-				if x.gpu.graphs {
-					where += "; decode steps may run as CUDA graphs (CPU experts as C host functions)"
-				} else {
-					where += "; decode steps op by op"
-				}
+				where += "; " + x.gpu.graphForm()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}

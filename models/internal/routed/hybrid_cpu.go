@@ -34,15 +34,26 @@ const OverlapEnv = "KT_HYBRID_OVERLAP"
 // experts queued after the copies).
 const WaitEnv = "KT_HYBRID_WAIT"
 
-// GraphEnv names the environment variable that, set to 1, lets the
-// hybrid step's decode steps be captured as CUDA graphs with the CPU
-// experts as C host nodes (see gpuLink). Off by default: on the H100
-// machine, alternating the two forms three times in one call (8-layer
-// Qwen3.5, AMXINT4, 15 engine threads) gave 208/139/143 tok/s with the
-// graph and 300/309/295 op by op — the host nodes' submit and wait on the
-// driver's callback thread cost more than the launches they save there
-// (docs/notes/coordinator.md, session 2).
+// GraphEnv names the environment variable that chooses how the hybrid
+// step's decode steps run on the GPU. Unset or "piecewise" (the default):
+// piecewise CUDA graphs — per decode bucket, one graph per stretch between
+// MoE hand-offs, launched by the calling thread, which runs each layer's
+// CPU experts between two launches (runbase.Base.Cut); no host node, no
+// extra thread. "1" or "host": the step as one graph with the CPU experts
+// as C host nodes (opt-in: on the H100 machine, alternating it with the
+// op-by-op form three times in one call (8-layer Qwen3.5, AMXINT4, 15
+// engine threads) gave 208/139/143 tok/s vs 300/309/295 — the host nodes'
+// submit and wait on the driver's callback thread compete with the engine
+// for the cores; docs/notes/coordinator.md, session 2). "0": op by op.
 const GraphEnv = "KT_HYBRID_GRAPH"
+
+// PieceEventEnv names the environment variable that, set to "after",
+// makes the piecewise form record the event the CPU waits for after
+// launching a piece instead of inside it (an event record node right
+// after the layer's copies to host). The CPU then also waits for the GPU
+// work queued between the copies and the hand-off (the shared expert, the
+// GPU experts of a split layer) instead of overlapping it.
+const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
 // expert engine: pinned host buffers at fixed addresses for one step's
@@ -68,6 +79,15 @@ const GraphEnv = "KT_HYBRID_GRAPH"
 // for the task, the copy back and the add. No Go runs on the driver's
 // thread and nothing waits on the calling thread, so the whole step —
 // attention, router, hand-off, shared expert, lm head — is one graph launch.
+//
+// Piecewise form (the default, while runbase records a piecewise decode
+// step): start queues the copies and an event record node (the point the
+// CPU waits for), the GPU experts of a split layer; the model queues its
+// shared expert; join ends the piece there (runbase.Base.Cut) with the
+// layer's hand-off — wait for the event, run the engine task on the pinned
+// buffers on this thread (with expert deferral, the deferred task goes on
+// while the next piece runs) — and begins the next piece with the copy
+// back and the add. A replay is a loop of (MoE layers + 1) graph launches.
 type gpuLink struct {
 	be             *cuda.Backend
 	s              *cuda.Stream
@@ -90,10 +110,30 @@ type gpuLink struct {
 	cpuPart backend.Tensor // f32 [maxTok][hid]; nil when no layer is split
 	layers  []*linkLayer   // per model layer (nil for dense ones), overlapped only
 	rb      *runbase.Base
-	graphs  bool                           // decode steps may be captured (graph form)
+	graphs  bool                           // decode steps may be captured (host-node graph form)
+	piece   bool                           // decode steps may be captured piecewise (the default)
+	evAfter bool                           // piecewise: record ev after a piece's launch (PieceEventEnv=after)
 	tasks   map[int][]*cpuexperts.HostTask // graph form: per token count, per model layer
 	mu      sync.Mutex
 	err     error // first error of a host function, reported by the next start or join
+	// expert deferral (setDeferral): two slots of pinned buffers, used by
+	// the MoE layers in turn, so that a layer's deferred task may still
+	// read its slot while the next layer's copies fill the other
+	def     *deferral
+	slots   [2]pinSlot
+	dbatch  cpuexperts.Batch // the deferred task's batch
+	noGraph string           // why the graph form is off ("" unless deferral turned it off)
+}
+
+// pinSlot is one slot of pinned buffers of the hybrid step with expert
+// deferral: a MoE layer's input rows, ids (the immediate picks), weights,
+// deferred picks and the output its immediate task completes (which the
+// previous MoE layer's deferred task wrote first).
+type pinSlot struct {
+	x, out, ids, wts, defIDs *cuda.HostBuffer
+	xs, outs, ws             []float32
+	is, ds                   []int32
+	owned                    bool // x, out, ids, wts allocated for the slot (slot 1), freed by close
 }
 
 // linkLayer is one MoE layer's host functions and the token count of the
@@ -160,9 +200,110 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	if !g.sync {
 		g.layers = make([]*linkLayer, nLayers)
 	}
-	g.graphs = g.sync && os.Getenv(GraphEnv) == "1"
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(GraphEnv))); v {
+	case "", "piecewise":
+		g.piece = g.sync
+	case "1", "host":
+		g.graphs = g.sync
+	case "0", "off", "false":
+	default:
+		g.close()
+		return nil, fmt.Errorf("%s=%s: want piecewise (the default), host (or 1) or 0", GraphEnv, v)
+	}
+	switch v := os.Getenv(PieceEventEnv); v {
+	case "", "node":
+	case "after":
+		g.evAfter = true
+	default:
+		g.close()
+		return nil, fmt.Errorf("%s=%s: want node (the default) or after", PieceEventEnv, v)
+	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
 	return g, nil
+}
+
+// setDeferral turns expert deferral on: slot 0 is the step's pinned
+// buffers, slot 1 a second set, each with a buffer for the deferred
+// picks. The host-node graph form is turned off (its host nodes wait for
+// every task; the op-by-op and piecewise steps overlap a layer's deferred
+// task with the next layer's GPU work) and the overlapped form refused.
+func (g *gpuLink) setDeferral(f *deferral) error {
+	if !g.sync {
+		return fmt.Errorf("--kt-max-deferred-experts-per-token is not implemented for %s=1 (the overlapped form); unset it", OverlapEnv)
+	}
+	if g.graphs {
+		g.graphs = false
+		g.noGraph = "expert deferral runs the hybrid decode step op by op (the host-node graph form, " + GraphEnv + "=1, has no deferral; the piecewise form, the default, has)"
+	}
+	T := g.maxTok
+	var err error
+	alloc := func(n int) *cuda.HostBuffer {
+		if err != nil {
+			return nil
+		}
+		var h *cuda.HostBuffer
+		h, err = g.be.Device().AllocHost(int64(n) * 4)
+		return h
+	}
+	g.slots[0] = pinSlot{x: g.pinX, out: g.pinOut, ids: g.pinIDs, wts: g.pinWts, defIDs: alloc(T * g.k)}
+	g.slots[1] = pinSlot{x: alloc(T * g.hid), out: alloc(T * g.hid), ids: alloc(T * g.k), wts: alloc(T * g.k), defIDs: alloc(T * g.k), owned: true}
+	g.def = f // close frees what was allocated
+	if err != nil {
+		return fmt.Errorf("hybrid step: pinned buffers for expert deferral, %d tokens: %w", T, err)
+	}
+	for i := range g.slots {
+		sl := &g.slots[i]
+		sl.xs, sl.outs, sl.ws = cuda.HostSlice[float32](sl.x), cuda.HostSlice[float32](sl.out), cuda.HostSlice[float32](sl.wts)
+		sl.is, sl.ds = cuda.HostSlice[int32](sl.ids), cuda.HostSlice[int32](sl.defIDs)
+	}
+	return nil
+}
+
+// slot returns the pinned buffers of layer l: its slot with deferral,
+// else the step's buffers.
+func (g *gpuLink) slot(l int) (x, out, ids, wts *cuda.HostBuffer) {
+	if g.def == nil {
+		return g.pinX, g.pinOut, g.pinIDs, g.pinWts
+	}
+	sl := &g.slots[g.def.order[l]&1]
+	return sl.x, sl.out, sl.ids, sl.wts
+}
+
+// deferredRun is the synchronous form's CPU work of layer l with expert
+// deferral, once the layer's copies into its slot have landed: the
+// immediate picks into the slot's output, on top of the previous MoE
+// layer's deferred output when one is pending (FIFO: that task finishes
+// first), then the deferred picks into the other slot's output for the
+// next MoE layer. It returns once the immediate task is done; the
+// deferred task runs on while the GPU runs the next layer's work.
+func (g *gpuLink) deferredRun(l, n, d int, pending bool) error {
+	f := g.def
+	s := f.order[l] & 1
+	sl, next := &g.slots[s], &g.slots[1-s]
+	nk := n * g.k
+	b := &g.x.batch
+	*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: sl.xs[:n*g.hid], IDs: sl.is[:nk], Weights: sl.ws[:nk],
+		Out: sl.outs[:n*g.hid], Incremental: pending}
+	if d > 0 {
+		f.split(sl.is[:nk], sl.ws[:nk], n, d)
+		copy(sl.is[:nk], f.imm[:nk])
+		copy(sl.ds[:nk], f.def[:nk])
+	}
+	if err := g.x.layers[l].Submit(b); err != nil {
+		return err
+	}
+	f.pending = false
+	if d == 0 {
+		return g.x.eng.Sync()
+	}
+	g.dbatch = cpuexperts.Batch{Tokens: n, TopK: g.k, X: sl.xs[:n*g.hid], IDs: sl.ds[:nk], Weights: sl.ws[:nk],
+		Out: next.outs[:n*g.hid]}
+	if err := g.x.layers[l].Submit(&g.dbatch); err != nil {
+		_ = g.x.eng.Sync()
+		return err
+	}
+	f.pending = true
+	return g.x.eng.Wait(1)
 }
 
 // task returns layer l's host task over the pinned buffers for n tokens,
@@ -188,6 +329,83 @@ func (g *gpuLink) task(l, n int) (*cpuexperts.HostTask, error) {
 // graphStep reports whether the ops queued now are recorded into a graph
 // (the graph form's start and join apply).
 func (g *gpuLink) graphStep() bool { return g.graphs && g.rb.Capturing() }
+
+// pieceStep reports whether the ops queued now are recorded into a
+// piecewise step (the piecewise form's start and join apply).
+func (g *gpuLink) pieceStep() bool { return g.piece && g.rb.CapturingPieces() }
+
+// graphSetup tells runbase how the hybrid step's decode steps may be
+// captured: piecewise (the default), as one graph with host nodes (opt-in)
+// or not at all. It returns why graphs are off ("" when they are not) and
+// whether replayed steps' engine errors must be collected afterwards (the
+// host-node form's).
+func (g *gpuLink) graphSetup(rb *runbase.Base) (off string, collect bool) {
+	if g.piece {
+		if ok, why := rb.PiecewiseGraphs(); !ok {
+			g.piece = false
+			return "hybrid step op by op (" + why + ")", false
+		}
+		return "", false
+	}
+	if g.graphs {
+		return "", true
+	}
+	if g.noGraph != "" {
+		return "hybrid step: " + g.noGraph, false
+	}
+	return "hybrid step (routed experts on the CPU expert engine) op by op: " + GraphEnv + "=0 or " + OverlapEnv + "=1", false
+}
+
+// graphForm says how decode steps run, for Path.
+func (g *gpuLink) graphForm() string {
+	switch {
+	case g.piece:
+		ev := "waiting on an event node after the layer's copies"
+		if g.evAfter {
+			ev = "waiting on an event after each piece (" + PieceEventEnv + "=after)"
+		}
+		return "decode steps may run as piecewise CUDA graphs (one per stretch between MoE hand-offs; CPU experts on this thread between launches, " + ev + ")"
+	case g.graphs:
+		return "decode steps may run as CUDA graphs (CPU experts as C host functions)"
+	}
+	return "decode steps op by op"
+}
+
+// handoff is layer l's host work between two pieces of a piecewise step
+// of n rows: wait for the layer's copies to host, run its CPU experts.
+func (g *gpuLink) handoff(l, n int) func() error {
+	return func() error {
+		var d int
+		var pending bool
+		if f := g.def; f != nil {
+			if l == f.first && f.pending {
+				_ = g.x.eng.Sync() // a step that failed midway left a deferred task
+			}
+			d, pending = f.begin(l)
+		}
+		if g.evAfter {
+			if err := g.ev.Record(g.s); err != nil {
+				return err
+			}
+		}
+		if err := g.wait(); err != nil {
+			return err
+		}
+		return g.runCPU(l, n, d, pending)
+	}
+}
+
+// runCPU runs layer l's CPU experts on the pinned buffers once the
+// layer's copies landed (with deferral, d and pending as f.begin said).
+func (g *gpuLink) runCPU(l, n, d int, pending bool) error {
+	if g.def != nil {
+		return g.deferredRun(l, n, d, pending)
+	}
+	b := &g.x.batch
+	*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: g.xs[:n*g.hid], IDs: g.ids[:n*g.k],
+		Weights: g.wts[:n*g.k], Out: g.outs[:n*g.hid]}
+	return g.x.layers[l].Forward(b)
+}
 
 // mode says how the CPU work is scheduled, for Path.
 func (g *gpuLink) mode() string {
@@ -296,6 +514,15 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if n == 0 {
 		return nil
 	}
+	piece := g.pieceStep()
+	var d int
+	var pending bool
+	if f := g.def; f != nil && !piece { // a piece's hand-off does this when it runs
+		if l == f.first && f.pending {
+			_ = g.x.eng.Sync() // a step that failed midway left a deferred task
+		}
+		d, pending = f.begin(l)
+	}
 	gw := g.gpuExp[l]
 	if g.allGPU[l] {
 		g.be.MoE(out, h, gw, wts, ids, n)
@@ -313,10 +540,22 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(g.s.CopyDtoH(g.pinX, 0, xb, int64(n*g.hid*4)),
-		g.s.CopyDtoH(g.pinIDs, 0, ib, int64(n*g.k*4)),
-		g.s.CopyDtoH(g.pinWts, 0, wb, int64(n*g.k*4))); err != nil {
+	px, _, pids, pwts := g.slot(l)
+	if err := errors.Join(g.s.CopyDtoH(px, 0, xb, int64(n*g.hid*4)),
+		g.s.CopyDtoH(pids, 0, ib, int64(n*g.k*4)),
+		g.s.CopyDtoH(pwts, 0, wb, int64(n*g.k*4))); err != nil {
 		return err
+	}
+	if piece {
+		if !g.evAfter {
+			if err := g.ev.RecordExternal(g.s); err != nil {
+				return err
+			}
+		}
+		if gw != nil {
+			g.be.MoE(out, h, gw, wts, ids, n) // runs while the CPU computes its share
+		}
+		return nil
 	}
 	if g.graphStep() {
 		t, err := g.task(l, n)
@@ -342,10 +581,7 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		if err := g.wait(); err != nil {
 			return err
 		}
-		b := &g.x.batch
-		*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: g.xs[:n*g.hid], IDs: g.ids[:n*g.k],
-			Weights: g.wts[:n*g.k], Out: g.outs[:n*g.hid]}
-		return g.x.layers[l].Forward(b)
+		return g.runCPU(l, n, d, pending)
 	}
 	L := g.layer(l)
 	L.n.Store(int32(n))
@@ -368,7 +604,13 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	if err != nil {
 		return err
 	}
-	if g.graphStep() {
+	if g.pieceStep() {
+		// the piece ends after the shared expert the model queued since
+		// start: the CPU experts overlap it; the next begins with the copy back
+		if err := g.rb.Cut(g.handoff(l, n)); err != nil {
+			return err
+		}
+	} else if g.graphStep() {
 		t, err := g.task(l, n)
 		if err != nil {
 			return err
@@ -382,14 +624,15 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 			return err
 		}
 	}
+	_, pout, _, _ := g.slot(l)
 	if g.gpuExp[l] == nil {
-		return g.s.CopyHtoD(ob, g.pinOut, 0, int64(n*g.hid*4))
+		return g.s.CopyHtoD(ob, pout, 0, int64(n*g.hid*4))
 	}
 	cb, err := g.buf(g.cpuPart, "CPU experts' share", n*g.hid*4)
 	if err != nil {
 		return err
 	}
-	if err := g.s.CopyHtoD(cb, g.pinOut, 0, int64(n*g.hid*4)); err != nil {
+	if err := g.s.CopyHtoD(cb, pout, 0, int64(n*g.hid*4)); err != nil {
 		return err
 	}
 	g.be.Add(out, out, g.cpuPart, n)
@@ -399,6 +642,9 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 func (g *gpuLink) close() {
 	if g.s != nil {
 		_ = g.s.Synchronize() // no host function may still run
+	}
+	if g.def != nil {
+		_ = g.x.eng.Sync() // nor a deferred task on the slots
 	}
 	for _, L := range g.layers {
 		if L != nil {
@@ -416,7 +662,14 @@ func (g *gpuLink) close() {
 	if g.ev != nil {
 		_ = g.ev.Destroy()
 	}
-	for _, h := range []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts} {
+	free := []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts}
+	for _, sl := range g.slots {
+		free = append(free, sl.defIDs)
+		if sl.owned {
+			free = append(free, sl.x, sl.out, sl.ids, sl.wts)
+		}
+	}
+	for _, h := range free {
 		if h != nil {
 			_ = h.Free()
 		}

@@ -12,6 +12,7 @@
 package routed
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ktserve/kt/backend"
@@ -191,7 +192,8 @@ type Experts struct {
 	rb      *runbase.Base
 	engine  *engine // nil: the backend's MoE op
 	path    string
-	idsHost []int32 // expert picks read back while recording
+	idsHost []int32   // expert picks read back while recording
+	def     *deferral // expert deferral (Options.ExpertDeferral); nil when off
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -203,23 +205,78 @@ type Experts struct {
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
 	method := rb.Opts.Experts
-	if method == "backend" || c.NumMoELayers() == 0 {
+	if c.NumMoELayers() == 0 {
 		return x, nil
 	}
-	eng, err := newEngine(rb, method, c, layers)
+	var eng *engine
+	err := errors.New("the backend's MoE op is asked for")
+	if method != "backend" {
+		eng, err = newEngine(rb, method, c, layers)
+	}
 	switch {
+	case method == "backend":
 	case err == nil:
 		x.engine = eng
-		x.path = eng.describe()
-		if Hybrid(rb) {
-			eng.hybridGraphs(rb)
-		}
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	default:
 		x.path += "; CPU expert engine not used: " + err.Error()
 	}
+	if err := x.setDeferral(c, layers); err != nil {
+		if x.engine != nil {
+			x.engine.close()
+		}
+		return nil, err
+	}
+	if x.engine != nil {
+		if err := x.engine.setDeferral(x.def); err != nil {
+			x.engine.close()
+			return nil, fmt.Errorf("%s: %w", rb.Name, err)
+		}
+		x.path = x.engine.describe() + x.def.describe()
+		if Hybrid(rb) {
+			x.engine.hybridGraphs(rb)
+		}
+	} else if x.def != nil {
+		x.path += "; reference path" + x.def.describe()
+	}
 	return x, nil
+}
+
+// setDeferral sets up rb.Opts.ExpertDeferral over layers: on the CPU
+// expert engine (the CPU backend or the hybrid step; a layer whose experts
+// are all on the GPU runs no CPU task and defers nothing, nor does the MoE
+// layer before it) or, on the CPU backend, the backend's MoE op (the
+// reference). The backend's op on the GPU has no CPU task to defer.
+func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
+	d := x.rb.Opts.ExpertDeferral
+	if d == 0 {
+		return nil
+	}
+	_, isCPU := x.rb.BE.(*cpu.Backend)
+	if x.engine == nil && !isCPU {
+		return fmt.Errorf("%s: --kt-max-deferred-experts-per-token %d: deferral applies to routed experts on the CPU expert engine (--kt-weight-path with --kt-method); here they run on %s", x.rb.Name, d, x.rb.BE.Name())
+	}
+	onCPU := make([]bool, len(layers))
+	for l, w := range layers {
+		onCPU[l] = w != nil && !(x.engine != nil && w.NGPU > 0 && w.NGPU == len(w.Gate))
+	}
+	f, err := newDeferral(layers, onCPU, d, c.TopK, c.NumExperts, x.rb.Opts.MaxBatchTokens)
+	if err != nil {
+		return fmt.Errorf("%s: %w", x.rb.Name, err)
+	}
+	x.def = f
+	return nil
+}
+
+// Deferred returns the number of routed experts per token that layer l
+// defers to the next MoE layer (0 without deferral, on a dense layer and
+// on the last MoE layer).
+func (x *Experts) Deferred(l int) int {
+	if x.def == nil || l < 0 || l >= len(x.def.plan) {
+		return 0
+	}
+	return x.def.plan[l]
 }
 
 // Path says what computes the routed experts (the CPU expert engine and
@@ -248,6 +305,12 @@ func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backe
 		}
 	}
 	if x.engine == nil {
+		if x.def != nil {
+			if err := x.refStart(l, out, h, w, wts, ids, n); err != nil {
+				return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+			}
+			return nil
+		}
 		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
 		return nil
 	}

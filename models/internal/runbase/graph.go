@@ -31,6 +31,16 @@ import (
 // that fails (an op that synchronises, as the hybrid step's CPU experts do)
 // leaves that bucket eager and is logged once.
 //
+// Piecewise graphs: a model whose step must hand work to the host between
+// its GPU ops (the hybrid step's CPU experts) asks for them at load
+// (PiecewiseGraphs). Its decode steps are then captured as a sequence of
+// graphs: while the step is recorded, the model calls Cut at each
+// hand-off, which ends one graph and begins the next, and gives the host
+// work to run there. A replay launches the first graph, runs the first
+// hand-off on the calling thread, launches the second graph, and so on;
+// the last graph ends with the lm head. Buckets, padding, warm-up steps,
+// epochs and the switches below apply unchanged.
+//
 // KT_CUDA_GRAPH=0 (or Options.DisableCUDAGraph) turns graphs off;
 // KT_CUDA_GRAPH=eager pads decode steps exactly as the graph path does but
 // runs them op by op (the reference the graph path is tested against).
@@ -51,13 +61,100 @@ type graphState struct {
 
 	capturing   bool         // a step's ops are being recorded (Capturing)
 	replayCheck func() error // OnReplay's hook
+
+	piecewise bool                           // steps are captured in pieces (PiecewiseGraphs)
+	cut       func(after func() error) error // Cut, while a piecewise step is recorded
 }
 
 type stepGraph struct {
 	g      backend.StepGraph
+	segs   []segment // piecewise: the step's graphs in order (g is nil)
 	epoch  uint64
 	warm   bool
 	failed bool
+}
+
+// segment is one graph of a piecewise step and the host work that runs
+// after it is launched, before the next one is (nil for the last).
+type segment struct {
+	g     backend.StepGraph
+	after func() error
+}
+
+// segmentCapturer is a GraphBackend that can record a step as several
+// graphs (the CUDA backend): each call of cut ends one and begins the next.
+type segmentCapturer interface {
+	CaptureSegments(fn func(cut func() error)) ([]backend.StepGraph, error)
+}
+
+// live reports whether the bucket has a graph (or graphs) to replay.
+func (sg *stepGraph) live() bool { return sg.g != nil || sg.segs != nil }
+
+// destroy releases the bucket's graphs.
+func (sg *stepGraph) destroy() {
+	if sg.g != nil {
+		sg.g.Destroy()
+	}
+	for _, s := range sg.segs {
+		s.g.Destroy()
+	}
+	sg.g, sg.segs = nil, nil
+}
+
+// replay queues the bucket's graphs: one graph, or the pieces with their
+// host work in between (which waits for what it needs of the GPU). A
+// hand-off that fails stops the step there.
+func (sg *stepGraph) replay(gb backend.GraphBackend) error {
+	if sg.g != nil {
+		gb.ReplayStep(sg.g)
+		return nil
+	}
+	for _, s := range sg.segs {
+		gb.ReplayStep(s.g)
+		if s.after != nil {
+			if err := s.after(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// capturePieces records queue's ops as the pieces its Cut calls delimit.
+func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]segment, error) {
+	var afters []func() error
+	var qerr error
+	graphs, err := sc.CaptureSegments(func(cut func() error) {
+		g.cut = func(after func() error) error {
+			if err := cut(); err != nil {
+				return err
+			}
+			afters = append(afters, after)
+			return nil
+		}
+		qerr = queue()
+	})
+	g.cut = nil
+	if err == nil {
+		err = qerr
+	}
+	if err == nil && len(graphs) != len(afters)+1 {
+		err = fmt.Errorf("%d graphs recorded for %d cuts", len(graphs), len(afters))
+	}
+	if err != nil {
+		for _, gr := range graphs {
+			gr.Destroy()
+		}
+		return nil, err
+	}
+	segs := make([]segment, len(graphs))
+	for i, gr := range graphs {
+		segs[i].g = gr
+		if i < len(afters) {
+			segs[i].after = afters[i]
+		}
+	}
+	return segs, nil
 }
 
 // initGraphs decides, at Open, whether decode steps may run as graphs.
@@ -124,9 +221,7 @@ func (b *Base) DisableGraphs(why string) {
 		return
 	}
 	for _, sg := range g.byKey {
-		if sg.g != nil {
-			sg.g.Destroy()
-		}
+		sg.destroy()
 	}
 	g.byKey = nil
 	g.gb, g.off, g.stats.Off = nil, why, why
@@ -137,6 +232,38 @@ func (b *Base) DisableGraphs(why string) {
 // inside the step (the hybrid step's CPU experts) must then queue its work
 // on the stream instead (host functions), as the graph replays it.
 func (b *Base) Capturing() bool { return b.gr.capturing }
+
+// PiecewiseGraphs asks for decode steps to be captured in pieces that the
+// model delimits with Cut (see the comment at the top of this file). It
+// reports false, and why, when graphs are off or the backend cannot record
+// a step in pieces; decode steps are then as they were.
+func (b *Base) PiecewiseGraphs() (ok bool, why string) {
+	g := &b.gr
+	if g.gb == nil {
+		return false, g.off
+	}
+	if _, ok := g.gb.(segmentCapturer); !ok {
+		return false, "the backend " + b.BE.Name() + " does not record a step as several graphs"
+	}
+	g.piecewise = true
+	return true, ""
+}
+
+// CapturingPieces reports whether a piecewise step is being recorded, so
+// that the model's hand-offs must call Cut.
+func (b *Base) CapturingPieces() bool { return b.gr.cut != nil }
+
+// Cut ends the graph being recorded of a piecewise step and begins the
+// next one; at every replay, after launching the graph that ends here,
+// after runs on the calling thread before the next graph is launched (the
+// hybrid step: wait for the layer's copies to host, run the CPU experts).
+// After an error the model must stop queueing the step and return it.
+func (b *Base) Cut(after func() error) error {
+	if b.gr.cut == nil {
+		return fmt.Errorf("runbase: Cut outside the recording of a piecewise step")
+	}
+	return b.gr.cut(after)
+}
 
 // OnReplay sets fn to run after every decode step of the graph path
 // (replayed, captured or its bucket's op-by-op first step), once its
@@ -240,15 +367,14 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		g.byKey[g.key] = sg
 	}
 	epoch := g.gb.GraphEpoch()
-	if sg.g != nil && sg.epoch != epoch {
-		sg.g.Destroy()
-		sg.g, sg.warm = nil, false
+	if sg.live() && sg.epoch != epoch {
+		sg.destroy()
+		sg.warm = false
 	}
 	switch {
-	case sg.g != nil:
-		g.gb.ReplayStep(sg.g)
+	case sg.live():
 		g.stats.Replays++
-		return nil
+		return sg.replay(g.gb)
 	case g.eagerPad || sg.failed || !sg.warm:
 		if err := queue(); err != nil {
 			return err
@@ -256,25 +382,43 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		sg.warm = true
 		return nil
 	}
-	var qerr error
+	var err error
 	g.capturing = true
-	gr, err := g.gb.CaptureStep(func() { qerr = queue() })
+	if sc, ok := g.gb.(segmentCapturer); ok && g.piecewise {
+		var segs []segment
+		if segs, err = g.capturePieces(sc, queue); err == nil && g.gb.GraphEpoch() != epoch {
+			for _, s := range segs {
+				s.g.Destroy()
+			}
+			err = fmt.Errorf("a buffer moved while capturing")
+		} else if err == nil {
+			sg.segs = segs
+		}
+	} else {
+		var qerr error
+		var gr backend.StepGraph
+		gr, err = g.gb.CaptureStep(func() { qerr = queue() })
+		if err == nil && qerr == nil && g.gb.GraphEpoch() == epoch {
+			sg.g = gr
+		} else {
+			if gr != nil {
+				gr.Destroy()
+			}
+			if err == nil {
+				err = qerr
+			}
+			if err == nil {
+				err = fmt.Errorf("a buffer moved while capturing")
+			}
+		}
+	}
 	g.capturing = false
-	if err == nil && qerr == nil && g.gb.GraphEpoch() == epoch {
-		sg.g, sg.epoch = gr, epoch
+	if err == nil {
+		sg.epoch = epoch
 		g.stats.Captures++
-		g.gb.ReplayStep(gr)
+		g.stats.Segments = max(1, len(sg.segs))
 		g.stats.Replays++
-		return nil
-	}
-	if gr != nil {
-		gr.Destroy()
-	}
-	if err == nil {
-		err = qerr
-	}
-	if err == nil {
-		err = fmt.Errorf("a buffer moved while capturing")
+		return sg.replay(g.gb)
 	}
 	sg.failed = true
 	g.stats.Failed = fmt.Sprintf("batch %d: %v", g.key, err)
