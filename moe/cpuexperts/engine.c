@@ -39,8 +39,8 @@
 #define SPIN_PURE_NS 30000  // the first part of a spin only pauses
 #define SYNC_SPIN_NS 5000000  // kt_sync spins this much longer
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
-#define JOPEN (1 << 30)
-#define DNX (LINE / (int)sizeof(int))  // jopen: a guest may join the running job (low bits: guests inside)
+#define JOPEN (1 << 30)  // jopen: a guest may join the running job (low bits: guests inside)
+#define DNX (LINE / (int)sizeof(int))  // ints between two experts' down-item counters (one line pair each)
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
@@ -268,7 +268,6 @@ static void barrier(kt_engine* e, _Atomic int* cnt, _Atomic int* gen, int n) {
   }
 }
 
-static inline int64_t now_ns(void);
 static inline int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
