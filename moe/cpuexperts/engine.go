@@ -7,6 +7,8 @@ package cpuexperts
 #cgo LDFLAGS: -lpthread -lm
 #include <stdlib.h>
 #include "kt_moe.h"
+int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
+                   float* out, double* maxerr);
 */
 import "C"
 
@@ -50,6 +52,14 @@ type Config struct {
 	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
 	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
 	AMXPrefetch int
+	// AMXPrefetchTiles picks the tiles AMXPrefetch prefetches: 1 = A
+	// (activations), 2 = B (weights), 0 or 3 = both.
+	AMXPrefetchTiles int
+	// AMXNextLines is how many cache lines of the next kernel call's weights
+	// (the up projection after the gate, the next 32 rows) an AMX prefill
+	// kernel call prefetches into L2 per tile step: 0 = DefaultAMXNextLines,
+	// < 0 = none. Results do not depend on it.
+	AMXNextLines int
 	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
 	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
@@ -171,6 +181,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AMXPrefetch > 0 {
 		cc.amx_pf = C.int(cfg.AMXPrefetch)
 	}
+	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
+		return nil, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
+	}
+	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
+	if cfg.AMXNextLines == 0 {
+		cfg.AMXNextLines = DefaultAMXNextLines
+	}
+	cc.amx_nxl = C.int(min(cfg.AMXNextLines, 64))
 	if cfg.DecodePrefetch == 0 {
 		cfg.DecodePrefetch = DefaultDecodePrefetch
 	}
@@ -197,6 +215,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 // device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
 // one pass for AMXINT8 and up to 15% slower for AMXBF16.
 const DefaultAMXKBlock = -1
+
+// DefaultAMXNextLines is the default Config.AMXNextLines.
+const DefaultAMXNextLines = 4
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1
@@ -407,3 +428,33 @@ func Median(xs []float64) float64 {
 
 // Threads returns the number of threads that read the buffer.
 func (p *ReadProbe) Threads() int { return p.threads }
+
+// amxKnobs are the result-neutral settings of the AMX prefill kernel body.
+type amxKnobs struct {
+	kch, pf, pfm, nxl int
+	nt, tiled         bool
+}
+
+// emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
+// needs AVX-512F) for nn weight rows of bf16 (int8 when i8), m tokens and k
+// columns of fixed random data; it returns C (m x nn) and the largest error
+// relative to a float64 reference.
+func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
+	fmtc := C.int(C.KT_FMT_BF16_PK)
+	if i8 {
+		fmtc = C.KT_FMT_I8_PK
+	}
+	b2i := func(b bool) C.int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	out := make([]float32, m*nn)
+	var maxerr C.double
+	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
+		b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
+		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
+	}
+	return out, float64(maxerr), nil
+}

@@ -89,6 +89,9 @@ typedef struct {
                        // barrier-free decode path; 0 = default (512), < 0 = never
   int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
+  int amx_pfm;         // AMX prefill: tiles amx_pf prefetches, bit 0 = A, bit 1 = B; 0 = both
+  int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
+                       // per tile step; 0 = default, < 0 = none
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
 } kt_engine_config;
