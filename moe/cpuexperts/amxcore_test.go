@@ -62,3 +62,59 @@ func TestAMXCoreEmulated(t *testing.T) {
 		t.Error("k = 100 (not a multiple of 64) accepted")
 	}
 }
+
+// BenchmarkAMXKernel times the AMX prefill kernels alone on every worker
+// core (the engine's default threads and pinning), each thread streaming
+// 48 MiB of its own weights (all threads together exceed the last-level
+// cache, as a layer's experts do) over one expert's activations: 256 tokens
+// at K 2048 (gate/up of Qwen3-30B at 4096 tokens) and K 768 (its down
+// projection). Sub-benchmarks sweep the result-neutral knobs; the metric is
+// TFLOPS of all threads together. Needs AMX (skipped elsewhere):
+//
+//	moe.test -test.run XXX -test.bench AMXKernel -test.benchtime 1x
+func BenchmarkAMXKernel(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 64, Intermediate: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpus := e.CPUs()
+	e.Close()
+	type cfg struct {
+		name string
+		kn   amxKnobs
+	}
+	cfgs := []cfg{
+		{"base", amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 0}},
+		{"nopf", amxKnobs{kch: -1, pf: 0, pfm: 3, nxl: 0}},
+		{"nx4", amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 4}},
+		{"nx16", amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 16}},
+		{"pfA", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4}},
+		{"pfA2", amxKnobs{kch: -1, pf: 2, pfm: 1, nxl: 4}},
+		{"pfB", amxKnobs{kch: -1, pf: 1, pfm: 2, nxl: 4}},
+		{"kb8", amxKnobs{kch: 8, pf: 1, pfm: 3, nxl: 4}},
+		{"kb8pfA", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4}},
+		{"kb16pfA2", amxKnobs{kch: 16, pf: 2, pfm: 1, nxl: 4}},
+	}
+	for _, i8 := range []bool{false, true} {
+		for _, mk := range [][2]int{{256, 2048}, {256, 768}, {128, 2048}} {
+			for _, c := range cfgs {
+				name := fmt.Sprintf("i8=%v/m=%d/k=%d/%s", i8, mk[0], mk[1], c.name)
+				b.Run(name, func(b *testing.B) {
+					var tf float64
+					for range b.N {
+						t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, 2, 48<<20, cpus)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tf = t
+					}
+					b.ReportMetric(tf, "TFLOPS")
+					b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
+				})
+			}
+		}
+	}
+}

@@ -9,6 +9,8 @@ package cpuexperts
 #include "kt_moe.h"
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
                    float* out, double* maxerr);
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int reps, int64_t wbytes,
+                     int nthreads, const int* cpus, double* flops);
 */
 import "C"
 
@@ -457,4 +459,28 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
 	}
 	return out, float64(maxerr), nil
+}
+
+// amxKernelBench times the AMX prefill kernel alone (kbench.c): one thread
+// per CPU in cpus, each streaming wbytes of its own weights in 32-row calls
+// over m tokens of k columns, reps times. It returns the TFLOPS of all
+// threads together (flops over the slowest thread's time).
+func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) (float64, error) {
+	fmtc := C.int(C.KT_FMT_BF16_PK)
+	if i8 {
+		fmtc = C.KT_FMT_I8_PK
+	}
+	cc := (*C.int)(C.malloc(C.size_t(len(cpus)+1) * C.size_t(unsafe.Sizeof(C.int(0)))))
+	defer C.free(unsafe.Pointer(cc))
+	cs := unsafe.Slice(cc, len(cpus)+1)
+	for i, c := range cpus {
+		cs[i] = C.int(c)
+	}
+	var flops C.double
+	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
+		C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, &flops)
+	if secs <= 0 {
+		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
+	}
+	return float64(flops) / float64(secs) / 1e12, nil
 }
