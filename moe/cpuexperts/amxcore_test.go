@@ -24,6 +24,9 @@ func TestAMXCoreEmulated(t *testing.T) {
 		{kch: 1, pf: 2, pfm: 1, nxl: 64, tiled: true, nt: true},
 		{kch: 3, pf: 1, pfm: 2, nxl: 1, tiled: false},
 		{kch: 2, pf: 0, pfm: 3, nxl: 0, tiled: false, nt: true},
+		{kch: -1, pf: 1, pfm: 3, nxl: 4, variant: 1, tiled: true},
+		{kch: 3, pf: 2, pfm: 1, nxl: 2, variant: 1, tiled: true, nt: true},
+		{kch: 1, pf: 0, pfm: 3, nxl: 0, variant: 1, tiled: false},
 	}
 	shapes := [][3]int{{1, 192, 16}, {17, 256, 32}, {40, 192, 32}, {64, 128, 16}, {100, 384, 32}}
 	if testing.Short() {
@@ -97,6 +100,9 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"kb8", amxKnobs{kch: 8, pf: 1, pfm: 3, nxl: 4}},
 		{"kb8pfA", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4}},
 		{"kb16pfA2", amxKnobs{kch: 16, pf: 2, pfm: 1, nxl: 4}},
+		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
+		{"v1kb8", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4, variant: 1}},
+		{"v1kb16", amxKnobs{kch: 16, pf: 2, pfm: 1, nxl: 4, variant: 1}},
 	}
 	for _, i8 := range []bool{false, true} {
 		for _, mk := range [][2]int{{256, 2048}, {256, 768}, {128, 2048}} {

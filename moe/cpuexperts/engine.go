@@ -7,9 +7,9 @@ package cpuexperts
 #cgo LDFLAGS: -lpthread -lm
 #include <stdlib.h>
 #include "kt_moe.h"
-int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
+int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
                    float* out, double* maxerr);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int reps, int64_t wbytes,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
                      int nthreads, const int* cpus, double* flops);
 */
 import "C"
@@ -62,6 +62,10 @@ type Config struct {
 	// kernel call prefetches into L2 per tile step: 0 = DefaultAMXNextLines,
 	// < 0 = none. Results do not depend on it.
 	AMXNextLines int
+	// AMXVariant picks the loop structure of the AMX prefill kernels: 0 =
+	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
+	// with the A tile and the B pair double-buffered. Results do not depend on it.
+	AMXVariant int
 	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
 	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
@@ -186,6 +190,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
 		return nil, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
 	}
+	if cfg.AMXVariant < 0 || cfg.AMXVariant > 1 {
+		return nil, fmt.Errorf("cpu expert engine: AMXVariant %d: want 0 or 1", cfg.AMXVariant)
+	}
+	cc.amx_var = C.int(cfg.AMXVariant)
 	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
 	if cfg.AMXNextLines == 0 {
 		cfg.AMXNextLines = DefaultAMXNextLines
@@ -434,6 +442,7 @@ func (p *ReadProbe) Threads() int { return p.threads }
 // amxKnobs are the result-neutral settings of the AMX prefill kernel body.
 type amxKnobs struct {
 	kch, pf, pfm, nxl int
+	variant           int
 	nt, tiled         bool
 }
 
@@ -455,7 +464,7 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 	out := make([]float32, m*nn)
 	var maxerr C.double
 	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
+		C.int(kn.variant), b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
 		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
 	}
 	return out, float64(maxerr), nil
@@ -478,7 +487,7 @@ func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, &flops)
+		C.int(kn.variant), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}

@@ -16,7 +16,7 @@ void* kt_alloc(int64_t bytes, int node);
 void kt_free(void* p, int64_t bytes);
 
 typedef struct {
-  int fmt, m, k, kch, pf, pfm, nxl, reps, cpu, nthreads;
+  int fmt, m, k, kch, pf, pfm, nxl, var, reps, cpu, nthreads;
   int64_t wbytes;
   _Atomic int* ready;
   double secs;
@@ -65,6 +65,7 @@ static void* kb_thread(void* p) {
   s.amx_pf = a->pf;
   s.amx_pfm = a->pfm > 0 ? a->pfm : 3;
   s.amx_nxl = a->nxl;
+  s.amx_var = a->var;
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
@@ -99,7 +100,7 @@ static void* kb_thread(void* p) {
 // weights, reps times, with m tokens of k columns and the given knobs. It
 // returns the slowest thread's seconds and the flops done in *flops, or -1
 // (no AMX, no memory, bad arguments).
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int reps, int64_t wbytes,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
                      int nthreads, const int* cpus, double* flops) {
   if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK) || m < 1 || m > KT_MCH || k < 64 || k % 64 || nthreads < 1 ||
       nthreads > 1024 || reps < 1)
@@ -114,7 +115,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   }
   int bad = 0;
   for (int i = 0; i < nthreads; i++) {
-    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, reps, cpus ? cpus[i] : -1, nthreads, wbytes, &ready, 0, 0};
+    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, reps, cpus ? cpus[i] : -1, nthreads, wbytes, &ready, 0, 0};
     if (pthread_create(&th[i], NULL, kb_thread, &args[i]) != 0) {
       args[i].cpu = -2;  // not started
       bad = 1;

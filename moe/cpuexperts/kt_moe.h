@@ -92,6 +92,7 @@ typedef struct {
   int amx_pfm;         // AMX prefill: tiles amx_pf prefetches, bit 0 = A, bit 1 = B; 0 = both
   int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
                        // per tile step; 0 = default, < 0 = none
+  int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
 } kt_engine_config;
