@@ -10,7 +10,7 @@ package cpuexperts
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
                    float* out, double* maxerr);
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
-                     int nthreads, const int* cpus, double* flops);
+                     int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
 
@@ -455,12 +455,6 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 	if i8 {
 		fmtc = C.KT_FMT_I8_PK
 	}
-	b2i := func(b bool) C.int {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	out := make([]float32, m*nn)
 	var maxerr C.double
 	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
@@ -474,7 +468,9 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 // per CPU in cpus, each streaming wbytes of its own weights in 32-row calls
 // over m tokens of k columns, reps times. It returns the TFLOPS of all
 // threads together (flops over the slowest thread's time).
-func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) (float64, error) {
+// noAMX runs the AVX-512 kernels of the same formats instead (tests of the
+// harness on CPUs without AMX).
+func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int, noAMX bool) (float64, error) {
 	fmtc := C.int(C.KT_FMT_BF16_PK)
 	if i8 {
 		fmtc = C.KT_FMT_I8_PK
@@ -487,9 +483,16 @@ func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, &flops)
+		C.int(kn.variant), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}
 	return float64(flops) / float64(secs) / 1e12, nil
+}
+
+func b2i(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -16,7 +16,7 @@ void* kt_alloc(int64_t bytes, int node);
 void kt_free(void* p, int64_t bytes);
 
 typedef struct {
-  int fmt, m, k, kch, pf, pfm, nxl, var, reps, cpu, nthreads;
+  int fmt, m, k, kch, pf, pfm, nxl, var, reps, cpu, nthreads, noamx;
   int64_t wbytes;
   _Atomic int* ready;
   double secs;
@@ -47,10 +47,11 @@ static void* kb_thread(void* p) {
   char* w = kt_alloc(wb, -1);
   char* x = kt_alloc(mp * k * esz, -1);
   float* sc = malloc(sizeof(float) * (size_t)(npairs * KT_NB));
+  int32_t* corr = calloc((size_t)(npairs * KT_NB), sizeof(int32_t));  // the VNNI kernels' u8 correction
   float* as = malloc(sizeof(float) * (size_t)mp);
   float* C = kt_alloc((int64_t)mp * KT_NB * 4, -1);
   int32_t* ci = kt_alloc((int64_t)KT_MCH * KT_NB * 4, -1);
-  int ok = w && x && sc && as && C && ci && kt_amx_init_thread() == 0;
+  int ok = w && x && sc && corr && as && C && ci && (a->noamx || kt_amx_init_thread() == 0);
   if (ok) {
     // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63)
     for (int64_t i = 0; i < wb; i++) w[i] = i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
@@ -70,10 +71,12 @@ static void* kb_thread(void* p) {
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
   W.scale = sc;
+  W.corr = corr;
   W.n = (int)(npairs * KT_NB);
   W.k = k;
   kt_act A = {x, k, as, 1};
   kt_kernel kern = i8 ? kt_amx_i8pk : kt_amx_bf16pk;
+  if (a->noamx) kern = i8 ? kt_vnni_i8pk : kt_avx512_bf16pk;  // the harness alone, on any AVX-512 CPU (tests)
   // start together (a thread that failed still counts itself in)
   atomic_fetch_add(a->ready, 1);
   while (atomic_load(a->ready) < a->nthreads) sched_yield();
@@ -89,6 +92,7 @@ static void* kb_thread(void* p) {
   kt_free(w, wb);
   kt_free(x, mp * k * esz);
   free(sc);
+  free(corr);
   free(as);
   kt_free(C, (int64_t)mp * KT_NB * 4);
   kt_free(ci, (int64_t)KT_MCH * KT_NB * 4);
@@ -99,9 +103,10 @@ static void* kb_thread(void* p) {
 // on nthreads threads (pinned to cpus[i]), each over its own wbytes of
 // weights, reps times, with m tokens of k columns and the given knobs. It
 // returns the slowest thread's seconds and the flops done in *flops, or -1
-// (no AMX, no memory, bad arguments).
+// (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
+// same formats instead (a test of the harness on CPUs without AMX).
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
-                     int nthreads, const int* cpus, double* flops) {
+                     int nthreads, const int* cpus, int noamx, double* flops) {
   if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK) || m < 1 || m > KT_MCH || k < 64 || k % 64 || nthreads < 1 ||
       nthreads > 1024 || reps < 1)
     return -1;
@@ -115,7 +120,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   }
   int bad = 0;
   for (int i = 0; i < nthreads; i++) {
-    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, reps, cpus ? cpus[i] : -1, nthreads, wbytes, &ready, 0, 0};
+    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
     if (pthread_create(&th[i], NULL, kb_thread, &args[i]) != 0) {
       args[i].cpu = -2;  // not started
       bad = 1;
