@@ -62,7 +62,7 @@ func init() {
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
 			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
-			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 512)")
+			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 128)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 		},
 		run: runMoEBench,

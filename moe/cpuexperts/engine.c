@@ -40,7 +40,7 @@
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
-#define AMX_NXL 4  // default kt_engine_config.amx_nxl
+#define AMX_NXL 0  // default kt_engine_config.amx_nxl (none; Go passes DefaultAMXNextLines)
 
 typedef struct {
   int nthreads, node, tbase;

@@ -94,7 +94,7 @@ typedef struct {
                        // per tile step; 0 = default, < 0 = none
   int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
-  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
+  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512 (Go passes 128)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
