@@ -32,6 +32,8 @@ type moeBenchOpts struct {
 	python, jsonOut         string
 	bwBytes                 int64
 	amxKBlock, amxPrefetch  int
+	amxPFTiles, amxNext     int
+	amxVariant              int
 	decPrefetch, chunk      int
 	phases                  bool
 	trace, syncHelp         bool
@@ -60,7 +62,10 @@ func init() {
 			f.IntVar(&moeOpts.amxKBlock, "amx-kblock", 0, "AMX prefill K block in 1 KiB tile steps (0 = default, -1 = whole K)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
-			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 512)")
+			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
+			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = default, -1 = none)")
+			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
+			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 128)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
@@ -166,7 +171,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
-			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk,
+			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
 			Trace: o.trace, SyncHelp: o.syncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})

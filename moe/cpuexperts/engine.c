@@ -44,6 +44,7 @@
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
+#define AMX_NXL 0  // default kt_engine_config.amx_nxl (none; Go passes DefaultAMXNextLines)
 
 typedef struct {
   int nthreads, node, tbase;
@@ -424,6 +425,31 @@ static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int
   kt_put_row(buf, s, rb, w->trow, 1);
 }
 
+// pair_bytes returns where weight rows [n0, n0+32) of W start in the packed
+// formats the AMX kernels read, and their length, or NULL (other formats,
+// rows past the end): what a kernel call prefetches into L2 for the next.
+static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64_t* nb) {
+  int64_t k = W->k;
+  if (n0 < 0 || n0 + KT_NB > W->n || !e->pf_tiled || e->rm_pack) return NULL;
+  switch (e->l->fmt) {
+    case KT_FMT_BF16_PK:
+      *nb = KT_NB * k * 2;
+      return (const char*)W->w + (int64_t)(n0 / 16) * 32 * k;
+    case KT_FMT_I8_PK:
+      *nb = KT_NB * k;
+      return (const char*)W->w + (int64_t)n0 * k;
+    case KT_FMT_I4_PK:
+      *nb = KT_NB * k / 2;
+      return (const char*)W->w + (int64_t)(n0 / 16) * 8 * k;
+  }
+  return NULL;
+}
+
+// set_nx tells the next kernel call which weights follow it (NULL: none).
+static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, int on) {
+  w->s.nx = on ? pair_bytes(e, W, n0, &w->s.nxb) : NULL;
+}
+
 // gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
 // [n0, n0+KT_NB) of expert x over all its slot rows, into P->Hf. Row-major
 // weights are packed once for the block when the prefill kernel runs.
@@ -431,7 +457,7 @@ static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int
 // converted here and stored straight into P->Hq (its 32 bf16 values are one
 // 64-byte column chunk of a tile-order row): no f32 h, no quantize pass.
 static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int n0, int H, int I,
-                          int64_t asz) {
+                          int64_t asz, int more) {
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpf : e->kdec;
@@ -459,8 +485,12 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   for (int m0 = 0; m0 < m; m0 += e->mch) {
     int mm = m - m0 < e->mch ? m - m0 : e->mch;
     kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
+    int lastc = m0 + mm >= m;  // the next calls use other weights: prefetch them (L2)
+    set_nx(e, w, U, g0, pf && lastc);
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+    set_nx(e, w, G, g0 + KT_NB, pf && lastc && more);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+    w->s.nx = NULL;
     if (!hdirect) {
       for (int i = 0; i < mm; i++)
         kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
@@ -503,7 +533,9 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
     for (int m0 = 0; m0 < m; m0 += e->mch) {
       int mm = m - m0 < e->mch ? m - m0 : e->mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
+      set_nx(e, w, D, d0 + KT_NB, pf && m0 + mm >= m && n0 + KT_NB < h0 + r4);
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+      w->s.nx = NULL;
     }
   }
   if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
@@ -583,7 +615,8 @@ static void run_job(kt_worker* w) {
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
-    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
+    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB)
+      gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < (ib + 1) * r2);
     // 3. quantize h for the down projection (bf16: gate/up stored it
     // already): the last gate/up item of an expert converts its rows while
     // they are still in the caches and the other threads go on with gate/up
@@ -699,7 +732,7 @@ static void run_job_fused(kt_worker* w) {
     int pf = m >= e->pf_min;
     nitems++;
     fused_gather(e, x, asz);
-    gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz);
+    gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, 0);
     if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
       // (bf16: gate/up stored h already)
@@ -1352,6 +1385,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->s.amx_kch = cfg->amx_kch;
       w->s.amx_pf = cfg->amx_pf;
+      w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
+      w->s.amx_nxl = cfg->amx_nxl == 0 ? AMX_NXL : cfg->amx_nxl;
+      w->s.amx_var = cfg->amx_var;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));

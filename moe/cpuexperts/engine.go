@@ -7,6 +7,10 @@ package cpuexperts
 #cgo LDFLAGS: -lpthread -lm
 #include <stdlib.h>
 #include "kt_moe.h"
+int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
+                   float* out, double* maxerr);
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
+                     int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
 
@@ -51,11 +55,24 @@ type Config struct {
 	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
 	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
 	AMXPrefetch int
+	// AMXPrefetchTiles picks the tiles AMXPrefetch prefetches: 1 = A
+	// (activations), 2 = B (weights), 3 = both, 0 = DefaultAMXPrefetchTiles.
+	AMXPrefetchTiles int
+	// AMXNextLines is how many cache lines of the next kernel call's weights
+	// (the up projection after the gate, the next 32 rows) an AMX prefill
+	// kernel call prefetches into L2 per tile step: 0 = DefaultAMXNextLines,
+	// < 0 = none. Results do not depend on it.
+	AMXNextLines int
+	// AMXVariant picks the loop structure of the AMX prefill kernels: 0 =
+	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
+	// with the A tile and the B pair double-buffered. Results do not depend on it.
+	AMXVariant int
 	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
 	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
-	// takes (rounded up to 32, at most 512; 0 = 512). Results do not depend on it.
+	// takes (rounded up to 32, at most 512; 0 = DefaultPrefillChunk). Results
+	// do not depend on it.
 	PrefillChunk int
 
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
@@ -202,13 +219,31 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AMXPrefetch > 0 {
 		cc.amx_pf = C.int(cfg.AMXPrefetch)
 	}
+	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
+		return nil, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
+	}
+	if cfg.AMXVariant < 0 || cfg.AMXVariant > 1 {
+		return nil, fmt.Errorf("cpu expert engine: AMXVariant %d: want 0 or 1", cfg.AMXVariant)
+	}
+	cc.amx_var = C.int(cfg.AMXVariant)
+	if cfg.AMXPrefetchTiles == 0 {
+		cfg.AMXPrefetchTiles = DefaultAMXPrefetchTiles
+	}
+	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
+	if cfg.AMXNextLines == 0 {
+		cfg.AMXNextLines = DefaultAMXNextLines
+	}
+	cc.amx_nxl = C.int(min(cfg.AMXNextLines, 64))
 	if cfg.DecodePrefetch == 0 {
 		cfg.DecodePrefetch = DefaultDecodePrefetch
 	}
 	if cfg.DecodePrefetch > 0 {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
-	cc.mch = C.int(max(cfg.PrefillChunk, 0))
+	if cfg.PrefillChunk <= 0 {
+		cfg.PrefillChunk = DefaultPrefillChunk
+	}
+	cc.mch = C.int(cfg.PrefillChunk)
 	if cfg.SyncHelp {
 		cc.sync_help = 1
 	}
@@ -248,6 +283,25 @@ func NewEngine(cfg Config) (*Engine, error) {
 // device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
 // one pass for AMXINT8 and up to 15% slower for AMXBF16.
 const DefaultAMXKBlock = -1
+
+// DefaultAMXNextLines is the default Config.AMXNextLines: none. On the
+// device (branch amxtile, BenchmarkAMXKernel) 4 lines per step were neutral
+// to slower: the L2 streamer already fetches the next panels, and every
+// prefetch takes a load slot from the tile loads.
+const DefaultAMXNextLines = -1
+
+// DefaultAMXPrefetchTiles is the default Config.AMXPrefetchTiles: the B
+// (weight) tiles only. In BenchmarkAMXKernel prefetching B alone was never
+// slower than both and up to 10% faster; fewer prefetch instructions leave
+// the load ports to the tile loads.
+const DefaultAMXPrefetchTiles = 2
+
+// DefaultPrefillChunk is the default Config.PrefillChunk. Kernel calls over
+// 128 tokens ran at 5.3-5.9 TFLOPS (bf16, K 2048, 15 cores) against 3.1-4.6
+// for 256 tokens in BenchmarkAMXKernel, for every knob setting: an
+// expert's 256 x 4 KiB of activations and the streamed weights crowd the
+// 2 MiB L2.
+const DefaultPrefillChunk = 128
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1
@@ -557,3 +611,61 @@ func Median(xs []float64) float64 {
 
 // Threads returns the number of threads that read the buffer.
 func (p *ReadProbe) Threads() int { return p.threads }
+
+// amxKnobs are the result-neutral settings of the AMX prefill kernel body.
+type amxKnobs struct {
+	kch, pf, pfm, nxl int
+	variant           int
+	nt, tiled         bool
+}
+
+// emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
+// needs AVX-512F) for nn weight rows of bf16 (int8 when i8), m tokens and k
+// columns of fixed random data; it returns C (m x nn) and the largest error
+// relative to a float64 reference.
+func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
+	fmtc := C.int(C.KT_FMT_BF16_PK)
+	if i8 {
+		fmtc = C.KT_FMT_I8_PK
+	}
+	out := make([]float32, m*nn)
+	var maxerr C.double
+	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
+		C.int(kn.variant), b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
+		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
+	}
+	return out, float64(maxerr), nil
+}
+
+// amxKernelBench times the AMX prefill kernel alone (kbench.c): one thread
+// per CPU in cpus, each streaming wbytes of its own weights in 32-row calls
+// over m tokens of k columns, reps times. It returns the TFLOPS of all
+// threads together (flops over the slowest thread's time).
+// noAMX runs the AVX-512 kernels of the same formats instead (tests of the
+// harness on CPUs without AMX).
+func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int, noAMX bool) (float64, error) {
+	fmtc := C.int(C.KT_FMT_BF16_PK)
+	if i8 {
+		fmtc = C.KT_FMT_I8_PK
+	}
+	cc := (*C.int)(C.malloc(C.size_t(len(cpus)+1) * C.size_t(unsafe.Sizeof(C.int(0)))))
+	defer C.free(unsafe.Pointer(cc))
+	cs := unsafe.Slice(cc, len(cpus)+1)
+	for i, c := range cpus {
+		cs[i] = C.int(c)
+	}
+	var flops C.double
+	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
+		C.int(kn.variant), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
+	if secs <= 0 {
+		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
+	}
+	return float64(flops) / float64(secs) / 1e12, nil
+}
+
+func b2i(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}

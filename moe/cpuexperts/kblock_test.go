@@ -9,7 +9,7 @@ import (
 )
 
 // TestAMXKBlockBitwise checks that the K blocking of the AMX prefill
-// kernels, their prefetch and the prefill chunk do not change results:
+// kernels, their prefetch, loop variant and the prefill chunk do not change results:
 // whole K, blocks of 1 tile step and of 3 (which leaves a short last
 // block), chunks of 32 and 64 tokens (several kernel calls per item) give
 // bitwise equal outputs. On CPUs without AMX the K block and prefetch are
@@ -27,15 +27,15 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
-			configs := [][3]int{{-1, -1, 0}, {-1, 1, 32}} // K block, prefetch, chunk
+			configs := [][4]int{{-1, -1, 0, 0}, {-1, 1, 32, 0}} // K block, prefetch, chunk, variant
 			if isa == ISAAMX {
-				configs = append(configs, [3]int{1, 2, 0}, [3]int{3, 0, 64})
+				configs = append(configs, [4]int{1, 2, 0, 0}, [4]int{3, 0, 64, 0}, [4]int{-1, 1, 0, 1}, [4]int{3, 2, 64, 1})
 			}
 			for _, c := range configs {
-				kb, pf, chunk := c[0], c[1], c[2]
-				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d", isa, m, kb, pf, chunk)
+				kb, pf, chunk, v := c[0], c[1], c[2], c[3]
+				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d/variant=%d", isa, m, kb, pf, chunk, v)
 				e, err := NewEngine(Config{Threads: 3, ISA: isa, MaxTokens: tokens, TopK: topK,
-					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk,
+					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk, AMXVariant: v, AMXPrefetchTiles: 1 + v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
 				if err != nil {
 					t.Fatal(err)

@@ -36,198 +36,34 @@ TAMX int kt_amx_init_thread(void) {
   return got.palette == 1 ? 0 : -1;
 }
 
-// C rows are written in blocks of 16: C must have room for round_up(m, 16)
-// rows, and A must be readable for round_up(m, 32) rows (the engine pads
-// every expert to 32 slots). A tiles are addressed through kt_act_layout
-// (kt_internal.h): row-major activations are loaded with the row stride;
-// tiled ones are 1 KiB contiguous tiles, the two of a step side by side.
+#define KT_CORE_HELPER_ATTR TAMX
+#define TZERO(t) _tile_zero(t)
+#define TLOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TSTORE(t, p, stride) _tile_stored(t, p, stride)
+#define CORE_ATTR TAMX
 
-// K blocking: a kernel call covers nn <= 32 weight rows (one B pair) and
-// m <= KT_MCH tokens. The K dimension is cut into blocks of kch tile steps;
-// for each block the B pair (2*kch KiB) stays in L1 while every 32-token
-// block passes over it, so only the A tiles come from L2. The accumulators
-// of all token blocks (m x 32 values, up to 64 KiB) are parked in s->ci between K
-// blocks: f32 or int32 values stored and reloaded exactly, and every C tile
-// sees the same tile products in the same order as without blocking, so the
-// results are bitwise those of a single pass.
-static inline int amx_kblock(const kt_scratch* s, int nkc) {
-  int kb = s->amx_kch > 0 ? s->amx_kch : nkc;
-  return kb < nkc ? kb : nkc;
-}
+#define CORE_FN amx_bf16_core
+#define CORE_INT 0
+#define TDP(c, a, b) _tile_dpbf16ps(c, a, b)
+#include "kern_amx_core.h"
+#undef CORE_FN
+#undef CORE_INT
+#undef TDP
 
-// Software prefetch: AMX tile registers are not renamed, so the tile loads
-// of the next step wait for the products that still read those tiles and
-// the load latency is exposed; from L1 it is short. AMX_PF prefetches the
-// two A tiles and the two B tiles s->amx_pf steps ahead into L1 (a tile is
-// 1 KiB: 16 lines).
-static inline void amx_pf_tile(const char* p, int64_t stride) {
-  for (int r = 0; r < 16; r++) _mm_prefetch(p + r * stride, _MM_HINT_T0);
-}
-#define AMX_PF(kc)                                                          \
-  do {                                                                      \
-    int kp_ = (kc) + pfd;                                                   \
-    if (pfd > 0 && kp_ < nkc) {                                             \
-      amx_pf_tile(a0 + kp_ * L.step, L.stride);                             \
-      if (two_m) amx_pf_tile(a1 + kp_ * L.step, L.stride);                  \
-      amx_pf_tile((const char*)b0 + (int64_t)kp_ * 1024, 64);               \
-      if (two_n) amx_pf_tile((const char*)b1 + (int64_t)kp_ * 1024, 64);    \
-    }                                                                       \
-  } while (0)
+#define CORE_FN amx_i8_core
+#define CORE_INT 1
+#define TDP(c, a, b) _tile_dpbssd(c, a, b)
+#include "kern_amx_core.h"
 
-// amx_stream_rows copies rows of 16 or 32 floats from the parked
-// accumulators (row stride KT_NB) to C with non-temporal stores: the down
-// projection's per-slot outputs are read back only by the merge, so writing
-// them around the caches saves the read-for-ownership of every line.
-static inline TAMX void amx_stream_rows(const float* t, float* C, int ldc, int rows, int two_n) {
-  for (int i = 0; i < rows; i++) {
-    _mm512_stream_ps(C + (int64_t)i * ldc, _mm512_loadu_ps(t + i * KT_NB));
-    if (two_n) _mm512_stream_ps(C + (int64_t)i * ldc + 16, _mm512_loadu_ps(t + i * KT_NB + 16));
-  }
-}
-
+// bf16 panels (tdpbf16ps): 16-row panels of k/32 B tiles.
 TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                         kt_scratch* s) {
-  int k = W->k, nkc = k / 32;
-  int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
-  const char* X = (const char*)A->a;
-  kt_alayout L = kt_act_layout(A, 2);
-  float* acc = (float*)s->ci;  // [KT_MCH][KT_NB]
-  const int la = KT_NB * 4;
-  for (int p = 0; p < nn / 16; p += 2) {
-    int two_n = p + 1 < nn / 16;
-    const char* b0 = (const char*)W->w + (int64_t)(n0 / 16 + p) * 32 * k;
-    const char* b1 = b0 + (int64_t)32 * k;
-    for (int c0 = 0; c0 < nkc; c0 += kb) {
-      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
-      int first = c0 == 0, last = c1 == nkc;
-      for (int i0 = 0; i0 < m; i0 += 32) {
-        int two_m = m - i0 > 16;
-        const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
-        const char* a1 = a0 + L.a1;
-        float* t = acc + i0 * KT_NB;
-        if (first) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, t, la);
-          if (two_n) _tile_loadd(1, t + 16, la);
-          if (two_m) {
-            _tile_loadd(2, t + 16 * KT_NB, la);
-            if (two_n) _tile_loadd(3, t + 16 * KT_NB + 16, la);
-          }
-        }
-        for (int kc = c0; kc < c1; kc++) {
-          AMX_PF(kc);
-          _tile_loadd(4, a0 + kc * L.step, L.stride);
-          _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          if (two_n) {
-            _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
-            _tile_dpbf16ps(1, 4, 7);
-          }
-          if (two_m) {
-            _tile_loadd(5, a1 + kc * L.step, L.stride);
-            _tile_dpbf16ps(2, 5, 6);
-            if (two_n) _tile_dpbf16ps(3, 5, 7);
-          }
-        }
-        float* c = t;
-        int lc = la;
-        if (last && !s->c_nt) {
-          c = C + (int64_t)i0 * ldc + p * 16;
-          lc = ldc * 4;
-        }
-        int rs = lc / 4;  // row stride in floats
-        _tile_stored(0, c, lc);
-        if (two_n) _tile_stored(1, c + 16, lc);
-        if (two_m) {
-          _tile_stored(2, c + 16 * rs, lc);
-          if (two_n) _tile_stored(3, c + 16 * rs + 16, lc);
-        }
-        if (last && s->c_nt) amx_stream_rows(t, C + (int64_t)i0 * ldc + p * 16, ldc, m - i0 < 32 ? m - i0 : 32, two_n);
-      }
-    }
-  }
+  amx_bf16_core((const char*)W->w + (int64_t)(n0 / 16) * 32 * W->k, W->k / 32, NULL, A, 2, m, C, ldc, nn, s);
 }
 
 // int8 panels: s8 x s8 (tdpbssd), then scaled per row of W and per token.
-static TAMX void amx_i8_core(const int8_t* w, int k, const float* wscale, const kt_act* A, int m, float* C,
-                             int ldc, int nn, kt_scratch* s) {
-  const char* X = (const char*)A->a;
-  kt_alayout L = kt_act_layout(A, 1);
-  int nkc = k / 64;
-  int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
-  int32_t* ci = s->ci;  // [KT_MCH][KT_NB]
-  const int la = KT_NB * 4;
-  for (int p = 0; p < nn / 16; p += 2) {
-    int two_n = p + 1 < nn / 16;
-    const int8_t* b0 = w + (int64_t)p * 16 * k;
-    const int8_t* b1 = b0 + (int64_t)16 * k;
-    for (int c0 = 0; c0 < nkc; c0 += kb) {
-      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
-      int first = c0 == 0, last = c1 == nkc;
-      for (int i0 = 0; i0 < m; i0 += 32) {
-        int two_m = m - i0 > 16;
-        const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
-        const char* a1 = a0 + L.a1;
-        int32_t* t = ci + i0 * KT_NB;
-        if (first) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, t, la);
-          if (two_n) _tile_loadd(1, t + 16, la);
-          if (two_m) {
-            _tile_loadd(2, t + 16 * KT_NB, la);
-            if (two_n) _tile_loadd(3, t + 16 * KT_NB + 16, la);
-          }
-        }
-        for (int kc = c0; kc < c1; kc++) {
-          AMX_PF(kc);
-          _tile_loadd(4, a0 + kc * L.step, L.stride);
-          _tile_loadd(6, b0 + (int64_t)kc * 1024, 64);
-          _tile_dpbssd(0, 4, 6);
-          if (two_n) {
-            _tile_loadd(7, b1 + (int64_t)kc * 1024, 64);
-            _tile_dpbssd(1, 4, 7);
-          }
-          if (two_m) {
-            _tile_loadd(5, a1 + kc * L.step, L.stride);
-            _tile_dpbssd(2, 5, 6);
-            if (two_n) _tile_dpbssd(3, 5, 7);
-          }
-        }
-        _tile_stored(0, t, la);
-        if (two_n) _tile_stored(1, t + 16, la);
-        if (two_m) {
-          _tile_stored(2, t + 16 * KT_NB, la);
-          if (two_n) _tile_stored(3, t + 16 * KT_NB + 16, la);
-        }
-        if (!last) continue;
-        int rows = m - i0 < 32 ? m - i0 : 32;
-        int cols = two_n ? 32 : 16;
-        for (int i = 0; i < rows; i++) {
-          __m512 as = _mm512_set1_ps(A->as[i0 + i]);
-          for (int j = 0; j < cols; j += 16) {
-            __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(t + i * KT_NB + j));
-            f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + p * 16 + j)), as);
-            if (s->c_nt)
-              _mm512_stream_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
-            else
-              _mm512_storeu_ps(C + (int64_t)(i0 + i) * ldc + p * 16 + j, f);
-          }
-        }
-      }
-    }
-  }
-}
-
 TAMX void kt_amx_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  amx_i8_core((const int8_t*)W->w + (int64_t)n0 * W->k, W->k, W->scale + n0, A, m, C, ldc, nn, s);
+  amx_i8_core((const char*)W->w + (int64_t)n0 * W->k, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
 // int4 panels: unpack the nn rows to int8 panels in scratch once, then the int8 core.
@@ -245,6 +81,6 @@ TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
         _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, _mm512_and_si512(b, mask));
       }
   }
-  amx_i8_core(dst, k, W->scale + n0, A, m, C, ldc, nn, s);
+  amx_i8_core((const char*)dst, k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 

@@ -74,6 +74,11 @@ typedef struct {
   float* row;          // one f32 row of the widest matrix dimension
   int amx_kch;         // AMX prefill: 1 KiB tile steps per K block (<= 0: the whole K in one pass)
   int amx_pf;          // AMX prefill: prefetch the tiles this many steps ahead (<= 0: none)
+  int amx_pfm;         // AMX prefill: which tiles amx_pf prefetches (bit 0: A, bit 1: B)
+  int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched per step (<= 0: none)
+  int amx_var;         // AMX prefill loop structure: 0 = 32x32 per pass (2 A, 2 B tiles), 1 = 16x32 double-buffered
+  const char* nx;      // AMX prefill: the next call's weight bytes (set by the caller per call; NULL: none)
+  int64_t nxb;         // ... and their length
   int c_nt;            // AMX prefill: write C with non-temporal stores (C 64-byte aligned, ldc*4 a multiple of 64)
   int dec_pf;          // one-token decode (int8/int4/bf16 panels): prefetch this many bytes ahead (<= 0: none)
 } kt_scratch;

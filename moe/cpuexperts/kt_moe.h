@@ -89,8 +89,12 @@ typedef struct {
                        // barrier-free decode path; 0 = default (512), < 0 = never
   int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
+  int amx_pfm;         // AMX prefill: tiles amx_pf prefetches, bit 0 = A, bit 1 = B; 0 = both
+  int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
+                       // per tile step; 0 = default, < 0 = none
+  int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
-  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512
+  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = 512 (Go passes 128)
   int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail

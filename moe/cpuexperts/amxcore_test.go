@@ -1,0 +1,150 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// TestAMXCoreEmulated runs the AMX prefill kernel body (kern_amx_core.h)
+// over emulated tiles, so its loop structure, addressing and knobs are
+// tested on CPUs without AMX: every shape is checked against a float64
+// reference, and every knob setting (K block, L1 tile prefetch and which
+// tiles, the next-call L2 prefetch, non-temporal C, tile-order or row-major
+// activations) must give bitwise the result of the plain setting.
+func TestAMXCoreEmulated(t *testing.T) {
+	if !DetectFeatures().AVX512 {
+		t.Skip("the emulated kernel's epilogue needs AVX-512F")
+	}
+	knobs := []amxKnobs{
+		{kch: -1, pf: 0, pfm: 3, tiled: true}, // the reference setting
+		{kch: -1, pf: 1, pfm: 3, nxl: 4, tiled: true},
+		{kch: 1, pf: 2, pfm: 1, nxl: 64, tiled: true, nt: true},
+		{kch: 3, pf: 1, pfm: 2, nxl: 1, tiled: false},
+		{kch: 2, pf: 0, pfm: 3, nxl: 0, tiled: false, nt: true},
+		{kch: -1, pf: 1, pfm: 3, nxl: 4, variant: 1, tiled: true},
+		{kch: 3, pf: 2, pfm: 1, nxl: 2, variant: 1, tiled: true, nt: true},
+		{kch: 1, pf: 0, pfm: 3, nxl: 0, variant: 1, tiled: false},
+	}
+	shapes := [][3]int{{1, 192, 16}, {17, 256, 32}, {40, 192, 32}, {64, 128, 16}, {100, 384, 32}}
+	if testing.Short() {
+		shapes = shapes[:3]
+	}
+	for _, i8 := range []bool{false, true} {
+		tol := 1e-5
+		if i8 {
+			tol = 1e-6 // integer sums are exact; the scale products round
+		}
+		for _, sh := range shapes {
+			m, k, nn := sh[0], sh[1], sh[2]
+			var ref []float32
+			for _, kn := range knobs {
+				name := fmt.Sprintf("i8=%v/m=%d/k=%d/nn=%d/%+v", i8, m, k, nn, kn)
+				out, e, err := emuAMXRun(i8, m, k, nn, kn)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if e > tol {
+					t.Errorf("%s: error %.3g against the float64 reference, want <= %g", name, e, tol)
+				}
+				if ref == nil {
+					ref = out
+					continue
+				}
+				for j := range ref {
+					if math.Float32bits(ref[j]) != math.Float32bits(out[j]) {
+						t.Fatalf("%s: C[%d] = %g, the plain setting gives %g", name, j, out[j], ref[j])
+					}
+				}
+			}
+		}
+	}
+	if _, _, err := emuAMXRun(false, 8, 100, 16, amxKnobs{}); err == nil {
+		t.Error("k = 100 (not a multiple of 64) accepted")
+	}
+}
+
+// BenchmarkAMXKernel times the AMX prefill kernels alone on every worker
+// core (the engine's default threads and pinning), each thread streaming
+// 48 MiB of its own weights (all threads together exceed the last-level
+// cache, as a layer's experts do) over one expert's activations: 256 tokens
+// at K 2048 (gate/up of Qwen3-30B at 4096 tokens) and K 768 (its down
+// projection). Sub-benchmarks sweep the result-neutral knobs; the metric is
+// TFLOPS of all threads together. Needs AMX (skipped elsewhere):
+//
+//	moe.test -test.run XXX -test.bench AMXKernel -test.benchtime 1x
+func BenchmarkAMXKernel(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpus := e.CPUs()
+	e.Close()
+	type cfg struct {
+		name string
+		kn   amxKnobs
+	}
+	cfgs := []cfg{
+		{"base", amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 0}},
+		{"nx4", amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 4}},
+		{"nopf", amxKnobs{kch: -1, pf: 0, pfm: 3, nxl: 4}},
+		{"pfA", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4}},
+		{"pfB", amxKnobs{kch: -1, pf: 1, pfm: 2, nxl: 4}},
+		{"pfB2", amxKnobs{kch: -1, pf: 2, pfm: 2, nxl: 4}},
+		{"kb8", amxKnobs{kch: 8, pf: 1, pfm: 3, nxl: 4}},
+		{"kb8pfA", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4}},
+		{"kb8nopf", amxKnobs{kch: 8, pf: 0, pfm: 3, nxl: 4}},
+		{"kb16pfA", amxKnobs{kch: 16, pf: 1, pfm: 1, nxl: 4}},
+		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
+	}
+	for _, i8 := range []bool{false, true} {
+		for _, mk := range [][2]int{{256, 2048}, {256, 768}, {128, 2048}} {
+			if i8 && mk[0] == 128 {
+				continue
+			}
+			for _, c := range cfgs {
+				name := fmt.Sprintf("i8=%v/m=%d/k=%d/%s", i8, mk[0], mk[1], c.name)
+				b.Run(name, func(b *testing.B) {
+					var tf float64
+					for range b.N {
+						t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, 2, 48<<20, cpus, false)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tf = t
+					}
+					b.ReportMetric(tf, "TFLOPS")
+					b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
+				})
+			}
+		}
+	}
+}
+
+// TestKernelBenchHarness runs the kernel benchmark's harness (threads,
+// buffers, the next-call pointers) with the AVX-512 kernels of the same
+// formats, on any AVX-512 CPU: a smoke test of what BenchmarkAMXKernel
+// runs on the device.
+func TestKernelBenchHarness(t *testing.T) {
+	f := DetectFeatures()
+	if !f.AVX512 || !f.VNNI {
+		t.Skip("needs AVX-512 with VNNI")
+	}
+	for _, i8 := range []bool{false, true} {
+		tf, err := amxKernelBench(i8, 40, 256, amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 4}, 1, 1<<20, []int{-1, -1}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(tf > 0) {
+			t.Fatalf("i8=%v: %g TFLOPS, want > 0", i8, tf)
+		}
+	}
+	if _, err := amxKernelBench(false, 40, 100, amxKnobs{}, 1, 1<<20, []int{-1}, true); err == nil {
+		t.Error("k = 100 accepted")
+	}
+}

@@ -1,0 +1,144 @@
+// kbench.c: a micro-benchmark of the AMX prefill kernels alone, for tuning
+// their loop structure on the device (BenchmarkAMXKernel): every thread,
+// pinned to its own core, streams through a private weight region in
+// 32-row calls over one expert's activations, as gate/up and down do.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kt_internal.h"
+
+void* kt_alloc(int64_t bytes, int node);
+void kt_free(void* p, int64_t bytes);
+
+typedef struct {
+  int fmt, m, k, kch, pf, pfm, nxl, var, reps, cpu, nthreads, noamx;
+  int64_t wbytes;
+  _Atomic int* ready;
+  double secs;
+  int err;
+} kb_arg;
+
+static double kb_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void* kb_thread(void* p) {
+  kb_arg* a = (kb_arg*)p;
+  if (a->cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(a->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  int i8 = a->fmt == KT_FMT_I8_PK;
+  int k = a->k, m = a->m, mp = (m + 31) / 32 * 32;
+  int64_t esz = i8 ? 1 : 2;
+  int64_t pairb = KT_NB * k * esz;
+  int64_t npairs = a->wbytes / pairb;
+  if (npairs < 1) npairs = 1;
+  int64_t wb = npairs * pairb;
+  char* w = kt_alloc(wb, -1);
+  char* x = kt_alloc(mp * k * esz, -1);
+  float* sc = malloc(sizeof(float) * (size_t)(npairs * KT_NB));
+  int32_t* corr = calloc((size_t)(npairs * KT_NB), sizeof(int32_t));  // the VNNI kernels' u8 correction
+  float* as = malloc(sizeof(float) * (size_t)mp);
+  float* C = kt_alloc((int64_t)mp * KT_NB * 4, -1);
+  int32_t* ci = kt_alloc((int64_t)KT_MCH * KT_NB * 4, -1);
+  int ok = w && x && sc && corr && as && C && ci && (a->noamx || kt_amx_init_thread() == 0);
+  if (ok) {
+    // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63)
+    for (int64_t i = 0; i < wb; i++) w[i] = i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
+    for (int64_t i = 0; i < mp * k * esz; i++) x[i] = i8 ? (char)((i * 5) & 63) : (char)((i & 1) ? 0x3c : 0x00);
+    for (int64_t i = 0; i < npairs * KT_NB; i++) sc[i] = 1;
+    for (int i = 0; i < mp; i++) as[i] = 1;
+  }
+  kt_scratch s;
+  memset(&s, 0, sizeof s);
+  s.ci = ci;
+  s.amx_kch = a->kch;
+  s.amx_pf = a->pf;
+  s.amx_pfm = a->pfm > 0 ? a->pfm : 3;
+  s.amx_nxl = a->nxl;
+  s.amx_var = a->var;
+  kt_mat W;
+  memset(&W, 0, sizeof W);
+  W.w = (const uint8_t*)w;
+  W.scale = sc;
+  W.corr = corr;
+  W.n = (int)(npairs * KT_NB);
+  W.k = k;
+  kt_act A = {x, k, as, 1};
+  kt_kernel kern = i8 ? kt_amx_i8pk : kt_amx_bf16pk;
+  if (a->noamx) kern = i8 ? kt_vnni_i8pk : kt_avx512_bf16pk;  // the harness alone, on any AVX-512 CPU (tests)
+  // start together (a thread that failed still counts itself in)
+  atomic_fetch_add(a->ready, 1);
+  while (atomic_load(a->ready) < a->nthreads) sched_yield();
+  double t0 = kb_now();
+  for (int r = 0; ok && r < a->reps; r++)
+    for (int64_t q = 0; q < npairs; q++) {
+      s.nx = q + 1 < npairs ? w + (q + 1) * pairb : NULL;
+      s.nxb = pairb;
+      kern(&W, (int)(q * KT_NB), KT_NB, &A, m, C, KT_NB, &s);
+    }
+  a->secs = kb_now() - t0;
+  a->err = !ok;
+  kt_free(w, wb);
+  kt_free(x, mp * k * esz);
+  free(sc);
+  free(corr);
+  free(as);
+  kt_free(C, (int64_t)mp * KT_NB * 4);
+  kt_free(ci, (int64_t)KT_MCH * KT_NB * 4);
+  return NULL;
+}
+
+// kt_amx_kbench runs the AMX kernel of fmt (KT_FMT_BF16_PK or KT_FMT_I8_PK)
+// on nthreads threads (pinned to cpus[i]), each over its own wbytes of
+// weights, reps times, with m tokens of k columns and the given knobs. It
+// returns the slowest thread's seconds and the flops done in *flops, or -1
+// (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
+// same formats instead (a test of the harness on CPUs without AMX).
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
+                     int nthreads, const int* cpus, int noamx, double* flops) {
+  if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK) || m < 1 || m > KT_MCH || k < 64 || k % 64 || nthreads < 1 ||
+      nthreads > 1024 || reps < 1)
+    return -1;
+  kb_arg* args = calloc((size_t)nthreads, sizeof(kb_arg));
+  pthread_t* th = calloc((size_t)nthreads, sizeof(pthread_t));
+  _Atomic int ready = 0;
+  if (!args || !th) {
+    free(args);
+    free(th);
+    return -1;
+  }
+  int bad = 0;
+  for (int i = 0; i < nthreads; i++) {
+    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
+    if (pthread_create(&th[i], NULL, kb_thread, &args[i]) != 0) {
+      args[i].cpu = -2;  // not started
+      bad = 1;
+      atomic_fetch_add(&ready, 1);
+    }
+  }
+  double worst = 0;
+  for (int i = 0; i < nthreads; i++) {
+    if (args[i].cpu == -2) continue;
+    pthread_join(th[i], NULL);
+    if (args[i].err) bad = 1;
+    if (args[i].secs > worst) worst = args[i].secs;
+  }
+  int64_t esz = fmt == KT_FMT_I8_PK ? 1 : 2;
+  int64_t npairs = wbytes / (KT_NB * k * esz);
+  if (npairs < 1) npairs = 1;
+  *flops = 2.0 * m * KT_NB * (double)k * (double)npairs * reps * nthreads;
+  free(args);
+  free(th);
+  return bad ? -1 : worst;
+}

@@ -1,0 +1,253 @@
+// kern_amx_core.h: the body of the AMX prefill kernels, written once over
+// tile-operation macros. kern_amx.c includes it with the AMX instructions;
+// kern_amx_emu.c includes it with a scalar emulation of the tiles, so the
+// loop structure, the addressing and every knob (K blocking, prefetch, the
+// next-panel L2 prefetch, non-temporal C) are tested on CPUs without AMX
+// (TestAMXCoreEmulated). The including file defines, before each inclusion:
+//   CORE_FN    the function name
+//   CORE_ATTR  its attributes (target)
+//   CORE_INT   1: int8 x int8 -> int32 tiles, scaled per row of W and per
+//              token at the end; 0: bf16 x bf16 -> f32 tiles
+//   TZERO(t), TLOAD(t, p, stride), TSTORE(t, p, stride), TDP(c, a, b)
+// and once per file, before the first inclusion, KT_CORE_HELPER_ATTR.
+//
+// Tiles 0-3 are the accumulators (C), 4-5 A (tokens), 6-7 B (weights).
+//
+// The kernel computes C[i*ldc + j] = sum_k W[j][k] * A[i][k] for i < m and
+// j < nn (nn a multiple of 16, at most 32): w points at the first 16-row
+// panel of the call, each panel is nkc steps of one 1 KiB B tile. C rows are
+// written in blocks of 16 (room for round_up(m, 16) rows); A must be
+// readable for round_up(m, 32) rows (the engine pads every expert to 32
+// slots) and is addressed through kt_act_layout (kt_internal.h).
+//
+// K blocking (s->amx_kch): the K steps are cut into blocks; for each block
+// the B pair (2*kch KiB) stays in L1 while every 32-token block passes over
+// it. The accumulators of all token blocks (m x 32 values, up to 64 KiB) are
+// parked in s->ci between K blocks: f32 or int32 values stored and reloaded
+// exactly, and every C tile sees the same tile products in the same order
+// as without blocking, so the results are bitwise those of a single pass.
+//
+// Prefetch into L1 (s->amx_pf steps ahead, s->amx_pfm: bit 0 the A tiles,
+// bit 1 the B tiles): AMX tile registers are not renamed, so the loads of
+// the next step wait for the products that still read those tiles and the
+// load latency is exposed.
+//
+// Prefetch into L2 of the next call's weights (s->nx, s->nxb bytes): the
+// caller knows which panel pair comes next (the up projection after the
+// gate, the next 32 rows); its lines are requested a few per step over this
+// call (at most s->amx_nxl per step, so a short call does not flood the
+// line fill buffers), so the next call's first token block does not wait
+// for memory.
+
+#ifndef KT_CORE_HELPERS
+#define KT_CORE_HELPERS
+static inline int amx_kblock(const kt_scratch* s, int nkc) {
+  int kb = s->amx_kch > 0 ? s->amx_kch : nkc;
+  return kb < nkc ? kb : nkc;
+}
+
+static inline void amx_pf_tile(const char* p, int64_t stride) {
+  for (int r = 0; r < 16; r++) _mm_prefetch(p + r * stride, _MM_HINT_T0);
+}
+
+// amx_stream_rows copies rows of 16 or 32 floats from the parked
+// accumulators (row stride KT_NB) to C with non-temporal stores: the down
+// projection's per-slot outputs are read back only by the merge, so writing
+// them around the caches saves the read-for-ownership of every line.
+static inline KT_CORE_HELPER_ATTR void amx_stream_rows(const float* t, float* C, int ldc, int rows, int two_n) {
+  for (int i = 0; i < rows; i++) {
+    _mm512_stream_ps(C + (int64_t)i * ldc, _mm512_loadu_ps(t + i * KT_NB));
+    if (two_n) _mm512_stream_ps(C + (int64_t)i * ldc + 16, _mm512_loadu_ps(t + i * KT_NB + 16));
+  }
+}
+
+// amx_scale_rows turns parked int32 sums into f32: C = sum * wscale[j] * as[i].
+static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const float* wscale, const float* as, float* C,
+                                                     int ldc, int rows, int cols, int nt) {
+  for (int i = 0; i < rows; i++) {
+    __m512 a = _mm512_set1_ps(as[i]);
+    for (int j = 0; j < cols; j += 16) {
+      __m512 f = _mm512_cvtepi32_ps(_mm512_loadu_si512(t + i * KT_NB + j));
+      f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + j)), a);
+      if (nt)
+        _mm512_stream_ps(C + (int64_t)i * ldc + j, f);
+      else
+        _mm512_storeu_ps(C + (int64_t)i * ldc + j, f);
+    }
+  }
+}
+#endif
+
+static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const kt_act* A, int esz, int m, float* C,
+                              int ldc, int nn, kt_scratch* s) {
+  const char* X = (const char*)A->a;
+  kt_alayout L = kt_act_layout(A, esz);
+  int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
+  int pfa = pfd > 0 && (s->amx_pfm & 1), pfb = pfd > 0 && (s->amx_pfm & 2);
+  const int64_t pst = (int64_t)nkc * 1024;  // bytes per 16-row panel
+  char* acc = (char*)s->ci;                 // [KT_MCH][KT_NB] f32 or int32
+  const int la = KT_NB * 4;
+  // next-call L2 prefetch: nper lines per tile step spread over the call
+  const char* nxp = s->nx;
+  const char* nxe = nxp ? nxp + s->nxb : NULL;
+  int nper = 0;
+  if (nxp && s->nxb > 0 && s->amx_nxl > 0) {
+    int64_t steps = (int64_t)((nn / 16 + 1) / 2) * ((m + 31) / 32) * nkc * (s->amx_var == 1 ? 2 : 1);
+    nper = (int)((s->nxb / 64 + steps - 1) / (steps > 0 ? steps : 1));
+    if (nper > s->amx_nxl) nper = s->amx_nxl;
+  }
+  if (s->amx_var == 1) {
+    // 16 tokens x 32 rows per pass (C tiles 0-1), the A tile and the B pair
+    // double-buffered (A in 2/3, B in 4-5 on even steps and 6-7 on odd
+    // ones): the loads of step kc+1 never wait for the products of step kc.
+    // Each C tile sees the same products in the same order as above.
+    for (int p = 0; p < nn / 16; p += 2) {
+      int two_n = p + 1 < nn / 16;
+      const char* b0 = w + (int64_t)p * pst;
+      const char* b1 = b0 + pst;
+      for (int c0 = 0; c0 < nkc; c0 += kb) {
+        int c1 = c0 + kb < nkc ? c0 + kb : nkc;
+        int first = c0 == 0, last = c1 == nkc;
+        for (int i0 = 0; i0 < m; i0 += 16) {
+          const char* a0 = X + (int64_t)(i0 / 32) * L.blk32 + ((i0 & 16) ? L.a1 : 0);
+          char* t = acc + (int64_t)i0 * la;
+          if (first) {
+            TZERO(0);
+            TZERO(1);
+          } else {
+            TLOAD(0, t, la);
+            if (two_n) TLOAD(1, t + 64, la);
+          }
+          int kc = c0;
+          for (; kc + 1 < c1; kc += 2) {
+            if (pfa && kc + pfd < nkc) amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
+            for (int q = 0; q < nper && nxp < nxe; q++, nxp += 64) _mm_prefetch(nxp, _MM_HINT_T1);
+            TLOAD(2, a0 + kc * L.step, L.stride);
+            TLOAD(4, b0 + (int64_t)kc * 1024, 64);
+            TDP(0, 2, 4);
+            if (two_n) {
+              TLOAD(5, b1 + (int64_t)kc * 1024, 64);
+              TDP(1, 2, 5);
+            }
+            if (pfa && kc + 1 + pfd < nkc) amx_pf_tile(a0 + (kc + 1 + pfd) * L.step, L.stride);
+            TLOAD(3, a0 + (kc + 1) * L.step, L.stride);
+            TLOAD(6, b0 + (int64_t)(kc + 1) * 1024, 64);
+            TDP(0, 3, 6);
+            if (two_n) {
+              TLOAD(7, b1 + (int64_t)(kc + 1) * 1024, 64);
+              TDP(1, 3, 7);
+            }
+          }
+          if (kc < c1) {
+            TLOAD(2, a0 + kc * L.step, L.stride);
+            TLOAD(4, b0 + (int64_t)kc * 1024, 64);
+            TDP(0, 2, 4);
+            if (two_n) {
+              TLOAD(5, b1 + (int64_t)kc * 1024, 64);
+              TDP(1, 2, 5);
+            }
+          }
+          int rows = m - i0 < 16 ? m - i0 : 16;
+#if CORE_INT
+          TSTORE(0, t, la);
+          if (two_n) TSTORE(1, t + 64, la);
+          if (last)
+            amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,
+                           two_n ? 32 : 16, s->c_nt);
+#else
+          char* c = t;
+          int lc = la;
+          if (last && !s->c_nt) {
+            c = (char*)(C + (int64_t)i0 * ldc + p * 16);
+            lc = ldc * 4;
+          }
+          TSTORE(0, c, lc);
+          if (two_n) TSTORE(1, c + 64, lc);
+          if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);
+#endif
+        }
+      }
+    }
+    return;
+  }
+  for (int p = 0; p < nn / 16; p += 2) {
+    int two_n = p + 1 < nn / 16;
+    const char* b0 = w + (int64_t)p * pst;
+    const char* b1 = b0 + pst;
+    for (int c0 = 0; c0 < nkc; c0 += kb) {
+      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
+      int first = c0 == 0, last = c1 == nkc;
+      for (int i0 = 0; i0 < m; i0 += 32) {
+        int two_m = m - i0 > 16;
+        const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
+        const char* a1 = a0 + L.a1;
+        char* t = acc + (int64_t)i0 * la;
+        if (first) {
+          TZERO(0);
+          TZERO(1);
+          TZERO(2);
+          TZERO(3);
+        } else {
+          TLOAD(0, t, la);
+          if (two_n) TLOAD(1, t + 64, la);
+          if (two_m) {
+            TLOAD(2, t + 16 * la, la);
+            if (two_n) TLOAD(3, t + 16 * la + 64, la);
+          }
+        }
+        for (int kc = c0; kc < c1; kc++) {
+          int kp = kc + pfd;
+          if (kp < nkc) {
+            if (pfa) {
+              amx_pf_tile(a0 + kp * L.step, L.stride);
+              if (two_m) amx_pf_tile(a1 + kp * L.step, L.stride);
+            }
+            if (pfb) {
+              amx_pf_tile(b0 + (int64_t)kp * 1024, 64);
+              if (two_n) amx_pf_tile(b1 + (int64_t)kp * 1024, 64);
+            }
+          }
+          for (int q = 0; q < nper && nxp < nxe; q++, nxp += 64) _mm_prefetch(nxp, _MM_HINT_T1);
+          TLOAD(4, a0 + kc * L.step, L.stride);
+          TLOAD(6, b0 + (int64_t)kc * 1024, 64);
+          TDP(0, 4, 6);
+          if (two_n) {
+            TLOAD(7, b1 + (int64_t)kc * 1024, 64);
+            TDP(1, 4, 7);
+          }
+          if (two_m) {
+            TLOAD(5, a1 + kc * L.step, L.stride);
+            TDP(2, 5, 6);
+            if (two_n) TDP(3, 5, 7);
+          }
+        }
+        int rows = m - i0 < 32 ? m - i0 : 32;
+#if CORE_INT
+        TSTORE(0, t, la);
+        if (two_n) TSTORE(1, t + 64, la);
+        if (two_m) {
+          TSTORE(2, t + 16 * la, la);
+          if (two_n) TSTORE(3, t + 16 * la + 64, la);
+        }
+        if (last)
+          amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,
+                         two_n ? 32 : 16, s->c_nt);
+#else
+        char* c = t;
+        int lc = la;
+        if (last && !s->c_nt) {
+          c = (char*)(C + (int64_t)i0 * ldc + p * 16);
+          lc = ldc * 4;
+        }
+        TSTORE(0, c, lc);
+        if (two_n) TSTORE(1, c + 64, lc);
+        if (two_m) {
+          TSTORE(2, c + 16 * (int64_t)lc, lc);
+          if (two_n) TSTORE(3, c + 16 * (int64_t)lc + 64, lc);
+        }
+        if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);
+#endif
+      }
+    }
+  }
+}
