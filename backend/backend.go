@@ -154,6 +154,9 @@ type Seq struct {
 	// [0, Pos+Len): position p lives in page Pages[p/PageSize] at offset
 	// p%PageSize.
 	Pages []int32
+	// Adapter is the LoRA adapter id of the sequence's request (0: the
+	// base model); LoRAAdd selects rows by it.
+	Adapter int
 }
 
 // Step is the layout of one forward pass. Rows of every activation buffer
