@@ -259,6 +259,8 @@ type Attn struct {
 type Experts struct {
 	Gate, Up, Down []Tensor
 	Hidden, Inter  int
+	// LoRA is the layer's expert LoRA (nil: none); see ExpertLoRA.
+	LoRA *ExpertLoRA
 }
 
 // Backend is a compute device with its memory and the op set.

@@ -149,3 +149,38 @@ func TestNonExpertLoRAMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestFullLoRAMatchesReference serves the whole merged adapter: expert LoRA
+// on every row (static), the non-expert half on the rows that ask for it,
+// through the CPU backend's MoE op (the reference the engine is tested
+// against in moe/cpuexperts).
+func TestFullLoRAMatchesReference(t *testing.T) {
+	ref := readLoRARef(t)
+	for _, experts := range []string{"backend"} { // the engine needs hidden % 128 == 0: moe/cpuexperts tests it
+		t.Run(experts, func(t *testing.T) {
+			set, err := lora.Open(lora.Flags{LoRAPaths: []string{"neko=" + filepath.Join(loraFixture, "merged")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := loadLoRA(t, set, experts)
+			tol := loraTol
+			for _, ad := range [][]int{{1, 0}, {0, 1}} {
+				got := runMixed(t, r, ref.ids, ad)
+				for s := range got {
+					want := ref.exp
+					if ad[s] == 1 {
+						want = ref.full
+					}
+					if want == nil {
+						continue // no base+expert reference in this fixture
+					}
+					d := maxDiff(got[s], want[s])
+					t.Logf("%s adapters %v seq %d: max |logit diff| %.3g", experts, ad, s, d)
+					if d > tol {
+						t.Errorf("%s adapters %v seq %d: max |logit diff| %.3g > %g", experts, ad, s, d, tol)
+					}
+				}
+			}
+		})
+	}
+}
