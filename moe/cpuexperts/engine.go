@@ -76,6 +76,7 @@ type Engine struct {
 	bind   []int
 	mu     sync.Mutex
 	pinned runtime.Pinner
+	lora   *loraScratch // expert LoRA scratch (lora.go), nil until a layer has LoRA
 }
 
 // DetectFeatures reports the CPU features the kernels can use, requesting
@@ -277,6 +278,7 @@ func (e *Engine) Close() {
 	C.kt_sync(e.c, 0)
 	C.kt_engine_free(e.c)
 	e.c = nil
+	e.lora.free()
 	e.pinned.Unpin()
 }
 
