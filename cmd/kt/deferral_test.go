@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ktserve/kt/generate"
-	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/qwen3moe"
 )
 
@@ -26,21 +24,9 @@ func TestServeDeferral(t *testing.T) {
 	if err := qwen3moe.WriteSynthetic(dir, ktTestShape, 5); err != nil {
 		t.Fatal(err)
 	}
-	r, err := models.Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Threads: 2, Experts: "backend", Device: "cpu", ExpertDeferral: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref [][]int32
-	for _, p := range ktPrompts {
-		// the server's chunks (--chunked-prefill-size 8): with deferral the
-		// batch-wide OR of protected experts depends on the step's rows
-		res, err := generate.Run(r, p, generate.Params{MaxNewTokens: ktNewTokens, IgnoreEOS: true, ChunkSize: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref = append(ref, res.OutputIDs())
-	}
-	r.Close()
+	// the server's chunks (--chunked-prefill-size 8): with deferral the
+	// batch-wide OR of protected experts depends on the step's rows
+	ref := backendReference(t, dir, 1, 8)
 
 	url, logs := startServeLogs(t, "--model-path", dir, "--skip-tokenizer-init", "--max-running-requests", "2", "--max-total-tokens", "256",
 		"--chunked-prefill-size", "8", "--kt-cpuinfer", "2", "--kt-weight-path", dir, "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1")

@@ -94,37 +94,7 @@ func TestQuantCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qd.Close()
-	spec.Method = cpuexperts.AMXINT8
-	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	for l := 0; l < 2; l++ {
-		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, ids, w := cpuexperts.RandomBatch(5, 4, 2, spec.Hidden, spec.Experts)
-		a, b := make([]float32, 4*spec.Hidden), make([]float32, 4*spec.Hidden)
-		for _, c := range []struct {
-			l   *cpuexperts.Layer
-			out []float32
-		}{{lq, a}, {lf, b}} {
-			if err := c.l.Forward(&cpuexperts.Batch{Tokens: 4, TopK: 2, X: x, IDs: ids, Weights: w, Out: c.out}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("layer %d: converted weights give a different output than quantizing at load", l)
-		}
-		lq.Close()
-		lf.Close()
-	}
+	checkQuantMatchesLoad(t, spec, qd, "converted weights")
 }
 
 // TestQuantLayoutKT: --layout kt output loads (through the KT reader) and
@@ -157,37 +127,7 @@ func TestQuantLayoutKT(t *testing.T) {
 		t.Fatal(err)
 	}
 	kd.Close()
-	spec.Method = cpuexperts.AMXINT8
-	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	for l := 0; l < 2; l++ {
-		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, ids, w := cpuexperts.RandomBatch(5, 4, 2, spec.Hidden, spec.Experts)
-		a, b := make([]float32, 4*spec.Hidden), make([]float32, 4*spec.Hidden)
-		for _, c := range []struct {
-			l   *cpuexperts.Layer
-			out []float32
-		}{{lq, a}, {lf, b}} {
-			if err := c.l.Forward(&cpuexperts.Batch{Tokens: 4, TopK: 2, X: x, IDs: ids, Weights: w, Out: c.out}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("layer %d: kt-layout weights give a different output than quantizing at load", l)
-		}
-		lq.Close()
-		lf.Close()
-	}
+	checkQuantMatchesLoad(t, spec, qd, "kt-layout weights")
 }
 
 // TestServeKTDir serves a synthetic model from a KTransformers-layout
@@ -233,5 +173,43 @@ func TestServeKTDir(t *testing.T) {
 	err = runServe(context.Background(), append(c2, "--kt-method", "AMXBF16", "--kt-weight-path", ktdir), io.Discard, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "holds AMXINT8 weights") {
 		t.Errorf("method mismatch: %v", err)
+	}
+}
+
+// checkQuantMatchesLoad runs both layers of the tiny model from the converted
+// directory qd and from the same seeded bf16 weights quantized at load (AMXINT8)
+// and requires bit-identical outputs; what names the converted weights in errors.
+func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string) {
+	t.Helper()
+	spec.Method = cpuexperts.AMXINT8
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for l := 0; l < 2; l++ {
+		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, ids, w := cpuexperts.RandomBatch(5, 4, 2, spec.Hidden, spec.Experts)
+		a, b := make([]float32, 4*spec.Hidden), make([]float32, 4*spec.Hidden)
+		for _, c := range []struct {
+			l   *cpuexperts.Layer
+			out []float32
+		}{{lq, a}, {lf, b}} {
+			if err := c.l.Forward(&cpuexperts.Batch{Tokens: 4, TopK: 2, X: x, IDs: ids, Weights: w, Out: c.out}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("layer %d: %s give a different output than quantizing at load", l, what)
+		}
+		lq.Close()
+		lf.Close()
 	}
 }

@@ -66,19 +66,7 @@ func TestServeKTMethods(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reference: the backend's MoE op, in process.
-	r, err := models.Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Threads: 2, Experts: "backend", Device: "cpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref [][]int32
-	for _, p := range ktPrompts {
-		res, err := generate.Run(r, p, generate.Params{MaxNewTokens: ktNewTokens, IgnoreEOS: true, ChunkSize: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref = append(ref, res.OutputIDs())
-	}
-	r.Close()
+	ref := backendReference(t, dir, 0, 16)
 
 	common := []string{"--model-path", dir, "--skip-tokenizer-init", "--max-running-requests", "2", "--max-total-tokens", "256",
 		"--chunked-prefill-size", "8", "--kt-cpuinfer", "2", "--kt-num-gpu-experts", "0", "--kt-max-deferred-experts-per-token", "0"}
@@ -178,4 +166,25 @@ func TestGenerateKTFlags(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
 	}
+}
+
+// backendReference generates ktPrompts from the model in dir with the
+// backend's MoE op (the engine's reference) in process, with expert deferral
+// D and prefill chunks of chunk tokens, and returns the output ids.
+func backendReference(t *testing.T, dir string, deferral, chunk int) [][]int32 {
+	t.Helper()
+	r, err := models.Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Threads: 2, Experts: "backend", Device: "cpu", ExpertDeferral: deferral})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ref [][]int32
+	for _, p := range ktPrompts {
+		res, err := generate.Run(r, p, generate.Params{MaxNewTokens: ktNewTokens, IgnoreEOS: true, ChunkSize: chunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref = append(ref, res.OutputIDs())
+	}
+	return ref
 }

@@ -42,12 +42,7 @@ func TestHybridGraphDecode(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer dev.Close()
-	dir := t.TempDir()
-	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
-	if err := WriteSynthetic(dir, shape, 5); err != nil {
-		t.Fatal(err)
-	}
+	dir, shape := writeEngineSynth(t, 5)
 	for _, c := range []struct {
 		name, graphEnv, eventEnv string
 		req                      placement.Request

@@ -39,12 +39,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer gpu.Close()
-	dir := t.TempDir()
-	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
-	if err := WriteSynthetic(dir, shape, 3); err != nil {
-		t.Fatal(err)
-	}
+	dir, shape := writeEngineSynth(t, 3)
 	prompt := make([]int32, 40)
 	for i := range prompt {
 		prompt[i] = int32(i * 37 % shape.Vocab)

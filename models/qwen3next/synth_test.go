@@ -86,12 +86,7 @@ func BenchmarkDecodeSynthetic(b *testing.B) {
 // expert stays on the backend either way) and compares every prompt
 // logprob.
 func TestExpertEngineMatchesReference(t *testing.T) {
-	dir := t.TempDir()
-	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
-		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
-	if err := WriteSynthetic(dir, shape, 3); err != nil {
-		t.Fatal(err)
-	}
+	dir, shape := writeEngineSynth(t, 3)
 	modeltest.EngineMatchesReference(t, shape.Vocab, func(experts string) (modeltest.EngineRunner, error) {
 		r, err := Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
 		if err != nil {
@@ -99,4 +94,19 @@ func TestExpertEngineMatchesReference(t *testing.T) {
 		}
 		return testRunner{r}, nil
 	})
+}
+
+// writeEngineSynth writes the small synthetic Qwen3.5 model the engine and
+// hybrid tests share (4 layers: 3 Gated DeltaNet + 1 attention, 8 experts
+// top-2, shared expert, hidden 128 so the CPU expert engine serves it) with
+// the given seed into a temporary directory.
+func writeEngineSynth(t *testing.T, seed uint64) (string, SynthShape) {
+	t.Helper()
+	dir := t.TempDir()
+	shape := SynthShape{Layers: 4, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 32,
+		LinKHeads: 2, LinVHeads: 4, LinKDim: 16, LinVDim: 16, Experts: 8, TopK: 2, MoEInter: 64, SharedInter: 32, Vocab: 300}
+	if err := WriteSynthetic(dir, shape, seed); err != nil {
+		t.Fatal(err)
+	}
+	return dir, shape
 }
