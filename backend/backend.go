@@ -154,6 +154,9 @@ type Seq struct {
 	// [0, Pos+Len): position p lives in page Pages[p/PageSize] at offset
 	// p%PageSize.
 	Pages []int32
+	// Adapter is the LoRA adapter id of the sequence's request (0: the
+	// base model); LoRAAdd selects rows by it.
+	Adapter int
 }
 
 // Step is the layout of one forward pass. Rows of every activation buffer
@@ -256,6 +259,8 @@ type Attn struct {
 type Experts struct {
 	Gate, Up, Down []Tensor
 	Hidden, Inter  int
+	// LoRA is the layer's expert LoRA (nil: none); see ExpertLoRA.
+	LoRA *ExpertLoRA
 }
 
 // Backend is a compute device with its memory and the op set.

@@ -520,7 +520,7 @@ func (e *Engine) reserveDecodes(decodes []*seq) error {
 		if s.slot < 0 {
 			continue
 		}
-		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:]})
+		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:], Adapter: s.req.Adapter})
 		e.chunkSeq = append(e.chunkSeq, s)
 	}
 	return nil
@@ -553,7 +553,7 @@ func (e *Engine) planPrefills(prefills []*seq, budget int) (int, error) {
 			return 0, fmt.Errorf("engine: reserving KV memory: %w", err)
 		}
 		wantAll := s.req.Params.PromptLogprobs && !s.promptDone && s.computed < s.promptLen-1
-		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed : s.computed+n], AllLogits: wantAll})
+		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed : s.computed+n], AllLogits: wantAll, Adapter: s.req.Adapter})
 		e.chunkSeq = append(e.chunkSeq, s)
 		total += n
 	}

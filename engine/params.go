@@ -94,6 +94,9 @@ type Request struct {
 	ID     string  // for logs; need not be unique
 	Prompt []int32 // at least one token
 	Params SamplingParams
+	// Adapter is the LoRA adapter id the request asked for (0: the base
+	// model), passed to the runner with every chunk (model.Chunk.Adapter).
+	Adapter int
 }
 
 // FinishReason says why a sequence ended.

@@ -30,6 +30,9 @@ type Chunk struct {
 	// AllLogits asks for logits at every token of the chunk (prompt
 	// logprobs); otherwise only the last token's logits are returned.
 	AllLogits bool
+	// Adapter is the LoRA adapter id the chunk's request asked for (0:
+	// the base model; lora.Set.Index).
+	Adapter int
 }
 
 // Batch is one forward step.

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/moe/placement"
 )
@@ -89,6 +90,9 @@ type Options struct {
 	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
 	// (--cuda-graph-max-bs); 0 means MaxSeqs.
 	CUDAGraphMaxBS int
+	// LoRA are the adapters to serve (--lora-paths, --kt-lora-path,
+	// --kt-expert-lora-path); nil serves the base model.
+	LoRA *lora.Set
 }
 
 // ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).

@@ -159,8 +159,16 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 			refuse("max-running-requests", "KT expert LoRA serving requires --max-running-requests >= 2")
 		}
 	}
-	if len(c.LoRAPaths) > 1 && kt {
-		refuse("lora-paths", "only one merged KT composite LoRA adapter is supported")
+	if len(c.LoRAPaths) > 1 {
+		refuse("lora-paths", "Only one merged KT composite LoRA adapter is supported (kt serves one adapter)")
+	}
+	if (c.EnableLoRA || c.KTLoRAPath != "" || c.KTExpertLoRAPath != "") && f.LoRA {
+		if c.Set["max-loras-per-batch"] && c.MaxLoRAsPerBatch > 1 && len(c.LoRAPaths) <= 1 {
+			note("max-loras-per-batch", "kt serves one adapter; a batch mixes it with base-model requests")
+		}
+		if len(c.LoRATargetModules) > 0 {
+			refuse("lora-target-modules", "not supported: kt applies LoRA to the modules the adapter has")
+		}
 	}
 
 	note("trust-remote-code", "kt never runs code from a model directory; every architecture is built in")

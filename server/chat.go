@@ -296,6 +296,7 @@ func (s *Server) chatLogprobs(toks []engine.Token) []chatTokenLogprob {
 
 // chatPlan is a validated chat request ready to run.
 type chatPlan struct {
+	adapter    int // LoRA adapter id (adapterOf)
 	id         string
 	created    int64
 	prompt     []int32
@@ -312,7 +313,8 @@ type chatPlan struct {
 }
 
 func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, error) {
-	if err := s.checkModel(req.Model); err != nil {
+	adapter, err := s.adapterOf(req.Model)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.needTokenizer(); err != nil {
@@ -348,7 +350,7 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 		}
 	}
 	p.Logprobs = req.Logprobs
-	plan := &chatPlan{
+	plan := &chatPlan{adapter: adapter,
 		id: newID(), created: time.Now().Unix(), prompt: s.tok.Encode(text), promptText: text,
 		params: p, n: n, stops: stops, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
@@ -378,7 +380,7 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 		p.Constraint = jsonconstraint.New(s.tok, s.eng.EOSTokenIDs())
 	}
 	return genSpec{
-		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p},
+		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p, Adapter: plan.adapter},
 		stops: plan.stops, skipSpecial: plan.skip, noStopTrim: plan.noTrim,
 	}
 }

@@ -56,7 +56,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.checkModel(req.Model); err != nil {
+	adapter, err := s.adapterOf(req.Model)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -111,7 +112,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	for i := range total {
 		pr := prompts[i/n]
 		s.met.promptTok.Add(float64(len(pr)))
-		specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", id, i), Prompt: pr, Params: seedFor(p, i%n)},
+		specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", id, i), Prompt: pr, Params: seedFor(p, i%n), Adapter: adapter},
 			stops: stops, skipSpecial: skip, noStopTrim: req.NoStopTrim}
 	}
 	echo := func(i int) string {

@@ -182,18 +182,27 @@ func newID() string {
 // checkModel resolves the request's model field: empty or the served name
 // is the base model; NAME:ADAPTER names a LoRA adapter.
 func (s *Server) checkModel(model string) error {
+	_, err := s.adapterOf(model)
+	return err
+}
+
+// adapterOf resolves the request's model field to the adapter id the
+// engine runs it with: 0 for the base model (empty or the served name; with
+// KT expert LoRA that is base + expert LoRA, as SGLang-KT), i+1 for
+// NAME:LoRANames[i].
+func (s *Server) adapterOf(model string) (int, error) {
 	if model == "" || model == s.opt.ModelName {
-		return nil
+		return 0, nil
 	}
 	if base, adapter, ok := strings.Cut(model, ":"); ok && base == s.opt.ModelName {
-		for _, n := range s.opt.LoRANames {
+		for i, n := range s.opt.LoRANames {
 			if n == adapter {
-				return nil
+				return i + 1, nil
 			}
 		}
-		return badRequest("model", "Got LoRA adapter that has never been loaded: %s (this server has %s)", adapter, loraList(s.opt.LoRANames))
+		return 0, badRequest("model", "Got LoRA adapter that has never been loaded: %s (this server has %s)", adapter, loraList(s.opt.LoRANames))
 	}
-	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+	return 0, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
 		Message: fmt.Sprintf("the model %q does not exist; this server serves %q", model, s.opt.ModelName)}
 }
 

@@ -8,6 +8,7 @@ type moeScratch struct {
 	count, start []int
 	order        []int32 // (token*k + j) entries grouped by expert
 	xs, g, u, y  []float32
+	mid          []float32 // expert LoRA: A x of one row
 }
 
 func grow(s []float32, n int) []float32 {
@@ -31,6 +32,9 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		return
 	}
 	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
+	if e.LoRA != nil && b.refuse(e.LoRA.Check(ne, h, inter)) {
+		return
+	}
 	k := it.cols()
 	if b.refuse(backend.CheckExpertIDs(it.arg(), n, k)) {
 		return
@@ -82,6 +86,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		if lo == hi {
 			continue
 		}
+		start := lo
 		g, u, d := b.t(e.Gate[ex], "MoE gate"), b.t(e.Up[ex], "MoE up"), b.t(e.Down[ex], "MoE down")
 		if g == nil || u == nil || d == nil {
 			return
@@ -96,8 +101,21 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		gs, us := s.g[lo*inter:hi*inter], s.u[lo*inter:hi*inter]
 		b.matmul(gs, inter, xg, h, m, g, h, inter)
 		b.matmul(us, inter, xg, h, m, u, h, inter)
+		if lo := e.LoRA; lo != nil {
+			s.mid = grow(s.mid, lo.Rank)
+			for i := 0; i < m; i++ {
+				x := xg[i*h : (i+1)*h]
+				backend.LoRADelta(gs[i*inter:(i+1)*inter], x, lo.GateA[ex*lo.Rank*h:], lo.GateB[ex*inter*lo.Rank:], s.mid, lo.Scale)
+				backend.LoRADelta(us[i*inter:(i+1)*inter], x, lo.UpA[ex*lo.Rank*h:], lo.UpB[ex*inter*lo.Rank:], s.mid, lo.Scale)
+			}
+		}
 		siluMul(gs, gs, us)
 		b.matmul(s.y[lo*h:hi*h], h, gs, inter, m, d, inter, h)
+		if lo := e.LoRA; lo != nil {
+			for i := 0; i < m; i++ {
+				backend.LoRADelta(s.y[(start+i)*h:(start+i+1)*h], gs[i*inter:(i+1)*inter], lo.DownA[ex*lo.Rank*inter:], lo.DownB[ex*h*lo.Rank:], s.mid, lo.Scale)
+			}
+		}
 	}
 	clear(os)
 	// accumulate in token order, experts in (token, j) order

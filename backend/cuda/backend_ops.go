@@ -454,6 +454,10 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	if !b.ok() {
 		return
 	}
+	if e != nil && e.LoRA != nil {
+		b.fail("MoE: expert LoRA runs on the CPU experts only (--kt-num-gpu-experts 0)")
+		return
+	}
 	it := b.t(ids, "MoE ids")
 	if it == nil {
 		return

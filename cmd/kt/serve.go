@@ -61,7 +61,11 @@ func serveFeatures() serveconfig.Features {
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
 		// deferral splits the CPU expert engine's task (CPU path and hybrid step)
 		Deferral:                len(methods) > 0,
-		ExpertDistributionModes: []string{"stat"}}
+		ExpertDistributionModes: []string{"stat"},
+		// one merged adapter (non-expert LoRA per request, expert LoRA on
+		// the CPU experts); KT expert LoRA needs the CPU expert engine or
+		// the CPU backend's MoE op
+		LoRA: true, KTLoRA: true}
 }
 
 // logLevel maps SGLang's level names to slog's.
@@ -133,6 +137,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
 	}
+	loras, err := openLoRA(cfg, log)
+	if err != nil {
+		return err
+	}
+	opts.LoRA = loras
 	var recorder *expertdist.Recorder
 	if cfg.ExpertDistributionRecorderMode == "stat" {
 		if mcfg.Experts == 0 {
@@ -241,6 +250,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
 		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
+		LoRANames: loras.Names(),
 	}
 	if recorder != nil {
 		sopt.Experts = recorder

@@ -40,7 +40,8 @@ type layer struct {
 	attn             block.Attention
 	moe              bool
 	router           backend.Tensor
-	mlp              block.MLP // dense layers
+	mlp              block.MLP  // dense layers
+	lo               block.LoRA // the o projection's adapters
 }
 
 // Runner is a loaded Qwen3-MoE model; it implements model.Runner.
@@ -55,6 +56,7 @@ type Runner struct {
 	norm   backend.Tensor
 	lmHead backend.Tensor
 
+	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed *routed.Experts   // what computes the routed experts
 	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
@@ -109,6 +111,9 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
+	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
+		return err
+	}
 	r.layers = make([]layer, c.NumLayers)
 	for l := range r.layers {
 		L := &r.layers[l]
@@ -131,9 +136,15 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
+		if L.lo, err = L.attn.BindLoRA(r.lo, l, H, qd, kd, qd, nil); err != nil {
+			return err
+		}
 		L.moe = c.Layers[l].IsMoE
 		if !L.moe {
 			if L.mlp, err = block.LoadMLP(r.rb, p+"mlp.", c.IntermediateSize, H); err != nil {
+				return err
+			}
+			if err := L.mlp.BindLoRA(r.lo, l, "mlp.", c.IntermediateSize, H); err != nil {
 				return err
 			}
 			continue
@@ -145,7 +156,7 @@ func (r *Runner) loadWeights() error {
 			return err
 		}
 	}
-	return nil
+	return r.lo.Unused()
 }
 
 // allocate sizes activations and the KV cache from the options.
@@ -226,6 +237,7 @@ func (r *Runner) layersForward(n int) error {
 		be.RMSNorm(r.h, r.x, L.inNorm, eps, n)
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
+		r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
 		if L.moe {

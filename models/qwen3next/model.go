@@ -47,15 +47,18 @@ type layer struct {
 	inNorm, postNorm backend.Tensor
 
 	// Gated DeltaNet
-	li                    int // index among linear layers
-	wqkv, wz, wb, wa      backend.Tensor
-	conv, aLog, dtBias    backend.Tensor
-	gnorm, outProj        backend.Tensor
-	convChannels, valueWd int
+	li                     int // index among linear layers
+	wqkv, wz, wb, wa       backend.Tensor
+	conv, aLog, dtBias     backend.Tensor
+	gnorm, outProj         backend.Tensor
+	convChannels, valueWd  int
+	lqkv, lz, lb, la, lout block.LoRA // their adapters
 
 	// gated attention
 	attn  block.Attention
 	wgate backend.Tensor // the output gate's half of q_proj
+	lgate block.LoRA     // q_proj's adapters on the gate rows
+	lo    block.LoRA     // o_proj's adapters
 
 	// MLP
 	moe     bool
@@ -71,6 +74,7 @@ type Runner struct {
 	body   func(n int) error // layersForward
 	rb     *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg    *Config
+	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed *routed.Experts   // what computes the routed experts
 	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 	la     backend.LinearAttention
@@ -201,6 +205,9 @@ func (r *Runner) loadWeights() error {
 		return err
 	}
 	r.delta = backend.DeltaShape{KHeads: c.Linear.NumKeyHeads, VHeads: c.Linear.NumValueHeads, KDim: c.Linear.KeyHeadDim, VDim: c.Linear.ValueHeadDim}
+	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
+		return err
+	}
 	r.layers = make([]layer, c.NumLayers)
 	nLinear := 0
 	for l := range r.layers {
@@ -216,9 +223,9 @@ func (r *Runner) loadWeights() error {
 		if L.linear {
 			L.li = nLinear
 			nLinear++
-			err = r.loadLinear(L, p+"linear_attn.")
+			err = r.loadLinear(L, l, p+"linear_attn.")
 		} else {
-			err = r.loadAttention(L, p+"self_attn.")
+			err = r.loadAttention(L, l, p+"self_attn.")
 		}
 		if err != nil {
 			return err
@@ -227,13 +234,13 @@ func (r *Runner) loadWeights() error {
 			return err
 		}
 	}
-	return nil
+	return r.lo.Unused()
 }
 
 // loadLinear binds a Gated DeltaNet layer, un-interleaving Qwen3-Next's
 // fused projections into Qwen3.5's layout: qkv rows [q heads | k heads |
 // v heads], z, b, a.
-func (r *Runner) loadLinear(L *layer, p string) error {
+func (r *Runner) loadLinear(L *layer, l int, p string) error {
 	c, d := r.cfg, r.delta
 	H := c.HiddenSize
 	vd := d.VHeads * d.VDim
@@ -308,12 +315,24 @@ func (r *Runner) loadLinear(L *layer, p string) error {
 	if L.outProj, err = r.rb.Weight(p+"out_proj.weight", H, vd); err != nil {
 		return err
 	}
+	for _, b := range []struct {
+		dst     *block.LoRA
+		module  string
+		out, in int
+	}{
+		{&L.lqkv, "in_proj_qkv", ch, H}, {&L.lz, "in_proj_z", vd, H}, {&L.lb, "in_proj_b", d.VHeads, H},
+		{&L.la, "in_proj_a", d.VHeads, H}, {&L.lout, "out_proj", H, vd},
+	} {
+		if *b.dst, err = r.lo.Bind(l, "linear_attn."+b.module, b.out, b.in, nil); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // loadAttention binds a gated attention layer, splitting the doubled q
 // projection (per head: hd query rows, then hd gate rows) into two weights.
-func (r *Runner) loadAttention(L *layer, p string) error {
+func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	c := r.cfg
 	H, hd, nh := c.HiddenSize, c.HeadDim, c.NumHeads
 	kvd := c.NumKVHeads * hd
@@ -348,7 +367,11 @@ func (r *Runner) loadAttention(L *layer, p string) error {
 	if a.KNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
 		return err
 	}
-	return nil
+	if L.lo, err = a.BindLoRA(r.lo, l, H, 2*nh*hd, kvd, nh*hd, qRows); err != nil {
+		return err
+	}
+	L.lgate, err = r.lo.Bind(l, "self_attn.q_proj", 2*nh*hd, H, gRows)
+	return err
 }
 
 // loadMLP binds the sparse MoE block (router, experts, shared expert and
@@ -359,13 +382,18 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	var err error
 	L.moe = c.Layers[l].IsMoE
 	if !L.moe {
-		L.mlp, err = block.LoadMLP(r.rb, p, c.IntermediateSize, H)
-		return err
+		if L.mlp, err = block.LoadMLP(r.rb, p, c.IntermediateSize, H); err != nil {
+			return err
+		}
+		return L.mlp.BindLoRA(r.lo, l, "mlp.", c.IntermediateSize, H)
 	}
 	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
 		return err
 	}
 	if L.shared, err = block.LoadMLP(r.rb, p+"shared_expert.", c.SharedExpertIntermediateSize, H); err != nil {
+		return err
+	}
+	if err := L.shared.BindLoRA(r.lo, l, "mlp.shared_expert.", c.SharedExpertIntermediateSize, H); err != nil {
 		return err
 	}
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
@@ -494,16 +522,23 @@ func (r *Runner) layersForward(n int) error {
 			be.MatMul(r.z, r.h, L.wz, n)
 			be.MatMul(r.gb, r.h, L.wb, n)
 			be.MatMul(r.ga, r.h, L.wa, n)
+			r.lo.Apply(&L.lqkv, r.mixed, r.h, n)
+			r.lo.Apply(&L.lz, r.z, r.h, n)
+			r.lo.Apply(&L.lb, r.gb, r.h, n)
+			r.lo.Apply(&L.la, r.ga, r.h, n)
 			la.CausalConv1D(r.convOut, r.mixed, L.conv, r.state, L.li, n)
 			la.DeltaGates(r.gg, r.gbeta, r.ga, r.gb, L.aLog, L.dtBias, n)
 			la.GatedDeltaRule(r.core, r.convOut, r.gg, r.gbeta, r.state, L.li, n)
 			la.GatedRMSNorm(r.core, r.core, r.z, L.gnorm, eps, n*r.delta.VHeads)
 			be.MatMul(r.tmp, r.core, L.outProj, n)
+			r.lo.Apply(&L.lout, r.tmp, r.core, n)
 		} else {
 			be.MatMul(r.gate, r.h, L.wgate, n)
+			r.lo.Apply(&L.lgate, r.gate, r.h, n)
 			L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 			la.SigmoidGate(r.ab.Out, r.ab.Out, r.gate, n)
 			be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
+			r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
 		}
 		be.Add(r.x, r.x, r.tmp, n)
 		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)

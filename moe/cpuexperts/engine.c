@@ -491,6 +491,8 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     set_nx(e, w, G, g0 + KT_NB, pf && lastc && more);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
     w->s.nx = NULL;
+    if (e->l->lora)  // expert LoRA (kern_lora.c): g, u += s·B(A x)
+      kt_lora_gate_up(e->l->lora, &e->b, e->slot_tok, w->pool, x, off, m, off + m0, mm, n0, w->cg, w->cu, KT_NB, H);
     if (!hdirect) {
       for (int i = 0; i < mm; i++)
         kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
@@ -501,6 +503,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
       int64_t s = off + m0 + i;
       char* dst = tiled ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32) : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
       kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
+      if (e->l->lora) memcpy(P->Hf + s * I + n0, w->cd, KT_NB * sizeof(float));  // f32 h for the LoRA down
       ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
     }
   }
@@ -517,7 +520,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   kt_kernel kern = pf ? e->kpf : e->kdec;
   // phased prefill through AMX: the slot outputs bypass the caches (the
   // fused path merges right away and wants them cached)
-  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0;
+  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0 && !e->l->lora;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
@@ -537,6 +540,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
       w->s.nx = NULL;
     }
+    if (e->l->lora) kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, P->Y, H);  // y += s·B_d(A_d h)
   }
   if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
@@ -905,6 +909,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
     for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i].v, 0, memory_order_relaxed);
     for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
+  if (e->l->lora) kt_lora_begin(e->l->lora, e->active, e->nactive, e->npools);
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;

@@ -124,6 +124,7 @@ type Engine struct {
 	mu      sync.Mutex
 	pinned  runtime.Pinner
 	npinned int
+	lora    *loraScratch // expert LoRA scratch (lora.go), nil until a layer has LoRA
 }
 
 // DetectFeatures reports the CPU features the kernels can use, requesting
@@ -463,6 +464,7 @@ func (e *Engine) Close() {
 	C.kt_sync(e.c, 0)
 	C.kt_engine_free(e.c)
 	e.c = nil
+	e.lora.free()
 	e.pinned.Unpin()
 }
 

@@ -99,6 +99,13 @@ int kt_act_format(int fmt, int isa);
 // silu(g)*u over n floats into h.
 void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 
+// Expert LoRA (kern_lora.c), called by engine.c's work items.
+void kt_lora_begin(const kt_lora* lo, const int* active, int nactive, int npools);
+void kt_lora_gate_up(const kt_lora* lo, const kt_batch* b, const int* slot_tok, int pool, int x, int off, int m, int s0,
+                     int mm, int n0, float* cg, float* cu, int ldc, int H);
+void kt_lora_down(const kt_lora* lo, int pool, int x, int off, int m, int n0, int nn, const float* Hf, int I, float* Y,
+                  int H);
+
 // Conversions of activation rows (portable reference; the engine uses the ISA versions).
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);
 void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);

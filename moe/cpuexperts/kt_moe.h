@@ -51,6 +51,22 @@ typedef struct {
   kt_mat gate, up, down;
 } kt_expert;
 
+// Expert LoRA of one layer (kern_lora.c), f32 factors stacked per expert in
+// KT's fused shapes: ga, ua [E][r][H]; gb, ub [E][I][r]; da [E][r][I]; db [E][H][r]
+// (full I; pool p works on rows/columns [row0[p], row0[p] + inter_p[p])).
+// g = W_g x + s·B_g(A_g x), u likewise, h = silu(g)·u, y = W_d h + s·B_d(A_d h).
+typedef struct kt_lora {
+  int r;
+  float s;
+  int hidden, inter;  // H and the full I
+  const float *ga, *gb, *ua, *ub, *da, *db;
+  int row0[8];
+  // per-task scratch, shared by the layers of one engine (tasks run one at a time)
+  float* ax[8];  // per pool [max_slots][2r]: A_g x, A_u x of each slot
+  float* ad[8];  // per pool [max_slots][r]: A_d h of each slot (this pool's h slice)
+  int* st[8];    // per pool [nexp][2]: 0 = to do, 1 = being computed, 2 = ready (ax, ad)
+} kt_lora;
+
 // A layer: routed experts of one MoE layer, split across the pools.
 typedef struct kt_layer {
   int fmt;                 // KT_FMT_*
@@ -59,6 +75,7 @@ typedef struct kt_layer {
   int inter_p[8];          // intermediate rows of pool p
   kt_expert* ex;           // [npools][nexp]
   const uint8_t* skip;     // [nexp], nonzero = skip (GPU expert); may be NULL; read at run time
+  const kt_lora* lora;     // expert LoRA, NULL = none
 } kt_layer;
 
 // One batch. Pointers must stay valid until the task has been synced.

@@ -38,6 +38,27 @@ type Attention struct {
 	Q, K, V, O   backend.Tensor
 	QNorm, KNorm backend.Tensor
 	KV           *backend.KVCache
+	// Lo runs the LoRA deltas LQ, LK, LV of the q, k, v projections (nil:
+	// no adapters); the model applies the o projection's itself.
+	Lo         *LoRAs
+	LQ, LK, LV LoRA
+}
+
+// BindLoRA binds the adapters' q/k/v/o_proj LoRA of layer (prefix
+// "self_attn."): q, k, v into a, o returned for the model's o projection.
+// qParts, when set, selects the query rows of a doubled q_proj of qFull rows.
+func (a *Attention) BindLoRA(lo *LoRAs, layer, hidden, qFull, kvd, qd int, qParts [][2]int) (o LoRA, err error) {
+	a.Lo = lo
+	if a.LQ, err = lo.Bind(layer, "self_attn.q_proj", qFull, hidden, qParts); err != nil {
+		return o, err
+	}
+	if a.LK, err = lo.Bind(layer, "self_attn.k_proj", kvd, hidden, nil); err != nil {
+		return o, err
+	}
+	if a.LV, err = lo.Bind(layer, "self_attn.v_proj", kvd, hidden, nil); err != nil {
+		return o, err
+	}
+	return lo.Bind(layer, "self_attn.o_proj", hidden, qd, nil)
 }
 
 // AttnBufs are the activations the attention block writes: Q and Out
@@ -54,6 +75,9 @@ func (a *Attention) Attend(be backend.Ops, buf *AttnBufs, h backend.Tensor, rope
 	be.MatMul(buf.Q, h, a.Q, n)
 	be.MatMul(buf.K, h, a.K, n)
 	be.MatMul(buf.V, h, a.V, n)
+	a.Lo.Apply(&a.LQ, buf.Q, h, n)
+	a.Lo.Apply(&a.LK, buf.K, h, n)
+	a.Lo.Apply(&a.LV, buf.V, h, n)
 	be.RMSNorm(buf.Q, buf.Q, a.QNorm, eps, n*p.Heads)
 	be.RMSNorm(buf.K, buf.K, a.KNorm, eps, n*p.KVHeads)
 	be.Rope(buf.Q, rope, p.Heads, n)
@@ -64,6 +88,23 @@ func (a *Attention) Attend(be backend.Ops, buf *AttnBufs, h backend.Tensor, rope
 // MLP is a SwiGLU MLP's weights: gate and up [I, H], down [H, I].
 type MLP struct {
 	Gate, Up, Down backend.Tensor
+	// Lo runs the LoRA deltas of the three projections (nil: none).
+	Lo                *LoRAs
+	LGate, LUp, LDown LoRA
+}
+
+// BindLoRA binds the adapters' gate/up/down_proj LoRA of the MLP module
+// prefix p of layer (e.g. "mlp.shared_expert.").
+func (m *MLP) BindLoRA(lo *LoRAs, layer int, p string, inter, hidden int) (err error) {
+	m.Lo = lo
+	if m.LGate, err = lo.Bind(layer, p+"gate_proj", inter, hidden, nil); err != nil {
+		return err
+	}
+	if m.LUp, err = lo.Bind(layer, p+"up_proj", inter, hidden, nil); err != nil {
+		return err
+	}
+	m.LDown, err = lo.Bind(layer, p+"down_proj", hidden, inter, nil)
+	return err
 }
 
 // LoadMLP binds the SwiGLU MLP stored under p (p+"gate_proj.weight",
@@ -92,8 +133,11 @@ func LoadMLP(rb *runbase.Base, p string, inter, hidden int) (MLP, error) {
 func (m *MLP) Forward(be backend.Ops, out, x, g, u backend.Tensor, n int) {
 	be.MatMul(g, x, m.Gate, n)
 	be.MatMul(u, x, m.Up, n)
+	m.Lo.Apply(&m.LGate, g, x, n)
+	m.Lo.Apply(&m.LUp, u, x, n)
 	be.SiLUMul(g, g, u, n)
 	be.MatMul(out, g, m.Down, n)
+	m.Lo.Apply(&m.LDown, out, g, n)
 }
 
 // Route runs the router [E, H] on n rows of h and keeps each row's top k

@@ -124,6 +124,10 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 		if err == nil && w.GPU != nil {
 			err = x.layers[l].SetSkip(w.GPU) // the GPU computes those
 		}
+		if lo := w.LoRA; err == nil && lo != nil { // static expert LoRA (kern_lora.c)
+			err = x.layers[l].SetLoRA(&cpuexperts.LoRA{Rank: lo.Rank, Scale: lo.Scale, GateA: lo.GateA, GateB: lo.GateB,
+				UpA: lo.UpA, UpB: lo.UpB, DownA: lo.DownA, DownB: lo.DownB})
+		}
 		if err != nil {
 			x.close()
 			return nil, fmt.Errorf("layer %d: %w", l, err)

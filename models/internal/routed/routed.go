@@ -208,6 +208,9 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	if c.NumMoELayers() == 0 {
 		return x, nil
 	}
+	if err := attachLoRA(rb, c, layers); err != nil {
+		return nil, fmt.Errorf("%s: %w", rb.Name, err)
+	}
 	var eng *engine
 	err := errors.New("the backend's MoE op is asked for")
 	if method != "backend" {
@@ -221,6 +224,9 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	default:
 		x.path += "; CPU expert engine not used: " + err.Error()
+	}
+	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
+		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
 	}
 	if err := x.setDeferral(c, layers); err != nil {
 		if x.engine != nil {
@@ -362,4 +368,34 @@ func (x *Experts) Close() {
 		x.engine.close()
 		x.engine = nil
 	}
+}
+
+// attachLoRA checks the served expert LoRA (rb.Opts.LoRA.Expert) against
+// the model and hands each MoE layer its factors (Weights.LoRA), which the
+// CPU expert engine and the CPU backend's MoE op apply to every token.
+// GPU-resident experts with expert LoRA are refused, as SGLang-KT does.
+func attachLoRA(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) error {
+	set := rb.Opts.LoRA
+	if set == nil || set.Expert == nil {
+		return nil
+	}
+	moe := make([]bool, len(layers))
+	for l, w := range layers {
+		moe[l] = w != nil
+		if w != nil && w.NGPU > 0 {
+			return errors.New("--kt-expert-lora-path first supports CPU experts only. Set --kt-num-gpu-experts 0 (KT expert LoRA serving keeps every routed expert on the CPU)")
+		}
+	}
+	a := set.Expert
+	if err := a.CheckExperts(moe, c.NumExperts, c.HiddenSize, c.MoEIntermediateSize); err != nil {
+		return err
+	}
+	for l, w := range layers {
+		if w == nil {
+			continue
+		}
+		el := a.Experts[l]
+		w.LoRA = &backend.ExpertLoRA{Rank: el.Rank, Scale: a.Scale, GateA: el.GateA, GateB: el.GateB, UpA: el.UpA, UpB: el.UpB, DownA: el.DownA, DownB: el.DownB}
+	}
+	return nil
 }

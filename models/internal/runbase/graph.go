@@ -168,6 +168,8 @@ func (b *Base) initGraphs() {
 		g.off = "the backend " + b.BE.Name() + " does not record graphs"
 	case b.Opts.DisableCUDAGraph:
 		g.off = "--disable-cuda-graph"
+	case !b.Opts.LoRA.Empty():
+		g.off = "LoRA adapters are served (as SGLang, graphs are off with LoRA)"
 	case env == "0" || env == "off" || env == "false":
 		g.off = "KT_CUDA_GRAPH=" + env
 	}

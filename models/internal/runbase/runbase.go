@@ -269,6 +269,11 @@ func (b *Base) buildStep(bt *model.Batch) error {
 			return fmt.Errorf("%s: chunk %d: slot %d appears twice in one batch", name, i, c.Slot)
 		}
 		b.seen[c.Slot] = true
+		if c.Adapter != 0 {
+			if c.Adapter != 1 || o.LoRA == nil || o.LoRA.Named == nil {
+				return fmt.Errorf("%s: chunk %d (slot %d) asks for LoRA adapter %d, which is not loaded", name, i, c.Slot, c.Adapter)
+			}
+		}
 		if len(c.Tokens) == 0 {
 			return fmt.Errorf("%s: chunk %d (slot %d) has no tokens", name, i, c.Slot)
 		}
@@ -294,7 +299,7 @@ func (b *Base) buildStep(bt *model.Batch) error {
 			s.Tokens = append(s.Tokens, t)
 			s.Pos = append(s.Pos, int32(c.Pos+j))
 		}
-		s.Seqs = append(s.Seqs, backend.Seq{Slot: c.Slot, Start: start, Len: len(c.Tokens), Pos: c.Pos, Pages: b.Pool.Pages(c.Slot)})
+		s.Seqs = append(s.Seqs, backend.Seq{Slot: c.Slot, Start: start, Len: len(c.Tokens), Pos: c.Pos, Pages: b.Pool.Pages(c.Slot), Adapter: c.Adapter})
 		if c.AllLogits {
 			for j := range c.Tokens {
 				s.OutRows = append(s.OutRows, int32(start+j))

@@ -1,0 +1,153 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+/*
+#include <stdlib.h>
+#include "kt_moe.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// LoRA is one layer's expert LoRA for the engine (SGLang-KT's KT expert
+// LoRA; KT's *_SFT methods): f32 factors stacked per expert, GateA and UpA
+// [E][r][H], GateB and UpB [E][I][r], DownA [E][r][I], DownB [E][H][r],
+// scaling Scale (lora_alpha / r). With it the layer computes
+// g = W_g x + s·B_g(A_g x), u likewise, h = silu(g)·u,
+// y = W_d h + s·B_d(A_d h) for every token, whatever the method of the
+// base weights (kern_lora.c).
+type LoRA struct {
+	Rank                                 int
+	Scale                                float32
+	GateA, GateB, UpA, UpB, DownA, DownB []float32
+}
+
+// loraScratch is the engine's per-task LoRA scratch, shared by its layers.
+type loraScratch struct {
+	rank int
+	ptrs []unsafe.Pointer
+	ax   [8]*C.float
+	ad   [8]*C.float
+	st   [8]*C.int
+}
+
+// SetLoRA makes the layer apply lo to every token (nil: none). The factors
+// are copied to C memory.
+func (l *Layer) SetLoRA(lo *LoRA) error {
+	if l.c == nil {
+		return fmt.Errorf("layer is closed")
+	}
+	if lo == nil {
+		l.c.lora = nil
+		return nil
+	}
+	E, H, I, r := l.spec.Experts, l.spec.Hidden, l.spec.Intermediate, lo.Rank
+	if r < 1 || r > 1024 {
+		return fmt.Errorf("expert LoRA rank %d outside [1,1024]", r)
+	}
+	for _, f := range []struct {
+		name string
+		v    []float32
+		n    int
+	}{
+		{"gate A", lo.GateA, E * r * H}, {"gate B", lo.GateB, E * I * r}, {"up A", lo.UpA, E * r * H},
+		{"up B", lo.UpB, E * I * r}, {"down A", lo.DownA, E * r * I}, {"down B", lo.DownB, E * H * r},
+	} {
+		if len(f.v) != f.n {
+			return fmt.Errorf("expert LoRA %s has %d values, want %d (%d experts, rank %d, hidden %d, intermediate %d)", f.name, len(f.v), f.n, E, r, H, I)
+		}
+	}
+	sc, err := l.e.loraScratch(r)
+	if err != nil {
+		return err
+	}
+	cl := (*C.kt_lora)(C.calloc(1, C.size_t(unsafe.Sizeof(C.kt_lora{}))))
+	if cl == nil {
+		return fmt.Errorf("out of memory for the expert LoRA")
+	}
+	l.cmem = append(l.cmem, unsafe.Pointer(cl))
+	cl.r, cl.s = C.int(r), C.float(lo.Scale)
+	cl.hidden, cl.inter = C.int(H), C.int(I)
+	copyF := func(v []float32) (*C.float, error) {
+		p := C.malloc(C.size_t(4 * len(v)))
+		if p == nil {
+			return nil, fmt.Errorf("out of memory for the expert LoRA (%d values)", len(v))
+		}
+		l.cmem = append(l.cmem, p)
+		copy(unsafe.Slice((*float32)(p), len(v)), v)
+		return (*C.float)(p), nil
+	}
+	for _, f := range []struct {
+		dst **C.float
+		v   []float32
+	}{{&cl.ga, lo.GateA}, {&cl.gb, lo.GateB}, {&cl.ua, lo.UpA}, {&cl.ub, lo.UpB}, {&cl.da, lo.DownA}, {&cl.db, lo.DownB}} {
+		if *f.dst, err = copyF(f.v); err != nil {
+			return err
+		}
+	}
+	row := 0
+	for p := 0; p < l.e.cfg.Pools; p++ {
+		cl.row0[p] = C.int(row)
+		row += l.e.inter[p]
+		cl.ax[p], cl.ad[p], cl.st[p] = sc.ax[p], sc.ad[p], sc.st[p]
+	}
+	l.c.lora = cl
+	return nil
+}
+
+// loraScratch returns the engine's LoRA scratch for rank r, allocating it
+// on first use.
+func (e *Engine) loraScratch(r int) (*loraScratch, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lora != nil {
+		if e.lora.rank != r {
+			return nil, fmt.Errorf("expert LoRA rank %d, but another layer of this engine has rank %d", r, e.lora.rank)
+		}
+		return e.lora, nil
+	}
+	slots := int64(e.cfg.MaxTokens)*int64(e.cfg.TopK) + 32*int64(e.cfg.Experts) + 32
+	sc := &loraScratch{rank: r}
+	alloc := func(n int64) (unsafe.Pointer, error) {
+		p := C.calloc(C.size_t(n), 1)
+		if p == nil {
+			return nil, fmt.Errorf("out of memory for the expert LoRA scratch (%d bytes)", n)
+		}
+		sc.ptrs = append(sc.ptrs, p)
+		return p, nil
+	}
+	for p := 0; p < e.cfg.Pools; p++ {
+		ax, err := alloc(slots * int64(2*r) * 4)
+		if err != nil {
+			sc.free()
+			return nil, err
+		}
+		ad, err := alloc(slots * int64(r) * 4)
+		if err != nil {
+			sc.free()
+			return nil, err
+		}
+		st, err := alloc(int64(e.cfg.Experts) * 2 * 4)
+		if err != nil {
+			sc.free()
+			return nil, err
+		}
+		sc.ax[p], sc.ad[p], sc.st[p] = (*C.float)(ax), (*C.float)(ad), (*C.int)(st)
+	}
+	e.lora = sc
+	return sc, nil
+}
+
+func (s *loraScratch) free() {
+	if s == nil {
+		return
+	}
+	for _, p := range s.ptrs {
+		C.free(p)
+	}
+	s.ptrs = nil
+}
