@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,7 +219,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			return nil, err
 		}
 	}
-	torch := map[int]float64{}
+	torch := map[int]torchResult{}
 	if o.compareTorch {
 		var err error
 		torch, err = runTorch(o.python, s, tokens, threads)
@@ -245,7 +246,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			}
 			rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
 				MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: near / 1e9, TFLOPS: r.TFLOPS(),
-				TorchTF: torch[t], Layers: len(layers), PhaseMs: phaseMs(r.Phases)}
+				TorchTF: torch[t].TFLOPS, Layers: len(layers), PhaseMs: phaseMs(r.Phases)}
 			if r.Trace.Tasks > 0 {
 				rec.Trace = &r.Trace
 			}
@@ -270,6 +271,11 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		}
 		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %9.1f %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
 			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, rec.TFLOPS, tt, x, rec.Kernels)
+	}
+	for _, t := range tokens {
+		if r, ok := torch[t]; ok {
+			fmt.Fprintf(w, "torch TF at %d tokens: the fastest of %s (%s at %d threads)\n", t, r.allText(), r.Variant, r.Threads)
+		}
 	}
 	if o.phases {
 		fmt.Fprintf(w, "phases, ms per task:\n%-12s %7s", "method", "tokens")
@@ -334,8 +340,28 @@ func phaseMs(p cpuexperts.PhaseTimes) map[string]float64 {
 	return m
 }
 
-// runTorch runs the embedded PyTorch baseline and returns TFLOPS per token count.
-func runTorch(python string, s cpuexperts.BenchShape, tokens []int, threads int) (map[int]float64, error) {
+// torchResult is the PyTorch baseline at one token count: the fastest of its
+// forms and thread counts, and what each of them measured.
+type torchResult struct {
+	TFLOPS  float64            `json:"tflops"`
+	Variant string             `json:"variant"` // index or fused (torch_moe.py)
+	Threads int                `json:"threads"`
+	All     map[string]float64 `json:"all"` // "variant@threads" -> TFLOPS
+}
+
+// allText lists every form's TFLOPS in a stable order.
+func (r torchResult) allText() string {
+	keys := slices.Sorted(maps.Keys(r.All))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.3f", k, r.All[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// runTorch runs the embedded PyTorch baseline (the fastest of its forms at
+// the engine's thread count and at PyTorch's default) per token count.
+func runTorch(python string, s cpuexperts.BenchShape, tokens []int, threads int) (map[int]torchResult, error) {
 	dir, err := os.MkdirTemp("", "kt-bench-")
 	if err != nil {
 		return nil, err
@@ -358,15 +384,15 @@ func runTorch(python string, s cpuexperts.BenchShape, tokens []int, threads int)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
 	}
-	res := map[int]float64{}
+	res := map[int]torchResult{}
 	sc := bufio.NewScanner(bytes.NewReader(outp))
 	for sc.Scan() {
 		var r struct {
-			Tokens int     `json:"tokens"`
-			TFLOPS float64 `json:"tflops"`
+			Tokens int `json:"tokens"`
+			torchResult
 		}
 		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Tokens > 0 {
-			res[r.Tokens] = r.TFLOPS
+			res[r.Tokens] = r.torchResult
 		}
 	}
 	return res, nil

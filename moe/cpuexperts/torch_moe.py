@@ -2,9 +2,15 @@
 """PyTorch bf16 MoE layer computed expert by expert (the baseline of kt bench --type moe).
 
 For each token count: random bf16 experts [E, I, H] / [E, H, I], random top-k
-routing, and the plain PyTorch MoE forward: for every expert with tokens,
-h = silu(x_e @ gate_e^T) * (x_e @ up_e^T); out.index_add_(x_e's rows, (h @ down_e^T) * w).
-Prints one JSON object per token count: {"tokens", "seconds", "tflops"}.
+routing, and the plain PyTorch MoE forward in two forms, each timed with
+--threads threads and with PyTorch's default thread count (all cores); the
+fastest of the four is reported, so the baseline is PyTorch at its best here:
+  index: for every expert with tokens, h = silu(x_e @ gate_e^T) * (x_e @ up_e^T);
+         out.index_add_(x_e's rows, (h @ down_e^T) * w) in f32;
+  fused: transformers 5's expert loop: one F.linear over the fused [2I, H]
+         gate_up weight, chunk, silu(g) * u, F.linear with down, bf16 index_add_.
+Prints one JSON object per token count:
+{"tokens", "seconds", "tflops", "variant", "threads", "all": {variant@threads: tflops}}.
 """
 import argparse
 import json
@@ -24,25 +30,28 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--min-seconds", type=float, default=0.5)
     a = ap.parse_args()
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
+    default_threads = torch.get_num_threads()
+    thread_counts = sorted({t for t in (a.threads, default_threads) if t > 0})
     torch.manual_seed(0)
     H, I, E, K = a.hidden, a.inter, a.experts, a.topk
     gate = (torch.randn(E, I, H) / H**0.5).to(torch.bfloat16)
     up = (torch.randn(E, I, H) / H**0.5).to(torch.bfloat16)
     down = (torch.randn(E, H, I) / I**0.5).to(torch.bfloat16)
+    gate_up = torch.cat([gate, up], dim=1).contiguous()  # [E, 2I, H]
     for T in [int(t) for t in a.tokens.split(",")]:
         x = torch.randn(T, H).to(torch.bfloat16)
         ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
         w = torch.softmax(torch.randn(T, K), dim=-1)
 
-        def forward():
-            out = torch.zeros(T, H, dtype=torch.float32)
+        def route():
             flat = ids.reshape(-1)
             order = torch.argsort(flat, stable=True)
             counts = torch.bincount(flat, minlength=E).tolist()
-            tok = order // K
-            wt = w.reshape(-1)[order]
+            return order // K, w.reshape(-1)[order], counts
+
+        def index_form():
+            out = torch.zeros(T, H, dtype=torch.float32)
+            tok, wt, counts = route()
             start = 0
             for e in range(E):
                 n = counts[e]
@@ -56,17 +65,41 @@ def main():
                 start += n
             return out
 
-        forward()
-        n, t0 = 0, time.perf_counter()
-        while True:
-            forward()
-            n += 1
-            el = time.perf_counter() - t0
-            if el >= a.min_seconds and n >= 2:
-                break
-        sec = el / n
+        def fused_form():
+            out = torch.zeros(T, H, dtype=torch.bfloat16)
+            tok, wt, counts = route()
+            start = 0
+            for e in range(E):
+                n = counts[e]
+                if n == 0:
+                    continue
+                rows = tok[start:start + n]
+                g, u = torch.nn.functional.linear(x[rows], gate_up[e]).chunk(2, dim=-1)
+                y = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down[e])
+                out.index_add_(0, rows, y * wt[start:start + n, None].to(torch.bfloat16))
+                start += n
+            return out
+
         flops = 2.0 * 3 * H * I * T * K
-        print(json.dumps({"tokens": T, "seconds": sec, "tflops": flops / sec / 1e12}), flush=True)
+        best, timings = None, {}
+        for name, forward in (("index", index_form), ("fused", fused_form)):
+            for th in thread_counts:
+                torch.set_num_threads(th)
+                forward()
+                n, t0 = 0, time.perf_counter()
+                while True:
+                    forward()
+                    n += 1
+                    el = time.perf_counter() - t0
+                    if el >= a.min_seconds and n >= 2:
+                        break
+                sec = el / n
+                timings["%s@%d" % (name, th)] = round(flops / sec / 1e12, 4)
+                if best is None or sec < best[0]:
+                    best = (sec, name, th)
+        sec, name, th = best
+        print(json.dumps({"tokens": T, "seconds": sec, "tflops": flops / sec / 1e12, "variant": name,
+                          "threads": th, "all": timings}), flush=True)
 
 
 if __name__ == "__main__":
