@@ -24,7 +24,7 @@ import (
 // DeltaNet layers with recurrent state).
 var prefixFixtures = []string{"qwen3moe-a", "qwen35moe-b"}
 
-func loadFixtureRunner(t *testing.T, fixture string, maxTotal int) model.Runner {
+func loadFixtureRunner(t testing.TB, fixture string, maxTotal int) model.Runner {
 	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2})
 	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: maxTotal, MaxBatchTokens: 256, PageSize: 16, Backend: be, PrefixSnapshots: 4})
@@ -36,7 +36,7 @@ func loadFixtureRunner(t *testing.T, fixture string, maxTotal int) model.Runner 
 	return r
 }
 
-func runReal(t *testing.T, r model.Runner, cfg Config) *Engine {
+func runReal(t testing.TB, r model.Runner, cfg Config) *Engine {
 	t.Helper()
 	if cfg.MaxRunningRequests == 0 {
 		cfg.MaxRunningRequests = 4
