@@ -135,7 +135,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if !cfg.DisableRadixCache {
-		opts.PrefixSnapshots = maxRunning // hybrid models: recurrent-state snapshots for the prefix cache
+		// hybrid models: recurrent-state snapshots the prefix cache keeps
+		// (plus one rolling state per slot); docs/notes/prefix.md
+		opts.PrefixSnapshots = min(maxRunning, 8)
 	}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
