@@ -159,3 +159,107 @@ func TestLRUAndSnapshots(t *testing.T) {
 		t.Fatalf("after flush: %d pages %d snaps %d free, dropped %v", tr.Pages(), tr.Snapshots(), p.FreePages(), dropped)
 	}
 }
+
+// TestRandomOpsKeepInvariants drives a pool and its tree with random
+// sequences (from a few shared prefixes) that reserve, write, end into the
+// cache, match and get evicted, and checks after every operation that the
+// page counts add up and that every matched page still holds the tokens
+// it was written with (no cached page is ever reused while cached).
+func TestRandomOpsKeepInvariants(t *testing.T) {
+	const ps, pages, slots = 4, 24, 3
+	p, _ := kvcache.New(pages*ps, ps, slots)
+	tr := New(p, nil)
+	content := make([][]int32, pages) // what each page was written with
+	rng := uint32(1)
+	rnd := func(n int) int {
+		rng = rng*1664525 + 1013904223
+		return int(rng>>8) % n
+	}
+	type run struct {
+		tokens []int32
+		live   bool
+	}
+	runs := make([]run, slots)
+	evictions, hits, prev := 0, 0, 0
+	check := func(step int) {
+		if tr.Pages() < prev {
+			evictions++
+		}
+		prev = tr.Pages()
+		used := 0
+		idle := 0
+		for pg := int32(0); pg < pages; pg++ {
+			if p.Refs(pg) > 0 {
+				used++
+			}
+		}
+		cachedPages := 0
+		for _, r := range tr.roots {
+			tr.walk(r, func(c *node) {
+				cachedPages++
+				if p.Refs(c.page) == 1 {
+					idle++
+				}
+				if got := tr.key(content[c.page]); got != c.key {
+					t.Fatalf("step %d: cached page %d was overwritten", step, c.page)
+				}
+			})
+		}
+		if used+p.FreePages() != pages || idle != p.IdleCachedPages() || cachedPages != tr.Pages() {
+			t.Fatalf("step %d: used %d free %d (of %d), idle %d/%d, tree %d/%d", step, used, p.FreePages(), pages, idle, p.IdleCachedPages(), cachedPages, tr.Pages())
+		}
+	}
+	for step := range 3000 {
+		s := rnd(slots)
+		r := &runs[s]
+		switch {
+		case !r.live:
+			// start: a shared prefix (one of 3) and a random tail
+			base := seqOf(8+4*rnd(3), int32(1000*rnd(3)))
+			r.tokens = append(base, seqOf(1+rnd(10), int32(5000+rnd(1000)))...)
+			m := tr.Match(0, r.tokens, len(r.tokens)-1, false)
+			for i, pg := range m.Pages {
+				if !slices.Equal(content[pg], r.tokens[i*ps:(i+1)*ps]) {
+					t.Fatalf("step %d: matched page %d holds %v, want %v", step, pg, content[pg], r.tokens[i*ps:(i+1)*ps])
+				}
+			}
+			if err := p.Attach(s, m.Pages); err != nil {
+				t.Fatal(err)
+			}
+			if m.Tokens > 0 {
+				hits++
+			}
+			r.live = true
+		case rnd(4) > 0 && p.Len(s) < len(r.tokens):
+			// compute a chunk: reserve and "write" it
+			n := min(1+rnd(6), len(r.tokens)-p.Len(s))
+			if err := p.Reserve(s, n); err != nil {
+				continue // out of memory: try another slot
+			}
+			from := p.Len(s)
+			_ = p.Advance(s, n)
+			for pos := from; pos < from+n; pos++ {
+				pg := p.Pages(s)[pos/ps]
+				if pos%ps == 0 {
+					if p.Refs(pg) != 1 {
+						t.Fatalf("step %d: writing into page %d that has %d holders", step, pg, p.Refs(pg))
+					}
+					content[pg] = nil
+				}
+				content[pg] = append(content[pg], r.tokens[pos])
+			}
+		default:
+			// end: cache the full pages, free the slot
+			full := p.Len(s) / ps
+			if _, err := tr.Insert(0, r.tokens[:full*ps], p.Pages(s)[:full], NoSnapshot); err != nil {
+				t.Fatal(err)
+			}
+			p.Free(s)
+			r.live = false
+		}
+		check(step)
+	}
+	if evictions == 0 || hits == 0 {
+		t.Fatalf("%d evictions and %d hits: the run does not exercise the cache", evictions, hits)
+	}
+}
