@@ -25,8 +25,13 @@ var prefixFixtures = []string{"qwen3moe-a", "qwen35moe-b"}
 
 func loadFixtureRunner(t testing.TB, fixture string, maxTotal int) model.Runner {
 	t.Helper()
+	return loadFixtureSnaps(t, fixture, maxTotal, 4)
+}
+
+func loadFixtureSnaps(t testing.TB, fixture string, maxTotal, snaps int) model.Runner {
+	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2})
-	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: maxTotal, MaxBatchTokens: 256, PageSize: 16, Backend: be, PrefixSnapshots: 4})
+	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: maxTotal, MaxBatchTokens: 256, PageSize: 16, Backend: be, PrefixSnapshots: snaps})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)
@@ -344,5 +349,38 @@ func TestPrefixCacheDisabledAndFlush(t *testing.T) {
 	}
 	if got := ask(t, e, p, 4); got.fin.CachedTokens != 0 {
 		t.Fatalf("after a flush: %d cached tokens", got.fin.CachedTokens)
+	}
+}
+
+// TestPrefixCacheHybridSnapshots: with one kept state snapshot, a second
+// conversation takes it from the first, whose next turn then reuses
+// nothing (its pages alone cannot resume a recurrent state) and still
+// answers identically; with none kept, nothing is reused at all.
+func TestPrefixCacheHybridSnapshots(t *testing.T) {
+	const fx = "qwen35moe-b"
+	ref := newReference(t, fx)
+	vocab := ref.e.Info().VocabSize
+	e := runReal(t, loadFixtureSnaps(t, fx, 2048, 1), Config{ChunkedPrefillSize: 16})
+	pa, pb := tokensOf(80, 30, vocab), tokensOf(81, 30, vocab)
+	aa, ab := ask(t, e, pa, 24), ask(t, e, pb, 24)
+	na := slices.Concat(pa, aa.ids, tokensOf(82, 5, vocab))
+	nb := slices.Concat(pb, ab.ids, tokensOf(83, 5, vocab))
+	got := ask(t, e, nb, 4)
+	sameAnswer(t, "second conversation's next turn", got, ref.answer(nb, 4))
+	if got.fin.CachedTokens != 48 {
+		t.Errorf("second conversation: %d cached tokens, want 48", got.fin.CachedTokens)
+	}
+	got = ask(t, e, na, 4)
+	sameAnswer(t, "first conversation's next turn", got, ref.answer(na, 4))
+	if got.fin.CachedTokens != 0 {
+		t.Errorf("first conversation: %d cached tokens, want 0 (its snapshot was given to the second)", got.fin.CachedTokens)
+	}
+
+	none := runReal(t, loadFixtureSnaps(t, fx, 2048, 0), Config{ChunkedPrefillSize: 16})
+	ask(t, none, pa, 24)
+	got = ask(t, none, na, 4)
+	sameAnswer(t, "no snapshots", got, ref.answer(na, 4))
+	if got.fin.CachedTokens != 0 || none.Stats().CachedTokens != 0 {
+		t.Errorf("without snapshots: %d cached tokens, %d in the cache; want none", got.fin.CachedTokens, none.Stats().CachedTokens)
 	}
 }
