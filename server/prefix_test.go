@@ -119,6 +119,11 @@ func TestCachedTokensInUsage(t *testing.T) {
 	if code != 200 || code2 != 200 || !strings.Contains(string(body), `"cached_tokens":0`) || !strings.Contains(string(body2), `"cached_tokens":16`) {
 		t.Fatalf("/generate twice: %d %s\n%d %s", code, body, code2, body2)
 	}
+	code, body = ts.get(t, "/metrics")
+	if code != 200 || !strings.Contains(string(body), `sglang:cached_tokens_total{cache_source="device",model_name="kt-test"}`) ||
+		strings.Contains(string(body), "sglang:cache_hit_rate{model_name=\"kt-test\"} 0\n") {
+		t.Fatalf("/metrics lacks the cache's series or reports no hits:\n%s", body)
+	}
 	code, body = ts.get(t, "/get_server_info")
 	if code != 200 || !strings.Contains(string(body), `"radix_cache":true`) {
 		t.Fatalf("/get_server_info: %d %s", code, body)
