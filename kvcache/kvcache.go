@@ -68,8 +68,14 @@ func (p *Pool) NumPages() int { return p.numPages }
 func (p *Pool) MaxSlots() int { return len(p.pages) }
 
 // FreeTokens is the number of token positions in free pages, counting the
-// cache's pages that no slot holds (a Reserve may reclaim them).
-func (p *Pool) FreeTokens() int { return (len(p.free) + p.idle) * p.pageSize }
+// cache's pages that no slot holds when a reclaim hook is installed (a
+// Reserve then reclaims them).
+func (p *Pool) FreeTokens() int {
+	if p.reclaim == nil {
+		return len(p.free) * p.pageSize
+	}
+	return (len(p.free) + p.idle) * p.pageSize
+}
 
 // FreePages is the number of pages on the free list.
 func (p *Pool) FreePages() int { return len(p.free) }
