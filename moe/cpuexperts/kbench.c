@@ -45,12 +45,15 @@ static void* kb_thread(void* p) {
   int i8 = a->fmt == KT_FMT_I8_PK;
   int k = a->k, m = a->m, mp = (m + 31) / 32 * 32;
   int64_t esz = i8 ? 1 : 2;
+  // activations: bf16 for the AMX kernel, f32 for the AVX-512 bf16 kernel
+  // the harness test runs instead (it reads m rows of k floats)
+  int64_t xesz = i8 ? 1 : (a->noamx ? 4 : 2);
   int64_t pairb = KT_NB * k * esz;
   int64_t npairs = a->wbytes / pairb;
   if (npairs < 1) npairs = 1;
   int64_t wb = npairs * pairb;
   char* w = kt_alloc(wb, -1);
-  char* x = kt_alloc(mp * k * esz, -1);
+  char* x = kt_alloc(mp * k * xesz, -1);
   float* sc = malloc(sizeof(float) * (size_t)(npairs * KT_NB));
   int32_t* corr = calloc((size_t)(npairs * KT_NB), sizeof(int32_t));  // the VNNI kernels' u8 correction
   float* as = malloc(sizeof(float) * (size_t)mp);
@@ -60,7 +63,7 @@ static void* kb_thread(void* p) {
   if (ok) {
     // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63)
     for (int64_t i = 0; i < wb; i++) w[i] = i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
-    for (int64_t i = 0; i < mp * k * esz; i++) x[i] = i8 ? (char)((i * 5) & 63) : (char)((i & 1) ? 0x3c : 0x00);
+    for (int64_t i = 0; i < mp * k * xesz; i++) x[i] = i8 ? (char)((i * 5) & 63) : (char)((i & 1) ? 0x3c : 0x00);
     for (int64_t i = 0; i < npairs * KT_NB; i++) sc[i] = 1;
     for (int i = 0; i < mp; i++) as[i] = 1;
   }
@@ -101,7 +104,7 @@ static void* kb_thread(void* p) {
   a->secs = kb_now() - t0;
   a->err = !ok;
   kt_free(w, wb);
-  kt_free(x, mp * k * esz);
+  kt_free(x, mp * k * xesz);
   free(sc);
   free(corr);
   free(as);
