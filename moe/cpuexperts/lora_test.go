@@ -136,3 +136,43 @@ func TestLoRAAgainstReference(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoRA times one Qwen3.5-35B-A3B-shaped layer (hidden 2048,
+// intermediate 512, top-8 of 32 experts) without and with expert LoRA of
+// rank 8 and 32, at 1, 16 and 128 tokens, on all cores: the LoRA overhead
+// kern_lora.c adds per task.
+func BenchmarkLoRA(b *testing.B) {
+	spec := LayerSpec{Method: AMXINT8, Experts: 32, Hidden: 2048, Intermediate: 512}
+	for _, m := range []Method{AMXINT8, AMXBF16} {
+		spec.Method = m
+		src := sourceFor(m, spec)
+		for _, rank := range []int{0, 8, 32} {
+			e, err := NewEngine(Config{MaxTokens: 128, TopK: 8, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := e.NewLayer(spec, src)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if rank > 0 {
+				if err := l.SetLoRA(randomLoRA(5, spec, rank)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, tokens := range []int{1, 16, 128} {
+				x, ids, w := RandomBatch(1, tokens, 8, spec.Hidden, spec.Experts)
+				batch := &Batch{Tokens: tokens, TopK: 8, X: x, IDs: ids, Weights: w, Out: make([]float32, tokens*spec.Hidden)}
+				b.Run(fmt.Sprintf("%s/r%d/tok%d", m, rank, tokens), func(b *testing.B) {
+					for b.Loop() {
+						if err := l.Forward(batch); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+			l.Close()
+			e.Close()
+		}
+	}
+}
