@@ -250,8 +250,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
 		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
-		LoRANames: loras.Names(), LoRAPaths: loras.Paths(),
+		LoRANames: loras.Names(),
 	}
+	sopt.LoRAPaths = loras.Paths() // /v1/models lists each adapter with its path
 	if recorder != nil {
 		sopt.Experts = recorder
 	}
