@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,7 +73,8 @@ func loraReference(t *testing.T, modelDir, adapterDir string, prompts [][]int32,
 // client: base (model=tiny) and adapter (model=tiny:neko) requests sent
 // concurrently, so steps mix them, each greedy answer equal to the in-process
 // reference for its adapter; an unknown adapter is a 400 in SGLang-KT's words
-// and the next request is served; /v1/models lists the adapter as SGLang does.
+// and the next request is served; native /generate selects the adapter by
+// lora_path; /v1/models lists the adapter as SGLang does.
 func TestServeLoRA(t *testing.T) {
 	root := filepath.Join("..", "..")
 	modelDir := filepath.Join(root, "testdata", "models", "qwen35moe-b")
@@ -166,6 +171,47 @@ func TestServeLoRA(t *testing.T) {
 	resp, err := client.CreateCompletion(ctx, openai.CompletionRequest{Model: "tiny:neko", Prompt: texts[1], MaxTokens: loraNewTokens, Temperature: 1e-7})
 	if err != nil || len(resp.Choices) != 1 || resp.Choices[0].Text != got[1][1].text {
 		t.Errorf("after the refusal: %+v %v, want %q", resp, err, got[1][1].text)
+	}
+
+	// Native /generate: lora_path names the adapter (SGLang), one for all
+	// prompts or one (or null) per prompt; the output ids equal the
+	// references exactly.
+	gen := func(body map[string]any) (int, []byte) {
+		t.Helper()
+		body["sampling_params"] = map[string]any{"max_new_tokens": loraNewTokens, "temperature": 0, "ignore_eos": true}
+		raw, _ := json.Marshal(body)
+		resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	var one struct {
+		OutputIDs []int32 `json:"output_ids"`
+	}
+	if code, raw := gen(map[string]any{"input_ids": prompts[0], "lora_path": "neko"}); code != 200 || json.Unmarshal(raw, &one) != nil || !slices.Equal(one.OutputIDs, ref[1][0]) {
+		t.Errorf("/generate lora_path neko: %d %s, want ids %v", code, raw, ref[1][0])
+	}
+	var many []struct {
+		OutputIDs []int32 `json:"output_ids"`
+	}
+	if code, raw := gen(map[string]any{"input_ids": prompts[:2], "lora_path": []any{nil, "neko"}}); code != 200 || json.Unmarshal(raw, &many) != nil ||
+		len(many) != 2 || !slices.Equal(many[0].OutputIDs, ref[0][0]) || !slices.Equal(many[1].OutputIDs, ref[1][1]) {
+		t.Errorf("/generate lora_path [null, neko]: %d %s, want ids %v and %v", code, raw, ref[0][0], ref[1][1])
+	}
+	for _, c := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"input_ids": prompts[0], "lora_path": "lora0"}, "Got LoRA adapter that has never been loaded: lora0"},
+		{map[string]any{"input_ids": prompts[:2], "lora_path": []any{"neko"}}, "1 lora_path entries for 2 prompts"},
+		{map[string]any{"input_ids": prompts[0], "lora_path": 3}, `field \"lora_path\": expected an adapter name`},
+	} {
+		if code, raw := gen(c.body); code != 400 || !strings.Contains(string(raw), c.want) {
+			t.Errorf("/generate %v: %d %s, want 400 %q", c.body["lora_path"], code, raw, c.want)
+		}
 	}
 
 	// /v1/models: the served model, then each adapter (SGLang: id NAME,
