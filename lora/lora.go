@@ -396,6 +396,14 @@ func (s *Set) Names() []string {
 	return []string{s.Named.Name}
 }
 
+// Paths lists the directories of Names' adapters, in the same order.
+func (s *Set) Paths() []string {
+	if s == nil || s.Named == nil {
+		return nil
+	}
+	return []string{s.Named.Dir}
+}
+
 // Index returns the adapter id of a request's adapter name (1 for Named,
 // 0 for the base model "") or an error in SGLang's words.
 func (s *Set) Index(name string) (int, error) {

@@ -117,10 +117,6 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("image_data", "image inputs are not supported: kt serves text-only models"))
 		return
 	}
-	if len(req.LoRAPath) > 0 && string(req.LoRAPath) != "null" {
-		writeError(w, badRequest("lora_path", "LoRA serving is not implemented yet in kt"))
-		return
-	}
 	var prompts [][]int32
 	var err error
 	batch := false
@@ -145,6 +141,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = badRequest("text", "give the prompt as text or input_ids")
 	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	adapters, err := s.loraPathIDs(req.LoRAPath, len(prompts))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -215,6 +216,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 				prompt: i, logprobs: retLogprob[i],
 			})
 		}
+	}
+	for k := range items {
+		items[k].spec.req.Adapter = adapters[items[k].prompt]
 	}
 	if req.Stream && len(items) > 1 {
 		writeError(w, badRequest("stream", "streaming several prompts (or n > 1) from /generate is not supported yet in kt; send one request per prompt"))

@@ -63,6 +63,9 @@ type Options struct {
 	ServerArgs any
 	// LoRANames lists the adapters requests may name as MODEL:ADAPTER.
 	LoRANames []string
+	// LoRAPaths[i] is the directory of LoRANames[i]: /v1/models lists each
+	// adapter as SGLang does (id NAME, root its path, parent the served model).
+	LoRAPaths []string
 	Version   string
 	Logger    *slog.Logger
 	// AccessLog logs one line per request at info level.
@@ -224,7 +227,16 @@ func (s *Server) needTokenizer() error {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelCard()}})
+	cards := []any{s.modelCard()}
+	for i, n := range s.opt.LoRANames {
+		root := ""
+		if i < len(s.opt.LoRAPaths) {
+			root = s.opt.LoRAPaths[i]
+		}
+		cards = append(cards, map[string]any{"id": n, "object": "model", "created": s.started.Unix(), "owned_by": "kt",
+			"root": root, "parent": s.opt.ModelName, "max_model_len": nil})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": cards})
 }
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {

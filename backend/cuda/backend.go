@@ -296,7 +296,7 @@ func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCac
 }
 
 // metaInts is the number of int32s the metadata regions take.
-func metaInts(capT, capS, capP int) int { return 4*capT + 5*capS + capP }
+func metaInts(capT, capS, capP int) int { return 5*capT + 5*capS + capP }
 
 // reg is the device address of metadata region i.
 func (b *Backend) reg(i int) uint64 { return b.meta.Ptr + uint64(b.regionOff(i))*4 }
@@ -306,6 +306,7 @@ const (
 	rPos
 	rRowSeq
 	rOutRows
+	rRowAdapter // the LoRA adapter id of each row's sequence (LoRAAdd)
 	rSeqStart
 	rSeqLen
 	rSeqPos
@@ -355,6 +356,13 @@ func (b *Backend) SetStep(s *backend.Step) error {
 	put(rPos, s.Pos)
 	put(rRowSeq, b.rowSeq)
 	put(rOutRows, s.OutRows)
+	ad := h[b.regionOff(rRowAdapter):][:T]
+	clear(ad)
+	for _, q := range s.Seqs {
+		for r := q.Start; r < q.Start+q.Len; r++ {
+			ad[r] = int32(q.Adapter)
+		}
+	}
 	off := 0
 	for i, q := range s.Seqs {
 		h[b.regionOff(rSeqStart)+i] = int32(q.Start)
@@ -375,12 +383,12 @@ func (b *Backend) SetStep(s *backend.Step) error {
 
 func (b *Backend) regionOff(i int) int {
 	switch {
-	case i < 4:
+	case i < 5:
 		return i * b.capT
-	case i < 9:
-		return 4*b.capT + (i-4)*b.capS
+	case i < 10:
+		return 5*b.capT + (i-5)*b.capS
 	}
-	return 4*b.capT + 5*b.capS
+	return 5*b.capT + 5*b.capS
 }
 
 // ensureMeta grows the metadata buffers (doubling) to hold t rows, s

@@ -257,6 +257,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
 		LoRANames: loras.Names(), CacheReport: cfg.EnableCacheReport,
 	}
+	sopt.LoRAPaths = loras.Paths() // /v1/models lists each adapter with its path
 	if recorder != nil {
 		sopt.Experts = recorder
 	}

@@ -13,10 +13,12 @@
 // linear in that slice) are computed once per (pool, expert) by the first
 // work item that needs them; the others wait for it (an item only waits for
 // one a running thread claimed, so nothing can deadlock). Every value comes
-// from one fixed summation order: results do not depend on the threads.
+// from one fixed summation order per ISA (the engine's: AVX-512 dot products
+// when it runs AVX-512, chosen at run time; plain C otherwise): results do
+// not depend on the threads.
+#include <immintrin.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <xmmintrin.h>
 
 #include "kt_internal.h"
 
@@ -40,6 +42,30 @@ static float dot(const float* a, const float* b, int n) {
   float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   for (; i < n; i++) t += a[i] * b[i];
   return t;
+}
+
+// dot512 is dot on AVX-512 (two accumulators, a masked tail).
+__attribute__((target("avx512f"))) static float dot512(const float* a, const float* b, int n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  if (i + 16 <= n) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    i += 16;
+  }
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+// ldot is the dot product of the engine's ISA.
+static inline float ldot(const kt_lora* lo, const float* a, const float* b, int n) {
+  return (lo->isa & KT_ISA_AVX512) ? dot512(a, b, n) : dot(a, b, n);
 }
 
 static float bf16f(uint16_t v) {
@@ -85,8 +111,8 @@ static void ax_ready(const kt_lora* lo, const kt_batch* b, const int* slot_tok, 
       xr = (const float*)b->x + (int64_t)t * H;
     }
     for (int j = 0; j < r; j++) {
-      ax[j] = dot(ga + (int64_t)j * H, xr, H);
-      ax[r + j] = dot(ua + (int64_t)j * H, xr, H);
+      ax[j] = ldot(lo, ga + (int64_t)j * H, xr, H);
+      ax[r + j] = ldot(lo, ua + (int64_t)j * H, xr, H);
     }
   }
   atomic_store_explicit(st, 2, memory_order_release);
@@ -105,8 +131,8 @@ void kt_lora_gate_up(const kt_lora* lo, const kt_batch* b, const int* slot_tok, 
     float* g = cg + (int64_t)i * ldc;
     float* u = cu + (int64_t)i * ldc;
     for (int c = 0; c < KT_NB; c++) {
-      g[c] += s * dot(gb + (int64_t)c * r, ax, r);
-      u[c] += s * dot(ub + (int64_t)c * r, ax + r, r);
+      g[c] += s * ldot(lo, gb + (int64_t)c * r, ax, r);
+      u[c] += s * ldot(lo, ub + (int64_t)c * r, ax + r, r);
     }
   }
 }
@@ -121,7 +147,7 @@ static void ad_ready(const kt_lora* lo, int pool, int x, int off, int m, const f
   for (int s = off; s < off + m; s++) {
     float* ad = lo->ad[pool] + (int64_t)s * r;
     const float* h = Hf + (int64_t)s * I;
-    for (int j = 0; j < r; j++) ad[j] = dot(da + (int64_t)j * lo->inter, h, I);
+    for (int j = 0; j < r; j++) ad[j] = ldot(lo, da + (int64_t)j * lo->inter, h, I);
   }
   atomic_store_explicit(st, 2, memory_order_release);
 }
@@ -135,6 +161,6 @@ void kt_lora_down(const kt_lora* lo, int pool, int x, int off, int m, int n0, in
   for (int i = off; i < off + m; i++) {
     const float* ad = lo->ad[pool] + (int64_t)i * r;
     float* y = Y + (int64_t)i * H + n0;
-    for (int c = 0; c < nn; c++) y[c] += s * dot(db + (int64_t)c * r, ad, r);
+    for (int c = 0; c < nn; c++) y[c] += s * ldot(lo, db + (int64_t)c * r, ad, r);
   }
 }

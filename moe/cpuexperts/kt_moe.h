@@ -58,6 +58,7 @@ typedef struct {
 typedef struct kt_lora {
   int r;
   float s;
+  int isa;            // the engine's ISA bits: KT_ISA_AVX512 selects the AVX-512 dot products
   int hidden, inter;  // H and the full I
   const float *ga, *gb, *ua, *ub, *da, *db;
   int row0[8];

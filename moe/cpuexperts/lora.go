@@ -70,7 +70,7 @@ func (l *Layer) SetLoRA(lo *LoRA) error {
 		return fmt.Errorf("out of memory for the expert LoRA")
 	}
 	l.cmem = append(l.cmem, unsafe.Pointer(cl))
-	cl.r, cl.s = C.int(r), C.float(lo.Scale)
+	cl.r, cl.s, cl.isa = C.int(r), C.float(lo.Scale), C.int(l.e.bits)
 	cl.hidden, cl.inter = C.int(H), C.int(I)
 	copyF := func(v []float32) (*C.float, error) {
 		p := C.malloc(C.size_t(4 * len(v)))

@@ -19,8 +19,10 @@ What it reports (stdout and --out as JSON):
  3. if keys were not loaded only because of the stripped "base_model.model." prefix (SGLang's
     format), the same load with the prefix put back;
  4. logits: base model; PEFT model; a reference made by merging W += (alpha/r)·B·A by hand
-    into the base weights, once for the non-expert modules only and once for all modules
-    including the routed experts (written into the fused gate_up_proj / down_proj). If PEFT
+    into the base weights, once for the non-expert modules only, once for the routed experts
+    only (logits_expert_lora: what kt serves for model=<served>, base + static expert LoRA) and
+    once for all modules including the routed experts (written into the fused gate_up_proj /
+    down_proj). If PEFT
     ignores the per-expert keys, its logits match the non-expert-only reference and differ
     from the full one, by the experts' share of the LoRA effect.
 """
@@ -91,8 +93,11 @@ def gate_up_layout(base_per_expert, num_experts):
         return None, "layout check failed: %r" % (e,)
 
 
-def merge_by_hand(model, adapter, scale, include_experts, layout):
-    """Return a copy of model with W += scale·B·A merged for the adapter's modules."""
+def merge_by_hand(model, adapter, scale, which, layout):
+    """Return a copy of model with W += scale·B·A merged for the adapter's modules: which is
+    "nonexpert" (every module but the routed experts), "expert" (the routed experts only, written
+    into the fused gate_up_proj / down_proj) or "all"."""
+    include_experts = which in ("expert", "all")
     m = copy.deepcopy(model)
     pairs = {}
     for k, v in adapter.items():
@@ -133,6 +138,8 @@ def merge_by_hand(model, adapter, scale, include_experts, layout):
                 else:
                     getattr(experts[e], proj).weight += delta
                 applied += 1
+                continue
+            if which == "expert":
                 continue
             try:
                 lin = m.get_submodule(path)
@@ -205,7 +212,7 @@ def main():
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--per-expert-base", default="")
     ap.add_argument("--out", default="")
-    ap.add_argument("--dump-logits", default="", help="write input_ids and the base / non-expert-only / full-LoRA reference logits (float32) here")
+    ap.add_argument("--dump-logits", default="", help="write input_ids and the base / non-expert-only / expert-only / full-LoRA reference logits (float32) here")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     report = {"ok": False}
@@ -280,9 +287,10 @@ def main():
         report["logits_from"] = used
 
         # 3. References merged by hand.
-        ref_ne, applied_ne, skipped_ne = merge_by_hand(model, adapter, scale, False, layout)
-        ref_all, applied_all, skipped_all = merge_by_hand(model, adapter, scale, True, layout)
-        ne_logits, all_logits = logits(ref_ne, ids), logits(ref_all, ids)
+        ref_ne, applied_ne, skipped_ne = merge_by_hand(model, adapter, scale, "nonexpert", layout)
+        ref_all, applied_all, skipped_all = merge_by_hand(model, adapter, scale, "all", layout)
+        ref_ex, applied_ex, _ = merge_by_hand(model, adapter, scale, "expert", layout)
+        ne_logits, all_logits, ex_logits = logits(ref_ne, ids), logits(ref_all, ids), logits(ref_ex, ids)
 
         def d(a, b):
             return float((a - b).abs().max())
@@ -291,10 +299,11 @@ def main():
             "lora_effect_nonexpert_max": d(ne_logits, base_logits),
             "lora_effect_full_max": d(all_logits, base_logits),
             "expert_share_max": d(all_logits, ne_logits),
+            "lora_effect_expert_only_max": d(ex_logits, base_logits),
             "peft_vs_base_max": d(peft_logits, base_logits),
             "peft_vs_nonexpert_reference_max": d(peft_logits, ne_logits),
             "peft_vs_full_reference_max": d(peft_logits, all_logits),
-            "merged_by_hand": {"nonexpert_pairs": applied_ne, "all_pairs": applied_all, "skipped": skipped_all[:10]},
+            "merged_by_hand": {"nonexpert_pairs": applied_ne, "expert_pairs": applied_ex, "all_pairs": applied_all, "skipped": skipped_all[:10]},
         }
         report["logits"] = cmp
         if args.dump_logits:
@@ -303,6 +312,7 @@ def main():
                 "logits_base": base_logits.cpu().contiguous(),
                 "logits_nonexpert_lora": ne_logits.cpu().contiguous(),
                 "logits_full_lora": all_logits.cpu().contiguous(),
+                "logits_expert_lora": ex_logits.cpu().contiguous(),
                 "logits_peft": peft_logits.cpu().contiguous(),
             }, args.dump_logits, metadata={"base": args.base, "adapter": args.adapter, "scale": repr(scale),
                                            "note": "full = W += (alpha/r) B A merged by hand into every targeted module incl. routed experts (fused gate_up_proj [E,2I,H] gate first, down_proj [E,H,I]); float32, eager attention"})

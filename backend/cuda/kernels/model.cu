@@ -196,6 +196,16 @@ extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, lon
 	if (i < n) st_act(out, i, ld_act(a, i) + ld_act(b, i));
 }
 
+// m_lora_add: out[r, j] += s·d[r, j] over the m = rows·w elements of the
+// rows r whose request's adapter (row_ad[r], from SetStep) is adapter;
+// adapter < 0 selects every row (a static adapter).
+extern "C" __global__ void m_lora_add(act_t *out, const act_t *d, const int *row_ad, float s, int adapter, int w, long long m) {
+	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= m) return;
+	if (adapter >= 0 && row_ad[i / w] != adapter) return;
+	st_act(out, i, ld_act(out, i) + s * ld_act(d, i));
+}
+
 // m_silu_mul: out = silu(gate)·up over n elements.
 extern "C" __global__ void m_silu_mul(act_t *out, const act_t *g, const act_t *u, long long n) {
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

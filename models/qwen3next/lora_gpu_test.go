@@ -1,0 +1,56 @@
+//go:build linux && amd64 && cgo
+
+package qwen3next
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/lora"
+	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/block"
+)
+
+// loraGPUTol bounds |logit difference| against the float32 transformers
+// reference on the GPU: its split-bf16 GEMMs and summation orders differ
+// from the CPU backend's (docs/notes/cudamodel.md).
+const loraGPUTol = 2e-2
+
+// TestNonExpertLoRAOnGPU is TestNonExpertLoRAMatchesReference with the
+// whole model on the GPU: the adapter's non-expert half runs as two MatMuls
+// and the CUDA LoRAAdd per row, so one step mixes a sequence with the
+// adapter and one without. It skips without a GPU.
+func TestNonExpertLoRAOnGPU(t *testing.T) {
+	t.Setenv(block.CUDALoRAEnv, "1")
+	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	defer gpu.Close()
+	ref := readLoRARef(t)
+	set, err := lora.Open(lora.Flags{LoRAPaths: []string{"neko=" + filepath.Join(loraFixture, "merged")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.Expert = nil // the GPU's MoE op refuses expert LoRA (SGLang-KT: CPU experts only)
+	r, err := Load(fixtureDir("qwen35moe-b"), models.Options{MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64, PageSize: 16, Backend: gpu, Experts: "backend", LoRA: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, ad := range [][]int{{1, 0}, {0, 1}} {
+		got := runMixed(t, r, ref.ids, ad)
+		for s := range got {
+			want := ref.base[s]
+			if ad[s] == 1 {
+				want = ref.nonExpert[s]
+			}
+			d := maxDiff(got[s], want)
+			t.Logf("GPU adapters %v seq %d: max |logit diff| %.3g", ad, s, d)
+			if d > loraGPUTol {
+				t.Errorf("GPU adapters %v seq %d: max |logit diff| %.3g > %g", ad, s, d, loraGPUTol)
+			}
+		}
+	}
+}
