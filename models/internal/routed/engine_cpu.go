@@ -47,6 +47,11 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 	return cpuexperts.Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}, nil
 }
 
+// ISAEnv names the environment variable that caps the CPU expert engine's
+// kernel level (auto, amx, avx512, avx2; default auto): for comparing
+// kernel levels on one machine, or avoiding one.
+const ISAEnv = "KT_CPUEXPERTS_ISA"
+
 // newEngine builds the engine for method ("auto" means BF16 in place) with
 // the pools, threads and weights rb.Opts gives (--kt-*). It returns an
 // error saying why when the engine cannot serve this model or backend;
@@ -92,9 +97,10 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 		threads = o.Threads
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
-		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize})
+		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
+		ISA: cpuexperts.ISA(os.Getenv(ISAEnv))})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
 	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize, from: "the checkpoint"}
 	if !isCPU {
