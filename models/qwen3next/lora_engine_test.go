@@ -19,7 +19,6 @@ import (
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/internal/block"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -184,7 +183,6 @@ func TestLoRAEngineAndHybrid(t *testing.T) {
 		}
 		cmp(fmt.Sprintf("engine BF16 adapters %v vs reference op", ads), runLoRASteps(t, eng, ads), want, 1e-3)
 	}
-	t.Setenv(block.CUDALoRAEnv, "1")
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
 		t.Logf("no GPU, hybrid skipped: %v", err)

@@ -9,7 +9,6 @@ import (
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/internal/block"
 )
 
 // loraGPUTol bounds |logit difference| against the float32 transformers
@@ -22,7 +21,6 @@ const loraGPUTol = 2e-2
 // and the CUDA LoRAAdd per row, so one step mixes a sequence with the
 // adapter and one without. It skips without a GPU.
 func TestNonExpertLoRAOnGPU(t *testing.T) {
-	t.Setenv(block.CUDALoRAEnv, "1")
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)

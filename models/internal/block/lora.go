@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
-	"strings"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/lora"
@@ -40,11 +38,6 @@ type LoRAs struct {
 	Modules int
 }
 
-// CUDALoRAEnv, set to 1, lets the CUDA backend run non-expert LoRA
-// (its LoRAAdd passes its op test against the CPU's in code; until the
-// device run is recorded it is refused by default).
-const CUDALoRAEnv = "KT_CUDA_LORA"
-
 // NewLoRAs prepares the non-expert adapters of rb.Opts.LoRA; it returns
 // nil when there are none. The backend must implement backend.LoRAOps.
 func NewLoRAs(rb *runbase.Base) (*LoRAs, error) {
@@ -55,10 +48,6 @@ func NewLoRAs(rb *runbase.Base) (*LoRAs, error) {
 	la, ok := rb.BE.(backend.LoRAOps)
 	if !ok {
 		return nil, fmt.Errorf("backend %s has no LoRA ops", rb.BE.Name())
-	}
-	if strings.HasPrefix(rb.BE.Name(), "cuda") && os.Getenv(CUDALoRAEnv) != "1" {
-		return nil, fmt.Errorf("non-expert LoRA on the GPU (backend %s) is implemented but not yet verified on a device: set %s=1 to use it, "+
-			"or serve on the CPU (--device cpu), or serve the expert LoRA alone (--kt-expert-lora-path)", rb.BE.Name(), CUDALoRAEnv)
 	}
 	return &LoRAs{rb: rb, la: la, bounds: b, mids: map[int]backend.Tensor{}, ds: map[int]backend.Tensor{}}, nil
 }
