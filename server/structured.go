@@ -1,0 +1,168 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"sync"
+
+	"github.com/ktserve/kt/constraint"
+)
+
+// maxGrammars is how many compiled grammars (with their token masks) the
+// server keeps for reuse by later requests with the same schema or regex.
+const maxGrammars = 64
+
+// grammars compiles and caches the server's constraints: the vocabulary
+// index is built on the first constrained request, and compiled grammars
+// are kept by their source (least recently used out).
+type grammars struct {
+	vocabOnce sync.Once
+	vocab     *constraint.Vocab
+	vocabErr  error
+
+	mu    sync.Mutex
+	byKey map[string]*grammarEntry
+	clock uint64
+}
+
+type grammarEntry struct {
+	g    *constraint.Grammar
+	used uint64
+}
+
+// vocabFor returns the vocabulary index, building it once.
+func (s *Server) vocabFor() (*constraint.Vocab, error) {
+	gs := s.gram
+	gs.vocabOnce.Do(func() {
+		gs.vocab, gs.vocabErr = constraint.NewVocab(s.tok, s.eng.Info().VocabSize, s.eng.EOSTokenIDs())
+	})
+	return gs.vocab, gs.vocabErr
+}
+
+// grammar returns the compiled grammar for key, compiling it with compile
+// on a miss. param names the request field for errors.
+func (s *Server) grammar(key, param string, compile func() (*constraint.DFA, error)) (*constraint.Grammar, error) {
+	if s.tok == nil {
+		return nil, badRequest(param, "output constraints need a tokenizer; this server was started with --skip-tokenizer-init")
+	}
+	gs := s.gram
+	gs.mu.Lock()
+	gs.clock++
+	if e, ok := gs.byKey[key]; ok {
+		e.used = gs.clock
+		gs.mu.Unlock()
+		return e.g, nil
+	}
+	gs.mu.Unlock()
+	v, err := s.vocabFor()
+	if err != nil {
+		return nil, err
+	}
+	d, err := compile()
+	if err != nil {
+		return nil, badRequest(param, "%v", err)
+	}
+	g := constraint.NewGrammar(d, v)
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.byKey == nil {
+		gs.byKey = map[string]*grammarEntry{}
+	}
+	if len(gs.byKey) >= maxGrammars {
+		oldest, at := "", ^uint64(0)
+		for k, e := range gs.byKey {
+			if e.used < at {
+				oldest, at = k, e.used
+			}
+		}
+		delete(gs.byKey, oldest)
+	}
+	gs.byKey[key] = &grammarEntry{g: g, used: gs.clock}
+	return g, nil
+}
+
+// schemaGrammar compiles a JSON Schema (raw JSON) for param.
+func (s *Server) schemaGrammar(schema []byte, strict bool, param string) (*constraint.Grammar, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, schema); err != nil {
+		return nil, badRequest(param, "the schema is not valid JSON: %v", err)
+	}
+	key := "schema\x00"
+	if strict {
+		key = "strict\x00"
+	}
+	return s.grammar(key+buf.String(), param, func() (*constraint.DFA, error) {
+		return constraint.CompileSchema(buf.Bytes(), constraint.SchemaOptions{Strict: strict})
+	})
+}
+
+// regexGrammar compiles a regex for param.
+func (s *Server) regexGrammar(expr, param string) (*constraint.Grammar, error) {
+	return s.grammar("regex\x00"+expr, param, func() (*constraint.DFA, error) { return constraint.CompileRegex(expr) })
+}
+
+// jsonSchemaFormat is response_format.json_schema (OpenAI).
+type jsonSchemaFormat struct {
+	Name        *string         `json:"name"`
+	Description string          `json:"description"`
+	Schema      json.RawMessage `json:"schema"`
+	Strict      *bool           `json:"strict"`
+}
+
+var schemaName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// responseFormatGrammar compiles response_format {"type": "json_schema"}.
+// The output is always held to the schema (SGLang's behaviour; OpenAI
+// holds it only under strict); strict true adds OpenAI's strict-mode
+// rules on the schema.
+func (s *Server) responseFormatGrammar(raw json.RawMessage) (*constraint.Grammar, error) {
+	const param = "response_format.json_schema"
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest(param, "Missing required parameter: 'response_format.json_schema'.")
+	}
+	var f jsonSchemaFormat
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, badRequest(param, "response_format.json_schema must be an object with name, schema and strict: %v", err)
+	}
+	if f.Name == nil {
+		return nil, badRequest(param+".name", "Missing required parameter: 'response_format.json_schema.name'.")
+	}
+	if !schemaName.MatchString(*f.Name) {
+		return nil, badRequest(param+".name", "response_format.json_schema.name must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -, got %q", *f.Name)
+	}
+	if len(f.Schema) == 0 || string(f.Schema) == "null" {
+		return nil, badRequest(param+".schema", "Missing required parameter: 'response_format.json_schema.schema'.")
+	}
+	strict := f.Strict != nil && *f.Strict
+	g, err := s.schemaGrammar(f.Schema, strict, param+".schema")
+	var ae *apiError
+	if strict && errors.As(err, &ae) {
+		ae.Message = "Invalid schema for response_format '" + *f.Name + "': " + ae.Message
+	}
+	return g, err
+}
+
+// nativeGrammar compiles SGLang's sampling_params json_schema or regex
+// (nil when neither is set).
+func (s *Server) nativeGrammar(ns *nativeSampling) (*constraint.Grammar, error) {
+	hasSchema := len(ns.JSONSchema) > 0 && string(ns.JSONSchema) != "null"
+	switch {
+	case ns.EBNF != "":
+		return nil, badRequest("sampling_params.ebnf", "ebnf constraints are not supported yet in kt; json_schema and regex are")
+	case hasSchema && ns.Regex != "":
+		return nil, badRequest("sampling_params", "Only one of regex, json_schema, or ebnf can be set.")
+	case ns.Regex != "":
+		return s.regexGrammar(ns.Regex, "sampling_params.regex")
+	case hasSchema:
+		// SGLang takes the schema as a JSON string; an object is accepted too.
+		schema := []byte(ns.JSONSchema)
+		var str string
+		if json.Unmarshal(ns.JSONSchema, &str) == nil {
+			schema = []byte(str)
+		}
+		return s.schemaGrammar(schema, false, "sampling_params.json_schema")
+	}
+	return nil, nil
+}
