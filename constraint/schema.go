@@ -87,6 +87,9 @@ func CompileSchema(schema []byte, opt SchemaOptions) (*DFA, error) {
 	}
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
+		if se := (*syntax.Error)(nil); errors.As(err, &se) && (se.Code == syntax.ErrInvalidRepeatSize || se.Code == syntax.ErrLarge) {
+			return nil, fmt.Errorf("json_schema: the repetition bounds (maxLength, maxItems) nest too deeply: %w", ErrTooLarge)
+		}
 		return nil, fmt.Errorf("json_schema: %w", err)
 	}
 	d, err := compileTree(re)
