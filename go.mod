@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/nlpodyssey/gopickle v0.2.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	golang.org/x/text v0.43.0
 )
 
@@ -24,6 +25,5 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

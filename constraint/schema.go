@@ -44,7 +44,9 @@ var formats = map[string]string{
 	"time":  `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`,
 	"uuid":  `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
 	"ipv4":  `(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`,
-	"email": `[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}`,
+	// email: a dot-atom local part of at most 64 bytes and a host name of
+	// 2 to 4 labels (RFC 5321 limits; no quoted local parts, no IP hosts).
+	"email": `[a-zA-Z0-9_%+-]{1,32}(?:\.[a-zA-Z0-9_%+-]{1,31})?@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?\.){1,3}[a-zA-Z]{2,24}`,
 }
 
 // annotations are keywords that do not constrain a value.
