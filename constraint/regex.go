@@ -12,13 +12,13 @@ import (
 // Limits on what a regex (or a schema, which compiles to one) may cost.
 const (
 	// MaxStates bounds the states of a compiled DFA.
-	MaxStates = 20000
+	MaxStates = 32768
 	// maxProgInsts bounds the Thompson program a regex compiles to.
 	maxProgInsts = 100000
 	// maxNFAStates bounds the byte-level NFA.
 	maxNFAStates = 400000
 	// maxWork bounds the subset construction (NFA states visited).
-	maxWork = 200_000_000
+	maxWork = 50_000_000
 )
 
 // ErrTooLarge reports a regex or schema whose automaton passes the limits.

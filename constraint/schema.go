@@ -27,14 +27,18 @@ const (
 	// ws is the whitespace allowed between tokens: any run of JSON
 	// whitespace, as xgrammar's default (any_whitespace) in SGLang.
 	ws         = `[ \n\t]*`
-	strChar    = `(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})`
+	strChar    = `(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u` + hex4 + `)`
+	hex4       = `[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]`
 	jsonString = `"` + strChar + `*"`
 	jsonInt    = `-?(?:0|[1-9][0-9]*)`
 	jsonNumber = jsonInt + `(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?`
 	// anyDepth is how deeply a value of unconstrained type may nest.
-	anyDepth = 3
+	anyDepth = 2
 	// maxRegexLen bounds the regex a schema expands to.
-	maxRegexLen = 1 << 20
+	maxRegexLen = 1 << 18
+	// maxStringLen bounds minLength and maxLength (each character is a
+	// dozen DFA states).
+	maxStringLen = 512
 	// maxSchemaDepth bounds schema nesting.
 	maxSchemaDepth = 64
 )
@@ -483,8 +487,8 @@ func (c *schemaCompiler) str(m map[string]json.RawMessage, path string) (string,
 	if hasMax && maxL < minL {
 		return "", c.errf(path, "maxLength", "maxLength %d is below minLength %d", maxL, minL)
 	}
-	if minL > 1000 || maxL > 1000 {
-		return "", c.errf(path, "maxLength", "string lengths over 1000 are not supported")
+	if minL > maxStringLen || maxL > maxStringLen {
+		return "", c.errf(path, "maxLength", "string lengths over %d are not supported", maxStringLen)
 	}
 	if !hasMax {
 		return fmt.Sprintf(`"%s{%d,}"`, strChar, minL), nil
