@@ -95,6 +95,12 @@ func walk(t *testing.T, g *Grammar, rng *rand.Rand, byteTok [256]int32, next []b
 			}
 			tok = byteTok[next[c.State()]]
 		}
+		if g.vocab.isEOS(tok) {
+			if !c.Allow(tok) || !c.Complete() {
+				t.Fatalf("EOS in the mask of an incomplete output %q", out)
+			}
+			return string(out), true
+		}
 		if !c.Allow(tok) {
 			t.Fatalf("picked token %d is not allowed after %q", tok, out)
 		}
@@ -192,7 +198,9 @@ func TestMaskMatchesDirect(t *testing.T) {
 		m := g.Mask(s)
 		for id := range int32(v.Size()) {
 			want := false
-			if b, ok := v.tok.TokenBytes(id); ok && len(b) > 0 && !v.tok.IsSpecial(id) && !v.isEOS(id) {
+			if v.isEOS(id) {
+				want = d.Accepting(s)
+			} else if b, ok := v.tok.TokenBytes(id); ok && len(b) > 0 && !v.tok.IsSpecial(id) {
 				st := s
 				for _, ch := range b {
 					if st = d.Step(st, ch); st < 0 {

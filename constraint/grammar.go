@@ -29,8 +29,8 @@ func NewGrammar(d *DFA, v *Vocab) *Grammar {
 func (g *Grammar) DFA() *DFA { return g.dfa }
 
 // Mask returns the bitset (bit t of word t/64) of the tokens allowed in
-// DFA state s, EOS excluded; it is computed on first use and then shared.
-// The caller must not modify it.
+// DFA state s, the EOS tokens included when s is accepting; it is computed
+// on first use and then shared. The caller must not modify it.
 func (g *Grammar) Mask(s int32) []uint64 {
 	if m := g.masks[s].Load(); m != nil {
 		return *m
@@ -81,9 +81,6 @@ func (c *Constraint) Allow(t int32) bool {
 	if c.state < 0 || t < 0 || int(t) >= c.g.vocab.size {
 		return false
 	}
-	if c.g.vocab.isEOS(t) {
-		return c.g.dfa.accept[c.state]
-	}
 	if m := c.g.masks[c.state].Load(); m != nil {
 		return (*m)[t>>6]>>(t&63)&1 != 0
 	}
@@ -93,6 +90,9 @@ func (c *Constraint) Allow(t int32) bool {
 	}
 	c.checks++
 	v := c.g.vocab
+	if v.isEOS(t) {
+		return c.g.dfa.accept[c.state]
+	}
 	if v.tok.IsSpecial(t) {
 		return false
 	}
@@ -107,6 +107,16 @@ func (c *Constraint) Allow(t int32) bool {
 		}
 	}
 	return true
+}
+
+// Mask returns the bitset of the tokens allowed next (see Grammar.Mask),
+// building the state's mask on first use; engine/sample applies it to the
+// logits row in one pass instead of asking Allow token by token.
+func (c *Constraint) Mask() []uint64 {
+	if c.state < 0 {
+		return make([]uint64, (c.g.vocab.size+63)/64)
+	}
+	return c.g.Mask(c.state)
 }
 
 // Advance records token t (an EOS token leaves the state as it is).

@@ -110,11 +110,19 @@ func (v *Vocab) Size() int { return v.size }
 // isEOS reports whether t ends a sequence.
 func (v *Vocab) isEOS(t int32) bool { return slices.Contains(v.eos, t) }
 
-// mask returns the bitset of tokens whose bytes d accepts from state s
-// (EOS excluded): one preorder pass over the trie, skipping the subtree of
-// every node whose byte leads to a dead state.
+// mask returns the bitset of tokens allowed in state s: those whose bytes
+// d accepts from s, found in one preorder pass over the trie that skips
+// the subtree of every node whose byte leads to a dead state, and the EOS
+// tokens when s is accepting.
 func (v *Vocab) mask(d *DFA, s int32) []uint64 {
 	m := make([]uint64, (v.size+63)/64)
+	if d.Accepting(s) {
+		for _, t := range v.eos {
+			if t >= 0 && int(t) < v.size {
+				m[t>>6] |= 1 << (t & 63)
+			}
+		}
+	}
 	states := make([]int32, 0, 64)
 	states = append(states, s)
 	n := int32(len(v.nb))
