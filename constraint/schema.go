@@ -44,7 +44,8 @@ const (
 )
 
 var formats = map[string]string{
-	"date": `[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])`,
+	// date: real calendar days, 29 February in leap years only.
+	"date": `(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)`,
 	"time": `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`,
 	"uuid": `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
 	"ipv4": `(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`,
@@ -105,7 +106,9 @@ func CompileSchema(schema []byte, opt SchemaOptions) (*DFA, error) {
 	return d, nil
 }
 
-// SchemaRegex translates a JSON Schema to a regex over JSON texts.
+// SchemaRegex translates a JSON Schema to a regex over JSON texts: the
+// value itself, with no whitespace before or after it (the end-of-sequence
+// token comes right after the value).
 // Supported: type (one or a list), properties (in schema order) with
 // required and additionalProperties false, items, minItems, maxItems,
 // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
@@ -129,7 +132,7 @@ func SchemaRegex(schema []byte, opt SchemaOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return ws + body + ws, nil
+	return body, nil
 }
 
 type schemaCompiler struct {

@@ -1,0 +1,133 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/sashabaranov/go-openai/jsonschema"
+
+	"github.com/ktserve/kt/constraint"
+	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/internal/fakemodel"
+)
+
+type station struct {
+	ID     string  `json:"id"`
+	Height float64 `json:"height"`
+}
+
+type weatherReport struct {
+	City    string    `json:"city"`
+	TempC   int       `json:"temp_c"`
+	Unit    string    `json:"unit" enum:"celsius,fahrenheit"`
+	Sunny   bool      `json:"sunny"`
+	Hourly  []float64 `json:"hourly"`
+	Station station   `json:"station"`
+}
+
+// TestJSONSchemaWithOpenAIClient asks for response_format json_schema
+// (strict, from a Go type, as go-openai builds it) and parses the answers
+// with the client library's own schema check: a model that follows the
+// schema is left alone, and random or wrong output is held to it.
+func TestJSONSchemaWithOpenAIClient(t *testing.T) {
+	// go-openai writes properties in key order: city, hourly, station, sunny, temp_c, unit.
+	good := `{"city": "Oslo", "hourly": [1.5, -2], "station": {"height": 12.5, "id": "OSL"}, "sunny": false, "temp_c": -3, "unit": "celsius"}`
+	ts := newTestServer(t, fakemodel.Config{Script: scripted(map[string]string{
+		"GOOD":  good,
+		"WRONG": `{"city": 42, "temp_c": "hot"}`,
+	})}, engine.Config{}, nil)
+	schema, err := jsonschema.GenerateSchemaForType(weatherReport{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(schema)
+	dfa, err := constraint.CompileSchema(raw, constraint.SchemaOptions{Strict: true})
+	if err != nil {
+		t.Fatalf("go-openai's strict schema is refused: %v\n%s", err, raw)
+	}
+	for _, prompt := range []string{"GOOD", "WRONG", "RANDOM"} {
+		req := chatReq(prompt, 400)
+		req.Temperature = 0.0000001
+		if prompt == "RANDOM" {
+			req.Temperature = 1
+			req.N = 3
+		}
+		req.ResponseFormat = &openai.ChatCompletionResponseFormat{
+			Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
+			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: "weather_report", Schema: schema, Strict: true},
+		}
+		resp, err := ts.client.CreateChatCompletion(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", prompt, err)
+		}
+		for _, ch := range resp.Choices {
+			got := ch.Message.Content
+			if prompt == "GOOD" && got != good {
+				t.Errorf("GOOD: %q, want the scripted answer", got)
+			}
+			if ch.FinishReason != openai.FinishReasonStop {
+				if !dfa.Prefix(got) {
+					t.Errorf("%s: unfinished output %q is not a prefix of the schema's language", prompt, got)
+				}
+				continue
+			}
+			var w weatherReport
+			if err := schema.Unmarshal(got, &w); err != nil {
+				t.Errorf("%s: %v\n%s", prompt, err, got)
+			}
+			if w.Unit != "celsius" && w.Unit != "fahrenheit" {
+				t.Errorf("%s: unit %q", prompt, w.Unit)
+			}
+		}
+	}
+}
+
+// TestGenerateRegexAndSchema drives SGLang's /generate constraints.
+func TestGenerateRegexAndSchema(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{EOSAfter: 20}, engine.Config{}, nil)
+	phone := regexp.MustCompile(`^\(\d{3}\) \d{3}-\d{4}$`)
+	for _, tc := range []struct {
+		name   string
+		params map[string]any
+		check  func(string) bool
+	}{
+		{"regex", map[string]any{"regex": `\(\d{3}\) \d{3}-\d{4}`}, phone.MatchString},
+		{"json_schema string", map[string]any{"json_schema": `{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":[1,2,3]}},"required":["ok","n"]}`},
+			func(s string) bool {
+				var v struct {
+					OK *bool `json:"ok"`
+					N  int   `json:"n"`
+				}
+				return json.Unmarshal([]byte(s), &v) == nil && v.OK != nil && v.N >= 1 && v.N <= 3 && !strings.Contains(s, "extra")
+			}},
+	} {
+		tc.params["max_new_tokens"] = 200
+		tc.params["temperature"] = 1
+		tc.params["n"] = 2
+		code, body := ts.post(t, "/generate", map[string]any{"text": "hi", "sampling_params": tc.params})
+		if code != 200 {
+			t.Fatalf("%s: %d %s", tc.name, code, body)
+		}
+		var outs []struct {
+			Text string `json:"text"`
+			Meta struct {
+				FinishReason map[string]any `json:"finish_reason"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal(body, &outs); err != nil {
+			t.Fatalf("%s: %v %s", tc.name, err, body)
+		}
+		for _, o := range outs {
+			if o.Meta.FinishReason["type"] == "stop" && !tc.check(o.Text) {
+				t.Errorf("%s: %q does not satisfy the constraint", tc.name, o.Text)
+			}
+			if o.Meta.FinishReason["type"] != "stop" {
+				t.Logf("%s: unfinished %q", tc.name, o.Text)
+			}
+		}
+	}
+}
