@@ -31,7 +31,9 @@ const (
 	hex4       = `[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]`
 	jsonString = `"` + strChar + `*"`
 	jsonInt    = `-?(?:0|[1-9][0-9]*)`
-	jsonNumber = jsonInt + `(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?`
+	// jsonNumber bounds the exponent to two digits, so that every number
+	// fits a float64 (1e999 is valid JSON that most parsers reject).
+	jsonNumber = jsonInt + `(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,2})?`
 	// anyDepth is how deeply a value of unconstrained type may nest.
 	anyDepth = 2
 	// maxRegexLen bounds the regex a schema expands to.

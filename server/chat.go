@@ -388,6 +388,9 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 	if plan.grammar != nil {
 		p.Constraint = plan.grammar.NewConstraint()
 	}
+	if p.Constraint != nil {
+		p.Constraint = s.withThinking(p.Constraint, plan.promptText)
+	}
 	return genSpec{
 		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p, Adapter: plan.adapter},
 		stops: plan.stops, skipSpecial: plan.skip, noStopTrim: plan.noTrim,

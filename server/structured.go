@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/ktserve/kt/constraint"
+	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/engine/sample"
 )
 
 // maxGrammars is how many compiled grammars (with their token masks) the
@@ -165,4 +168,97 @@ func (s *Server) nativeGrammar(ns *nativeSampling) (*constraint.Grammar, error) 
 		return s.schemaGrammar(schema, false, "sampling_params.json_schema")
 	}
 	return nil, nil
+}
+
+// thinkFirst lets a reasoning model think before its constrained answer,
+// as SGLang does under --reasoning-parser: an optional <think> ... </think>
+// block is free text, and the constraint holds from the end of the block
+// (after up to maxThinkGap whitespace-only tokens) on.
+type thinkFirst struct {
+	inner       engine.Constraint
+	tok         Tokenizer
+	open, close int32
+	phase       int // thinkMayOpen, thinkIn, thinkGap, thinkDone
+	gap         int
+}
+
+const (
+	thinkMayOpen = iota // at the start: <think> or the answer
+	thinkIn             // inside the block
+	thinkGap            // after </think>: whitespace or the answer
+	thinkDone           // the answer has begun
+)
+
+// maxThinkGap bounds the whitespace tokens between </think> and the answer.
+const maxThinkGap = 4
+
+// withThinking wraps c for a reasoning model when the server has a
+// reasoning parser and the tokenizer has single <think> and </think>
+// tokens; prompt is the rendered prompt (it may already open the block).
+func (s *Server) withThinking(c engine.Constraint, prompt string) engine.Constraint {
+	if s.opt.ReasoningParser == "none" || s.tok == nil {
+		return c
+	}
+	open, close := s.tok.Encode(thinkOpen), s.tok.Encode(thinkClose)
+	if len(open) != 1 || len(close) != 1 {
+		return c
+	}
+	t := &thinkFirst{inner: c, tok: s.tok, open: open[0], close: close[0]}
+	if s.opt.ReasoningParser == "deepseek-r1" || strings.HasSuffix(strings.TrimRight(prompt, " \n"), thinkOpen) {
+		t.phase = thinkIn
+	}
+	return t
+}
+
+func (t *thinkFirst) whitespace(tok int32) bool {
+	b, ok := t.tok.TokenBytes(tok)
+	if !ok || len(b) == 0 || t.tok.IsSpecial(tok) {
+		return false
+	}
+	return strings.Trim(string(b), " \n\t\r") == ""
+}
+
+// Allow reports whether tok may come next.
+func (t *thinkFirst) Allow(tok int32) bool {
+	switch t.phase {
+	case thinkIn:
+		return true
+	case thinkMayOpen:
+		return tok == t.open || t.inner.Allow(tok)
+	case thinkGap:
+		return t.gap < maxThinkGap && t.whitespace(tok) || t.inner.Allow(tok)
+	}
+	return t.inner.Allow(tok)
+}
+
+// Mask gives the inner constraint's mask once the answer is under way
+// (nil before: the sampler asks Allow).
+func (t *thinkFirst) Mask() []uint64 {
+	if m, ok := t.inner.(sample.Masker); ok && t.phase == thinkDone {
+		return m.Mask()
+	}
+	return nil
+}
+
+// Advance records tok.
+func (t *thinkFirst) Advance(tok int32) {
+	switch t.phase {
+	case thinkMayOpen:
+		if tok == t.open {
+			t.phase = thinkIn
+			return
+		}
+	case thinkIn:
+		if tok == t.close {
+			t.phase = thinkGap
+		}
+		return
+	case thinkGap:
+		if t.gap < maxThinkGap && t.whitespace(tok) && !t.inner.Allow(tok) {
+			t.gap++
+			return
+		}
+	}
+	t.phase = thinkDone
+	t.inner.Advance(tok)
 }

@@ -131,3 +131,39 @@ func TestGenerateRegexAndSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONSchemaAfterThinking: under a reasoning parser the model may
+// think freely first; the schema holds from the end of the think block.
+func TestJSONSchemaAfterThinking(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{Script: scripted(map[string]string{
+		"THINK":   "<think>\nthe answer is {{1}}\n</think>\n\n{\"a\": 1}",
+		"PLAIN": "{\"a\": 2}",
+	})}, engine.Config{}, nil)
+	for _, tc := range []struct{ prompt, reasoning, content string }{
+		{"THINK", "the answer is {{1}}", `{"a": 1}`},
+		{"PLAIN", "", `{"a": 2}`},
+	} {
+		b := greedyBody(tc.prompt, 80)
+		b["response_format"] = map[string]any{"type": "json_schema", "json_schema": map[string]any{
+			"name": "a", "schema": map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer"}}, "required": []string{"a"}}}}
+		code, body := ts.post(t, "/v1/chat/completions", b)
+		if code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		var r struct {
+			Choices []struct {
+				Message struct {
+					Content          string `json:"content"`
+					ReasoningContent string `json:"reasoning_content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		m := r.Choices[0].Message
+		if strings.TrimSpace(m.ReasoningContent) != tc.reasoning || m.Content != tc.content {
+			t.Errorf("%s: reasoning %q content %q, want %q and %q", tc.prompt, m.ReasoningContent, m.Content, tc.reasoning, tc.content)
+		}
+	}
+}
