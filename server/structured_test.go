@@ -136,7 +136,7 @@ func TestGenerateRegexAndSchema(t *testing.T) {
 // think freely first; the schema holds from the end of the think block.
 func TestJSONSchemaAfterThinking(t *testing.T) {
 	ts := newTestServer(t, fakemodel.Config{Script: scripted(map[string]string{
-		"THINK":   "<think>\nthe answer is {{1}}\n</think>\n\n{\"a\": 1}",
+		"THINK": "<think>\nthe answer is {{1}}\n</think>\n\n{\"a\": 1}",
 		"PLAIN": "{\"a\": 2}",
 	})}, engine.Config{}, nil)
 	for _, tc := range []struct{ prompt, reasoning, content string }{
