@@ -361,21 +361,11 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if s.opt.ToolCallParser != "none" && len(in.tools) > 0 {
 		plan.tools = in.tools
 	}
-	if rf := req.ResponseFormat; rf != nil {
-		switch rf.Type {
-		case "text", "":
-		case "json_object":
-			plan.jsonMode = true
-		case "json_schema":
-			g, err := s.responseFormatGrammar(rf.JSONSchema)
-			if err != nil {
-				return nil, err
-			}
-			plan.grammar = g
-		default:
-			return nil, badRequest("response_format", "response_format type must be text, json_object or json_schema, got %q", rf.Type)
-		}
+	g, jsonObject, err := s.routeGrammar(&req.samplingFields, req.ResponseFormat, nil)
+	if err != nil {
+		return nil, err
 	}
+	plan.grammar, plan.jsonMode = g, jsonObject
 	return plan, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -173,11 +174,13 @@ func (s *Server) nativeGrammar(ns *nativeSampling) (*constraint.Grammar, error) 
 // thinkFirst lets a reasoning model think before its constrained answer,
 // as SGLang does under --reasoning-parser: an optional <think> ... </think>
 // block is free text, and the constraint holds from the end of the block
-// (after up to maxThinkGap whitespace-only tokens) on.
+// (after up to maxThinkGap whitespace-only tokens) on. The sequence cannot
+// end inside the block.
 type thinkFirst struct {
 	inner       engine.Constraint
 	tok         Tokenizer
 	open, close int32
+	eos         []int32
 	phase       int // thinkMayOpen, thinkIn, thinkGap, thinkDone
 	gap         int
 }
@@ -203,8 +206,12 @@ func (s *Server) withThinking(c engine.Constraint, prompt string) engine.Constra
 	if len(open) != 1 || len(close) != 1 {
 		return c
 	}
-	t := &thinkFirst{inner: c, tok: s.tok, open: open[0], close: close[0]}
-	if s.opt.ReasoningParser == "deepseek-r1" || strings.HasSuffix(strings.TrimRight(prompt, " \n"), thinkOpen) {
+	p := strings.TrimRight(prompt, " \n")
+	if strings.HasSuffix(p, thinkClose) {
+		return c // the template closed the block (enable_thinking false)
+	}
+	t := &thinkFirst{inner: c, tok: s.tok, open: open[0], close: close[0], eos: s.eng.EOSTokenIDs()}
+	if s.opt.ReasoningParser == "deepseek-r1" || strings.HasSuffix(p, thinkOpen) {
 		t.phase = thinkIn
 	}
 	return t
@@ -222,7 +229,7 @@ func (t *thinkFirst) whitespace(tok int32) bool {
 func (t *thinkFirst) Allow(tok int32) bool {
 	switch t.phase {
 	case thinkIn:
-		return true
+		return !slices.Contains(t.eos, tok) // the answer must follow
 	case thinkMayOpen:
 		return tok == t.open || t.inner.Allow(tok)
 	case thinkGap:
@@ -261,4 +268,57 @@ func (t *thinkFirst) Advance(tok int32) {
 	}
 	t.phase = thinkDone
 	t.inner.Advance(tok)
+}
+
+// routeGrammar compiles the constraint of an OpenAI-route request: its
+// response_format, and SGLang's regex, ebnf and (on /v1/completions)
+// json_schema fields, of which at most one may be set. jsonObject reports
+// response_format json_object (the jsonconstraint automaton).
+func (s *Server) routeGrammar(sf *samplingFields, rf *responseFormat, schema json.RawMessage) (g *constraint.Grammar, jsonObject bool, err error) {
+	set := 0
+	if sf.Regex != "" {
+		set++
+	}
+	if sf.EBNF != "" {
+		set++
+	}
+	hasSchema := len(schema) > 0 && string(schema) != "null"
+	if hasSchema {
+		set++
+	}
+	if rf != nil && rf.Type != "" && rf.Type != "text" {
+		set++
+	}
+	if set > 1 {
+		return nil, false, badRequest("response_format", "Only one of regex, json_schema, or ebnf can be set.")
+	}
+	switch {
+	case sf.EBNF != "":
+		return nil, false, badRequest("ebnf", "ebnf constraints are not supported yet in kt; json_schema and regex are")
+	case sf.Regex != "":
+		g, err = s.regexGrammar(sf.Regex, "regex")
+		return g, false, err
+	case hasSchema:
+		str := ""
+		if json.Unmarshal(schema, &str) == nil {
+			schema = json.RawMessage(str)
+		}
+		g, err = s.schemaGrammar(schema, false, "json_schema")
+		return g, false, err
+	case rf == nil:
+		return nil, false, nil
+	}
+	switch rf.Type {
+	case "text", "":
+		return nil, false, nil
+	case "json_object":
+		if s.tok == nil {
+			return nil, false, badRequest("response_format", "output constraints need a tokenizer; this server was started with --skip-tokenizer-init")
+		}
+		return nil, true, nil
+	case "json_schema":
+		g, err = s.responseFormatGrammar(rf.JSONSchema)
+		return g, false, err
+	}
+	return nil, false, badRequest("response_format", "response_format type must be text, json_object or json_schema, got %q", rf.Type)
 }

@@ -167,3 +167,86 @@ func TestJSONSchemaAfterThinking(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAIRouteConstraints: SGLang's regex extension on chat, and
+// json_schema / response_format on /v1/completions.
+func TestOpenAIRouteConstraints(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{EOSAfter: 20}, engine.Config{}, nil)
+	b := greedyBody("hi", 60)
+	b["regex"] = `(yes|no), [0-9]{2}`
+	b["chat_template_kwargs"] = map[string]any{"enable_thinking": false}
+	b["temperature"] = 1
+	code, body := ts.post(t, "/v1/chat/completions", b)
+	var r chatResponse
+	if err := json.Unmarshal(body, &r); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	if got := *r.Choices[0].Message.Content; !regexp.MustCompile(`^(yes|no), [0-9]{2}$`).MatchString(got) {
+		t.Errorf("chat regex: %q (%s)", got, body)
+	}
+	for _, extra := range []map[string]any{
+		{"json_schema": `{"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":2}`},
+		{"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "b", "schema": map[string]any{"type": "array", "items": map[string]any{"type": "boolean"}, "minItems": 1, "maxItems": 2}}}},
+	} {
+		req := map[string]any{"prompt": "x", "max_tokens": 60, "temperature": 1}
+		for k, v := range extra {
+			req[k] = v
+		}
+		code, body := ts.post(t, "/v1/completions", req)
+		var cr struct {
+			Choices []struct {
+				Text         string `json:"text"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(body, &cr); code != 200 || err != nil {
+			t.Fatalf("%d %s", code, body)
+		}
+		var got []bool
+		if c := cr.Choices[0]; c.FinishReason == "stop" && (json.Unmarshal([]byte(c.Text), &got) != nil || len(got) < 1 || len(got) > 2) {
+			t.Errorf("completions %v: %q", extra, c.Text)
+		}
+	}
+}
+
+// TestThinkFirstPhases walks the wrapper through a think block.
+func TestThinkFirstPhases(t *testing.T) {
+	tok := fakemodel.Tokenizer{}
+	d, err := constraint.CompileRegex(`ab`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := constraint.NewVocab(tok, 300, []int32{fakemodel.IMEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &thinkFirst{inner: constraint.NewGrammar(d, v).NewConstraint(), tok: tok, open: fakemodel.Think, close: fakemodel.EndThink, eos: []int32{fakemodel.IMEnd}}
+	steps := []struct {
+		tok     int32
+		allowed []int32
+		refused []int32
+	}{
+		{fakemodel.Think, []int32{fakemodel.Think, 'a'}, []int32{'b', fakemodel.IMEnd, ' '}},
+		{'z', []int32{'z', fakemodel.EndThink}, []int32{fakemodel.IMEnd}},
+		{fakemodel.EndThink, []int32{fakemodel.EndThink}, nil},
+		{'\n', []int32{'\n', 'a'}, []int32{'b', fakemodel.IMEnd}},
+		{'a', []int32{'a'}, nil},
+		{'b', []int32{'b'}, []int32{'\n', fakemodel.Think}},
+	}
+	for i, st := range steps {
+		for _, a := range st.allowed {
+			if !c.Allow(a) {
+				t.Errorf("step %d: %d refused", i, a)
+			}
+		}
+		for _, r := range st.refused {
+			if c.Allow(r) {
+				t.Errorf("step %d: %d allowed", i, r)
+			}
+		}
+		c.Advance(st.tok)
+	}
+	if !c.Allow(fakemodel.IMEnd) || c.Allow('a') {
+		t.Error("after the answer only EOS may follow")
+	}
+}
