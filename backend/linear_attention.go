@@ -49,6 +49,11 @@ type LinearShape struct {
 type LinearState interface {
 	// Free releases slot's state; the slot then starts from zero state.
 	Free(slot int)
+	// CopySlot makes slot dst's state a copy of slot src's (a prefix
+	// cache's snapshot, taken or restored); a src that holds no state
+	// copies as zero. Like the ops it is ordered with them (queued on the
+	// GPU); a bad slot is an error at once.
+	CopySlot(dst, src int) error
 	// BytesPerSeq is the memory one sequence's state takes.
 	BytesPerSeq() int64
 }

@@ -7,6 +7,12 @@
 // mid-decode the most recently admitted sequences are preempted: their
 // memory is freed and they are recomputed later from their tokens, so the
 // answer is the same as if they had never been interrupted.
+//
+// With a runner that implements model.PrefixCache (unless
+// Config.DisableRadixCache), the KV pages of every sequence that ends or is
+// preempted are kept in a radix tree (SGLang's radix cache), and a sequence
+// admitted later starts after the longest cached prefix of its tokens: its
+// first prefill chunk begins at the first position not cached.
 package engine
 
 import (
@@ -36,6 +42,9 @@ type Config struct {
 	Seed               uint64  // base of the seeds of requests that give none
 	RandomSeed         bool    // draw request seeds at random (ignore Seed)
 	WatchdogTimeout    time.Duration
+	// DisableRadixCache turns the prefix cache off (--disable-radix-cache):
+	// every prompt is prefilled from its first token.
+	DisableRadixCache bool
 	// OnHang is called (from another goroutine) when one forward step has
 	// taken longer than WatchdogTimeout. The default logs an error.
 	OnHang func(step time.Duration)
@@ -56,6 +65,23 @@ type Stats struct {
 	LastStepDecodes   int
 	LastStepDuration  time.Duration
 	StepDurationTotal time.Duration
+	// PrefixQueryTokens counts the tokens of admitted sequences the prefix
+	// cache was asked about, PrefixHitTokens those it supplied; their
+	// ratio is the hit rate. CachedTokens is the cache's size in tokens.
+	PrefixQueryTokens uint64
+	PrefixHitTokens   uint64
+	CachedTokens      int
+	// RadixCache says whether the prefix cache is on.
+	RadixCache bool
+}
+
+// CacheHitRate is the fraction of admitted tokens the prefix cache
+// supplied.
+func (s Stats) CacheHitRate() float64 {
+	if s.PrefixQueryTokens == 0 {
+		return 0
+	}
+	return float64(s.PrefixHitTokens) / float64(s.PrefixQueryTokens)
 }
 
 // TokenUsage is the fraction of the KV budget in use.
@@ -97,6 +123,8 @@ type Engine struct {
 	chunkSeq  []*seq
 	st        Stats
 	eos       map[int32]bool
+	pc        model.PrefixCache // nil: no prefix cache
+	flushCh   chan chan error
 }
 
 // seq is one sequence's scheduler state.
@@ -115,6 +143,8 @@ type seq struct {
 	preempted  int
 	promptDone bool // prompt logprobs delivered
 	promptLP   []TokenLogprob
+	cached     int  // prompt tokens the prefix cache supplied at first admission
+	admittedOK bool // admitted at least once
 }
 
 // New prepares an engine for r. It reads the runner's KV budget, so it must
@@ -150,7 +180,11 @@ func New(r model.Runner, cfg Config) (*Engine, error) {
 	e := &Engine{
 		r: r, cfg: cfg, info: info, ctxLen: ctxLen, budget: budget, log: cfg.Logger,
 		wakeCh: make(chan struct{}, 1), done: make(chan struct{}),
-		eos: map[int32]bool{},
+		eos: map[int32]bool{}, flushCh: make(chan chan error),
+	}
+	if pc, ok := r.(model.PrefixCache); ok && !cfg.DisableRadixCache {
+		e.pc = pc
+		e.st.RadixCache = true
 	}
 	for _, t := range append(slices.Clone(info.EOSTokenIDs), cfg.EOSTokenIDs...) {
 		e.eos[t] = true
@@ -272,6 +306,44 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	return s.stream, nil
 }
 
+// ErrBusy is returned by FlushCache while requests are running or queued.
+var ErrBusy = errors.New("engine: requests are running or queued")
+
+// FlushCache empties the prefix cache, as SGLang's /flush_cache: only when
+// no request is running or queued (else an error wrapping ErrBusy). It
+// does nothing (and succeeds) when the cache is off.
+func (e *Engine) FlushCache(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case e.flushCh <- reply:
+	case <-e.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush answers one FlushCache call (scheduler goroutine).
+func (e *Engine) flush(reply chan error) {
+	e.drainIncoming()
+	e.reapCancelled()
+	if len(e.running) > 0 || len(e.waiting) > 0 {
+		reply <- fmt.Errorf("cache not flushed: %d running and %d queued requests: %w", len(e.running), len(e.waiting), ErrBusy)
+		return
+	}
+	if e.pc != nil {
+		e.pc.FlushPrefixCache()
+	}
+	e.publishState()
+	reply <- nil
+}
+
 // Done is closed when Run has returned.
 func (e *Engine) Done() <-chan struct{} { return e.done }
 
@@ -344,8 +416,15 @@ func (e *Engine) loop(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-e.wakeCh:
+			case reply := <-e.flushCh:
+				e.flush(reply)
 			}
 			continue
+		}
+		select {
+		case reply := <-e.flushCh:
+			e.flush(reply)
+		default:
 		}
 		e.admit()
 		if err := e.step(); err != nil {
@@ -388,8 +467,14 @@ func (e *Engine) reapCancelled() {
 	e.running = keepR
 }
 
-// release frees a running sequence's slot and KV memory.
+// release frees a running sequence's slot and KV memory, keeping its
+// computed tokens' KV in the prefix cache when that is on.
 func (e *Engine) release(s *seq) {
+	if e.pc != nil && s.computed > 0 {
+		if err := e.pc.CachePrefix(s.slot, s.req.Adapter, s.tokens[:s.computed]); err != nil {
+			e.log.Warn("prefix cache: keeping a sequence's KV failed", "id", s.req.ID, "err", err)
+		}
+	}
 	e.r.Free(s.slot)
 	e.freeSlots = append(e.freeSlots, s.slot)
 	s.slot = -1
@@ -400,6 +485,7 @@ func (e *Engine) finish(s *seq, f Finish) {
 	f.PromptTokens = s.promptLen
 	f.OutputTokens = s.generated
 	f.Preemptions = s.preempted
+	f.CachedTokens = s.cached
 	s.stream.end(f)
 	e.st.RequestsFinished++
 }
@@ -420,12 +506,24 @@ func (e *Engine) headroom() int {
 func (e *Engine) admit() {
 	for len(e.waiting) > 0 && len(e.freeSlots) > 0 {
 		s := e.waiting[0]
-		need := len(s.tokens)
+		slot := e.freeSlots[len(e.freeSlots)-1]
+		hit, err := e.matchPrefix(s, slot)
+		if err != nil {
+			e.waiting = e.waiting[1:]
+			e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: err})
+			continue
+		}
+		need := len(s.tokens) - hit
 		if len(e.running) > 0 && e.r.FreeTokens() < need+e.headroom() {
+			if hit > 0 {
+				e.r.Free(slot)
+			}
 			return
 		}
-		slot := e.freeSlots[len(e.freeSlots)-1]
 		if err := e.r.Reserve(slot, need); err != nil {
+			if hit > 0 {
+				e.r.Free(slot)
+			}
 			if !errors.Is(err, model.ErrOutOfMemory) {
 				e.waiting = e.waiting[1:]
 				e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: fmt.Errorf("reserving KV memory: %w", err)})
@@ -443,11 +541,37 @@ func (e *Engine) admit() {
 		e.freeSlots = e.freeSlots[:len(e.freeSlots)-1]
 		e.waiting = e.waiting[1:]
 		s.slot = slot
-		s.computed = 0
+		s.computed = hit
+		if e.pc != nil {
+			e.st.PrefixQueryTokens += uint64(len(s.tokens))
+			e.st.PrefixHitTokens += uint64(hit)
+		}
+		if !s.admittedOK {
+			s.admittedOK = true
+			s.cached = min(hit, s.promptLen)
+		}
 		e.admitted++
 		s.order = e.admitted
 		e.running = append(e.running, s)
 	}
+}
+
+// matchPrefix starts the empty slot with the cached prefix of s's tokens
+// and returns its length (0 with the cache off, or when s wants prompt
+// logprobs, which need every prompt position computed).
+func (e *Engine) matchPrefix(s *seq, slot int) (int, error) {
+	if e.pc == nil || (s.req.Params.PromptLogprobs && !s.promptDone) {
+		return 0, nil
+	}
+	n, err := e.pc.MatchPrefix(slot, s.req.Adapter, s.tokens)
+	if err != nil {
+		return 0, fmt.Errorf("matching the prefix cache: %w", err)
+	}
+	if n < 0 || n >= len(s.tokens) {
+		e.r.Free(slot)
+		return 0, fmt.Errorf("the prefix cache matched %d of %d tokens", n, len(s.tokens))
+	}
+	return n, nil
 }
 
 // makeRoom preempts the most recently admitted running sequence to free KV
@@ -781,5 +905,8 @@ func (e *Engine) publishState() {
 	e.st.Running = len(e.running)
 	e.st.Queued = len(e.waiting)
 	e.st.UsedTokens = e.budget - e.r.FreeTokens()
+	if e.pc != nil {
+		e.st.CachedTokens = e.pc.CachedPrefixTokens()
+	}
 	e.publish()
 }

@@ -133,4 +133,8 @@ type Finish struct {
 	PromptTokens, OutputTokens int
 	// Preemptions counts how often the sequence was preempted and recomputed.
 	Preemptions int
+	// CachedTokens is the number of prompt tokens the prefix cache
+	// supplied when the sequence was first admitted (usage's
+	// prompt_tokens_details.cached_tokens).
+	CachedTokens int
 }

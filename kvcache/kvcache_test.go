@@ -73,3 +73,56 @@ func TestBadArgs(t *testing.T) {
 	}
 	p.Free(5) // no panic
 }
+
+func TestSharedPagesAndRefusals(t *testing.T) {
+	p, err := New(8*4, 4, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reserve(0, 8); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Advance(0, 8)
+	pages := append([]int32(nil), p.Pages(0)...)
+	for _, pg := range pages {
+		if err := p.Retain(pg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"retain twice", p.Retain(pages[0])},
+		{"retain a free page", p.Retain(5)},
+		{"retain out of range", p.Retain(99)},
+		{"attach to a non-empty slot", p.Attach(0, pages)},
+		{"attach a free page", p.Attach(1, []int32{6})},
+		{"attach to a bad slot", p.Attach(7, pages)},
+	} {
+		if c.err == nil {
+			t.Errorf("%s: no error", c.what)
+		}
+	}
+	if err := p.Attach(1, pages); err != nil {
+		t.Fatal(err)
+	}
+	if p.Len(1) != 8 || p.Refs(pages[0]) != 3 {
+		t.Fatalf("attached: len %d refs %d, want 8 and 3", p.Len(1), p.Refs(pages[0]))
+	}
+	p.Free(0)
+	p.Free(1)
+	if p.IdleCachedPages() != 2 || p.FreePages() != 6 || p.FreeTokens() != 24 {
+		t.Fatalf("idle %d free %d tokens %d, want 2, 6, 24 (no reclaim hook)", p.IdleCachedPages(), p.FreePages(), p.FreeTokens())
+	}
+	// without a reclaim hook the idle pages are not taken
+	if err := p.Reserve(2, 32); err == nil {
+		t.Fatal("reserved cached pages with no reclaim hook")
+	}
+	p.Release(pages[0])
+	p.Release(pages[1])
+	p.Release(pages[1]) // not held: nothing
+	if p.FreePages() != 8 || p.IdleCachedPages() != 0 {
+		t.Fatalf("after release: free %d idle %d", p.FreePages(), p.IdleCachedPages())
+	}
+}

@@ -156,3 +156,26 @@ func (s *StateStore) newState() *SeqState {
 	}
 	return st
 }
+
+// Copy makes slot dst's state a copy of slot src's (zero when src holds
+// none), taking memory for dst if it has none.
+func (s *StateStore) Copy(dst, src int) error {
+	if src < 0 || src >= len(s.slots) {
+		return fmt.Errorf("linear state: copy from slot %d out of range 0..%d", src, len(s.slots)-1)
+	}
+	if dst == src {
+		return nil
+	}
+	d, err := s.Get(dst)
+	if err != nil {
+		return err
+	}
+	if from := s.slots[src]; from != nil {
+		copy(d.buf, from.buf)
+		d.Len = from.Len
+	} else {
+		clear(d.buf)
+		d.Len = 0
+	}
+	return nil
+}

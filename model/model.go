@@ -66,3 +66,23 @@ type Runner interface {
 	// Close releases the model's memory.
 	Close() error
 }
+
+// PrefixCache is implemented by runners that can keep the KV of ended
+// sequences and start new sequences from it (SGLang's radix cache; see
+// package kvcache/radix). Only whole KV pages are kept and matched. A
+// model with recurrent state (linear attention) resumes only at a
+// position whose state it kept a snapshot of.
+type PrefixCache interface {
+	// MatchPrefix starts the empty slot with the longest cached prefix
+	// of tokens computed with adapter, at most len(tokens)-1 tokens, and
+	// returns its length: the slot is then at that position, and the
+	// next chunk starts there. It reserves nothing beyond the prefix.
+	MatchPrefix(slot, adapter int, tokens []int32) (int, error)
+	// CachePrefix keeps the slot's KV of tokens (its first cached
+	// tokens, whole pages) for later matches; call it before Free.
+	CachePrefix(slot, adapter int, tokens []int32) error
+	// FlushPrefixCache drops everything cached that no slot holds.
+	FlushPrefixCache()
+	// CachedPrefixTokens is the number of tokens the cache holds.
+	CachedPrefixTokens() int
+}

@@ -90,6 +90,13 @@ type Options struct {
 	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
 	// (--cuda-graph-max-bs); 0 means MaxSeqs.
 	CUDAGraphMaxBS int
+	// PrefixSnapshots is the number of recurrent-state snapshots the
+	// prefix cache may keep for a model with linear-attention layers
+	// (kvcache/radix); each takes one sequence's state of memory, and the
+	// model then keeps one more state per slot (its latest page-aligned
+	// state). 0: such a model reuses no cached prefix. Models without
+	// recurrent state ignore it.
+	PrefixSnapshots int
 	// LoRA are the adapters to serve (--lora-paths, --kt-lora-path,
 	// --kt-expert-lora-path); nil serves the base model.
 	LoRA *lora.Set

@@ -52,6 +52,9 @@ type Config struct {
 	MaxRunningRequests int // 0: auto
 	MaxTotalTokens     int // 0: auto (from memory)
 	EnableMixedChunk   bool
+	DisableRadixCache  bool   // no prefix cache: every prompt prefilled from its first token
+	EnableCacheReport  bool   // usage.prompt_tokens_details.cached_tokens in OpenAI answers
+	RadixEviction      string // --radix-eviction-policy: "lru"
 
 	// GPU-side SGLang flags.
 	TensorParallelSize         int
@@ -172,6 +175,9 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.IntVar(&c.MaxRunningRequests, "max-running-requests", 0, "most requests decoding at once; more wait in the queue (default: auto, 32)")
 	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", 0, "KV cache budget in tokens over all running requests (default: auto from memory)")
 	fs.BoolVar(&c.EnableMixedChunk, "enable-mixed-chunk", false, "mix prefill chunks and decode tokens in one step (otherwise a step is all prefill or all decode)")
+	fs.BoolVar(&c.DisableRadixCache, "disable-radix-cache", false, "keep no prefix cache: every prompt is prefilled from its first token (by default the KV of ended requests is kept and reused by prompts that start with the same tokens)")
+	fs.BoolVar(&c.EnableCacheReport, "enable-cache-report", false, "report the prompt tokens served from the prefix cache in usage.prompt_tokens_details.cached_tokens (/generate's meta_info always has cached_tokens)")
+	fs.StringVar(&c.RadixEviction, "radix-eviction-policy", "lru", "which cached prefixes go first when the KV budget is needed: lru (kt implements lru only)")
 
 	// GPU-side.
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "GPUs to split dense layers and attention over; alias --tp-size")

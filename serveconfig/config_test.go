@@ -170,6 +170,8 @@ func TestValidateFeatures(t *testing.T) {
 		{"cuda graph flags without a GPU", []string{"--model", "/m", "--disable-cuda-graph", "--cuda-graph-max-bs", "8"}, cpuOnly, nil,
 			[]string{"disable-cuda-graph", "cuda-graph-max-bs"}},
 		{"plain CPU", []string{"--model", "/m"}, cpuOnly, nil, nil},
+		{"radix cache off", []string{"--model", "/m", "--disable-radix-cache", "--radix-eviction-policy", "lru"}, cpuOnly, nil, []string{"radix-eviction-policy"}},
+		{"radix lfu", []string{"--model", "/m", "--radix-eviction-policy", "lfu"}, cpuOnly, []string{`--radix-eviction-policy: "lfu" is not implemented in kt`}, nil},
 		{"kt flags without weights", []string{"--model", "/m", "--kt-cpuinfer", "8"}, cpuOnly, []string{"--kt-cpuinfer: has no effect without --kt-weight-path"}, nil},
 		{"no CPU expert engine", []string{"--model", "/m", "--kt-weight-path", "/w"}, Features{}, []string{"--kt-method: AMXINT4: this kt has no CPU expert engine"}, nil},
 		{"engine: every CPU flag that works", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-cpuinfer", "2",
@@ -244,7 +246,8 @@ func TestUsageGolden(t *testing.T) {
 		"kt-weight-path", "kt-method", "kt-cpuinfer", "kt-threadpool-count", "kt-numa-nodes", "kt-num-gpu-experts",
 		"kt-gpu-experts-ratio", "kt-max-deferred-experts-per-token", "kt-gpu-prefill-token-threshold",
 		"kt-enable-dynamic-expert-update", "kt-expert-placement-strategy", "record-kt-gpu-expert-distribution",
-		"kt-lora-path", "kt-expert-lora-path", "init-expert-location", "enable-lora", "lora-paths", "lora-backend"} {
+		"kt-lora-path", "kt-expert-lora-path", "init-expert-location", "enable-lora", "lora-paths", "lora-backend",
+		"disable-radix-cache", "radix-eviction-policy", "enable-cache-report"} {
 		if !strings.Contains(got, "--"+f+" ") && !strings.Contains(got, "--"+f+"\n") {
 			t.Errorf("help lacks --%s", f)
 		}

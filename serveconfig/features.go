@@ -68,6 +68,13 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 		note("mem-fraction-static", "no GPU is in use, so there is no GPU memory to budget; the KV cache is sized by --max-total-tokens")
 	}
 
+	if c.RadixEviction != "lru" {
+		refuse("radix-eviction-policy", "%q is not implemented in kt; the prefix cache evicts least recently used prefixes (lru)", c.RadixEviction)
+	}
+	if c.DisableRadixCache {
+		note("radix-eviction-policy", "the prefix cache is off (--disable-radix-cache)")
+	}
+
 	// KTransformers.
 	kt := c.KTWeightPath != ""
 	if !kt {

@@ -454,6 +454,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.met.genTok.Add(float64(o.res.OutputTokens))
+		if i == 0 {
+			u.cached = o.res.CachedTokens
+		}
 		u.CompletionTokens += o.res.OutputTokens
 		u.ReasoningTokens += o.st.reasoningTokens
 		msg := chatMessageOut{Role: "assistant", Content: strPtr(o.st.content.String())}
@@ -482,7 +485,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Choices = append(resp.Choices, ch)
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.total(s.opt.CacheReport)
 	resp.Usage = &u
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -579,7 +582,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 		return
 	}
 	u := usage{PromptTokens: len(plan.prompt)}
-	for _, f := range fins {
+	for i, f := range fins {
 		if f.err != nil {
 			ev.errorEvent(engineError(f.err))
 			return
@@ -589,10 +592,13 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 			return
 		}
 		s.met.genTok.Add(float64(f.res.OutputTokens))
+		if i == 0 {
+			u.cached = f.res.CachedTokens
+		}
 		u.CompletionTokens += f.res.OutputTokens
 		u.ReasoningTokens += f.st.reasoningTokens
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.total(s.opt.CacheReport)
 	if plan.usage {
 		c := chunk([]chatChunkChoice{})
 		c.Usage = &u

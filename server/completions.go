@@ -172,10 +172,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			resp.Choices = append(resp.Choices, c)
 			if i%n == 0 {
 				u.PromptTokens += len(prompts[i/n])
+				u.cached += res.CachedTokens
 			}
 			u.CompletionTokens += res.OutputTokens
 		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		u.total(s.opt.CacheReport)
 		resp.Usage = &u
 		writeJSON(w, http.StatusOK, resp)
 		return
@@ -241,10 +242,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.met.genTok.Add(float64(results[i].OutputTokens))
 		if i%n == 0 {
 			u.PromptTokens += len(prompts[i/n])
+			u.cached += results[i].CachedTokens
 		}
 		u.CompletionTokens += results[i].OutputTokens
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.total(s.opt.CacheReport)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		_ = ev.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: &u})
 	}

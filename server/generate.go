@@ -237,7 +237,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			"id":                fmt.Sprintf("%s", it.spec.req.ID),
 			"prompt_tokens":     len(prompts[it.prompt]),
 			"completion_tokens": len(ids),
-			"cached_tokens":     0,
+			"cached_tokens":     res.CachedTokens,
 			"weight_version":    "default",
 			"e2e_latency":       time.Since(start).Seconds(),
 			"finish_reason":     nil,

@@ -66,7 +66,11 @@ func newMetrics(modelName string, eng *engine.Engine) *metrics {
 	gauge("sglang:num_used_tokens", "The number of used tokens.", func(s engine.Stats) float64 { return float64(s.UsedTokens) })
 	gauge("sglang:token_usage", "The token usage.", func(s engine.Stats) float64 { return s.TokenUsage() })
 	gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache.", func(s engine.Stats) float64 { return float64(s.MaxTotalTokens) })
-	gauge("sglang:cache_hit_rate", "The prefix cache hit rate (kt has no prefix cache yet: always 0).", func(engine.Stats) float64 { return 0 })
+	gauge("sglang:cache_hit_rate", "The prefix cache hit rate: the fraction of admitted tokens whose KV came from the cache.", func(s engine.Stats) float64 { return s.CacheHitRate() })
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sglang:cached_tokens_total",
+		Help:        "Number of prompt tokens whose KV came from the prefix cache (cache_source device: the KV cache's own pages).",
+		ConstLabels: prometheus.Labels{"model_name": modelName, "cache_source": "device"}},
+		func() float64 { return float64(eng.Stats().PrefixHitTokens) }))
 	gauge("sglang:gen_throughput", "The generation throughput (token/s) over the last few seconds.", func(s engine.Stats) float64 { return m.throughput(s) })
 	gauge("kt:num_preemptions", "Sequences preempted (and later recomputed) because the KV budget ran out.", func(s engine.Stats) float64 { return float64(s.Preemptions) })
 	gauge("kt:forward_steps", "Forward steps run.", func(s engine.Stats) float64 { return float64(s.Steps) })

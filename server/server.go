@@ -67,6 +67,9 @@ type Options struct {
 	Logger    *slog.Logger
 	// AccessLog logs one line per request at info level.
 	AccessLog bool
+	// CacheReport reports usage.prompt_tokens_details.cached_tokens
+	// (--enable-cache-report; null otherwise, as in SGLang).
+	CacheReport bool
 	// Experts is the expert-distribution recorder (nil: recording is off).
 	Experts ExpertRecorder
 }
@@ -304,6 +307,7 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"token_usage": st.TokenUsage(), "num_preemptions": st.Preemptions, "forward_steps": st.Steps,
 		"prompt_tokens_total": st.PromptTokens, "generation_tokens_total": st.GenerationTokens,
 		"last_step_tokens": st.LastStepTokens, "last_step_seconds": st.LastStepDuration.Seconds(),
+		"radix_cache": st.RadixCache, "cache_hit_rate": st.CacheHitRate(), "cached_tokens": st.CachedTokens,
 	}}
 	out["eos_token_ids"] = s.eng.EOSTokenIDs()
 	out["reasoning_parser"] = s.opt.ReasoningParser
@@ -312,12 +316,20 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleFlushCache answers as SGLang does. kt keeps no prefix cache yet, so
-// there is nothing to drop; the answer says so.
+// handleFlushCache empties the prefix cache and answers as SGLang does:
+// 200 when it was flushed, 400 when requests were running or waiting (the
+// cache is then left alone).
 func (s *Server) handleFlushCache(w http.ResponseWriter, r *http.Request) {
+	err := s.eng.FlushCache(r.Context())
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		s.log.Info("flush_cache refused", "err", err)
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, "Cache not flushed: %v.\nWhen there are running or waiting requests, the operation is not performed.\n", err)
+		return
+	}
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, "Cache flushed.\nkt keeps no prefix cache yet: KV memory is freed as soon as each request ends.\n")
+	fmt.Fprint(w, "Cache flushed.\n")
 }
 
 type tokenizeRequest struct {

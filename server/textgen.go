@@ -75,6 +75,7 @@ type genResult struct {
 	MatchedStop    json.RawMessage // a token id, a stop string, or null
 	PromptTokens   int
 	OutputTokens   int
+	CachedTokens   int // prompt tokens the prefix cache supplied
 	PromptLogprobs []engine.TokenLogprob
 	Text           string // all visible text
 	Tokens         []engine.Token
@@ -173,6 +174,7 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 				}
 			}
 			res.PromptTokens = u.Finish.PromptTokens
+			res.CachedTokens = u.Finish.CachedTokens
 			return res, nil
 		}
 		if u.Finish != nil {
@@ -197,6 +199,7 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 			res.Text = text
 			res.Reason = f.Reason
 			res.PromptTokens = f.PromptTokens
+			res.CachedTokens = f.CachedTokens
 			res.Err = f.Err
 			if f.MatchedStop >= 0 {
 				res.MatchedStop = json.RawMessage(strconv.Itoa(int(f.MatchedStop)))

@@ -87,6 +87,17 @@ type usage struct {
 	CompletionTokens    int  `json:"completion_tokens"`
 	PromptTokensDetails *any `json:"prompt_tokens_details"`
 	ReasoningTokens     int  `json:"reasoning_tokens"`
+	cached              int  // prompt tokens served from the prefix cache
+}
+
+// total fills TotalTokens and, when the server reports the cache
+// (--enable-cache-report, as SGLang), prompt_tokens_details.
+func (u *usage) total(report bool) {
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if report {
+		var d any = map[string]int{"cached_tokens": u.cached}
+		u.PromptTokensDetails = &d
+	}
 }
 
 type toolCall struct {

@@ -20,6 +20,14 @@ type linearState struct {
 func (s *linearState) Free(slot int)      { s.store.Free(slot) }
 func (s *linearState) BytesPerSeq() int64 { return s.store.Shape().BytesPerSeq() }
 
+// CopySlot implements backend.LinearState: a host memory copy.
+func (s *linearState) CopySlot(dst, src int) error {
+	if err := s.store.Copy(dst, src); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	return nil
+}
+
 // AllocLinearState implements backend.LinearAttention.
 func (b *Backend) AllocLinearState(shape backend.LinearShape, maxSeqs int) (backend.LinearState, error) {
 	d := shape.Delta

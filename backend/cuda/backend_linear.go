@@ -58,6 +58,31 @@ func (s *linearState) Free(slot int) {
 	s.b.check("LinearState.Free", s.b.s.Memset(s.delta.Slice(int64(slot)*d, d), 0))
 }
 
+// CopySlot implements backend.LinearState: device-to-device copies of the
+// slot's conv history and gated-delta-rule state, queued on the stream in
+// order with the ops.
+func (s *linearState) CopySlot(dst, src int) error {
+	if dst < 0 || dst >= s.maxSeqs || src < 0 || src >= s.maxSeqs {
+		return fmt.Errorf("cuda: linear state: copy from slot %d to %d outside [0,%d)", src, dst, s.maxSeqs)
+	}
+	if s.b.closed {
+		return fmt.Errorf("cuda: linear state: the backend is closed")
+	}
+	if dst == src {
+		return nil
+	}
+	c, d := s.convPerSlot(), s.deltaPerSlot()
+	if c > 0 {
+		if err := s.b.s.CopyDtoD(s.conv.Slice(int64(dst)*c, c), s.conv.Slice(int64(src)*c, c), c); err != nil {
+			return fmt.Errorf("cuda: linear state: copying conv state: %w", err)
+		}
+	}
+	if err := s.b.s.CopyDtoD(s.delta.Slice(int64(dst)*d, d), s.delta.Slice(int64(src)*d, d), d); err != nil {
+		return fmt.Errorf("cuda: linear state: copying delta state: %w", err)
+	}
+	return nil
+}
+
 // BytesPerSeq is the device memory one sequence's state takes.
 func (s *linearState) BytesPerSeq() int64 { return s.convPerSlot() + s.deltaPerSlot() }
 

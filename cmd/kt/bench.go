@@ -101,9 +101,11 @@ type moeRecord struct {
 	WeightGBps   float64 `json:"weight_gbps"`
 	ReadGBps     float64 `json:"read_gbps"`      // median of the shape's probe samples
 	ReadNearGBps float64 `json:"read_near_gbps"` // the sample taken right before this measurement
-	TFLOPS       float64 `json:"tflops"`
-	TorchTF      float64 `json:"torch_tflops,omitempty"`
-	Layers       int     `json:"layers"`
+	// Disturbed is set when ReadNearGBps is under disturbedFraction of the median.
+	Disturbed bool    `json:"disturbed,omitempty"`
+	TFLOPS    float64 `json:"tflops"`
+	TorchTF   float64 `json:"torch_tflops,omitempty"`
+	Layers    int     `json:"layers"`
 	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 	// Trace is the per-thread timing of the decode tasks (--trace).
@@ -206,6 +208,10 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 // probeReps is the number of passes over the probe buffer per sample.
 const probeReps = 2
 
+// disturbedFraction marks a row whose neighbouring probe sample read under
+// this fraction of the median: the machine was busy with something else.
+const disturbedFraction = 0.7
+
 // benchShape measures every method and token count on one layer shape. The
 // read-bandwidth probe takes three samples first and one right before every
 // measurement, so its samples are spread over the same minutes as the
@@ -262,15 +268,26 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		med, len(smp), slices.Min(smp)/1e9, slices.Max(smp)/1e9, probe.Threads(), o.bwBytes>>20)
 	fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %9s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read",
 		"near GB/s", "TFLOPS", "torch TF", "xtorch", "kernels")
+	disturbed := 0
 	for i := range records {
 		rec := &records[i]
 		rec.ReadGBps = med
+		rec.Disturbed = rec.ReadNearGBps < disturbedFraction*med
 		tt, x := "-", "-"
 		if rec.TorchTF > 0 {
 			tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.TFLOPS/rec.TorchTF)
 		}
-		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %9.1f %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
-			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, rec.TFLOPS, tt, x, rec.Kernels)
+		mark := " "
+		if rec.Disturbed {
+			mark = "*"
+			disturbed++
+		}
+		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %8.1f%s %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
+			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, mark, rec.TFLOPS, tt, x, rec.Kernels)
+	}
+	if disturbed > 0 {
+		fmt.Fprintf(w, "* %d row(s) ran while the probe sample next to them read under %.0f%% of the median: something else used the memory then; rerun those rows\n",
+			disturbed, 100*disturbedFraction)
 	}
 	for _, t := range tokens {
 		if r, ok := torch[t]; ok {

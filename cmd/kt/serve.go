@@ -134,6 +134,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
+	if !cfg.DisableRadixCache {
+		// hybrid models: recurrent-state snapshots the prefix cache keeps
+		// (plus one rolling state per slot); docs/notes/prefix.md
+		opts.PrefixSnapshots = min(maxRunning, 8)
+	}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return err
 	}
@@ -237,7 +242,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	eng, err := engine.New(runner, engine.Config{
 		MaxRunningRequests: maxRunning, ChunkedPrefillSize: cfg.ChunkedPrefillSize, MaxPrefillTokens: cfg.MaxPrefillTokens,
 		EnableMixedChunk: cfg.EnableMixedChunk, ContextLength: ctxLen, EOSTokenIDs: eos, Seed: seed, RandomSeed: !cfg.RandomSeedSet,
-		WatchdogTimeout: cfg.WatchdogTimeout, Logger: log,
+		WatchdogTimeout: cfg.WatchdogTimeout, Logger: log, DisableRadixCache: cfg.DisableRadixCache,
 		OnHang: func(d time.Duration) {
 			log.Error("watchdog: a forward step has run longer than --watchdog-timeout; exiting", "elapsed", d, "timeout", cfg.WatchdogTimeout)
 			os.Exit(2)
@@ -250,7 +255,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
 		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
-		LoRANames: loras.Names(),
+		LoRANames: loras.Names(), CacheReport: cfg.EnableCacheReport,
 	}
 	if recorder != nil {
 		sopt.Experts = recorder

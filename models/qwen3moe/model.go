@@ -66,7 +66,10 @@ type Runner struct {
 	rlogits, rw, rids   backend.Tensor
 }
 
-var _ model.Runner = (*Runner)(nil)
+var (
+	_ model.Runner      = (*Runner)(nil)
+	_ model.PrefixCache = (*Runner)(nil)
+)
 
 // Load opens the checkpoint in dir and binds its weights to the backend in
 // o (a new CPU backend when nil).
@@ -204,6 +207,22 @@ func (r *Runner) Reserve(slot, n int) error { return r.rb.Reserve(slot, n) }
 
 // Free implements model.Runner.
 func (r *Runner) Free(slot int) { r.rb.Free(slot) }
+
+// MatchPrefix implements model.PrefixCache.
+func (r *Runner) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
+	return r.rb.MatchPrefix(slot, adapter, tokens)
+}
+
+// CachePrefix implements model.PrefixCache.
+func (r *Runner) CachePrefix(slot, adapter int, tokens []int32) error {
+	return r.rb.CachePrefix(slot, adapter, tokens)
+}
+
+// FlushPrefixCache implements model.PrefixCache.
+func (r *Runner) FlushPrefixCache() { r.rb.FlushPrefixCache() }
+
+// CachedPrefixTokens implements model.PrefixCache.
+func (r *Runner) CachedPrefixTokens() int { return r.rb.CachedPrefixTokens() }
 
 // FreeTokens implements model.Runner.
 func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }

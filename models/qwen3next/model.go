@@ -98,7 +98,10 @@ type Runner struct {
 	seG, seU, seS, mlpG, mlpU backend.Tensor
 }
 
-var _ model.Runner = (*Runner)(nil)
+var (
+	_ model.Runner      = (*Runner)(nil)
+	_ model.PrefixCache = (*Runner)(nil)
+)
 
 // Load opens the checkpoint in dir and binds its weights to the backend in
 // o (a new CPU backend when nil). The backend must implement
@@ -427,6 +430,7 @@ func (r *Runner) allocate() error {
 		if r.state, err = r.la.AllocLinearState(backend.LinearShape{Layers: nLinear, ConvKernel: c.Linear.ConvKernel, Delta: d}, r.rb.StateSlots()); err != nil {
 			return err
 		}
+		r.rb.UsePrefixState(r.state)
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
 	k := max(c.TopK, 1)
@@ -478,6 +482,22 @@ func (r *Runner) Free(slot int) {
 		r.state.Free(slot)
 	}
 }
+
+// MatchPrefix implements model.PrefixCache.
+func (r *Runner) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
+	return r.rb.MatchPrefix(slot, adapter, tokens)
+}
+
+// CachePrefix implements model.PrefixCache.
+func (r *Runner) CachePrefix(slot, adapter int, tokens []int32) error {
+	return r.rb.CachePrefix(slot, adapter, tokens)
+}
+
+// FlushPrefixCache implements model.PrefixCache.
+func (r *Runner) FlushPrefixCache() { r.rb.FlushPrefixCache() }
+
+// CachedPrefixTokens implements model.PrefixCache.
+func (r *Runner) CachedPrefixTokens() int { return r.rb.CachedPrefixTokens() }
 
 // FreeTokens implements model.Runner.
 func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }

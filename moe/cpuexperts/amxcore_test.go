@@ -102,6 +102,26 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"kb16pfA", amxKnobs{kch: 16, pf: 1, pfm: 1, nxl: 4}},
 		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
 	}
+	// The tile unit alone (variants -1: operands resident, -2: reloaded from
+	// L1 every round): the ceiling the kernels below are measured against.
+	for _, i8 := range []bool{false, true} {
+		for _, v := range []int{-1, -2} {
+			for _, cs := range [][]int{cpus[:1], cpus} {
+				b.Run(fmt.Sprintf("i8=%v/peak%d/threads=%d", i8, v, len(cs)), func(b *testing.B) {
+					var tf float64
+					for range b.N {
+						t, err := amxKernelBench(i8, 256, 2048, amxKnobs{variant: v}, 20, 1<<20, cs, false)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tf = t
+					}
+					b.ReportMetric(tf, "TFLOPS")
+					b.ReportMetric(tf/float64(len(cs)), "TFLOPS/core")
+				})
+			}
+		}
+	}
 	for _, i8 := range []bool{false, true} {
 		for _, mk := range [][2]int{{256, 2048}, {256, 768}, {128, 2048}} {
 			if i8 && mk[0] == 128 {

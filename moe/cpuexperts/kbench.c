@@ -13,6 +13,11 @@
 #include "kt_internal.h"
 
 void* kt_alloc(int64_t bytes, int node);
+void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf);
+
+// KB_PEAK_ROUNDS is the number of 2x2 tile-product rounds per rep of the
+// peak variants (var < 0).
+#define KB_PEAK_ROUNDS 100000
 void kt_free(void* p, int64_t bytes);
 
 typedef struct {
@@ -81,6 +86,12 @@ static void* kb_thread(void* p) {
   atomic_fetch_add(a->ready, 1);
   while (atomic_load(a->ready) < a->nthreads) sched_yield();
   double t0 = kb_now();
+  if (a->var < 0 && ok && !a->noamx) {  // the tile unit alone: -1 resident operands, -2 operands from L1
+    char pbuf[4096] __attribute__((aligned(64)));  // small values: bf16 0.0078, int8 1
+    for (int i = 0; i < 4096; i++) pbuf[i] = i8 ? 1 : ((i & 1) ? 0x3c : 0x00);
+    kt_amx_peak_loop(i8, a->var == -2, (int64_t)a->reps * KB_PEAK_ROUNDS, pbuf);
+    a->reps = 0;
+  }
   for (int r = 0; ok && r < a->reps; r++)
     for (int64_t q = 0; q < npairs; q++) {
       s.nx = q + 1 < npairs ? w + (q + 1) * pairb : NULL;
@@ -138,6 +149,8 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   int64_t npairs = wbytes / (KT_NB * k * esz);
   if (npairs < 1) npairs = 1;
   *flops = 2.0 * m * KT_NB * (double)k * (double)npairs * reps * nthreads;
+  if (var < 0 && !noamx)  // four 16x16 tile products per round, K 32 (bf16) or 64 (int8)
+    *flops = 4.0 * 2 * 16 * 16 * (fmt == KT_FMT_I8_PK ? 64 : 32) * (double)KB_PEAK_ROUNDS * reps * nthreads;
   free(args);
   free(th);
   return bad ? -1 : worst;

@@ -84,3 +84,32 @@ TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
   amx_i8_core((const char*)dst, k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
+
+// kt_amx_peak_loop issues iters rounds of four tile products (C0..C3 +=
+// A4,A5 x B6,B7, the 2x2 block of the prefill kernels) with the operand
+// tiles resident (loads = 0), or reloaded each round from one 4 KiB buffer
+// that stays in L1 (loads = 1): the tile unit's own rate on this core, and
+// with loads the rate the kernels could reach if every operand hit L1. The
+// calling thread must have loaded the tile configuration.
+TAMX void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf) {
+  _tile_loadd(4, buf, 64);
+  _tile_loadd(5, buf + 1024, 64);
+  _tile_loadd(6, buf + 2048, 64);
+  _tile_loadd(7, buf + 3072, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iters; i++) {
+    if (loads) {
+      _tile_loadd(4, buf, 64);
+      _tile_loadd(6, buf + 2048, 64);
+    }
+    if (i8) _tile_dpbssd(0, 4, 6); else _tile_dpbf16ps(0, 4, 6);
+    if (loads) _tile_loadd(7, buf + 3072, 64);
+    if (i8) _tile_dpbssd(1, 4, 7); else _tile_dpbf16ps(1, 4, 7);
+    if (loads) _tile_loadd(5, buf + 1024, 64);
+    if (i8) _tile_dpbssd(2, 5, 6); else _tile_dpbf16ps(2, 5, 6);
+    if (i8) _tile_dpbssd(3, 5, 7); else _tile_dpbf16ps(3, 5, 7);
+  }
+}

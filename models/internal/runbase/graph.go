@@ -277,8 +277,19 @@ func (b *Base) OnReplay(fn func() error) { b.gr.replayCheck = fn }
 func (b *Base) GraphStats() models.GraphStats { return b.gr.stats }
 
 // StateSlots is the number of recurrent-state slots a model allocates:
-// MaxSeqs, plus the padding rows' slot when decode steps may be padded.
+// MaxSeqs, plus the padding rows' slot when decode steps may be padded,
+// plus the prefix cache's (one rolling snapshot per slot and
+// Opts.PrefixSnapshots kept ones) when it keeps snapshots.
 func (b *Base) StateSlots() int {
+	n := b.seqStateSlots()
+	if b.Opts.PrefixSnapshots > 0 {
+		n += b.Opts.MaxSeqs + b.Opts.PrefixSnapshots
+	}
+	return n
+}
+
+// seqStateSlots is the number of state slots steps run in.
+func (b *Base) seqStateSlots() int {
 	if b.gr.dummy >= 0 {
 		return b.Opts.MaxSeqs + 1
 	}

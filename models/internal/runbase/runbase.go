@@ -44,6 +44,10 @@ type Base struct {
 	hostLog []float32
 	rowsBuf [][]float32
 	gr      graphState
+	pfx     prefixState
+	// stateful: the model keeps recurrent state (UsePrefixState)
+	stateful bool
+	slotsBuf []int
 }
 
 // Open reads dir/config.json (ReadConfig: one of families), opens the
@@ -203,6 +207,7 @@ func (b *Base) AllocStep(hidden, vocab int) error {
 		return err
 	}
 	b.Pool = pool
+	b.initPrefix()
 	if pad {
 		b.gr.dummy = o.MaxSeqs
 		if err := pool.Reserve(b.gr.dummy, 1); err != nil {
@@ -232,8 +237,14 @@ func (b *Base) AllocStep(hidden, vocab int) error {
 // Reserve implements model.Runner's Reserve on the page pool.
 func (b *Base) Reserve(slot, n int) error { return b.Pool.Reserve(slot, n) }
 
-// Free releases the slot's KV pages.
-func (b *Base) Free(slot int) { b.Pool.Free(slot) }
+// Free releases the slot's KV pages (those the prefix cache keeps stay
+// there).
+func (b *Base) Free(slot int) {
+	b.Pool.Free(slot)
+	if slot >= 0 && slot < len(b.pfx.rolled) {
+		b.pfx.rolled[slot] = 0
+	}
+}
 
 // FreeTokens implements model.Runner's FreeTokens.
 func (b *Base) FreeTokens() int { return b.Pool.FreeTokens() }
@@ -381,10 +392,15 @@ func (b *Base) hand(bt *model.Batch, out *model.Logits, log []float32) error {
 	if err := b.Sync(); err != nil {
 		return err
 	}
+	b.slotsBuf = b.slotsBuf[:0]
 	for _, ch := range bt.Chunks {
 		if err := b.Pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
 			return fmt.Errorf("%s: %w", b.Name, err)
 		}
+		b.slotsBuf = append(b.slotsBuf, ch.Slot)
+	}
+	if err := b.rollSnapshots(b.slotsBuf); err != nil {
+		return err
 	}
 	if cap(out.Rows) < len(bt.Chunks) {
 		out.Rows = make([][][]float32, len(bt.Chunks))

@@ -1,0 +1,94 @@
+//go:build cgo
+
+package cuda_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/models"
+)
+
+// TestPrefixCacheModel runs the prefix cache through whole models on the
+// GPU (KV pages shared between slots in the GPU's paged KV cache; for the
+// hybrid models, recurrent-state snapshots taken and restored with
+// LinearState.CopySlot): a 40-token prompt and a 24-token greedy answer
+// are cached (63 tokens computed: 3 full pages, with a state snapshot at
+// 48 for the hybrids), then a next turn (the 64 tokens and 10 more) is
+// matched (48 tokens) and only its tail prefilled. Its last logprobs must
+// match a whole prefill of the same prompt within modelTol (the GPU's
+// GEMMs are not bit-identical across row counts), twice over (a second
+// slot attaching the same pages).
+func TestPrefixCacheModel(t *testing.T) {
+	for _, fx := range []string{"qwen3moe-a", "qwen3next-a", "qwen35moe-b"} {
+		t.Run(fx, func(t *testing.T) {
+			g, err := cuda.NewBackendOn(gpu(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
+			if err != nil {
+				g.Close()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close(); g.Close() })
+			pc, ok := r.(model.PrefixCache)
+			if !ok {
+				t.Fatalf("%T does not implement model.PrefixCache", r)
+			}
+			run := &runner{r: r, pos: map[int]int{}}
+			vocab := r.Info().VocabSize
+			seq := make([]int32, 40)
+			for i := range seq {
+				seq[i] = int32((i*37 + 11) % vocab)
+			}
+			row := run.forward(t, 0, seq, false)[0]
+			for range 24 {
+				tok := argmax(logSoftmax(row))
+				seq = append(seq, tok)
+				if len(seq) < 64 {
+					row = run.forward(t, 0, []int32{tok}, false)[0]
+				}
+			}
+			if err := pc.CachePrefix(0, 0, seq[:run.pos[0]]); err != nil {
+				t.Fatal(err)
+			}
+			run.free(0)
+			next := append(seq[:64:64], make([]int32, 10)...)
+			for i := 64; i < len(next); i++ {
+				next[i] = int32((i*53 + 7) % vocab)
+			}
+			whole := logSoftmax(run.forward(t, 3, next, false)[0])
+			for _, slot := range []int{1, 2} {
+				m, err := pc.MatchPrefix(slot, 0, next)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m != 48 {
+					t.Fatalf("slot %d matched %d tokens, want 48", slot, m)
+				}
+				run.pos[slot] = m
+				got := logSoftmax(run.forward(t, slot, next[m:], false)[0])
+				var worst float64
+				for i := range got {
+					worst = math.Max(worst, math.Abs(got[i]-whole[i]))
+				}
+				if worst > modelTol {
+					t.Errorf("slot %d: logprobs after a cache hit differ from a whole prefill by %.3g", slot, worst)
+				}
+				t.Logf("RESULT %s slot %d: 48 of %d tokens from the prefix cache, logprobs within %.3g of a whole prefill", fx, slot, len(next), worst)
+			}
+			if n := pc.CachedPrefixTokens(); n != 48 {
+				t.Errorf("%d tokens cached, want 48", n)
+			}
+			pc.FlushPrefixCache()
+			run.free(1)
+			run.free(2)
+			if m, _ := pc.MatchPrefix(1, 0, next); m != 0 {
+				t.Errorf("matched %d tokens after a flush", m)
+			}
+		})
+	}
+}

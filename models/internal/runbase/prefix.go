@@ -1,0 +1,169 @@
+package runbase
+
+import (
+	"fmt"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/kvcache/radix"
+)
+
+// prefixState is the prefix cache of a runner (model.PrefixCache): the
+// radix tree over the pool's pages and, for a model with linear-attention
+// layers, its recurrent-state snapshots.
+//
+// A model with recurrent state can resume a cached prefix only where the
+// state after it is known. After every step the state of each slot whose
+// length lands on a page boundary is copied to that slot's rolling
+// snapshot (one copy per PageSize tokens); when the sequence is cached,
+// the rolling snapshot is copied into a kept one attached to the tree node
+// of that boundary, and only the pages up to it are cached.
+type prefixState struct {
+	tree     *radix.Tree
+	st       backend.LinearState // nil: no recurrent state
+	rollBase int                 // state slot of slot 0's rolling snapshot
+	rolled   []int               // per slot, tokens its rolling snapshot covers (0: none)
+	snapFree []int               // free kept-snapshot state slots
+}
+
+// initPrefix makes the tree once the pool exists.
+func (b *Base) initPrefix() {
+	b.pfx.tree = radix.New(b.Pool, b.dropSnapshot)
+}
+
+// UsePrefixState gives the prefix cache the model's linear-attention
+// state, allocated with StateSlots slots. Without a call (or with
+// Opts.PrefixSnapshots 0) a model with recurrent state must not match
+// prefixes: MatchPrefix then finds none.
+func (b *Base) UsePrefixState(st backend.LinearState) {
+	if st == nil {
+		return
+	}
+	b.stateful = true
+	if b.Opts.PrefixSnapshots <= 0 {
+		return
+	}
+	p := &b.pfx
+	p.st = st
+	p.rollBase = b.seqStateSlots()
+	p.rolled = make([]int, b.Opts.MaxSeqs)
+	for i := b.Opts.PrefixSnapshots - 1; i >= 0; i-- {
+		p.snapFree = append(p.snapFree, p.rollBase+b.Opts.MaxSeqs+i)
+	}
+}
+
+// statefulNoSnapshots reports a model with recurrent state whose prefix
+// cache keeps no snapshots: it reuses nothing.
+func (b *Base) statefulNoSnapshots() bool { return b.stateful && b.pfx.st == nil }
+
+func (b *Base) dropSnapshot(id int) {
+	p := &b.pfx
+	if p.st == nil {
+		return
+	}
+	p.st.Free(id)
+	p.snapFree = append(p.snapFree, id)
+}
+
+// rollSnapshots copies the state of each of the step's slots that ended on
+// a page boundary to its rolling snapshot.
+func (b *Base) rollSnapshots(slots []int) error {
+	p := &b.pfx
+	if p.st == nil {
+		return nil
+	}
+	for _, slot := range slots {
+		n := b.Pool.Len(slot)
+		if n == 0 || n%b.Pool.PageSize() != 0 || n == p.rolled[slot] {
+			continue
+		}
+		if err := p.st.CopySlot(p.rollBase+slot, slot); err != nil {
+			return fmt.Errorf("%s: prefix cache: %w", b.Name, err)
+		}
+		p.rolled[slot] = n
+	}
+	return nil
+}
+
+// MatchPrefix implements model.PrefixCache: the empty slot starts with
+// the longest cached prefix of tokens, at most len(tokens)-1 tokens (the
+// last token's logits must be computed), and its state snapshot when the
+// model has recurrent state.
+func (b *Base) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
+	if b.statefulNoSnapshots() || len(tokens) < 2 {
+		return 0, nil
+	}
+	p := &b.pfx
+	m := p.tree.Match(adapter, tokens, len(tokens)-1, p.st != nil)
+	if m.Tokens == 0 {
+		return 0, nil
+	}
+	if err := b.Pool.Attach(slot, m.Pages); err != nil {
+		return 0, fmt.Errorf("%s: prefix cache: %w", b.Name, err)
+	}
+	if p.st != nil {
+		if err := p.st.CopySlot(slot, m.Snapshot); err != nil {
+			b.Pool.Free(slot)
+			return 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
+		}
+		if err := p.st.CopySlot(p.rollBase+slot, m.Snapshot); err != nil {
+			b.Pool.Free(slot)
+			return 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
+		}
+		p.rolled[slot] = m.Tokens
+	}
+	return m.Tokens, nil
+}
+
+// CachePrefix implements model.PrefixCache: the slot's full pages of
+// tokens (its first Len tokens) go into the tree; with recurrent state,
+// the pages up to its rolling snapshot, with a kept copy of it.
+func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
+	if b.statefulNoSnapshots() {
+		return nil
+	}
+	if slot < 0 || slot >= b.Opts.MaxSeqs {
+		return fmt.Errorf("%s: prefix cache: slot %d outside [0,%d)", b.Name, slot, b.Opts.MaxSeqs)
+	}
+	p, ps := &b.pfx, b.Pool.PageSize()
+	n := min(len(tokens), b.Pool.Len(slot)) / ps * ps
+	snap := radix.NoSnapshot
+	if p.st != nil {
+		n = min(n, p.rolled[slot])
+		if n == 0 {
+			return nil
+		}
+		if m := p.tree.Match(adapter, tokens[:n], n, true); m.Tokens == n {
+			snap = radix.NoSnapshot // the same state is kept already
+		} else {
+			if len(p.snapFree) == 0 {
+				p.tree.DropSnapshot()
+			}
+			if len(p.snapFree) == 0 {
+				return nil // every snapshot is in use by a match being set up; keep nothing
+			}
+			snap = p.snapFree[len(p.snapFree)-1]
+			p.snapFree = p.snapFree[:len(p.snapFree)-1]
+			if err := p.st.CopySlot(snap, p.rollBase+slot); err != nil {
+				p.snapFree = append(p.snapFree, snap)
+				return fmt.Errorf("%s: prefix cache: keeping the state snapshot: %w", b.Name, err)
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	kept, err := p.tree.Insert(adapter, tokens[:n], b.Pool.Pages(slot)[:n/ps], snap)
+	if err != nil {
+		return fmt.Errorf("%s: prefix cache: %w", b.Name, err)
+	}
+	if !kept && snap != radix.NoSnapshot {
+		b.dropSnapshot(snap)
+	}
+	return nil
+}
+
+// FlushPrefixCache implements model.PrefixCache.
+func (b *Base) FlushPrefixCache() { b.pfx.tree.Flush() }
+
+// CachedPrefixTokens implements model.PrefixCache.
+func (b *Base) CachedPrefixTokens() int { return b.pfx.tree.Pages() * b.Pool.PageSize() }
