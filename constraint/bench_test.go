@@ -47,9 +47,9 @@ func BenchmarkMaskCold(b *testing.B) {
 }
 
 // BenchmarkStep is one sampling step over the 151,669-token Qwen3 row
-// (random logits, temperature 1, no top-k/top-p: the sampler's whole-
-// vocabulary path): without a constraint, with the state's mask cached,
-// and cold (a fresh grammar each step, so the mask is built).
+// (random logits; temperature 1 without top-k/top-p, the sampler's whole-
+// vocabulary path, or greedy): without a constraint, with the state's mask
+// cached, and cold (a fresh grammar each step, nothing cached).
 func BenchmarkStep(b *testing.B) {
 	g, st := benchStates(b)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -59,14 +59,20 @@ func BenchmarkStep(b *testing.B) {
 	}
 	var sm sample.Sampler
 	p := sample.Params{Temperature: 1, TopP: 1, TopK: -1, RepetitionPenalty: 1}
-	b.Run("unconstrained", func(b *testing.B) {
-		seq := sample.NewSequence(p, nil, 1)
-		for b.Loop() {
-			if _, err := sm.Sample(seq, row); err != nil {
-				b.Fatal(err)
-			}
+	for _, greedy := range []bool{false, true} {
+		q, mode := p, "sampled"
+		if greedy {
+			q.Temperature, mode = 0, "greedy"
 		}
-	})
+		b.Run("unconstrained/"+mode, func(b *testing.B) {
+			seq := sample.NewSequence(q, nil, 1)
+			for b.Loop() {
+				if _, err := sm.Sample(seq, row); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	for _, name := range []string{"structural", "string"} {
 		for _, greedy := range []bool{false, true} {
 			q := p

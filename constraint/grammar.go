@@ -15,10 +15,21 @@ import (
 // Grammar is a compiled constraint for one vocabulary: its DFA and the
 // token masks of the states visited so far. It is safe for concurrent use.
 type Grammar struct {
-	dfa   *DFA
-	vocab *Vocab
-	masks []atomic.Pointer[[]uint64] // per DFA state, built on demand
+	dfa    *DFA
+	vocab  *Vocab
+	masks  []atomic.Pointer[[]uint64] // per DFA state, built on demand
+	cached atomic.Int32               // masks stored
 }
+
+// maxCachedMasks bounds the masks one Grammar keeps (19 KB each on a
+// 152k vocabulary); past it masks are computed and dropped.
+const maxCachedMasks = 1024
+
+// denseFanout: a state from which at least this many byte values continue
+// (inside a string, say) allows most of the vocabulary; its mask costs a
+// walk of nearly the whole trie, while a token picked from the logits is
+// almost always allowed, so Constraint.Mask leaves such states to Allow.
+const denseFanout = 96
 
 // NewGrammar binds d to vocabulary v.
 func NewGrammar(d *DFA, v *Vocab) *Grammar {
@@ -36,20 +47,14 @@ func (g *Grammar) Mask(s int32) []uint64 {
 		return *m
 	}
 	m := g.vocab.mask(g.dfa, s)
-	g.masks[s].Store(&m)
+	if g.cached.Load() < maxCachedMasks && g.masks[s].CompareAndSwap(nil, &m) {
+		g.cached.Add(1)
+	}
 	return m
 }
 
-// CachedMasks is the number of states whose mask has been computed.
-func (g *Grammar) CachedMasks() int {
-	n := 0
-	for i := range g.masks {
-		if g.masks[i].Load() != nil {
-			n++
-		}
-	}
-	return n
-}
+// CachedMasks is the number of states whose mask is cached.
+func (g *Grammar) CachedMasks() int { return int(g.cached.Load()) }
 
 // directChecks is how many Allow calls a Constraint answers by walking the
 // DFA over the token's bytes, in one state, before it takes the state's
@@ -109,12 +114,18 @@ func (c *Constraint) Allow(t int32) bool {
 	return true
 }
 
-// Mask returns the bitset of the tokens allowed next (see Grammar.Mask),
-// building the state's mask on first use; engine/sample applies it to the
-// logits row in one pass instead of asking Allow token by token.
+// Mask returns the bitset of the tokens allowed next (see Grammar.Mask);
+// engine/sample applies it to the logits row in one pass instead of asking
+// Allow token by token. It gives the (cached, or built: a cheap trie walk)
+// mask of a sparse state, and nil for a dense one: there the sampler's
+// first draw is almost always allowed, and one Allow costs less than
+// masking the row.
 func (c *Constraint) Mask() []uint64 {
 	if c.state < 0 {
 		return make([]uint64, (c.g.vocab.size+63)/64)
+	}
+	if c.g.dfa.fanout[c.state] >= denseFanout {
+		return nil
 	}
 	return c.g.Mask(c.state)
 }

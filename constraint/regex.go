@@ -32,6 +32,7 @@ type DFA struct {
 	nclass int
 	next   []int32 // state*nclass + class -> state, -1 dead
 	accept []bool
+	fanout []uint16 // per state: how many byte values lead to a live state
 	start  int32
 }
 
@@ -405,5 +406,13 @@ func (n *nfa) determinize(start int32) (*DFA, error) {
 		}
 	}
 	d.start = renum[s0]
+	d.fanout = make([]uint16, k)
+	for s := range k {
+		for b := range 256 {
+			if d.Step(s, byte(b)) >= 0 {
+				d.fanout[s]++
+			}
+		}
+	}
 	return d, nil
 }
