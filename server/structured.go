@@ -16,7 +16,7 @@ import (
 
 // maxGrammars is how many compiled grammars (with their token masks) the
 // server keeps for reuse by later requests with the same schema or regex.
-const maxGrammars = 64
+const maxGrammars = 32
 
 // grammars compiles and caches the server's constraints: the vocabulary
 // index is built on the first constrained request, and compiled grammars

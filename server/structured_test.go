@@ -49,6 +49,31 @@ func TestJSONSchemaWithOpenAIClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go-openai's strict schema is refused: %v\n%s", err, raw)
 	}
+	// Streaming: the deltas join to the scripted answer.
+	sreq := chatReq("GOOD", 400)
+	sreq.Temperature = 0.0000001
+	sreq.ResponseFormat = &openai.ChatCompletionResponseFormat{
+		Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
+		JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: "weather_report", Schema: schema, Strict: true},
+	}
+	stream, err := ts.client.CreateChatCompletionStream(context.Background(), sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined strings.Builder
+	for {
+		chunk, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		for _, ch := range chunk.Choices {
+			joined.WriteString(ch.Delta.Content)
+		}
+	}
+	stream.Close()
+	if joined.String() != good {
+		t.Errorf("stream: %q, want the scripted answer", joined.String())
+	}
 	for _, prompt := range []string{"GOOD", "WRONG", "RANDOM"} {
 		req := chatReq(prompt, 400)
 		req.Temperature = 0.0000001
