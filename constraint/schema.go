@@ -66,7 +66,7 @@ var annotations = map[string]bool{
 // supported are the constraining keywords the compiler understands.
 var supported = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
-	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
+	"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 	"anyOf": true, "oneOf": true, "allOf": true, "$ref": true,
 	"minLength": true, "maxLength": true, "pattern": true, "format": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
@@ -601,8 +601,14 @@ func (c *schemaCompiler) integer(m map[string]json.RawMessage, path string) (str
 }
 
 func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth int) (string, error) {
+	if _, ok := m["prefixItems"]; ok {
+		return c.tuple(m, path, depth)
+	}
 	item := anyValue(anyDepth)
 	if v, ok := m["items"]; ok {
+		if string(bytes.TrimSpace(v)) == "false" {
+			return `\[` + ws + `\]`, nil
+		}
 		var err error
 		if item, err = c.value(v, path+"/items", depth+1); err != nil {
 			return "", err
@@ -643,9 +649,44 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 	return `\[` + ws + body + ws + `\]`, nil
 }
 
+// tuple handles prefixItems when the array has exactly as many items as
+// prefixItems lists (pydantic's tuples): minItems and maxItems both equal
+// to it, or items false and minItems equal to it.
+func (c *schemaCompiler) tuple(m map[string]json.RawMessage, path string, depth int) (string, error) {
+	var prefix []json.RawMessage
+	if json.Unmarshal(m["prefixItems"], &prefix) != nil || len(prefix) == 0 {
+		return "", c.errf(path, "prefixItems", "must be a non-empty array of schemas")
+	}
+	n := len(prefix)
+	minI, _, err := intKeyword(m, "minItems")
+	if err != nil {
+		return "", c.errf(path, "minItems", "%v", err)
+	}
+	maxI, hasMax, err := intKeyword(m, "maxItems")
+	if err != nil {
+		return "", c.errf(path, "maxItems", "%v", err)
+	}
+	noMore := string(bytes.TrimSpace(m["items"])) == "false"
+	if minI != n || !(noMore || hasMax && maxI == n) {
+		return "", c.errf(path, "prefixItems", "only fixed-length tuples are supported: minItems and maxItems (or items: false) equal to the %d prefixItems", n)
+	}
+	parts := make([]string, n)
+	for i, p := range prefix {
+		r, err := c.value(p, fmt.Sprintf("%s/prefixItems/%d", path, i), depth+1)
+		if err != nil {
+			return "", err
+		}
+		parts[i] = r
+	}
+	return `\[` + ws + strings.Join(parts, ws+","+ws) + ws + `\]`, nil
+}
+
 func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path string, depth int) (string, error) {
 	if v, ok := m["additionalProperties"]; ok && string(bytes.TrimSpace(v)) != "false" {
-		return "", c.errf(path, "additionalProperties", "only additionalProperties: false is supported")
+		if _, has := m["properties"]; has || c.strict {
+			return "", c.errf(path, "additionalProperties", "only additionalProperties: false is supported beside properties")
+		}
+		return c.mapObject(v, path, depth)
 	} else if !ok && c.strict {
 		return "", c.errf(path, "additionalProperties", "strict mode requires additionalProperties to be supplied and to be false")
 	}
@@ -714,6 +755,17 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 		}
 	}
 	return `\{` + ws + body + ws + `\}`, nil
+}
+
+// mapObject is an object with no listed properties whose values all
+// follow schema v (a map: pydantic's dict[str, T]); keys are any strings.
+func (c *schemaCompiler) mapObject(v json.RawMessage, path string, depth int) (string, error) {
+	val, err := c.value(v, path+"/additionalProperties", depth+1)
+	if err != nil {
+		return "", err
+	}
+	member := jsonString + ws + ":" + ws + val
+	return `\{` + ws + "(?:" + member + "(?:" + ws + "," + ws + member + ")*)?" + ws + `\}`, nil
 }
 
 // anyValue matches any JSON value nesting at most depth levels.

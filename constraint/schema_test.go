@@ -44,6 +44,11 @@ func TestSchemaMatches(t *testing.T) {
 		{"any (two levels deep)", `{}`, []string{`1`, `"s"`, `{"a":[1,"x"]}`, `[]`, `[[]]`}, []string{`{"a":}`, `nul`, `{"a":[{}]}`}},
 		{"allOf one", `{"allOf":[{"type":"boolean"}]}`, []string{`true`}, []string{`1`}},
 		{"annotations", `{"title":"T","description":"d","type":"integer","default":1,"examples":[1]}`, []string{`5`}, []string{`"5"`}},
+		{"map", `{"type":"object","additionalProperties":{"type":"integer"}}`, []string{`{}`, `{"a":1,"b":-2}`}, []string{`{"a":"x"}`, `{"a":1,}`}},
+		{"map of anything", `{"type":"object","additionalProperties":true}`, []string{`{}`, `{"a":[1],"b":{"c":null}}`}, []string{`{"a"}`}},
+		{"tuple", `{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2}`, []string{`[1,"a"]`, `[ 2 , "b" ]`}, []string{`[1]`, `[1,"a",2]`, `["a",1]`}},
+		{"tuple items false", `{"type":"array","prefixItems":[{"type":"null"}],"items":false,"minItems":1}`, []string{`[null]`}, []string{`[]`, `[null,null]`}},
+		{"items false", `{"type":"array","items":false}`, []string{`[]`}, []string{`[1]`}},
 		{"no surrounding whitespace", `{"type":"null"}`, []string{`null`}, []string{` null`, "null\n", `nul l`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,9 +77,10 @@ func TestSchemaRefusals(t *testing.T) {
 		want   string
 	}{
 		{`{"type":"object","patternProperties":{"^a":{}}}`, false, `"patternProperties"`},
-		{`{"type":"object","additionalProperties":true}`, false, `"additionalProperties"`},
-		{`{"type":"object","additionalProperties":{"type":"string"}}`, false, `"additionalProperties"`},
+		{`{"type":"object","properties":{"a":{}},"additionalProperties":true}`, false, `"additionalProperties"`},
+		{`{"type":"object","additionalProperties":{"type":"string"}}`, true, `"additionalProperties"`},
 		{`{"type":"array","prefixItems":[]}`, false, `"prefixItems"`},
+		{`{"type":"array","prefixItems":[{"type":"null"}]}`, false, `fixed-length tuples`},
 		{`{"type":"array","uniqueItems":true}`, false, `"uniqueItems"`},
 		{`{"type":"number","minimum":0}`, false, `"minimum"`},
 		{`{"type":"integer","multipleOf":2}`, false, `"multipleOf"`},
