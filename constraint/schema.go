@@ -51,6 +51,8 @@ var formats = map[string]string{
 	"time": `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`,
 	"uuid": `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
 	"ipv4": `(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`,
+	// uri: http(s) URLs with a host name, optional port, path and query.
+	"uri": `https?://[a-zA-Z0-9](?:[a-zA-Z0-9.-]{0,62}[a-zA-Z0-9])?(?::[0-9]{1,5})?(?:/[a-zA-Z0-9._~%!$&'()*+,;=:@/-]*)?(?:\?[a-zA-Z0-9._~%!$&'()*+,;=:@/?-]*)?`,
 	// email: a dot-atom local part of at most 64 bytes and a host name of
 	// 2 to 4 labels (RFC 5321 limits; no quoted local parts, no IP hosts).
 	"email": `[a-zA-Z0-9_%+-]{1,32}(?:\.[a-zA-Z0-9_%+-]{1,31})?@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?\.){1,3}[a-zA-Z]{2,24}`,
@@ -116,7 +118,7 @@ func CompileSchema(schema []byte, opt SchemaOptions) (*DFA, error) {
 // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
 // #/$defs or #/definitions (not recursive), string minLength, maxLength,
 // pattern (a full match of the string's content) and formats date, time,
-// date-time, uuid, ipv4 and email, and integer minimum/maximum. A missing
+// date-time, uuid, ipv4, email and uri (http/https), and integer minimum/maximum. A missing
 // additionalProperties means false (xgrammar's strict default). Anything
 // else is a *SchemaError naming the keyword.
 func SchemaRegex(schema []byte, opt SchemaOptions) (string, error) {
@@ -471,7 +473,7 @@ func (c *schemaCompiler) str(m map[string]json.RawMessage, path string) (string,
 		}
 		r, ok := formats[f]
 		if !ok {
-			return "", c.errf(path, "format", "format %q is not supported (supported: date, time, date-time, uuid, ipv4, email)", f)
+			return "", c.errf(path, "format", "format %q is not supported (supported: date, time, date-time, uuid, ipv4, email, uri)", f)
 		}
 		return `"` + r + `"`, nil
 	}

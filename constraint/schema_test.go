@@ -38,6 +38,7 @@ func TestSchemaMatches(t *testing.T) {
 		{"pattern dot excludes quote", `{"type":"string","pattern":"a.c"}`, []string{`"abc"`}, []string{`"a"c"`}},
 		{"date", `{"type":"string","format":"date"}`, []string{`"2024-02-29"`, `"2000-02-29"`, `"2023-04-30"`, `"2023-12-31"`}, []string{`"2024-13-01"`, `"24-01-01"`, `"2023-02-29"`, `"1900-02-29"`, `"2023-04-31"`, `"2023-02-30"`}},
 		{"date-time", `{"type":"string","format":"date-time"}`, []string{`"2024-02-29T12:30:00Z"`, `"2024-02-29T12:30:00.5+02:00"`}, []string{`"2024-02-29 12:30:00Z"`}},
+		{"uri", `{"type":"string","format":"uri"}`, []string{`"https://example.com:8080/a/b?x=1&y=2"`, `"http://a.b"`}, []string{`"example.com"`, `"ftp://x"`, `"https://"`}},
 		{"uuid", `{"format":"uuid"}`, []string{`"123e4567-e89b-12d3-a456-426614174000"`}, []string{`"123e4567"`}},
 		{"integer range", `{"type":"integer","minimum":-12,"maximum":107}`, []string{`-12`, `0`, `9`, `10`, `99`, `107`}, []string{`-13`, `108`, `-0`, `007`, `1000`}},
 		{"exclusive range", `{"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10}`, []string{`1`, `9`}, []string{`0`, `10`}},
