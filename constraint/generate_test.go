@@ -130,7 +130,7 @@ func TestGeneratedTextsValidate(t *testing.T) {
 		`{"$defs":{"pt":{"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},"required":["x","y"]}},"type":"object","properties":{"path":{"type":"array","items":{"$ref":"#/$defs/pt"},"minItems":1},"closed":{"type":"boolean"},"kind":{"enum":["line","poly",null]}},"required":["path","kind"]}`,
 		`{"anyOf":[{"type":"integer","exclusiveMinimum":-5,"maximum":5},{"type":"string","pattern":"^[A-Z]{2}[0-9]+$"},{"type":"null"}]}`,
 		`{"type":"object","properties":{"when":{"type":"string","format":"date-time"},"id":{"type":"string","format":"uuid"},"meta":{}},"required":["when","id","meta"]}`,
-		`{"type":"object","properties":{"scores":{"type":"object","additionalProperties":{"type":"integer","minimum":0,"maximum":9}},"pair":{"type":"array","prefixItems":[{"type":"string","maxLength":3},{"type":"boolean"}],"minItems":2,"maxItems":2},"d":{"format":"date"},"u":{"type":"string","format":"uri"}},"required":["scores","pair","d","u"]}`,
+		`{"type":"object","properties":{"scores":{"type":"object","additionalProperties":{"type":"integer","minimum":0,"maximum":9}},"pair":{"type":"array","prefixItems":[{"type":"string","maxLength":3},{"type":"boolean"}],"minItems":2,"maxItems":2},"d":{"format":"date"},"u":{"type":"string","format":"uri"},"p":{"type":"number","minimum":0,"maximum":1},"t":{"type":"number","exclusiveMinimum":-40,"exclusiveMaximum":60}},"required":["scores","pair","d","u","p","t"]}`,
 	}
 	iters := 12
 	if testing.Short() {

@@ -118,7 +118,8 @@ func CompileSchema(schema []byte, opt SchemaOptions) (*DFA, error) {
 // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
 // #/$defs or #/definitions (not recursive), string minLength, maxLength,
 // pattern (a full match of the string's content) and formats date, time,
-// date-time, uuid, ipv4, email and uri (http/https), and integer minimum/maximum. A missing
+// date-time, uuid, ipv4, email and uri (http/https), and integer bounds
+// (minimum/maximum, exclusive too) on integers and numbers. A missing
 // additionalProperties means false (xgrammar's strict default). Anything
 // else is a *SchemaError naming the keyword.
 func SchemaRegex(schema []byte, opt SchemaOptions) (string, error) {
@@ -560,13 +561,108 @@ func intersectRanges(a, b []rune) []rune {
 	return out
 }
 
+// number handles type number; bounds must be integers (then the number
+// is written without an exponent, and the range is exact).
 func (c *schemaCompiler) number(m map[string]json.RawMessage, path string) (string, error) {
+	var b numBounds
 	for _, k := range []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {
-		if _, ok := m[k]; ok {
-			return "", c.errf(path, k, "bounds on non-integer numbers are not supported")
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		var f float64
+		if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1e15 {
+			return "", c.errf(path, k, "bounds on numbers must be integers within ±1e15 (fractional bounds are not supported)")
+		}
+		n := int64(f)
+		switch k {
+		case "minimum", "exclusiveMinimum":
+			excl := k == "exclusiveMinimum"
+			if !b.hasLo || n > b.lo || n == b.lo && excl {
+				b.hasLo, b.lo, b.loExcl = true, n, excl
+			}
+		default:
+			excl := k == "exclusiveMaximum"
+			if !b.hasHi || n < b.hi || n == b.hi && excl {
+				b.hasHi, b.hi, b.hiExcl = true, n, excl
+			}
 		}
 	}
-	return jsonNumber, nil
+	if !b.hasLo && !b.hasHi {
+		return jsonNumber, nil
+	}
+	r := b.regex()
+	if r == "" {
+		return "", c.errf(path, "minimum", "no number lies within the bounds")
+	}
+	return r, nil
+}
+
+// numBounds are integer bounds on a number.
+type numBounds struct {
+	hasLo, hasHi   bool
+	lo, hi         int64
+	loExcl, hiExcl bool
+}
+
+// Fraction patterns of bounded numbers.
+const (
+	anyFrac     = `(?:\.[0-9]+)?`
+	zeroFrac    = `(?:\.0+)?`
+	nonzeroFrac = `\.[0-9]*[1-9][0-9]*`
+)
+
+// regex matches the JSON numbers (no exponent) within b, or "" if none.
+func (b numBounds) regex() string {
+	var alts []string
+	// x <= 0 side, as magnitudes: -x in [max(-hi, 0), -lo].
+	if !b.hasLo || b.lo < 0 {
+		mlo, mloExcl := int64(0), true // strictly negative
+		if b.hasHi && b.hi < 0 {
+			mlo, mloExcl = -b.hi, b.hiExcl
+		}
+		for _, r := range magnitudes(mlo, mloExcl, b.hasLo, -b.lo, b.loExcl) {
+			alts = append(alts, "-"+r)
+		}
+	}
+	// x >= 0 side.
+	if !b.hasHi || b.hi > 0 || b.hi == 0 && !b.hiExcl {
+		plo, ploExcl := int64(0), false
+		if b.hasLo && b.lo >= 0 {
+			plo, ploExcl = b.lo, b.loExcl
+		}
+		alts = append(alts, magnitudes(plo, ploExcl, b.hasHi, b.hi, b.hiExcl)...)
+	}
+	if len(alts) == 0 {
+		return ""
+	}
+	return "(?:" + strings.Join(alts, "|") + ")"
+}
+
+// magnitudes returns regexes for the non-negative decimals m (integer part
+// and optional fraction) with lo <(=) m <(=) hi, lo >= 0.
+func magnitudes(lo int64, loExcl, hasHi bool, hi int64, hiExcl bool) []string {
+	var out []string
+	a := lo
+	if loExcl {
+		a = lo + 1
+	}
+	top := int64(math.MaxInt64)
+	if hasHi {
+		top = hi - 1
+	}
+	if a <= top {
+		for _, r := range uintRange(uint64(a), uint64(top)) {
+			out = append(out, "(?:"+r+")"+anyFrac)
+		}
+	}
+	if loExcl && (!hasHi || lo < hi) {
+		out = append(out, strconv.FormatInt(lo, 10)+nonzeroFrac)
+	}
+	if hasHi && !hiExcl && hi >= 0 && (hi > lo || hi == lo && !loExcl) {
+		out = append(out, strconv.FormatInt(hi, 10)+zeroFrac)
+	}
+	return out
 }
 
 func (c *schemaCompiler) integer(m map[string]json.RawMessage, path string) (string, error) {

@@ -83,7 +83,8 @@ func TestSchemaRefusals(t *testing.T) {
 		{`{"type":"array","prefixItems":[]}`, false, `"prefixItems"`},
 		{`{"type":"array","prefixItems":[{"type":"null"}]}`, false, `fixed-length tuples`},
 		{`{"type":"array","uniqueItems":true}`, false, `"uniqueItems"`},
-		{`{"type":"number","minimum":0}`, false, `"minimum"`},
+		{`{"type":"number","minimum":0.5}`, false, `fractional bounds`},
+		{`{"type":"number","minimum":3,"exclusiveMaximum":3}`, false, `no number`},
 		{`{"type":"integer","multipleOf":2}`, false, `"multipleOf"`},
 		{`{"type":"string","format":"hostname"}`, false, `"hostname"`},
 		{`{"type":"string","pattern":"a\"b"}`, false, `must escape`},
@@ -136,6 +137,43 @@ func TestSchemaTooLarge(t *testing.T) {
 	_, err = CompileSchema([]byte(`{"$defs":{`+defs+`},"$ref":"#/$defs/d19"}`), SchemaOptions{})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Errorf("ref fan-out: got %v, want ErrTooLarge", err)
+	}
+}
+
+// TestNumberBounds checks bounded numbers against their values on a grid
+// of decimals, for many integer bound combinations.
+func TestNumberBounds(t *testing.T) {
+	var inputs []string
+	for i := -12; i <= 12; i++ {
+		for _, f := range []string{"", ".0", ".00", ".5", ".05", ".999"} {
+			n := strconv.Itoa(i) + f
+			inputs = append(inputs, n)
+			if i == 0 {
+				inputs = append(inputs, "-0"+f)
+			}
+		}
+	}
+	bounds := []int64{-10, -3, -1, 0, 1, 2, 7}
+	for _, lo := range append(bounds, 99) {
+		for _, hi := range append(bounds, 99) {
+			for _, ex := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				b := numBounds{hasLo: lo != 99, lo: lo, loExcl: ex[0], hasHi: hi != 99, hi: hi, hiExcl: ex[1]}
+				r := b.regex()
+				var re *regexp.Regexp
+				if r != "" {
+					re = regexp.MustCompile("^" + r + "$")
+				}
+				for _, in := range inputs {
+					x, _ := strconv.ParseFloat(in, 64)
+					want := (!b.hasLo || x > float64(lo) || x == float64(lo) && !b.loExcl) &&
+						(!b.hasHi || x < float64(hi) || x == float64(hi) && !b.hiExcl)
+					got := re != nil && re.MatchString(in)
+					if got != want && !(want && strings.HasPrefix(in, "-0") && x == 0) {
+						t.Fatalf("%+v: %s matches %v, in range %v (regex %s)", b, in, got, want, r)
+					}
+				}
+			}
+		}
 	}
 }
 
