@@ -63,6 +63,9 @@ var annotations = map[string]bool{
 	"title": true, "description": true, "default": true, "examples": true,
 	"$schema": true, "$id": true, "$comment": true, "deprecated": true,
 	"readOnly": true, "writeOnly": true, "$defs": true, "definitions": true,
+	// OpenAPI's discriminator names the property oneOf branches differ in;
+	// the branches themselves carry the constraint.
+	"discriminator": true, "contentEncoding": true, "contentMediaType": true,
 }
 
 // supported are the constraining keywords the compiler understands.
