@@ -818,12 +818,12 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 	}
 	kv := make([]string, len(names))
 	for i, n := range names {
-		key, _ := json.Marshal(n)
+		key := jsonQuote(n)
 		val, err := c.value(props[n], path+"/properties/"+n, depth+1)
 		if err != nil {
 			return "", err
 		}
-		kv[i] = regexp.QuoteMeta(string(key)) + ws + ":" + ws + val
+		kv[i] = regexp.QuoteMeta(key) + ws + ":" + ws + val
 	}
 	sep := ws + "," + ws
 	// rest(i): the properties from i on, each after a comma.
@@ -867,6 +867,16 @@ func (c *schemaCompiler) mapObject(v json.RawMessage, path string, depth int) (s
 	}
 	member := jsonString + ws + ":" + ws + val
 	return `\{` + ws + "(?:" + member + "(?:" + ws + "," + ws + member + ")*)?" + ws + `\}`, nil
+}
+
+// jsonQuote is s as a JSON string, without encoding/json's HTML escaping
+// (a model writes "a<b", not "a\u003cb").
+func jsonQuote(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // anyValue matches any JSON value nesting at most depth levels.

@@ -45,6 +45,7 @@ func TestSchemaMatches(t *testing.T) {
 		{"any (two levels deep)", `{}`, []string{`1`, `"s"`, `{"a":[1,"x"]}`, `[]`, `[[]]`}, []string{`{"a":}`, `nul`, `{"a":[{}]}`}},
 		{"allOf one", `{"allOf":[{"type":"boolean"}]}`, []string{`true`}, []string{`1`}},
 		{"annotations", `{"title":"T","description":"d","type":"integer","default":1,"examples":[1]}`, []string{`5`}, []string{`"5"`}},
+		{"key needing no HTML escape", `{"type":"object","properties":{"a<b&\"c":{"type":"null"}},"required":["a<b&\"c"]}`, []string{`{"a<b&\"c":null}`}, []string{`{"a\u003cb\u0026\"c":null}`}},
 		{"map", `{"type":"object","additionalProperties":{"type":"integer"}}`, []string{`{}`, `{"a":1,"b":-2}`}, []string{`{"a":"x"}`, `{"a":1,}`}},
 		{"map of anything", `{"type":"object","additionalProperties":true}`, []string{`{}`, `{"a":[1],"b":{"c":null}}`}, []string{`{"a"}`}},
 		{"tuple", `{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2}`, []string{`[1,"a"]`, `[ 2 , "b" ]`}, []string{`[1]`, `[1,"a",2]`, `["a",1]`}},
