@@ -46,6 +46,10 @@ func TestSchemaMatches(t *testing.T) {
 		{"allOf one", `{"allOf":[{"type":"boolean"}]}`, []string{`true`}, []string{`1`}},
 		{"annotations", `{"title":"T","description":"d","type":"integer","default":1,"examples":[1]}`, []string{`5`}, []string{`"5"`}},
 		{"key needing no HTML escape", `{"type":"object","properties":{"a<b&\"c":{"type":"null"}},"required":["a<b&\"c"]}`, []string{`{"a<b&\"c":null}`}, []string{`{"a\u003cb\u0026\"c":null}`}},
+		// The shape of openai-python's to_strict_json_schema(pydantic model).
+		{"pydantic strict", `{"$defs":{"Step":{"properties":{"explanation":{"title":"Explanation","type":"string"},"output":{"title":"Output","type":"string"}},"required":["explanation","output"],"title":"Step","type":"object","additionalProperties":false},"Color":{"enum":["red","blue"],"title":"Color","type":"string"}},"properties":{"steps":{"items":{"$ref":"#/$defs/Step"},"title":"Steps","type":"array"},"final_answer":{"title":"Final Answer","type":"string"},"color":{"$ref":"#/$defs/Color"},"note":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null,"title":"Note"}},"required":["steps","final_answer","color","note"],"title":"MathReasoning","type":"object","additionalProperties":false}`,
+			[]string{`{"steps":[{"explanation":"a","output":"b"}],"final_answer":"x","color":"red","note":null}`, `{"steps": [], "final_answer": "", "color": "blue", "note": "n"}`},
+			[]string{`{"steps":[],"final_answer":"x","color":"green","note":null}`, `{"steps":[],"final_answer":"x","color":"red"}`}},
 		{"map", `{"type":"object","additionalProperties":{"type":"integer"}}`, []string{`{}`, `{"a":1,"b":-2}`}, []string{`{"a":"x"}`, `{"a":1,}`}},
 		{"map of anything", `{"type":"object","additionalProperties":true}`, []string{`{}`, `{"a":[1],"b":{"c":null}}`}, []string{`{"a"}`}},
 		{"tuple", `{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2}`, []string{`[1,"a"]`, `[ 2 , "b" ]`}, []string{`[1]`, `[1,"a",2]`, `["a",1]`}},
