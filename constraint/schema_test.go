@@ -62,6 +62,11 @@ func TestSchemaMatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if strings.HasPrefix(tc.name, "pydantic strict") {
+				if _, err := CompileSchema([]byte(tc.schema), SchemaOptions{Strict: true}); err != nil {
+					t.Fatalf("strict: %v", err)
+				}
+			}
 			for _, s := range tc.match {
 				if !d.Match(s) {
 					t.Errorf("%s does not match", s)
