@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/nlpodyssey/gopickle v0.2.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	golang.org/x/text v0.43.0
 )
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ktserve/kt/chattemplate"
+	"github.com/ktserve/kt/constraint"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/jsonconstraint"
 )
@@ -309,6 +310,7 @@ type chatPlan struct {
 	tools      []toolDef
 	separate   bool
 	jsonMode   bool
+	grammar    *constraint.Grammar // response_format json_schema
 	usage      bool
 }
 
@@ -359,17 +361,11 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if s.opt.ToolCallParser != "none" && len(in.tools) > 0 {
 		plan.tools = in.tools
 	}
-	if rf := req.ResponseFormat; rf != nil {
-		switch rf.Type {
-		case "text", "":
-		case "json_object":
-			plan.jsonMode = true
-		case "json_schema":
-			return nil, badRequest("response_format", "response_format json_schema is not supported yet in kt; json_object is")
-		default:
-			return nil, badRequest("response_format", "response_format type must be text, json_object or json_schema, got %q", rf.Type)
-		}
+	g, jsonObject, err := s.routeGrammar(&req.samplingFields, req.ResponseFormat, nil)
+	if err != nil {
+		return nil, err
 	}
+	plan.grammar, plan.jsonMode = g, jsonObject
 	return plan, nil
 }
 
@@ -378,6 +374,12 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 	p := seedFor(plan.params, i)
 	if plan.jsonMode {
 		p.Constraint = jsonconstraint.New(s.tok, s.eng.EOSTokenIDs())
+	}
+	if plan.grammar != nil {
+		p.Constraint = plan.grammar.NewConstraint()
+	}
+	if p.Constraint != nil {
+		p.Constraint = s.withThinking(p.Constraint, plan.promptText)
 	}
 	return genSpec{
 		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p, Adapter: plan.adapter},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/jsonconstraint"
 )
 
 // parsePrompts accepts a string, an array of strings, an array of token
@@ -97,6 +98,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		p.TopLogprobs = *req.Logprobs
 		p.PromptLogprobs = req.Echo
 	}
+	g, jsonObject, err := s.routeGrammar(&req.samplingFields, req.ResponseFormat, req.JSONSchema)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	for _, pr := range prompts {
 		if err := s.precheck(pr, p); err != nil {
 			writeError(w, err)
@@ -112,7 +118,14 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	for i := range total {
 		pr := prompts[i/n]
 		s.met.promptTok.Add(float64(len(pr)))
-		specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", id, i), Prompt: pr, Params: seedFor(p, i%n), Adapter: adapter},
+		pi := seedFor(p, i%n)
+		switch {
+		case g != nil:
+			pi.Constraint = g.NewConstraint()
+		case jsonObject:
+			pi.Constraint = jsonconstraint.New(s.tok, s.eng.EOSTokenIDs())
+		}
+		specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", id, i), Prompt: pr, Params: pi, Adapter: adapter},
 			stops: stops, skipSpecial: skip, noStopTrim: req.NoStopTrim}
 	}
 	echo := func(i int) string {

@@ -86,9 +86,6 @@ func (ns *nativeSampling) toParams() (engine.SamplingParams, []string, int, erro
 	if ns.Seed != nil {
 		p.Seed, p.HasSeed = uint64(*ns.Seed), true
 	}
-	if len(ns.JSONSchema) > 0 || ns.Regex != "" || ns.EBNF != "" {
-		return p, nil, 0, badRequest("sampling_params", "json_schema, regex and ebnf constraints are not supported yet in kt")
-	}
 	if err := p.Validate(); err != nil {
 		return p, nil, 0, paramError(err)
 	}
@@ -196,6 +193,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)"))
 			return
 		}
+		g, err := s.nativeGrammar(&sps[i])
+		if err != nil {
+			writeError(w, err)
+			return
+		}
 		if retLogprob[i] {
 			p.Logprobs = true
 			p.TopLogprobs = req.TopLogprobsNum
@@ -210,8 +212,12 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		skip := sps[i].SkipSpecialTokens == nil || *sps[i].SkipSpecialTokens
 		for j := range n {
+			pj := seedFor(p, j)
+			if g != nil {
+				pj.Constraint = g.NewConstraint()
+			}
 			items = append(items, item{
-				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: seedFor(p, j)},
+				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj},
 					stops: stops, skipSpecial: skip, noStopTrim: sps[i].NoStopTrim},
 				prompt: i, logprobs: retLogprob[i],
 			})

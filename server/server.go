@@ -86,6 +86,7 @@ type Server struct {
 	met     *metrics
 	started time.Time
 	mux     *http.ServeMux
+	gram    *grammars // compiled output constraints
 }
 
 // New returns a server; Handler gives its routes.
@@ -104,7 +105,7 @@ func New(opt Options) (*Server, error) {
 			*p = "none"
 		}
 	}
-	s := &Server{opt: opt, eng: opt.Engine, tok: opt.Tokenizer, log: opt.Logger, started: time.Now()}
+	s := &Server{opt: opt, eng: opt.Engine, tok: opt.Tokenizer, log: opt.Logger, started: time.Now(), gram: &grammars{}}
 	s.met = newMetrics(opt.ModelName, opt.Engine)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)

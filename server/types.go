@@ -31,6 +31,9 @@ type samplingFields struct {
 	} `json:"stream_options"`
 	User string `json:"user"`
 	RID  string `json:"rid"`
+	// SGLang's constrained decoding extensions.
+	Regex string `json:"regex"`
+	EBNF  string `json:"ebnf"`
 }
 
 type chatRequest struct {
@@ -67,10 +70,13 @@ type completionRequest struct {
 	Model  string          `json:"model"`
 	Prompt json.RawMessage `json:"prompt"`
 	samplingFields
-	Logprobs *int   `json:"logprobs"`
-	Echo     bool   `json:"echo"`
-	Suffix   string `json:"suffix"`
-	BestOf   *int   `json:"best_of"`
+	Logprobs *int `json:"logprobs"`
+	Echo     bool `json:"echo"`
+	// SGLang's constrained decoding on /v1/completions.
+	JSONSchema     json.RawMessage `json:"json_schema"`
+	ResponseFormat *responseFormat `json:"response_format"`
+	Suffix         string          `json:"suffix"`
+	BestOf         *int            `json:"best_of"`
 }
 
 // Responses.

@@ -30,6 +30,13 @@ type Constraint interface {
 	Advance(token int32)
 }
 
+// Masker is a Constraint that can give its whole allowed set at once: bit
+// t%64 of word t/64 set for each allowed token t (nil: not available, ask
+// Allow). Sample then filters the row in one pass.
+type Masker interface {
+	Mask() []uint64
+}
+
 // Params are the sampling settings of one sequence (SGLang's meanings;
 // ranges are the caller's to check).
 type Params struct {
@@ -220,6 +227,12 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 		}
 	}
 	c := p.Constraint
+	if m, ok := c.(Masker); ok {
+		if bits := m.Mask(); bits != nil {
+			applyMask(w, bits)
+			c = nil // every token left is allowed
+		}
+	}
 
 	greedy := p.Temperature < 1e-5 || p.TopK == 1
 	if greedy {
@@ -289,6 +302,16 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	for try := 0; ; try++ {
 		t := draw(s.rng, w, cand)
 		if t < 0 {
+			if c == nil {
+				return 0, ErrNoToken
+			}
+			// Every candidate was refused before the filtering below:
+			// the best allowed token of the whole vocabulary.
+			copy(w, row)
+			maskDisallowed(w, c)
+			if b := argmax(w); b >= 0 {
+				return b, nil
+			}
 			return 0, ErrNoToken
 		}
 		if c == nil || c.Allow(t) {
@@ -443,6 +466,33 @@ func argmax(w []float32) int32 {
 		}
 	}
 	return best
+}
+
+// applyMask sets w[i] to -Inf where bit i of bits is clear (tokens past
+// the bitset are cleared too).
+func applyMask(w []float32, bits []uint64) {
+	negInf := float32(math.Inf(-1))
+	for k := 0; k*64 < len(w); k++ {
+		var word uint64
+		if k < len(bits) {
+			word = bits[k]
+		}
+		if word == ^uint64(0) {
+			continue
+		}
+		seg := w[k*64 : min(len(w), k*64+64)]
+		if word == 0 {
+			for i := range seg {
+				seg[i] = negInf
+			}
+			continue
+		}
+		for i := range seg {
+			if word>>i&1 == 0 {
+				seg[i] = negInf
+			}
+		}
+	}
 }
 
 func maskDisallowed(w []float32, c Constraint) {
