@@ -14,7 +14,8 @@ import (
 )
 
 // BenchConfig configures a serving benchmark. The field meanings and
-// defaults follow sglang.bench_serving with --dataset-name random.
+// defaults follow sglang.bench_serving with --dataset-name random or
+// generated-shared-prefix.
 type BenchConfig struct {
 	BaseURL string
 	APIKey  string
@@ -24,7 +25,15 @@ type BenchConfig struct {
 	Backend string
 	// Model is sent as "model" by sglang-oai ("" leaves it out: the
 	// server's default).
-	Model      string
+	Model string
+	// Dataset is DatasetRandom ("" too) or DatasetSharedPrefix.
+	Dataset string
+	// SharedPrefix shapes the generated-shared-prefix dataset (NumPrompts,
+	// InputLen, OutputLen and RangeRatio are then unused, as in SGLang).
+	SharedPrefix SharedPrefixConfig
+	// FlushCache empties the server's prefix cache (POST /flush_cache)
+	// after the warm-up, so the run starts cold (--flush-cache).
+	FlushCache bool
 	NumPrompts int
 	// InputLen and OutputLen are the largest prompt and output lengths;
 	// each request's are drawn uniformly from [max(len×RangeRatio, 1), len].
@@ -55,7 +64,13 @@ type RequestMetrics struct {
 	TTFT      time.Duration   `json:"ttft_ns"`
 	Latency   time.Duration   `json:"latency_ns"`
 	ITL       []time.Duration `json:"itl_ns"`
-	Err       string          `json:"error,omitempty"`
+	// CachedTokens is the prompt tokens the server's prefix cache
+	// supplied, from /generate's meta_info.cached_tokens or the OpenAI
+	// usage.prompt_tokens_details.cached_tokens; CacheReported says
+	// whether the response carried it.
+	CachedTokens  int    `json:"cached_tokens"`
+	CacheReported bool   `json:"-"`
+	Err           string `json:"error,omitempty"`
 }
 
 // Stats summarizes a latency distribution in milliseconds (percentiles
@@ -73,14 +88,17 @@ type Stats struct {
 // BenchResult is a benchmark's summary, in sglang.bench_serving's terms.
 type BenchResult struct {
 	Backend        string  `json:"backend"`
+	Dataset        string  `json:"dataset_name"`
 	RequestRate    float64 `json:"-"`            // +Inf when unbounded
 	Rate           string  `json:"request_rate"` // RequestRate as text ("inf")
 	MaxConcurrency int     `json:"max_concurrency"`
 	InputLen       int     `json:"random_input_len"`
 	OutputLen      int     `json:"random_output_len"`
 	RangeRatio     float64 `json:"random_range_ratio"`
-	Completed      int     `json:"completed"`
-	Failed         int     `json:"failed"`
+	// SharedPrefix is the generated-shared-prefix shape (nil otherwise).
+	SharedPrefix *SharedPrefixConfig `json:"gsp,omitempty"`
+	Completed    int                 `json:"completed"`
+	Failed       int                 `json:"failed"`
 	// Duration runs from the first request sent to the last answered.
 	Duration          time.Duration `json:"duration_ns"`
 	TotalInput        int           `json:"total_input_tokens"`
@@ -98,14 +116,28 @@ type BenchResult struct {
 	TPOT Stats `json:"tpot"`
 	// ITL is the time between consecutive streamed chunks that carry new
 	// tokens, over all requests.
-	ITL         Stats            `json:"itl"`
-	FirstErrors []string         `json:"errors,omitempty"`
-	Requests    []RequestMetrics `json:"-"`
+	ITL Stats `json:"itl"`
+	// The prefix cache; nil where the server does not report the figure
+	// (written "n/a"). CachedTokens sums the completed requests'
+	// cached_tokens and CacheHitRate is CachedTokens / TotalInput.
+	// PrefillTokens is the prompt tokens the server computed during the
+	// run (the change of /get_server_info's prompt_tokens_total, a kt
+	// field). ServerCacheHitRate is /metrics' sglang:cache_hit_rate after
+	// the run (since the server started, warm-up included).
+	CachedTokens       *int             `json:"cached_tokens"`
+	CacheHitRate       *float64         `json:"cache_hit_rate"`
+	PrefillTokens      *int             `json:"server_prefill_tokens"`
+	ServerCacheHitRate *float64         `json:"server_cache_hit_rate"`
+	FirstErrors        []string         `json:"errors,omitempty"`
+	Requests           []RequestMetrics `json:"-"`
 }
 
 type benchRequest struct {
 	ids       []int
 	outputLen int
+	// group and prefixLen: the shared-prefix group and its system
+	// prompt's length (generated-shared-prefix only).
+	group, prefixLen int
 }
 
 // Bench runs the serving benchmark.
@@ -116,11 +148,22 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	if cfg.Backend != "sglang" && cfg.Backend != "sglang-oai" {
 		return nil, fmt.Errorf("servebench: backend %q: want sglang or sglang-oai", cfg.Backend)
 	}
-	if cfg.NumPrompts <= 0 || cfg.InputLen <= 0 || cfg.OutputLen <= 0 {
-		return nil, fmt.Errorf("servebench: number of prompts (%d), input length (%d) and output length (%d) must be positive", cfg.NumPrompts, cfg.InputLen, cfg.OutputLen)
-	}
-	if cfg.RangeRatio < 0 || cfg.RangeRatio > 1 || math.IsNaN(cfg.RangeRatio) {
-		return nil, fmt.Errorf("servebench: range ratio %v: want a value in [0, 1]", cfg.RangeRatio)
+	switch cfg.Dataset {
+	case "", DatasetRandom:
+		cfg.Dataset = DatasetRandom
+		if cfg.NumPrompts <= 0 || cfg.InputLen <= 0 || cfg.OutputLen <= 0 {
+			return nil, fmt.Errorf("servebench: number of prompts (%d), input length (%d) and output length (%d) must be positive", cfg.NumPrompts, cfg.InputLen, cfg.OutputLen)
+		}
+		if cfg.RangeRatio < 0 || cfg.RangeRatio > 1 || math.IsNaN(cfg.RangeRatio) {
+			return nil, fmt.Errorf("servebench: range ratio %v: want a value in [0, 1]", cfg.RangeRatio)
+		}
+	case DatasetSharedPrefix:
+		if err := cfg.SharedPrefix.validate(); err != nil {
+			return nil, err
+		}
+		cfg.NumPrompts = cfg.SharedPrefix.NumGroups * cfg.SharedPrefix.PromptsPerGroup
+	default:
+		return nil, fmt.Errorf("servebench: dataset %q: want %s or %s", cfg.Dataset, DatasetRandom, DatasetSharedPrefix)
 	}
 	if cfg.RequestRate < 0 || math.IsNaN(cfg.RequestRate) {
 		return nil, fmt.Errorf("servebench: request rate %v: want a positive rate or inf", cfg.RequestRate)
@@ -141,7 +184,12 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 		return nil, err
 	}
 	rng := newRNG(cfg.Seed)
-	reqs := randomRequests(rng, cfg.NumPrompts, cfg.InputLen, cfg.OutputLen, cfg.RangeRatio, vocab)
+	var reqs []benchRequest
+	if cfg.Dataset == DatasetSharedPrefix {
+		reqs = sharedPrefixRequests(rng, cfg.SharedPrefix, vocab)
+	} else {
+		reqs = randomRequests(rng, cfg.NumPrompts, cfg.InputLen, cfg.OutputLen, cfg.RangeRatio, vocab)
+	}
 
 	for i := range cfg.Warmup {
 		w := reqs[i%len(reqs)]
@@ -149,6 +197,14 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 			return nil, fmt.Errorf("servebench: warm-up request failed: %s", m.Err)
 		}
 	}
+	if cfg.FlushCache {
+		resp, err := c.do(ctx, "/flush_cache", map[string]any{})
+		if err != nil {
+			return nil, fmt.Errorf("servebench: flushing the cache: %w", err)
+		}
+		resp.Body.Close()
+	}
+	prefillBefore, prefillKnown := c.prefillTokens(ctx)
 
 	var sem chan struct{}
 	if cfg.MaxConcurrency > 0 {
@@ -189,7 +245,22 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	res := summarize(out, time.Since(start))
 	res.Backend, res.RequestRate, res.MaxConcurrency = cfg.Backend, cfg.RequestRate, cfg.MaxConcurrency
 	res.Rate = rateText(cfg.RequestRate)
-	res.InputLen, res.OutputLen, res.RangeRatio = cfg.InputLen, cfg.OutputLen, cfg.RangeRatio
+	res.Dataset = cfg.Dataset
+	if cfg.Dataset == DatasetSharedPrefix {
+		sp := cfg.SharedPrefix
+		res.SharedPrefix = &sp
+	} else {
+		res.InputLen, res.OutputLen, res.RangeRatio = cfg.InputLen, cfg.OutputLen, cfg.RangeRatio
+	}
+	if after, ok := c.prefillTokens(ctx); ok && prefillKnown && after >= prefillBefore {
+		n := after - prefillBefore
+		res.PrefillTokens = &n
+	}
+	if m, err := c.metrics(ctx); err == nil {
+		if v, ok := m["sglang:cache_hit_rate"]; ok {
+			res.ServerCacheHitRate = &v
+		}
+	}
 	return res, nil
 }
 
@@ -264,6 +335,7 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 				OutputIDs []int32 `json:"output_ids"`
 				Meta      struct {
 					CompletionTokens *int `json:"completion_tokens"`
+					CachedTokens     *int `json:"cached_tokens"`
 				} `json:"meta_info"`
 			}
 			if err := json.Unmarshal(data, &ev); err != nil {
@@ -273,6 +345,9 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 			if ev.Meta.CompletionTokens != nil {
 				n = *ev.Meta.CompletionTokens
 			}
+			if ev.Meta.CachedTokens != nil {
+				m.CachedTokens, m.CacheReported = *ev.Meta.CachedTokens, true
+			}
 			chunk(n)
 			return nil
 		}
@@ -281,7 +356,10 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 				Text string `json:"text"`
 			} `json:"choices"`
 			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
+				CompletionTokens    int `json:"completion_tokens"`
+				PromptTokensDetails *struct {
+					CachedTokens *int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
 			} `json:"usage"`
 		}
 		if err := json.Unmarshal(data, &ev); err != nil {
@@ -292,6 +370,9 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 		}
 		if ev.Usage != nil {
 			tokens = ev.Usage.CompletionTokens
+			if d := ev.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+				m.CachedTokens, m.CacheReported = *d.CachedTokens, true
+			}
 		}
 		return nil
 	})
@@ -309,6 +390,7 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 func summarize(reqs []RequestMetrics, dur time.Duration) *BenchResult {
 	res := &BenchResult{Duration: dur, Requests: reqs}
 	var e2e, ttft, tpot, itl []float64
+	cached, reported := 0, false
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for _, r := range reqs {
 		if r.Err != "" {
@@ -319,6 +401,10 @@ func summarize(reqs []RequestMetrics, dur time.Duration) *BenchResult {
 			continue
 		}
 		res.Completed++
+		if r.CacheReported {
+			cached += r.CachedTokens
+			reported = true
+		}
 		res.TotalInput += r.InputLen
 		res.TotalOutput += r.OutputLen
 		e2e = append(e2e, ms(r.Latency))
@@ -342,6 +428,13 @@ func summarize(reqs []RequestMetrics, dur time.Duration) *BenchResult {
 		res.Concurrency = sum / 1000 / s
 	}
 	res.E2E, res.TTFT, res.TPOT, res.ITL = stats(e2e), stats(ttft), stats(tpot), stats(itl)
+	if reported {
+		res.CachedTokens = &cached
+		if res.TotalInput > 0 {
+			r := float64(cached) / float64(res.TotalInput)
+			res.CacheHitRate = &r
+		}
+	}
 	return res
 }
 
@@ -399,7 +492,13 @@ func (r *BenchResult) Write(w io.Writer) {
 	line("Backend", r.Backend)
 	line("Traffic request rate", rate)
 	line("Max request concurrency", conc)
-	line("Random input/output len (ratio)", fmt.Sprintf("%d/%d (%g)", r.InputLen, r.OutputLen, r.RangeRatio))
+	if sp := r.SharedPrefix; sp != nil {
+		line("Dataset", DatasetSharedPrefix)
+		line("Groups x prompts per group", fmt.Sprintf("%d x %d", sp.NumGroups, sp.PromptsPerGroup))
+		line("System/question/output len (ratio)", fmt.Sprintf("%d/%d/%d (%g)", sp.SystemPromptLen, sp.QuestionLen, sp.OutputLen, sp.RangeRatio))
+	} else {
+		line("Random input/output len (ratio)", fmt.Sprintf("%d/%d (%g)", r.InputLen, r.OutputLen, r.RangeRatio))
+	}
 	line("Successful requests", r.Completed)
 	line("Failed requests", r.Failed)
 	line("Benchmark duration (s)", r.Duration.Seconds())
@@ -430,10 +529,31 @@ func (r *BenchResult) Write(w io.Writer) {
 	line("P95 ITL (ms)", r.ITL.P95)
 	line("P99 ITL (ms)", r.ITL.P99)
 	line("Max ITL (ms)", r.ITL.Max)
+	fmt.Fprintln(w, center("Prefix Cache", '-'))
+	line("Cached prompt tokens", optInt(r.CachedTokens))
+	line("Cache hit rate (cached/input)", optFloat(r.CacheHitRate))
+	line("Prefill tokens computed (server)", optInt(r.PrefillTokens))
+	line("Server cache hit rate (/metrics)", optFloat(r.ServerCacheHitRate))
 	fmt.Fprintln(w, center("", '='))
 	for _, e := range r.FirstErrors {
 		fmt.Fprintln(w, "error:", e)
 	}
+}
+
+// optInt and optFloat write a figure the server may not report: "n/a"
+// when it does not.
+func optInt(v *int) any {
+	if v == nil {
+		return "n/a"
+	}
+	return *v
+}
+
+func optFloat(v *float64) any {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.4f", *v)
 }
 
 func rateText(r float64) string {

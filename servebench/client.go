@@ -141,3 +141,18 @@ func (c *client) metrics(ctx context.Context) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// prefillTokens reads the prompt tokens the server has computed so far
+// (kt's /get_server_info internal_states[0].prompt_tokens_total); false
+// when the server does not report it.
+func (c *client) prefillTokens(ctx context.Context) (int, bool) {
+	var info struct {
+		InternalStates []struct {
+			PromptTokensTotal *int `json:"prompt_tokens_total"`
+		} `json:"internal_states"`
+	}
+	if err := c.getJSON(ctx, "/get_server_info", &info); err != nil || len(info.InternalStates) == 0 || info.InternalStates[0].PromptTokensTotal == nil {
+		return 0, false
+	}
+	return *info.InternalStates[0].PromptTokensTotal, true
+}

@@ -38,6 +38,8 @@ type benchOptions struct {
 	disableIgnoreEOS bool
 	warmup           int
 	outputFile       string
+	flushCache       bool
+	gsp              servebench.SharedPrefixConfig
 
 	// --type load.
 	clients   int
@@ -50,7 +52,7 @@ var serveBenchOpts, loadBenchOpts benchOptions
 
 func init() {
 	addBenchType("serve", benchType{
-		short: "a running server (--base-url) under random prompts: TTFT, TPOT, ITL, latency, throughput, as sglang.bench_serving",
+		short: "a running server (--base-url) under random or shared-prefix prompts: TTFT, TPOT, ITL, latency, throughput, prefix cache hits, as sglang.bench_serving",
 		flags: func(cmd *cobra.Command) {
 			o := &serveBenchOpts
 			f := cmd.Flags()
@@ -59,7 +61,7 @@ func init() {
 			f.IntVar(&o.vocab, "vocab", 0, "serve, load: random prompt ids are drawn below this (default: vocab_size from the server's /get_model_info)")
 			f.StringVar(&o.backend, "backend", "sglang", "serve: sglang (streaming /generate with input_ids) or sglang-oai (streaming /v1/completions)")
 			f.StringVar(&o.model, "served-model-name", "", "serve: model name sent by the sglang-oai backend (default: the server's)")
-			f.StringVar(&o.dataset, "dataset-name", "random", "serve: prompt dataset; only random (random token ids) is supported")
+			f.StringVar(&o.dataset, "dataset-name", "random", "serve: prompt dataset: random (random token ids) or generated-shared-prefix (groups of random-id prompts sharing a system prompt; --gsp-*)")
 			f.IntVar(&o.numPrompts, "num-prompts", 1000, "serve: number of requests")
 			f.IntVar(&o.inputLen, "random-input-len", 1024, "serve: largest prompt length in tokens")
 			f.IntVar(&o.outputLen, "random-output-len", 1024, "serve: largest output length in tokens")
@@ -70,6 +72,15 @@ func init() {
 			f.BoolVar(&o.disableIgnoreEOS, "disable-ignore-eos", false, "serve: let requests stop at EOS (by default they run to their output length)")
 			f.IntVar(&o.warmup, "warmup-requests", 1, "serve: requests sent one at a time before the run (not counted)")
 			f.StringVar(&o.outputFile, "output-file", "", "serve: append the result as one JSON line to this file")
+			f.BoolVar(&o.flushCache, "flush-cache", false, "serve: empty the server's prefix cache (/flush_cache) after the warm-up")
+			d := servebench.DefaultSharedPrefix
+			f.IntVar(&o.gsp.NumGroups, "gsp-num-groups", d.NumGroups, "serve, generated-shared-prefix: number of system prompts (groups)")
+			f.IntVar(&o.gsp.PromptsPerGroup, "gsp-prompts-per-group", d.PromptsPerGroup, "serve, generated-shared-prefix: requests per group (--num-prompts is unused)")
+			f.IntVar(&o.gsp.SystemPromptLen, "gsp-system-prompt-len", d.SystemPromptLen, "serve, generated-shared-prefix: system prompt length in tokens")
+			f.IntVar(&o.gsp.QuestionLen, "gsp-question-len", d.QuestionLen, "serve, generated-shared-prefix: question length in tokens")
+			f.IntVar(&o.gsp.OutputLen, "gsp-output-len", d.OutputLen, "serve, generated-shared-prefix: output length in tokens")
+			f.Float64Var(&o.gsp.RangeRatio, "gsp-range-ratio", d.RangeRatio, "serve, generated-shared-prefix: lengths are drawn uniformly from [len*ratio, len]")
+			f.BoolVar(&o.gsp.Ordered, "gsp-ordered", false, "serve, generated-shared-prefix: send the requests group by group instead of shuffled")
 		},
 		run: func(cmd *cobra.Command, out io.Writer) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -99,8 +110,8 @@ func init() {
 }
 
 func runServeBench(ctx context.Context, o *benchOptions, out io.Writer) error {
-	if o.dataset != "random" {
-		return fmt.Errorf("--dataset-name %q: only random is supported in kt bench (no datasets are bundled)", o.dataset)
+	if o.dataset != servebench.DatasetRandom && o.dataset != servebench.DatasetSharedPrefix {
+		return fmt.Errorf("--dataset-name %q: only random and generated-shared-prefix are supported in kt bench (no datasets are bundled)", o.dataset)
 	}
 	rate, err := parseRate(o.requestRate)
 	if err != nil {
@@ -111,6 +122,7 @@ func runServeBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		NumPrompts: o.numPrompts, InputLen: o.inputLen, OutputLen: o.outputLen, RangeRatio: o.rangeRatio,
 		RequestRate: rate, MaxConcurrency: o.maxConcurrency, Vocab: o.vocab, Seed: o.seed,
 		DisableIgnoreEOS: o.disableIgnoreEOS, Warmup: o.warmup,
+		Dataset: o.dataset, SharedPrefix: o.gsp, FlushCache: o.flushCache,
 	})
 	if err != nil {
 		return err

@@ -17,7 +17,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--type", "nope"}, `unknown bench type "nope"`},
-		{[]string{"--type", "serve", "--dataset-name", "sharegpt"}, "only random"},
+		{[]string{"--type", "serve", "--dataset-name", "sharegpt"}, "only random and generated-shared-prefix"},
 		{[]string{"--type", "serve", "--request-rate", "0"}, "--request-rate"},
 		{[]string{"--type", "serve", "--request-rate", "fast"}, "--request-rate"},
 		{[]string{"--type", "serve", "--base-url", "http://127.0.0.1:1"}, "get_model_info"},
