@@ -92,7 +92,10 @@ func TestSharedPrefixRequests(t *testing.T) {
 			oc := c.cfg
 			oc.Ordered = true
 			ordered := sharedPrefixRequests(newRNG(7), oc, vocab)
-			key := func(r benchRequest) string { b, _ := json.Marshal([]any{r.ids, r.outputLen, r.group}); return string(b) }
+			key := func(r benchRequest) string {
+				b, _ := json.Marshal([]any{r.ids, r.outputLen, r.group})
+				return string(b)
+			}
 			var ko, ks []string
 			for i, r := range ordered {
 				if r.group != i/c.cfg.PromptsPerGroup {
@@ -131,9 +134,9 @@ func TestSharedPrefixValidate(t *testing.T) {
 		{func(c *SharedPrefixConfig) { c.NumGroups = 0 }, "must be positive"},
 		{func(c *SharedPrefixConfig) { c.QuestionLen = -1 }, "must be positive"},
 		{func(c *SharedPrefixConfig) { c.RangeRatio = 1.5 }, "range ratio"},
-		{func(c *SharedPrefixConfig) { c.NumGroups, c.PromptsPerGroup = 1 << 11, 1 << 10 }, "more than 2^20"},
+		{func(c *SharedPrefixConfig) { c.NumGroups, c.PromptsPerGroup = 1<<11, 1<<10 }, "more than 2^20"},
 		{func(c *SharedPrefixConfig) { c.SystemPromptLen = 1 << 25 }, "at most 2^24"},
-		{func(c *SharedPrefixConfig) { c.NumGroups, c.PromptsPerGroup, c.SystemPromptLen = 1024, 1024, 1 << 10 }, "more than 2^26"},
+		{func(c *SharedPrefixConfig) { c.NumGroups, c.PromptsPerGroup, c.SystemPromptLen = 1024, 1024, 1<<10 }, "more than 2^26"},
 	} {
 		cfg := DefaultSharedPrefix
 		c.mod(&cfg)
