@@ -78,6 +78,42 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
 }
 #endif
 
+// CORE_STORE_BLOCK stores the accumulator tiles of the token block at i0
+// (tiles 0-1, and 2-3 when tm: its second 16 rows) into the parked
+// accumulators t, or after the last K block into C: int32 sums scaled per
+// weight row and token, f32 sums stored straight or streamed.
+#if CORE_INT
+#define CORE_STORE_BLOCK(tm)                                                                                       \
+  do {                                                                                                             \
+    TSTORE(0, t, la);                                                                                              \
+    if (two_n) TSTORE(1, t + 64, la);                                                                              \
+    if (tm) {                                                                                                      \
+      TSTORE(2, t + 16 * la, la);                                                                                  \
+      if (two_n) TSTORE(3, t + 16 * la + 64, la);                                                                  \
+    }                                                                                                              \
+    if (last)                                                                                                      \
+      amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,    \
+                     two_n ? 32 : 16, s->c_nt);                                                                    \
+  } while (0)
+#else
+#define CORE_STORE_BLOCK(tm)                                                                                       \
+  do {                                                                                                             \
+    char* c = t;                                                                                                   \
+    int lc = la;                                                                                                   \
+    if (last && !s->c_nt) {                                                                                        \
+      c = (char*)(C + (int64_t)i0 * ldc + p * 16);                                                                 \
+      lc = ldc * 4;                                                                                                \
+    }                                                                                                              \
+    TSTORE(0, c, lc);                                                                                              \
+    if (two_n) TSTORE(1, c + 64, lc);                                                                              \
+    if (tm) {                                                                                                      \
+      TSTORE(2, c + 16 * (int64_t)lc, lc);                                                                         \
+      if (two_n) TSTORE(3, c + 16 * (int64_t)lc + 64, lc);                                                         \
+    }                                                                                                              \
+    if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);      \
+  } while (0)
+#endif
+
 static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const kt_act* A, int esz, int m, float* C,
                               int ldc, int nn, kt_scratch* s) {
   const char* X = (const char*)A->a;
@@ -148,23 +184,7 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
             }
           }
           int rows = m - i0 < 16 ? m - i0 : 16;
-#if CORE_INT
-          TSTORE(0, t, la);
-          if (two_n) TSTORE(1, t + 64, la);
-          if (last)
-            amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,
-                           two_n ? 32 : 16, s->c_nt);
-#else
-          char* c = t;
-          int lc = la;
-          if (last && !s->c_nt) {
-            c = (char*)(C + (int64_t)i0 * ldc + p * 16);
-            lc = ldc * 4;
-          }
-          TSTORE(0, c, lc);
-          if (two_n) TSTORE(1, c + 64, lc);
-          if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);
-#endif
+          CORE_STORE_BLOCK(0);
         }
       }
     }
@@ -222,32 +242,10 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
           }
         }
         int rows = m - i0 < 32 ? m - i0 : 32;
-#if CORE_INT
-        TSTORE(0, t, la);
-        if (two_n) TSTORE(1, t + 64, la);
-        if (two_m) {
-          TSTORE(2, t + 16 * la, la);
-          if (two_n) TSTORE(3, t + 16 * la + 64, la);
-        }
-        if (last)
-          amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,
-                         two_n ? 32 : 16, s->c_nt);
-#else
-        char* c = t;
-        int lc = la;
-        if (last && !s->c_nt) {
-          c = (char*)(C + (int64_t)i0 * ldc + p * 16);
-          lc = ldc * 4;
-        }
-        TSTORE(0, c, lc);
-        if (two_n) TSTORE(1, c + 64, lc);
-        if (two_m) {
-          TSTORE(2, c + 16 * (int64_t)lc, lc);
-          if (two_n) TSTORE(3, c + 16 * (int64_t)lc + 64, lc);
-        }
-        if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);
-#endif
+        CORE_STORE_BLOCK(two_m);
       }
     }
   }
 }
+
+#undef CORE_STORE_BLOCK
