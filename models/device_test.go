@@ -80,6 +80,16 @@ func TestLoadOnDevice(t *testing.T) {
 	if len(out.Rows) != 1 || len(out.Rows[0]) != 1 || len(out.Rows[0][0]) != r.Info().VocabSize {
 		t.Fatalf("logits shape %d", len(out.Rows))
 	}
+	// The wrapper keeps the model's prefix cache (the engine finds it by a
+	// type assertion; without it kt serve ran with the cache off).
+	if pc, ok := r.(model.PrefixCache); !ok {
+		t.Errorf("the loaded runner %T hides model.PrefixCache", r)
+	} else if pc.CachedPrefixTokens() != 0 {
+		t.Errorf("%d tokens cached before anything was", pc.CachedPrefixTokens())
+	}
+	if models.ExpertPath(r) == "" {
+		t.Error("ExpertPath does not see through the wrapper")
+	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ktserve/kt/servebench"
 )
 
 func TestBenchFlagErrors(t *testing.T) {
@@ -75,5 +78,58 @@ func TestBenchServeTinyModel(t *testing.T) {
 	report.Reset()
 	if err := runLoadBench(context.Background(), o, &report); err != nil || !strings.Contains(report.String(), " 0 errors") {
 		t.Errorf("load: %v\n%s", err, report.String())
+	}
+}
+
+// TestBenchServeSharedPrefix runs the generated-shared-prefix workload
+// against kt serve on the tiny checkpoint with the prefix cache on and
+// with --disable-radix-cache: only the cache reports cached tokens, and it
+// prefills fewer tokens, by exactly the cached ones.
+func TestBenchServeSharedPrefix(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "models", "qwen3moe-a")
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		t.Skipf("no tiny model: %v", err)
+	}
+	args := []string{"--model-path", model, "--skip-tokenizer-init", "--log-level", "warning", "--max-running-requests", "4"}
+	run := func(extra ...string) (*servebench.BenchResult, string) {
+		url := startServe(t, append(slices.Clone(args), extra...)...)
+		o := &benchOptions{baseURL: url, backend: "sglang", dataset: servebench.DatasetSharedPrefix, requestRate: "inf", maxConcurrency: 2,
+			seed: 1, warmup: 1, flushCache: true,
+			gsp: servebench.SharedPrefixConfig{NumGroups: 2, PromptsPerGroup: 4, SystemPromptLen: 64, QuestionLen: 16, OutputLen: 4, RangeRatio: 1}}
+		out := filepath.Join(t.TempDir(), "bench.jsonl")
+		o.outputFile = out
+		var report strings.Builder
+		if err := runServeBench(context.Background(), o, &report); err != nil {
+			t.Fatalf("%v\n%s", err, report.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res servebench.BenchResult
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Fatalf("output file %s: %v", b, err)
+		}
+		return &res, report.String()
+	}
+	on, onReport := run()
+	off, offReport := run("--disable-radix-cache")
+	for _, r := range []*servebench.BenchResult{on, off} {
+		if r.Completed != 8 || r.TotalInput != 8*80 || r.TotalOutput != 8*4 || r.CachedTokens == nil || r.PrefillTokens == nil || r.ServerCacheHitRate == nil {
+			t.Fatalf("result %+v", r)
+		}
+	}
+	t.Logf("cache on: cached %d, prefill %d; off: cached %d, prefill %d", *on.CachedTokens, *on.PrefillTokens, *off.CachedTokens, *off.PrefillTokens)
+	if *off.CachedTokens != 0 || *off.PrefillTokens != off.TotalInput || *off.ServerCacheHitRate != 0 {
+		t.Errorf("cache off: cached %d, prefill %d of %d, server hit rate %v", *off.CachedTokens, *off.PrefillTokens, off.TotalInput, *off.ServerCacheHitRate)
+	}
+	// At most 2 requests run at once, so each group's later requests find
+	// its 64-token system prompt (4 full pages) in the cache.
+	if *on.CachedTokens <= 0 || *on.CachedTokens%16 != 0 || *on.PrefillTokens >= *off.PrefillTokens ||
+		*on.PrefillTokens != on.TotalInput-*on.CachedTokens || *on.ServerCacheHitRate <= 0 {
+		t.Errorf("cache on: cached %d, prefill %d of %d (off: %d), server hit rate %v", *on.CachedTokens, *on.PrefillTokens, on.TotalInput, *off.PrefillTokens, *on.ServerCacheHitRate)
+	}
+	if !strings.Contains(onReport, "Groups x prompts per group:              2 x 4") || !strings.Contains(offReport, "Cached prompt tokens:                    0 ") {
+		t.Errorf("reports:\n%s\n%s", onReport, offReport)
 	}
 }
