@@ -90,10 +90,12 @@ func TestBenchServeSharedPrefix(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
 		t.Skipf("no tiny model: %v", err)
 	}
-	args := []string{"--model-path", model, "--skip-tokenizer-init", "--log-level", "warning", "--max-running-requests", "4"}
-	run := func(extra ...string) (*servebench.BenchResult, string) {
+	args := []string{"--model-path", model, "--log-level", "warning", "--max-running-requests", "4"}
+	// sglang-oai counts chunks that carry text, so it needs the tokenizer.
+	tok := filepath.Join("..", "..", "testdata", "tokenizers", "qwen3-tiny1000")
+	run := func(backend string, extra ...string) (*servebench.BenchResult, string) {
 		url := startServe(t, append(slices.Clone(args), extra...)...)
-		o := &benchOptions{baseURL: url, backend: "sglang", dataset: servebench.DatasetSharedPrefix, requestRate: "inf", maxConcurrency: 2,
+		o := &benchOptions{baseURL: url, backend: backend, dataset: servebench.DatasetSharedPrefix, requestRate: "inf", maxConcurrency: 2,
 			seed: 1, warmup: 1, flushCache: true,
 			gsp: servebench.SharedPrefixConfig{NumGroups: 2, PromptsPerGroup: 4, SystemPromptLen: 64, QuestionLen: 16, OutputLen: 4, RangeRatio: 1}}
 		out := filepath.Join(t.TempDir(), "bench.jsonl")
@@ -112,8 +114,8 @@ func TestBenchServeSharedPrefix(t *testing.T) {
 		}
 		return &res, report.String()
 	}
-	on, onReport := run()
-	off, offReport := run("--disable-radix-cache")
+	on, onReport := run("sglang", "--skip-tokenizer-init")
+	off, offReport := run("sglang", "--skip-tokenizer-init", "--disable-radix-cache")
 	for _, r := range []*servebench.BenchResult{on, off} {
 		if r.Completed != 8 || r.TotalInput != 8*80 || r.TotalOutput != 8*4 || r.CachedTokens == nil || r.PrefillTokens == nil || r.ServerCacheHitRate == nil {
 			t.Fatalf("result %+v", r)
@@ -131,5 +133,15 @@ func TestBenchServeSharedPrefix(t *testing.T) {
 	}
 	if !strings.Contains(onReport, "Groups x prompts per group:              2 x 4") || !strings.Contains(offReport, "Cached prompt tokens:                    0 ") {
 		t.Errorf("reports:\n%s\n%s", onReport, offReport)
+	}
+	// The OpenAI route reports cached tokens only with
+	// --enable-cache-report (as SGLang); without it the report says n/a.
+	oai, _ := run("sglang-oai", "--tokenizer-path", tok, "--enable-cache-report")
+	if oai.Completed != 8 || oai.CachedTokens == nil || *oai.CachedTokens <= 0 || *oai.PrefillTokens != oai.TotalInput-*oai.CachedTokens {
+		t.Errorf("sglang-oai with --enable-cache-report: %+v", oai)
+	}
+	quiet, quietReport := run("sglang-oai", "--tokenizer-path", tok)
+	if quiet.Completed != 8 || quiet.CachedTokens != nil || *quiet.PrefillTokens >= quiet.TotalInput || !strings.Contains(quietReport, "Cached prompt tokens:                    n/a") {
+		t.Errorf("sglang-oai without --enable-cache-report: %+v\n%s", quiet, quietReport)
 	}
 }
