@@ -37,18 +37,5 @@ func TestNonExpertLoRAOnGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for _, ad := range [][]int{{1, 0}, {0, 1}} {
-		got := runMixed(t, r, ref.ids, ad)
-		for s := range got {
-			want := ref.base[s]
-			if ad[s] == 1 {
-				want = ref.nonExpert[s]
-			}
-			d := maxDiff(got[s], want)
-			t.Logf("GPU adapters %v seq %d: max |logit diff| %.3g", ad, s, d)
-			if d > loraGPUTol {
-				t.Errorf("GPU adapters %v seq %d: max |logit diff| %.3g > %g", ad, s, d, loraGPUTol)
-			}
-		}
-	}
+	checkNonExpertMixed(t, r, ref, "GPU ", loraGPUTol)
 }

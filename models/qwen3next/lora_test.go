@@ -134,20 +134,7 @@ func TestNonExpertLoRAMatchesReference(t *testing.T) {
 	}
 	set.Expert = nil // the non-expert half alone: the reference logits_nonexpert_lora
 	r := loadLoRA(t, set, "backend")
-	for _, ad := range [][]int{{1, 0}, {0, 1}} {
-		got := runMixed(t, r, ref.ids, ad)
-		for s := range got {
-			want := ref.base[s]
-			if ad[s] == 1 {
-				want = ref.nonExpert[s]
-			}
-			d := maxDiff(got[s], want)
-			t.Logf("adapters %v seq %d: max |logit diff| %.3g", ad, s, d)
-			if d > loraTol {
-				t.Errorf("adapters %v seq %d: max |logit diff| %.3g > %.g", ad, s, d, loraTol)
-			}
-		}
-	}
+	checkNonExpertMixed(t, r, ref, "", loraTol)
 }
 
 // TestFullLoRAMatchesReference serves the whole merged adapter: expert LoRA
@@ -182,5 +169,27 @@ func TestFullLoRAMatchesReference(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkNonExpertMixed runs the reference prompts on r in steps where one
+// sequence asks for the non-expert adapter and the other not, then the other
+// way round, and compares each sequence's logits with its reference (base or
+// non-expert LoRA) within tol; label prefixes the messages.
+func checkNonExpertMixed(t *testing.T, r *Runner, ref loraRef, label string, tol float64) {
+	t.Helper()
+	for _, ad := range [][]int{{1, 0}, {0, 1}} {
+		got := runMixed(t, r, ref.ids, ad)
+		for s := range got {
+			want := ref.base[s]
+			if ad[s] == 1 {
+				want = ref.nonExpert[s]
+			}
+			d := maxDiff(got[s], want)
+			t.Logf("%sadapters %v seq %d: max |logit diff| %.3g", label, ad, s, d)
+			if d > tol {
+				t.Errorf("%sadapters %v seq %d: max |logit diff| %.3g > %g", label, ad, s, d, tol)
+			}
+		}
 	}
 }
