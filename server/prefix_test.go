@@ -31,30 +31,13 @@ func newFixtureServer(t *testing.T, report bool) (*openai.Client, *httptest.Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := e.Run(ctx); err != nil {
-			t.Errorf("engine: %v", err)
-		}
-	}()
-	srv, err := New(Options{Engine: e, ModelName: modelName, ModelPath: "/models/fixture", Tokenizer: fakemodel.Tokenizer{},
-		Template: fakemodel.ChatTemplate(), ReasoningParser: "none", ToolCallParser: "none", Version: "test", CacheReport: report})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		<-done
-		r.Close()
-		be.Close()
-	})
-	cfg := openai.DefaultConfig("")
-	cfg.BaseURL = hs.URL + "/v1"
-	return openai.NewClientWithConfig(cfg), hs, e
+	hs, client := startServer(t, e, Options{Engine: e, ModelName: modelName, ModelPath: "/models/fixture", Tokenizer: fakemodel.Tokenizer{},
+		Template: fakemodel.ChatTemplate(), ReasoningParser: "none", ToolCallParser: "none", Version: "test", CacheReport: report},
+		func() {
+			r.Close()
+			be.Close()
+		})
+	return client, hs, e
 }
 
 func TestCachedTokensInUsage(t *testing.T) {

@@ -100,6 +100,20 @@ func newTestServer(t *testing.T, rc fakemodel.Config, ec engine.Config, mod func
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt := Options{Engine: e, ModelName: modelName, ModelPath: "/models/fake", Tokenizer: fakemodel.Tokenizer{},
+		Template: fakemodel.ChatTemplate(), ReasoningParser: "qwen3", ToolCallParser: "qwen25", Version: "test"}
+	if mod != nil {
+		mod(&opt)
+	}
+	hs, client := startServer(t, e, opt, nil)
+	return &testServer{url: hs.URL, runner: r, eng: e, client: client}
+}
+
+// startServer runs e's scheduler and serves it with opt over httptest until
+// the test ends (after, if set, runs last); it returns the HTTP server and an
+// OpenAI client for it.
+func startServer(t *testing.T, e *engine.Engine, opt Options, after func()) (*httptest.Server, *openai.Client) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -108,24 +122,26 @@ func newTestServer(t *testing.T, rc fakemodel.Config, ec engine.Config, mod func
 			t.Errorf("engine: %v", err)
 		}
 	}()
-	opt := Options{Engine: e, ModelName: modelName, ModelPath: "/models/fake", Tokenizer: fakemodel.Tokenizer{},
-		Template: fakemodel.ChatTemplate(), ReasoningParser: "qwen3", ToolCallParser: "qwen25", Version: "test"}
-	if mod != nil {
-		mod(&opt)
+	stop := func() {
+		cancel()
+		<-done
+		if after != nil {
+			after()
+		}
 	}
 	srv, err := New(opt)
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()
-		cancel()
-		<-done
+		stop()
 	})
 	cfg := openai.DefaultConfig(opt.APIKey)
 	cfg.BaseURL = hs.URL + "/v1"
-	return &testServer{url: hs.URL, runner: r, eng: e, client: openai.NewClientWithConfig(cfg)}
+	return hs, openai.NewClientWithConfig(cfg)
 }
 
 func (ts *testServer) post(t *testing.T, path string, body any) (int, []byte) {
