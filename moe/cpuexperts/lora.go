@@ -11,20 +11,15 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/ktserve/kt/backend"
 )
 
 // LoRA is one layer's expert LoRA for the engine (SGLang-KT's KT expert
-// LoRA; KT's *_SFT methods): f32 factors stacked per expert, GateA and UpA
-// [E][r][H], GateB and UpB [E][I][r], DownA [E][r][I], DownB [E][H][r],
-// scaling Scale (lora_alpha / r). With it the layer computes
-// g = W_g x + s·B_g(A_g x), u likewise, h = silu(g)·u,
-// y = W_d h + s·B_d(A_d h) for every token, whatever the method of the
-// base weights (kern_lora.c).
-type LoRA struct {
-	Rank                                 int
-	Scale                                float32
-	GateA, GateB, UpA, UpB, DownA, DownB []float32
-}
+// LoRA; KT's *_SFT methods): the backend's ExpertLoRA, whose doc gives the
+// factor shapes and the math; the layer applies it to every token whatever
+// the method of the base weights (kern_lora.c).
+type LoRA = backend.ExpertLoRA
 
 // loraScratch is the engine's per-task LoRA scratch, shared by its layers.
 type loraScratch struct {
@@ -49,17 +44,8 @@ func (l *Layer) SetLoRA(lo *LoRA) error {
 	if r < 1 || r > 1024 {
 		return fmt.Errorf("expert LoRA rank %d outside [1,1024]", r)
 	}
-	for _, f := range []struct {
-		name string
-		v    []float32
-		n    int
-	}{
-		{"gate A", lo.GateA, E * r * H}, {"gate B", lo.GateB, E * I * r}, {"up A", lo.UpA, E * r * H},
-		{"up B", lo.UpB, E * I * r}, {"down A", lo.DownA, E * r * I}, {"down B", lo.DownB, E * H * r},
-	} {
-		if len(f.v) != f.n {
-			return fmt.Errorf("expert LoRA %s has %d values, want %d (%d experts, rank %d, hidden %d, intermediate %d)", f.name, len(f.v), f.n, E, r, H, I)
-		}
+	if err := lo.Check(E, H, I); err != nil {
+		return err
 	}
 	sc, err := l.e.loraScratch(r)
 	if err != nil {

@@ -131,8 +131,7 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 			err = x.layers[l].SetSkip(w.GPU) // the GPU computes those
 		}
 		if lo := w.LoRA; err == nil && lo != nil { // static expert LoRA (kern_lora.c)
-			err = x.layers[l].SetLoRA(&cpuexperts.LoRA{Rank: lo.Rank, Scale: lo.Scale, GateA: lo.GateA, GateB: lo.GateB,
-				UpA: lo.UpA, UpB: lo.UpB, DownA: lo.DownA, DownB: lo.DownB})
+			err = x.layers[l].SetLoRA(lo)
 		}
 		if err != nil {
 			x.close()
