@@ -49,8 +49,10 @@ def main():
             counts = torch.bincount(flat, minlength=E).tolist()
             return order // K, w.reshape(-1)[order], counts
 
-        def index_form():
-            out = torch.zeros(T, H, dtype=torch.float32)
+        def expert_loop(out_dtype, expert):
+            # the plain MoE loop: route, then for every expert with tokens
+            # add expert(e, its rows, their weights) at those rows
+            out = torch.zeros(T, H, dtype=out_dtype)
             tok, wt, counts = route()
             start = 0
             for e in range(E):
@@ -58,27 +60,24 @@ def main():
                 if n == 0:
                     continue
                 rows = tok[start:start + n]
-                xe = x[rows]
-                h = torch.nn.functional.silu(xe @ gate[e].t()) * (xe @ up[e].t())
-                y = (h @ down[e].t()).float() * wt[start:start + n, None]
-                out.index_add_(0, rows, y)
+                out.index_add_(0, rows, expert(e, x[rows], wt[start:start + n, None]))
                 start += n
             return out
 
+        def index_expert(e, xe, we):
+            h = torch.nn.functional.silu(xe @ gate[e].t()) * (xe @ up[e].t())
+            return (h @ down[e].t()).float() * we
+
+        def fused_expert(e, xe, we):
+            g, u = torch.nn.functional.linear(xe, gate_up[e]).chunk(2, dim=-1)
+            y = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down[e])
+            return y * we.to(torch.bfloat16)
+
+        def index_form():
+            return expert_loop(torch.float32, index_expert)
+
         def fused_form():
-            out = torch.zeros(T, H, dtype=torch.bfloat16)
-            tok, wt, counts = route()
-            start = 0
-            for e in range(E):
-                n = counts[e]
-                if n == 0:
-                    continue
-                rows = tok[start:start + n]
-                g, u = torch.nn.functional.linear(x[rows], gate_up[e]).chunk(2, dim=-1)
-                y = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down[e])
-                out.index_add_(0, rows, y * wt[start:start + n, None].to(torch.bfloat16))
-                start += n
-            return out
+            return expert_loop(torch.bfloat16, fused_expert)
 
         flops = 2.0 * 3 * H * I * T * K
         best, timings = None, {}
