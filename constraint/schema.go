@@ -436,26 +436,28 @@ func (c *schemaCompiler) ref(raw json.RawMessage, path string, depth int) (strin
 	return c.value(target, ref, depth+1)
 }
 
-func intKeyword(m map[string]json.RawMessage, k string) (int, bool, error) {
+// intKeyword reads keyword k of the schema at path, a non-negative integer
+// when present (has).
+func (c *schemaCompiler) intKeyword(m map[string]json.RawMessage, path, k string) (n int, has bool, err error) {
 	v, ok := m[k]
 	if !ok {
 		return 0, false, nil
 	}
-	var n float64
-	if json.Unmarshal(v, &n) != nil || n < 0 || n != math.Trunc(n) || n > 1<<20 {
-		return 0, true, fmt.Errorf("must be a non-negative integer")
+	var f float64
+	if json.Unmarshal(v, &f) != nil || f < 0 || f != math.Trunc(f) || f > 1<<20 {
+		return 0, true, c.errf(path, k, "must be a non-negative integer")
 	}
-	return int(n), true, nil
+	return int(f), true, nil
 }
 
 func (c *schemaCompiler) str(m map[string]json.RawMessage, path string) (string, error) {
-	minL, hasMin, err := intKeyword(m, "minLength")
+	minL, hasMin, err := c.intKeyword(m, path, "minLength")
 	if err != nil {
-		return "", c.errf(path, "minLength", "%v", err)
+		return "", err
 	}
-	maxL, hasMax, err := intKeyword(m, "maxLength")
+	maxL, hasMax, err := c.intKeyword(m, path, "maxLength")
 	if err != nil {
-		return "", c.errf(path, "maxLength", "%v", err)
+		return "", err
 	}
 	_, hasPat := m["pattern"]
 	_, hasFmt := m["format"]
@@ -715,13 +717,13 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 			return "", err
 		}
 	}
-	minI, _, err := intKeyword(m, "minItems")
+	minI, _, err := c.intKeyword(m, path, "minItems")
 	if err != nil {
-		return "", c.errf(path, "minItems", "%v", err)
+		return "", err
 	}
-	maxI, hasMax, err := intKeyword(m, "maxItems")
+	maxI, hasMax, err := c.intKeyword(m, path, "maxItems")
 	if err != nil {
-		return "", c.errf(path, "maxItems", "%v", err)
+		return "", err
 	}
 	if hasMax && maxI < minI {
 		return "", c.errf(path, "maxItems", "maxItems %d is below minItems %d", maxI, minI)
@@ -759,13 +761,13 @@ func (c *schemaCompiler) tuple(m map[string]json.RawMessage, path string, depth 
 		return "", c.errf(path, "prefixItems", "must be a non-empty array of schemas")
 	}
 	n := len(prefix)
-	minI, _, err := intKeyword(m, "minItems")
+	minI, _, err := c.intKeyword(m, path, "minItems")
 	if err != nil {
-		return "", c.errf(path, "minItems", "%v", err)
+		return "", err
 	}
-	maxI, hasMax, err := intKeyword(m, "maxItems")
+	maxI, hasMax, err := c.intKeyword(m, path, "maxItems")
 	if err != nil {
-		return "", c.errf(path, "maxItems", "%v", err)
+		return "", err
 	}
 	noMore := string(bytes.TrimSpace(m["items"])) == "false"
 	if minI != n || !(noMore || hasMax && maxI == n) {
