@@ -46,15 +46,16 @@ type layer struct {
 
 // Runner is a loaded Qwen3-MoE model; it implements model.Runner.
 type Runner struct {
-	body   func(n int) error // layersForward
-	rb     *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
-	cfg    *Config
-	rope   backend.Rope
-	attn   backend.Attn
-	layers []layer
-	embed  backend.Tensor
-	norm   backend.Tensor
-	lmHead backend.Tensor
+	runbase.Prefix                   // model.PrefixCache, from rb
+	body           func(n int) error // layersForward
+	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
+	cfg            *Config
+	rope           backend.Rope
+	attn           backend.Attn
+	layers         []layer
+	embed          backend.Tensor
+	norm           backend.Tensor
+	lmHead         backend.Tensor
 
 	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed *routed.Experts   // what computes the routed experts
@@ -78,7 +79,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
+	r := &Runner{Prefix: runbase.NewPrefix(rb), rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
 	if err := rb.Setup(dir, r.loadWeights, r.allocate); err != nil {
 		r.Close()
 		return nil, err
@@ -207,22 +208,6 @@ func (r *Runner) Reserve(slot, n int) error { return r.rb.Reserve(slot, n) }
 
 // Free implements model.Runner.
 func (r *Runner) Free(slot int) { r.rb.Free(slot) }
-
-// MatchPrefix implements model.PrefixCache.
-func (r *Runner) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
-	return r.rb.MatchPrefix(slot, adapter, tokens)
-}
-
-// CachePrefix implements model.PrefixCache.
-func (r *Runner) CachePrefix(slot, adapter int, tokens []int32) error {
-	return r.rb.CachePrefix(slot, adapter, tokens)
-}
-
-// FlushPrefixCache implements model.PrefixCache.
-func (r *Runner) FlushPrefixCache() { r.rb.FlushPrefixCache() }
-
-// CachedPrefixTokens implements model.PrefixCache.
-func (r *Runner) CachedPrefixTokens() int { return r.rb.CachedPrefixTokens() }
 
 // FreeTokens implements model.Runner.
 func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }

@@ -71,22 +71,23 @@ type layer struct {
 // Runner is a loaded Qwen3-Next or Qwen3.5 MoE model; it implements
 // model.Runner.
 type Runner struct {
-	body   func(n int) error // layersForward
-	rb     *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
-	cfg    *Config
-	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed *routed.Experts   // what computes the routed experts
-	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
-	la     backend.LinearAttention
-	prefix string // "model." or "model.language_model."
-	state  backend.LinearState
-	rope   backend.Rope
-	attn   backend.Attn
-	delta  backend.DeltaShape
-	layers []layer
-	embed  backend.Tensor
-	norm   backend.Tensor
-	lmHead backend.Tensor
+	runbase.Prefix                   // model.PrefixCache, from rb
+	body           func(n int) error // layersForward
+	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
+	cfg            *Config
+	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
+	routed         *routed.Experts   // what computes the routed experts
+	moe            []*routed.Weights // per layer: its routed experts, nil for a dense MLP
+	la             backend.LinearAttention
+	prefix         string // "model." or "model.language_model."
+	state          backend.LinearState
+	rope           backend.Rope
+	attn           backend.Attn
+	delta          backend.DeltaShape
+	layers         []layer
+	embed          backend.Tensor
+	norm           backend.Tensor
+	lmHead         backend.Tensor
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, tmp, tmp2           backend.Tensor
@@ -111,7 +112,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
+	r := &Runner{Prefix: runbase.NewPrefix(rb), rb: rb, cfg: cfg, moe: make([]*routed.Weights, cfg.NumLayers)}
 	la, ok := rb.BE.(backend.LinearAttention)
 	if !ok {
 		r.Close()
@@ -482,22 +483,6 @@ func (r *Runner) Free(slot int) {
 		r.state.Free(slot)
 	}
 }
-
-// MatchPrefix implements model.PrefixCache.
-func (r *Runner) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
-	return r.rb.MatchPrefix(slot, adapter, tokens)
-}
-
-// CachePrefix implements model.PrefixCache.
-func (r *Runner) CachePrefix(slot, adapter int, tokens []int32) error {
-	return r.rb.CachePrefix(slot, adapter, tokens)
-}
-
-// FlushPrefixCache implements model.PrefixCache.
-func (r *Runner) FlushPrefixCache() { r.rb.FlushPrefixCache() }
-
-// CachedPrefixTokens implements model.PrefixCache.
-func (r *Runner) CachedPrefixTokens() int { return r.rb.CachedPrefixTokens() }
 
 // FreeTokens implements model.Runner.
 func (r *Runner) FreeTokens() int { return r.rb.FreeTokens() }

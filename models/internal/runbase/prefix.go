@@ -167,3 +167,26 @@ func (b *Base) FlushPrefixCache() { b.pfx.tree.Flush() }
 
 // CachedPrefixTokens implements model.PrefixCache.
 func (b *Base) CachedPrefixTokens() int { return b.pfx.tree.Pages() * b.Pool.PageSize() }
+
+// Prefix, embedded in a model's Runner, gives it the model.PrefixCache
+// methods of its Base.
+type Prefix struct{ b *Base }
+
+// NewPrefix returns the prefix-cache methods of b for embedding.
+func NewPrefix(b *Base) Prefix { return Prefix{b} }
+
+// MatchPrefix implements model.PrefixCache.
+func (p Prefix) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
+	return p.b.MatchPrefix(slot, adapter, tokens)
+}
+
+// CachePrefix implements model.PrefixCache.
+func (p Prefix) CachePrefix(slot, adapter int, tokens []int32) error {
+	return p.b.CachePrefix(slot, adapter, tokens)
+}
+
+// FlushPrefixCache implements model.PrefixCache.
+func (p Prefix) FlushPrefixCache() { p.b.FlushPrefixCache() }
+
+// CachedPrefixTokens implements model.PrefixCache.
+func (p Prefix) CachedPrefixTokens() int { return p.b.CachedPrefixTokens() }
