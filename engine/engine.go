@@ -182,7 +182,7 @@ func New(r model.Runner, cfg Config) (*Engine, error) {
 		wakeCh: make(chan struct{}, 1), done: make(chan struct{}),
 		eos: map[int32]bool{}, flushCh: make(chan chan error),
 	}
-	if pc, ok := r.(model.PrefixCache); ok && !cfg.DisableRadixCache {
+	if pc, ok := model.As[model.PrefixCache](r); ok && !cfg.DisableRadixCache {
 		e.pc = pc
 		e.st.RadixCache = true
 	}

@@ -67,6 +67,25 @@ type Runner interface {
 	Close() error
 }
 
+// As finds the first runner along r's wrapping chain (r, then what its
+// Unwrap() Runner method returns, and so on) that is a T, so that a wrapper
+// (models.Load's, which also closes the backend) hides none of the optional
+// interfaces of the runner it wraps.
+func As[T any](r Runner) (T, bool) {
+	for r != nil {
+		if t, ok := r.(T); ok {
+			return t, true
+		}
+		u, ok := r.(interface{ Unwrap() Runner })
+		if !ok {
+			break
+		}
+		r = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // PrefixCache is implemented by runners that can keep the KV of ended
 // sequences and start new sequences from it (SGLang's radix cache; see
 // package kvcache/radix). Only whole KV pages are kept and matched. A

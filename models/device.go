@@ -37,7 +37,8 @@ func OpenBackend(o Options) (be backend.Backend, note string, err error) {
 	return nil, "", fmt.Errorf("--device %q: want one of auto, cuda, cpu", o.Device)
 }
 
-// ownedRunner closes the backend Load opened along with the model.
+// ownedRunner closes the backend Load opened along with the model; the
+// runner's optional interfaces are found through Unwrap (model.As).
 type ownedRunner struct {
 	model.Runner
 	be backend.Backend
@@ -45,22 +46,8 @@ type ownedRunner struct {
 
 func (r *ownedRunner) Close() error { return errors.Join(r.Runner.Close(), r.be.Close()) }
 
-// ownedPrefixRunner is ownedRunner for a runner with a prefix cache: the
-// engine finds model.PrefixCache by a type assertion, which the plain
-// wrapper would hide (kt serve then ran without the cache).
-type ownedPrefixRunner struct {
-	*ownedRunner
-	model.PrefixCache
-}
-
-// own wraps r so that closing it closes be too, keeping r's prefix cache.
-func own(r model.Runner, be backend.Backend) model.Runner {
-	o := &ownedRunner{Runner: r, be: be}
-	if pc, ok := r.(model.PrefixCache); ok {
-		return &ownedPrefixRunner{ownedRunner: o, PrefixCache: pc}
-	}
-	return o
-}
+// Unwrap returns the wrapped runner (model.As).
+func (r *ownedRunner) Unwrap() model.Runner { return r.Runner }
 
 // loadOnDevice opens the backend o.Device picks and loads the model on it;
 // with "auto", a model that fails to load on the GPU (it does not fit, say)
@@ -89,20 +76,14 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 	if o.Notify != nil {
 		o.Notify(note)
 	}
-	return own(r, be), nil
+	return &ownedRunner{Runner: r, be: be}, nil
 }
 
 // ExpertPath says what computes r's routed experts (the CPU expert engine
 // with its method, kernels, threads and weights, or the backend's MoE op
 // and why), or "" when the runner does not say.
 func ExpertPath(r model.Runner) string {
-	switch o := r.(type) {
-	case *ownedRunner:
-		r = o.Runner
-	case *ownedPrefixRunner:
-		r = o.Runner
-	}
-	if p, ok := r.(interface{ ExpertPath() string }); ok {
+	if p, ok := model.As[interface{ ExpertPath() string }](r); ok {
 		return p.ExpertPath()
 	}
 	return ""

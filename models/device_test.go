@@ -80,9 +80,9 @@ func TestLoadOnDevice(t *testing.T) {
 	if len(out.Rows) != 1 || len(out.Rows[0]) != 1 || len(out.Rows[0][0]) != r.Info().VocabSize {
 		t.Fatalf("logits shape %d", len(out.Rows))
 	}
-	// The wrapper keeps the model's prefix cache (the engine finds it by a
-	// type assertion; without it kt serve ran with the cache off).
-	if pc, ok := r.(model.PrefixCache); !ok {
+	// The wrapper keeps the model's prefix cache reachable (the engine finds
+	// it with model.As; without it kt serve ran with the cache off).
+	if pc, ok := model.As[model.PrefixCache](r); !ok {
 		t.Errorf("the loaded runner %T hides model.PrefixCache", r)
 	} else if pc.CachedPrefixTokens() != 0 {
 		t.Errorf("%d tokens cached before anything was", pc.CachedPrefixTokens())

@@ -49,10 +49,7 @@ func (s GraphStats) String() string {
 // GraphStatsOf returns r's decode graph statistics; ok is false for a
 // runner without a graph path.
 func GraphStatsOf(r model.Runner) (s GraphStats, ok bool) {
-	if o, owned := r.(*ownedRunner); owned {
-		r = o.Runner
-	}
-	if p, has := r.(interface{ GraphStats() GraphStats }); has {
+	if p, has := model.As[interface{ GraphStats() GraphStats }](r); has {
 		return p.GraphStats(), true
 	}
 	return GraphStats{}, false
