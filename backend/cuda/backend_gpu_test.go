@@ -163,6 +163,24 @@ func (p *opPair) compare(t *testing.T, name string, g, c backend.Tensor, rows in
 	checkClose(t, name, got, want, tol)
 }
 
+// sameBits checks that rows of two GPU tensors hold the same bits.
+func sameBits(t *testing.T, p *opPair, name string, a, b backend.Tensor, rows int) {
+	t.Helper()
+	w := a.Shape()[len(a.Shape())-1]
+	av, bv := make([]float32, rows*w), make([]float32, rows*w)
+	if err := p.g.Read(av, a, rows); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := p.g.Read(bv, b, rows); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	for i := range av {
+		if math.Float32bits(av[i]) != math.Float32bits(bv[i]) {
+			t.Fatalf("%s: element %d is %g, want %g", name, i, av[i], bv[i])
+		}
+	}
+}
+
 // testStep builds a step of several sequences: each (slot, pos, len) with
 // its own pages (page size 16, slot s owns pages [s*64, s*64+64)).
 func testStep(spans ...[3]int) *backend.Step {
@@ -301,6 +319,56 @@ func TestBackendOps(t *testing.T) {
 			p.c.RMSNorm(cx, cx, cw, 1e-6, n*c.rowsPer)
 			p.compare(t, "RMSNorm in place", gx, cx, n, 1e-5)
 		}
+	})
+
+	// The fused forms (backend/fused.go): bit-identical to the ops they
+	// replace on the GPU, so against the CPU they keep those ops' bounds.
+	t.Run("MatMulGroup", func(t *testing.T) {
+		const k = 2048
+		sizes := []int{8192, 4096, 32, 32} // Qwen3.5's Gated DeltaNet in projections
+		var gw, cw, gout, cout, gref []backend.Tensor
+		for i, o := range sizes {
+			dt := tensor.BF16
+			if i == 3 {
+				dt = tensor.F32 // in the last group below: that group falls back to MatMuls
+			}
+			g, c := p.weight(t, "w", dt, p.randF32(o*k, 0.02), o, k)
+			gw, cw = append(gw, g), append(cw, c)
+			g, c = p.act(t, nil, maxT, o)
+			gout, cout = append(gout, g), append(cout, c)
+			g, _ = p.act(t, nil, maxT, o)
+			gref = append(gref, g)
+		}
+		gx, cx := p.act(t, p.randF32(maxT*k, 1), maxT, k)
+		for _, c := range []struct{ m, rows int }{{3, 1}, {3, 5}, {3, 8}, {2, 1}, {3, 9}, {4, 1}} {
+			name := fmt.Sprintf("MatMulGroup of %d x %d rows", c.m, c.rows)
+			p.g.MatMulGroup(gx, c.rows, gout[:c.m], gw[:c.m])
+			backend.MatMulGroup(p.c, cx, c.rows, cout[:c.m], cw[:c.m])
+			for i := 0; i < c.m; i++ {
+				p.g.MatMul(gref[i], gx, gw[i], c.rows)
+				p.compare(t, fmt.Sprintf("%s: product %d", name, i), gout[i], cout[i], c.rows, 1e-4)
+				sameBits(t, p, fmt.Sprintf("%s: product %d vs its own MatMul", name, i), gout[i], gref[i], c.rows)
+			}
+		}
+	})
+
+	t.Run("AddRMSNorm", func(t *testing.T) {
+		const d = 2048
+		gw, cw := p.weight(t, "norm", tensor.BF16, p.randF32(d, 1), d)
+		xv, tv := p.randF32(maxT*d, 3), p.randF32(maxT*d, 1)
+		gx, cx := p.act(t, xv, maxT, d)
+		gx2, _ := p.act(t, xv, maxT, d)
+		gt, ct := p.act(t, tv, maxT, d)
+		gh, ch := p.act(t, nil, maxT, d)
+		gh2, _ := p.act(t, nil, maxT, d)
+		p.g.AddRMSNorm(gh, gx, gt, gw, 1e-6, n)
+		backend.AddRMSNorm(p.c, ch, cx, ct, cw, 1e-6, n)
+		p.compare(t, "AddRMSNorm sum", gx, cx, n, 1e-6)
+		p.compare(t, "AddRMSNorm norm", gh, ch, n, 1e-5)
+		p.g.Add(gx2, gx2, gt, n)
+		p.g.RMSNorm(gh2, gx2, gw, 1e-6, n)
+		sameBits(t, p, "AddRMSNorm sum vs Add", gx, gx2, n)
+		sameBits(t, p, "AddRMSNorm norm vs Add+RMSNorm", gh, gh2, n)
 	})
 
 	t.Run("Rope", func(t *testing.T) {

@@ -43,6 +43,11 @@ func TestLaunchArgumentCounts(t *testing.T) {
 				if !ok || lit.Kind != token.STRING {
 					return true
 				}
+				if call.Ellipsis.IsValid() {
+					// args... (a grouped launch builds its list): launch
+					// checks the count at run time against the same table
+					return true
+				}
 				name, _ := strconv.Unquote(lit.Value)
 				want, ok := params[name]
 				if !ok {

@@ -236,14 +236,13 @@ func (r *Runner) layersForward(n int) error {
 	be, c := r.rb.BE, r.cfg
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
+	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		be.RMSNorm(r.h, r.x, L.inNorm, eps, n)
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
-		be.Add(r.x, r.x, r.tmp, n)
-		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
+		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
@@ -252,7 +251,13 @@ func (r *Runner) layersForward(n int) error {
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.gate, r.up, n)
 		}
-		be.Add(r.x, r.x, r.tmp, n)
+		// the residual add, with the next layer's input norm where there
+		// is one (the final norm runs on the rows the head keeps)
+		if l+1 < len(r.layers) {
+			backend.AddRMSNorm(be, r.h, r.x, r.tmp, r.layers[l+1].inNorm, eps, n)
+		} else {
+			be.Add(r.x, r.x, r.tmp, n)
+		}
 	}
 	return nil
 }

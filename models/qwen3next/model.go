@@ -42,13 +42,21 @@ func init() {
 	}
 }
 
+// Indices of a Gated DeltaNet layer's in projections (layer.inProj).
+const (
+	inQKV = iota
+	inZ
+	inB
+	inA
+)
+
 type layer struct {
 	linear           bool
 	inNorm, postNorm backend.Tensor
 
 	// Gated DeltaNet
-	li                     int // index among linear layers
-	wqkv, wz, wb, wa       backend.Tensor
+	li                     int               // index among linear layers
+	inProj                 [4]backend.Tensor // in projections qkv, z, b, a (inQKV...), read together
 	conv, aLog, dtBias     backend.Tensor
 	gnorm, outProj         backend.Tensor
 	convChannels, valueWd  int
@@ -56,9 +64,8 @@ type layer struct {
 
 	// gated attention
 	attn  block.Attention
-	wgate backend.Tensor // the output gate's half of q_proj
-	lgate block.LoRA     // q_proj's adapters on the gate rows
-	lo    block.LoRA     // o_proj's adapters
+	lgate block.LoRA // q_proj's adapters on the gate rows (attn.Gate: the gate's half of q_proj)
+	lo    block.LoRA // o_proj's adapters
 
 	// MLP
 	moe     bool
@@ -94,7 +101,7 @@ type Runner struct {
 	mixed, convOut, z, core   backend.Tensor
 	ga, gb, gg, gbeta         backend.Tensor
 	ab                        block.AttnBufs
-	gate                      backend.Tensor
+	inOut                     [4]backend.Tensor // mixed, z, gb, ga: the in projections' outputs
 	rlogits, rw, rids         backend.Tensor
 	seG, seU, seS, mlpG, mlpU backend.Tensor
 }
@@ -275,16 +282,16 @@ func (r *Runner) loadLinear(L *layer, l int, p string) error {
 			b = append(b, [2]int{kh * 2 * rep, rep})
 			a = append(a, [2]int{kh*2*rep + rep, rep})
 		}
-		if L.wqkv, err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[qkv]", qkv); err != nil {
+		if L.inProj[inQKV], err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[qkv]", qkv); err != nil {
 			return err
 		}
-		if L.wz, err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[z]", z); err != nil {
+		if L.inProj[inZ], err = r.gatherRows(qkvz, p+"in_proj_qkvz.weight[z]", z); err != nil {
 			return err
 		}
-		if L.wb, err = r.gatherRows(ba, p+"in_proj_ba.weight[b]", b); err != nil {
+		if L.inProj[inB], err = r.gatherRows(ba, p+"in_proj_ba.weight[b]", b); err != nil {
 			return err
 		}
-		if L.wa, err = r.gatherRows(ba, p+"in_proj_ba.weight[a]", a); err != nil {
+		if L.inProj[inA], err = r.gatherRows(ba, p+"in_proj_ba.weight[a]", a); err != nil {
 			return err
 		}
 	} else {
@@ -293,10 +300,10 @@ func (r *Runner) loadLinear(L *layer, l int, p string) error {
 			name  string
 			shape []int
 		}{
-			{&L.wqkv, "in_proj_qkv.weight", []int{ch, H}},
-			{&L.wz, "in_proj_z.weight", []int{vd, H}},
-			{&L.wb, "in_proj_b.weight", []int{d.VHeads, H}},
-			{&L.wa, "in_proj_a.weight", []int{d.VHeads, H}},
+			{&L.inProj[inQKV], "in_proj_qkv.weight", []int{ch, H}},
+			{&L.inProj[inZ], "in_proj_z.weight", []int{vd, H}},
+			{&L.inProj[inB], "in_proj_b.weight", []int{d.VHeads, H}},
+			{&L.inProj[inA], "in_proj_a.weight", []int{d.VHeads, H}},
 		} {
 			if *w.dst, err = r.rb.Weight(p+w.name, w.shape...); err != nil {
 				return err
@@ -353,7 +360,7 @@ func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	if a.Q, err = r.gatherRows(qg, p+"q_proj.weight[q]", qRows); err != nil {
 		return err
 	}
-	if L.wgate, err = r.gatherRows(qg, p+"q_proj.weight[gate]", gRows); err != nil {
+	if a.Gate, err = r.gatherRows(qg, p+"q_proj.weight[gate]", gRows); err != nil {
 		return err
 	}
 	if a.K, err = r.rb.Weight(p+"k_proj.weight", kvd, H); err != nil {
@@ -452,7 +459,7 @@ func (r *Runner) allocate() error {
 		{&r.z, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}}, {&r.core, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}},
 		{&r.ga, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gb, tensor.F32, []int{T, lin(d.VHeads)}},
 		{&r.gg, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gbeta, tensor.F32, []int{T, lin(d.VHeads)}},
-		{&r.ab.Q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.gate, tensor.F32, []int{T, c.NumHeads * hd}},
+		{&r.ab.Q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.ab.Gate, tensor.F32, []int{T, c.NumHeads * hd}},
 		{&r.ab.Out, tensor.F32, []int{T, c.NumHeads * hd}},
 		{&r.ab.K, tensor.F32, []int{T, c.NumKVHeads * hd}}, {&r.ab.V, tensor.F32, []int{T, c.NumKVHeads * hd}},
 		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
@@ -466,6 +473,7 @@ func (r *Runner) allocate() error {
 			return fmt.Errorf("allocating activations: %w", err)
 		}
 	}
+	r.inOut = [4]backend.Tensor{inQKV: r.mixed, inZ: r.z, inB: r.gb, inA: r.ga}
 	return nil
 }
 
@@ -519,14 +527,11 @@ func (r *Runner) layersForward(n int) error {
 	be, la, c := r.rb.BE, r.la, r.cfg
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
+	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		be.RMSNorm(r.h, r.x, L.inNorm, eps, n)
 		if L.linear {
-			be.MatMul(r.mixed, r.h, L.wqkv, n)
-			be.MatMul(r.z, r.h, L.wz, n)
-			be.MatMul(r.gb, r.h, L.wb, n)
-			be.MatMul(r.ga, r.h, L.wa, n)
+			backend.MatMulGroup(be, r.h, n, r.inOut[:], L.inProj[:])
 			r.lo.Apply(&L.lqkv, r.mixed, r.h, n)
 			r.lo.Apply(&L.lz, r.z, r.h, n)
 			r.lo.Apply(&L.lb, r.gb, r.h, n)
@@ -538,15 +543,13 @@ func (r *Runner) layersForward(n int) error {
 			be.MatMul(r.tmp, r.core, L.outProj, n)
 			r.lo.Apply(&L.lout, r.tmp, r.core, n)
 		} else {
-			be.MatMul(r.gate, r.h, L.wgate, n)
-			r.lo.Apply(&L.lgate, r.gate, r.h, n)
-			L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
-			la.SigmoidGate(r.ab.Out, r.ab.Out, r.gate, n)
+			L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n) // the gate too (r.ab.Gate)
+			r.lo.Apply(&L.lgate, r.ab.Gate, r.h, n)
+			la.SigmoidGate(r.ab.Out, r.ab.Out, r.ab.Gate, n)
 			be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 			r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
 		}
-		be.Add(r.x, r.x, r.tmp, n)
-		be.RMSNorm(r.h, r.x, L.postNorm, eps, n)
+		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 			// routed experts start (on the CPU in the hybrid step) while
@@ -564,7 +567,13 @@ func (r *Runner) layersForward(n int) error {
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.mlpG, r.mlpU, n)
 		}
-		be.Add(r.x, r.x, r.tmp, n)
+		// the residual add, with the next layer's input norm where there
+		// is one (the final norm runs on the rows the head keeps)
+		if l+1 < len(r.layers) {
+			backend.AddRMSNorm(be, r.h, r.x, r.tmp, r.layers[l+1].inNorm, eps, n)
+		} else {
+			be.Add(r.x, r.x, r.tmp, n)
+		}
 	}
 	return nil
 }

@@ -35,19 +35,20 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, u32 &hi, u32 &lo)
 
 // GEMV_EMU_BEGIN (testdata/gdnemu/run.sh compiles from here on for the host)
 
-// m_gemv_bf16: out[r, o] = Σ_k x[r, k]·w[o, k] for n ≤ 8 rows of float32
-// activations and bf16 weights [O, K], K % 8 == 0, 16-byte aligned rows.
-// grid ceil(O/16), block 32·GEMV_WARPS. A block owns 16 outputs; its warps
+// gemv_bf16_block computes block blk's 16 outputs of m_gemv_bf16: out[r, o] =
+// Σ_k x[r, k]·w[o, k] for n ≤ 8 rows of float32 activations and bf16
+// weights [O, K], K % 8 == 0, 16-byte aligned rows; block 32·GEMV_WARPS.
+// A block owns 16 outputs; its warps
 // take interleaved 32-wide k steps. In a step lane (g = lane/4, q = lane%4)
 // loads 8 weights of rows o0+g and o0+g+8 at k+8q (16-byte loads) and 8
 // activations of row g at the same k; the mma's k order is permuted alike
 // on both sides (its columns 2q,2q+1 / 2q+8,2q+9 are the lane's elements
 // 0,1 / 2,3, then 4,5 / 6,7 for the second mma), which leaves the sum the
 // same. The hi and lo parts are two n-tiles (columns = activation rows).
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float *out, const float *x, const bf16 *w, int n, int O, int K) {
+__device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, const bf16 *w, int n, int O, int K, int blk) {
 	__shared__ float red[GEMV_WARPS][32][9];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	const int o0 = blockIdx.x * 16;
+	const int o0 = blk * 16;
 	const int ra = min(o0 + g, O - 1), rb = min(o0 + g + 8, O - 1);
 	const bf16 *wa = w + (long long)ra * K + q * 8, *wb = w + (long long)rb * K + q * 8;
 	const bool xrow = g < n;
@@ -100,4 +101,28 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float 
 		const int o = o0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
 		if (o < O && r < n) out[(long long)r * O + o] = hs + ls;
 	}
+}
+
+// m_gemv_bf16: the decode-step MatMul, out = x·wᵀ (gemv_bf16_block).
+// grid ceil(O/16), block 32·GEMV_WARPS.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float *out, const float *x, const bf16 *w, int n, int O, int K) {
+	gemv_bf16_block(out, x, w, n, O, K, blockIdx.x);
+}
+
+// m_gemv_bf16_group: up to four decode-step MatMuls that read the same
+// activations x [n, K] in one launch (Backend.MatMulGroup): product i is
+// out_i = x·w_iᵀ with w_i [O_i, K], computed by blocks s_i ≤ b < s_(i+1)
+// (s_0 = 0, s_i the sum of the earlier products' ceil(O/16); an unused
+// product has O = 0 and its start at the grid's end). Each block runs
+// exactly m_gemv_bf16's arithmetic for its 16 outputs, so every output is
+// bit-identical to a launch of its own. grid Σ ceil(O_i/16), block
+// 32·GEMV_WARPS.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16_group(const float *x, int n, int K,
+	float *out0, const bf16 *w0, int O0, float *out1, const bf16 *w1, int O1, int s1,
+	float *out2, const bf16 *w2, int O2, int s2, float *out3, const bf16 *w3, int O3, int s3) {
+	const int b = blockIdx.x;
+	if (b >= s3) gemv_bf16_block(out3, x, w3, n, O3, K, b - s3);
+	else if (b >= s2) gemv_bf16_block(out2, x, w2, n, O2, K, b - s2);
+	else if (b >= s1) gemv_bf16_block(out1, x, w1, n, O1, K, b - s1);
+	else gemv_bf16_block(out0, x, w0, n, O0, K, b);
 }

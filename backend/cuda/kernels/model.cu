@@ -196,6 +196,25 @@ extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, lon
 	if (i < n) st_act(out, i, ld_act(a, i) + ld_act(b, i));
 }
 
+// m_add_rmsnorm: x += t, then h = x·rsqrt(mean(x²)+eps)·w, rows of width d
+// (Backend.AddRMSNorm): m_add followed by m_rmsnorm with the same block
+// size, in one launch and with the same arithmetic, so h and x are
+// bit-identical to the two kernels'. grid rows.
+extern "C" __global__ void m_add_rmsnorm(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	__shared__ float scratch[32];
+	long long r = (long long)blockIdx.x * d;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		float v = ld_act(x, r + i) + ld_act(t, r + i);
+		st_act(x, r + i, v);
+		v = ld_act(x, r + i);
+		ss += v * v;
+	}
+	ss = block_sum(ss, scratch);
+	float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(h, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv));
+}
+
 // m_lora_add: out[r, j] += s·d[r, j] over the m = rows·w elements of the
 // rows r whose request's adapter (row_ad[r], from SetStep) is adapter;
 // adapter < 0 selects every row (a static adapter).

@@ -35,8 +35,13 @@ func AllocKV(rb *runbase.Base, c *modelconfig.Config) (*backend.KVCache, error) 
 // [heads·hd, H], [kvHeads·hd, H] (twice), the o projection [H, heads·hd],
 // the per-head RMSNorm weights [hd] of q and k, and the layer's KV cache.
 type Attention struct {
-	Q, K, V, O   backend.Tensor
+	Q, K, V, O backend.Tensor
+	// Gate, when set, is a further projection of the block's input that
+	// the model uses itself (Qwen3-Next's output gate): Attend computes it
+	// into AttnBufs.Gate together with q, k and v.
+	Gate         backend.Tensor
 	QNorm, KNorm backend.Tensor
+	w            [4]backend.Tensor // Attend's MatMulGroup weights (a field: a local array would escape)
 	KV           *backend.KVCache
 	// Lo runs the LoRA deltas LQ, LK, LV of the q, k, v projections (nil:
 	// no adapters); the model applies the o projection's itself.
@@ -62,19 +67,24 @@ func (a *Attention) BindLoRA(lo *LoRAs, layer, hidden, qFull, kvd, qd int, qPart
 }
 
 // AttnBufs are the activations the attention block writes: Q and Out
-// [T, heads·hd], K and V [T, kvHeads·hd].
+// [T, heads·hd], K and V [T, kvHeads·hd], and Gate for Attention.Gate.
 type AttnBufs struct {
-	Q, K, V, Out backend.Tensor
+	Q, K, V, Out, Gate backend.Tensor
+	proj               [4]backend.Tensor // Attend's MatMulGroup outputs
 }
 
 // Attend runs the attention block on the first n rows of h up to the
 // attention output (buf.Out, before the o projection): q, k, v projections,
 // per-head RMSNorm of q and k, rotary on q and k, then attention over the
-// KV cache (which the step's k and v rows join).
+// KV cache (which the step's k and v rows join). The projections, and
+// a.Gate's, read h together (backend.MatMulGroup).
 func (a *Attention) Attend(be backend.Ops, buf *AttnBufs, h backend.Tensor, rope *backend.Rope, p *backend.Attn, eps float32, n int) {
-	be.MatMul(buf.Q, h, a.Q, n)
-	be.MatMul(buf.K, h, a.K, n)
-	be.MatMul(buf.V, h, a.V, n)
+	a.w, buf.proj = [4]backend.Tensor{a.Q, a.K, a.V, a.Gate}, [4]backend.Tensor{buf.Q, buf.K, buf.V, buf.Gate}
+	m := 3
+	if a.Gate != nil {
+		m = 4
+	}
+	backend.MatMulGroup(be, h, n, buf.proj[:m], a.w[:m])
 	a.Lo.Apply(&a.LQ, buf.Q, h, n)
 	a.Lo.Apply(&a.LK, buf.K, h, n)
 	a.Lo.Apply(&a.LV, buf.V, h, n)
@@ -88,6 +98,7 @@ func (a *Attention) Attend(be backend.Ops, buf *AttnBufs, h backend.Tensor, rope
 // MLP is a SwiGLU MLP's weights: gate and up [I, H], down [H, I].
 type MLP struct {
 	Gate, Up, Down backend.Tensor
+	w, out         [2]backend.Tensor // Forward's MatMulGroup (fields: local arrays would escape)
 	// Lo runs the LoRA deltas of the three projections (nil: none).
 	Lo                *LoRAs
 	LGate, LUp, LDown LoRA
@@ -131,8 +142,8 @@ func LoadMLP(rb *runbase.Base, p string, inter, hidden int) (MLP, error) {
 // Forward computes out = down(silu(gate(x)) · up(x)) over n rows, with g
 // and u [T, I] as scratch.
 func (m *MLP) Forward(be backend.Ops, out, x, g, u backend.Tensor, n int) {
-	be.MatMul(g, x, m.Gate, n)
-	be.MatMul(u, x, m.Up, n)
+	m.w, m.out = [2]backend.Tensor{m.Gate, m.Up}, [2]backend.Tensor{g, u}
+	backend.MatMulGroup(be, x, n, m.out[:], m.w[:])
 	m.Lo.Apply(&m.LGate, g, x, n)
 	m.Lo.Apply(&m.LUp, u, x, n)
 	be.SiLUMul(g, g, u, n)

@@ -4,7 +4,7 @@
 // every output must match a float64 reference of the split arithmetic
 // (x = hi + lo, two bf16 parts) within 1e-6 relative to Σ|x·w|, the exact
 // float32 product within 2e-5, and no element outside the n×O output may
-// be written.
+// be written. groupCheck: m_gemv_bf16_group equals separate launches bit for bit.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -77,6 +77,59 @@ void split_bf16x2(float a, float b, u32 &hi, u32 &lo) {
 	lo = (u32)f2bf(a - bf2f(ha)) | ((u32)f2bf(b - bf2f(hb)) << 16);
 }
 #include "gemv_part.cu"
+// launch runs f as grid blocks of 32·GEMV_WARPS emulated threads.
+template <class F> void launch(int grid, F f) {
+	for (int b = 0; b < grid; b++) {
+		bar = std::make_unique<std::barrier<>>(32 * GEMV_WARPS);
+		wbar.clear();
+		for (int i = 0; i < GEMV_WARPS; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
+		vector<thread> th;
+		for (int t = 0; t < 32 * GEMV_WARPS; t++)
+			th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; f(); });
+		for (auto &t : th) t.join();
+	}
+}
+// groupCheck: m_gemv_bf16_group with 1..4 products equals separate
+// m_gemv_bf16 launches bit for bit and writes nothing outside its outputs.
+int groupCheck(mt19937 &rng) {
+	normal_distribution<float> nd;
+	int bad = 0;
+	for (int n : {1, 3, 8}) {
+		for (int used = 1; used <= 4; used++) {
+			const int K = 264, Os[4] = {21, 37, 5, 16};
+			vector<float> x(n * K);
+			for (auto &v : x) v = nd(rng);
+			vector<vector<bf16>> w(4);
+			vector<vector<float>> sep(4), grp(4);
+			int O[4], s[4], total = 0;
+			for (int i = 0; i < 4; i++) {
+				O[i] = i < used ? Os[i] : 0;
+				w[i].resize(max(O[i], 1) * K);
+				for (auto &v : w[i]) v = f2bf(nd(rng) * 0.05f);
+				sep[i].assign(8 * Os[i] + 8, NAN);
+				grp[i].assign(8 * Os[i] + 8, NAN);
+			}
+			for (int i = 0; i < 4; i++) {
+				s[i] = total;
+				total += (O[i] + 15) / 16;
+			}
+			for (int i = used; i < 4; i++) s[i] = total;
+			for (int i = 0; i < used; i++)
+				launch((O[i] + 15) / 16, [&, i] { m_gemv_bf16(sep[i].data(), x.data(), w[i].data(), n, O[i], K); });
+			launch(total, [&] {
+				m_gemv_bf16_group(x.data(), n, K, grp[0].data(), w[0].data(), O[0], grp[1].data(), w[1].data(), O[1], s[1],
+						  grp[2].data(), w[2].data(), O[2], s[2], grp[3].data(), w[3].data(), O[3], s[3]);
+			});
+			for (int i = 0; i < 4; i++)
+				if (memcmp(sep[i].data(), grp[i].data(), sep[i].size() * sizeof(float)) != 0) {
+					// NaN sentinels compare equal bytewise, so any difference is real
+					if (bad++ < 5) printf("group n=%d used=%d product %d differs from its own launch\n", n, used, i);
+				}
+		}
+	}
+	printf("gemv group: %d mismatches against separate launches\n", bad);
+	return bad;
+}
 int main() {
 	mt19937 rng(3);
 	normal_distribution<float> nd;
@@ -90,15 +143,7 @@ int main() {
 				for (auto &v : x) v = nd(rng);
 				for (auto &v : w) v = f2bf(nd(rng) * 0.05f);
 				vector<float> out(8 * O + 8, NAN);
-				for (int b = 0; b < (O + 15) / 16; b++) {
-					bar = std::make_unique<std::barrier<>>(32 * GEMV_WARPS);
-					wbar.clear();
-					for (int i = 0; i < GEMV_WARPS; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
-					vector<thread> th;
-					for (int t = 0; t < 32 * GEMV_WARPS; t++)
-						th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
-					for (auto &t : th) t.join();
-				}
+				launch((O + 15) / 16, [&] { m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
 				for (int i = 0; i < n; i++) for (int o = 0; o < O; o++) {
 					double ref = 0, exact = 0, mag = 0;
 					for (int k = 0; k < K; k++) {
@@ -121,5 +166,6 @@ int main() {
 		}
 	}
 	printf("gemv: %d mismatches (worst vs split reference %.2e, vs exact %.2e, of sum |x.w|)\n", bad, worstSplit, worstExact);
+	bad += groupCheck(rng);
 	return bad != 0;
 }
