@@ -79,6 +79,15 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 	return &ownedRunner{Runner: r, be: be}, nil
 }
 
+// HybridTiming returns what r's hybrid step measured of its hand-offs
+// (KT_HYBRID_TIMING=1), or "".
+func HybridTiming(r model.Runner) string {
+	if p, ok := model.As[interface{ HybridTiming() string }](r); ok {
+		return p.HybridTiming()
+	}
+	return ""
+}
+
 // ExpertPath says what computes r's routed experts (the CPU expert engine
 // with its method, kernels, threads and weights, or the backend's MoE op
 // and why), or "" when the runner does not say.

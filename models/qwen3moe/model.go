@@ -95,6 +95,10 @@ func Load(dir string, o models.Options) (*Runner, error) {
 // and its kernels, or the backend's MoE op and why).
 func (r *Runner) ExpertPath() string { return r.routed.Path() }
 
+// HybridTiming reports the hybrid step's hand-off times when
+// KT_HYBRID_TIMING=1 asked for them, else "" (models.HybridTiming).
+func (r *Runner) HybridTiming() string { return r.routed.Timing() }
+
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
 

@@ -326,6 +326,14 @@ func (x *engine) describe() string {
 	return "cpuexperts"
 }
 
+// timing reports the hybrid hand-off times (TimingEnv), or "".
+func (x *engine) timing() string {
+	if x.gpu == nil {
+		return ""
+	}
+	return x.gpu.timing.String()
+}
+
 func (x *engine) close() {
 	if x.gpu != nil {
 		x.gpu.close()

@@ -25,6 +25,8 @@ func (*engine) join(int, backend.Tensor, int) error { return errors.New("no CPU 
 
 func (*engine) describe() string { return "" }
 
+func (*engine) timing() string { return "" }
+
 func (*engine) setDeferral(*deferral) error { return nil }
 
 func (*engine) hybridGraphs(*runbase.Base) {}

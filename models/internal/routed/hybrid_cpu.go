@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
@@ -123,6 +124,7 @@ type gpuLink struct {
 	slots   [2]pinSlot
 	dbatch  cpuexperts.Batch // the deferred task's batch
 	noGraph string           // why the graph form is off ("" unless deferral turned it off)
+	timing  *handoffTiming   // TimingEnv=1: piecewise hand-off times; nil when off
 }
 
 // pinSlot is one slot of pinned buffers of the hybrid step with expert
@@ -219,6 +221,13 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		return nil, fmt.Errorf("%s=%s: want node (the default) or after", PieceEventEnv, v)
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
+	if os.Getenv(TimingEnv) == "1" {
+		first := 0
+		for first < nLayers && layers[first] == nil {
+			first++
+		}
+		g.timing = newHandoffTiming(nLayers, first)
+	}
 	return g, nil
 }
 
@@ -388,10 +397,20 @@ func (g *gpuLink) handoff(l, n int) func() error {
 				return err
 			}
 		}
+		if g.timing == nil {
+			if err := g.wait(); err != nil {
+				return err
+			}
+			return g.runCPU(l, n, d, pending)
+		}
+		t0 := time.Now()
 		if err := g.wait(); err != nil {
 			return err
 		}
-		return g.runCPU(l, n, d, pending)
+		t1 := time.Now()
+		err := g.runCPU(l, n, d, pending)
+		g.timing.add(l, t0, t1, time.Now())
+		return err
 	}
 }
 

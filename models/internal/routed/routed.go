@@ -289,6 +289,16 @@ func (x *Experts) Deferred(l int) int {
 // its kernels, or the backend's MoE op and why).
 func (x *Experts) Path() string { return x.path }
 
+// Timing reports the hybrid step's hand-off times when TimingEnv asks for
+// them (what the decode steps so far spent waiting for the GPU pieces and
+// in the CPU experts), else "".
+func (x *Experts) Timing() string {
+	if x.engine == nil {
+		return ""
+	}
+	return x.engine.timing()
+}
+
 // Forward computes layer l's routed experts w for the first n rows of h
 // with router weights wts and expert ids ids (top-k per row) into out: Start
 // then Join.

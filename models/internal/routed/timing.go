@@ -1,0 +1,59 @@
+package routed
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// TimingEnv names the environment variable that, set to 1, makes the
+// hybrid step time its piecewise hand-offs (SGLang-KT's
+// SGLANG_KT_HYBRID_TIMING): per MoE layer, how long the host waited for the
+// GPU piece before it (its kernels up to the layer's copies, the piece's
+// launch included) and how long the layer's CPU experts took. Off by
+// default: it reads the clock three times per layer.
+const TimingEnv = "KT_HYBRID_TIMING"
+
+// handoffTiming sums the hand-off times of piecewise decode steps, per
+// model layer.
+type handoffTiming struct {
+	first      int // the first MoE layer: a step starts there
+	steps      int
+	wait, work []time.Duration // per model layer
+}
+
+func newHandoffTiming(layers, first int) *handoffTiming {
+	return &handoffTiming{first: first, wait: make([]time.Duration, layers), work: make([]time.Duration, layers)}
+}
+
+// add records layer l's hand-off: entered at t0, the GPU piece done at t1,
+// the CPU experts done at t2.
+func (h *handoffTiming) add(l int, t0, t1, t2 time.Time) {
+	if l == h.first {
+		h.steps++
+	}
+	h.wait[l] += t1.Sub(t0)
+	h.work[l] += t2.Sub(t1)
+}
+
+// String reports the mean per step: the GPU wait and the CPU experts' time
+// in total and per MoE layer (µs).
+func (h *handoffTiming) String() string {
+	if h == nil || h.steps == 0 {
+		return ""
+	}
+	var wait, work time.Duration
+	var pw, pc []string
+	per := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(h.steps)) }
+	for l := range h.wait {
+		if h.wait[l] == 0 && h.work[l] == 0 {
+			continue
+		}
+		wait += h.wait[l]
+		work += h.work[l]
+		pw, pc = append(pw, per(h.wait[l])), append(pc, per(h.work[l]))
+	}
+	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(h.steps) }
+	return fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s)",
+		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "))
+}
