@@ -124,6 +124,11 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	// none) picks what the sampler's greedy path would, without its copy
 	// of the row and its scalar scan (greedyPick)
 	greedy := p.Temperature < 1e-5 || p.TopK == 1
+	// without top logprobs a greedy decode step needs only the pick, which
+	// a GPU runner makes beside the logits (model.Chunk.PickOnly)
+	pickOnly := greedy && p.TopLogprobs == 0
+	var pick model.Pick // the runner's pick for the last step, if it made one (picked)
+	picked := false
 	var host time.Duration
 	for n := 0; n < p.MaxNewTokens; n++ {
 		th := time.Now()
@@ -133,9 +138,15 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		var id int32
 		var mx, lse float64
 		var err error
-		if greedy {
+		switch {
+		case picked:
+			id = pick.ID
+			if id < 0 {
+				err = sample.ErrNoToken
+			}
+		case greedy:
 			id, mx, lse, err = greedyPick(last)
-		} else {
+		default:
 			mx, lse = sample.LogSumExp(last)
 			id, err = sm.Sample(seq, last)
 		}
@@ -144,7 +155,12 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
 		}
 		seq.Accept(id)
-		t := Token{ID: id, Logprob: lp(id)}
+		var t Token
+		if picked {
+			t = Token{ID: id, Logprob: pick.Logprob}
+		} else {
+			t = Token{ID: id, Logprob: lp(id)}
+		}
 		if p.TopLogprobs > 0 {
 			for _, c := range sm.Largest(last, p.TopLogprobs) {
 				t.Top = append(t.Top, TokenLogprob{ID: c, Logprob: lp(c)})
@@ -167,12 +183,16 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		if n > 0 { // the first token's time is not in DecodeSeconds
 			host += time.Since(th)
 		}
-		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: pos, Tokens: []int32{id}}}}
+		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: pos, Tokens: []int32{id}, PickOnly: pickOnly}}}
 		if err := r.Forward(&b, &out); err != nil {
 			return nil, fmt.Errorf("generate: decode at %d: %w", pos, err)
 		}
 		pos++
-		last = out.Rows[0][0]
+		if picked = len(out.Picks) > 0; picked {
+			pick, last = out.Picks[0], nil
+		} else {
+			last = out.Rows[0][0]
+		}
 	}
 	res.DecodeSeconds = time.Since(start).Seconds()
 	res.DecodeHostSeconds = host.Seconds()

@@ -33,6 +33,19 @@ type Chunk struct {
 	// Adapter is the LoRA adapter id the chunk's request asked for (0:
 	// the base model; lora.Set.Index).
 	Adapter int
+	// PickOnly says the caller needs only the greedy pick of the chunk's
+	// last row. When every chunk of a step says so, a runner that can pick
+	// where the logits are (on the GPU) returns Logits.Picks instead of the
+	// rows; others return the rows as usual.
+	PickOnly bool
+}
+
+// Pick is a greedy choice made by the runner: the first index of the
+// largest logit of a row (NaNs skipped; -1 when the row has no value above
+// -Inf) and that token's log-softmax.
+type Pick struct {
+	ID      int32
+	Logprob float64
 }
 
 // Batch is one forward step.
@@ -43,8 +56,11 @@ type Batch struct {
 // Logits holds the step's output: for chunk i, Rows[i] lists the logits rows
 // (each VocabSize wide) in token order: one row, or len(Tokens) rows when
 // AllLogits was set. Rows alias buffers the runner reuses on the next call.
+// When the runner picked instead (every chunk PickOnly), Picks holds one
+// pick per chunk and Rows is empty; otherwise Picks is empty.
 type Logits struct {
-	Rows [][][]float32
+	Rows  [][][]float32
+	Picks []Pick
 }
 
 // Runner is a loaded model ready to run batches. It is not safe for

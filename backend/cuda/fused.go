@@ -91,3 +91,20 @@ func asTensor(x backend.Tensor) *Tensor {
 	t, _ := x.(*Tensor)
 	return t
 }
+
+// GreedyPick implements backend.Picker with m_greedy_pick.
+func (b *Backend) GreedyPick(out, logits backend.Tensor, rows int) {
+	if !b.ok() || rows <= 0 {
+		return
+	}
+	lt := b.t(logits, "GreedyPick logits")
+	if lt == nil {
+		return
+	}
+	V := lt.cols()
+	ls, os := b.f32(logits, rows*V, "GreedyPick logits"), b.f32(out, 2*rows, "GreedyPick out")
+	if ls == nil || os == nil {
+		return
+	}
+	b.check("GreedyPick", b.d.launch(b.s, "m_greedy_pick", grid1(rows), grid1(1024), 0, os.buf, ls.buf, V))
+}

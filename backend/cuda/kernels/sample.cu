@@ -113,3 +113,48 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) sample_f32(int *tokens
 		logprobs[b] = row[tok] - lse;
 	}
 }
+
+// m_greedy_pick: the greedy choice of each float32 logits row [rows, V]
+// (Backend.GreedyPick): out[r] = (i, lp) with i the first index of the
+// largest value — NaNs skipped, -1 when no value is above -Inf — and lp
+// its log-softmax, -log Σ exp(x - max), the sum in double over float32
+// exponentials as vecmath.SumExpShifted takes it on the host. Every thread
+// owns a contiguous range, so the first maximum is the lowest index among
+// the threads holding it. grid rows, block SMP_THREADS.
+extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_greedy_pick(float *out, const float *logits, int V) {
+	__shared__ float scratch[32];
+	__shared__ double dsum[32];
+	__shared__ int pick;
+	const int r = blockIdx.x, tid = threadIdx.x;
+	const float *row = logits + (long long)r * V;
+	const int per = (V + SMP_THREADS - 1) / SMP_THREADS;
+	const int lo = min(V, tid * per), hi = min(V, lo + per);
+	float mx = -KT_INF;
+	int am = 0x7fffffff;
+	for (int i = lo; i < hi; i++) {
+		const float x = row[i];
+		if (x > mx) { mx = x; am = i; } // false for NaN
+	}
+	const float gmx = block_max(mx, scratch);
+	if (tid == 0) pick = 0x7fffffff;
+	__syncthreads();
+	if (mx == gmx && gmx > -KT_INF) atomicMin(&pick, am);
+	double se = 0.0;
+	for (int i = lo; i < hi; i++) {
+		const float x = row[i];
+		if (x == x) se += (double)expf(x - gmx);
+	}
+	// block sum in double: warps, then the first warp over their sums
+	for (int o = 16; o > 0; o >>= 1) se += __shfl_xor_sync(0xffffffffu, se, o);
+	if ((tid & 31) == 0) dsum[tid >> 5] = se;
+	__syncthreads();
+	if (tid < 32) {
+		double v = dsum[tid];
+		for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (tid == 0) {
+			const bool none = pick == 0x7fffffff;
+			out[2 * r] = none ? -1.0f : (float)pick;
+			out[2 * r + 1] = none ? 0.0f : (float)(-log(v));
+		}
+	}
+}

@@ -446,4 +446,9 @@ func (b *Base) queueHead(h Head, first, count int) {
 	be.GatherRows(b.sel, h.X, first, count)
 	be.RMSNorm(b.sel, b.sel, h.Norm, h.Eps, count)
 	be.MatMul(b.logits, b.sel, h.LMHead, count)
+	if b.picker != nil && first == 0 {
+		// the greedy picks beside the logits: in a decode graph always,
+		// as whether the step's chunks want only them changes per step
+		b.picker.GreedyPick(b.picks, b.logits, count)
+	}
 }

@@ -43,8 +43,13 @@ type Base struct {
 	logits  backend.Tensor
 	hostLog []float32
 	rowsBuf [][]float32
-	gr      graphState
-	pfx     prefixState
+	// the greedy picks the backend makes after the lm head (backend.Picker;
+	// nil picker: the backend has none): F32 [logRows, 2], and their copy
+	picker   backend.Picker
+	picks    backend.Tensor
+	pickHost []float32
+	gr       graphState
+	pfx      prefixState
 	// stateful: the model keeps recurrent state (UsePrefixState)
 	stateful bool
 	slotsBuf []int
@@ -226,6 +231,12 @@ func (b *Base) AllocStep(hidden, vocab int) error {
 	if b.logits, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, vocab); err != nil {
 		return fmt.Errorf("allocating activations: %w", err)
 	}
+	if p, ok := b.BE.(backend.Picker); ok {
+		if b.picks, err = b.BE.Alloc(tensor.F32, b.logRows, 2); err != nil {
+			return fmt.Errorf("allocating activations: %w", err)
+		}
+		b.picker, b.pickHost = p, make([]float32, 2*b.logRows)
+	}
 	b.seen = make([]bool, o.MaxSeqs)
 	b.Step.Tokens = make([]int32, 0, T)
 	b.Step.Pos = make([]int32, 0, T)
@@ -360,6 +371,9 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 // the backend's page-locked memory where it has some) and hands them out.
 func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
 	V := b.Info.VocabSize
+	if b.picker != nil && pickOnly(bt) {
+		return b.handPicks(bt, out, nOut)
+	}
 	if gb, ok := b.BE.(backend.GraphBackend); ok {
 		rows, err := gb.ReadPinned(b.logits, nOut)
 		if err != nil {
@@ -377,6 +391,50 @@ func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
 	return b.hand(bt, out, b.hostLog)
 }
 
+// pickOnly reports whether every chunk of bt wants only its greedy pick.
+func pickOnly(bt *model.Batch) bool {
+	for _, ch := range bt.Chunks {
+		if !ch.PickOnly || ch.AllLogits {
+			return false
+		}
+	}
+	return len(bt.Chunks) > 0
+}
+
+// handPicks ends a step whose chunks want only their greedy picks, which
+// queueHead had the backend make: it reads them (two numbers per row)
+// instead of the logits rows.
+func (b *Base) handPicks(bt *model.Batch, out *model.Logits, nOut int) error {
+	if err := b.BE.Read(b.pickHost[:2*nOut], b.picks, nOut); err != nil {
+		return fmt.Errorf("%s: forward: %w", b.Name, err)
+	}
+	if err := b.advance(bt); err != nil {
+		return err
+	}
+	out.Rows = out.Rows[:0]
+	out.Picks = out.Picks[:0]
+	for i := range bt.Chunks {
+		out.Picks = append(out.Picks, model.Pick{ID: int32(b.pickHost[2*i]), Logprob: float64(b.pickHost[2*i+1])})
+	}
+	return nil
+}
+
+// advance ends a step: it waits for the backend, then the slots' KV
+// lengths advance and their recurrent-state snapshots roll.
+func (b *Base) advance(bt *model.Batch) error {
+	if err := b.Sync(); err != nil {
+		return err
+	}
+	b.slotsBuf = b.slotsBuf[:0]
+	for _, ch := range bt.Chunks {
+		if err := b.Pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
+			return fmt.Errorf("%s: %w", b.Name, err)
+		}
+		b.slotsBuf = append(b.slotsBuf, ch.Slot)
+	}
+	return b.rollSnapshots(b.slotsBuf)
+}
+
 // hand ends a step whose logits rows are in log (in output-row order):
 // the slots' KV lengths advance and out's rows alias log.
 func (b *Base) hand(bt *model.Batch, out *model.Logits, log []float32) error {
@@ -389,19 +447,10 @@ func (b *Base) hand(bt *model.Batch, out *model.Logits, log []float32) error {
 			nOut++
 		}
 	}
-	if err := b.Sync(); err != nil {
+	if err := b.advance(bt); err != nil {
 		return err
 	}
-	b.slotsBuf = b.slotsBuf[:0]
-	for _, ch := range bt.Chunks {
-		if err := b.Pool.Advance(ch.Slot, len(ch.Tokens)); err != nil {
-			return fmt.Errorf("%s: %w", b.Name, err)
-		}
-		b.slotsBuf = append(b.slotsBuf, ch.Slot)
-	}
-	if err := b.rollSnapshots(b.slotsBuf); err != nil {
-		return err
-	}
+	out.Picks = out.Picks[:0]
 	if cap(out.Rows) < len(bt.Chunks) {
 		out.Rows = make([][][]float32, len(bt.Chunks))
 	}
