@@ -644,10 +644,18 @@ func (e *Engine) reserveDecodes(decodes []*seq) error {
 		if s.slot < 0 {
 			continue
 		}
-		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:], Adapter: s.req.Adapter})
+		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:], Adapter: s.req.Adapter, PickOnly: e.pickOnly(s)})
 		e.chunkSeq = append(e.chunkSeq, s)
 	}
 	return nil
+}
+
+// pickOnly reports whether s's next token is plain greedy with nothing
+// else wanted of the row (no logprobs, no stop-token ban before
+// min_new_tokens), so the runner may pick it (model.Chunk.PickOnly).
+func (e *Engine) pickOnly(s *seq) bool {
+	p := &s.req.Params
+	return !p.Logprobs && p.TopLogprobs == 0 && s.generated >= p.MinNewTokens && s.smp.PlainGreedy()
 }
 
 // planPrefills adds prefill chunks, oldest sequence first, within budget
@@ -741,8 +749,9 @@ func (e *Engine) step() error {
 	if err != nil {
 		return fmt.Errorf("engine: forward step: %w", err)
 	}
-	if len(e.logits.Rows) != len(e.batch.Chunks) {
-		return fmt.Errorf("engine: forward step returned %d logits entries for %d chunks", len(e.logits.Rows), len(e.batch.Chunks))
+	picked := len(e.logits.Picks) > 0
+	if got := max(len(e.logits.Rows), len(e.logits.Picks)); got != len(e.batch.Chunks) || picked && len(e.logits.Rows) > 0 {
+		return fmt.Errorf("engine: forward step returned %d logits entries and %d picks for %d chunks", len(e.logits.Rows), len(e.logits.Picks), len(e.batch.Chunks))
 	}
 	e.st.Steps++
 	e.st.LastStepDuration = dur
@@ -754,6 +763,16 @@ func (e *Engine) step() error {
 	var ended []*seq
 	for i, ch := range e.batch.Chunks {
 		s := e.chunkSeq[i]
+		if picked {
+			// every chunk asked for its pick only (decode steps)
+			s.computed += len(ch.Tokens)
+			pk := pick{s: s, done: true, tok: Token{ID: e.logits.Picks[i].ID}}
+			if pk.tok.ID < 0 {
+				pk.err = sample.ErrNoToken
+			}
+			e.pending = append(e.pending, pk)
+			continue
+		}
 		rows := e.logits.Rows[i]
 		want := 1
 		if ch.AllLogits {
@@ -811,10 +830,11 @@ func (e *Engine) collectPromptLogprobs(s *seq, ch model.Chunk, rows [][]float32)
 // pick is one sequence's next-token draw in a step: the logits row in,
 // the token (or the error) out.
 type pick struct {
-	s   *seq
-	row []float32
-	tok Token
-	err error
+	s    *seq
+	row  []float32
+	done bool // the runner picked (model.Logits.Picks): nothing to draw
+	tok  Token
+	err  error
 }
 
 // drawAll draws the next token of every pending sequence. Each sequence
@@ -851,6 +871,9 @@ func (e *Engine) drawAll() {
 // draw picks pk.s's next token from pk.row, with its logprobs when asked.
 // It touches only pk and pk.s's sampling state.
 func (e *Engine) draw(sm *sample.Sampler, pk *pick) {
+	if pk.done {
+		return
+	}
 	s, row := pk.s, pk.row
 	p := &s.req.Params
 	s.smp.Ban = nil

@@ -91,6 +91,14 @@ func (s *Sequence) Accept(t int32) {
 	}
 }
 
+// PlainGreedy reports whether the next draw is the first index of the
+// largest logit (NaNs skipped) whatever was drawn before: greedy, with no
+// penalty, constraint or ban. A runner may then pick in the engine's stead
+// (model.Chunk.PickOnly).
+func (s *Sequence) PlainGreedy() bool {
+	return (s.p.Temperature < 1e-5 || s.p.TopK == 1) && s.counts == nil && s.seen == nil && s.p.Constraint == nil && len(s.Ban) == 0
+}
+
 // Sampler holds scratch buffers; one Sampler serves any number of
 // sequences (one at a time) and allocates only when the vocabulary grows.
 // The zero value is ready to use.
