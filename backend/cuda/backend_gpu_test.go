@@ -371,6 +371,47 @@ func TestBackendOps(t *testing.T) {
 		sameBits(t, p, "AddRMSNorm norm vs Add+RMSNorm", gh, gh2, n)
 	})
 
+	t.Run("GreedyPick", func(t *testing.T) {
+		const V, rows = 151936, 6
+		v := p.randF32(rows*V, 3)
+		v[1*V+77], v[1*V+9000] = 50, 50 // a tie: the first wins
+		v[2*V+5] = float32(math.NaN())  // NaNs are skipped
+		v[2*V+6] = 40
+		for i := 0; i < V; i++ { // a row with nothing above -Inf
+			v[3*V+i] = float32(math.Inf(-1))
+		}
+		v[4*V+V-1] = 60 // the maximum at the last index
+		gl, _ := p.act(t, v, rows, V)
+		gp, _ := p.act(t, nil, rows, 2)
+		p.g.GreedyPick(gp, gl, rows)
+		got := make([]float32, 2*rows)
+		if err := p.g.Read(got, gp, rows); err != nil {
+			t.Fatal(err)
+		}
+		for r := 0; r < rows; r++ {
+			row := v[r*V : (r+1)*V]
+			id, m := -1, float32(math.Inf(-1))
+			for i, x := range row {
+				if x > m {
+					id, m = i, x
+				}
+			}
+			lp := 0.0
+			if id >= 0 {
+				var s float64
+				for _, x := range row {
+					if x == x {
+						s += math.Exp(float64(x - m))
+					}
+				}
+				lp = -math.Log(s)
+			}
+			if int(got[2*r]) != id || math.Abs(float64(got[2*r+1])-lp) > 1e-5*max(1, math.Abs(lp)) {
+				t.Errorf("row %d: pick (%v, %v), want (%d, %v)", r, got[2*r], got[2*r+1], id, lp)
+			}
+		}
+	})
+
 	t.Run("Rope", func(t *testing.T) {
 		for _, r := range []struct {
 			heads int
