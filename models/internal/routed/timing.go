@@ -14,6 +14,12 @@ import (
 // default: it reads the clock three times per layer.
 const TimingEnv = "KT_HYBRID_TIMING"
 
+// SyncHelpEnv names the environment variable that, set to 1, lets the
+// thread waiting for a CPU expert task join it as one more worker
+// (cpuexperts.Config.SyncHelp): in the hybrid step the calling thread
+// waits for every layer's task. Off by default until measured.
+const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
+
 // handoffTiming sums the hand-off times of piecewise decode steps, per
 // model layer.
 type handoffTiming struct {
