@@ -3,6 +3,8 @@ package modeltest
 import (
 	"math"
 	"testing"
+
+	"github.com/ktserve/kt/models/internal/routed"
 )
 
 // DeferralRuns is the number of decode steps DeferralRows runs after its
@@ -50,15 +52,15 @@ func WorstDiff(a, b [][]float64) float64 {
 // experts the CPU expert engine serves. load(experts, d) loads the model
 // with the routed experts on the backend's MoE op ("backend": the
 // reference form of deferral, computed with backend ops) or the engine
-// ("BF16") and --kt-max-deferred-experts-per-token d. For d in ds, the
-// engine's logprobs (3-token prompt, DeferralRuns teacher-forced decode
-// steps) must match the reference's within Tol, and both must move away
-// from d = 0 by more than 10·Tol (deferral changes what the layers see,
-// so a run that ignored d would fail). It skips when the engine cannot
-// run here.
+// ("BF16") and --kt-max-deferred-experts-per-token d. For d in ds and each
+// of EngineLevels, the engine's logprobs (3-token prompt, DeferralRuns
+// teacher-forced decode steps) must match the reference's within
+// EngineTol, and both must move away from d = 0 by more than 10·Tol
+// (deferral changes what the layers see, so a run that ignored d would
+// fail). It skips when the engine cannot run here.
 func DeferralMatchesReference(t *testing.T, vocab int, ds []int, load func(experts string, d int) (EngineRunner, error)) {
 	t.Helper()
-	run := func(experts string, d int, decode []int32) ([][]float64, []int32) {
+	run := func(experts string, d int, decode []int32) ([][]float64, []int32, string) {
 		t.Helper()
 		r, err := load(experts, d)
 		if err != nil {
@@ -68,24 +70,34 @@ func DeferralMatchesReference(t *testing.T, vocab int, ds []int, load func(exper
 			t.Fatal(err)
 		}
 		defer r.Close()
-		t.Logf("%s, D=%d: %s", experts, d, r.ExpertPath())
-		return DeferralRows(t, r, vocab, decode)
+		p := r.ExpertPath()
+		t.Logf("%s, D=%d: %s", experts, d, p)
+		lps, toks := DeferralRows(t, r, vocab, decode)
+		return lps, toks, p
 	}
 	// the reference without deferral decodes greedily; every other run
 	// is fed its tokens
-	base, decode := run("backend", 0, nil)
-	eng0, _ := run("BF16", 0, decode)
-	t.Logf("D=0: engine vs reference %.3g", WorstDiff(eng0, base))
+	base, decode, _ := run("backend", 0, nil)
+	refs := map[int][][]float64{}
 	for _, d := range ds {
-		ref, _ := run("backend", d, decode)
-		eng, _ := run("BF16", d, decode)
-		diff, moved, engMoved := WorstDiff(eng, ref), WorstDiff(ref, base), WorstDiff(eng, eng0)
-		t.Logf("D=%d: engine vs reference %.3g; reference moved from D=0 by %.3g, engine by %.3g", d, diff, moved, engMoved)
-		if diff > Tol {
-			t.Errorf("D=%d: engine and reference differ by %g", d, diff)
-		}
-		if moved < 10*Tol || engMoved < 10*Tol {
-			t.Errorf("D=%d: logprobs moved from D=0 by only %g (reference) / %g (engine): is deferral applied?", d, moved, engMoved)
+		refs[d], _, _ = run("backend", d, decode)
+	}
+	for _, level := range EngineLevels() {
+		t.Setenv(routed.ISAEnv, level)
+		eng0, _, path := run("BF16", 0, decode)
+		tol := EngineTol(path)
+		t.Logf("%s=%q, D=0: engine vs reference %.3g (bound %g)", routed.ISAEnv, level, WorstDiff(eng0, base), tol)
+		for _, d := range ds {
+			ref := refs[d]
+			eng, _, _ := run("BF16", d, decode)
+			diff, moved, engMoved := WorstDiff(eng, ref), WorstDiff(ref, base), WorstDiff(eng, eng0)
+			t.Logf("%s=%q, D=%d: engine vs reference %.3g; reference moved from D=0 by %.3g, engine by %.3g", routed.ISAEnv, level, d, diff, moved, engMoved)
+			if diff > tol {
+				t.Errorf("%s=%q, D=%d: engine and reference differ by %g > %g", routed.ISAEnv, level, d, diff, tol)
+			}
+			if moved < 10*Tol || engMoved < 10*Tol {
+				t.Errorf("%s=%q, D=%d: logprobs moved from D=0 by only %g (reference) / %g (engine): is deferral applied?", routed.ISAEnv, level, d, moved, engMoved)
+			}
 		}
 	}
 }

@@ -47,11 +47,6 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 	return cpuexperts.Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}, nil
 }
 
-// ISAEnv names the environment variable that caps the CPU expert engine's
-// kernel level (auto, amx, avx512, avx2; default auto): for comparing
-// kernel levels on one machine, or avoiding one.
-const ISAEnv = "KT_CPUEXPERTS_ISA"
-
 // newEngine builds the engine for method ("auto" means BF16 in place) with
 // the pools, threads and weights rb.Opts gives (--kt-*). It returns an
 // error saying why when the engine cannot serve this model or backend;

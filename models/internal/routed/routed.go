@@ -24,6 +24,11 @@ import (
 	"github.com/ktserve/kt/tensor"
 )
 
+// ISAEnv names the environment variable that caps the CPU expert engine's
+// kernel level (auto, amx, avx512, avx2; default auto): for comparing
+// kernel levels on one machine, or avoiding one.
+const ISAEnv = "KT_CPUEXPERTS_ISA"
+
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
 // backend is not the CPU and Opts.Experts names a CPU expert method (what
