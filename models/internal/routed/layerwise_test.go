@@ -1,0 +1,116 @@
+package routed
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestUseLayerwise(t *testing.T) {
+	for _, c := range []struct {
+		threshold, tokens int
+		graph, want       bool
+	}{
+		{0, 1000, false, false},
+		{-1, 1000, false, false},
+		{512, 511, false, false},
+		{512, 512, false, true},
+		{512, 4096, false, true},
+		{1, 1, false, true},
+		{1, 1, true, false}, // a padded decode step of the graph path
+		{8, 16, true, false},
+	} {
+		if got := UseLayerwise(c.threshold, c.tokens, c.graph); got != c.want {
+			t.Errorf("UseLayerwise(%d, %d, %v) = %v, want %v", c.threshold, c.tokens, c.graph, got, c.want)
+		}
+	}
+}
+
+func TestCountPicks(t *testing.T) {
+	counts := make([]int, 4)
+	CountPicks(counts, []int32{0, 3, 3, -1, 4, 2, 3, 0})
+	if want := []int{2, 0, 1, 3}; !slices.Equal(counts, want) {
+		t.Errorf("counts %v, want %v", counts, want)
+	}
+}
+
+func TestHottestExperts(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		counts []int
+		n      int
+		want   []int
+	}{
+		{"plain", []int{5, 1, 9, 3}, 2, []int{0, 2}},
+		{"ties to the lower id", []int{2, 7, 2, 2, 7}, 3, []int{0, 1, 4}},
+		{"all equal", []int{1, 1, 1, 1}, 2, []int{0, 1}},
+		{"zeros fill by id", []int{0, 0, 4, 0}, 3, []int{0, 1, 2}},
+		{"none", []int{3, 2}, 0, nil},
+		{"all", []int{3, 2, 9}, 3, []int{0, 1, 2}},
+		{"more than experts", []int{3, 2}, 5, []int{0, 1}},
+		{"negative n", []int{3, 2}, -1, nil},
+		{"sorted by id, not by count", []int{1, 2, 3, 4, 5, 6}, 3, []int{3, 4, 5}},
+	} {
+		got := HottestExperts(c.counts, c.n)
+		if len(got) != len(c.want) || (len(got) > 0 && !slices.Equal(got, c.want)) {
+			t.Errorf("%s: HottestExperts(%v, %d) = %v, want %v", c.name, c.counts, c.n, got, c.want)
+		}
+	}
+}
+
+func TestAssignSlots(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		slots, want []int
+		next        []int
+		copies      []SlotCopy
+		err         bool
+	}{
+		{"unchanged", []int{0, 1, 2}, []int{0, 1, 2}, []int{0, 1, 2}, nil, false},
+		{"one new", []int{0, 1, 2}, []int{1, 2, 5}, []int{5, 1, 2}, []SlotCopy{{0, 5}}, false},
+		{"all new", []int{0, 1}, []int{6, 7}, []int{6, 7}, []SlotCopy{{0, 6}, {1, 7}}, false},
+		{"kept in place, freed slots filled lowest first", []int{3, 9, 4, 8}, []int{2, 4, 8, 11}, []int{2, 11, 4, 8}, []SlotCopy{{0, 2}, {1, 11}}, false},
+		{"empty slots", []int{-1, -1}, []int{3, 1}, []int{3, 1}, []SlotCopy{{0, 3}, {1, 1}}, false},
+		{"fewer wanted", []int{0, 1, 2}, []int{2}, []int{-1, -1, 2}, nil, false},
+		{"too many", []int{0}, []int{1, 2}, nil, nil, true},
+		{"twice", []int{0, 1}, []int{3, 3}, nil, nil, true},
+		{"negative", []int{0, 1}, []int{-1, 3}, nil, nil, true},
+	} {
+		next, copies, err := AssignSlots(c.slots, c.want)
+		if (err != nil) != c.err {
+			t.Errorf("%s: error %v, want error %v", c.name, err, c.err)
+			continue
+		}
+		if c.err {
+			continue
+		}
+		if !slices.Equal(next, c.next) || !slices.Equal(copies, c.copies) {
+			t.Errorf("%s: AssignSlots(%v, %v) = %v %v, want %v %v", c.name, c.slots, c.want, next, copies, c.next, c.copies)
+		}
+	}
+}
+
+func TestMaskAndSlots(t *testing.T) {
+	mask := []bool{false, true, false, true, true}
+	slots := SlotsFromMask(mask)
+	if !slices.Equal(slots, []int{1, 3, 4}) {
+		t.Fatalf("SlotsFromMask: %v", slots)
+	}
+	next, _, err := AssignSlots(slots, HottestExperts([]int{9, 0, 0, 7, 1}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]bool, len(mask))
+	MaskFromSlots(got, next)
+	if want := []bool{true, false, false, true, true}; !slices.Equal(got, want) {
+		t.Errorf("mask after the update %v, want %v (slots %v)", got, want, next)
+	}
+	n := 0
+	for _, on := range got {
+		if on {
+			n++
+		}
+	}
+	if n != len(slots) {
+		t.Errorf("%d experts on the GPU after the update, want %d (the count per layer is unchanged)", n, len(slots))
+	}
+}
