@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tensor"
 )
 
 // Layerwise GPU prefill (--kt-gpu-prefill-token-threshold, SGLang-KT's
@@ -125,4 +128,52 @@ func SlotsFromMask(mask []bool) []int {
 		}
 	}
 	return slots
+}
+
+// CheckLayerwiseSource checks that every routed expert of layers (nil for
+// a dense layer) is stored in a form the GPU MoE op reads from host
+// memory — F32, BF16, F16, or block-scaled FP8 with its scales — and that
+// all of them have one layer's form (they share the shadow buffer). The
+// error names the tensor, what would work, and how to turn layerwise
+// prefill off. method is the CPU expert method, for the message.
+func CheckLayerwiseSource(layers []*Weights, method string) error {
+	var first *Weights
+	for l, w := range layers {
+		if w == nil {
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		if len(w.HostGate) != len(first.HostGate) {
+			return fmt.Errorf("--kt-gpu-prefill-token-threshold: layer %d has %d experts, an earlier MoE layer %d; layerwise prefill shares one layer buffer (set --kt-gpu-prefill-token-threshold 0)", l, len(w.HostGate), len(first.HostGate))
+		}
+		for e := range w.HostGate {
+			for j, h := range []backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
+				f := [3]backend.Host{first.HostGate[e], first.HostUp[e], first.HostDown[e]}[j]
+				if err := layerwiseForm(h, f); err != nil {
+					return fmt.Errorf("--kt-gpu-prefill-token-threshold: layer %d expert %d: %w; layerwise prefill streams the checkpoint's experts to the GPU MoE op, which reads BF16, F16, F32 or block-scaled FP8 (the CPU expert method %s may stay): serve such a checkpoint with --model-path, or set --kt-gpu-prefill-token-threshold 0", l, e, err, method)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// layerwiseForm checks one expert matrix h against the GPU MoE op's forms
+// and against f, the same matrix of the first MoE layer.
+func layerwiseForm(h, f backend.Host) error {
+	switch {
+	case h.FP8():
+	case h.DType == tensor.F32, h.DType == tensor.BF16, h.DType == tensor.F16:
+	default:
+		return fmt.Errorf("%s is %s", h.Name, h.DType)
+	}
+	if h.DType != f.DType || !slices.Equal(h.Shape, f.Shape) || h.FP8() != f.FP8() || len(h.Data) != len(f.Data) {
+		return fmt.Errorf("%s is %s %v, the first MoE layer's %s is %s %v", h.Name, h.DType, h.Shape, f.Name, f.DType, f.Shape)
+	}
+	if h.FP8() && (h.Block != f.Block || len(h.Scale.Data) != len(f.Scale.Data) || h.Scale.DType != f.Scale.DType) {
+		return fmt.Errorf("%s has FP8 block %v, the first MoE layer's %v", h.Name, h.Block, f.Block)
+	}
+	return nil
 }

@@ -2,7 +2,11 @@ package routed
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tensor"
 )
 
 func TestUseLayerwise(t *testing.T) {
@@ -112,5 +116,42 @@ func TestMaskAndSlots(t *testing.T) {
 	}
 	if n != len(slots) {
 		t.Errorf("%d experts on the GPU after the update, want %d (the count per layer is unchanged)", n, len(slots))
+	}
+}
+
+func TestCheckLayerwiseSource(t *testing.T) {
+	mat := func(name string, dt tensor.DType, r, c int) backend.Host {
+		return backend.Host{Name: name, DType: dt, Shape: []int{r, c}, Data: make([]byte, r*c*dt.Size())}
+	}
+	layer := func(dt tensor.DType, E int) *Weights {
+		w := &Weights{HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
+		for e := range E {
+			w.HostGate[e], w.HostUp[e], w.HostDown[e] = mat("g", dt, 4, 8), mat("u", dt, 4, 8), mat("d", dt, 8, 4)
+		}
+		return w
+	}
+	odd := layer(tensor.BF16, 2)
+	odd.HostDown[1] = mat("d", tensor.BF16, 8, 2)
+	for _, c := range []struct {
+		name   string
+		layers []*Weights
+		want   string // "" accepted
+	}{
+		{"bf16 with a dense layer", []*Weights{nil, layer(tensor.BF16, 2), layer(tensor.BF16, 2)}, ""},
+		{"f32", []*Weights{layer(tensor.F32, 3)}, ""},
+		{"i8 refused", []*Weights{layer(tensor.I8, 2)}, "reads BF16, F16, F32 or block-scaled FP8"},
+		{"mixed dtypes", []*Weights{layer(tensor.BF16, 2), layer(tensor.F32, 2)}, "the first MoE layer's"},
+		{"other shape", []*Weights{layer(tensor.BF16, 2), odd}, "the first MoE layer's"},
+		{"other expert count", []*Weights{layer(tensor.BF16, 2), layer(tensor.BF16, 3)}, "has 3 experts"},
+	} {
+		err := CheckLayerwiseSource(c.layers, "AMXINT4")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		case c.want != "" && !strings.Contains(err.Error(), "--kt-gpu-prefill-token-threshold 0"):
+			t.Errorf("%s: %v does not say how to turn layerwise prefill off", c.name, err)
+		}
 	}
 }
