@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -28,6 +29,18 @@ import (
 //     experts of that layer (HottestExperts), and the CPU engine's skip
 //     mask and the GPU MoE op's expert table are rewritten in place, so
 //     decode graphs captured before see the new placement.
+
+// LayerwiseStats counts what layerwise prefill and the dynamic expert
+// update did.
+type LayerwiseStats struct {
+	Steps       int           // layerwise forward passes completed
+	Layers      int           // MoE layers computed layerwise
+	Uploads     int           // layer uploads into a shadow buffer
+	UploadBytes int64         // bytes uploaded
+	UploadTime  time.Duration // host time filling the staging slots and queueing the copies
+	Updates     int           // dynamic updates that changed a layer's GPU experts
+	Moved       int           // experts copied into GPU expert slots
+}
 
 // UseLayerwise reports whether a forward pass of tokens rows runs its
 // routed experts layer by layer on the GPU: threshold > 0, tokens ≥
