@@ -101,6 +101,7 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 		lw.close()
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
+	lw.sets[0].layer = first // alloc uploaded its weights (synchronously); it uses set 0
 	if dynamic {
 		lw.dyn = newDynamicUpdate(g, layers)
 	}
