@@ -169,8 +169,8 @@ func worstDiff(a, b [][]float64) float64 {
 // compares every logprob with the model wholly on the CPU and with the
 // normal hybrid run, within the hybrid tolerance; with GPU experts, with
 // expert deferral (deferralRows), with a threshold of 1 and graphs off (every pass
-// layerwise), and above the prompt (never layerwise: the hybrid run bit for
-// bit). It skips without a GPU.
+// layerwise), and above the prompt (never layerwise: the hybrid run's
+// numbers). It skips without a GPU.
 func TestLayerwisePrefill(t *testing.T) {
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
