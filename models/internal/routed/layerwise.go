@@ -131,6 +131,30 @@ func MaskFromSlots(mask []bool, slots []int) {
 	}
 }
 
+// RebindSlots points w's GPU experts at new places after a dynamic
+// update: slot i (tensors slotT[i]: gate, up, down) now holds expert
+// slots[i] (−1: none). w.GPU (updated in place: the CPU engine's skip
+// mask is set from it), w.OnGPU (what the GPU MoE op reads; nil for the
+// CPU's experts) and w.Experts (device tensors for GPU experts, host
+// stand-ins for the others, as Load binds them) follow.
+func RebindSlots(w *Weights, slotT [][3]backend.Tensor, slots []int) {
+	MaskFromSlots(w.GPU, slots)
+	for e := range w.Gate {
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = nil, nil, nil
+		if !w.GPU[e] {
+			w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
+		}
+	}
+	for i, e := range slots {
+		if e < 0 {
+			continue
+		}
+		t := slotT[i]
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = t[0], t[1], t[2]
+		w.Gate[e], w.Up[e], w.Down[e] = t[0], t[1], t[2]
+	}
+}
+
 // SlotsFromMask returns the slot → expert table of a placement mask: slot
 // i holds the i-th expert on the GPU, in id order (how Load uploads them).
 func SlotsFromMask(mask []bool) []int {

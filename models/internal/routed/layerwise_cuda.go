@@ -385,23 +385,11 @@ func (d *dynamicUpdate) copySlot(g *gpuLink, slot [3]backend.Tensor, src [3]devW
 	return nil
 }
 
-// rebind points layer l's GPU experts (Weights.OnGPU, the backend
-// tensors of Weights.Experts, the mask Weights.GPU) at the slots' new
-// experts; it returns the layer's Weights.
+// rebind points layer l's GPU experts at the slots' new experts
+// (RebindSlots); it returns the layer's Weights.
 func (d *dynamicUpdate) rebind(l int, slots []int) *Weights {
 	w := d.layers[l]
-	MaskFromSlots(w.GPU, slots)
-	for e := range w.Gate {
-		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = nil, nil, nil
-		if !w.GPU[e] {
-			w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
-		}
-	}
-	for i, e := range slots {
-		t := d.slotT[l][i]
-		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = t[0], t[1], t[2]
-		w.Gate[e], w.Up[e], w.Down[e] = t[0], t[1], t[2]
-	}
+	RebindSlots(w, d.slotT[l], slots)
 	return w
 }
 

@@ -155,3 +155,60 @@ func TestCheckLayerwiseSource(t *testing.T) {
 		}
 	}
 }
+
+// fakeT is a device tensor stand-in with a name.
+type fakeT string
+
+func (fakeT) DType() tensor.DType { return tensor.BF16 }
+func (fakeT) Shape() []int        { return []int{1, 1} }
+
+func TestRebindSlots(t *testing.T) {
+	const E = 5
+	host := func(e int, p string) backend.Host {
+		return backend.Host{Name: p + string(rune('0'+e)), DType: tensor.BF16, Shape: []int{1, 1}, Data: make([]byte, 2)}
+	}
+	w := &Weights{Experts: backend.Experts{Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
+		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E),
+		GPU: []bool{true, true, false, false, false}, NGPU: 2,
+		OnGPU: backend.Experts{Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}}
+	slotT := [][3]backend.Tensor{{fakeT("g0"), fakeT("u0"), fakeT("d0")}, {fakeT("g1"), fakeT("u1"), fakeT("d1")}}
+	for e := range E {
+		w.HostGate[e], w.HostUp[e], w.HostDown[e] = host(e, "g"), host(e, "u"), host(e, "d")
+		w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
+	}
+	for i, e := range []int{0, 1} {
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = slotT[i][0], slotT[i][1], slotT[i][2]
+		w.Gate[e], w.Up[e], w.Down[e] = slotT[i][0], slotT[i][1], slotT[i][2]
+	}
+	mask := w.GPU
+	// experts 4 and 1 are the hottest: 1 stays in slot 1, 4 takes slot 0
+	next, copies, err := AssignSlots([]int{0, 1}, HottestExperts([]int{1, 5, 0, 2, 9}, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(next, []int{4, 1}) || !slices.Equal(copies, []SlotCopy{{0, 4}}) {
+		t.Fatalf("AssignSlots: %v %v", next, copies)
+	}
+	RebindSlots(w, slotT, next)
+	if want := []bool{false, true, false, false, true}; !slices.Equal(w.GPU, want) || &mask[0] != &w.GPU[0] {
+		t.Errorf("mask %v, want %v, updated in place", w.GPU, want)
+	}
+	for e := range E {
+		var want backend.Tensor
+		switch e {
+		case 4:
+			want = fakeT("g0")
+		case 1:
+			want = fakeT("g1")
+		}
+		if w.OnGPU.Gate[e] != want {
+			t.Errorf("OnGPU.Gate[%d] = %v, want %v", e, w.OnGPU.Gate[e], want)
+		}
+		if want != nil && w.Gate[e] != want {
+			t.Errorf("Gate[%d] = %v, want the slot tensor %v", e, w.Gate[e], want)
+		}
+		if h, ok := w.Down[e].(hostTensor); want == nil && (!ok || h.h.Name != w.HostDown[e].Name) {
+			t.Errorf("Down[%d] = %v, want the host stand-in of %s", e, w.Down[e], w.HostDown[e].Name)
+		}
+	}
+}
