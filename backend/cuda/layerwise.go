@@ -85,3 +85,20 @@ func (b *Backend) RefreshMoETable(e *backend.Experts) error {
 	}
 	return nil
 }
+
+// ReserveMoE grows the MoE op's scratch to serve steps of up to pairs
+// (token, expert) pairs of a layer of hidden and inter, now rather than on
+// the first such step: a regrown buffer bumps the graph epoch, so a large
+// step run after decode graphs were captured (the hybrid step's layerwise
+// prefill) would otherwise make every bucket re-capture.
+func (b *Backend) ReserveMoE(pairs, hidden, inter int) error {
+	if pairs <= 0 {
+		return nil
+	}
+	p := int64(pairs)
+	if !b.growBuf(&b.moeH, p*int64(inter)*4, "MoE gate/up scratch") || !b.growBuf(&b.moeY, p*int64(hidden)*4, "MoE expert output scratch") ||
+		!b.growBuf(&b.moeIDs, p*4, "MoE masked ids") {
+		return fmt.Errorf("MoE scratch for %d pairs: %w", pairs, b.Sync())
+	}
+	return nil
+}

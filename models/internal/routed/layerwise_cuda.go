@@ -102,6 +102,10 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
 	lw.sets[0].layer = first // alloc uploaded its weights (synchronously); it uses set 0
+	if err := g.be.ReserveMoE(g.maxTok*g.k, layers[first].Hidden, layers[first].Inter); err != nil {
+		lw.close()
+		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
+	}
 	if mt := g.rb.Opts.MaxBatchTokens; t > mt {
 		slog.Warn("layerwise prefill never runs: the threshold is above the largest forward pass (--chunked-prefill-size)",
 			"model", g.rb.Name, "threshold", t, "max_batch_tokens", mt)
