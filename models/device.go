@@ -88,6 +88,15 @@ func HybridTiming(r model.Runner) string {
 	return ""
 }
 
+// LayerwiseSummary returns what r's layerwise GPU prefill and dynamic
+// expert update did so far (--kt-gpu-prefill-token-threshold), or "".
+func LayerwiseSummary(r model.Runner) string {
+	if p, ok := model.As[interface{ LayerwiseSummary() string }](r); ok {
+		return p.LayerwiseSummary()
+	}
+	return ""
+}
+
 // ExpertPath says what computes r's routed experts (the CPU expert engine
 // with its method, kernels, threads and weights, or the backend's MoE op
 // and why), or "" when the runner does not say.

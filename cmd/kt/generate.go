@@ -221,6 +221,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if s := models.HybridTiming(r); s != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
 	}
+	if s := models.LayerwiseSummary(r); s != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
+	}
 	if n := len(res.Output) - 1; n > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (picking the token, logprobs)\n",
 			res.DecodeSeconds*1e3/float64(n), res.DecodeHostSeconds*1e3/float64(n))

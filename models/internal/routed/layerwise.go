@@ -42,6 +42,19 @@ type LayerwiseStats struct {
 	Moved       int           // experts copied into GPU expert slots
 }
 
+// String summarises s for a log line ("" when nothing ran layerwise).
+func (s LayerwiseStats) String() string {
+	if s.Layers == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("layerwise prefill: %d passes, %d MoE layers on the GPU, %d layer uploads (%.1f MiB, %.2f ms host time each)",
+		s.Steps, s.Layers, s.Uploads, float64(s.UploadBytes)/(1<<20), float64(s.UploadTime.Microseconds())/1000/float64(max(s.Uploads, 1)))
+	if s.Updates > 0 {
+		out += fmt.Sprintf("; dynamic expert update: %d layer updates, %d experts moved to the GPU", s.Updates, s.Moved)
+	}
+	return out
+}
+
 // UseLayerwise reports whether a forward pass of tokens rows runs its
 // routed experts layer by layer on the GPU: threshold > 0, tokens ≥
 // threshold, and not a padded decode step of the graph path (graphStep).

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -209,6 +210,18 @@ func TestRebindSlots(t *testing.T) {
 		}
 		if h, ok := w.Down[e].(hostTensor); want == nil && (!ok || h.h.Name != w.HostDown[e].Name) {
 			t.Errorf("Down[%d] = %v, want the host stand-in of %s", e, w.Down[e], w.HostDown[e].Name)
+		}
+	}
+}
+
+func TestLayerwiseStatsString(t *testing.T) {
+	if s := (LayerwiseStats{}).String(); s != "" {
+		t.Errorf("zero stats: %q, want \"\"", s)
+	}
+	s := LayerwiseStats{Steps: 2, Layers: 8, Uploads: 4, UploadBytes: 8 << 20, UploadTime: 6 * time.Millisecond, Updates: 3, Moved: 5}.String()
+	for _, want := range []string{"2 passes", "8 MoE layers", "4 layer uploads (8.0 MiB, 1.50 ms", "3 layer updates, 5 experts moved"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("%q lacks %q", s, want)
 		}
 	}
 }
