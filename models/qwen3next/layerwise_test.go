@@ -192,10 +192,11 @@ func checkGraphs(t *testing.T, name string, g models.GraphStats, once bool) {
 // layer by layer through the shadow buffers; decode steps run the normal
 // hybrid step as CUDA graphs) and compares every logprob with the model
 // wholly on the CPU and with the normal hybrid run, within the hybrid
-// tolerance; with GPU experts, with expert deferral (deferralRows), with a
-// threshold of 1 and graphs off (every pass layerwise), and above every
-// pass (never layerwise: the hybrid run's numbers). It skips without a
-// GPU.
+// tolerance; with GPU experts, with expert deferral (deferralRows), with
+// a threshold of 1 and graphs off (every pass layerwise), with one shadow
+// buffer (KT_LAYERWISE_BUFFERS=1: the two-buffer run's numbers), and
+// above every pass (never layerwise: the hybrid run's numbers). It skips
+// without a GPU.
 func TestLayerwisePrefill(t *testing.T) {
 	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
 	if err != nil {
@@ -218,6 +219,9 @@ func TestLayerwisePrefill(t *testing.T) {
 	lw3 := run("layerwise 16, 3 GPU experts", big, gpu, models.Options{GPUPrefillThreshold: 16, GPUExperts: placement.Request{PerLayer: 3}}, "layerwise prefill")
 	lwAll := run("layerwise 1, graphs off", big, gpu, models.Options{GPUPrefillThreshold: 1, DisableCUDAGraph: true}, "layerwise prefill")
 	lwNever := run("layerwise 41", big, gpu, models.Options{GPUPrefillThreshold: 41}, "layerwise prefill")
+	t.Setenv(routed.BuffersEnv, "1")
+	lwOne := run("layerwise 16, one shadow buffer", big, gpu, models.Options{GPUPrefillThreshold: 16}, "1 shadow layer buffer(s)")
+	t.Setenv(routed.BuffersEnv, "")
 	cpuRefSmall := run("cpu, small first prefill", small, nil, models.Options{}, "cpuexperts BF16")
 	cpuDef := run("cpu, deferral 1", small, nil, models.Options{ExpertDeferral: 1}, "deferral")
 	lwDef := run("layerwise 16, deferral 1", small, gpu, models.Options{GPUPrefillThreshold: 16, ExpertDeferral: 1}, "deferral")
@@ -232,6 +236,7 @@ func TestLayerwisePrefill(t *testing.T) {
 		{"layerwise 16, 3 GPU experts", lw3, 2, true},
 		{"layerwise 1, graphs off", lwAll, len(big), false},
 		{"layerwise 41", lwNever, 0, true},
+		{"layerwise 16, one shadow buffer", lwOne, 2, true},
 		{"layerwise 16, deferral 1", lwDef, 1, true},
 	} {
 		if c.r.lw.Steps != c.steps || c.r.lw.Layers != c.steps*moeLayers {
@@ -260,6 +265,12 @@ func TestLayerwisePrefill(t *testing.T) {
 	within(t, "layerwise 16 vs hybrid", lw.rows, hybrid.rows)
 	within(t, "layerwise 16, 3 GPU experts vs cpu", lw3.rows, cpuRef.rows)
 	within(t, "layerwise 1, graphs off vs cpu", lwAll.rows, cpuRef.rows)
+	within(t, "layerwise 16, one shadow buffer vs cpu", lwOne.rows, cpuRef.rows)
+	// the same ops, the uploads ordered otherwise: bit for bit expected
+	// (1e-6: as for the run above every pass)
+	if w := worstDiff(lwOne.rows, lw.rows); w > 1e-6 {
+		t.Errorf("one shadow buffer vs two: logprobs differ by %g", w)
+	}
 	deferralRows(t, "layerwise 16, deferral 1", lwDef, cpuDef, cpuRefSmall)
 	// the same path as the hybrid run (only the shadow buffers and the MoE
 	// scratch allocated): expected bit for bit; 1e-6 leaves room for a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/ktserve/kt/backend"
@@ -24,9 +25,9 @@ type layerwise struct {
 	g         *gpuLink
 	threshold int
 	layers    []*Weights
-	order     []int // per model layer: its index among the MoE layers, −1 for a dense one
-	next      []int // per model layer: the next MoE layer, −1 for none
-	sets      [2]*shadowSet
+	order     []int        // per model layer: its index among the MoE layers, −1 for a dense one
+	next      []int        // per model layer: the next MoE layer, −1 for none
+	sets      []*shadowSet // 2 (the default), or 1 with BuffersEnv=1 (no overlap)
 	cs        *cuda.Stream // the uploads' stream
 	stage     [2]*cuda.HostBuffer
 	stageEv   [2]*cuda.Event
@@ -66,6 +67,25 @@ type dynamicUpdate struct {
 	updates, moved int                   // layers whose slots changed so far
 }
 
+// BuffersEnv names the environment variable that sets how many shadow
+// layer buffers layerwise prefill keeps on the GPU: 2 (the default: the
+// next MoE layer's upload overlaps this layer's compute) or 1 (half the
+// VRAM — one MoE layer, as KT's — and each layer's upload waits for the
+// previous layer's compute).
+const BuffersEnv = "KT_LAYERWISE_BUFFERS"
+
+// shadowSets returns the number of shadow layer buffers BuffersEnv asks for.
+func shadowSets() (int, error) {
+	switch v := os.Getenv(BuffersEnv); v {
+	case "", "2":
+		return 2, nil
+	case "1":
+		return 1, nil
+	default:
+		return 0, fmt.Errorf("%s=%s: want 1 or 2", BuffersEnv, v)
+	}
+}
+
 // newLayerwise sets up layerwise prefill over layers for threshold t,
 // with dynamic expert update when dynamic.
 func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method string) (*layerwise, error) {
@@ -77,8 +97,12 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 			return nil, errors.New("--kt-gpu-prefill-token-threshold cannot be used with KT expert LoRA (the GPU MoE op has no expert LoRA); set it to 0")
 		}
 	}
+	nsets, err := shadowSets()
+	if err != nil {
+		return nil, err
+	}
 	lw := &layerwise{g: g, threshold: t, layers: layers, order: make([]int, len(layers)), next: make([]int, len(layers)),
-		logged: make([]bool, len(layers))}
+		logged: make([]bool, len(layers)), sets: make([]*shadowSet, nsets)}
 	first, n, prev := -1, 0, -1
 	for l, w := range layers {
 		lw.order[l], lw.next[l] = -1, -1
@@ -181,7 +205,7 @@ func (lw *layerwise) use(n int) bool {
 // did), the GPU MoE op over every pick, the dynamic update, and the next
 // MoE layer's upload into the other set while the GPU computes.
 func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) error {
-	i := lw.order[l] & 1
+	i := lw.order[l] % len(lw.sets)
 	s := lw.sets[i]
 	if err := lw.upload(l, s); err != nil {
 		return err
@@ -193,13 +217,15 @@ func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) erro
 	g.be.MoE(out, h, &s.ex, wts, ids, n)
 	lw.stats.Layers++
 	// the next layer's upload goes into the other set while the GPU
-	// computes this one (the dynamic update below waits for the GPU)
-	if nx := lw.next[l]; nx >= 0 {
+	// computes this one (the dynamic update below waits for the GPU); with
+	// one set it waits for this layer's compute, in the next call
+	nx := lw.next[l]
+	if nx < 0 {
+		lw.stats.Steps++
+	} else if len(lw.sets) > 1 {
 		if err := lw.upload(nx, lw.sets[1-i]); err != nil {
 			return err
 		}
-	} else {
-		lw.stats.Steps++
 	}
 	if lw.dyn != nil {
 		if err := lw.dyn.update(g, l, s, ids, n); err != nil {
@@ -415,7 +441,7 @@ func (lw *layerwise) describe() string {
 	if lw == nil {
 		return ""
 	}
-	s := fmt.Sprintf("; layerwise prefill: forward passes of ≥ %d tokens run every routed expert on the GPU (2 shadow layer buffers, uploads on a copy stream)", lw.threshold)
+	s := fmt.Sprintf("; layerwise prefill: forward passes of ≥ %d tokens run every routed expert on the GPU (%d shadow layer buffer(s), uploads on a copy stream)", lw.threshold, len(lw.sets))
 	if lw.dyn != nil {
 		s += "; dynamic expert update: after each layerwise layer its GPU expert slots take the batch's most picked experts"
 	}
