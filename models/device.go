@@ -66,7 +66,12 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 			be, note, _ = OpenBackend(o)
 			note = fmt.Sprintf("model not loaded on the GPU (%v); %s", err, note)
 			o.Backend = be
-			r, err = fn(dir, o)
+			gpuErr := err
+			if r, err = fn(dir, o); err != nil {
+				// say both: the CPU may refuse what only the GPU serves
+				// (layerwise prefill, say)
+				err = fmt.Errorf("on the GPU: %v; on the CPU: %w", gpuErr, err)
+			}
 		}
 	}
 	if err != nil {
