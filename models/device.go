@@ -66,7 +66,12 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 			be, note, _ = OpenBackend(o)
 			note = fmt.Sprintf("model not loaded on the GPU (%v); %s", err, note)
 			o.Backend = be
-			r, err = fn(dir, o)
+			gpuErr := err
+			if r, err = fn(dir, o); err != nil {
+				// say both: the CPU may refuse what only the GPU serves
+				// (layerwise prefill, say)
+				err = fmt.Errorf("on the GPU: %v; on the CPU: %w", gpuErr, err)
+			}
 		}
 	}
 	if err != nil {
@@ -84,6 +89,15 @@ func loadOnDevice(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 func HybridTiming(r model.Runner) string {
 	if p, ok := model.As[interface{ HybridTiming() string }](r); ok {
 		return p.HybridTiming()
+	}
+	return ""
+}
+
+// LayerwiseSummary returns what r's layerwise GPU prefill and dynamic
+// expert update did so far (--kt-gpu-prefill-token-threshold), or "".
+func LayerwiseSummary(r model.Runner) string {
+	if p, ok := model.As[interface{ LayerwiseSummary() string }](r); ok {
+		return p.LayerwiseSummary()
 	}
 	return ""
 }

@@ -62,6 +62,19 @@ type Options struct {
 	// experts; models/internal/routed). 0 (default) is off; the last MoE
 	// layer never defers.
 	ExpertDeferral int
+	// GPUPrefillThreshold is --kt-gpu-prefill-token-threshold: in the
+	// hybrid step, a forward pass of at least this many tokens runs every
+	// MoE layer's routed experts on the GPU, the layer's weights streamed
+	// from host memory into one shared device layer buffer (layerwise
+	// prefill; models/internal/routed). 0 (default) is off. Decode steps
+	// on the CUDA graph path never take it.
+	GPUPrefillThreshold int
+	// DynamicExpertUpdate is --kt-enable-dynamic-expert-update: after a
+	// layer's layerwise-prefill compute, the layer's GPU expert slots are
+	// refilled with the step's most picked experts (the count per layer
+	// unchanged) and the CPU engine skips those instead. Needs
+	// GPUPrefillThreshold and GPU experts (GPUExperts).
+	DynamicExpertUpdate bool
 	// ExpertRecorder, when set and recording, receives the router's
 	// expert picks of every MoE layer (--expert-distribution-recorder-mode
 	// stat; moe/expertdist.Recorder). Steps run op by op while it records.

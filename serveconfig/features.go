@@ -111,11 +111,18 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 			case !gpu:
 				refuse("kt-gpu-prefill-token-threshold", "layerwise GPU prefill needs a GPU and none is in use")
 			case !f.LayerwisePrefill:
-				refuse("kt-gpu-prefill-token-threshold", "layerwise GPU prefill is not implemented yet in kt")
+				refuse("kt-gpu-prefill-token-threshold", "layerwise GPU prefill is not in this build (it needs the hybrid step: a GPU and the CPU expert engine of a cgo build)")
 			}
 		}
-		if c.KTEnableDynamicExpertUpdate && !f.DynamicExpertUpdate {
-			refuse("kt-enable-dynamic-expert-update", "dynamic expert update is not implemented yet in kt")
+		if c.KTEnableDynamicExpertUpdate {
+			switch {
+			case c.KTGPUPrefillTokenThreshold <= 0:
+				refuse("kt-enable-dynamic-expert-update", "works only inside layerwise GPU prefill; set --kt-gpu-prefill-token-threshold too")
+			case !f.DynamicExpertUpdate:
+				refuse("kt-enable-dynamic-expert-update", "dynamic expert update is not in this build (it needs layerwise GPU prefill)")
+			case !gpuExperts:
+				note("kt-enable-dynamic-expert-update", "no routed expert is on the GPU (--kt-num-gpu-experts / --kt-gpu-experts-ratio), so there are no GPU expert slots to update")
+			}
 		}
 		if c.Set["kt-expert-placement-strategy"] && gpuExperts && !slices.Contains(f.PlacementStrategies, c.KTExpertPlacementStrategy) {
 			refuse("kt-expert-placement-strategy", "%s is not implemented yet in kt", c.KTExpertPlacementStrategy)

@@ -378,40 +378,11 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if t, ok := b.moe[e]; ok {
 		return t
 	}
-	if b.refuse(backend.CheckExperts(e)) {
+	ptrs, t, f8, ok := b.moeEntries(e)
+	if !ok {
 		return nil
 	}
-	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
-	ptrs := make([]uint64, 3*ne)
-	codes := [3]int{-1, -1, -1}
-	partial := false
-	var f8 moeFP8
-	for ex := 0; ex < ne; ex++ {
-		if e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil {
-			partial = true // served elsewhere (the CPU expert engine): null entries
-			continue
-		}
-		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
-			t := b.t(w, "MoE weight")
-			if t == nil {
-				return nil
-			}
-			if !f8.add(b, ex, j, t, h, inter) {
-				return nil
-			}
-			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
-				return nil
-			}
-			c, _ := wcode(t.dt)
-			if codes[j] >= 0 && codes[j] != c {
-				b.fail("MoE: expert %d weight %s is %s, other experts' differ", ex, t.label(), t.dt)
-				return nil
-			}
-			codes[j] = c
-			ptrs[3*ex+j] = t.buf.Ptr
-		}
-	}
-	ft, ok := f8.table(b, ne)
+	ft, ok := f8.table(b, len(e.Gate))
 	if !ok {
 		return nil
 	}
@@ -422,9 +393,49 @@ func (b *Backend) moeTableFor(e *backend.Experts) *moeTable {
 	if err := Upload(b.d, buf, hostPtrs(ptrs)); !b.check("MoE", err) {
 		return nil
 	}
-	t := &moeTable{ptrs: buf, e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial, fp8: ft}
+	t.ptrs, t.fp8 = buf, ft
 	b.moe[e] = t
 	return t
+}
+
+// moeEntries checks e's expert weights and returns the table's addresses
+// (u64 [E][3], 0 for an expert without weights here), the table's dtype
+// codes and partial flag (ptrs and fp8 unset), and the FP8 scales seen.
+func (b *Backend) moeEntries(e *backend.Experts) ([]uint64, *moeTable, *moeFP8, bool) {
+	if b.refuse(backend.CheckExperts(e)) {
+		return nil, nil, nil, false
+	}
+	ne, h, inter := len(e.Gate), e.Hidden, e.Inter
+	ptrs := make([]uint64, 3*ne)
+	codes := [3]int{-1, -1, -1}
+	partial := false
+	f8 := &moeFP8{}
+	for ex := 0; ex < ne; ex++ {
+		if e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil {
+			partial = true // served elsewhere (the CPU expert engine): null entries
+			continue
+		}
+		for j, w := range []backend.Tensor{e.Gate[ex], e.Up[ex], e.Down[ex]} {
+			t := b.t(w, "MoE weight")
+			if t == nil {
+				return nil, nil, nil, false
+			}
+			if !f8.add(b, ex, j, t, h, inter) {
+				return nil, nil, nil, false
+			}
+			if b.refuse(backend.CheckExpertWeight(ex, t.arg(), h, inter)) {
+				return nil, nil, nil, false
+			}
+			c, _ := wcode(t.dt)
+			if codes[j] >= 0 && codes[j] != c {
+				b.fail("MoE: expert %d weight %s is %s, other experts' differ", ex, t.label(), t.dt)
+				return nil, nil, nil, false
+			}
+			codes[j] = c
+			ptrs[3*ex+j] = t.buf.Ptr
+		}
+	}
+	return ptrs, &moeTable{e: ne, gdt: codes[0], udt: codes[1], ddt: codes[2], partial: partial}, f8, true
 }
 
 // growBuf makes *buf hold at least n bytes (allocating on first use or

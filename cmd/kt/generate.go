@@ -47,6 +47,8 @@ type generateFlags struct {
 	ktNUMANodes    []int
 	// GPU experts of the hybrid step
 	ktNumGPUExperts   int
+	ktPrefillThresh   int
+	ktDynamicUpdate   bool
 	ktGPUExpertsRatio float64
 	ktPlacement       string
 	initExpertLoc     string
@@ -97,6 +99,8 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.Float64Var(&f.ktGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")
 	fl.StringVar(&f.ktPlacement, "kt-expert-placement-strategy", "uniform", "GPU expert placement: "+strings.Join(placementStrategies, ", "))
 	fl.StringVar(&f.initExpertLoc, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt) for --kt-expert-placement-strategy frequency")
+	fl.IntVar(&f.ktPrefillThresh, "kt-gpu-prefill-token-threshold", 0, "hybrid step: forward passes of at least this many tokens run every routed expert on the GPU, layer by layer (0 off; as kt serve's flag)")
+	fl.BoolVar(&f.ktDynamicUpdate, "kt-enable-dynamic-expert-update", false, "hybrid step: after a layerwise prefill, refill each layer's GPU expert slots with the batch's most picked experts (needs --kt-gpu-prefill-token-threshold)")
 	fl.IntVar(&f.ktDeferred, "kt-max-deferred-experts-per-token", 0, "routed experts per token whose CPU work may finish during the next MoE layer (0 off, 1-4 recommended; CPU experts only)")
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
 	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
@@ -141,6 +145,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if err := deferralAllowed(f.ktDeferred, f.device, experts); err != nil {
 		return err
 	}
+	if err := layerwiseAllowed(f.ktPrefillThresh, f.ktDynamicUpdate, f.device, experts); err != nil {
+		return err
+	}
 	var ids []int32
 	var err error
 	var tok *tokenizer.Tokenizer
@@ -176,7 +183,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	t0 := time.Now()
 	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
-		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
+		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, GPUPrefillThreshold: f.ktPrefillThresh, DynamicExpertUpdate: f.ktDynamicUpdate, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		DisableCUDAGraph: f.noGraph,
 		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
 	if err != nil {
@@ -212,6 +219,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
 	}
 	if s := models.HybridTiming(r); s != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
+	}
+	if s := models.LayerwiseSummary(r); s != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
 	}
 	if n := len(res.Output) - 1; n > 0 {
@@ -300,6 +310,29 @@ func deferralAllowed(d int, device, experts string) error {
 		return fmt.Errorf("%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64), so there is no CPU task to defer", flag)
 	case device == "cuda" && (experts == "auto" || experts == "backend"):
 		return fmt.Errorf("%s: on the GPU, deferral applies to routed experts on the CPU expert engine: give --kt-method (the hybrid step)", flag)
+	}
+	return nil
+}
+
+// layerwiseAllowed checks --kt-gpu-prefill-token-threshold t and
+// --kt-enable-dynamic-expert-update: both belong to the hybrid step (a GPU
+// in use and --kt-method), and the update runs only inside layerwise
+// prefill, so it needs the threshold (as SGLang's server arguments say).
+func layerwiseAllowed(t int, dynamic bool, device, experts string) error {
+	const flag = "generate: --kt-gpu-prefill-token-threshold"
+	switch {
+	case t < 0:
+		return fmt.Errorf("%s %d: must not be negative", flag, t)
+	case dynamic && t == 0:
+		return errors.New("generate: --kt-enable-dynamic-expert-update works only inside layerwise GPU prefill; set --kt-gpu-prefill-token-threshold too")
+	case t == 0:
+		return nil
+	case device == "cpu":
+		return fmt.Errorf("%s: layerwise GPU prefill needs a GPU; --device cpu runs every expert on the CPU", flag)
+	case experts == "auto" || experts == "backend":
+		return fmt.Errorf("%s: layerwise GPU prefill belongs to the hybrid step: give --kt-method (on the GPU alone every expert is already there)", flag)
+	case len(cpuExpertMethods()) == 0:
+		return fmt.Errorf("%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64), so there is no hybrid step", flag)
 	}
 	return nil
 }

@@ -59,6 +59,8 @@ func serveFeatures() serveconfig.Features {
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
+		// layerwise prefill and dynamic update are the hybrid step's too
+		LayerwisePrefill: gpus > 0 && len(methods) > 0, DynamicExpertUpdate: gpus > 0 && len(methods) > 0,
 		// deferral splits the CPU expert engine's task (CPU path and hybrid step)
 		Deferral:                len(methods) > 0,
 		ExpertDistributionModes: []string{"stat"},
@@ -334,6 +336,8 @@ func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logge
 	}
 	o.GPUExperts = gpuExpertRequest(cfg.KTNumGPUExperts, cfg.KTGPUExpertsRatio, cfg.KTGPUExpertsRatioSet, cfg.KTExpertPlacementStrategy, cfg.InitExpertLocation)
 	o.ExpertDeferral = cfg.KTMaxDeferredExpertsPerToken
+	o.GPUPrefillThreshold = cfg.KTGPUPrefillTokenThreshold
+	o.DynamicExpertUpdate = cfg.KTEnableDynamicExpertUpdate
 	return nil
 }
 

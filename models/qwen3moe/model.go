@@ -99,6 +99,10 @@ func (r *Runner) ExpertPath() string { return r.routed.Path() }
 // KT_HYBRID_TIMING=1 asked for them, else "" (models.HybridTiming).
 func (r *Runner) HybridTiming() string { return r.routed.Timing() }
 
+// LayerwiseSummary reports what layerwise GPU prefill and the dynamic
+// expert update did so far, else "" (models.LayerwiseSummary).
+func (r *Runner) LayerwiseSummary() string { return r.routed.LayerwiseStats().String() }
+
 // Config returns the model's configuration.
 func (r *Runner) Config() *Config { return r.cfg }
 

@@ -103,6 +103,13 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 			eng.Close()
 			return nil, err
 		}
+		if t := o.GPUPrefillThreshold; t > 0 {
+			if x.gpu.lw, err = newLayerwise(x.gpu, layers, t, o.DynamicExpertUpdate, string(m)); err != nil {
+				x.gpu.close()
+				eng.Close()
+				return nil, err
+			}
+		}
 	}
 	if qd != nil {
 		x.from = "kt quant weights in " + o.ExpertWeightPath
@@ -313,7 +320,7 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
-				where += "; " + x.gpu.graphForm()
+				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}
@@ -340,3 +347,6 @@ func (x *engine) close() {
 	}
 	x.eng.Close()
 }
+
+// layerwiseStats reports layerwise prefill's counts (the hybrid step).
+func (x *engine) layerwiseStats() LayerwiseStats { return x.gpu.layerwiseStats() }

@@ -32,3 +32,5 @@ func (*engine) setDeferral(*deferral) error { return nil }
 func (*engine) hybridGraphs(*runbase.Base) {}
 
 func (*engine) close() {}
+
+func (*engine) layerwiseStats() LayerwiseStats { return LayerwiseStats{} }

@@ -125,6 +125,10 @@ type gpuLink struct {
 	dbatch  cpuexperts.Batch // the deferred task's batch
 	noGraph string           // why the graph form is off ("" unless deferral turned it off)
 	timing  *handoffTiming   // TimingEnv=1: piecewise hand-off times; nil when off
+	// layerwise prefill (--kt-gpu-prefill-token-threshold; nil when off)
+	// and whether the step begun last takes it
+	lw     *layerwise
+	lwStep bool
 }
 
 // pinSlot is one slot of pinned buffers of the hybrid step with expert
@@ -533,6 +537,9 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if n == 0 {
 		return nil
 	}
+	if g.lwStep = g.lw.use(n); g.lwStep {
+		return g.lw.forward(l, out, h, wts, ids, n)
+	}
 	piece := g.pieceStep()
 	var d int
 	var pending bool
@@ -616,7 +623,7 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 // join queues the wait for layer l's task (overlapped) and the copy of
 // its output to out.
 func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
-	if n == 0 || g.allGPU[l] {
+	if n == 0 || g.allGPU[l] || g.lwStep {
 		return nil
 	}
 	ob, err := g.buf(out, "experts output", n*g.hid*4)
@@ -662,6 +669,7 @@ func (g *gpuLink) close() {
 	if g.s != nil {
 		_ = g.s.Synchronize() // no host function may still run
 	}
+	g.lw.close()
 	if g.def != nil {
 		_ = g.x.eng.Sync() // nor a deferred task on the slots
 	}

@@ -233,6 +233,12 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
 		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
 	}
+	if err := x.checkLayerwise(); err != nil {
+		if x.engine != nil {
+			x.engine.close()
+		}
+		return nil, err
+	}
 	if err := x.setDeferral(c, layers); err != nil {
 		if x.engine != nil {
 			x.engine.close()
@@ -252,6 +258,21 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		x.path += "; reference path" + x.def.describe()
 	}
 	return x, nil
+}
+
+// checkLayerwise refuses layerwise prefill and dynamic expert update
+// where they cannot apply: they belong to the hybrid step (the CPU expert
+// engine with the rest on the GPU), and the update runs only inside
+// layerwise prefill.
+func (x *Experts) checkLayerwise() error {
+	o := x.rb.Opts
+	switch {
+	case o.DynamicExpertUpdate && o.GPUPrefillThreshold <= 0:
+		return fmt.Errorf("%s: --kt-enable-dynamic-expert-update works only inside layerwise GPU prefill: set --kt-gpu-prefill-token-threshold too", x.rb.Name)
+	case o.GPUPrefillThreshold > 0 && (x.engine == nil || !Hybrid(x.rb)):
+		return fmt.Errorf("%s: --kt-gpu-prefill-token-threshold %d: layerwise GPU prefill belongs to the hybrid step (a GPU and a CPU expert method, --kt-method); here the routed experts run on %s", x.rb.Name, o.GPUPrefillThreshold, x.path)
+	}
+	return nil
 }
 
 // setDeferral sets up rb.Opts.ExpertDeferral over layers: on the CPU
@@ -288,6 +309,15 @@ func (x *Experts) Deferred(l int) int {
 		return 0
 	}
 	return x.def.plan[l]
+}
+
+// LayerwiseStats reports what layerwise GPU prefill and the dynamic
+// expert update did so far (zero when they are off).
+func (x *Experts) LayerwiseStats() LayerwiseStats {
+	if x == nil || x.engine == nil {
+		return LayerwiseStats{}
+	}
+	return x.engine.layerwiseStats()
 }
 
 // Path says what computes the routed experts (the CPU expert engine and

@@ -251,6 +251,11 @@ func (b *Base) PiecewiseGraphs() (ok bool, why string) {
 	return true, ""
 }
 
+// DecodeGraphStep reports whether the step being queued is a padded
+// decode step of the graph path (run eagerly, captured or replayed): its
+// ops must be the same every time its bucket runs.
+func (b *Base) DecodeGraphStep() bool { return b.gr.key != 0 }
+
 // CapturingPieces reports whether a piecewise step is being recorded, so
 // that the model's hand-offs must call Cut.
 func (b *Base) CapturingPieces() bool { return b.gr.cut != nil }
