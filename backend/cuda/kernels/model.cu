@@ -528,7 +528,7 @@ extern "C" __global__ void m_conv1d(act_t *out, const act_t *x, const void *w, i
 		float v;
 		if (r >= 0) v = ld_act(x, (long long)(start + r) * C + c);
 		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
-		o += ldw(w, (long long)c * K + kk, wdt) * v;
+		o = fmaf(ldw(w, (long long)c * K + kk, wdt), v, o);
 	}
 	st_act(out, (long long)t * C + c, silu_d(o));
 }
@@ -549,6 +549,30 @@ extern "C" __global__ void m_conv_state(float *state, const act_t *x, int layer,
 		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
 		st[(long long)i * C + c] = v;
 	}
+}
+
+// m_conv1d_decode: m_conv1d then m_conv_state for a step whose every
+// sequence has one row (a decode step), in one pass with the same
+// arithmetic: out = silu(w·[state rows, x]) and the state moves up a row
+// (x enters last). grid (ceil(C/128), sequences), block 128.
+extern "C" __global__ void m_conv1d_decode(act_t *out, const act_t *x, const void *w, int wdt, float *state, int layer,
+					   int layers, const int *seq_start, const int *seq_pos, const int *seq_slot, int C,
+					   int K) {
+	const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
+	if (c >= C) return;
+	const int t = seq_start[s], hist = K - 1;
+	const bool fresh = seq_pos[s] == 0;
+	float *st = state + ((long long)seq_slot[s] * layers + layer) * hist * C + c;
+	const float xv = ld_act(x, (long long)t * C + c);
+	float o = 0.0f;
+	for (int kk = 0; kk < hist; kk++) {
+		const float v = fresh ? 0.0f : st[(long long)kk * C];
+		o = fmaf(ldw(w, (long long)c * K + kk, wdt), v, o);
+		if (kk > 0) st[(long long)(kk - 1) * C] = v;
+	}
+	o = fmaf(ldw(w, (long long)c * K + hist, wdt), xv, o);
+	if (hist > 0) st[(long long)(hist - 1) * C] = xv;
+	st_act(out, (long long)t * C + c, silu_d(o));
 }
 
 // m_delta_gates: g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b),
@@ -658,13 +682,32 @@ __device__ __forceinline__ void gdn_norm_row(const act_t *qkv, long long off, fl
 	for (int d = lane; d < Dk; d += 32) {
 		float v = ld_act(qkv, off + d);
 		dst[d] = v;
-		ss += v * v;
+		ss = fmaf(v, v, ss);
 	}
 	ss = warp_sum(ss);
 	const float inv = (float)(1.0 / sqrt((double)(ss + 1e-6f)));
 	__syncwarp();
 	for (int d = lane; d < Dk; d += 32) dst[d] = (dst[d] * inv) * scale;
 	__syncwarp();
+}
+
+// gdn_sum8 combines 8 partial sums as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)):
+// the order an xor butterfly over 8 lanes (offsets 1, 2, 4) gives too.
+__device__ __forceinline__ float gdn_sum8(const float *a) {
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// gdn_dot: Σ_d a[d]·b[d·sb] over d < n in the gated delta rule's fixed
+// order: 8 partial sums over d ≡ p (mod 8), ascending, by fused
+// multiply-adds, combined by gdn_sum8. m_gdn_decode spreads the same
+// partial sums over 8 lanes or 8 warps, so both kernels round alike.
+__device__ __forceinline__ float gdn_dot(const float *a, const float *b, int sb, int n) {
+	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	for (int d0 = 0; d0 < n; d0 += 8)
+#pragma unroll
+		for (int p = 0; p < 8; p++)
+			if (d0 + p < n) acc[p] = fmaf(a[d0 + p], b[(long long)(d0 + p) * sb], acc[p]);
+	return gdn_sum8(acc);
 }
 
 // m_gdn_chunk: grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_NT, dynamic
@@ -749,11 +792,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const int i = r + p / GDN_CHUNK, j = p % GDN_CHUNK;
 			if (j > i) continue;
 			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk, *kj = Ks + j * ldk;
-			float kk = 0.0f, qk = 0.0f;
-			for (int d = 0; d < Dk; d++) {
-				kk += ki[d] * kj[d];
-				qk += qi[d] * kj[d];
-			}
+			const float kk = gdn_dot(ki, kj, 1, Dk), qk = gdn_dot(qi, kj, 1, Dk);
 			if (j == i) {
 				Bq[(i - r) * ldr + j] = qk;
 			} else {
@@ -766,15 +805,10 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
 			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk;
-			float ks = 0.0f, qs = 0.0f;
-			for (int d = 0; d < Dk; d++) {
-				const float sv = Ss[d * ldc + x];
-				ks += ki[d] * sv;
-				qs += qi[d] * sv;
-			}
+			const float ks = gdn_dot(ki, Ss + x, ldc, Dk), qs = gdn_dot(qi, Ss + x, ldc, Dk);
 			const float ei = (float)exp((double)Gs[i]);
 			const float v = x0 + x < Dv ? ld_act(qkv, (long long)(start + t + i - r) * C + voff + x0 + x) : 0.0f;
-			Us[i * ldc + x] = Bs[i] * (v - ei * ks);
+			Us[i * ldc + x] = Bs[i] * fmaf(-ei, ks, v);
 			Os[(i - r) * ldc + x] = ei * qs;
 		}
 		__syncthreads();
@@ -784,7 +818,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const int x = tid >> 2, sub = tid & 3;
 			for (int i = r; i < end; i++) {
 				float part = 0.0f;
-				for (int j = sub; j < i; j += 4) part += A[(i - r) * ldr + j] * Us[j * ldc + x];
+				for (int j = sub; j < i; j += 4) part = fmaf(A[(i - r) * ldr + j], Us[j * ldc + x], part);
 				part += __shfl_xor_sync(0xffffffffu, part, 1);
 				part += __shfl_xor_sync(0xffffffffu, part, 2);
 				if (sub == 0) Us[i * ldc + x] += part;
@@ -792,11 +826,17 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			}
 		}
 		__syncthreads();
-		// Outputs.
+		// Outputs: 4 partial sums over j ≡ sub (mod 4) combined as the
+		// solve combines its lanes' (m_gdn_decode's order).
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
-			float o = Os[(i - r) * ldc + x];
-			for (int j = 0; j <= i; j++) o += Bq[(i - r) * ldr + j] * Us[j * ldc + x];
+			float a[4];
+#pragma unroll
+			for (int sub = 0; sub < 4; sub++) {
+				a[sub] = 0.0f;
+				for (int j = sub; j <= i; j += 4) a[sub] = fmaf(Bq[(i - r) * ldr + j], Us[j * ldc + x], a[sub]);
+			}
+			const float o = Os[(i - r) * ldc + x] + ((a[0] + a[1]) + (a[2] + a[3]));
 			if (x0 + x < Dv) st_act(out, (long long)(start + t + i - r) * vw + (long long)h * Dv + x0 + x, o);
 		}
 		t += seg;
@@ -811,7 +851,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		for (int p = tid; p < Dk * GDN_CB; p += GDN_NT) {
 			const int d = p / GDN_CB, x = p % GDN_CB;
 			float v = Ss[d * ldc + x] * el;
-			for (int j = 0; j < GDN_CHUNK; j++) v += (Ds[j] * Ks[j * ldk + d]) * Us[j * ldc + x];
+			for (int j = 0; j < GDN_CHUNK; j++) v = fmaf(Ds[j] * Ks[j * ldk + d], Us[j * ldc + x], v);
 			Ss[d * ldc + x] = v;
 		}
 		flushed = true;
@@ -867,6 +907,177 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn_commit(const act_t *qkv, 
 			acc = i == 0 ? gv : gv + acc;
 			Gg[(long long)i * Hv + h] = acc;
 		}
+	}
+}
+
+// m_gdn_decode: m_gdn_chunk followed by m_gdn_commit for a step whose
+// every sequence has one row (a decode step), with the same arithmetic,
+// so a decode step and a one-row prefill piece agree bit for bit. The row
+// is row i = pos mod 64 of the open chunk; only it is new, so one grid
+// reads the earlier rows' K, U, G and writes row i's (no commit kernel).
+// Block (h, column block, sequence) of GDN_DNT threads:
+//   - thread (warp w, lane x) holds S[d][x0+x] for d ≡ w (mod 8) in
+//     registers (Dk ≤ 128): S is read once, written only when the row
+//     completes the chunk (the flush) or the sequence is fresh;
+//   - kᵀS and qᵀS: warp w's partial sums over its keys, combined as
+//     gdn_dot combines them;
+//   - k_i·k_j and q_i·k_j for j ≤ i: 8 lanes per row j (gdn_dot's order);
+//   - the solve and the output: 4 lanes per column as in m_gdn_chunk.
+// grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_DNT, dynamic smem
+// gdnDecodeSmem (Go).
+#define GDN_DNT 256
+extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, const act_t *qkv, const float *g, const float *beta,
+								     float *state, int layer, int layers, const int *seq_start,
+								     const int *seq_pos, const int *seq_slot, int C, int Hk, int Hv,
+								     int Dk, int Dv) {
+	extern __shared__ float sm[];
+	const int ldc = GDN_CB + 1;
+	float *qn = sm, *kn = qn + Dk;          // this row's normalised (scaled) q and k
+	float *Us = kn + Dk;                    // [64][ldc] u rows, this block's columns
+	float *Gs = Us + GDN_CHUNK * ldc;       // [64] cumulative log decay
+	float *A = Gs + GDN_CHUNK;              // [64] −β(k_i·k_j)e^{G_i−G_j}, j < i
+	float *Bq = A + GDN_CHUNK;              // [64] (q_i·k_j)e^{G_i−G_j}, j ≤ i
+	float *Ds = Bq + GDN_CHUNK;             // [64] e^{G_63 − G_j} at a flush
+	float *Rk = Ds + GDN_CHUNK;             // [8][GDN_CB] partial sums of kᵀS
+	float *Rq = Rk + 8 * GDN_CB;            // [8][GDN_CB] partial sums of qᵀS
+
+	const int h = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int x0 = blockIdx.y * GDN_CB, col = x0 + lane;
+	const int rep = Hv / Hk, kh = h / rep;
+	const int row = seq_start[s], pos = seq_pos[s], i = pos % GDN_CHUNK;
+	const bool fresh = pos == 0;
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Sg = base + (long long)h * Dk * Dv;
+	float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Ug = Kg + (long long)GDN_CHUNK * Hk * Dk;
+	float *Gg = Ug + (long long)GDN_CHUNK * Hv * Dv;
+	const float scale = (float)(1.0 / sqrt((double)Dk));
+	const long long roff = (long long)row * C;
+
+	float Sr[16]; // S[warp + 8m][col]
+#pragma unroll
+	for (int m = 0; m < 16; m++) {
+		const int d = warp + 8 * m;
+		Sr[m] = (!fresh && d < Dk && col < Dv) ? Sg[(long long)d * Dv + col] : 0.0f;
+	}
+	for (int p = tid; p < i * GDN_CB; p += GDN_DNT) {
+		const int j = p / GDN_CB, x = p % GDN_CB;
+		Us[j * ldc + x] = x0 + x < Dv ? Ug[((long long)j * Hv + h) * Dv + x0 + x] : 0.0f;
+	}
+	for (int j = tid; j < i; j += GDN_DNT) Gs[j] = Gg[(long long)j * Hv + h];
+	const long long gi = (long long)row * Hv + h;
+	const float bt = beta[gi];
+	const float Gi = i == 0 ? g[gi] : g[gi] + Gg[(long long)(i - 1) * Hv + h];
+	if (warp == 0) gdn_norm_row(qkv, roff + (long long)kh * Dk, qn, Dk, scale, lane);
+	else if (warp == 1) gdn_norm_row(qkv, roff + (long long)Hk * Dk + (long long)kh * Dk, kn, Dk, 1.0f, lane);
+	else if (tid == 64) Gs[i] = Gi;
+	__syncthreads();
+
+	// Warp w's partial sums of kᵀS and qᵀS.
+	float pk = 0.0f, pq = 0.0f;
+#pragma unroll
+	for (int m = 0; m < 16; m++) {
+		const int d = warp + 8 * m;
+		if (d < Dk) {
+			pk = fmaf(kn[d], Sr[m], pk);
+			pq = fmaf(qn[d], Sr[m], pq);
+		}
+	}
+	Rk[warp * GDN_CB + lane] = pk;
+	Rq[warp * GDN_CB + lane] = pq;
+	// Dot products with the chunk's keys (row i's own key at j = i), decays folded in.
+	const int p8 = tid & 7;
+	for (int j0 = 0; j0 <= i; j0 += GDN_DNT / 8) {
+		const int j = j0 + (tid >> 3);
+		float kk = 0.0f, qk = 0.0f;
+		if (j <= i) {
+			const float *kj = j < i ? Kg + ((long long)j * Hk + kh) * Dk : kn;
+			for (int d = p8; d < Dk; d += 8) {
+				const float kv = kj[d];
+				kk = fmaf(kn[d], kv, kk);
+				qk = fmaf(qn[d], kv, qk);
+			}
+		}
+#pragma unroll
+		for (int o = 1; o < 8; o <<= 1) {
+			kk += __shfl_xor_sync(0xffffffffu, kk, o);
+			qk += __shfl_xor_sync(0xffffffffu, qk, o);
+		}
+		if (p8 == 0 && j <= i) {
+			if (j == i) {
+				Bq[j] = qk;
+			} else {
+				const float dec = (float)exp((double)(Gi - Gs[j]));
+				A[j] = (-bt * kk) * dec;
+				Bq[j] = qk * dec;
+			}
+		}
+	}
+	__syncthreads();
+
+	// u_i and o_i, 4 lanes per column (m_gdn_chunk's solve and output).
+	if (tid < 4 * GDN_CB) {
+		const int x = tid >> 2, sub = tid & 3;
+		float rk[8], rq[8];
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			rk[p] = Rk[p * GDN_CB + x];
+			rq[p] = Rq[p * GDN_CB + x];
+		}
+		const float ei = (float)exp((double)Gi);
+		const float v = x0 + x < Dv ? ld_act(qkv, roff + 2LL * Hk * Dk + (long long)h * Dv + x0 + x) : 0.0f;
+		float u = bt * fmaf(-ei, gdn_sum8(rk), v);
+		const float os = ei * gdn_sum8(rq);
+		float pa = 0.0f, pb = 0.0f;
+		for (int j = sub; j < i; j += 4) {
+			const float uj = Us[j * ldc + x];
+			pa = fmaf(A[j], uj, pa);
+			pb = fmaf(Bq[j], uj, pb);
+		}
+		pa += __shfl_xor_sync(0xffffffffu, pa, 1);
+		pa += __shfl_xor_sync(0xffffffffu, pa, 2);
+		u += pa;
+		if (sub == (i & 3)) pb = fmaf(Bq[i], u, pb);
+		pb += __shfl_xor_sync(0xffffffffu, pb, 1);
+		pb += __shfl_xor_sync(0xffffffffu, pb, 2);
+		if (sub == 0) {
+			Us[i * ldc + x] = u;
+			if (x0 + x < Dv) {
+				st_act(out, (long long)row * Hv * Dv + (long long)h * Dv + x0 + x, os + pb);
+				if (i < GDN_CHUNK - 1) Ug[((long long)i * Hv + h) * Dv + x0 + x] = u;
+			}
+		}
+	}
+	if (i < GDN_CHUNK - 1) {
+		// Commit row i's key (first value head of its key head) and decay.
+		if (blockIdx.y == 0) {
+			if (h % rep == 0)
+				for (int d = tid; d < Dk; d += GDN_DNT) Kg[((long long)i * Hk + kh) * Dk + d] = kn[d];
+			if (tid == 0) Gg[(long long)i * Hv + h] = Gi;
+		}
+		if (fresh && col < Dv)
+#pragma unroll
+			for (int m = 0; m < 16; m++) {
+				const int d = warp + 8 * m;
+				if (d < Dk) Sg[(long long)d * Dv + col] = 0.0f;
+			}
+		return;
+	}
+	// The chunk is full: fold it into S.
+	for (int j = tid; j < GDN_CHUNK; j += GDN_DNT) Ds[j] = (float)exp((double)(Gi - Gs[j]));
+	__syncthreads();
+	const float el = (float)exp((double)Gi);
+#pragma unroll
+	for (int m = 0; m < 16; m++) {
+		const int d = warp + 8 * m;
+		if (d >= Dk) continue;
+		float v = Sr[m] * el;
+		for (int j = 0; j < GDN_CHUNK; j++) {
+			const float kd = j < GDN_CHUNK - 1 ? Kg[((long long)j * Hk + kh) * Dk + d] : kn[d];
+			v = fmaf(Ds[j] * kd, Us[j * ldc + lane], v);
+		}
+		if (col < Dv) Sg[(long long)d * Dv + col] = v;
 	}
 }
 

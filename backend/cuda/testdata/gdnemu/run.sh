@@ -1,6 +1,6 @@
 #!/bin/sh
-# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit and
-# m_router_topk_warp, gemv.cu's m_gemv_bf16 and attnf32.cu (no GPU
+# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit,
+# m_gdn_decode and m_router_topk_warp, gemv.cu's m_gemv_bf16 and attnf32.cu (no GPU
 # needed): one std::thread per CUDA thread, barriers for __syncthreads and
 # __syncwarp. Checks the chunked rule against a float64 recurrent reference
 # and that a prompt split into pieces gives bit-identical outputs and state;
@@ -17,6 +17,8 @@ open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern _
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/emu" "$d/emu.cpp"
 "$tmp/emu"
+"$tmp/emu" 1 2 128 128 # the large models' head size (m_gdn_decode's 16 keys per thread)
+"$tmp/emu" 2 2 20 40   # a key head size that is no multiple of 8
 python3 - "$d/../../kernels/model.cu" "$tmp/router_part.cu" <<'P'
 import sys
 s = open(sys.argv[1]).read()
