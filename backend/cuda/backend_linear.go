@@ -288,6 +288,10 @@ func (b *Backend) GatedRMSNorm(out, x, z, w backend.Tensor, eps float32, rows in
 	if xs == nil || zs == nil || os == nil {
 		return
 	}
+	if !b.generalOnly && d <= normWarpMax && vecNorm(d, os.buf, xs.buf, zs.buf, wt.buf) {
+		b.check("GatedRMSNorm", b.d.launch(b.s, "m_gated_rmsnorm_warp", grid1(blocks(rows, 8)), grid1(256), 0, os.buf, xs.buf, zs.buf, wt.buf, wc, d, eps, rows))
+		return
+	}
 	b.check("GatedRMSNorm", b.d.launch(b.s, "m_gated_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, zs.buf, wt.buf, wc, d, eps))
 }
 

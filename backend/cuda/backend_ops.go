@@ -184,7 +184,34 @@ func (b *Backend) RMSNorm(out, x, w backend.Tensor, eps float32, rows int) {
 	if xs == nil || os == nil {
 		return
 	}
-	b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	switch {
+	case b.generalOnly || !vecNorm(d, os.buf, xs.buf, wt.buf):
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	case d <= normWarpMax:
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm_warp", grid1(blocks(rows, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, d, eps, rows))
+	default:
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm_vec", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	}
+}
+
+// normWarpMax is the widest row the warp-per-row norms take (4 float4
+// groups per lane).
+const normWarpMax = 512
+
+// vecNorm reports whether the float4 norm kernels (m_rmsnorm_vec,
+// m_rmsnorm_warp, m_gated_rmsnorm_warp) take rows of width d in these
+// buffers: d % 4 == 0 and 16-byte aligned addresses; normBlock(d) threads
+// then cover the row with at most 4 groups each.
+func vecNorm(d int, bufs ...Buffer) bool {
+	if d%4 != 0 {
+		return false
+	}
+	for _, x := range bufs {
+		if x.Ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Rope implements backend.Ops.

@@ -19,6 +19,16 @@
 typedef float act_t;
 __device__ __forceinline__ float ld_act(const act_t *p, long long i) { return p[i]; }
 __device__ __forceinline__ void st_act(act_t *p, long long i, float v) { p[i] = v; }
+// ld_act4 / st_act4: elements i..i+3 (i a multiple of 4, 16-byte aligned).
+__device__ __forceinline__ void ld_act4(const act_t *p, long long i, float *f) {
+	const float4 v = *(const float4 *)(p + i);
+	f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+}
+__device__ __forceinline__ void st_act4(act_t *p, long long i, const float *f) {
+	float4 v;
+	v.x = f[0], v.y = f[1], v.z = f[2], v.w = f[3];
+	*(float4 *)(p + i) = v;
+}
 
 #define WT_F32 0
 #define WT_BF16 1
@@ -40,6 +50,21 @@ __device__ __forceinline__ float ldw(const void *p, long long i, int dt) {
 	if (dt == WT_BF16) return bf2f(((const bf16 *)p)[i]);
 	if (dt == WT_F16) return h2f(((const unsigned short *)p)[i]);
 	return ((const float *)p)[i];
+}
+
+// ldw4 reads weight elements i..i+3 (i a multiple of 4, the weight
+// 16-byte aligned) as floats.
+__device__ __forceinline__ void ldw4(const void *p, long long i, int dt, float *f) {
+	if (dt == WT_F32) {
+		const float4 v = *(const float4 *)((const float *)p + i);
+		f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+		return;
+	}
+	const uint2 u = *(const uint2 *)((const unsigned short *)p + i);
+	const unsigned short h[4] = {(unsigned short)(u.x & 0xffffu), (unsigned short)(u.x >> 16), (unsigned short)(u.y & 0xffffu),
+				     (unsigned short)(u.y >> 16)};
+#pragma unroll
+	for (int j = 0; j < 4; j++) f[j] = dt == WT_BF16 ? bf2f(h[j]) : h2f(h[j]);
 }
 
 // Exact-ish helpers where the CPU backend computes in float64.
@@ -99,6 +124,112 @@ extern "C" __global__ void m_gated_rmsnorm(act_t *out, const act_t *x, const act
 	float inv = (float)(1.0 / sqrt((double)ss / (double)d + (double)eps));
 	for (int i = threadIdx.x; i < d; i += blockDim.x)
 		st_act(out, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv) * silu_d(ld_act(z, r + i)));
+}
+
+// NORM_VEC: float4 groups of a row per thread (m_rmsnorm_vec) or lane
+// (the warp-per-row norms): rows up to 16·blockDim.x, resp. 128·4 wide.
+#define NORM_VEC 4
+
+// m_rmsnorm_vec: m_rmsnorm in one pass for d % 4 == 0, d ≤ 16·blockDim.x
+// and 16-byte aligned rows and weight: thread t keeps the float4 groups t,
+// t + blockDim.x, ... of its row in registers, its weights loaded before the
+// reduction. The same formula as m_rmsnorm; the sum adds in another order.
+// grid rows.
+extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	__shared__ float scratch[32];
+	const long long r = (long long)blockIdx.x * d;
+	const int q = d >> 2;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4];
+	float ss = 0.0f;
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			ld_act4(x, r + 4 * c, xv[m]);
+			ldw4(w, 4 * c, dt, wv[m]);
+#pragma unroll
+			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
+		}
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
+}
+
+// norm_row_warp: one warp's row of width d (d % 4 == 0, d ≤ 128·NORM_VEC,
+// 16-byte aligned): x in xv (float4 group lane + 32m), Σx² in ss (every
+// lane), w in wv.
+__device__ __forceinline__ float norm_row_warp(const act_t *x, long long r, const void *w, int dt, int d, int lane,
+					       float (*xv)[4], float (*wv)[4]) {
+	const int q = d >> 2;
+	float ss = 0.0f;
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < q) {
+			ld_act4(x, r + 4 * c, xv[m]);
+			ldw4(w, 4 * c, dt, wv[m]);
+#pragma unroll
+			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
+		}
+	}
+	return warp_sum(ss);
+}
+
+// m_rmsnorm_warp: m_rmsnorm with a warp per row for d % 4 == 0, d ≤ 512
+// (the per-head q and k norms). grid ceil(rows/8), block 256.
+extern "C" __global__ void m_rmsnorm_warp(act_t *out, const act_t *x, const void *w, int dt, int d, float eps, int rows) {
+	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const long long r = (long long)row * d;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4];
+	const float ss = norm_row_warp(x, r, w, dt, d, lane, xv, wv);
+	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < (d >> 2)) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
+}
+
+// m_gated_rmsnorm_warp: m_gated_rmsnorm with a warp per row for d % 4 ==
+// 0, d ≤ 512 (the gated norm runs per value head). grid ceil(rows/8),
+// block 256.
+extern "C" __global__ void m_gated_rmsnorm_warp(act_t *out, const act_t *x, const act_t *z, const void *w, int dt, int d,
+						float eps, int rows) {
+	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const long long r = (long long)row * d;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4], zv[NORM_VEC][4];
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++)
+		if (lane + 32 * m < (d >> 2)) ld_act4(z, r + 4 * (lane + 32 * m), zv[m]);
+	const float ss = norm_row_warp(x, r, w, dt, d, lane, xv, wv);
+	const float inv = (float)(1.0 / sqrt((double)ss / (double)d + (double)eps));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < (d >> 2)) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv) * silu_d(zv[m][j]);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
 }
 
 // m_rope: NeoX rotate-half on the first rot dims of each head of x viewed as
