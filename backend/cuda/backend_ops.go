@@ -391,8 +391,13 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 		return
 	}
 	// A warp per row (one thread per row took ~150 µs for E = 128, k = 8:
-	// the serial scans dominated a decode layer); rows wider than the
-	// shared memory the warp kernel assumes keep the thread-per-row kernel.
+	// the serial scans dominated a decode layer), the row in registers up
+	// to 256 experts; rows wider than the shared memory the warp kernel
+	// assumes keep the thread-per-row kernel.
+	if !b.generalOnly && e <= 256 && k <= 32 {
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_reg", grid1(blocks(n, 4)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		return
+	}
 	if smem := 20 * e; !b.generalOnly && smem <= 48<<10 {
 		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm))
 		return

@@ -444,6 +444,78 @@ extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t 
 	}
 }
 
+// m_router_topk_reg: m_router_topk_warp for E ≤ 256 and k ≤ 32 with the
+// row in registers: lane l holds logits l, l+32, ... (ROUTER_REG at most)
+// and their e^{l−max}; each of the k rounds is a scan of those registers
+// and one warp argmax (ties to the lower id), the weights stay in lanes
+// 0..k-1 until written. The same ids and weights as m_router_topk_warp,
+// bit for bit: the same softmax sum order, the winner's summed e^{l−max},
+// the renormalising sum in j order. grid ceil(n/4), block 128.
+#define ROUTER_REG 8
+extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int t = blockIdx.x * 4 + warp;
+	if (t >= n) return; // the whole warp
+	const act_t *row = logits + (long long)t * E;
+	float v[ROUTER_REG], e[ROUTER_REG];
+	float mx = -KT_INF;
+#pragma unroll
+	for (int m = 0; m < ROUTER_REG; m++) {
+		const int c = lane + 32 * m;
+		v[m] = c < E ? ld_act(row, c) : -KT_INF;
+		if (c < E) mx = fmaxf(mx, v[m]);
+	}
+	mx = warp_max(mx);
+	float sum = 0.0f;
+#pragma unroll
+	for (int m = 0; m < ROUTER_REG; m++) {
+		e[m] = (float)exp((double)(v[m] - mx));
+		if (lane + 32 * m < E) sum += e[m];
+	}
+	sum = warp_sum(sum);
+	unsigned taken = 0; // bit m: logit lane + 32m is chosen
+	int myid = -1;      // lane j < k: id j
+	float myw = 0.0f;   // lane j < k: weight j
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f, be = 0.0f;
+#pragma unroll
+		for (int m = 0; m < ROUTER_REG; m++) {
+			const int c = lane + 32 * m;
+			if (c < E && !((taken >> m) & 1u) && (best < 0 || v[m] > bv)) {
+				best = c;
+				bv = v[m];
+				be = e[m];
+			}
+		}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+				best = ob;
+				bv = ov;
+			}
+		}
+		// The winning lane's own best is the winner: its e^{l−max}.
+		const float w = __shfl_sync(0xffffffffu, be, best & 31) / sum;
+		if (best >= 0 && lane == (best & 31)) taken |= 1u << (best >> 5);
+		if (lane == j) {
+			myid = best;
+			myw = w;
+		}
+	}
+	if (norm) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) s += __shfl_sync(0xffffffffu, myw, j);
+		myw /= s;
+	}
+	if (lane < k) {
+		ids[(long long)t * k + lane] = myid;
+		wts[(long long)t * k + lane] = myw;
+	}
+}
+
 // Routed experts. ptrs holds per expert the device addresses of its gate,
 // up and down weights: ptrs[3e], ptrs[3e+1], ptrs[3e+2]. Pair p = t·k + j
 // runs expert ids[p] on row t (skipped when the id is outside [0, E)).
