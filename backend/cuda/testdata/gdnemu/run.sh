@@ -1,10 +1,12 @@
 #!/bin/sh
 # Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit,
-# m_gdn_decode and m_router_topk_warp, gemv.cu's m_gemv_bf16 and attnf32.cu (no GPU
-# needed): one std::thread per CUDA thread, barriers for __syncthreads and
-# __syncwarp. Checks the chunked rule against a float64 recurrent reference
-# and that a prompt split into pieces gives bit-identical outputs and state;
-# router ids against a sequential scan with many ties.
+# m_gdn_decode, the routers, the norms and the conv1d kernels, gemv.cu's
+# m_gemv_bf16 and attnf32.cu (no GPU needed): one std::thread per CUDA
+# thread, barriers for __syncthreads and __syncwarp. Checks the chunked
+# rule against a float64 recurrent reference and that a prompt split into
+# pieces or run as decode steps (m_gdn_decode) gives bit-identical outputs
+# and state; router ids against a sequential scan with many ties; the
+# one-pass norms against the general ones; m_conv1d_decode bit for bit.
 # Usage: sh backend/cuda/testdata/gdnemu/run.sh   (needs g++ with C++20)
 set -e
 d=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +29,16 @@ open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern _
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
 "$tmp/router"
+python3 - "$d/../../kernels/model.cu" "$tmp/norm_part.cu" <<'P1'
+import sys
+s = open(sys.argv[1]).read()
+def cut(a, b): return s[s.index(a):s.index(b)]
+part = cut('typedef float act_t;', '__device__ __forceinline__ float h2f') + cut('// ldw reads element i', '// f32_to_f16') + \
+	cut('// m_rmsnorm: rows of width d', '// m_rope: NeoX') + cut('// m_conv1d: out[t, c]', '// m_delta_gates:')
+open(sys.argv[2], 'w').write(part.replace('extern "C" ', ''))
+P1
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/norm" "$d/norm.cpp"
+"$tmp/norm"
 python3 - "$d/../../kernels/gemv.cu" "$tmp/gemv_part.cu" <<'P2'
 import sys
 s = open(sys.argv[1]).read()
