@@ -525,7 +525,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	}
 	if tab.fp8 != nil {
 		if b.moeFP8(tab, xs.buf, idb, pairs, h, inter, k) {
-			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid2(n, blocks(h, 256)), grid1(256), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
 		}
 		return
 	}
@@ -549,7 +549,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		b.moeY, b.moeH, idb, tab.ptrs, tab.ddt, h, inter, tab.e)) {
 		return
 	}
-	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid2(n, blocks(h, 256)), grid1(256), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
 }
 
 // GatherRows implements backend.Ops.

@@ -688,19 +688,19 @@ extern "C" __global__ void m_moe_mask_ids(int *out, const int *ids, const u64 *p
 	out[p] = (e >= 0 && e < E && ptrs[3 * e] != 0) ? e : -1;
 }
 
-// m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
-// grid n.
+// m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids, a
+// thread per element (a decode step's row spreads over H/256 blocks).
+// grid (n, ceil(H/256)), block 256.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
 					 int E) {
-	const int t = blockIdx.x;
-	for (int c = threadIdx.x; c < H; c += blockDim.x) {
-		float s = 0.0f;
-		for (int j = 0; j < k; j++) {
-			int e = ids[t * k + j];
-			if (e >= 0 && e < E) s += wts[t * k + j] * ybuf[((long long)t * k + j) * H + c];
-		}
-		st_act(out, (long long)t * H + c, s);
+	const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+	if (c >= H) return;
+	float s = 0.0f;
+	for (int j = 0; j < k; j++) {
+		int e = ids[t * k + j];
+		if (e >= 0 && e < E) s += wts[t * k + j] * ybuf[((long long)t * k + j) * H + c];
 	}
+	st_act(out, (long long)t * H + c, s);
 }
 
 // m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
@@ -1272,16 +1272,22 @@ extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, c
 	__syncthreads();
 	const float el = (float)exp((double)Gi);
 #pragma unroll
-	for (int m = 0; m < 16; m++) {
-		const int d = warp + 8 * m;
-		if (d >= Dk) continue;
-		float v = Sr[m] * el;
-		for (int j = 0; j < GDN_CHUNK; j++) {
-			const float kd = j < GDN_CHUNK - 1 ? Kg[((long long)j * Hk + kh) * Dk + d] : kn[d];
-			v = fmaf(Ds[j] * kd, Us[j * ldc + lane], v);
+	for (int m = 0; m < 16; m++) Sr[m] *= el;
+	for (int j = 0; j < GDN_CHUNK; j++) { // rows outermost: 16 independent sums per thread
+		const float *kj = j < GDN_CHUNK - 1 ? Kg + ((long long)j * Hk + kh) * Dk : kn;
+		const float dj = Ds[j], uj = Us[j * ldc + lane];
+#pragma unroll
+		for (int m = 0; m < 16; m++) {
+			const int d = warp + 8 * m;
+			if (d < Dk) Sr[m] = fmaf(dj * kj[d], uj, Sr[m]);
 		}
-		if (col < Dv) Sg[(long long)d * Dv + col] = v;
 	}
+	if (col < Dv)
+#pragma unroll
+		for (int m = 0; m < 16; m++) {
+			const int d = warp + 8 * m;
+			if (d < Dk) Sg[(long long)d * Dv + col] = Sr[m];
+		}
 }
 
 // m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit
