@@ -37,6 +37,33 @@ func gdnChunkSmem(d backend.DeltaShape, segcap int) int {
 	return 4 * (d.KDim*(cb+1) + c*(d.KDim+1) + c*(cb+1) + segcap*(d.KDim+1) + segcap*(cb+1) + 2*segcap*(c+1) + 3*c)
 }
 
+// gdnDecodeSmem is m_gdn_decode's dynamic shared memory in bytes (the
+// layout at the top of the kernel).
+func gdnDecodeSmem(d backend.DeltaShape) int {
+	const c, cb = backend.DeltaChunkSize, 32
+	return 4 * (2*d.KDim + c*(cb+1) + 4*c + 2*8*cb)
+}
+
+// gdnDecodeMaxKDim is the largest key head size m_gdn_decode takes (16
+// keys of a column per thread, in registers).
+const gdnDecodeMaxKDim = 128
+
+// decodeStep reports whether every sequence of the step has one row (a
+// decode step), which the linear-attention ops run through the kernels
+// specialised to it (the general ones when b.generalOnly). The choice
+// depends on the step's shape only, so a captured decode graph replays it.
+func (b *Backend) decodeStep() bool {
+	if b.generalOnly || len(b.step.Seqs) == 0 {
+		return false
+	}
+	for _, q := range b.step.Seqs {
+		if q.Len != 1 {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *linearState) convPerSlot() int64 {
 	return int64(s.shape.Layers) * int64(s.shape.ConvKernel-1) * int64(s.shape.Delta.ConvChannels()) * 4
 }
@@ -155,6 +182,11 @@ func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState,
 	if T == 0 || S == 0 {
 		return
 	}
+	if b.decodeStep() {
+		b.check("CausalConv1D", b.d.launch(b.s, "m_conv1d_decode", grid2(blocks(ch, 128), S), grid1(128), 0,
+			os.buf, xs.buf, wt.buf, wc, ls.conv, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqPos), b.reg(rSeqSlot), ch, kern))
+		return
+	}
 	if !b.check("CausalConv1D", b.d.launch(b.s, "m_conv1d", grid2(blocks(ch, 128), T), grid1(128), 0,
 		os.buf, xs.buf, wt.buf, wc, ls.conv, layer, ls.shape.Layers, b.reg(rRowSeq), b.reg(rSeqStart), b.reg(rSeqPos), b.reg(rSeqSlot), ch, kern)) {
 		return
@@ -168,7 +200,8 @@ func (b *Backend) CausalConv1D(out, x, w backend.Tensor, st backend.LinearState,
 // the last boundary plus the open chunk's rows), so a prompt prefilled in
 // pieces gives bit-identical results to one prefill: m_gdn_chunk computes
 // outputs, S and the open rows' corrected values, then m_gdn_commit stores
-// the open rows' keys and decays.
+// the open rows' keys and decays. A decode step (one row per sequence)
+// runs m_gdn_decode instead, the same arithmetic in one grid.
 func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.LinearState, layer, n int) {
 	if !b.ok() || b.stepMissing("GatedDeltaRule") {
 		return
@@ -190,6 +223,12 @@ func (b *Backend) GatedDeltaRule(out, qkv, g, beta backend.Tensor, st backend.Li
 	}
 	S := len(b.step.Seqs)
 	if S == 0 {
+		return
+	}
+	if sh.KDim <= gdnDecodeMaxKDim && b.decodeStep() {
+		b.check("GatedDeltaRule", b.d.launch(b.s, "m_gdn_decode", dim3{uint32(sh.VHeads), uint32(blocks(sh.VDim, 32)), uint32(S)}, grid1(256), gdnDecodeSmem(sh),
+			os.buf, xs.buf, gs.buf, bs.buf, ls.delta, layer, ls.shape.Layers, b.reg(rSeqStart), b.reg(rSeqPos), b.reg(rSeqSlot),
+			ch, sh.KHeads, sh.VHeads, sh.KDim, sh.VDim))
 		return
 	}
 	// Segments as long as the longest span (a decode step: one row), so
@@ -247,6 +286,10 @@ func (b *Backend) GatedRMSNorm(out, x, z, w backend.Tensor, eps float32, rows in
 	d := wt.n
 	xs, zs, os := b.f32(x, rows*d, "GatedRMSNorm x"), b.f32(z, rows*d, "GatedRMSNorm z"), b.f32(out, rows*d, "GatedRMSNorm out")
 	if xs == nil || zs == nil || os == nil {
+		return
+	}
+	if !b.generalOnly && d <= normWarpMax && vecNorm(d, os.buf, xs.buf, zs.buf, wt.buf) {
+		b.check("GatedRMSNorm", b.d.launch(b.s, "m_gated_rmsnorm_warp", grid1(blocks(rows, 8)), grid1(256), 0, os.buf, xs.buf, zs.buf, wt.buf, wc, d, eps, rows))
 		return
 	}
 	b.check("GatedRMSNorm", b.d.launch(b.s, "m_gated_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, zs.buf, wt.buf, wc, d, eps))

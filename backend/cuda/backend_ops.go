@@ -184,7 +184,34 @@ func (b *Backend) RMSNorm(out, x, w backend.Tensor, eps float32, rows int) {
 	if xs == nil || os == nil {
 		return
 	}
-	b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	switch {
+	case b.generalOnly || !vecNorm(d, os.buf, xs.buf, wt.buf):
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	case d <= normWarpMax:
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm_warp", grid1(blocks(rows, 8)), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, d, eps, rows))
+	default:
+		b.check("RMSNorm", b.d.launch(b.s, "m_rmsnorm_vec", grid1(rows), grid1(normBlock(d)), 0, os.buf, xs.buf, wt.buf, dt, d, eps))
+	}
+}
+
+// normWarpMax is the widest row the warp-per-row norms take (4 float4
+// groups per lane).
+const normWarpMax = 512
+
+// vecNorm reports whether the float4 norm kernels (m_rmsnorm_vec,
+// m_rmsnorm_warp, m_gated_rmsnorm_warp) take rows of width d in these
+// buffers: d % 4 == 0 and 16-byte aligned addresses; normBlock(d) threads
+// then cover the row with at most 4 groups each.
+func vecNorm(d int, bufs ...Buffer) bool {
+	if d%4 != 0 {
+		return false
+	}
+	for _, x := range bufs {
+		if x.Ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Rope implements backend.Ops.
@@ -364,8 +391,13 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 		return
 	}
 	// A warp per row (one thread per row took ~150 µs for E = 128, k = 8:
-	// the serial scans dominated a decode layer); rows wider than the
-	// shared memory the warp kernel assumes keep the thread-per-row kernel.
+	// the serial scans dominated a decode layer), the row in registers up
+	// to 256 experts; rows wider than the shared memory the warp kernel
+	// assumes keep the thread-per-row kernel.
+	if !b.generalOnly && e <= 256 && k <= 32 {
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_reg", grid1(blocks(n, 4)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		return
+	}
 	if smem := 20 * e; !b.generalOnly && smem <= 48<<10 {
 		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm))
 		return
@@ -504,7 +536,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	}
 	if tab.fp8 != nil {
 		if b.moeFP8(tab, xs.buf, idb, pairs, h, inter, k) {
-			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+			b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid2(n, blocks(h, 256)), grid1(256), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
 		}
 		return
 	}
@@ -528,7 +560,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		b.moeY, b.moeH, idb, tab.ptrs, tab.ddt, h, inter, tab.e)) {
 		return
 	}
-	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid1(n), grid1(min(256, blocks(h, 32)*32)), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
+	b.check("MoE", b.d.launch(b.s, "m_moe_combine", grid2(n, blocks(h, 256)), grid1(256), 0, os.buf, b.moeY, ws.buf, idb, k, h, tab.e))
 }
 
 // GatherRows implements backend.Ops.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -192,5 +193,192 @@ func BenchmarkGatedDeltaRule(b *testing.B) {
 			}
 			b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// TestLinearDecodeKernels checks the decode-step kernels (m_conv1d_decode,
+// m_gdn_decode) against the general ones (m_conv1d + m_conv_state,
+// m_gdn_chunk + m_gdn_commit, b.generalOnly) bit for bit, outputs and the
+// whole state after every step, and against the CPU backend (1e-4
+// relative L2): decode steps of three sequences, one fresh (position 0),
+// one crossing the 64-row chunk boundary (the flush at row 63), one deep
+// in a chunk, after a prefill of the other two.
+func TestLinearDecodeKernels(t *testing.T) {
+	for _, d := range []backend.DeltaShape{
+		{KHeads: 16, VHeads: 32, KDim: 128, VDim: 128},
+		{KHeads: 2, VHeads: 4, KDim: 32, VDim: 48},
+	} {
+		p := newOpPair(t)
+		label := fmt.Sprintf("Hk=%d Hv=%d Dk=%d Dv=%d", d.KHeads, d.VHeads, d.KDim, d.VDim)
+		const kern = 4
+		sh := backend.LinearShape{Layers: 2, ConvKernel: kern, Delta: d}
+		var st [3]backend.LinearState // general kernels, decode kernels, CPU
+		for i := range st {
+			be := backend.LinearAttention(p.g)
+			if i == 2 {
+				be = p.c
+			}
+			s, err := be.AllocLinearState(sh, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st[i] = s
+		}
+		ch, vw := d.ConvChannels(), d.VHeads*d.VDim
+		cw, ccw := p.weight(t, "conv", tensor.BF16, p.randF32(ch*kern, 0.5), ch, kern)
+		steps := []*backend.Step{testStep([3]int{0, 0, 60}, [3]int{1, 0, 20})}
+		for i := 0; i < 6; i++ {
+			steps = append(steps, testStep([3]int{0, 60 + i, 1}, [3]int{1, 20 + i, 1}, [3]int{2, i, 1}))
+		}
+		for si, s := range steps {
+			p.setStep(t, s)
+			n := len(s.Tokens)
+			xv := p.randF32(n*ch, 1)
+			_, gv, bv := gdnInputs(p, d, n)
+			var outs [3][]float32
+			for i := range st {
+				be := backend.LinearAttention(p.g)
+				if i == 2 {
+					be = p.c
+				}
+				p.g.generalOnly = i == 0
+				w := cw
+				if i == 2 {
+					w = ccw
+				}
+				x, conv, g, beta, core := p.actOn(t, be, xv, n, ch), p.actOn(t, be, nil, n, ch), p.actOn(t, be, gv, n, d.VHeads), p.actOn(t, be, bv, n, d.VHeads), p.actOn(t, be, nil, n, vw)
+				be.CausalConv1D(conv, x, w, st[i], 1, n)
+				be.GatedDeltaRule(core, conv, g, beta, st[i], 1, n)
+				outs[i] = p.readF32(t, be, core, n*vw)
+				if i < 2 {
+					c := p.readF32(t, be, conv, n*ch)
+					outs[i] = append(outs[i], c...)
+				}
+			}
+			p.g.generalOnly = false
+			for j := range outs[0] {
+				if math.Float32bits(outs[0][j]) != math.Float32bits(outs[1][j]) {
+					t.Fatalf("%s step %d: output %d: decode kernels %v, general %v", label, si, j, outs[1][j], outs[0][j])
+				}
+			}
+			checkClose(t, fmt.Sprintf("%s step %d vs CPU", label, si), f64s(outs[1][:n*vw]), f64s(outs[2]), 1e-4)
+			ga, gb := st[0].(*linearState), st[1].(*linearState)
+			for _, pair := range [][2]Buffer{{ga.conv, gb.conv}, {ga.delta, gb.delta}} {
+				a, b := download[uint32](t, p.g.d, p.g.s, pair[0], int(pair[0].Size/4)), download[uint32](t, p.g.d, p.g.s, pair[1], int(pair[1].Size/4))
+				for j := range a {
+					if a[j] != b[j] {
+						t.Fatalf("%s step %d: state word %d of %d: decode kernels %#x, general %#x", label, si, j, len(a), b[j], a[j])
+					}
+				}
+			}
+		}
+		t.Logf("RESULT %s: %d decode steps bit-identical to the general kernels (outputs and state), within 1e-4 of the CPU", label, len(steps)-1)
+	}
+}
+
+// actOn allocates an F32 activation on be (one of p's backends) holding v
+// (zeros when v is nil).
+func (p *opPair) actOn(t *testing.T, be backend.LinearAttention, v []float32, shape ...int) backend.Tensor {
+	t.Helper()
+	g, c := p.act(t, v, shape...)
+	if be == backend.LinearAttention(p.c) {
+		return c
+	}
+	return g
+}
+
+// readF32 reads the first n values of x from be (one of p's backends).
+func (p *opPair) readF32(t *testing.T, be backend.LinearAttention, x backend.Tensor, n int) []float32 {
+	t.Helper()
+	if be == backend.LinearAttention(p.c) {
+		if err := p.c.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), x.(*cpu.Tensor).F32()[:n]...)
+	}
+	if err := p.g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, n)
+	if err := p.g.Read(out, x, x.Shape()[0]); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkLinearDecodeStep times a Qwen3.5-35B-A3B-shaped linear layer's
+// decode ops (conv1d, gates, the gated delta rule, the gated norm; Hk 16,
+// Hv 32, 128x128, positions inside a chunk) for 1 and 8 sequences, as
+// replayed CUDA graphs of 6 layers: the general kernels (b.generalOnly)
+// beside the decode-step kernels, so the ratio shows in one run. ns/op is
+// one step of 6 layers including the wait.
+func BenchmarkLinearDecodeStep(b *testing.B) {
+	d := backend.DeltaShape{KHeads: 16, VHeads: 32, KDim: 128, VDim: 128}
+	const layers, kern = 6, 4
+	for _, B := range []int{1, 8} {
+		p := newOpPair(b)
+		g := p.g
+		st, err := g.AllocLinearState(backend.LinearShape{Layers: layers, ConvKernel: kern, Delta: d}, B)
+		if err != nil {
+			b.Fatal(err)
+		}
+		spans := make([][3]int, B)
+		for i := range spans {
+			spans[i] = [3]int{i, 1000 + 5*i, 1}
+		}
+		if err := g.SetStep(testStep(spans...)); err != nil {
+			b.Fatal(err)
+		}
+		ch, vw := d.ConvChannels(), d.VHeads*d.VDim
+		alloc := func(v []float32, rows, cols int) backend.Tensor {
+			x, err := g.Alloc(tensor.F32, rows, cols)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if v != nil {
+				if err := g.Write(x, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return x
+		}
+		w, _ := p.weight(b, "conv", tensor.BF16, p.randF32(ch*kern, 0.5), ch, kern)
+		aLog, _ := p.weight(b, "A_log", tensor.F32, p.randF32(d.VHeads, 0.5), d.VHeads)
+		dtBias, _ := p.weight(b, "dt_bias", tensor.F32, p.randF32(d.VHeads, 0.5), d.VHeads)
+		nw, _ := p.weight(b, "norm", tensor.BF16, p.randF32(d.VDim, 1), d.VDim)
+		x, conv := alloc(p.randF32(B*ch, 1), B, ch), alloc(nil, B, ch)
+		a, bb := alloc(p.randF32(B*d.VHeads, 1), B, d.VHeads), alloc(p.randF32(B*d.VHeads, 1), B, d.VHeads)
+		gt, beta := alloc(nil, B, d.VHeads), alloc(nil, B, d.VHeads)
+		core, z, out := alloc(nil, B*d.VHeads, d.VDim), alloc(p.randF32(B*vw, 1), B*d.VHeads, d.VDim), alloc(nil, B*d.VHeads, d.VDim)
+		run := func() {
+			for l := 0; l < layers; l++ {
+				g.CausalConv1D(conv, x, w, st, l, B)
+				g.DeltaGates(gt, beta, a, bb, aLog, dtBias, B)
+				g.GatedDeltaRule(core, conv, gt, beta, st, l, B)
+				g.GatedRMSNorm(out, core, z, nw, 1e-6, B*d.VHeads)
+			}
+		}
+		for _, general := range []bool{true, false} {
+			g.generalOnly = general
+			run()
+			graph, err := g.Capture(run)
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := "decode-kernels"
+			if general {
+				name = "general-kernels"
+			}
+			b.Run(fmt.Sprintf("B=%d/%s", B, name), func(b *testing.B) {
+				for b.Loop() {
+					g.Replay(graph)
+					if err := g.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			graph.Destroy()
+		}
+		g.generalOnly = false
 	}
 }

@@ -19,6 +19,16 @@
 typedef float act_t;
 __device__ __forceinline__ float ld_act(const act_t *p, long long i) { return p[i]; }
 __device__ __forceinline__ void st_act(act_t *p, long long i, float v) { p[i] = v; }
+// ld_act4 / st_act4: elements i..i+3 (i a multiple of 4, 16-byte aligned).
+__device__ __forceinline__ void ld_act4(const act_t *p, long long i, float *f) {
+	const float4 v = *(const float4 *)(p + i);
+	f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+}
+__device__ __forceinline__ void st_act4(act_t *p, long long i, const float *f) {
+	float4 v;
+	v.x = f[0], v.y = f[1], v.z = f[2], v.w = f[3];
+	*(float4 *)(p + i) = v;
+}
 
 #define WT_F32 0
 #define WT_BF16 1
@@ -40,6 +50,21 @@ __device__ __forceinline__ float ldw(const void *p, long long i, int dt) {
 	if (dt == WT_BF16) return bf2f(((const bf16 *)p)[i]);
 	if (dt == WT_F16) return h2f(((const unsigned short *)p)[i]);
 	return ((const float *)p)[i];
+}
+
+// ldw4 reads weight elements i..i+3 (i a multiple of 4, the weight
+// 16-byte aligned) as floats.
+__device__ __forceinline__ void ldw4(const void *p, long long i, int dt, float *f) {
+	if (dt == WT_F32) {
+		const float4 v = *(const float4 *)((const float *)p + i);
+		f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+		return;
+	}
+	const uint2 u = *(const uint2 *)((const unsigned short *)p + i);
+	const unsigned short h[4] = {(unsigned short)(u.x & 0xffffu), (unsigned short)(u.x >> 16), (unsigned short)(u.y & 0xffffu),
+				     (unsigned short)(u.y >> 16)};
+#pragma unroll
+	for (int j = 0; j < 4; j++) f[j] = dt == WT_BF16 ? bf2f(h[j]) : h2f(h[j]);
 }
 
 // Exact-ish helpers where the CPU backend computes in float64.
@@ -99,6 +124,112 @@ extern "C" __global__ void m_gated_rmsnorm(act_t *out, const act_t *x, const act
 	float inv = (float)(1.0 / sqrt((double)ss / (double)d + (double)eps));
 	for (int i = threadIdx.x; i < d; i += blockDim.x)
 		st_act(out, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv) * silu_d(ld_act(z, r + i)));
+}
+
+// NORM_VEC: float4 groups of a row per thread (m_rmsnorm_vec) or lane
+// (the warp-per-row norms): rows up to 16·blockDim.x, resp. 128·4 wide.
+#define NORM_VEC 4
+
+// m_rmsnorm_vec: m_rmsnorm in one pass for d % 4 == 0, d ≤ 16·blockDim.x
+// and 16-byte aligned rows and weight: thread t keeps the float4 groups t,
+// t + blockDim.x, ... of its row in registers, its weights loaded before the
+// reduction. The same formula as m_rmsnorm; the sum adds in another order.
+// grid rows.
+extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	__shared__ float scratch[32];
+	const long long r = (long long)blockIdx.x * d;
+	const int q = d >> 2;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4];
+	float ss = 0.0f;
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			ld_act4(x, r + 4 * c, xv[m]);
+			ldw4(w, 4 * c, dt, wv[m]);
+#pragma unroll
+			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
+		}
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
+}
+
+// norm_row_warp: one warp's row of width d (d % 4 == 0, d ≤ 128·NORM_VEC,
+// 16-byte aligned): x in xv (float4 group lane + 32m), Σx² in ss (every
+// lane), w in wv.
+__device__ __forceinline__ float norm_row_warp(const act_t *x, long long r, const void *w, int dt, int d, int lane,
+					       float (*xv)[4], float (*wv)[4]) {
+	const int q = d >> 2;
+	float ss = 0.0f;
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < q) {
+			ld_act4(x, r + 4 * c, xv[m]);
+			ldw4(w, 4 * c, dt, wv[m]);
+#pragma unroll
+			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
+		}
+	}
+	return warp_sum(ss);
+}
+
+// m_rmsnorm_warp: m_rmsnorm with a warp per row for d % 4 == 0, d ≤ 512
+// (the per-head q and k norms). grid ceil(rows/8), block 256.
+extern "C" __global__ void m_rmsnorm_warp(act_t *out, const act_t *x, const void *w, int dt, int d, float eps, int rows) {
+	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const long long r = (long long)row * d;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4];
+	const float ss = norm_row_warp(x, r, w, dt, d, lane, xv, wv);
+	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < (d >> 2)) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
+}
+
+// m_gated_rmsnorm_warp: m_gated_rmsnorm with a warp per row for d % 4 ==
+// 0, d ≤ 512 (the gated norm runs per value head). grid ceil(rows/8),
+// block 256.
+extern "C" __global__ void m_gated_rmsnorm_warp(act_t *out, const act_t *x, const act_t *z, const void *w, int dt, int d,
+						float eps, int rows) {
+	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const long long r = (long long)row * d;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4], zv[NORM_VEC][4];
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++)
+		if (lane + 32 * m < (d >> 2)) ld_act4(z, r + 4 * (lane + 32 * m), zv[m]);
+	const float ss = norm_row_warp(x, r, w, dt, d, lane, xv, wv);
+	const float inv = (float)(1.0 / sqrt((double)ss / (double)d + (double)eps));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = lane + 32 * m;
+		if (c < (d >> 2)) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv) * silu_d(zv[m][j]);
+			st_act4(out, r + 4 * c, o);
+		}
+	}
 }
 
 // m_rope: NeoX rotate-half on the first rot dims of each head of x viewed as
@@ -332,6 +463,78 @@ extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t 
 	}
 }
 
+// m_router_topk_reg: m_router_topk_warp for E ≤ 256 and k ≤ 32 with the
+// row in registers: lane l holds logits l, l+32, ... (ROUTER_REG at most)
+// and their e^{l−max}; each of the k rounds is a scan of those registers
+// and one warp argmax (ties to the lower id), the weights stay in lanes
+// 0..k-1 until written. The same ids and weights as m_router_topk_warp,
+// bit for bit: the same softmax sum order, the winner's summed e^{l−max},
+// the renormalising sum in j order. grid ceil(n/4), block 128.
+#define ROUTER_REG 8
+extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int t = blockIdx.x * 4 + warp;
+	if (t >= n) return; // the whole warp
+	const act_t *row = logits + (long long)t * E;
+	float v[ROUTER_REG], e[ROUTER_REG];
+	float mx = -KT_INF;
+#pragma unroll
+	for (int m = 0; m < ROUTER_REG; m++) {
+		const int c = lane + 32 * m;
+		v[m] = c < E ? ld_act(row, c) : -KT_INF;
+		if (c < E) mx = fmaxf(mx, v[m]);
+	}
+	mx = warp_max(mx);
+	float sum = 0.0f;
+#pragma unroll
+	for (int m = 0; m < ROUTER_REG; m++) {
+		e[m] = (float)exp((double)(v[m] - mx));
+		if (lane + 32 * m < E) sum += e[m];
+	}
+	sum = warp_sum(sum);
+	unsigned taken = 0; // bit m: logit lane + 32m is chosen
+	int myid = -1;      // lane j < k: id j
+	float myw = 0.0f;   // lane j < k: weight j
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f, be = 0.0f;
+#pragma unroll
+		for (int m = 0; m < ROUTER_REG; m++) {
+			const int c = lane + 32 * m;
+			if (c < E && !((taken >> m) & 1u) && (best < 0 || v[m] > bv)) {
+				best = c;
+				bv = v[m];
+				be = e[m];
+			}
+		}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+				best = ob;
+				bv = ov;
+			}
+		}
+		// The winning lane's own best is the winner: its e^{l−max}.
+		const float w = __shfl_sync(0xffffffffu, be, best & 31) / sum;
+		if (best >= 0 && lane == (best & 31)) taken |= 1u << (best >> 5);
+		if (lane == j) {
+			myid = best;
+			myw = w;
+		}
+	}
+	if (norm) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++) s += __shfl_sync(0xffffffffu, myw, j);
+		myw /= s;
+	}
+	if (lane < k) {
+		ids[(long long)t * k + lane] = myid;
+		wts[(long long)t * k + lane] = myw;
+	}
+}
+
 // Routed experts. ptrs holds per expert the device addresses of its gate,
 // up and down weights: ptrs[3e], ptrs[3e+1], ptrs[3e+2]. Pair p = t·k + j
 // runs expert ids[p] on row t (skipped when the id is outside [0, E)).
@@ -504,19 +707,19 @@ extern "C" __global__ void m_moe_mask_ids(int *out, const int *ids, const u64 *p
 	out[p] = (e >= 0 && e < E && ptrs[3 * e] != 0) ? e : -1;
 }
 
-// m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids.
-// grid n.
+// m_moe_combine: out[t] = Σ_j wts[t, j]·ybuf[t·k + j] over valid ids, a
+// thread per element (a decode step's row spreads over H/256 blocks).
+// grid (n, ceil(H/256)), block 256.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
 					 int E) {
-	const int t = blockIdx.x;
-	for (int c = threadIdx.x; c < H; c += blockDim.x) {
-		float s = 0.0f;
-		for (int j = 0; j < k; j++) {
-			int e = ids[t * k + j];
-			if (e >= 0 && e < E) s += wts[t * k + j] * ybuf[((long long)t * k + j) * H + c];
-		}
-		st_act(out, (long long)t * H + c, s);
+	const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+	if (c >= H) return;
+	float s = 0.0f;
+	for (int j = 0; j < k; j++) {
+		int e = ids[t * k + j];
+		if (e >= 0 && e < E) s += wts[t * k + j] * ybuf[((long long)t * k + j) * H + c];
 	}
+	st_act(out, (long long)t * H + c, s);
 }
 
 // m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
@@ -547,7 +750,7 @@ extern "C" __global__ void m_conv1d(act_t *out, const act_t *x, const void *w, i
 		float v;
 		if (r >= 0) v = ld_act(x, (long long)(start + r) * C + c);
 		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
-		o += ldw(w, (long long)c * K + kk, wdt) * v;
+		o = fmaf(ldw(w, (long long)c * K + kk, wdt), v, o);
 	}
 	st_act(out, (long long)t * C + c, silu_d(o));
 }
@@ -568,6 +771,30 @@ extern "C" __global__ void m_conv_state(float *state, const act_t *x, int layer,
 		else v = fresh ? 0.0f : st[(long long)(hist + r) * C + c];
 		st[(long long)i * C + c] = v;
 	}
+}
+
+// m_conv1d_decode: m_conv1d then m_conv_state for a step whose every
+// sequence has one row (a decode step), in one pass with the same
+// arithmetic: out = silu(w·[state rows, x]) and the state moves up a row
+// (x enters last). grid (ceil(C/128), sequences), block 128.
+extern "C" __global__ void m_conv1d_decode(act_t *out, const act_t *x, const void *w, int wdt, float *state, int layer,
+					   int layers, const int *seq_start, const int *seq_pos, const int *seq_slot, int C,
+					   int K) {
+	const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
+	if (c >= C) return;
+	const int t = seq_start[s], hist = K - 1;
+	const bool fresh = seq_pos[s] == 0;
+	float *st = state + ((long long)seq_slot[s] * layers + layer) * hist * C + c;
+	const float xv = ld_act(x, (long long)t * C + c);
+	float o = 0.0f;
+	for (int kk = 0; kk < hist; kk++) {
+		const float v = fresh ? 0.0f : st[(long long)kk * C];
+		o = fmaf(ldw(w, (long long)c * K + kk, wdt), v, o);
+		if (kk > 0) st[(long long)(kk - 1) * C] = v;
+	}
+	o = fmaf(ldw(w, (long long)c * K + hist, wdt), xv, o);
+	if (hist > 0) st[(long long)(hist - 1) * C] = xv;
+	st_act(out, (long long)t * C + c, silu_d(o));
 }
 
 // m_delta_gates: g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b),
@@ -677,13 +904,32 @@ __device__ __forceinline__ void gdn_norm_row(const act_t *qkv, long long off, fl
 	for (int d = lane; d < Dk; d += 32) {
 		float v = ld_act(qkv, off + d);
 		dst[d] = v;
-		ss += v * v;
+		ss = fmaf(v, v, ss);
 	}
 	ss = warp_sum(ss);
 	const float inv = (float)(1.0 / sqrt((double)(ss + 1e-6f)));
 	__syncwarp();
 	for (int d = lane; d < Dk; d += 32) dst[d] = (dst[d] * inv) * scale;
 	__syncwarp();
+}
+
+// gdn_sum8 combines 8 partial sums as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)):
+// the order an xor butterfly over 8 lanes (offsets 1, 2, 4) gives too.
+__device__ __forceinline__ float gdn_sum8(const float *a) {
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// gdn_dot: Σ_d a[d]·b[d·sb] over d < n in the gated delta rule's fixed
+// order: 8 partial sums over d ≡ p (mod 8), ascending, by fused
+// multiply-adds, combined by gdn_sum8. m_gdn_decode spreads the same
+// partial sums over 8 lanes or 8 warps, so both kernels round alike.
+__device__ __forceinline__ float gdn_dot(const float *a, const float *b, int sb, int n) {
+	float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	for (int d0 = 0; d0 < n; d0 += 8)
+#pragma unroll
+		for (int p = 0; p < 8; p++)
+			if (d0 + p < n) acc[p] = fmaf(a[d0 + p], b[(long long)(d0 + p) * sb], acc[p]);
+	return gdn_sum8(acc);
 }
 
 // m_gdn_chunk: grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_NT, dynamic
@@ -768,11 +1014,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const int i = r + p / GDN_CHUNK, j = p % GDN_CHUNK;
 			if (j > i) continue;
 			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk, *kj = Ks + j * ldk;
-			float kk = 0.0f, qk = 0.0f;
-			for (int d = 0; d < Dk; d++) {
-				kk += ki[d] * kj[d];
-				qk += qi[d] * kj[d];
-			}
+			const float kk = gdn_dot(ki, kj, 1, Dk), qk = gdn_dot(qi, kj, 1, Dk);
 			if (j == i) {
 				Bq[(i - r) * ldr + j] = qk;
 			} else {
@@ -785,15 +1027,10 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
 			const float *ki = Ks + i * ldk, *qi = Qs + (i - r) * ldk;
-			float ks = 0.0f, qs = 0.0f;
-			for (int d = 0; d < Dk; d++) {
-				const float sv = Ss[d * ldc + x];
-				ks += ki[d] * sv;
-				qs += qi[d] * sv;
-			}
+			const float ks = gdn_dot(ki, Ss + x, ldc, Dk), qs = gdn_dot(qi, Ss + x, ldc, Dk);
 			const float ei = (float)exp((double)Gs[i]);
 			const float v = x0 + x < Dv ? ld_act(qkv, (long long)(start + t + i - r) * C + voff + x0 + x) : 0.0f;
-			Us[i * ldc + x] = Bs[i] * (v - ei * ks);
+			Us[i * ldc + x] = Bs[i] * fmaf(-ei, ks, v);
 			Os[(i - r) * ldc + x] = ei * qs;
 		}
 		__syncthreads();
@@ -803,7 +1040,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			const int x = tid >> 2, sub = tid & 3;
 			for (int i = r; i < end; i++) {
 				float part = 0.0f;
-				for (int j = sub; j < i; j += 4) part += A[(i - r) * ldr + j] * Us[j * ldc + x];
+				for (int j = sub; j < i; j += 4) part = fmaf(A[(i - r) * ldr + j], Us[j * ldc + x], part);
 				part += __shfl_xor_sync(0xffffffffu, part, 1);
 				part += __shfl_xor_sync(0xffffffffu, part, 2);
 				if (sub == 0) Us[i * ldc + x] += part;
@@ -811,11 +1048,17 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 			}
 		}
 		__syncthreads();
-		// Outputs.
+		// Outputs: 4 partial sums over j ≡ sub (mod 4) combined as the
+		// solve combines its lanes' (m_gdn_decode's order).
 		for (int p = tid; p < seg * GDN_CB; p += GDN_NT) {
 			const int i = r + p / GDN_CB, x = p % GDN_CB;
-			float o = Os[(i - r) * ldc + x];
-			for (int j = 0; j <= i; j++) o += Bq[(i - r) * ldr + j] * Us[j * ldc + x];
+			float a[4];
+#pragma unroll
+			for (int sub = 0; sub < 4; sub++) {
+				a[sub] = 0.0f;
+				for (int j = sub; j <= i; j += 4) a[sub] = fmaf(Bq[(i - r) * ldr + j], Us[j * ldc + x], a[sub]);
+			}
+			const float o = Os[(i - r) * ldc + x] + ((a[0] + a[1]) + (a[2] + a[3]));
 			if (x0 + x < Dv) st_act(out, (long long)(start + t + i - r) * vw + (long long)h * Dv + x0 + x, o);
 		}
 		t += seg;
@@ -830,7 +1073,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 		for (int p = tid; p < Dk * GDN_CB; p += GDN_NT) {
 			const int d = p / GDN_CB, x = p % GDN_CB;
 			float v = Ss[d * ldc + x] * el;
-			for (int j = 0; j < GDN_CHUNK; j++) v += (Ds[j] * Ks[j * ldk + d]) * Us[j * ldc + x];
+			for (int j = 0; j < GDN_CHUNK; j++) v = fmaf(Ds[j] * Ks[j * ldk + d], Us[j * ldc + x], v);
 			Ss[d * ldc + x] = v;
 		}
 		flushed = true;
@@ -887,6 +1130,183 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn_commit(const act_t *qkv, 
 			Gg[(long long)i * Hv + h] = acc;
 		}
 	}
+}
+
+// m_gdn_decode: m_gdn_chunk followed by m_gdn_commit for a step whose
+// every sequence has one row (a decode step), with the same arithmetic,
+// so a decode step and a one-row prefill piece agree bit for bit. The row
+// is row i = pos mod 64 of the open chunk; only it is new, so one grid
+// reads the earlier rows' K, U, G and writes row i's (no commit kernel).
+// Block (h, column block, sequence) of GDN_DNT threads:
+//   - thread (warp w, lane x) holds S[d][x0+x] for d ≡ w (mod 8) in
+//     registers (Dk ≤ 128): S is read once, written only when the row
+//     completes the chunk (the flush) or the sequence is fresh;
+//   - kᵀS and qᵀS: warp w's partial sums over its keys, combined as
+//     gdn_dot combines them;
+//   - k_i·k_j and q_i·k_j for j ≤ i: 8 lanes per row j (gdn_dot's order);
+//   - the solve and the output: 4 lanes per column as in m_gdn_chunk.
+// grid (Hv, ceil(Dv/GDN_CB), sequences), block GDN_DNT, dynamic smem
+// gdnDecodeSmem (Go).
+#define GDN_DNT 256
+extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, const act_t *qkv, const float *g, const float *beta,
+								     float *state, int layer, int layers, const int *seq_start,
+								     const int *seq_pos, const int *seq_slot, int C, int Hk, int Hv,
+								     int Dk, int Dv) {
+	extern __shared__ float sm[];
+	const int ldc = GDN_CB + 1;
+	float *qn = sm, *kn = qn + Dk;          // this row's normalised (scaled) q and k
+	float *Us = kn + Dk;                    // [64][ldc] u rows, this block's columns
+	float *Gs = Us + GDN_CHUNK * ldc;       // [64] cumulative log decay
+	float *A = Gs + GDN_CHUNK;              // [64] −β(k_i·k_j)e^{G_i−G_j}, j < i
+	float *Bq = A + GDN_CHUNK;              // [64] (q_i·k_j)e^{G_i−G_j}, j ≤ i
+	float *Ds = Bq + GDN_CHUNK;             // [64] e^{G_63 − G_j} at a flush
+	float *Rk = Ds + GDN_CHUNK;             // [8][GDN_CB] partial sums of kᵀS
+	float *Rq = Rk + 8 * GDN_CB;            // [8][GDN_CB] partial sums of qᵀS
+
+	const int h = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int x0 = blockIdx.y * GDN_CB, col = x0 + lane;
+	const int rep = Hv / Hk, kh = h / rep;
+	const int row = seq_start[s], pos = seq_pos[s], i = pos % GDN_CHUNK;
+	const bool fresh = pos == 0;
+	const long long per = (long long)Hv * Dk * Dv + (long long)GDN_CHUNK * Hk * Dk + (long long)GDN_CHUNK * Hv * Dv + GDN_CHUNK * Hv;
+	float *base = state + ((long long)seq_slot[s] * layers + layer) * per;
+	float *Sg = base + (long long)h * Dk * Dv;
+	float *Kg = base + (long long)Hv * Dk * Dv;
+	float *Ug = Kg + (long long)GDN_CHUNK * Hk * Dk;
+	float *Gg = Ug + (long long)GDN_CHUNK * Hv * Dv;
+	const float scale = (float)(1.0 / sqrt((double)Dk));
+	const long long roff = (long long)row * C;
+
+	float Sr[16]; // S[warp + 8m][col]
+#pragma unroll
+	for (int m = 0; m < 16; m++) {
+		const int d = warp + 8 * m;
+		Sr[m] = (!fresh && d < Dk && col < Dv) ? Sg[(long long)d * Dv + col] : 0.0f;
+	}
+	for (int p = tid; p < i * GDN_CB; p += GDN_DNT) {
+		const int j = p / GDN_CB, x = p % GDN_CB;
+		Us[j * ldc + x] = x0 + x < Dv ? Ug[((long long)j * Hv + h) * Dv + x0 + x] : 0.0f;
+	}
+	for (int j = tid; j < i; j += GDN_DNT) Gs[j] = Gg[(long long)j * Hv + h];
+	const long long gi = (long long)row * Hv + h;
+	const float bt = beta[gi];
+	const float Gi = i == 0 ? g[gi] : g[gi] + Gg[(long long)(i - 1) * Hv + h];
+	if (warp == 0) gdn_norm_row(qkv, roff + (long long)kh * Dk, qn, Dk, scale, lane);
+	else if (warp == 1) gdn_norm_row(qkv, roff + (long long)Hk * Dk + (long long)kh * Dk, kn, Dk, 1.0f, lane);
+	else if (tid == 64) Gs[i] = Gi;
+	__syncthreads();
+
+	// Warp w's partial sums of kᵀS and qᵀS.
+	float pk = 0.0f, pq = 0.0f;
+#pragma unroll
+	for (int m = 0; m < 16; m++) {
+		const int d = warp + 8 * m;
+		if (d < Dk) {
+			pk = fmaf(kn[d], Sr[m], pk);
+			pq = fmaf(qn[d], Sr[m], pq);
+		}
+	}
+	Rk[warp * GDN_CB + lane] = pk;
+	Rq[warp * GDN_CB + lane] = pq;
+	// Dot products with the chunk's keys (row i's own key at j = i), decays folded in.
+	const int p8 = tid & 7;
+	for (int j0 = 0; j0 <= i; j0 += GDN_DNT / 8) {
+		const int j = j0 + (tid >> 3);
+		float kk = 0.0f, qk = 0.0f;
+		if (j <= i) {
+			const float *kj = j < i ? Kg + ((long long)j * Hk + kh) * Dk : kn;
+			for (int d = p8; d < Dk; d += 8) {
+				const float kv = kj[d];
+				kk = fmaf(kn[d], kv, kk);
+				qk = fmaf(qn[d], kv, qk);
+			}
+		}
+#pragma unroll
+		for (int o = 1; o < 8; o <<= 1) {
+			kk += __shfl_xor_sync(0xffffffffu, kk, o);
+			qk += __shfl_xor_sync(0xffffffffu, qk, o);
+		}
+		if (p8 == 0 && j <= i) {
+			if (j == i) {
+				Bq[j] = qk;
+			} else {
+				const float dec = (float)exp((double)(Gi - Gs[j]));
+				A[j] = (-bt * kk) * dec;
+				Bq[j] = qk * dec;
+			}
+		}
+	}
+	__syncthreads();
+
+	// u_i and o_i, 4 lanes per column (m_gdn_chunk's solve and output).
+	if (tid < 4 * GDN_CB) {
+		const int x = tid >> 2, sub = tid & 3;
+		float rk[8], rq[8];
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			rk[p] = Rk[p * GDN_CB + x];
+			rq[p] = Rq[p * GDN_CB + x];
+		}
+		const float ei = (float)exp((double)Gi);
+		const float v = x0 + x < Dv ? ld_act(qkv, roff + 2LL * Hk * Dk + (long long)h * Dv + x0 + x) : 0.0f;
+		float u = bt * fmaf(-ei, gdn_sum8(rk), v);
+		const float os = ei * gdn_sum8(rq);
+		float pa = 0.0f, pb = 0.0f;
+		for (int j = sub; j < i; j += 4) {
+			const float uj = Us[j * ldc + x];
+			pa = fmaf(A[j], uj, pa);
+			pb = fmaf(Bq[j], uj, pb);
+		}
+		pa += __shfl_xor_sync(0xffffffffu, pa, 1);
+		pa += __shfl_xor_sync(0xffffffffu, pa, 2);
+		u += pa;
+		if (sub == (i & 3)) pb = fmaf(Bq[i], u, pb);
+		pb += __shfl_xor_sync(0xffffffffu, pb, 1);
+		pb += __shfl_xor_sync(0xffffffffu, pb, 2);
+		if (sub == 0) {
+			Us[i * ldc + x] = u;
+			if (x0 + x < Dv) {
+				st_act(out, (long long)row * Hv * Dv + (long long)h * Dv + x0 + x, os + pb);
+				if (i < GDN_CHUNK - 1) Ug[((long long)i * Hv + h) * Dv + x0 + x] = u;
+			}
+		}
+	}
+	if (i < GDN_CHUNK - 1) {
+		// Commit row i's key (first value head of its key head) and decay.
+		if (blockIdx.y == 0) {
+			if (h % rep == 0)
+				for (int d = tid; d < Dk; d += GDN_DNT) Kg[((long long)i * Hk + kh) * Dk + d] = kn[d];
+			if (tid == 0) Gg[(long long)i * Hv + h] = Gi;
+		}
+		if (fresh && col < Dv)
+#pragma unroll
+			for (int m = 0; m < 16; m++) {
+				const int d = warp + 8 * m;
+				if (d < Dk) Sg[(long long)d * Dv + col] = 0.0f;
+			}
+		return;
+	}
+	// The chunk is full: fold it into S.
+	for (int j = tid; j < GDN_CHUNK; j += GDN_DNT) Ds[j] = (float)exp((double)(Gi - Gs[j]));
+	__syncthreads();
+	const float el = (float)exp((double)Gi);
+#pragma unroll
+	for (int m = 0; m < 16; m++) Sr[m] *= el;
+	for (int j = 0; j < GDN_CHUNK; j++) { // rows outermost: 16 independent sums per thread
+		const float *kj = j < GDN_CHUNK - 1 ? Kg + ((long long)j * Hk + kh) * Dk : kn;
+		const float dj = Ds[j], uj = Us[j * ldc + lane];
+#pragma unroll
+		for (int m = 0; m < 16; m++) {
+			const int d = warp + 8 * m;
+			if (d < Dk) Sr[m] = fmaf(dj * kj[d], uj, Sr[m]);
+		}
+	}
+	if (col < Dv)
+#pragma unroll
+		for (int m = 0; m < 16; m++) {
+			const int d = warp + 8 * m;
+			if (d < Dk) Sg[(long long)d * Dv + col] = Sr[m];
+		}
 }
 
 // m_split_bf16 / m_split_f16: the activations x as the sum of two 16-bit

@@ -1,10 +1,12 @@
 #!/bin/sh
-# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit and
-# m_router_topk_warp, gemv.cu's m_gemv_bf16 and attnf32.cu (no GPU
-# needed): one std::thread per CUDA thread, barriers for __syncthreads and
-# __syncwarp. Checks the chunked rule against a float64 recurrent reference
-# and that a prompt split into pieces gives bit-identical outputs and state;
-# router ids against a sequential scan with many ties.
+# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit,
+# m_gdn_decode, the routers, the norms and the conv1d kernels, gemv.cu's
+# m_gemv_bf16 and attnf32.cu (no GPU needed): one std::thread per CUDA
+# thread, barriers for __syncthreads and __syncwarp. Checks the chunked
+# rule against a float64 recurrent reference and that a prompt split into
+# pieces or run as decode steps (m_gdn_decode) gives bit-identical outputs
+# and state; router ids against a sequential scan with many ties; the
+# one-pass norms against the general ones; m_conv1d_decode bit for bit.
 # Usage: sh backend/cuda/testdata/gdnemu/run.sh   (needs g++ with C++20)
 set -e
 d=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +19,8 @@ open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern _
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/emu" "$d/emu.cpp"
 "$tmp/emu"
+"$tmp/emu" 1 2 128 128 # the large models' head size (m_gdn_decode's 16 keys per thread)
+"$tmp/emu" 2 2 20 40   # a key head size that is no multiple of 8
 python3 - "$d/../../kernels/model.cu" "$tmp/router_part.cu" <<'P'
 import sys
 s = open(sys.argv[1]).read()
@@ -25,6 +29,16 @@ open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern _
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
 "$tmp/router"
+python3 - "$d/../../kernels/model.cu" "$tmp/norm_part.cu" <<'P1'
+import sys
+s = open(sys.argv[1]).read()
+def cut(a, b): return s[s.index(a):s.index(b)]
+part = cut('typedef float act_t;', '__device__ __forceinline__ float h2f') + cut('// ldw reads element i', '// f32_to_f16') + \
+	cut('// m_rmsnorm: rows of width d', '// m_rope: NeoX') + cut('// m_conv1d: out[t, c]', '// m_delta_gates:')
+open(sys.argv[2], 'w').write(part.replace('extern "C" ', ''))
+P1
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/norm" "$d/norm.cpp"
+"$tmp/norm"
 python3 - "$d/../../kernels/gemv.cu" "$tmp/gemv_part.cu" <<'P2'
 import sys
 s = open(sys.argv[1]).read()
