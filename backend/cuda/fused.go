@@ -68,22 +68,34 @@ func (b *Backend) gemvGroup(x backend.Tensor, n int, outs, ws []backend.Tensor) 
 	return true
 }
 
-// AddRMSNorm implements backend.AddRMSNormer: one m_add_rmsnorm launch
-// where x is exactly as wide as the norm, else Add and RMSNorm.
+// AddRMSNorm implements backend.AddRMSNormer: one launch where x is
+// exactly as wide as the norm — m_add_rmsnorm_vec where RMSNorm would take
+// m_rmsnorm_vec, m_add_rmsnorm where it would take m_rmsnorm, so h is
+// bit-identical to Add then RMSNorm — else (rows RMSNorm gives a warp
+// each, or anything amiss) Add and RMSNorm.
 func (b *Backend) AddRMSNorm(h, x, t, w backend.Tensor, eps float32, n int) {
 	if !b.ok() {
 		return
 	}
 	wt, xs, ts, hs := asTensor(w), asTensor(x), asTensor(t), asTensor(h)
-	if wt == nil || xs == nil || ts == nil || hs == nil || n <= 0 || xs.cols() != wt.n ||
-		backend.CheckNormWeight("RMSNorm", wt.arg()) != nil || backend.CheckF32("Add", ts.arg(), n*wt.n) != nil ||
-		backend.CheckF32("Add", xs.arg(), n*wt.n) != nil || backend.CheckF32("RMSNorm out", hs.arg(), n*wt.n) != nil {
+	kernel := ""
+	if wt != nil && xs != nil && ts != nil && hs != nil && n > 0 && xs.cols() == wt.n &&
+		backend.CheckNormWeight("RMSNorm", wt.arg()) == nil && backend.CheckF32("Add", ts.arg(), n*wt.n) == nil &&
+		backend.CheckF32("Add", xs.arg(), n*wt.n) == nil && backend.CheckF32("RMSNorm out", hs.arg(), n*wt.n) == nil {
+		switch d := wt.n; {
+		case b.generalOnly || !vecNorm(d, hs.buf, xs.buf, ts.buf, wt.buf):
+			kernel = "m_add_rmsnorm"
+		case d > normWarpMax:
+			kernel = "m_add_rmsnorm_vec"
+		}
+	}
+	if kernel == "" {
 		b.Add(x, x, t, n)
 		b.RMSNorm(h, x, w, eps, n)
 		return
 	}
 	dt, _ := wcode(wt.dt)
-	b.check("AddRMSNorm", b.d.launch(b.s, "m_add_rmsnorm", grid1(n), grid1(normBlock(wt.n)), 0, hs.buf, xs.buf, ts.buf, wt.buf, dt, wt.n, eps))
+	b.check("AddRMSNorm", b.d.launch(b.s, kernel, grid1(n), grid1(normBlock(wt.n)), 0, hs.buf, xs.buf, ts.buf, wt.buf, dt, wt.n, eps))
 }
 
 // asTensor is x as a CUDA tensor, or nil.

@@ -346,6 +346,45 @@ extern "C" __global__ void m_add_rmsnorm(act_t *h, act_t *x, const act_t *t, con
 	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(h, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv));
 }
 
+// m_add_rmsnorm_vec: m_add_rmsnorm in one pass on m_rmsnorm_vec's terms
+// (d % 4 == 0, d ≤ 16·blockDim.x, 16-byte aligned rows and weight): thread
+// t adds and keeps the float4 groups t, t + blockDim.x, ... of its row,
+// so h and x are bit-identical to m_add followed by m_rmsnorm_vec. grid rows.
+extern "C" __global__ void m_add_rmsnorm_vec(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	__shared__ float scratch[32];
+	const long long r = (long long)blockIdx.x * d;
+	const int q = d >> 2;
+	float xv[NORM_VEC][4], wv[NORM_VEC][4];
+	float ss = 0.0f;
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			float tv[4];
+			ld_act4(x, r + 4 * c, xv[m]);
+			ld_act4(t, r + 4 * c, tv);
+#pragma unroll
+			for (int j = 0; j < 4; j++) xv[m][j] += tv[j];
+			st_act4(x, r + 4 * c, xv[m]);
+			ldw4(w, 4 * c, dt, wv[m]);
+#pragma unroll
+			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
+		}
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+#pragma unroll
+	for (int m = 0; m < NORM_VEC; m++) {
+		const int c = threadIdx.x + m * blockDim.x;
+		if (c < q) {
+			float o[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
+			st_act4(h, r + 4 * c, o);
+		}
+	}
+}
+
 // m_lora_add: out[r, j] += s·d[r, j] over the m = rows·w elements of the
 // rows r whose request's adapter (row_ad[r], from SetStep) is adapter;
 // adapter < 0 selects every row (a static adapter).
