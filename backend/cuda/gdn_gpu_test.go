@@ -225,7 +225,7 @@ func TestLinearDecodeKernels(t *testing.T) {
 			st[i] = s
 		}
 		ch, vw := d.ConvChannels(), d.VHeads*d.VDim
-		cw, ccw := p.weight(t, "conv", tensor.BF16, p.randF32(ch*kern, 0.5), ch, kern)
+		cw, ccw := p.weight(t, "conv", tensor.F32, p.randF32(ch*kern, 0.5), ch, kern) // the models keep conv weights in f32 (the CPU op wants them so)
 		steps := []*backend.Step{testStep([3]int{0, 0, 60}, [3]int{1, 0, 20})}
 		for i := 0; i < 6; i++ {
 			steps = append(steps, testStep([3]int{0, 60 + i, 1}, [3]int{1, 20 + i, 1}, [3]int{2, i, 1}))
