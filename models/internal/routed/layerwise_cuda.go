@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/ktserve/kt/backend"
@@ -280,7 +282,7 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 				if len(p.src) == 0 {
 					continue
 				}
-				copy(buf[off:], p.src)
+				parallelCopy(buf[off:], p.src)
 				if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], off, int64(len(p.src))); err != nil {
 					return err
 				}
@@ -307,6 +309,30 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 			"model", lw.g.rb.Name, "bytes", bytes)
 	}
 	return nil
+}
+
+// parallelCopy copies src into dst on up to 8 goroutines, in pieces of at
+// least 1 MiB: one thread copies page-cache bytes into pinned memory at
+// ~8 GB/s on the GPU machine, a third of what the host-to-device copy
+// behind it moves (the layer upload measured 180 ms for 1.5 GB).
+func parallelCopy(dst, src []byte) {
+	const piece = 1 << 20
+	workers := min(8, runtime.GOMAXPROCS(0), (len(src)+piece-1)/piece)
+	if workers <= 1 {
+		copy(dst, src)
+		return
+	}
+	per := (len(src) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += per {
+		hi := min(lo+per, len(src))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}()
+	}
+	wg.Wait()
 }
 
 // close waits for the uploads and frees what alloc made (the shadow
