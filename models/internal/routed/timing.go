@@ -26,6 +26,10 @@ type handoffTiming struct {
 	first      int // the first MoE layer: a step starts there
 	steps      int
 	wait, work []time.Duration // per model layer
+	// launch sums the host time between one hand-off's end and the next
+	// one's start in a step: the next piece's launch (cuGraphLaunch)
+	launch  time.Duration
+	prevEnd time.Time // the last hand-off's end in this step
 }
 
 func newHandoffTiming(layers, first int) *handoffTiming {
@@ -37,9 +41,12 @@ func newHandoffTiming(layers, first int) *handoffTiming {
 func (h *handoffTiming) add(l int, t0, t1, t2 time.Time) {
 	if l == h.first {
 		h.steps++
+	} else if !h.prevEnd.IsZero() {
+		h.launch += t0.Sub(h.prevEnd)
 	}
 	h.wait[l] += t1.Sub(t0)
 	h.work[l] += t2.Sub(t1)
+	h.prevEnd = t2
 }
 
 // String reports the mean per step: the GPU wait and the CPU experts' time
@@ -60,6 +67,6 @@ func (h *handoffTiming) String() string {
 		pw, pc = append(pw, per(h.wait[l])), append(pc, per(h.work[l]))
 	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(h.steps) }
-	return fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s)",
-		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "))
+	return fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s), %.3f ms launching the pieces between hand-offs",
+		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "), ms(h.launch))
 }

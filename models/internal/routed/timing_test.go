@@ -14,13 +14,17 @@ func TestHandoffTiming(t *testing.T) {
 	if s := h.String(); s != "" {
 		t.Errorf("no step yet: %q", s)
 	}
-	t0 := time.Unix(0, 0)
+	now := time.Unix(0, 0)
 	for step := 0; step < 2; step++ {
 		for l := 1; l < 4; l++ {
-			h.add(l, t0, t0.Add(time.Duration(l)*100*time.Microsecond), t0.Add(time.Duration(l)*100*time.Microsecond+200*time.Microsecond))
+			now = now.Add(10 * time.Microsecond) // the launch before this hand-off
+			w := time.Duration(l) * 100 * time.Microsecond
+			h.add(l, now, now.Add(w), now.Add(w+200*time.Microsecond))
+			now = now.Add(w + 200*time.Microsecond)
 		}
+		now = now.Add(time.Millisecond) // the last piece, the logits, the next step's start
 	}
-	want := "hand-off timing over 2 piecewise steps: per step 0.600 ms waiting for the GPU pieces (µs per MoE layer 100 200 300), 0.600 ms in the CPU experts (200 200 200)"
+	want := "hand-off timing over 2 piecewise steps: per step 0.600 ms waiting for the GPU pieces (µs per MoE layer 100 200 300), 0.600 ms in the CPU experts (200 200 200), 0.020 ms launching the pieces between hand-offs"
 	if s := h.String(); s != want {
 		t.Errorf("got  %q\nwant %q", s, want)
 	}
