@@ -62,6 +62,9 @@ type Backend struct {
 	// split GEMM of larger chunks (qwen35moe-a chunked vs whole prefill
 	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
 	noGEMV bool
+	// narrowGEMV keeps m_gemv_bf16 for weights of few 16-row blocks
+	// instead of m_gemv_bf16_wide (KT_CUDA_GEMV=narrow; for A/B runs).
+	narrowGEMV bool
 	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
 	fp8Force string
 	fp8W     Buffer // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
@@ -122,7 +125,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
-		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0"}, nil
+		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow"}, nil
 }
 
 // Device returns the GPU the backend runs on.

@@ -74,7 +74,12 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if split && b.gemvFits(wt, xs, n, k) {
 		// A decode step's rows: one launch reading the weights once, the
 		// split GEMM's arithmetic on the tensor cores (kernels/gemv.cu).
-		b.check("MatMul", b.d.launch(b.s, "m_gemv_bf16", grid1(blocks(o, 16)), grid1(256), 0, os.buf, xs.buf, wt.buf, n, o, k))
+		kernel, threads, nb := "m_gemv_bf16", 256, blocks(o, 16)
+		if !b.narrowGEMV && nb <= 2*b.d.Info.SMs {
+			// at most two blocks per SM: twice the warps in flight
+			kernel, threads = "m_gemv_bf16_wide", 512
+		}
+		b.check("MatMul", b.d.launch(b.s, kernel, grid1(nb), grid1(threads), 0, os.buf, xs.buf, wt.buf, n, o, k))
 		return
 	}
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}

@@ -13,7 +13,8 @@ const gemvGroupMax = 4
 // MatMulGroup implements backend.MatMulGrouper: when every product would
 // take MatMul's decode GEMV (bf16 weights, split arithmetic, n ≤ 8 rows,
 // the same K) and passes MatMul's checks, the group is one launch of
-// m_gemv_bf16_group, each output bit-identical to its own MatMul;
+// m_gemv_bf16_group, each output bit-identical to m_gemv_bf16's (a lone
+// MatMul of few blocks takes m_gemv_bf16_wide, whose K order differs);
 // otherwise each product is an ordinary MatMul (which reports any error).
 func (b *Backend) MatMulGroup(x backend.Tensor, n int, outs, ws []backend.Tensor) {
 	if b.ok() && !b.gemvGroup(x, n, outs, ws) {

@@ -11,7 +11,8 @@
 // differs from cuBLASLt's, so a prompt prefilled in chunks of 1..8 rows (this
 // kernel) and in larger chunks (cuBLASLt) rounds alike.
 
-#define GEMV_WARPS 8
+#define GEMV_WARPS 8       // warps per block of m_gemv_bf16 and the group
+#define GEMV_WIDE_WARPS 16 // m_gemv_bf16_wide: small grids, more loads in flight per SM
 #define GEMV_U 4
 
 // mma_bf16_16816: c += a·b for one m16n8k16 tile (a 16×16 row-major bf16,
@@ -37,16 +38,17 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, u32 &hi, u32 &lo)
 
 // gemv_bf16_block computes block blk's 16 outputs of m_gemv_bf16: out[r, o] =
 // Σ_k x[r, k]·w[o, k] for n ≤ 8 rows of float32 activations and bf16
-// weights [O, K], K % 8 == 0, 16-byte aligned rows; block 32·GEMV_WARPS.
-// A block owns 16 outputs; its warps
+// weights [O, K], K % 8 == 0, 16-byte aligned rows; block 32·W.
+// A block owns 16 outputs; its W warps
 // take interleaved 32-wide k steps. In a step lane (g = lane/4, q = lane%4)
 // loads 8 weights of rows o0+g and o0+g+8 at k+8q (16-byte loads) and 8
 // activations of row g at the same k; the mma's k order is permuted alike
 // on both sides (its columns 2q,2q+1 / 2q+8,2q+9 are the lane's elements
 // 0,1 / 2,3, then 4,5 / 6,7 for the second mma), which leaves the sum the
 // same. The hi and lo parts are two n-tiles (columns = activation rows).
+template <int W>
 __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, const bf16 *w, int n, int O, int K, int blk) {
-	__shared__ float red[GEMV_WARPS][32][9];
+	__shared__ float red[W][32][9];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	const int o0 = blk * 16;
 	const int ra = min(o0 + g, O - 1), rb = min(o0 + g + 8, O - 1);
@@ -55,13 +57,13 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 	const float *xr = x + (long long)(xrow ? g : 0) * K + q * 8;
 	const int steps = (K + 31) / 32;
 	float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int s0 = warp; s0 < steps; s0 += GEMV_WARPS * GEMV_U) {
+	for (int s0 = warp; s0 < steps; s0 += W * GEMV_U) {
 		uint4 A[GEMV_U], B[GEMV_U];
 		float4 X0[GEMV_U], X1[GEMV_U];
 #pragma unroll
 		for (int u = 0; u < GEMV_U; u++) {
-			const int k = (s0 + u * GEMV_WARPS) * 32;
-			const bool in = s0 + u * GEMV_WARPS < steps && k + q * 8 < K;
+			const int k = (s0 + u * W) * 32;
+			const bool in = s0 + u * W < steps && k + q * 8 < K;
 			const uint4 z = {0u, 0u, 0u, 0u};
 			const float4 zf = {0.0f, 0.0f, 0.0f, 0.0f};
 			A[u] = in ? *(const uint4 *)(wa + k) : z;
@@ -94,7 +96,7 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		float hs = 0.0f, ls = 0.0f;
-		for (int v = 0; v < GEMV_WARPS; v++) {
+		for (int v = 0; v < W; v++) {
 			hs += red[v][lane][i];
 			ls += red[v][lane][4 + i];
 		}
@@ -106,7 +108,16 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 // m_gemv_bf16: the decode-step MatMul, out = x·wᵀ (gemv_bf16_block).
 // grid ceil(O/16), block 32·GEMV_WARPS.
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float *out, const float *x, const bf16 *w, int n, int O, int K) {
-	gemv_bf16_block(out, x, w, n, O, K, blockIdx.x);
+	gemv_bf16_block<GEMV_WARPS>(out, x, w, n, O, K, blockIdx.x);
+}
+
+// m_gemv_bf16_wide: m_gemv_bf16 with GEMV_WIDE_WARPS warps splitting K,
+// for weights of few 16-row blocks (a grid that leaves SMs idle or one
+// block per SM): twice the loads in flight per block. The same products;
+// the K partial sums add in another order. grid ceil(O/16), block
+// 32·GEMV_WIDE_WARPS.
+extern "C" __global__ void __launch_bounds__(32 * GEMV_WIDE_WARPS) m_gemv_bf16_wide(float *out, const float *x, const bf16 *w, int n, int O, int K) {
+	gemv_bf16_block<GEMV_WIDE_WARPS>(out, x, w, n, O, K, blockIdx.x);
 }
 
 // m_gemv_bf16_group: up to four decode-step MatMuls that read the same
@@ -115,14 +126,14 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float 
 // (s_0 = 0, s_i the sum of the earlier products' ceil(O/16); an unused
 // product has O = 0 and its start at the grid's end). Each block runs
 // exactly m_gemv_bf16's arithmetic for its 16 outputs, so every output is
-// bit-identical to a launch of its own. grid Σ ceil(O_i/16), block
+// bit-identical to an m_gemv_bf16 launch of its own. grid Σ ceil(O_i/16), block
 // 32·GEMV_WARPS.
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16_group(const float *x, int n, int K,
 	float *out0, const bf16 *w0, int O0, float *out1, const bf16 *w1, int O1, int s1,
 	float *out2, const bf16 *w2, int O2, int s2, float *out3, const bf16 *w3, int O3, int s3) {
 	const int b = blockIdx.x;
-	if (b >= s3) gemv_bf16_block(out3, x, w3, n, O3, K, b - s3);
-	else if (b >= s2) gemv_bf16_block(out2, x, w2, n, O2, K, b - s2);
-	else if (b >= s1) gemv_bf16_block(out1, x, w1, n, O1, K, b - s1);
-	else gemv_bf16_block(out0, x, w0, n, O0, K, b);
+	if (b >= s3) gemv_bf16_block<GEMV_WARPS>(out3, x, w3, n, O3, K, b - s3);
+	else if (b >= s2) gemv_bf16_block<GEMV_WARPS>(out2, x, w2, n, O2, K, b - s2);
+	else if (b >= s1) gemv_bf16_block<GEMV_WARPS>(out1, x, w1, n, O1, K, b - s1);
+	else gemv_bf16_block<GEMV_WARPS>(out0, x, w0, n, O0, K, b);
 }

@@ -4,7 +4,8 @@
 // every output must match a float64 reference of the split arithmetic
 // (x = hi + lo, two bf16 parts) within 1e-6 relative to Σ|x·w|, the exact
 // float32 product within 2e-5, and no element outside the n×O output may
-// be written. groupCheck: m_gemv_bf16_group equals separate launches bit for bit.
+// be written (m_gemv_bf16 and m_gemv_bf16_wide). groupCheck: m_gemv_bf16_group equals separate
+// launches bit for bit.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -35,6 +36,7 @@ bf16 f2bf(float f) {
 	return (bf16)(u >> 16);
 }
 #define GEMV_WARPS 8
+#define GEMV_WIDE_WARPS 16
 #define GEMV_U 4
 #define __global__
 #define __device__
@@ -43,7 +45,7 @@ bf16 f2bf(float f) {
 #define __shared__ static
 // mma emulation: every lane posts its fragments, then computes its four
 // outputs from the whole tiles (float32 sums in k order).
-static u32 fa[8][32][4], fb[8][32][2];
+static u32 fa[GEMV_WIDE_WARPS][32][4], fb[GEMV_WIDE_WARPS][32][2];
 void mma_bf16_16816(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
 	int w = threadIdx.x / 32, lane = threadIdx.x & 31;
 	fa[w][lane][0] = a0; fa[w][lane][1] = a1; fa[w][lane][2] = a2; fa[w][lane][3] = a3;
@@ -77,14 +79,14 @@ void split_bf16x2(float a, float b, u32 &hi, u32 &lo) {
 	lo = (u32)f2bf(a - bf2f(ha)) | ((u32)f2bf(b - bf2f(hb)) << 16);
 }
 #include "gemv_part.cu"
-// launch runs f as grid blocks of 32·GEMV_WARPS emulated threads.
-template <class F> void launch(int grid, F f) {
+// launch runs f as grid blocks of 32·warps emulated threads.
+template <class F> void launch(int grid, F f, int warps = GEMV_WARPS) {
 	for (int b = 0; b < grid; b++) {
-		bar = std::make_unique<std::barrier<>>(32 * GEMV_WARPS);
+		bar = std::make_unique<std::barrier<>>(32 * warps);
 		wbar.clear();
-		for (int i = 0; i < GEMV_WARPS; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
+		for (int i = 0; i < warps; i++) wbar.push_back(std::make_unique<std::barrier<>>(32));
 		vector<thread> th;
-		for (int t = 0; t < 32 * GEMV_WARPS; t++)
+		for (int t = 0; t < 32 * warps; t++)
 			th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; f(); });
 		for (auto &t : th) t.join();
 	}
@@ -142,8 +144,12 @@ int main() {
 				vector<bf16> w(O * K);
 				for (auto &v : x) v = nd(rng);
 				for (auto &v : w) v = f2bf(nd(rng) * 0.05f);
+				for (int wide = 0; wide < 2; wide++) {
 				vector<float> out(8 * O + 8, NAN);
-				launch((O + 15) / 16, [&] { m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
+				if (wide)
+					launch((O + 15) / 16, [&] { m_gemv_bf16_wide(out.data(), x.data(), w.data(), n, O, K); }, GEMV_WIDE_WARPS);
+				else
+					launch((O + 15) / 16, [&] { m_gemv_bf16(out.data(), x.data(), w.data(), n, O, K); });
 				for (int i = 0; i < n; i++) for (int o = 0; o < O; o++) {
 					double ref = 0, exact = 0, mag = 0;
 					for (int k = 0; k < K; k++) {
@@ -162,6 +168,7 @@ int main() {
 					}
 				}
 				for (size_t j = n * O; j < out.size(); j++) if (!std::isnan(out[j])) { if (bad++ < 5) printf("n=%d K=%d wrote past the output at %zu\n", n, K, j); }
+				}
 			}
 		}
 	}
