@@ -346,8 +346,10 @@ func TestBackendOps(t *testing.T) {
 			backend.MatMulGroup(p.c, cx, c.rows, cout[:c.m], cw[:c.m])
 			for i := 0; i < c.m; i++ {
 				// the group's blocks are m_gemv_bf16's; a lone MatMul of few
-				// blocks takes m_gemv_bf16_wide (another K order) unless narrow
-				p.g.narrowGEMV = true
+				// blocks takes m_gemv_bf16_wide (another K order) unless
+				// narrow. A group with an f32 weight or over 8 rows is plain
+				// MatMuls.
+				p.g.narrowGEMV = c.m < 4 && c.rows <= gemvMaxRows
 				p.g.MatMul(gref[i], gx, gw[i], c.rows)
 				p.g.narrowGEMV = false
 				p.compare(t, fmt.Sprintf("%s: product %d", name, i), gout[i], cout[i], c.rows, 1e-4)
