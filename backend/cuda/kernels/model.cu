@@ -95,19 +95,34 @@ extern "C" __global__ void m_matmul(act_t *out, const act_t *x, const void *w, i
 	if (lane == 0) st_act(out, (long long)i * O + o, s);
 }
 
-// m_rmsnorm: rows of width d: out = x·rsqrt(mean(x²)+eps)·w. out may be x.
-// grid rows.
-extern "C" __global__ void m_rmsnorm(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+// rmsnorm_row: block blockIdx.x's row of width d: out = x·rsqrt(mean(x²)+eps)·w
+// (out may be x); with t, x += t first and the sum stored back, as m_add
+// then m_rmsnorm would (m_add_rmsnorm).
+__device__ __forceinline__ void rmsnorm_row(act_t *out, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
 	__shared__ float scratch[32];
 	long long r = (long long)blockIdx.x * d;
 	float ss = 0.0f;
 	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		if (t) st_act(x, r + i, ld_act(x, r + i) + ld_act(t, r + i));
 		float v = ld_act(x, r + i);
 		ss += v * v;
 	}
 	ss = block_sum(ss, scratch);
 	float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
 	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv));
+}
+
+// m_rmsnorm: rows of width d: out = x·rsqrt(mean(x²)+eps)·w. out may be x.
+// grid rows.
+extern "C" __global__ void m_rmsnorm(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	rmsnorm_row(out, (act_t *)x, nullptr, w, dt, d, eps);
+}
+
+// m_add_rmsnorm: x += t, then h = RMSNorm(x) (Backend.AddRMSNorm): m_add
+// followed by m_rmsnorm in one launch, h and x bit-identical to theirs.
+// grid rows.
+extern "C" __global__ void m_add_rmsnorm(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	rmsnorm_row(h, x, t, w, dt, d, eps);
 }
 
 // m_gated_rmsnorm: out = x·rsqrt(mean(x²)+eps)·w·silu(z). grid rows.
@@ -130,12 +145,12 @@ extern "C" __global__ void m_gated_rmsnorm(act_t *out, const act_t *x, const act
 // (the warp-per-row norms): rows up to 16·blockDim.x, resp. 128·4 wide.
 #define NORM_VEC 4
 
-// m_rmsnorm_vec: m_rmsnorm in one pass for d % 4 == 0, d ≤ 16·blockDim.x
-// and 16-byte aligned rows and weight: thread t keeps the float4 groups t,
-// t + blockDim.x, ... of its row in registers, its weights loaded before the
-// reduction. The same formula as m_rmsnorm; the sum adds in another order.
-// grid rows.
-extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+// rmsnorm_vec_row: rmsnorm_row in one pass for d % 4 == 0, d ≤
+// 16·blockDim.x and 16-byte aligned rows and weight: thread t keeps the
+// float4 groups t, t + blockDim.x, ... of its row (x, or x + t stored
+// back) in registers, its weights loaded before the reduction. The same
+// formula; the sum adds in another order than rmsnorm_row's.
+__device__ __forceinline__ void rmsnorm_vec_row(act_t *out, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
 	__shared__ float scratch[32];
 	const long long r = (long long)blockIdx.x * d;
 	const int q = d >> 2;
@@ -146,6 +161,14 @@ extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void 
 		const int c = threadIdx.x + m * blockDim.x;
 		if (c < q) {
 			ld_act4(x, r + 4 * c, xv[m]);
+			if (t) {
+				float tv[4];
+				ld_act4(t, r + 4 * c, tv);
+#pragma unroll
+				for (int j = 0; j < 4; j++) xv[m][j] += tv[j];
+				st_act4(x, r + 4 * c, xv[m]);
+				ld_act4(x, r + 4 * c, xv[m]); // as stored (a bf16 act_t rounds)
+			}
 			ldw4(w, 4 * c, dt, wv[m]);
 #pragma unroll
 			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
@@ -163,6 +186,17 @@ extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void 
 			st_act4(out, r + 4 * c, o);
 		}
 	}
+}
+
+// m_rmsnorm_vec: m_rmsnorm in one pass (rmsnorm_vec_row). grid rows.
+extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	rmsnorm_vec_row(out, (act_t *)x, nullptr, w, dt, d, eps);
+}
+
+// m_add_rmsnorm_vec: m_add_rmsnorm on m_rmsnorm_vec's terms, h and x
+// bit-identical to m_add followed by m_rmsnorm_vec. grid rows.
+extern "C" __global__ void m_add_rmsnorm_vec(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	rmsnorm_vec_row(h, x, t, w, dt, d, eps);
 }
 
 // norm_row_warp: one warp's row of width d (d % 4 == 0, d ≤ 128·NORM_VEC,
@@ -325,64 +359,6 @@ extern "C" __global__ void __launch_bounds__(ATT_T) m_attention(act_t *out, cons
 extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, long long n) {
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, ld_act(a, i) + ld_act(b, i));
-}
-
-// m_add_rmsnorm: x += t, then h = x·rsqrt(mean(x²)+eps)·w, rows of width d
-// (Backend.AddRMSNorm): m_add followed by m_rmsnorm with the same block
-// size, in one launch and with the same arithmetic, so h and x are
-// bit-identical to the two kernels'. grid rows.
-extern "C" __global__ void m_add_rmsnorm(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
-	__shared__ float scratch[32];
-	long long r = (long long)blockIdx.x * d;
-	float ss = 0.0f;
-	for (int i = threadIdx.x; i < d; i += blockDim.x) {
-		float v = ld_act(x, r + i) + ld_act(t, r + i);
-		st_act(x, r + i, v);
-		v = ld_act(x, r + i);
-		ss += v * v;
-	}
-	ss = block_sum(ss, scratch);
-	float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(h, r + i, ldw(w, i, dt) * (ld_act(x, r + i) * inv));
-}
-
-// m_add_rmsnorm_vec: m_add_rmsnorm in one pass on m_rmsnorm_vec's terms
-// (d % 4 == 0, d ≤ 16·blockDim.x, 16-byte aligned rows and weight): thread
-// t adds and keeps the float4 groups t, t + blockDim.x, ... of its row,
-// so h and x are bit-identical to m_add followed by m_rmsnorm_vec. grid rows.
-extern "C" __global__ void m_add_rmsnorm_vec(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
-	__shared__ float scratch[32];
-	const long long r = (long long)blockIdx.x * d;
-	const int q = d >> 2;
-	float xv[NORM_VEC][4], wv[NORM_VEC][4];
-	float ss = 0.0f;
-#pragma unroll
-	for (int m = 0; m < NORM_VEC; m++) {
-		const int c = threadIdx.x + m * blockDim.x;
-		if (c < q) {
-			float tv[4];
-			ld_act4(x, r + 4 * c, xv[m]);
-			ld_act4(t, r + 4 * c, tv);
-#pragma unroll
-			for (int j = 0; j < 4; j++) xv[m][j] += tv[j];
-			st_act4(x, r + 4 * c, xv[m]);
-			ldw4(w, 4 * c, dt, wv[m]);
-#pragma unroll
-			for (int j = 0; j < 4; j++) ss += xv[m][j] * xv[m][j];
-		}
-	}
-	ss = block_sum(ss, scratch);
-	const float inv = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-#pragma unroll
-	for (int m = 0; m < NORM_VEC; m++) {
-		const int c = threadIdx.x + m * blockDim.x;
-		if (c < q) {
-			float o[4];
-#pragma unroll
-			for (int j = 0; j < 4; j++) o[j] = wv[m][j] * (xv[m][j] * inv);
-			st_act4(h, r + 4 * c, o);
-		}
-	}
 }
 
 // m_lora_add: out[r, j] += s·d[r, j] over the m = rows·w elements of the

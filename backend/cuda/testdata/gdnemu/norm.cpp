@@ -1,6 +1,7 @@
 // Host emulation of kernels/model.cu's one-pass norms (m_rmsnorm_vec,
 // m_rmsnorm_warp, m_gated_rmsnorm_warp) against the general m_rmsnorm and
 // m_gated_rmsnorm (within 1e-6 relative: the sums add in another order),
+// of m_add_rmsnorm(_vec) against the add then m_rmsnorm(_vec) (bit for bit),
 // and of m_conv1d_decode against m_conv1d + m_conv_state (outputs and state
 // bit for bit, fresh and continuing sequences).
 #include <barrier>
@@ -83,6 +84,22 @@ int main() {
 		launch({rows, 1, 1}, block(d), [&] { m_rmsnorm(o1.data(), x.data(), w, dt, d, 1e-6f); });
 		launch({rows, 1, 1}, block(d), [&] { m_rmsnorm_vec(o2.data(), x.data(), w, dt, d, 1e-6f); });
 		cmp("m_rmsnorm_vec", d, o2, o1);
+		// the fused residual add: bit for bit the add, then the norm
+		for (int vec = 0; vec < 2 && d % 4 == 0; vec++) {
+			std::vector<float> xa(x), xb(x), ha(rows * d), hb(rows * d);
+			for (size_t i = 0; i < xb.size(); i++) xb[i] += z[i];
+			if (vec) {
+				launch({rows, 1, 1}, block(d), [&] { m_add_rmsnorm_vec(ha.data(), xa.data(), z.data(), w, dt, d, 1e-6f); });
+				launch({rows, 1, 1}, block(d), [&] { m_rmsnorm_vec(hb.data(), xb.data(), w, dt, d, 1e-6f); });
+			} else {
+				launch({rows, 1, 1}, block(d), [&] { m_add_rmsnorm(ha.data(), xa.data(), z.data(), w, dt, d, 1e-6f); });
+				launch({rows, 1, 1}, block(d), [&] { m_rmsnorm(hb.data(), xb.data(), w, dt, d, 1e-6f); });
+			}
+			if (memcmp(xa.data(), xb.data(), xa.size() * 4) || memcmp(ha.data(), hb.data(), ha.size() * 4)) {
+				if (bad < 10) printf("m_add_rmsnorm%s d=%d: not bit-identical to the add then the norm\n", vec ? "_vec" : "", d);
+				bad++;
+			}
+		}
 		if (d > 512) continue;
 		std::fill(o2.begin(), o2.end(), 0.0f);
 		launch({(rows + 7) / 8, 1, 1}, 256, [&] { m_rmsnorm_warp(o2.data(), x.data(), w, dt, d, 1e-6f, rows); });

@@ -34,7 +34,7 @@ import sys
 s = open(sys.argv[1]).read()
 def cut(a, b): return s[s.index(a):s.index(b)]
 part = cut('typedef float act_t;', '__device__ __forceinline__ float h2f') + cut('// ldw reads element i', '// f32_to_f16') + \
-	cut('// m_rmsnorm: rows of width d', '// m_rope: NeoX') + cut('// m_conv1d: out[t, c]', '// m_delta_gates:')
+	cut('// rmsnorm_row: block blockIdx.x', '// m_rope: NeoX') + cut('// m_conv1d: out[t, c]', '// m_delta_gates:')
 open(sys.argv[2], 'w').write(part.replace('extern "C" ', ''))
 P1
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/norm" "$d/norm.cpp"
