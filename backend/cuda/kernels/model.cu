@@ -420,6 +420,20 @@ extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logi
 	}
 }
 
+// warp_argmax leaves in every lane the warp's largest bv and its index
+// best (ties to the lower index; best < 0 marks a lane with none).
+__device__ __forceinline__ void warp_argmax(int &best, float &bv) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+		const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+			best = ob;
+			bv = ov;
+		}
+	}
+}
+
 // m_router_topk_warp: m_router_topk with a warp per row (the row and its
 // taken flags in shared memory): the same selection (the k largest logits,
 // ties to the lower id) and weights e^{l−max}/Σe^{l−max} (renormalised when
@@ -455,15 +469,7 @@ extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t 
 				best = c;
 				bv = v[c];
 			}
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
-				best = ob;
-				bv = ov;
-			}
-		}
+		warp_argmax(best, bv);
 		if (lane == 0) {
 			id[j] = best;
 			w[j] = (float)exp((double)(bv - mx)) / sum;
@@ -522,15 +528,7 @@ extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *
 				be = e[m];
 			}
 		}
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
-				best = ob;
-				bv = ov;
-			}
-		}
+		warp_argmax(best, bv);
 		// The winning lane's own best is the winner: its e^{l−max}.
 		const float w = __shfl_sync(0xffffffffu, be, best & 31) / sum;
 		if (best >= 0 && lane == (best & 31)) taken |= 1u << (best >> 5);

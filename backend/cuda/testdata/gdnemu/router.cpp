@@ -36,6 +36,8 @@ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(
 float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 #define KT_INF INFINITY
 #define __global__
+#define __device__
+#define __forceinline__ inline
 #define __shared__
 float rsm[1 << 14];
 typedef float act_t;
