@@ -149,29 +149,11 @@ func BenchmarkDecodeNormRouter(b *testing.B) {
 			{"gated-rmsnorm-32x128", func() { g.GatedRMSNorm(hout, hx, hz, hw, 1e-6, B*32) }},
 			{"router-256-top8", func() { g.RouterTopK(wts, ids, lg, 8, true, B) }},
 		} {
-			for _, general := range []bool{true, false} {
-				g.generalOnly = general
-				run := func() {
-					for range 16 {
-						op.fn()
-					}
+			benchGeneralVsNew(b, g, fmt.Sprintf("B=%d/%s", B, op.name), "general", "new", func() {
+				for range 16 {
+					op.fn()
 				}
-				run()
-				graph, err := g.Capture(run)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Run(fmt.Sprintf("B=%d/%s/%s", B, op.name, map[bool]string{true: "general", false: "new"}[general]), func(b *testing.B) {
-					for b.Loop() {
-						g.Replay(graph)
-						if err := g.Sync(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
-				graph.Destroy()
-			}
+			})
 		}
-		g.generalOnly = false
 	}
 }

@@ -358,27 +358,6 @@ func BenchmarkLinearDecodeStep(b *testing.B) {
 				g.GatedRMSNorm(out, core, z, nw, 1e-6, B*d.VHeads)
 			}
 		}
-		for _, general := range []bool{true, false} {
-			g.generalOnly = general
-			run()
-			graph, err := g.Capture(run)
-			if err != nil {
-				b.Fatal(err)
-			}
-			name := "decode-kernels"
-			if general {
-				name = "general-kernels"
-			}
-			b.Run(fmt.Sprintf("B=%d/%s", B, name), func(b *testing.B) {
-				for b.Loop() {
-					g.Replay(graph)
-					if err := g.Sync(); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			graph.Destroy()
-		}
-		g.generalOnly = false
+		benchGeneralVsNew(b, g, fmt.Sprintf("B=%d", B), "general-kernels", "decode-kernels", run)
 	}
 }

@@ -154,3 +154,32 @@ func checkClose(t *testing.T, name string, got, want []float64, tol float64) {
 	}
 	t.Logf("%s: relative error %.3g (tolerance %.3g)", name, e, tol)
 }
+
+// benchGeneralVsNew benchmarks run — queued ops, captured as one graph —
+// twice, with the general kernels (Backend.generalOnly) and with the fast
+// variants, as sub-benchmarks prefix+"/"+general or prefix+"/"+fast: each
+// iteration replays the graph and waits for it.
+func benchGeneralVsNew(b *testing.B, g *Backend, prefix, general, fast string, run func()) {
+	defer func() { g.generalOnly = false }()
+	for _, gen := range []bool{true, false} {
+		g.generalOnly = gen
+		run()
+		graph, err := g.Capture(run)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := prefix + "/" + fast
+		if gen {
+			name = prefix + "/" + general
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				g.Replay(graph)
+				if err := g.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		graph.Destroy()
+	}
+}
