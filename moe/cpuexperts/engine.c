@@ -1330,7 +1330,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->no_help = !cfg->sync_help || e->nthreads >= ncpu;
   e->spin_ns = cfg->spin_ns > 0 ? cfg->spin_ns : cfg->spin_ns < 0 ? 0 : SPIN_NS;
   // oversubscribed (a worker per CPU: the caller shares one): yield from the start
-  e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < SPIN_PURE_NS ? e->spin_ns : SPIN_PURE_NS;
+  int64_t pure = cfg->spin_pure_ns > 0 ? cfg->spin_pure_ns : SPIN_PURE_NS;
+  e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < pure ? e->spin_ns : pure;
   e->dnx = (_Atomic int*)xalloc(sizeof(int) * DNX * (size_t)cfg->nexp);
   if (!e->dnx) FAIL("out of memory");
   e->trace = cfg->trace != 0;

@@ -95,6 +95,10 @@ type Config struct {
 	// the first 30 us, then yielding to other threads of their core now and
 	// then. 0 = DefaultSpinWait, < 0 = sleep at once.
 	SpinWait time.Duration
+	// SpinPure is the first part of such a spin, which only pauses
+	// (yielding after it lets a thread sharing the core run; in a VM a
+	// yield may also hand the vCPU back): 0 = 30 µs, capped at SpinWait.
+	SpinPure time.Duration
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
@@ -259,6 +263,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.SpinWait = DefaultSpinWait
 	}
 	cc.spin_ns = C.int64_t(max(min(cfg.SpinWait, time.Second), -1))
+	cc.spin_pure_ns = C.int64_t(max(min(cfg.SpinPure, time.Second), 0))
 	if cfg.DecodeHeadPrefetch == 0 {
 		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
 	}

@@ -118,6 +118,7 @@ typedef struct {
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
   int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
+  int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
 } kt_engine_config;
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
@@ -91,9 +92,17 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if threads == 0 {
 		threads = o.Threads
 	}
+	var spinPure time.Duration
+	if v := os.Getenv(SpinPureEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s=%s: want a duration such as 300us", SpinPureEnv, v)
+		}
+		spinPure = d
+	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
-		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1"})
+		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
