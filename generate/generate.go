@@ -155,11 +155,9 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
 		}
 		seq.Accept(id)
-		var t Token
-		if picked {
-			t = Token{ID: id, Logprob: pick.Logprob}
-		} else {
-			t = Token{ID: id, Logprob: lp(id)}
+		t := Token{ID: id, Logprob: pick.Logprob}
+		if !picked {
+			t.Logprob = lp(id)
 		}
 		if p.TopLogprobs > 0 {
 			for _, c := range sm.Largest(last, p.TopLogprobs) {

@@ -124,16 +124,7 @@ func BenchmarkDecodeNormRouter(b *testing.B) {
 	p := newOpPair(b)
 	g := p.g
 	alloc := func(dt tensor.DType, v []float32, rows, cols int) backend.Tensor {
-		x, err := g.Alloc(dt, rows, cols)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if v != nil {
-			if err := g.Write(x, v); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return x
+		return devTensor(b, g, dt, v, rows, cols)
 	}
 	for _, B := range []int{1, 8} {
 		nw, _ := p.weight(b, "norm", tensor.BF16, p.randF32(2048, 1), 2048)

@@ -330,18 +330,7 @@ func BenchmarkLinearDecodeStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		ch, vw := d.ConvChannels(), d.VHeads*d.VDim
-		alloc := func(v []float32, rows, cols int) backend.Tensor {
-			x, err := g.Alloc(tensor.F32, rows, cols)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if v != nil {
-				if err := g.Write(x, v); err != nil {
-					b.Fatal(err)
-				}
-			}
-			return x
-		}
+		alloc := func(v []float32, rows, cols int) backend.Tensor { return devTensor(b, g, tensor.F32, v, rows, cols) }
 		w, _ := p.weight(b, "conv", tensor.BF16, p.randF32(ch*kern, 0.5), ch, kern)
 		aLog, _ := p.weight(b, "A_log", tensor.F32, p.randF32(d.VHeads, 0.5), d.VHeads)
 		dtBias, _ := p.weight(b, "dt_bias", tensor.F32, p.randF32(d.VHeads, 0.5), d.VHeads)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -182,4 +183,20 @@ func benchGeneralVsNew(b *testing.B, g *Backend, prefix, general, fast string, r
 		})
 		graph.Destroy()
 	}
+}
+
+// devTensor allocates a [rows, cols] tensor of dt on g, holding v when v
+// is not nil.
+func devTensor(tb testing.TB, g *Backend, dt tensor.DType, v []float32, rows, cols int) backend.Tensor {
+	tb.Helper()
+	x, err := g.Alloc(dt, rows, cols)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if v != nil {
+		if err := g.Write(x, v); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return x
 }

@@ -371,6 +371,12 @@ func (lw *layerwise) close() {
 // Load placed, in id order, and their device tensors.
 func newDynamicUpdate(g *gpuLink, layers []*Weights) *dynamicUpdate {
 	d := &dynamicUpdate{layers: layers, slots: make([][]int, len(layers)), slotT: make([][][3]backend.Tensor, len(layers))}
+	for _, w := range layers {
+		if w != nil {
+			d.counts = make([]int, len(w.Gate)) // every MoE layer has the same experts
+			break
+		}
+	}
 	for l, w := range layers {
 		if w == nil || w.NGPU == 0 || w.NGPU == len(w.Gate) {
 			continue // nothing to choose: no slot, or every expert has one
@@ -379,7 +385,6 @@ func newDynamicUpdate(g *gpuLink, layers []*Weights) *dynamicUpdate {
 		for _, e := range d.slots[l] {
 			d.slotT[l] = append(d.slotT[l], [3]backend.Tensor{w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e]})
 		}
-		d.counts = make([]int, len(w.Gate))
 	}
 	d.ids = make([]int32, g.maxTok*g.k)
 	return d

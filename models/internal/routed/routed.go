@@ -29,6 +29,19 @@ import (
 // kernel levels on one machine, or avoiding one.
 const ISAEnv = "KT_CPUEXPERTS_ISA"
 
+// SyncHelpEnv names the environment variable that, set to 1, lets the
+// thread waiting for a CPU expert task join it as one more worker
+// (cpuexperts.Config.SyncHelp): in the hybrid step the calling thread
+// waits for every layer's task. Off by default: no gain measured
+// (docs/notes/session4_run, call 6).
+const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
+
+// SpinPureEnv names the environment variable that sets how long the CPU
+// expert engine's threads spin pausing only before they start yielding
+// (cpuexperts.Config.SpinPure; a Go duration such as 300us): in the hybrid
+// step they wait through each GPU piece (~70 µs) between layer tasks.
+const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
+
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
 // backend is not the CPU and Opts.Experts names a CPU expert method (what

@@ -14,18 +14,6 @@ import (
 // default: it reads the clock three times per layer.
 const TimingEnv = "KT_HYBRID_TIMING"
 
-// SyncHelpEnv names the environment variable that, set to 1, lets the
-// thread waiting for a CPU expert task join it as one more worker
-// (cpuexperts.Config.SyncHelp): in the hybrid step the calling thread
-// waits for every layer's task. Off by default until measured.
-const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
-
-// SpinPureEnv names the environment variable that sets how long the CPU
-// expert engine's threads spin pausing only before they start yielding
-// (cpuexperts.Config.SpinPure; a Go duration such as 300us): in the hybrid
-// step they wait through each GPU piece (~70 µs) between layer tasks.
-const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
-
 // handoffTiming sums the hand-off times of piecewise decode steps, per
 // model layer.
 type handoffTiming struct {
