@@ -1,7 +1,7 @@
 #!/bin/bash
-# session 4 call 12: every GPU test after the routers share warp_argmax
+# session 4 call 15: every GPU test after the review commits
 set -o pipefail
-C=$PWD/.carry/p12; D=/tmp/b; mkdir -p $D
+C=$PWD/.carry/p15; D=/tmp/b; mkdir -p $D
 for f in cuda.test qwen3next.test; do xz -dc $C/$f.xz > $D/$f; chmod +x $D/$f; done
 export KT_TESTDATA_MODELS=$PWD/testdata/models
 (cd backend/cuda; timeout 240 $D/cuda.test -test.v > $OUT/cuda_tests.log 2>&1; echo "cuda rc=$?"; grep -E "^(--- FAIL|    --- FAIL|FAIL|panic)" $OUT/cuda_tests.log | head; grep -c "^--- PASS" $OUT/cuda_tests.log)
