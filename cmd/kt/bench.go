@@ -318,29 +318,11 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 // task (means): the hand-off before the workers start, the workers' start
 // and finish spread, the completion, and the caller's own time.
 func printTrace(w io.Writer, records []moeRecord) {
-	fmt.Fprintf(w, "decode tasks, us per task from the job's publication (sub->pick, pick->pub before it; done->compl, ->ret, ->next sub after):\n")
-	fmt.Fprintf(w, "%-12s %6s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s %6s %6s %7s %7s %6s\n", "method", "tokens",
-		"sub>pick", "pick>pub", "seen", "seenmx", "gu-end", "endmin", "endavg", "endmax", "alldone", ">compl", ">ret", ">nextsub",
-		"items", "guest", "g-join", "g-end", "g-items", "")
-	us := func(s float64) float64 { return s * 1e6 }
+	fmt.Fprintln(w, cpuexperts.TraceHeader)
 	for _, r := range records {
-		t := r.Trace
-		if t == nil {
-			continue
+		if r.Trace != nil {
+			fmt.Fprintln(w, r.Trace.Row(r.Method, r.Tokens))
 		}
-		fmt.Fprintf(w, "%-12s %6d %8.1f %8.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %4.1f-%-4.1f %5.0f%% %6.1f %7.1f %7.1f\n",
-			r.Method, r.Tokens, us(t.SubmitPick), us(t.PickPublish), us(t.SeenMean), us(t.SeenMax), us(t.GateUpEnd),
-			us(t.EndMin), us(t.EndMean), us(t.EndMax), us(t.AllDone), us(t.DoneCompl), us(t.ComplReturn), us(t.ReturnSub),
-			t.ItemsMin, t.ItemsMax, 100*t.GuestShare, us(t.GuestJoin), us(t.GuestEnd), t.GuestItems)
-		fmt.Fprintf(w, "  sleeps per task: engine %.2f, sync %.2f; per-thread start (us):", t.Sleeps, t.SyncSleeps)
-		for _, v := range t.WorkerSeen {
-			fmt.Fprintf(w, " %.0f", us(v))
-		}
-		fmt.Fprintf(w, "\n  per-thread done (us):")
-		for _, v := range t.WorkerEnd {
-			fmt.Fprintf(w, " %.0f", us(v))
-		}
-		fmt.Fprintln(w)
 	}
 }
 

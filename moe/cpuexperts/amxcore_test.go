@@ -103,10 +103,20 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
 	}
 	// The tile unit alone (variants -1: operands resident, -2: reloaded from
-	// L1 every round): the ceiling the kernels below are measured against.
+	// L1 every round): the ceiling the kernels below are measured against;
+	// -3/-5: the L1-reload tile block with 8/4 tokens of AVX-512 dot products
+	// in the same instruction stream, -4: those 8 tokens alone (do the vector
+	// units add to the tile unit on one core?).
 	for _, i8 := range []bool{false, true} {
-		for _, v := range []int{-1, -2} {
-			for _, cs := range [][]int{cpus[:1], cpus} {
+		for _, v := range []int{-1, -2, -3, -4, -5} {
+			// 1 .. all worker cores: does the per-core rate hold as cores are added?
+			var sets [][]int
+			for _, n := range []int{1, 2, 4, 8, 12} {
+				if n < len(cpus) && (n == 1 || v > -3) {
+					sets = append(sets, cpus[:n])
+				}
+			}
+			for _, cs := range append(sets, cpus) {
 				b.Run(fmt.Sprintf("i8=%v/peak%d/threads=%d", i8, v, len(cs)), func(b *testing.B) {
 					var tf float64
 					for range b.N {

@@ -6,6 +6,8 @@
 #include "kt_internal.h"
 
 #define TAMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma,avx2")))
+#define TAMXV \
+  __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,fma,avx2")))
 
 // The tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM) is requested
 // once per process from Go, by sysinfo.RequestAMX (DetectFeatures).
@@ -112,4 +114,94 @@ TAMX void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf) {
     if (i8) _tile_dpbssd(2, 5, 6); else _tile_dpbf16ps(2, 5, 6);
     if (i8) _tile_dpbssd(3, 5, 7); else _tile_dpbf16ps(3, 5, 7);
   }
+}
+
+// MIX_DP is one vector dot product of the mixed peak loop: vdpbf16ps or
+// vpdpbusd by I8.
+#define MIX_DP(I8, acc, x, b) \
+  ((I8) ? _mm512_dpbusd_epi32(acc, x, b) : (__m512i)_mm512_dpbf16_ps((__m512)(acc), (__m512bh)(x), (__m512bh)(b)))
+
+// MIX_TOK updates token t's two accumulators with k pair/quad r.
+#define MIX_TOK(I8, t, r)                                                   \
+  do {                                                                      \
+    __m512i x = _mm512_set1_epi32(*(const int*)(buf + (t) * 64 + (r) * 4)); \
+    c##t##0 = MIX_DP(I8, c##t##0, x, b0);                                   \
+    c##t##1 = MIX_DP(I8, c##t##1, x, b1);                                   \
+  } while (0)
+
+// MIX_BODY defines mix_I8_AMX_AVX: iters rounds of (AMX) the 2x2 tile
+// block with its four operand tiles reloaded from L1 (as kt_amx_peak_loop
+// with loads) and AVX tokens (0, 4 or 8) x 32 rows x one K step of AVX-512
+// dot products reading the same B tile rows (64 bytes: 16 rows x one k pair
+// or quad) and broadcasting the tokens' pairs/quads from their tile rows, in
+// one instruction stream. Accumulators are named locals so they stay in
+// registers.
+#define MIX_BODY(I8, AMX, AVX)                                                                         \
+  static TAMXV __attribute__((noinline)) float mix_##I8##_##AMX##_##AVX(int64_t iters, const char* buf) { \
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
+    __m512i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00;      \
+    __m512i c70 = c00, c71 = c00;                                                                        \
+    for (int64_t i = 0; i < iters; i++) {                                                                \
+      __asm__ volatile("" : "+r"(buf)); /* reload every round: no hoisting out of the loop */           \
+      if (AMX) {                                                                                         \
+        _tile_loadd(4, buf, 64);                                                                         \
+        _tile_loadd(6, buf + 2048, 64);                                                                  \
+        if (I8) _tile_dpbssd(0, 4, 6); else _tile_dpbf16ps(0, 4, 6);                                     \
+        _tile_loadd(7, buf + 3072, 64);                                                                  \
+        if (I8) _tile_dpbssd(1, 4, 7); else _tile_dpbf16ps(1, 4, 7);                                     \
+        _tile_loadd(5, buf + 1024, 64);                                                                  \
+        if (I8) _tile_dpbssd(2, 5, 6); else _tile_dpbf16ps(2, 5, 6);                                     \
+        if (I8) _tile_dpbssd(3, 5, 7); else _tile_dpbf16ps(3, 5, 7);                                     \
+      }                                                                                                  \
+      if (AVX) {                                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++) {                                          \
+          __m512i b0 = _mm512_loadu_si512(buf + 2048 + r * 64);                                          \
+          __m512i b1 = _mm512_loadu_si512(buf + 3072 + r * 64);                                          \
+          MIX_TOK(I8, 0, r);                                                                             \
+          MIX_TOK(I8, 1, r);                                                                             \
+          MIX_TOK(I8, 2, r);                                                                             \
+          MIX_TOK(I8, 3, r);                                                                             \
+          if (AVX > 4) {                                                                                 \
+            MIX_TOK(I8, 4, r);                                                                           \
+            MIX_TOK(I8, 5, r);                                                                           \
+            MIX_TOK(I8, 6, r);                                                                           \
+            MIX_TOK(I8, 7, r);                                                                           \
+          }                                                                                              \
+        }                                                                                                \
+      }                                                                                                  \
+    }                                                                                                    \
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(c00, c01), _mm512_add_epi32(c10, c11));               \
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c20, c21), _mm512_add_epi32(c30, c31)));   \
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c40, c41), _mm512_add_epi32(c50, c51)));   \
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c60, c61), _mm512_add_epi32(c70, c71)));   \
+    return (float)_mm512_reduce_add_epi32(s);                                                            \
+  }
+
+MIX_BODY(0, 1, 0)
+MIX_BODY(0, 1, 4)
+MIX_BODY(0, 1, 8)
+MIX_BODY(0, 0, 8)
+MIX_BODY(1, 1, 0)
+MIX_BODY(1, 1, 4)
+MIX_BODY(1, 1, 8)
+MIX_BODY(1, 0, 8)
+
+// kt_amx_mix_loop measures whether one core's vector units add to its tile
+// unit (mix_*): i8 picks int8 or bf16, amx the tile block, avx the vector
+// tokens per round (0, 4 or 8). The calling thread must have loaded the tile
+// configuration when amx is set. It returns a value derived from the vector
+// accumulators so they are not optimised away (-1: no such variant).
+TAMXV float kt_amx_mix_loop(int i8, int amx, int avx, int64_t iters, const char* buf) {
+  if (amx) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  if (i8) {
+    if (amx) return avx == 8 ? mix_1_1_8(iters, buf) : avx == 4 ? mix_1_1_4(iters, buf) : mix_1_1_0(iters, buf);
+    return avx ? mix_1_0_8(iters, buf) : -1;
+  }
+  if (amx) return avx == 8 ? mix_0_1_8(iters, buf) : avx == 4 ? mix_0_1_4(iters, buf) : mix_0_1_0(iters, buf);
+  return avx ? mix_0_0_8(iters, buf) : -1;
 }

@@ -102,7 +102,8 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
-		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure})
+		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure,
+		Trace: os.Getenv(TimingEnv) == "1"})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
@@ -342,7 +343,11 @@ func (x *engine) timing() string {
 	if x.gpu == nil {
 		return ""
 	}
-	return x.gpu.timing.String()
+	s := x.gpu.timing.String()
+	if t := x.eng.Trace(); s != "" && t.Tasks > 0 { // the decode tasks' own split (TimingEnv turns the trace on)
+		s += "\n" + cpuexperts.TraceHeader + "\n" + t.Row("hybrid", 1)
+	}
+	return s
 }
 
 func (x *engine) close() {
