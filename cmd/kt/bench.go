@@ -40,6 +40,7 @@ type moeBenchOpts struct {
 	trace, syncHelp         bool
 	fusedItems, decHead     int
 	spinWait                time.Duration
+	gap, spinPure           time.Duration
 }
 
 var moeOpts moeBenchOpts
@@ -66,11 +67,13 @@ func init() {
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
 			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
-			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = default 128)")
+			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
+			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
+			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
@@ -175,7 +178,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait,
+			Trace: o.trace, SyncHelp: o.syncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
@@ -245,7 +248,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 				closeLayers(layers)
 				return nil, err
 			}
-			r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, 7)
+			r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, o.gap, 7)
 			if err != nil {
 				closeLayers(layers)
 				return nil, err

@@ -85,8 +85,10 @@ func LastLevelCache() int64 {
 // minTime and 2 iterations after a warm-up. Iterations go round the layers
 // and through 64 routings, as consecutive layers of a model do, so that the
 // weights come from memory and not from the last-level cache: pass enough
-// layers that their weights exceed it several times.
-func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64) (BenchResult, error) {
+// layers that their weights exceed it several times. gap > 0 makes the
+// caller spin that long between tasks, as the hybrid step's caller waits
+// for a GPU piece between layers; Seconds is then the tasks' own time.
+func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed uint64) (BenchResult, error) {
 	if len(layers) == 0 {
 		return BenchResult{}, fmt.Errorf("bench: no layers")
 	}
@@ -129,15 +131,21 @@ func Bench(layers []*Layer, tokens, topK int, minTime time.Duration, seed uint64
 	l0.e.Phases()
 	l0.e.Trace()
 	var iters int
+	var busy time.Duration
 	start := time.Now()
-	for iters < 2 || time.Since(start) < minTime {
+	for iters < 2 || time.Since(start) < minTime+time.Duration(iters)*gap {
 		l := layers[iters%len(layers)]
+		t0 := time.Now()
 		if err := l.Forward(&batches[(iters/len(layers)+iters)%variants]); err != nil {
 			return BenchResult{}, err
 		}
+		t1 := time.Now()
+		busy += t1.Sub(t0)
+		for gap > 0 && time.Since(t1) < gap {
+		}
 		iters++
 	}
-	el := time.Since(start).Seconds()
+	el := busy.Seconds()
 	ph := l0.e.Phases()
 	return BenchResult{
 		Phases: ph, Trace: l0.e.Trace(),

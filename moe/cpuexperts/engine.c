@@ -125,7 +125,7 @@ struct kt_engine {
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
-  int mch;  // prefill tokens per kernel call (<= KT_MCH, multiple of 32)
+  int mch;  // prefill tokens per kernel call (<= KT_MCH, multiple of 32); 0: by format (prefill_chunk)
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
@@ -445,6 +445,22 @@ static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64
   return NULL;
 }
 
+// KT_MCH_BF16 and KT_MCH_S8 are the prefill tokens per kernel call when
+// the configuration leaves it to the format. Measured on the 16-core AMX
+// machine: bf16 kernel calls over 128 tokens beat 256 alone (BenchmarkAMXKernel,
+// K 2048: 128 x 4 KiB of activations leave L2 room for the streamed weights);
+// int8 layers ran 15-19% faster with 512-token calls than with 128 (six of
+// six alternated pairs, Qwen3-30B at 4096 tokens, docs/notes/session5_run).
+#define KT_MCH_BF16 128
+#define KT_MCH_S8 512
+
+// prefill_chunk is the most tokens of one expert per prefill kernel call
+// over activations of format act.
+static inline int prefill_chunk(const kt_engine* e, int act) {
+  if (e->mch > 0) return e->mch;
+  return act == KT_ACT_S8 ? KT_MCH_S8 : KT_MCH_BF16;
+}
+
 // set_nx tells the next kernel call which weights follow it (NULL: none).
 static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, int on) {
   w->s.nx = on ? pair_bytes(e, W, n0, &w->s.nxb) : NULL;
@@ -482,8 +498,9 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   int tiled = pf && e->pf_tiled;
   int hdirect = P->act == KT_ACT_BF16;
   w->s.c_nt = 0;  // C is this thread's scratch
-  for (int m0 = 0; m0 < m; m0 += e->mch) {
-    int mm = m - m0 < e->mch ? m - m0 : e->mch;
+  int mch = prefill_chunk(e, P->act);
+  for (int m0 = 0; m0 < m; m0 += mch) {
+    int mm = m - m0 < mch ? m - m0 : mch;
     kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
     int lastc = m0 + mm >= m;  // the next calls use other weights: prefetch them (L2)
     set_nx(e, w, U, g0, pf && lastc);
@@ -533,8 +550,9 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       D = &PD;
       d0 = 0;
     }
-    for (int m0 = 0; m0 < m; m0 += e->mch) {
-      int mm = m - m0 < e->mch ? m - m0 : e->mch;
+    int mch = prefill_chunk(e, P->act);
+    for (int m0 = 0; m0 < m; m0 += mch) {
+      int mm = m - m0 < mch ? m - m0 : mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       set_nx(e, w, D, d0 + KT_NB, pf && m0 + mm >= m && n0 + KT_NB < h0 + r4);
       kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
@@ -1340,7 +1358,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wend = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
-  e->mch = cfg->mch <= 0 || cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
+  e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
   if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;

@@ -71,8 +71,9 @@ type Config struct {
 	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
-	// takes (rounded up to 32, at most 512; 0 = DefaultPrefillChunk). Results
-	// do not depend on it.
+	// takes (rounded up to 32, at most 512; 0 = by activation format: 128
+	// for bf16, 512 for int8, as measured best on the AMX machine; engine.c
+	// prefill_chunk). Results do not depend on it.
 	PrefillChunk int
 
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
@@ -245,10 +246,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.DecodePrefetch > 0 {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
 	}
-	if cfg.PrefillChunk <= 0 {
-		cfg.PrefillChunk = DefaultPrefillChunk
+	if cfg.PrefillChunk > 0 {
+		cc.mch = C.int(cfg.PrefillChunk)
 	}
-	cc.mch = C.int(cfg.PrefillChunk)
 	if cfg.SyncHelp {
 		cc.sync_help = 1
 	}
@@ -301,13 +301,6 @@ const DefaultAMXNextLines = -1
 // slower than both and up to 10% faster; fewer prefetch instructions leave
 // the load ports to the tile loads.
 const DefaultAMXPrefetchTiles = 2
-
-// DefaultPrefillChunk is the default Config.PrefillChunk. Kernel calls over
-// 128 tokens ran at 5.3-5.9 TFLOPS (bf16, K 2048, 15 cores) against 3.1-4.6
-// for 256 tokens in BenchmarkAMXKernel, for every knob setting: an
-// expert's 256 x 4 KiB of activations and the streamed weights crowd the
-// 2 MiB L2.
-const DefaultPrefillChunk = 128
 
 // DefaultAMXPrefetch is the default Config.AMXPrefetch.
 const DefaultAMXPrefetch = 1
