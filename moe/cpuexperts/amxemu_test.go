@@ -52,7 +52,8 @@ func countedBatch(seed uint64, tokens, topK, hidden int, counts []int) (x []floa
 // unpack, non-temporal down outputs, prefill chunks) against the same
 // layer on the AVX-512 kernels, token by token, on a routing with edgeCounts
 // tokens per expert: phased and fused, one and two pools, chunks of 32 and
-// 128 tokens. Both paths quantize the same weights and activations the
+// 128 tokens, and pool slices of the intermediate size that are a multiple
+// of 32 but not of 64. Both paths quantize the same weights and activations the
 // same way; they differ only in summation order (and the roundings of h it
 // may flip), so each token's output must agree to 1e-3 of its norm. A row
 // stored where the kernel does not read it (a wrong tile-order offset, a
@@ -63,20 +64,29 @@ func TestAMXEmulatedMatchesAVX512(t *testing.T) {
 		t.Skip("needs AVX-512 with VNNI and BF16 and no AMX (with AMX the real kernels are tested)")
 	}
 	const tokens, topK = 80, 8
-	spec := small
-	x, ids, w := countedBatch(5, tokens, topK, spec.Hidden, edgeCounts)
+	x, ids, w := countedBatch(5, tokens, topK, small.Hidden, edgeCounts)
 	// measured: 1.8e-4 (bf16 h rounded the other way in a few elements),
 	// the int methods bitwise equal (exact integer sums, the same epilogue)
 	const rowTol = 1e-3
 	type run struct {
 		pools, chunk int
 		fused        bool
+		inter        int // 0: small's
 	}
+	runs := []run{{1, 0, false, 0}, {1, 0, true, 0}, {2, 32, false, 0},
+		{2, 0, false, 192}} // pool slices of 96 rows: int8 down projections of 1.5 AMX tile steps
 	for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16, FP8} {
-		spec.Method = m
-		src := sourceFor(m, spec)
-		for _, r := range []run{{1, 0, false}, {1, 0, true}, {2, 32, false}} {
-			name := fmt.Sprintf("%s/pools%d/chunk%d/fused=%v", m, r.pools, r.chunk, r.fused)
+		for _, r := range runs {
+			spec := small
+			spec.Method = m
+			if r.inter > 0 {
+				spec.Intermediate = r.inter
+			}
+			if CheckShape(m, spec.Hidden, spec.Intermediate, r.pools) != nil {
+				continue
+			}
+			src := sourceFor(m, spec)
+			name := fmt.Sprintf("%s/pools%d/I%d/chunk%d/fused=%v", m, r.pools, spec.Intermediate, r.chunk, r.fused)
 			var out [2][]float32
 			calls := emuAMXCalls()
 			for i, isa := range []ISA{ISAAVX512, amxEmuLevel} {

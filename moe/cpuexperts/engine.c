@@ -138,6 +138,7 @@ struct kt_engine {
   kt_batch b;
   int ntok;
   kt_kernel kdec, kpf;
+  kt_kernel kpfd;  // prefill kernel of the down projection (kpf, or kdec where kpf cannot take the K)
   int pf_min;
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
@@ -517,7 +518,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
                        int I, int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
-  kt_kernel kern = pf ? e->kpf : e->kdec;
+  kt_kernel kern = pf ? e->kpfd : e->kdec;
   // phased prefill through AMX: the slot outputs bypass the caches (the
   // fused path merges right away and wants them cached)
   w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0 && !e->l->lora;
@@ -900,6 +901,15 @@ static void run_task(kt_engine* e, const kt_task* t) {
     task_error(e, "no kernel for this weight format on this CPU");
     return;
   }
+  // The AMX int8 kernel takes K in steps of 64 columns (one tile): over a
+  // pool's intermediate slice of 32 (mod 64) rows (AMXINT8 allows multiples
+  // of 32) it would drop the last 32 and misread its weight panels, so that
+  // down projection takes the decode kernel. (bf16 tiles take 32 columns,
+  // and AMXINT4 slices are multiples of 128.)
+  e->kpfd = e->kpf;
+  if (e->kpf == kt_amx_i8pk || e->kpf == kt_amx_emu_i8pk)
+    for (int p = 0; p < e->npools; p++)
+      if (e->l->inter_p[p] % 64) e->kpfd = e->kdec;
   // AMX prefill reads its activations in tile order (1 KiB contiguous A tiles)
   e->pf_tiled = amx_kernel(e->kpf);
   if ((int64_t)e->l->hidden * act_size(act) % 64) e->pf_tiled = 0;
