@@ -75,6 +75,7 @@ func TestAMXEmulatedMatchesAVX512(t *testing.T) {
 	}
 	runs := []run{{1, 0, false, 0}, {1, 0, true, 0}, {2, 32, false, 0},
 		{2, 0, false, 192}} // pool slices of 96 rows: int8 down projections of 1.5 AMX tile steps
+	srcs := sourceCache{}
 	for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16, FP8} {
 		for _, r := range runs {
 			spec := small
@@ -85,7 +86,7 @@ func TestAMXEmulatedMatchesAVX512(t *testing.T) {
 			if CheckShape(m, spec.Hidden, spec.Intermediate, r.pools) != nil {
 				continue
 			}
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			name := fmt.Sprintf("%s/pools%d/I%d/chunk%d/fused=%v", m, r.pools, spec.Intermediate, r.chunk, r.fused)
 			var out [2][]float32
 			calls := emuAMXCalls()

@@ -45,6 +45,21 @@ func sourceFor(m Method, spec LayerSpec) *RandomSource {
 	return &RandomSource{Spec: spec, DType: dt, Seed: 7}
 }
 
+// sourceCache hands out one sourceFor source per method and shape, so that
+// tests looping over kernel levels generate the weights once (slow under
+// -race). Its sources must not be modified.
+type sourceCache map[LayerSpec]*RandomSource
+
+func (c sourceCache) get(m Method, spec LayerSpec) *RandomSource {
+	spec.Method = m
+	s, ok := c[spec]
+	if !ok {
+		s = sourceFor(m, spec)
+		c[spec] = s
+	}
+	return s
+}
+
 // maxErr is the relative error each method must stay under against the f32
 // reference (measured values are in docs/notes/cpuexperts.md).
 var maxErr = map[Method]float64{
@@ -186,6 +201,7 @@ func TestDeterministicAcrossThreadCounts(t *testing.T) {
 	if emuAMX() {
 		isas = append(isas, amxEmuLevel)
 	}
+	srcs := sourceCache{}
 	for _, isa := range isas {
 		for _, m := range []Method{AMXINT8, AMXBF16, BF16, AMXINT4} {
 			if m == AMXINT4 && isa != amxEmuLevel {
@@ -193,7 +209,7 @@ func TestDeterministicAcrossThreadCounts(t *testing.T) {
 			}
 			spec := small
 			spec.Method = m
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
 			var first []float32
 			for _, threads := range []int{1, 3, 4} {

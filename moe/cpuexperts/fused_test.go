@@ -16,11 +16,12 @@ import (
 func TestFusedMatchesPhased(t *testing.T) {
 	const topK = 4
 	tokenCounts := []int{1, 40} // 40 tokens x 4 over 16 experts: >= 8 per expert (prefill kernels)
+	srcs := sourceCache{}
 	for _, isa := range testLevels(t) {
 		for _, m := range Methods {
 			spec := small
 			spec.Method = m
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			engines := map[bool]*Engine{}
 			layers := map[bool]*Layer{}
 			for _, fused := range []bool{false, true} {

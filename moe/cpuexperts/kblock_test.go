@@ -24,6 +24,7 @@ func TestAMXKBlockBitwise(t *testing.T) {
 	if emuAMX() {
 		lv = append(lv, amxEmuLevel)
 	}
+	srcs := sourceCache{}
 	for _, isa := range lv {
 		tokens := 300 // ~150 tokens per expert
 		if isa == amxEmuLevel {
@@ -32,7 +33,7 @@ func TestAMXKBlockBitwise(t *testing.T) {
 		for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16} {
 			spec := small
 			spec.Method, spec.Experts = m, 8
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32

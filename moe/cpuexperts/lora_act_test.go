@@ -225,6 +225,7 @@ func TestLoRAActivations(t *testing.T) {
 			batches = append(batches, b)
 		}
 	}
+	srcs := sourceCache{}
 	haveRef, refBF16 := false, false // the references computed last, and in which activation format
 	for _, level := range levels {
 		bf16Act := level == ISAAMX || level == amxEmuLevel || f.AVX512BF16 // pack.c kt_act_format
@@ -237,7 +238,7 @@ func TestLoRAActivations(t *testing.T) {
 			b.ref, b.sl = make([][]float32, len(lora)), make([][]float64, len(lora))
 			for i, lo := range lora {
 				var err error
-				if b.ref[i], b.sl[i], err = actReference(sourceFor(BF16, spec), spec, lo, b.x, b.b.Tokens, topK, b.b.IDs, b.b.Weights, bf16Act); err != nil {
+				if b.ref[i], b.sl[i], err = actReference(srcs.get(BF16, spec), spec, lo, b.x, b.b.Tokens, topK, b.b.IDs, b.b.Weights, bf16Act); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -250,7 +251,7 @@ func TestLoRAActivations(t *testing.T) {
 		haveRef, refBF16 = true, bf16Act
 		for _, m := range []Method{BF16, AMXBF16} {
 			spec.Method = m
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			for _, rn := range runs {
 				cfg := withISA(Config{Threads: 2, Pools: rn.pools, MaxTokens: maxTok, TopK: topK,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, level)
