@@ -1,6 +1,6 @@
-// kern_amx_i4.h: the int4 -> int8 unpack of the AMX int4 kernel for its
-// emulation (kern_amx_emu.c): the loop of kern_amx.c's kt_amx_i4pk, which
-// keeps its own copy.
+// kern_amx_i4.h: the int4 -> int8 unpack of the AMX int4 kernel, shared by
+// the real kernel (kern_amx.c) and its emulation (kern_amx_emu.c) so that
+// the engine tests on CPUs without AMX run the same unpack.
 #ifndef KERN_AMX_I4_H
 #define KERN_AMX_I4_H
 
