@@ -138,6 +138,7 @@ struct kt_engine {
   kt_batch b;
   int ntok;
   kt_kernel kdec, kpf;
+  kt_kernel kpfd;  // prefill kernel of the down projection (kpf, or kdec where kpf cannot take the K)
   int pf_min;
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
@@ -534,7 +535,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
                        int I, int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
-  kt_kernel kern = pf ? e->kpf : e->kdec;
+  kt_kernel kern = pf ? e->kpfd : e->kdec;
   // phased prefill through AMX: the slot outputs bypass the caches (the
   // fused path merges right away and wants them cached)
   w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0 && !e->l->lora;
@@ -811,7 +812,9 @@ static void worker_init(kt_worker* w) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
   _mm_setcsr(0x1f80);  // default MXCSR: no flush-to-zero (the fp8 decode relies on denormals)
-  if ((e->isa & KT_ISA_AMX) && kt_amx_init_thread() != 0) atomic_store(&e->amx_failed, 1);
+  // (emulated tiles, KT_ISA_AMX_EMU: no tile state to configure)
+  if ((e->isa & KT_ISA_AMX) && !(e->isa & KT_ISA_AMX_EMU) && kt_amx_init_thread() != 0)
+    atomic_store(&e->amx_failed, 1);
   atomic_fetch_add(&e->ready, 1);
 }
 
@@ -882,6 +885,14 @@ static void trace_task(kt_engine* e, const kt_task* t) {
   e->tr_last = 1;
 }
 
+// amx_kernel reports whether k is an AMX tile kernel (real or, in tests,
+// emulated: KT_ISA_AMX_EMU), which reads tile-order activations and needs
+// the tile state of its thread.
+static int amx_kernel(kt_kernel k) {
+  return k == kt_amx_bf16pk || k == kt_amx_i8pk || k == kt_amx_i4pk || k == kt_amx_emu_bf16pk ||
+         k == kt_amx_emu_i8pk || k == kt_amx_emu_i4pk;
+}
+
 // run_task executes one queued task on all pools and waits for it.
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
@@ -908,8 +919,17 @@ static void run_task(kt_engine* e, const kt_task* t) {
     task_error(e, "no kernel for this weight format on this CPU");
     return;
   }
+  // The AMX int8 kernel takes K in steps of 64 columns (one tile): over a
+  // pool's intermediate slice of 32 (mod 64) rows (AMXINT8 allows multiples
+  // of 32) it would drop the last 32 and misread its weight panels, so that
+  // down projection takes the decode kernel. (bf16 tiles take 32 columns,
+  // and AMXINT4 slices are multiples of 128.)
+  e->kpfd = e->kpf;
+  if (e->kpf == kt_amx_i8pk || e->kpf == kt_amx_emu_i8pk)
+    for (int p = 0; p < e->npools; p++)
+      if (e->l->inter_p[p] % 64) e->kpfd = e->kdec;
   // AMX prefill reads its activations in tile order (1 KiB contiguous A tiles)
-  e->pf_tiled = e->kpf == kt_amx_bf16pk || e->kpf == kt_amx_i8pk || e->kpf == kt_amx_i4pk;
+  e->pf_tiled = amx_kernel(e->kpf);
   if ((int64_t)e->l->hidden * act_size(act) % 64) e->pf_tiled = 0;
   for (int p = 0; p < e->npools; p++)
     if ((int64_t)e->l->inter_p[p] * act_size(act) % 64) e->pf_tiled = 0;
@@ -956,7 +976,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // a kt_sync caller may join a fused job whose kernels need no AMX tiles
   // (its thread has none configured)
   e->guest_ok = e->fused && !e->no_help;
-  if (e->guest_ok && (e->kpf == kt_amx_bf16pk || e->kpf == kt_amx_i8pk || e->kpf == kt_amx_i4pk))
+  if (e->guest_ok && amx_kernel(e->kpf))
     for (int a = 0; a < e->nactive; a++)
       if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
   int traced = e->trace && e->fused;

@@ -9,6 +9,7 @@ package cpuexperts
 #include "kt_moe.h"
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
                    float* out, double* maxerr);
+int64_t kt_amx_emu_calls(void);
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
                      int nthreads, const int* cpus, int noamx, double* flops);
 */
@@ -112,6 +113,15 @@ type Config struct {
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
 	fusedMaxSlots int
+
+	// amxEmu runs the engine as on an AMX CPU, its AMX tile kernels over
+	// emulated tiles (kern_amx_emu.c, scalar and slow; KT_ISA_AMX_EMU):
+	// the AMX prefill path (tile-order activations, bf16 h stored in tile
+	// order, the int4 unpack, non-temporal outputs, the prefill chunk and
+	// K-block knobs) on CPUs without AMX (tests only). Decode, routing,
+	// gather and merge use the kernels an AMX CPU would, which this CPU must
+	// have: AVX-512 with VNNI and BF16. ISA must be auto.
+	amxEmu bool
 }
 
 // Engine is a set of worker pools with a task queue and preallocated scratch.
@@ -141,7 +151,13 @@ func DetectFeatures() Features {
 // NewEngine validates cfg, starts the pools and allocates the scratch.
 func NewEngine(cfg Config) (*Engine, error) {
 	feat := DetectFeatures()
-	bits, err := feat.bits(cfg.ISA)
+	var bits int
+	var err error
+	if cfg.amxEmu {
+		bits, err = feat.emuBits(cfg.ISA)
+	} else {
+		bits, err = feat.bits(cfg.ISA)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -636,6 +652,10 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 	}
 	return out, float64(maxerr), nil
 }
+
+// emuAMXCalls counts the calls of the emulated AMX kernels the engine runs
+// with Config.amxEmu, in all engines of the process so far (tests).
+func emuAMXCalls() int64 { return int64(C.kt_amx_emu_calls()) }
 
 // amxKernelBench times the AMX prefill kernel alone (kbench.c): one thread
 // per CPU in cpus, each streaming wbytes of its own weights in 32-row calls

@@ -28,8 +28,8 @@ func relErr(got, want []float32) float64 {
 
 func newEngine(t testing.TB, spec LayerSpec, pools, threads, maxTok, topK int, isa ISA) *Engine {
 	t.Helper()
-	e, err := NewEngine(Config{Threads: threads, Pools: pools, ISA: isa, MaxTokens: maxTok, TopK: topK,
-		Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+	e, err := NewEngine(withISA(Config{Threads: threads, Pools: pools, MaxTokens: maxTok, TopK: topK,
+		Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +43,21 @@ func sourceFor(m Method, spec LayerSpec) *RandomSource {
 		dt = tensor.F8E4M3
 	}
 	return &RandomSource{Spec: spec, DType: dt, Seed: 7}
+}
+
+// sourceCache hands out one sourceFor source per method and shape, so that
+// tests looping over kernel levels generate the weights once (slow under
+// -race). Its sources must not be modified.
+type sourceCache map[LayerSpec]*RandomSource
+
+func (c sourceCache) get(m Method, spec LayerSpec) *RandomSource {
+	spec.Method = m
+	s, ok := c[spec]
+	if !ok {
+		s = sourceFor(m, spec)
+		c[spec] = s
+	}
+	return s
 }
 
 // maxErr is the relative error each method must stay under against the f32
@@ -60,11 +75,45 @@ func levels(t *testing.T) []ISA {
 	return l
 }
 
+// amxEmuLevel is a kernel level of the tests only: the engine as on an AMX
+// CPU, with its AMX tile kernels over emulated tiles (Config.amxEmu), so
+// that the AMX prefill path runs on CPUs without AMX. NewEngine refuses it
+// as a Config.ISA; withISA turns it into the flag.
+const amxEmuLevel ISA = "amx-emu"
+
+// emuAMX reports whether the tests add the emulated AMX level: on CPUs
+// without AMX that have what the emulation needs (AVX-512 with VNNI and
+// BF16, as every AMX CPU); where the CPU has AMX, the real kernels run.
+func emuAMX() bool {
+	f := DetectFeatures()
+	return !f.AMX && f.AVX512 && f.VNNI && f.AVX512BF16
+}
+
+// testLevels returns the kernel levels of this CPU, best first, and then
+// amxEmuLevel where emuAMX.
+func testLevels(t *testing.T) []ISA {
+	l := levels(t)
+	if emuAMX() {
+		l = append(l, amxEmuLevel)
+	}
+	return l
+}
+
+// withISA returns cfg at kernel level isa: Config.ISA, or for amxEmuLevel
+// the automatic level with the AMX kernels emulated.
+func withISA(cfg Config, isa ISA) Config {
+	cfg.ISA, cfg.amxEmu = isa, false
+	if isa == amxEmuLevel {
+		cfg.ISA, cfg.amxEmu = ISAAuto, true
+	}
+	return cfg
+}
+
 func TestMethodsAgainstReference(t *testing.T) {
 	const topK = 4
 	refs := map[string][]float32{} // the reference does not depend on ISA level or pools
 	srcs := map[Method]*RandomSource{}
-	for _, isa := range levels(t) {
+	for _, isa := range testLevels(t) {
 		for _, pools := range []int{1, 2} {
 			for _, m := range Methods {
 				spec := small
@@ -142,36 +191,50 @@ func TestRealShapeAccuracy(t *testing.T) {
 	}
 }
 
+// TestDeterministicAcrossThreadCounts checks that outputs are bitwise the
+// same for 1, 3 and 4 threads and across repeats, at the best kernel level
+// and with the AMX kernels emulated (on CPUs without AMX; 40 tokens x 4
+// over 16 experts: most experts take the prefill kernels).
 func TestDeterministicAcrossThreadCounts(t *testing.T) {
 	const tokens, topK = 40, 4
-	for _, m := range []Method{AMXINT8, AMXBF16, BF16} {
-		spec := small
-		spec.Method = m
-		src := sourceFor(m, spec)
-		x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
-		var first []float32
-		for _, threads := range []int{1, 3, 4} {
-			e := newEngine(t, spec, 1, threads, tokens, topK, ISAAuto)
-			l, err := e.NewLayer(spec, src)
-			if err != nil {
-				t.Fatal(err)
+	isas := []ISA{ISAAuto}
+	if emuAMX() {
+		isas = append(isas, amxEmuLevel)
+	}
+	srcs := sourceCache{}
+	for _, isa := range isas {
+		for _, m := range []Method{AMXINT8, AMXBF16, BF16, AMXINT4} {
+			if m == AMXINT4 && isa != amxEmuLevel {
+				continue // AMXINT4 shares the int8 kernels' engine paths but for the AMX unpack
 			}
-			for rep := 0; rep < 2; rep++ {
-				out := make([]float32, tokens*spec.Hidden)
-				if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out}); err != nil {
+			spec := small
+			spec.Method = m
+			src := srcs.get(m, spec)
+			x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
+			var first []float32
+			for _, threads := range []int{1, 3, 4} {
+				e := newEngine(t, spec, 1, threads, tokens, topK, isa)
+				l, err := e.NewLayer(spec, src)
+				if err != nil {
 					t.Fatal(err)
 				}
-				if first == nil {
-					first = out
-					continue
-				}
-				for i := range out {
-					if math.Float32bits(out[i]) != math.Float32bits(first[i]) {
-						t.Fatalf("%s: %d threads rep %d: out[%d] = %g, 1 thread gave %g", m, threads, rep, i, out[i], first[i])
+				for rep := 0; rep < 2; rep++ {
+					out := make([]float32, tokens*spec.Hidden)
+					if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out}); err != nil {
+						t.Fatal(err)
+					}
+					if first == nil {
+						first = out
+						continue
+					}
+					for i := range out {
+						if math.Float32bits(out[i]) != math.Float32bits(first[i]) {
+							t.Fatalf("%s/%s: %d threads rep %d: out[%d] = %g, 1 thread gave %g", isa, m, threads, rep, i, out[i], first[i])
+						}
 					}
 				}
+				l.Close()
 			}
-			l.Close()
 		}
 	}
 }

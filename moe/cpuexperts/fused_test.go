@@ -11,19 +11,21 @@ import (
 // TestFusedMatchesPhased checks that the barrier-free decode path gives
 // bitwise the same output as the phased path (same kernels, same summation
 // order), for every method and ISA level, f32 and bf16 output, plain and
-// incremental, with experts below and above the prefill threshold.
+// incremental, with experts below and above the prefill threshold; with
+// the AMX kernels emulated too (amxEmuLevel), on CPUs without AMX.
 func TestFusedMatchesPhased(t *testing.T) {
 	const topK = 4
 	tokenCounts := []int{1, 40} // 40 tokens x 4 over 16 experts: >= 8 per expert (prefill kernels)
-	for _, isa := range levels(t) {
+	srcs := sourceCache{}
+	for _, isa := range testLevels(t) {
 		for _, m := range Methods {
 			spec := small
 			spec.Method = m
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			engines := map[bool]*Engine{}
 			layers := map[bool]*Layer{}
 			for _, fused := range []bool{false, true} {
-				cfg := Config{Threads: 3, ISA: isa, MaxTokens: 64, TopK: topK,
+				cfg := Config{Threads: 3, MaxTokens: 64, TopK: topK,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, fusedMaxSlots: -1}
 				if fused {
 					cfg.fusedMaxSlots = 0
@@ -31,7 +33,7 @@ func TestFusedMatchesPhased(t *testing.T) {
 				if fused && isa == ISAAVX2 {
 					cfg.Threads = 1 // longer down items (r4f) than with 3 threads
 				}
-				e, err := NewEngine(cfg)
+				e, err := NewEngine(withISA(cfg, isa))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -128,6 +128,21 @@ func (f Features) bits(want ISA) (int, error) {
 	return b, nil
 }
 
+// emuBits returns the C capability bits of an engine that runs as on an
+// AMX CPU with its tile kernels emulated (Config.amxEmu, tests only): the
+// bits an AMX CPU gives at level amx, plus isaAMXEmu. The decode kernels
+// are then the AVX-512 VNNI and BF16 ones, which this CPU must have (every
+// AMX CPU has them).
+func (f Features) emuBits(want ISA) (int, error) {
+	if want != "" && want != ISAAuto {
+		return 0, fmt.Errorf("emulated AMX: kernel level %q given, want auto (the level is amx)", want)
+	}
+	if !f.AVX512 || !f.VNNI || !f.AVX512BF16 {
+		return 0, fmt.Errorf("emulated AMX needs AVX-512 with VNNI and BF16 (the decode kernels of an AMX CPU); this CPU has %s", f)
+	}
+	return isaAVX2 | isaAVX512 | isaVNNI | isaBF16 | isaAMX | isaAMXEmu, nil
+}
+
 // C capability bits (kt_moe.h KT_ISA_*).
 const (
 	isaAVX2   = 1 << 0
@@ -135,6 +150,7 @@ const (
 	isaVNNI   = 1 << 2
 	isaBF16   = 1 << 3
 	isaAMX    = 1 << 4
+	isaAMXEmu = 1 << 5 // tests only: the AMX tile kernels over emulated tiles
 )
 
 // Describe names the kernels a method runs with the given capability bits,
@@ -153,6 +169,9 @@ func describe(m Method, bits int) string {
 	pf := dec
 	if bits&isaAMX != 0 && m != INT4KGroup {
 		pf = "amx"
+		if bits&isaAMXEmu != 0 {
+			pf = "amx-emulated"
+		}
 	}
 	return dec + " decode, " + pf + " prefill"
 }

@@ -13,30 +13,40 @@ import (
 // whole K, blocks of 1 tile step and of 3 (which leaves a short last
 // block), chunks of 32 and 64 tokens (several kernel calls per item) give
 // bitwise equal outputs. On CPUs without AMX the K block and prefetch are
-// ignored; the chunk applies to every prefill kernel (checked on the best
-// level only: the chunking is in the engine, not in the kernels).
+// ignored by the AVX-512 kernels; the chunk applies to every prefill kernel
+// (checked on the best level: the chunking is in the engine, not in the
+// kernels), and there every knob is checked with the AMX kernels emulated
+// (amxEmuLevel; fewer tokens, the emulation is slow).
 // It also checks that the phase timers count the tasks.
 func TestAMXKBlockBitwise(t *testing.T) {
-	const topK, tokens = 4, 300 // ~150 tokens per expert
-	lv := levels(t)
-	for _, isa := range lv[:1] { // the best level: AMX where the CPU has it
+	const topK = 4
+	lv := levels(t)[:1] // the best level: AMX where the CPU has it
+	if emuAMX() {
+		lv = append(lv, amxEmuLevel)
+	}
+	srcs := sourceCache{}
+	for _, isa := range lv {
+		tokens := 300 // ~150 tokens per expert
+		if isa == amxEmuLevel {
+			tokens = 140 // ~70 per expert: still 3 kernel calls an item with 32-token chunks
+		}
 		for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16} {
 			spec := small
 			spec.Method, spec.Experts = m, 8
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
 			configs := [][4]int{{-1, -1, 0, 0}, {-1, 1, 32, 0}} // K block, prefetch, chunk, variant
-			if isa == ISAAMX {
+			if isa == ISAAMX || isa == amxEmuLevel {
 				configs = append(configs, [4]int{1, 2, 0, 0}, [4]int{3, 0, 64, 0}, [4]int{-1, 1, 0, 1}, [4]int{3, 2, 64, 1})
 			}
 			for _, c := range configs {
 				kb, pf, chunk, v := c[0], c[1], c[2], c[3]
 				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d/variant=%d", isa, m, kb, pf, chunk, v)
-				e, err := NewEngine(Config{Threads: 3, ISA: isa, MaxTokens: tokens, TopK: topK,
+				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK,
 					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk, AMXVariant: v, AMXPrefetchTiles: 1 + v,
-					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
+					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 				if err != nil {
 					t.Fatal(err)
 				}

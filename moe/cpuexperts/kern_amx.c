@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kern_amx_i4.h"
 #include "kt_internal.h"
 
 #define TAMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma,avx2")))
@@ -68,22 +69,11 @@ TAMX void kt_amx_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
   amx_i8_core((const char*)W->w + (int64_t)n0 * W->k, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
-// int4 panels: unpack the nn rows to int8 panels in scratch once, then the int8 core.
+// int4 panels: unpack the nn rows to int8 panels in scratch once
+// (kern_amx_i4.h, shared with the emulated kernel), then the int8 core.
 TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  int k = W->k;
-  int8_t* dst = (int8_t*)s->pack;
-  const __m512i mask = _mm512_set1_epi8((char)0xf0);
-  for (int p = 0; p < nn / 16; p++) {
-    const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
-    int8_t* d = dst + (int64_t)p * 16 * k;
-    for (int c = 0; c < k / 128; c++)
-      for (int r = 0; r < 16; r++) {
-        __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, _mm512_and_si512(b, mask));
-      }
-  }
-  amx_i8_core((const char*)dst, k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
+  amx_i4_unpack(W, n0, nn, (int8_t*)s->pack);
+  amx_i8_core((const char*)s->pack, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
 

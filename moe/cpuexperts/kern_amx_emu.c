@@ -2,12 +2,17 @@
 // scalar emulation of the tile registers, for tests on CPUs without AMX
 // (the dev machine and CI): it checks the loop structure, the A/B/C
 // addressing and every knob against a float64 reference, and that the
-// knobs do not change results. Needs AVX-512F (the epilogues use it); never
-// called on the hot path.
+// knobs do not change results (kt_emu_amx_run, TestAMXCoreEmulated). The
+// kt_amx_emu_* kernels below are kern_amx.c's kernels over the same
+// emulation: with KT_ISA_AMX_EMU the engine runs its whole AMX prefill
+// path with them (tests only). Needs AVX-512F and BW (the epilogues and
+// the int4 unpack use them); never called on the hot path.
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern_amx_i4.h"
 #include "kt_internal.h"
 
 #define TEMU __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx2")))
@@ -67,6 +72,34 @@ static void emu_dpbssd(int c, int a, int b) {
 #define CORE_INT 1
 #define TDP(c, a, b) emu_dpbssd(c, a, b)
 #include "kern_amx_core.h"
+
+// The kernels of kern_amx.c over the emulated tiles, with the same
+// signature (kt_kernel) and arguments. The tiles are per thread (__thread),
+// so any number of engine workers may run them at once. kt_amx_emu_calls
+// counts their calls (tests: the engine did take its AMX prefill path).
+
+static _Atomic int64_t emu_calls;
+
+int64_t kt_amx_emu_calls(void) { return atomic_load_explicit(&emu_calls, memory_order_relaxed); }
+
+TEMU void kt_amx_emu_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                            kt_scratch* s) {
+  atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
+  emu_bf16_core((const char*)W->w + (int64_t)(n0 / 16) * 32 * W->k, W->k / 32, NULL, A, 2, m, C, ldc, nn, s);
+}
+
+TEMU void kt_amx_emu_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                          kt_scratch* s) {
+  atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
+  emu_i8_core((const char*)W->w + (int64_t)n0 * W->k, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
+}
+
+TEMU void kt_amx_emu_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                          kt_scratch* s) {
+  atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
+  amx_i4_unpack(W, n0, nn, (int8_t*)s->pack);
+  emu_i8_core((const char*)s->pack, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
+}
 
 static uint32_t emu_rng(uint32_t* s) {
   *s = *s * 1664525u + 1013904223u;

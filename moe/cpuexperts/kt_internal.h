@@ -92,7 +92,8 @@ typedef void (*kt_kernel)(const kt_mat* W, int n0, int nn, const kt_act* A, int 
                           int ldc, kt_scratch* s);
 
 // Kernel lookup: returns NULL when (fmt, isa level) has no kernel.
-// level: KT_ISA_AVX2, KT_ISA_AVX512 (uses VNNI/BF16 bits in isa), KT_ISA_AMX.
+// level: KT_ISA_AVX2, KT_ISA_AVX512 (uses VNNI/BF16 bits in isa), KT_ISA_AMX
+// (the emulated tile kernels when isa has KT_ISA_AMX_EMU).
 kt_kernel kt_pick_kernel(int fmt, int level, int isa);
 int kt_act_format(int fmt, int isa);
 
@@ -140,6 +141,10 @@ int kt_amx_init_thread(void);
 void kt_amx_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+// The same kernels over emulated tiles (kern_amx_emu.c; KT_ISA_AMX_EMU, tests).
+void kt_amx_emu_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+void kt_amx_emu_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+void kt_amx_emu_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 
 // Portable packing of a row-major source slice into a bf16 panel (used on the fly).
 void kt_pack_rm_to_bf16pk(const kt_mat* W, int n0, int nn, uint16_t* dst);

@@ -22,6 +22,12 @@ enum {
   KT_ISA_VNNI = 1 << 2,      // avx512_vnni
   KT_ISA_AVX512BF16 = 1 << 3,// avx512_bf16
   KT_ISA_AMX = 1 << 4,       // amx tile + int8 + bf16, permission granted
+  // Tests only, with KT_ISA_AMX (and the AVX-512, VNNI and BF16 bits every
+  // AMX CPU has): the AMX prefill kernels run over a scalar emulation of the
+  // tile registers (kern_amx_emu.c) and no thread loads a tile configuration,
+  // so the engine's AMX path runs on CPUs without AMX. Go sets it only from
+  // the unexported Config.amxEmu.
+  KT_ISA_AMX_EMU = 1 << 5,
 };
 
 // Weight storage formats of one projection matrix (rows N x cols K).

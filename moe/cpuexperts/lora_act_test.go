@@ -156,7 +156,8 @@ func actReference(src Source, spec LayerSpec, lo *LoRA, x []float32, tokens, top
 // TestLoRAActivations checks the engine's expert LoRA at every AVX-512
 // kernel level of this CPU against actReference in the activation format
 // of that level: bf16 where the CPU has AVX512_BF16 (level avx512) or AMX
-// (level amx), f32 otherwise. Three layers share one engine and its LoRA
+// (level amx, or its emulation amxEmuLevel on CPUs without AMX), f32
+// otherwise. Three layers share one engine and its LoRA
 // scratch (two with different adapters of the same rank, one without) and
 // run in turn on batches of 1 to 100 tokens, 4 experts each, with f32 and
 // bf16 inputs: on one pool (the fused decode path, and the phased path with
@@ -179,6 +180,9 @@ func TestLoRAActivations(t *testing.T) {
 		if l == ISAAVX512 || l == ISAAMX {
 			levels = append(levels, l)
 		}
+	}
+	if emuAMX() {
+		levels = append(levels, amxEmuLevel) // the AMX prefill path, tiles emulated
 	}
 	if len(levels) == 0 {
 		t.Skipf("no AVX-512 kernel level on this CPU (%s): the bf16-activation paths need AVX512_BF16 or AMX", f)
@@ -221,13 +225,20 @@ func TestLoRAActivations(t *testing.T) {
 			batches = append(batches, b)
 		}
 	}
+	srcs := sourceCache{}
+	haveRef, refBF16 := false, false // the references computed last, and in which activation format
 	for _, level := range levels {
-		bf16Act := level == ISAAMX || f.AVX512BF16 // pack.c kt_act_format
-		for _, b := range batches {                // the references: the same for every method and run
+		bf16Act := level == ISAAMX || level == amxEmuLevel || f.AVX512BF16 // pack.c kt_act_format
+		// the references: the same for every method and run, and for
+		// every level with the same activation format
+		for _, b := range batches {
+			if haveRef && refBF16 == bf16Act {
+				break
+			}
 			b.ref, b.sl = make([][]float32, len(lora)), make([][]float64, len(lora))
 			for i, lo := range lora {
 				var err error
-				if b.ref[i], b.sl[i], err = actReference(sourceFor(BF16, spec), spec, lo, b.x, b.b.Tokens, topK, b.b.IDs, b.b.Weights, bf16Act); err != nil {
+				if b.ref[i], b.sl[i], err = actReference(srcs.get(BF16, spec), spec, lo, b.x, b.b.Tokens, topK, b.b.IDs, b.b.Weights, bf16Act); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -237,12 +248,13 @@ func TestLoRAActivations(t *testing.T) {
 				}
 			}
 		}
+		haveRef, refBF16 = true, bf16Act
 		for _, m := range []Method{BF16, AMXBF16} {
 			spec.Method = m
-			src := sourceFor(m, spec)
+			src := srcs.get(m, spec)
 			for _, rn := range runs {
-				cfg := Config{Threads: 2, Pools: rn.pools, ISA: level, MaxTokens: maxTok, TopK: topK,
-					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}
+				cfg := withISA(Config{Threads: 2, Pools: rn.pools, MaxTokens: maxTok, TopK: topK,
+					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, level)
 				if !rn.fused {
 					cfg.fusedMaxSlots = -1
 				}

@@ -283,12 +283,13 @@ kt_kernel kt_pick_kernel(int fmt, int level, int isa) {
   int bf16 = (isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) != 0;
   int vnni = (isa & KT_ISA_VNNI) != 0;
   if (level == KT_ISA_AMX) {  // row-major formats get their rows packed by the engine first
+    int emu = (isa & KT_ISA_AMX_EMU) != 0;  // tests: the same kernels over emulated tiles
     switch (fmt) {
-      case KT_FMT_BF16_PK: return kt_amx_bf16pk;
-      case KT_FMT_I8_PK: return kt_amx_i8pk;
-      case KT_FMT_I4_PK: return kt_amx_i4pk;
-      case KT_FMT_BF16_RM: return kt_amx_bf16pk;
-      case KT_FMT_FP8_RM: return kt_amx_bf16pk;
+      case KT_FMT_BF16_PK: return emu ? kt_amx_emu_bf16pk : kt_amx_bf16pk;
+      case KT_FMT_I8_PK: return emu ? kt_amx_emu_i8pk : kt_amx_i8pk;
+      case KT_FMT_I4_PK: return emu ? kt_amx_emu_i4pk : kt_amx_i4pk;
+      case KT_FMT_BF16_RM: return emu ? kt_amx_emu_bf16pk : kt_amx_bf16pk;
+      case KT_FMT_FP8_RM: return emu ? kt_amx_emu_bf16pk : kt_amx_bf16pk;
       case KT_FMT_I4G_PK: return vnni ? kt_vnni_i4gpk : kt_avx2_i4gpk;
     }
     return NULL;

@@ -1,0 +1,34 @@
+// kern_amx_i4.h: the int4 -> int8 unpack of the AMX int4 kernel, shared by
+// the real kernel (kern_amx.c) and its emulation (kern_amx_emu.c) so that
+// the engine tests on CPUs without AMX run the same unpack.
+#ifndef KERN_AMX_I4_H
+#define KERN_AMX_I4_H
+
+#include <immintrin.h>
+
+#include "kt_internal.h"
+
+// amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
+// (16-row panels; per 128 columns, 16 lines of 64 bytes, 16 rows x one
+// k-quad each, whose low nibbles hold columns 0-63 of the block and high
+// nibbles columns 64-127) into int8 panels at dst in the KT_FMT_I8_PK layout
+// the int8 kernel reads (per 128 columns, the 16 lines of the low nibbles,
+// then the 16 of the high ones), each value q as q*16 (pack.c: the scales
+// are divided by 16).
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(const kt_mat* W, int n0, int nn,
+                                                                             int8_t* dst) {
+  int k = W->k;
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  for (int p = 0; p < nn / 16; p++) {
+    const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
+    int8_t* d = dst + (int64_t)p * 16 * k;
+    for (int c = 0; c < k / 128; c++)
+      for (int r = 0; r < 16; r++) {
+        __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, _mm512_and_si512(b, mask));
+      }
+  }
+}
+
+#endif
