@@ -78,6 +78,10 @@ typedef struct {
   kt_scratch s;
   float *cg, *cu, *cd;
   void* trow;  // one converted row before it is stored in tile order
+  // phased AMX prefill: one kernel call's activations gathered in tile order
+  // (xa, row scales xas) by the gate/up item that uses them, kept in L2
+  char* xa;
+  float* xas;
   const float** parts;  // merge: [max_k * npools]
   float* pw;
   pthread_t th;
@@ -126,6 +130,7 @@ struct kt_engine {
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
   int mch;  // prefill tokens per kernel call (<= KT_MCH, multiple of 32); 0: by format (prefill_chunk)
+  int64_t xabytes;  // each worker's xa
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
@@ -142,7 +147,7 @@ struct kt_engine {
   int pf_min;
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
-  uint8_t* blk_tiled;  // per 16-slot block: its rows are in tile order (kt_act.tiled)
+  uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
 
   // routing
@@ -452,6 +457,7 @@ static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64
 // K 2048: 128 x 4 KiB of activations leave L2 room for the streamed weights);
 // int8 layers ran 15-19% faster with 512-token calls than with 128 (six of
 // six alternated pairs, Qwen3-30B at 4096 tokens, docs/notes/session5_run).
+#define KT_XA_ROWS 512  // bf16 rows of the per-worker gather buffer (gather_rows)
 #define KT_MCH_BF16 128
 #define KT_MCH_S8 512
 
@@ -465,6 +471,24 @@ static inline int prefill_chunk(const kt_engine* e, int act) {
 // set_nx tells the next kernel call which weights follow it (NULL: none).
 static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, int on) {
   w->s.nx = on ? pair_bytes(e, W, n0, &w->s.nxb) : NULL;
+}
+
+// gather_rows copies the converted token rows of slots [s0, s0+m) into the
+// worker's xa in tile order (slot s0+i as row i) and their scales into xas.
+// The phased AMX prefill of an expert with at most e->xa_rows tokens reads
+// its activations from there (blk_tiled 2): each gate/up item gathers the
+// expert's rows once, from the converted rows (Xt, a few MB, cache-hot),
+// into memory it keeps in L2, instead of a phase that first writes a
+// slot-ordered copy of every routed row (134 MB for 4096 tokens of
+// Qwen3-30B in bf16) which every gate/up item of the expert then reads back
+// from memory. The kernels read round_up(m, 32) rows; rows past m keep
+// earlier values and only feed outputs that are not stored.
+static void gather_rows(kt_engine* e, kt_worker* w, kt_pool* P, int s0, int m, int64_t rb) {
+  for (int i = 0; i < m; i++) {
+    int t = e->slot_tok[s0 + i];
+    kt_put_row(w->xa, i, rb, (const char*)P->Xt + (int64_t)t * rb, 1);
+    w->xas[i] = P->Xts[t];
+  }
 }
 
 // gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
@@ -497,12 +521,17 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     head_prefetch(e, U, g0);
   }
   int tiled = pf && e->pf_tiled;
+  int local = e->blk_tiled[off >> 4] == 2;  // the item gathered the expert's rows into xa (gather_rows)
   int hdirect = P->act == KT_ACT_BF16;
   w->s.c_nt = 0;  // C is this thread's scratch
   int mch = prefill_chunk(e, P->act);
   for (int m0 = 0; m0 < m; m0 += mch) {
     int mm = m - m0 < mch ? m - m0 : mch;
     kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
+    if (local) {
+      A.a = w->xa + (int64_t)m0 * H * asz;
+      A.as = w->xas + m0;
+    }
     int lastc = m0 + mm >= m;  // the next calls use other weights: prefetch them (L2)
     set_nx(e, w, U, g0, pf && lastc);
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
@@ -614,6 +643,7 @@ static void run_job(kt_worker* w) {
   // 1b. copy rows into per-expert slot order
   int nchunks = (e->nslots + 15) / 16;
   while ((item = atomic_fetch_add_explicit(&P->next[1].v, 1, memory_order_relaxed)) < nchunks) {
+    if (e->blk_tiled[item] == 2) continue;  // its gate/up items gather (gather_rows)
     for (int s = item * 16; s < item * 16 + 16 && s < e->nslots; s++) {
       int t = e->slot_tok[s];
       if (t < 0) continue;
@@ -625,11 +655,10 @@ static void run_job(kt_worker* w) {
   if (timer) ph_mark(e, KT_PH_GATHER);
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
-  // read an expert's activations (up to e->mch rows per kernel call, kept in
-  // L2 across the item's 32-row blocks) fewer times, as long as every thread
-  // still gets ~8 items
+  // read (or gather, gather_rows) an expert's activations fewer times, as
+  // long as every thread still gets ~8 items
   int r2 = KT_NB;
-  for (int r = 128; r > KT_NB; r /= 2)
+  for (int r = 256; r > KT_NB; r /= 2)
     if (I % r == 0 && (int64_t)e->nactive * (I / r) >= 8 * nth) {
       r2 = r;
       break;
@@ -638,6 +667,7 @@ static void run_job(kt_worker* w) {
   int items = e->nactive * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x = e->active[item / nb], ib = item % nb;
+    if (e->blk_tiled[e->off[x] >> 4] == 2) gather_rows(e, w, P, e->off[x], e->cnt[x], (int64_t)H * asz);
     for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB)
       gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < (ib + 1) * r2);
     // 3. quantize h for the down projection (bf16: gate/up stored it
@@ -933,9 +963,15 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if ((int64_t)e->l->hidden * act_size(act) % 64) e->pf_tiled = 0;
   for (int p = 0; p < e->npools; p++)
     if ((int64_t)e->l->inter_p[p] * act_size(act) % 64) e->pf_tiled = 0;
+  // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
+  // the worker's xa, gathered by each gate/up item (phased path, experts of
+  // at most xa_rows tokens: gather_rows)
+  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
+  int xa_rows = (int)(e->xabytes / ((int64_t)e->l->hidden * act_size(act)));
   for (int a = 0; a < e->nactive; a++) {
     int x = e->active[a];
     uint8_t t = e->pf_tiled && e->cnt[x] >= e->pf_min;
+    if (t && !e->fused && e->cnt[x] <= xa_rows) t = 2;
     for (int blk = e->off[x] >> 4; blk < (e->off[x] + e->cnt[x] + 15) >> 4; blk++) e->blk_tiled[blk] = t;
   }
   if (act_size(act) > e->pools[0].asz) {
@@ -950,7 +986,6 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (e->l->lora) kt_lora_begin(e->l->lora, e->active, e->nactive, e->npools);
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
-  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   if (e->fused) {
     e->seq = (int)((unsigned)e->seq + 1u);
     if (e->seq == 0) e->seq = 1;  // tokst starts zeroed
@@ -1229,6 +1264,8 @@ static void free_engine(kt_engine* e) {
       free(w->cu);
       free(w->cd);
       free(w->trow);
+      kt_free(w->xa, e->xabytes);
+      free(w->xas);
       free(w->parts);
       free(w->pw);
     }
@@ -1407,6 +1444,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   // workers[nthreads] is the guest: a kt_sync caller joining a fused task (pool 0)
   e->workers = (kt_worker*)xalloc(sizeof(kt_worker) * (size_t)(e->nthreads + 1));
   if (!e->workers) FAIL("out of memory");
+  // xa holds up to KT_XA_ROWS bf16 rows (twice as many int8 rows) of one
+  // expert (gather_rows)
+  e->xabytes = (int64_t)H * 2 * KT_XA_ROWS;
   e->guest = &e->workers[e->nthreads];
   int maxk = H > I ? H : I;
   for (int p = 0, g = 0; p < e->npools; p++)
@@ -1427,6 +1467,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
+      w->xa = kt_alloc(e->xabytes, e->pools[p].node);
+      w->xas = (float*)xalloc(sizeof(float) * KT_MCH);
       w->s.amx_kch = cfg->amx_kch;
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
@@ -1435,7 +1477,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
-      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->parts || !w->pw) FAIL("out of memory for thread scratch");
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
+        FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {
     CPU_ZERO(&e->wcpus);
