@@ -656,9 +656,11 @@ static void run_job(kt_worker* w) {
 
   // 2. gate/up + silu; items are (expert, r2 intermediate rows): long items
   // read (or gather, gather_rows) an expert's activations fewer times, as
-  // long as every thread still gets ~8 items
+  // long as every thread still gets ~8 items. 256-row items only where the
+  // experts average 64 tokens or more (compute-bound; in the device A/B at
+  // 512 tokens of Qwen3.5, 16 per expert, they were slower)
   int r2 = KT_NB;
-  for (int r = 256; r > KT_NB; r /= 2)
+  for (int r = e->nslots >= 64 * e->nactive ? 256 : 128; r > KT_NB; r /= 2)
     if (I % r == 0 && (int64_t)e->nactive * (I / r) >= 8 * nth) {
       r2 = r;
       break;
