@@ -54,6 +54,10 @@ typedef struct {
   void* X;
   float* Xs;
   void* Xt;   // [max_tokens][hidden] converted once per token
+  // the other Xt: phased tasks alternate between the two, so a task's
+  // conversion does not write lines that the last task's gathers left
+  // shared in many cores' caches
+  void* Xt2;
   float* Xts;
   float* Hf;
   void* Hq;
@@ -988,6 +992,12 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (e->l->lora) kt_lora_begin(e->l->lora, e->active, e->nactive, e->npools);
   atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
+  if (!e->fused)
+    for (int p = 0; p < e->npools; p++) {
+      void* t = e->pools[p].Xt;
+      e->pools[p].Xt = e->pools[p].Xt2;
+      e->pools[p].Xt2 = t;
+    }
   if (e->fused) {
     e->seq = (int)((unsigned)e->seq + 1u);
     if (e->seq == 0) e->seq = 1;  // tokst starts zeroed
@@ -1280,6 +1290,7 @@ static void free_engine(kt_engine* e) {
     kt_free(P->Hq, P->bytesHq);
     kt_free(P->Y, P->bytesOut);
     kt_free(P->Xt, P->bytesXt);
+    kt_free(P->Xt2, P->bytesXt);
     free(P->Xts);
     free(P->Xs);
     free(P->Hs);
@@ -1431,6 +1442,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->bytesOut = e->max_slots * H * 4 + 64;
     P->bytesXt = (int64_t)cfg->max_tokens * H * asz + 64;
     P->Xt = kt_alloc(P->bytesXt, P->node);
+    P->Xt2 = kt_alloc(P->bytesXt, P->node);
     P->Xts = (float*)xalloc(sizeof(float) * (size_t)cfg->max_tokens + 64);
     P->X = kt_alloc(P->bytesX, P->node);
     P->Hf = (float*)kt_alloc(P->bytesH, P->node);
@@ -1439,7 +1451,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
-    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xts || !P->gud)
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xt2 || !P->Xts || !P->gud)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
