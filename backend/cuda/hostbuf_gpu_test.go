@@ -24,8 +24,12 @@ func BenchmarkHostBufferRead(b *testing.B) {
 		}
 		pinned := h.Bytes()
 		plain := make([]byte, n)
-		for name, buf := range map[string][]byte{"pinned": pinned, "go": plain} {
-			b.Run(fmt.Sprintf("%s/%dKiB", name, n>>10), func(b *testing.B) {
+		for _, c := range []struct {
+			name string
+			buf  []byte
+		}{{"pinned", pinned}, {"go", plain}} {
+			buf := c.buf
+			b.Run(fmt.Sprintf("%s/%dKiB", c.name, n>>10), func(b *testing.B) {
 				words := unsafe.Slice((*uint64)(unsafe.Pointer(&buf[0])), n/8)
 				for i := range words {
 					words[i] = uint64(i)

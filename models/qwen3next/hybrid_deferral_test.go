@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/backend"
-	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
 	"github.com/ktserve/kt/models/internal/routed"
@@ -27,11 +26,7 @@ import (
 // without GPU experts; the overlapped form is refused. It skips without a
 // GPU.
 func TestHybridDeferral(t *testing.T) {
-	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer gpu.Close()
+	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 3)
 	load := func(be backend.Backend, d int, gpuExperts placement.Request) (*Runner, error) {
 		return Load(dir, models.Options{Backend: be, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2,

@@ -16,6 +16,18 @@ import (
 	"github.com/ktserve/kt/moe/placement"
 )
 
+// openTestGPU opens the GPU backend the hybrid tests share (a fifth of the
+// memory), closed when the test ends, or skips the test without a GPU.
+func openTestGPU(t *testing.T) *cuda.Backend {
+	t.Helper()
+	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	t.Cleanup(func() { gpu.Close() })
+	return gpu
+}
+
 // hybridTol bounds |logprob(hybrid) - logprob(all on the CPU)|: the GPU's
 // ops (split-bf16 GEMMs, other summation orders) differ from the CPU
 // backend's by up to ~5e-3 on the fixtures (docs/notes/cudamodel.md); the
@@ -34,11 +46,7 @@ const hybridTol = 5e-3
 // It skips without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
 	t.Setenv(routed.GraphEnv, "") // the default: piecewise graphs
-	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer gpu.Close()
+	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 3)
 	prompt := make([]int32, 40)
 	for i := range prompt {

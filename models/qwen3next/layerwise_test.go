@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/backend"
-	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/models/internal/modeltest"
 	"github.com/ktserve/kt/models/internal/routed"
@@ -198,11 +197,7 @@ func checkGraphs(t *testing.T, name string, g models.GraphStats, once bool) {
 // above every pass (never layerwise: the hybrid run's numbers). It skips
 // without a GPU.
 func TestLayerwisePrefill(t *testing.T) {
-	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer gpu.Close()
+	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 3)
 	big, small := lwScript(shape.Vocab, true), lwScript(shape.Vocab, false)
 	run := func(name string, script []lwOp, be backend.Backend, o models.Options, want string) lwRun {
@@ -293,11 +288,7 @@ func TestLayerwisePrefill(t *testing.T) {
 // prefill (GPU experts are never deferred, so the references differ: see
 // the comment there). It skips without a GPU.
 func TestDynamicExpertUpdate(t *testing.T) {
-	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer gpu.Close()
+	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 3)
 	big, small := lwScript(shape.Vocab, true), lwScript(shape.Vocab, false)
 	three := placement.Request{PerLayer: 3}

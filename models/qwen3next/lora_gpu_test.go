@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/models"
 )
@@ -21,11 +20,7 @@ const loraGPUTol = 2e-2
 // and the CUDA LoRAAdd per row, so one step mixes a sequence with the
 // adapter and one without. It skips without a GPU.
 func TestNonExpertLoRAOnGPU(t *testing.T) {
-	gpu, err := cuda.NewBackend(cuda.Options{MemFractionStatic: 0.2})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer gpu.Close()
+	gpu := openTestGPU(t)
 	ref := readLoRARef(t)
 	set, err := lora.Open(lora.Flags{LoRAPaths: []string{"neko=" + filepath.Join(loraFixture, "merged")}})
 	if err != nil {

@@ -82,8 +82,8 @@ typedef struct {
   kt_scratch s;
   float *cg, *cu, *cd;
   void* trow;  // one converted row before it is stored in tile order
-  // phased AMX prefill: one kernel call's activations gathered in tile order
-  // (xa, row scales xas) by the gate/up item that uses them, kept in L2
+  // phased AMX prefill: an expert's activation rows gathered in tile order
+  // (xa, row scales xas) by each of its gate/up items (gather_rows)
   char* xa;
   float* xas;
   const float** parts;  // merge: [max_k * npools]
@@ -461,7 +461,7 @@ static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64
 // K 2048: 128 x 4 KiB of activations leave L2 room for the streamed weights);
 // int8 layers ran 15-19% faster with 512-token calls than with 128 (six of
 // six alternated pairs, Qwen3-30B at 4096 tokens, docs/notes/session5_run).
-#define KT_XA_ROWS 512  // bf16 rows of the per-worker gather buffer (gather_rows)
+#define KT_XA_ROWS 512  // bf16 rows of the per-worker gather buffer (gather_rows); int8: twice as many
 #define KT_MCH_BF16 128
 #define KT_MCH_S8 512
 
@@ -472,6 +472,12 @@ static inline int prefill_chunk(const kt_engine* e, int act) {
   return act == KT_ACT_S8 ? KT_MCH_S8 : KT_MCH_BF16;
 }
 
+// xa_rows is how many activation rows of format act a worker's gather
+// buffer holds: the most tokens of an expert that gather_rows takes.
+static inline int xa_rows(const kt_engine* e, int act) {
+  return (int)(e->xabytes / ((int64_t)e->l->hidden * act_size(act)));
+}
+
 // set_nx tells the next kernel call which weights follow it (NULL: none).
 static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, int on) {
   w->s.nx = on ? pair_bytes(e, W, n0, &w->s.nxb) : NULL;
@@ -479,8 +485,8 @@ static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, i
 
 // gather_rows copies the converted token rows of slots [s0, s0+m) into the
 // worker's xa in tile order (slot s0+i as row i) and their scales into xas.
-// The phased AMX prefill of an expert with at most e->xa_rows tokens reads
-// its activations from there (blk_tiled 2): each gate/up item gathers the
+// The phased AMX prefill of an expert with at most xa_rows(e, act) tokens
+// reads its activations from there (blk_tiled 2): each gate/up item gathers the
 // expert's rows once, from the converted rows (Xt, a few MB, cache-hot),
 // into memory it keeps in L2, instead of a phase that first writes a
 // slot-ordered copy of every routed row (134 MB for 4096 tokens of
@@ -973,11 +979,11 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // the worker's xa, gathered by each gate/up item (phased path, experts of
   // at most xa_rows tokens: gather_rows)
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
-  int xa_rows = (int)(e->xabytes / ((int64_t)e->l->hidden * act_size(act)));
+  int xrows = xa_rows(e, act);
   for (int a = 0; a < e->nactive; a++) {
     int x = e->active[a];
     uint8_t t = e->pf_tiled && e->cnt[x] >= e->pf_min;
-    if (t && !e->fused && e->cnt[x] <= xa_rows) t = 2;
+    if (t && !e->fused && e->cnt[x] <= xrows) t = 2;
     for (int blk = e->off[x] >> 4; blk < (e->off[x] + e->cnt[x] + 15) >> 4; blk++) e->blk_tiled[blk] = t;
   }
   if (act_size(act) > e->pools[0].asz) {
@@ -1482,7 +1488,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->xa = kt_alloc(e->xabytes, e->pools[p].node);
-      w->xas = (float*)xalloc(sizeof(float) * KT_MCH);
+      w->xas = (float*)xalloc(sizeof(float) * 2 * KT_XA_ROWS);  // a scale per int8 row xa can hold
       w->s.amx_kch = cfg->amx_kch;
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;

@@ -121,7 +121,7 @@ TAMX void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf) {
 
 // MIX_BODY defines mix_I8_AMX_AVX: iters rounds of (AMX) the 2x2 tile
 // block with its four operand tiles reloaded from L1 (as kt_amx_peak_loop
-// with loads) and AVX tokens (0, 4 or 8) x 32 rows x one K step of AVX-512
+// with loads) and AVX tokens (4 or 8) x 32 rows x one K step of AVX-512
 // dot products reading the same B tile rows (64 bytes: 16 rows x one k pair
 // or quad) and broadcasting the tokens' pairs/quads from their tile rows, in
 // one instruction stream. Accumulators are named locals so they stay in
@@ -167,31 +167,30 @@ TAMX void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf) {
     return (float)_mm512_reduce_add_epi32(s);                                                            \
   }
 
-MIX_BODY(0, 1, 0)
 MIX_BODY(0, 1, 4)
 MIX_BODY(0, 1, 8)
 MIX_BODY(0, 0, 8)
-MIX_BODY(1, 1, 0)
 MIX_BODY(1, 1, 4)
 MIX_BODY(1, 1, 8)
 MIX_BODY(1, 0, 8)
 
 // kt_amx_mix_loop measures whether one core's vector units add to its tile
-// unit (mix_*): i8 picks int8 or bf16, amx the tile block, avx the vector
-// tokens per round (0, 4 or 8). The calling thread must have loaded the tile
-// configuration when amx is set. It returns a value derived from the vector
-// accumulators so they are not optimised away (-1: no such variant).
+// unit (mix_*): i8 picks int8 or bf16, amx the tile block beside avx vector
+// tokens per round (4 or 8), or (amx 0) 8 vector tokens alone; the tile
+// block alone is kt_amx_peak_loop with loads. The calling thread must have
+// loaded the tile configuration when amx is set. It returns a value derived
+// from the vector accumulators so they are not optimised away (-1: no such
+// variant).
 TAMXV float kt_amx_mix_loop(int i8, int amx, int avx, int64_t iters, const char* buf) {
   if (amx) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
+    if (avx == 8) return i8 ? mix_1_1_8(iters, buf) : mix_0_1_8(iters, buf);
+    if (avx == 4) return i8 ? mix_1_1_4(iters, buf) : mix_0_1_4(iters, buf);
+    return -1;
   }
-  if (i8) {
-    if (amx) return avx == 8 ? mix_1_1_8(iters, buf) : avx == 4 ? mix_1_1_4(iters, buf) : mix_1_1_0(iters, buf);
-    return avx ? mix_1_0_8(iters, buf) : -1;
-  }
-  if (amx) return avx == 8 ? mix_0_1_8(iters, buf) : avx == 4 ? mix_0_1_4(iters, buf) : mix_0_1_0(iters, buf);
-  return avx ? mix_0_0_8(iters, buf) : -1;
+  if (avx == 8) return i8 ? mix_1_0_8(iters, buf) : mix_0_0_8(iters, buf);
+  return -1;
 }
