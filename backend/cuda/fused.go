@@ -30,7 +30,7 @@ func (b *Backend) gemvGroup(x backend.Tensor, n int, outs, ws []backend.Tensor) 
 	if len(ws) < 2 || len(ws) > gemvGroupMax || len(outs) != len(ws) || n <= 0 || b.fastMatMul {
 		return false
 	}
-	xs, _ := x.(*Tensor)
+	xs := asTensor(x)
 	if xs == nil {
 		return false
 	}
@@ -43,8 +43,7 @@ func (b *Backend) gemvGroup(x backend.Tensor, n int, outs, ws []backend.Tensor) 
 			args = append(args, Buffer{}, Buffer{}, 0, start)
 			continue
 		}
-		wt, _ := ws[i].(*Tensor)
-		os, _ := outs[i].(*Tensor)
+		wt, os := asTensor(ws[i]), asTensor(outs[i])
 		if wt == nil || os == nil || wt.fp8 != nil || wt.dt != tensor.BF16 || len(wt.shape) != 2 {
 			return false
 		}

@@ -344,7 +344,10 @@ func (x *engine) timing() string {
 		return ""
 	}
 	s := x.gpu.timing.String()
-	if t := x.eng.Trace(); s != "" && t.Tasks > 0 { // the decode tasks' own split (TimingEnv turns the trace on)
+	if s == "" {
+		return ""
+	}
+	if t := x.eng.Trace(); t.Tasks > 0 { // the decode tasks' own split (TimingEnv turns the trace on)
 		s += "\n" + cpuexperts.TraceHeader + "\n" + t.Row("hybrid", 1)
 	}
 	return s
