@@ -692,7 +692,7 @@ static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
     if (r < na) {
       if (hb >= R) wait_count(&e->hmd[hb - R], mall);
       int x = e->active[r];
-      down_block(e, w, P, &ex[x], x, hb * r4, r4, I, asz, P->Y + (hb % R) * r4, ldy, 0);
+      down_block(e, w, P, &ex[x], x, hb * r4, r4, I, asz, P->Y + (hb % R) * r4, ldy, !e->cfg.ycache);
       atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_release);
       continue;
     }

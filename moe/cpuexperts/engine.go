@@ -107,6 +107,9 @@ type Config struct {
 	// every block, merged after all down items, the outputs written around
 	// the caches). Results do not depend on it.
 	MergeBlocks int
+	// MergeCached stores those kept blocks through the caches (the merge
+	// reads them soon) instead of around them. Results do not depend on it.
+	MergeCached bool
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
@@ -293,6 +296,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.dec_head = C.int(min(cfg.DecodeHeadPrefetch, 1<<14))
 	}
 	cc.ybl = C.int(max(min(cfg.MergeBlocks, 1<<10), -1))
+	if cfg.MergeCached {
+		cc.ycache = 1
+	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)

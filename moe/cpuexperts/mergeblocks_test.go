@@ -9,7 +9,8 @@ import (
 )
 
 // TestMergeBlocksBitwise checks the phased path's interleaved down and merge
-// (down_merge in engine.c): with Y holding 1, 2 or 3 hidden blocks, so that
+// (down_merge in engine.c): with Y holding 1, 2 or 3 hidden blocks (stored
+// around the caches or through them), so that
 // down items reuse places whose merges must have finished, on one pool and
 // two, with expert LoRA (its down delta goes to the block's place in Y), the
 // output is bitwise that of merging after all down items (MergeBlocks -1).
@@ -27,10 +28,14 @@ func TestMergeBlocksBitwise(t *testing.T) {
 			for _, pools := range []int{1, 2} {
 				for _, lora := range []bool{false, true} {
 					var want []float32
-					for _, mb := range []int{-1, 1, 2, 3, 0} {
-						name := fmt.Sprintf("%s/%s/pools%d/lora=%v/merge-blocks%d", isa, m, pools, lora, mb)
+					for _, v := range []struct {
+						mb     int
+						cached bool
+					}{{-1, false}, {1, false}, {2, false}, {3, true}, {0, false}, {1, true}} {
+						mb := v.mb
+						name := fmt.Sprintf("%s/%s/pools%d/lora=%v/merge-blocks%d/cached=%v", isa, m, pools, lora, mb, v.cached)
 						e, err := NewEngine(withISA(Config{Threads: 8, Pools: pools, MaxTokens: tokens, TopK: topK,
-							Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, MergeBlocks: mb, fusedMaxSlots: -1}, isa))
+							Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, MergeBlocks: mb, MergeCached: v.cached, fusedMaxSlots: -1}, isa))
 						if err != nil {
 							t.Fatal(err)
 						}
