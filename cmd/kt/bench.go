@@ -39,8 +39,6 @@ type moeBenchOpts struct {
 	phases                  bool
 	trace, syncHelp         bool
 	fusedItems, decHead     int
-	mergeBlocks             int
-	mergeCached             bool
 	spinWait                time.Duration
 	gap, spinPure           time.Duration
 }
@@ -77,8 +75,6 @@ func init() {
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
-			f.IntVar(&moeOpts.mergeBlocks, "merge-blocks", 0, "prefill: hidden blocks of down outputs kept and merged as down goes (0 = default 3, -1 = merge after all down items)")
-			f.BoolVar(&moeOpts.mergeCached, "merge-cached", false, "prefill: the kept down outputs are stored through the caches (default: around them)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
 		run: runMoEBench,
@@ -182,7 +178,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, MergeBlocks: o.mergeBlocks, MergeCached: o.mergeCached, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

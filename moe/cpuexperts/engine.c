@@ -44,7 +44,6 @@
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
-#define YRING 3   // default kt_engine_config.ybl: hidden blocks of down outputs Y holds (down_merge)
 #define AMX_NXL 0  // default kt_engine_config.amx_nxl (none; Go passes DefaultAMXNextLines)
 
 typedef struct {
@@ -142,9 +141,7 @@ struct kt_engine {
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
-  _Atomic int* hbd;   // per hidden block: down items finished (both paths)
-  _Atomic int* hmd;   // phased, down_merge: per hidden block, merge items finished
-  int yr4, yring, ymt;  // phased down: hidden rows per item, blocks Y holds (0 = merge after a barrier), merge chunk
+  _Atomic int* hbd;   // per hidden block: down items finished
   _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
@@ -270,14 +267,6 @@ static void wait_change(kt_engine* e, _Atomic int* addr, int old) {
     futex_wait(addr, old);
     atomic_fetch_sub_explicit(&e->nsleep, 1, memory_order_seq_cst);
   }
-}
-
-// spin_pause is one step of a short wait for another worker's item.
-static inline void spin_pause(int* spins) {
-  if ((++*spins & 255) == 0)
-    sched_yield();  // an oversubscribed machine: let the thread we wait for run
-  else
-    _mm_pause();
 }
 
 static void barrier(kt_engine* e, _Atomic int* cnt, _Atomic int* gen, int n) {
@@ -581,18 +570,17 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
 }
 
 // down_block computes y = down·h for hidden rows [h0, h0+r4) of expert x
-// over all its slot rows, into Yb (column h0 of this block's place in P->Y:
-// slot s's row at Yb + s*ldy). Every output element comes from one kernel
-// call over the full intermediate width, so the loop order does not change
-// results. nt: store the outputs around the caches (a merge after a
-// barrier reads them back; the merge of a block that follows its down items
-// closely wants them cached).
-static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int h0, int r4, int I,
-                       int64_t asz, float* Yb, int ldy, int nt) {
+// over all its slot rows, into P->Y. Every output element comes from one
+// kernel call over the full intermediate width, so the loop order does not
+// change results.
+static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int h0, int r4, int H,
+                       int I, int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpfd : e->kdec;
-  w->s.c_nt = nt && pf && e->pf_tiled && (ldy * 4) % 64 == 0 && !e->l->lora;
+  // phased prefill through AMX: the slot outputs bypass the caches (the
+  // fused path merges right away and wants them cached)
+  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0 && !e->l->lora;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
@@ -605,102 +593,37 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       D = &PD;
       d0 = 0;
     }
-    float* Yn = Yb + (n0 - h0);
     int mch = prefill_chunk(e, P->act);
     for (int m0 = 0; m0 < m; m0 += mch) {
       int mm = m - m0 < mch ? m - m0 : mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       set_nx(e, w, D, d0 + KT_NB, pf && m0 + mm >= m && n0 + KT_NB < h0 + r4);
-      kern(D, d0, KT_NB, &A, mm, Yn + (int64_t)(off + m0) * ldy, ldy, &w->s);
+      kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
       w->s.nx = NULL;
     }
-    if (e->l->lora) kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, Yn, ldy);  // y += s·B_d(A_d h)
+    if (e->l->lora) kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, P->Y, H);  // y += s·B_d(A_d h)
   }
   if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
 // merge_token writes out[t][h0:h0+n] = Σ w·Y over the token's slots (top-k
-// order) and the pools (pool order), adding to out when incremental. The
-// block's values of slot s are at Y + s*ldy + yc in every pool.
-static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int yc, int ldy) {
+// order) and the pools (pool order), adding to out when incremental.
+static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H) {
   const kt_batch* b = &e->b;
   int k = b->k, np = 0;
   for (int j = 0; j < k; j++) {
     int s = e->tok_slot[(int64_t)t * k + j];
     if (s < 0) continue;
     for (int p = 0; p < e->npools; p++) {
-      w->parts[np] = e->pools[p].Y + (int64_t)s * ldy + yc;
+      w->parts[np] = e->pools[p].Y + (int64_t)s * H + h0;
       w->pw[np++] = e->slot_w[s];
     }
   }
-  void* o = (char*)b->out + ((int64_t)t * e->l->hidden + h0) * (b->out_bf16 ? 2 : 4);
+  void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
   if (e->isa & KT_ISA_AVX512)
     kt_avx512_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
   else
     kt_avx2_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
-}
-
-// wait_count spins until *c reaches n (an item another thread claimed and
-// is running: nothing waits for an unclaimed item, so nothing deadlocks).
-static inline void wait_count(_Atomic int* c, int n) {
-  for (int spins = 0; atomic_load_explicit(c, memory_order_acquire) < n;) spin_pause(&spins);
-}
-
-// down_merge runs phases 4 and 5 of the phased path as one stream of items
-// per pool, hidden block by hidden block: the down items of block hb (one
-// per active expert), then the merge items of block hb-1 (token chunks,
-// split over the pools), ..., and the merges of the last block. P->Y holds
-// e->yring blocks, block hb in place hb % yring: a merge reads outputs a
-// few milliseconds old, from the caches, instead of the whole Y (268 MB at
-// 4096 tokens of Qwen3-30B) written to memory and read back after a
-// barrier. A merge item waits for its block's down items in every pool
-// (hbd), a down item for the merges of the block that last used its place
-// (hmd); both were claimed earlier in every pool's stream, so nothing
-// deadlocks, and with one block of lag the waits are rare. Each output
-// element is still one merge over the same values in the same order.
-static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* ex, int I, int64_t asz) {
-  int H = e->l->hidden, na = e->nactive, np = e->npools;
-  int r4 = e->yr4, nhb = H / r4, R = e->yring, ldy = R * r4;
-  int mt = e->ymt, nch = (e->ntok + mt - 1) / mt;  // merge chunks of mt tokens, chunk c in pool c % np
-  // merge items per block of this pool, and of all pools (a pool without
-  // chunks has one empty item per block, which keeps the stream's shape)
-  int p = w->pool, mc = 0, mall = 0;
-  for (int q = 0; q < np; q++) {
-    int n = nch / np + (q < nch % np);
-    n = n > 0 ? n : 1;
-    mall += n;
-    if (q == p) mc = n;
-  }
-  // the stream: D(0), then D(g+1) M(g) for every block g (no D past the
-  // last); with one place in Y (R 1) D(g) M(g), since D(g+1) reuses the
-  // place M(g) reads
-  int lag = R > 1, per = na + mc, items = nhb * per, d0 = lag * na, full = (nhb - lag) * per;
-  int item;
-  while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
-    int hb, r;
-    if (item < d0) {
-      hb = 0;
-      r = item;
-    } else if (item - d0 < full) {
-      int g = (item - d0) / per;
-      r = (item - d0) % per;  // < na: a down item of block g+lag; else merge chunk r-na of block g
-      hb = r < na ? g + lag : g;
-    } else {
-      hb = nhb - lag + (item - d0 - full) / mc;
-      r = na + (item - d0 - full) % mc;
-    }
-    if (r < na) {
-      if (hb >= R) wait_count(&e->hmd[hb - R], mall);
-      int x = e->active[r];
-      down_block(e, w, P, &ex[x], x, hb * r4, r4, I, asz, P->Y + (hb % R) * r4, ldy, !e->cfg.ycache);
-      atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_release);
-      continue;
-    }
-    int c = (r - na) * np + p;
-    wait_count(&e->hbd[hb], na * np);
-    for (int t = c * mt; t < (c + 1) * mt && t < e->ntok; t++) merge_token(e, w, t, hb * r4, r4, (hb % R) * r4, ldy);
-    atomic_fetch_add_explicit(&e->hmd[hb], 1, memory_order_release);
-  }
 }
 
 static void run_job(kt_worker* w) {
@@ -775,25 +698,24 @@ static void run_job(kt_worker* w) {
     ph_mark(e, KT_PH_QUANT);  // inside gate/up now
   }
 
-  // 4-5. down: items are (expert, r4 hidden rows), Y[slot] = down(h[slot])
-  // for this pool's slice; merge: out[t] = sum over the token's slots (k
-  // order) and pools (pool order) of w * Y. Interleaved block by block
-  // (down_merge), or (yring 0) merged after a barrier
-  if (e->yring > 0) {
-    down_merge(e, w, P, ex, I, asz);
-    if (timer) ph_mark(e, KT_PH_DOWN);  // the merges are inside
-    return;
-  }
-  int r4 = e->yr4, hb = H / r4;
+  // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
+  int r4 = KT_NB;
+  for (int r = 256; r > KT_NB; r /= 2)
+    if (H % r == 0 && e->nactive * (H / r) >= 4 * nth) {
+      r4 = r;
+      break;
+    }
+  int hb = H / r4;
   items = e->nactive * hb;
   while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / hb], h0 = (item % hb) * r4;
-    down_block(e, w, P, &ex[x], x, h0, r4, I, asz, P->Y + h0, H, 1);
+    int x = e->active[item / hb];
+    down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
   }
   barrier(e, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
   if (timer) ph_mark(e, KT_PH_DOWN);
-  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok)
-    merge_token(e, w, item, 0, H, 0, H);
+
+  // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
+  while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) merge_token(e, w, item, 0, H, H);
 }
 
 // ---------------------------------------------------------------- fused (decode) path
@@ -817,6 +739,13 @@ static void run_job(kt_worker* w) {
 // nothing can deadlock. Every output element is produced by one item with
 // the same kernels and summation order as the phased path: the two paths
 // give bitwise equal results (TestFusedMatchesPhased).
+
+static inline void spin_pause(int* spins) {
+  if ((++*spins & 255) == 0)
+    sched_yield();  // an oversubscribed machine: let the thread we wait for run
+  else
+    _mm_pause();
+}
 
 // fused_gather makes expert x's slot rows ready: the first gate/up item of x
 // copies its tokens' converted rows (waiting for each token's conversion
@@ -910,10 +839,10 @@ static void run_job_fused(kt_worker* w) {
     }
     int x = e->active[xa], h0 = hb * r4;
     nitems++;
-    down_block(e, w, P, &ex[x], x, h0, r4, I, asz, P->Y + h0, H, 0);
+    down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
     if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
     // last expert of this hidden block: out[t][h0:h0+r4] for every token
-    for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, h0, H);
+    for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
   }
   w->tr_items = nitems;
 }
@@ -1082,24 +1011,6 @@ static void run_task(kt_engine* e, const kt_task* t) {
       P->Xt = P->Xt2;
       P->Xt2 = t;
       P->xin = direct ? (const char*)e->b.x : (const char*)P->Xt;
-    }
-    // down items: (expert, yr4 hidden rows), the longest that still give
-    // every thread ~4 items; Y holds yring blocks of them (down_merge)
-    int H = e->l->hidden, nth = e->nthreads / e->npools;
-    e->yr4 = KT_NB;
-    for (int r = 256; r > KT_NB; r /= 2)
-      if (H % r == 0 && e->nactive * (H / r) >= 4 * nth) {
-        e->yr4 = r;
-        break;
-      }
-    int nhb = H / e->yr4;
-    e->yring = e->cfg.ybl < 0 ? 0 : e->cfg.ybl == 0 ? YRING : e->cfg.ybl;
-    if (e->yring > nhb) e->yring = nhb;
-    e->ymt = e->ntok / (4 * e->nthreads);
-    e->ymt = e->ymt < 1 ? 1 : e->ymt > 32 ? 32 : e->ymt;
-    for (int i = 0; i < nhb; i++) {
-      atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
-      atomic_store_explicit(&e->hmd[i], 0, memory_order_relaxed);
     }
   }
   if (e->fused) {
@@ -1409,7 +1320,6 @@ static void free_engine(kt_engine* e) {
   free((void*)e->xst);
   free((void*)e->gud);
   free((void*)e->hqst);
-  free((void*)e->hmd);
   free((void*)e->hbd);
   free((void*)e->tokst);
   free(e->blk_tiled);
@@ -1512,7 +1422,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hqst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
-  e->hmd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
@@ -1535,7 +1444,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hmd || !e->tokst || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

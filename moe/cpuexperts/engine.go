@@ -101,15 +101,6 @@ type Config struct {
 	// (yielding after it lets a thread sharing the core run; in a VM a
 	// yield may also hand the vCPU back): 0 = 30 µs, capped at SpinWait.
 	SpinPure time.Duration
-	// MergeBlocks is how many hidden blocks of down outputs the phased
-	// (prefill) path keeps: the merge of a block runs among the down items
-	// of the next ones and reads its outputs from the caches (0 = 3; < 0 =
-	// every block, merged after all down items, the outputs written around
-	// the caches). Results do not depend on it.
-	MergeBlocks int
-	// MergeCached stores those kept blocks through the caches (the merge
-	// reads them soon) instead of around them. Results do not depend on it.
-	MergeCached bool
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
@@ -294,10 +285,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.DecodeHeadPrefetch > 0 {
 		cc.dec_head = C.int(min(cfg.DecodeHeadPrefetch, 1<<14))
-	}
-	cc.ybl = C.int(max(min(cfg.MergeBlocks, 1<<10), -1))
-	if cfg.MergeCached {
-		cc.ycache = 1
 	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)

@@ -126,9 +126,6 @@ typedef struct {
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
   int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
-  int ybl;             // phased down: the down outputs of this many hidden blocks are kept and merged as the
-                       // down items go (0 = default 3); < 0 = all of them, merged after a barrier
-  int ycache;          // those kept blocks are stored through the caches (else around them, as after a barrier)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
