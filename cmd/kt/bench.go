@@ -39,6 +39,7 @@ type moeBenchOpts struct {
 	phases                  bool
 	trace, syncHelp         bool
 	fusedItems, decHead     int
+	rounds                  int
 	spinWait                time.Duration
 	gap, spinPure           time.Duration
 }
@@ -58,6 +59,7 @@ func init() {
 			f.StringVar(&moeOpts.isa, "isa", "auto", "kernel level: auto, amx, avx512, avx2")
 			f.DurationVar(&moeOpts.minTime, "min-time", 300*time.Millisecond, "minimum time per measurement")
 			f.BoolVar(&moeOpts.compareTorch, "compare-torch", false, "also run PyTorch's expert-by-expert bf16 MoE (needs python3 + torch)")
+			f.IntVar(&moeOpts.rounds, "rounds", 1, "measure everything this many times, the baseline right before the engine each time; report medians")
 			f.StringVar(&moeOpts.python, "python", "python3", "python interpreter for --compare-torch")
 			f.StringVar(&moeOpts.jsonOut, "json", "", "also write results as JSON to this file")
 			f.Int64Var(&moeOpts.bwBytes, "bw-bytes", 1<<30, "buffer size of the read-bandwidth probe")
@@ -107,8 +109,15 @@ type moeRecord struct {
 	// Disturbed is set when ReadNearGBps is under disturbedFraction of the median.
 	Disturbed bool    `json:"disturbed,omitempty"`
 	TFLOPS    float64 `json:"tflops"`
-	TorchTF   float64 `json:"torch_tflops,omitempty"`
-	Layers    int     `json:"layers"`
+	TorchTF   float64 `json:"torch_tflops,omitempty"` // median of the rounds' baseline runs
+	// XTorch is the median over the rounds of TFLOPS ÷ the baseline run
+	// right before it; XTorchMin/Max their range.
+	XTorch    float64   `json:"xtorch,omitempty"`
+	XTorchMin float64   `json:"xtorch_min,omitempty"`
+	XTorchMax float64   `json:"xtorch_max,omitempty"`
+	Rounds    int       `json:"rounds"`
+	RoundMs   []float64 `json:"round_ms"` // every round's time, in round order
+	Layers    int       `json:"layers"`
 	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 	// Trace is the per-thread timing of the decode tasks (--trace).
@@ -215,11 +224,20 @@ const probeReps = 2
 // this fraction of the median: the machine was busy with something else.
 const disturbedFraction = 0.7
 
-// benchShape measures every method and token count on one layer shape. The
-// read-bandwidth probe takes three samples first and one right before every
-// measurement, so its samples are spread over the same minutes as the
-// measurements; %read is taken against the median of all of them, and the
-// sample next to each measurement is reported beside it.
+// torchSettle is the pause after a PyTorch measurement before the engine's:
+// PyTorch's OpenMP threads spin a while after their last parallel region.
+const torchSettle = 200 * time.Millisecond
+
+// benchShape measures every method and token count on one layer shape, in
+// o.rounds rounds: in each round and for each token count the PyTorch
+// baseline (--compare-torch) runs first, then every method. A record holds
+// the round with the median time; its xtorch is the median over the rounds
+// of the engine's rate ÷ the baseline's rate measured right before it, so a
+// machine whose speed drifts within the run moves both sides of each
+// ratio. The read-bandwidth probe takes three samples first and one right
+// before every measurement, so its samples are spread over the same minutes
+// as the measurements; %read is taken against the median of all of them,
+// and the sample next to each measurement is reported beside it.
 func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.BenchShape, methods []cpuexperts.Method,
 	tokens []int, llc int64, o moeBenchOpts, w io.Writer) ([]moeRecord, error) {
 	threads := e.Config().Threads
@@ -228,40 +246,74 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			return nil, err
 		}
 	}
-	torch := map[int]torchResult{}
+	var ts *torchServer
 	if o.compareTorch {
 		var err error
-		torch, err = runTorch(o.python, s, tokens, threads)
-		if err != nil {
+		if ts, err = startTorch(o.python, s, threads); err != nil {
 			fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
+		} else {
+			defer func() {
+				if ts != nil {
+					ts.close()
+				}
+			}()
 		}
 	}
-	var records []moeRecord
-	for _, m := range methods {
-		layers, err := benchLayers(e, s, m, llc, w)
+	// every method's layers at once: a round measures them all next to one baseline run
+	layers := make([][]*cpuexperts.Layer, len(methods))
+	defer func() {
+		for _, ls := range layers {
+			closeLayers(ls)
+		}
+	}()
+	for i, m := range methods {
+		ls, err := benchLayers(e, s, m, llc, w)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", s.Name, m, err)
 		}
-		for _, t := range tokens {
-			near, err := probe.Sample(probeReps)
-			if err != nil {
-				closeLayers(layers)
-				return nil, err
+		layers[i] = ls
+	}
+	rounds := max(o.rounds, 1)
+	torch := make([][]torchResult, len(tokens))  // [token][round]
+	points := make([][][]moePoint, len(methods)) // [method][token][round]
+	for i := range points {
+		points[i] = make([][]moePoint, len(tokens))
+	}
+	for range rounds {
+		for ti, t := range tokens {
+			if ts != nil {
+				tr, err := ts.measure(t)
+				if err != nil {
+					fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
+					ts.close()
+					ts = nil
+				} else {
+					torch[ti] = append(torch[ti], tr)
+					time.Sleep(torchSettle)
+				}
 			}
-			r, err := cpuexperts.Bench(layers, t, s.TopK, o.minTime, o.gap, 7)
-			if err != nil {
-				closeLayers(layers)
-				return nil, err
+			for mi := range methods {
+				near, err := probe.Sample(probeReps)
+				if err != nil {
+					return nil, err
+				}
+				r, err := cpuexperts.Bench(layers[mi], t, s.TopK, o.minTime, o.gap, 7)
+				if err != nil {
+					return nil, err
+				}
+				p := moePoint{r: r, near: near}
+				if k := len(torch[ti]); k > 0 {
+					p.torch = torch[ti][k-1].TFLOPS
+				}
+				points[mi][ti] = append(points[mi][ti], p)
 			}
-			rec := moeRecord{Model: s.Name, Method: string(m), Kernels: r.Kernels, Tokens: t,
-				MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: near / 1e9, TFLOPS: r.TFLOPS(),
-				TorchTF: torch[t].TFLOPS, Layers: len(layers), PhaseMs: phaseMs(r.Phases)}
-			if r.Trace.Tasks > 0 {
-				rec.Trace = &r.Trace
-			}
-			records = append(records, rec)
 		}
-		closeLayers(layers)
+	}
+	var records []moeRecord
+	for mi := range methods {
+		for ti := range tokens {
+			records = append(records, moeRecordOf(s, points[mi][ti], len(layers[mi])))
+		}
 	}
 	smp := probe.Samples()
 	med := probe.Median() / 1e9
@@ -269,6 +321,9 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK, threads, e.Config().Pools)
 	fmt.Fprintf(w, "read bandwidth: median %.1f GB/s of %d samples interleaved with the measurements (min %.1f, max %.1f; %d threads, %d MiB)\n",
 		med, len(smp), slices.Min(smp)/1e9, slices.Max(smp)/1e9, probe.Threads(), o.bwBytes>>20)
+	if rounds > 1 {
+		fmt.Fprintf(w, "%d rounds: each row is the round of median time; xtorch is the median of the rounds' ratios to the baseline run right before them (range: lowest-highest)\n", rounds)
+	}
 	fmt.Fprintf(w, "%-12s %7s %11s %10s %7s %9s %8s %9s %7s  %s\n", "method", "tokens", "ms/layer", "weight GB/s", "%read",
 		"near GB/s", "TFLOPS", "torch TF", "xtorch", "kernels")
 	disturbed := 0
@@ -278,23 +333,35 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		rec.Disturbed = rec.ReadNearGBps < disturbedFraction*med
 		tt, x := "-", "-"
 		if rec.TorchTF > 0 {
-			tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.TFLOPS/rec.TorchTF)
+			tt, x = fmt.Sprintf("%.3f", rec.TorchTF), fmt.Sprintf("%.2f", rec.XTorch)
 		}
 		mark := " "
 		if rec.Disturbed {
 			mark = "*"
 			disturbed++
 		}
+		kern := rec.Kernels
+		if rec.Rounds > 1 && rec.TorchTF > 0 {
+			kern = fmt.Sprintf("(%.2f-%.2f)  %s", rec.XTorchMin, rec.XTorchMax, kern)
+		}
 		fmt.Fprintf(w, "%-12s %7d %11.3f %10.1f %6.0f%% %8.1f%s %8.3f %9s %7s  %s\n", rec.Method, rec.Tokens, rec.MsPerLayer,
-			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, mark, rec.TFLOPS, tt, x, rec.Kernels)
+			rec.WeightGBps, 100*rec.WeightGBps/med, rec.ReadNearGBps, mark, rec.TFLOPS, tt, x, kern)
 	}
 	if disturbed > 0 {
 		fmt.Fprintf(w, "* %d row(s) ran while the probe sample next to them read under %.0f%% of the median: something else used the memory then; rerun those rows\n",
 			disturbed, 100*disturbedFraction)
 	}
-	for _, t := range tokens {
-		if r, ok := torch[t]; ok {
-			fmt.Fprintf(w, "torch TF at %d tokens: the fastest of %s (%s at %d threads)\n", t, r.allText(), r.Variant, r.Threads)
+	for ti, t := range tokens {
+		if len(torch[ti]) > 0 {
+			r := medianTorch(torch[ti])
+			fmt.Fprintf(w, "torch TF at %d tokens: the fastest of %s (%s at %d threads)", t, r.allText(), r.Variant, r.Threads)
+			if len(torch[ti]) > 1 {
+				fmt.Fprintf(w, "; median of %d rounds:", len(torch[ti]))
+				for _, x := range torch[ti] {
+					fmt.Fprintf(w, " %.3f", x.TFLOPS)
+				}
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	if o.phases {
@@ -315,6 +382,72 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		printTrace(w, records)
 	}
 	return records, nil
+}
+
+// moePoint is one round's measurement of a (method, token count): the
+// engine's, the probe sample right before it, and the baseline's TFLOPS
+// measured right before that (0 = none).
+type moePoint struct {
+	r     cpuexperts.BenchResult
+	near  float64
+	torch float64
+}
+
+// moeRecordOf makes the record of a (method, token count) from its rounds:
+// the round of median time, the baseline's median, and the median, lowest
+// and highest of the rounds' ratios.
+func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord {
+	order := make([]int, len(pts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(pts[a].r.Seconds, pts[b].r.Seconds) })
+	p := pts[order[(len(order)-1)/2]]
+	r := p.r
+	rec := moeRecord{Model: s.Name, Method: string(r.Method), Kernels: r.Kernels, Tokens: r.Tokens,
+		MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: p.near / 1e9, TFLOPS: r.TFLOPS(),
+		Layers: layers, PhaseMs: phaseMs(r.Phases), Rounds: len(pts)}
+	if r.Trace.Tasks > 0 {
+		rec.Trace = &r.Trace
+	}
+	var ratios, torch []float64
+	for _, q := range pts {
+		rec.RoundMs = append(rec.RoundMs, q.r.Seconds*1e3)
+		if q.torch > 0 {
+			ratios = append(ratios, q.r.TFLOPS()/q.torch)
+			torch = append(torch, q.torch)
+		}
+	}
+	if len(ratios) > 0 {
+		rec.TorchTF = median(torch)
+		rec.XTorch = median(ratios)
+		rec.XTorchMin, rec.XTorchMax = slices.Min(ratios), slices.Max(ratios)
+	}
+	return rec
+}
+
+// median returns the middle value (the lower middle of an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// medianTorch returns the baseline's round of median TFLOPS.
+func medianTorch(rs []torchResult) torchResult {
+	s := slices.Clone(rs)
+	slices.SortStableFunc(s, func(a, b torchResult) int { return cmpFloat(a.TFLOPS, b.TFLOPS) })
+	return s[(len(s)-1)/2]
 }
 
 // printTrace prints where a decode task's time goes, in microseconds per
@@ -361,41 +494,84 @@ func (r torchResult) allText() string {
 	return strings.Join(parts, ", ")
 }
 
-// runTorch runs the embedded PyTorch baseline (the fastest of its forms at
-// the engine's thread count and at PyTorch's default) per token count.
-func runTorch(python string, s cpuexperts.BenchShape, tokens []int, threads int) (map[int]torchResult, error) {
+// torchServer is a running torch_moe.py --serve: it builds the baseline's
+// weights once and measures one token count per request, so the rounds of
+// kt bench --rounds put a PyTorch measurement right before the engine's.
+type torchServer struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr bytes.Buffer
+	dir    string
+}
+
+// startTorch starts the embedded PyTorch baseline (the fastest of its forms
+// at the engine's thread count and at PyTorch's default) for shape s.
+func startTorch(python string, s cpuexperts.BenchShape, threads int) (*torchServer, error) {
 	dir, err := os.MkdirTemp("", "kt-bench-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	script := filepath.Join(dir, "torch_moe.py")
 	if err := os.WriteFile(script, cpuexperts.TorchMoEScript, 0o644); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	ts := make([]string, len(tokens))
-	for i, t := range tokens {
-		ts[i] = strconv.Itoa(t)
+	ts := &torchServer{dir: dir}
+	ts.cmd = exec.Command(python, script, "--serve", "--hidden", strconv.Itoa(s.Hidden), "--inter", strconv.Itoa(s.Intermediate),
+		"--experts", strconv.Itoa(s.Experts), "--topk", strconv.Itoa(s.TopK), "--threads", strconv.Itoa(threads))
+	ts.cmd.Stderr = &ts.stderr
+	if ts.in, err = ts.cmd.StdinPipe(); err == nil {
+		var out io.ReadCloser
+		if out, err = ts.cmd.StdoutPipe(); err == nil {
+			ts.out = bufio.NewScanner(out)
+			err = ts.cmd.Start()
+		}
 	}
-	c := exec.Command(python, script, "--hidden", strconv.Itoa(s.Hidden), "--inter", strconv.Itoa(s.Intermediate),
-		"--experts", strconv.Itoa(s.Experts), "--topk", strconv.Itoa(s.TopK), "--tokens", strings.Join(ts, ","),
-		"--threads", strconv.Itoa(threads))
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	outp, err := c.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("%s: %w", python, err)
 	}
-	res := map[int]torchResult{}
-	sc := bufio.NewScanner(bytes.NewReader(outp))
-	for sc.Scan() {
+	return ts, nil
+}
+
+// measure asks for one token count and returns the baseline's answer;
+// lines that are not its JSON (warnings) are skipped.
+func (ts *torchServer) measure(tokens int) (torchResult, error) {
+	if _, err := fmt.Fprintf(ts.in, "%d\n", tokens); err != nil {
+		return torchResult{}, ts.failed(err)
+	}
+	for ts.out.Scan() {
 		var r struct {
 			Tokens int `json:"tokens"`
 			torchResult
 		}
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Tokens > 0 {
-			res[r.Tokens] = r.torchResult
+		if json.Unmarshal(ts.out.Bytes(), &r) == nil && r.Tokens == tokens {
+			return r.torchResult, nil
 		}
 	}
-	return res, nil
+	return torchResult{}, ts.failed(ts.out.Err())
+}
+
+// failed turns a broken pipe or an early end into an error that carries the
+// interpreter's own message (its stderr, once it has exited).
+func (ts *torchServer) failed(err error) error {
+	ts.in.Close()
+	werr := ts.cmd.Wait()
+	if err == nil {
+		err = werr
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: %s", err, strings.TrimSpace(ts.stderr.String()))
+}
+
+// close ends the baseline process and removes its script.
+func (ts *torchServer) close() {
+	ts.in.Close()
+	if ts.cmd.ProcessState == nil {
+		ts.cmd.Wait()
+	}
+	os.RemoveAll(ts.dir)
 }

@@ -3,48 +3,96 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
-// fakePython writes an executable that stands in for the interpreter: it
-// ignores its arguments, prints out and exits with code.
-func fakePython(t *testing.T, out string, code int) string {
+// fakePython writes an executable that stands in for the interpreter of
+// torch_moe.py --serve: it ignores its arguments and answers each token
+// count read from stdin with the lines replies gives it (none: it prints to
+// stderr and exits with code 1).
+func fakePython(t *testing.T, replies map[int]string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "python")
-	script := "#!/bin/sh\ncat <<'EOF'\n" + out + "\nEOF\necho 'torch says why' >&2\nexit " + string(rune('0'+code)) + "\n"
+	script := "#!/bin/sh\n"
+	if replies == nil {
+		script += "echo 'torch says why' >&2\nexit 1\n"
+	} else {
+		script += "while read n; do case $n in\n"
+		for n, out := range replies {
+			script += fmt.Sprintf("%d) cat <<'EOF'\n%s\nEOF\n;;\n", n, out)
+		}
+		script += "esac; done\n"
+	}
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-// TestRunTorchParsesBaseline: the baseline's JSON lines give the fastest
-// form per token count with every form's figure; junk lines are skipped; a
-// failing interpreter's stderr reaches the error.
-func TestRunTorchParsesBaseline(t *testing.T) {
+// TestTorchServerParsesBaseline: each request's JSON line gives the fastest
+// form with every form's figure, repeated requests are answered again, junk
+// lines are skipped, and a failing interpreter's stderr reaches the error.
+func TestTorchServerParsesBaseline(t *testing.T) {
 	shape := cpuexperts.BenchShape{Name: "x", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
-	out := `{"tokens": 1, "seconds": 0.001, "tflops": 0.02, "variant": "fused", "threads": 16, "all": {"index@15": 0.015, "fused@16": 0.02}}
-warning: not json
-{"tokens": 4096, "seconds": 0.2, "tflops": 1.5, "variant": "index", "threads": 15, "all": {"index@15": 1.5, "fused@15": 1.4}}`
-	res, err := runTorch(fakePython(t, out, 0), shape, []int{1, 4096}, 15)
+	replies := map[int]string{
+		1: `{"tokens": 1, "seconds": 0.001, "tflops": 0.02, "variant": "fused", "threads": 16, "all": {"index@15": 0.015, "fused@16": 0.02}}`,
+		4096: `warning: not json
+{"tokens": 4096, "seconds": 0.2, "tflops": 1.5, "variant": "index", "threads": 15, "all": {"index@15": 1.5, "fused@15": 1.4}}`,
+	}
+	ts, err := startTorch(fakePython(t, replies), shape, 15)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res[1]; r.TFLOPS != 0.02 || r.Variant != "fused" || r.Threads != 16 || r.All["index@15"] != 0.015 {
-		t.Errorf("1 token: %+v", r)
+	for range 2 {
+		r, err := ts.measure(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.TFLOPS != 0.02 || r.Variant != "fused" || r.Threads != 16 || r.All["index@15"] != 0.015 {
+			t.Errorf("1 token: %+v", r)
+		}
+		if r, err = ts.measure(4096); err != nil || r.TFLOPS != 1.5 || r.Variant != "index" {
+			t.Errorf("4096 tokens: %+v, %v", r, err)
+		}
+		if got, want := r.allText(), "fused@15 1.400, index@15 1.500"; got != want {
+			t.Errorf("allText %q, want %q", got, want)
+		}
 	}
-	if r := res[4096]; r.TFLOPS != 1.5 || r.Variant != "index" {
-		t.Errorf("4096 tokens: %+v", r)
+	ts.close()
+
+	ts, err = startTorch(fakePython(t, nil), shape, 15)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, want := res[4096].allText(), "fused@15 1.400, index@15 1.500"; got != want {
-		t.Errorf("allText %q, want %q", got, want)
-	}
-	if _, err := runTorch(fakePython(t, "", 1), shape, []int{1}, 15); err == nil || !strings.Contains(err.Error(), "torch says why") {
+	defer ts.close()
+	if _, err := ts.measure(1); err == nil || !strings.Contains(err.Error(), "torch says why") {
 		t.Errorf("failing interpreter: %v", err)
+	}
+}
+
+// TestMoERecordOfRounds: a record holds the round of median time, the
+// baseline's median and the median and range of the rounds' own ratios.
+func TestMoERecordOfRounds(t *testing.T) {
+	shape := cpuexperts.BenchShape{Name: "x"}
+	pt := func(sec, torch float64) moePoint {
+		return moePoint{r: cpuexperts.BenchResult{Method: cpuexperts.AMXBF16, Tokens: 4096, Seconds: sec, FLOPs: 1e12}, near: 1e11, torch: torch}
+	}
+	// TFLOPS 1/sec: rounds 20, 25, 50 TF over baselines 5, 10, 10: ratios 4, 2.5, 5
+	rec := moeRecordOf(shape, []moePoint{pt(0.05, 5), pt(0.04, 10), pt(0.02, 10)}, 3)
+	if rec.MsPerLayer != 40 || rec.TorchTF != 10 || rec.XTorch != 4 || rec.XTorchMin != 2.5 || rec.XTorchMax != 5 || rec.Rounds != 3 {
+		t.Errorf("record %+v", rec)
+	}
+	if want := []float64{50, 40, 20}; !slices.Equal(rec.RoundMs, want) {
+		t.Errorf("round ms %v, want %v", rec.RoundMs, want)
+	}
+	if one := moeRecordOf(shape, []moePoint{pt(0.05, 0)}, 3); one.TorchTF != 0 || one.XTorch != 0 || one.MsPerLayer != 50 {
+		t.Errorf("no baseline: %+v", one)
 	}
 }

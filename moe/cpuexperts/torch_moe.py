@@ -11,6 +11,10 @@ fastest of the four is reported, so the baseline is PyTorch at its best here:
          gate_up weight, chunk, silu(g) * u, F.linear with down, bf16 index_add_.
 Prints one JSON object per token count:
 {"tokens", "seconds", "tflops", "variant", "threads", "all": {variant@threads: tflops}}.
+With --serve it builds the weights once and then measures the token count
+given on each line of stdin (routing seeded by the token count, so repeated
+requests see the same batch): kt bench --rounds interleaves these
+measurements with the engine's.
 """
 import argparse
 import json
@@ -26,7 +30,8 @@ def main():
     ap.add_argument("--inter", type=int, required=True)
     ap.add_argument("--experts", type=int, required=True)
     ap.add_argument("--topk", type=int, required=True)
-    ap.add_argument("--tokens", type=str, required=True)
+    ap.add_argument("--tokens", type=str, default="")
+    ap.add_argument("--serve", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--min-seconds", type=float, default=0.5)
     a = ap.parse_args()
@@ -38,7 +43,9 @@ def main():
     up = (torch.randn(E, I, H) / H**0.5).to(torch.bfloat16)
     down = (torch.randn(E, H, I) / I**0.5).to(torch.bfloat16)
     gate_up = torch.cat([gate, up], dim=1).contiguous()  # [E, 2I, H]
-    for T in [int(t) for t in a.tokens.split(",")]:
+
+    def measure(T):
+        torch.manual_seed(T)
         x = torch.randn(T, H).to(torch.bfloat16)
         ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
         w = torch.softmax(torch.randn(T, K), dim=-1)
@@ -99,6 +106,14 @@ def main():
         sec, name, th = best
         print(json.dumps({"tokens": T, "seconds": sec, "tflops": flops / sec / 1e12, "variant": name,
                           "threads": th, "all": timings}), flush=True)
+
+    if a.serve:
+        for line in sys.stdin:
+            if line.strip():
+                measure(int(line))
+        return
+    for T in [int(t) for t in a.tokens.split(",") if t]:
+        measure(T)
 
 
 if __name__ == "__main__":
