@@ -257,10 +257,12 @@ RM2_DRIVER(kt_avx2_fp8rm, 1)
 // ---------------------------------------------------------------- conversions
 
 #define KT_CONVERT_BODY 1
+#define KT_CONV_VEC 256
 #define KT_CONV_ATTR T2
 #define CONV(name) kt_avx2_##name
 #include "convert.h"
 #undef CONV
+#undef KT_CONV_VEC
 #undef KT_CONV_ATTR
 
 // ---------------------------------------------------------------- activation

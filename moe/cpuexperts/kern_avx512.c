@@ -410,10 +410,12 @@ T512 void kt_avx512_pack_rm(const kt_mat* W, int n0, int nn, uint16_t* dst) {
 // ---------------------------------------------------------------- conversions
 
 #define KT_CONVERT_BODY 1
+#define KT_CONV_VEC 512
 #define KT_CONV_ATTR T512
 #define CONV(name) kt_avx512_##name
 #include "convert.h"
 #undef CONV
+#undef KT_CONV_VEC
 #undef KT_CONV_ATTR
 
 // ---------------------------------------------------------------- activation

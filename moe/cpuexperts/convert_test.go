@@ -1,0 +1,64 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestQuantizeRowMatchesPortable: the AVX2 and AVX-512 int8 activation
+// quantization (convert.h, hand-vectorized maximum) gives the portable
+// reference's scale and values for every row length around the vector
+// widths, rows whose largest |x| is in the scalar tail or negative, all-zero
+// rows and rows with NaNs (skipped by the maximum).
+func TestQuantizeRowMatchesPortable(t *testing.T) {
+	f := DetectFeatures()
+	widths := []int{}
+	if f.AVX2 {
+		widths = append(widths, 256)
+	}
+	if f.AVX512 {
+		widths = append(widths, 512)
+	}
+	if len(widths) == 0 {
+		t.Skip("no AVX2")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 2048, 2049} {
+		for c := range 6 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			nan := -1
+			switch c {
+			case 1:
+				x[n-1] = -40 // the largest |x| in the tail, negative
+			case 2:
+				clear(x)
+			case 3:
+				nan = rng.IntN(n)
+				x[nan] = float32(math.NaN())
+			case 4:
+				x[0] = float32(math.Copysign(0, -1))
+				x[n/2] = 1e-30
+			case 5:
+				x[rng.IntN(n)] = -1e4
+			}
+			wq, ws := quantizeRowS8(0, x)
+			for _, w := range widths {
+				q, s := quantizeRowS8(w, x)
+				if math.Float32bits(s) != math.Float32bits(ws) {
+					t.Fatalf("width %d, n %d, case %d: scale %g, portable %g", w, n, c, s, ws)
+				}
+				for i := range q {
+					if i != nan && q[i] != wq[i] {
+						t.Fatalf("width %d, n %d, case %d: q[%d] = %d, portable %d (x %g)", w, n, c, i, q[i], wq[i], x[i])
+					}
+				}
+			}
+		}
+	}
+}
