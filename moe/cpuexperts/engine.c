@@ -44,7 +44,12 @@
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
 #define RMPF_MIN_M 8
-#define AMX_NXL 0  // default kt_engine_config.amx_nxl (none; Go passes DefaultAMXNextLines)
+// default kt_engine_config.amx_nxl by activation format: bf16 prefill calls
+// prefetch 4 lines of the next call's weights per tile step (device, session
+// 6 call 5: Qwen3-30B AMXBF16 at 4096 tokens faster than none in 4 of 4
+// alternated rounds, median -6%); int8 none (mixed)
+#define AMX_NXL_BF16 4
+#define AMX_NXL_S8 0
 
 typedef struct {
   int nthreads, node, tbase;
@@ -152,6 +157,7 @@ struct kt_engine {
   kt_kernel kdec, kpf;
   kt_kernel kpfd;  // prefill kernel of the down projection (kpf, or kdec where kpf cannot take the K)
   int pf_min;
+  int nxl;  // lines of the next call's weights an AMX prefill call prefetches per tile step (set_nx)
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
@@ -484,6 +490,7 @@ static inline int xa_rows(const kt_engine* e, int act) {
 // set_nx tells the next kernel call which weights follow it (NULL: none).
 static inline void set_nx(kt_engine* e, kt_worker* w, const kt_mat* W, int n0, int on) {
   w->s.nx = on ? pair_bytes(e, W, n0, &w->s.nxb) : NULL;
+  w->s.amx_nxl = e->nxl;
 }
 
 // gather_rows copies the converted token rows of slots [s0, s0+m) into the
@@ -970,6 +977,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // down projection takes the decode kernel. (bf16 tiles take 32 columns,
   // and AMXINT4 slices are multiples of 128.)
   e->kpfd = e->kpf;
+  e->nxl = e->cfg.amx_nxl != 0 ? e->cfg.amx_nxl : act == KT_ACT_BF16 ? AMX_NXL_BF16 : AMX_NXL_S8;
   if (e->kpf == kt_amx_i8pk || e->kpf == kt_amx_emu_i8pk)
     for (int p = 0; p < e->npools; p++)
       if (e->l->inter_p[p] % 64) e->kpfd = e->kdec;
@@ -1501,7 +1509,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.amx_kch = cfg->amx_kch;
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
-      w->s.amx_nxl = cfg->amx_nxl == 0 ? AMX_NXL : cfg->amx_nxl;
       w->s.amx_var = cfg->amx_var;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));

@@ -61,8 +61,10 @@ type Config struct {
 	AMXPrefetchTiles int
 	// AMXNextLines is how many cache lines of the next kernel call's weights
 	// (the up projection after the gate, the next 32 rows) an AMX prefill
-	// kernel call prefetches into L2 per tile step: 0 = DefaultAMXNextLines,
-	// < 0 = none. Results do not depend on it.
+	// kernel call prefetches into L2 per tile step: 0 = by activation format
+	// (4 for bf16, none for int8: measured on the AMX machine, see
+	// docs/notes/cpuexperts.md "Session 6"), < 0 = none. Results do not
+	// depend on it.
 	AMXNextLines int
 	// AMXVariant picks the loop structure of the AMX prefill kernels: 0 =
 	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
@@ -252,10 +254,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXPrefetchTiles = DefaultAMXPrefetchTiles
 	}
 	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
-	if cfg.AMXNextLines == 0 {
-		cfg.AMXNextLines = DefaultAMXNextLines
-	}
-	cc.amx_nxl = C.int(min(cfg.AMXNextLines, 64))
+	cc.amx_nxl = C.int(max(min(cfg.AMXNextLines, 64), -1)) // 0: by activation format (engine.c AMX_NXL_*)
 	if cfg.DecodePrefetch == 0 {
 		cfg.DecodePrefetch = DefaultDecodePrefetch
 	}
@@ -305,12 +304,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 // device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
 // one pass for AMXINT8 and up to 15% slower for AMXBF16.
 const DefaultAMXKBlock = -1
-
-// DefaultAMXNextLines is the default Config.AMXNextLines: none. On the
-// device (branch amxtile, BenchmarkAMXKernel) 4 lines per step were neutral
-// to slower: the L2 streamer already fetches the next panels, and every
-// prefetch takes a load slot from the tile loads.
-const DefaultAMXNextLines = -1
 
 // DefaultAMXPrefetchTiles is the default Config.AMXPrefetchTiles: the B
 // (weight) tiles only. In BenchmarkAMXKernel prefetching B alone was never
