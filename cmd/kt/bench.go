@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -401,7 +402,7 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(pts[a].r.Seconds, pts[b].r.Seconds) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(pts[a].r.Seconds, pts[b].r.Seconds) })
 	p := pts[order[(len(order)-1)/2]]
 	r := p.r
 	rec := moeRecord{Model: s.Name, Method: string(r.Method), Kernels: r.Kernels, Tokens: r.Tokens,
@@ -433,20 +434,10 @@ func median(v []float64) float64 {
 	return s[(len(s)-1)/2]
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // medianTorch returns the baseline's round of median TFLOPS.
 func medianTorch(rs []torchResult) torchResult {
 	s := slices.Clone(rs)
-	slices.SortStableFunc(s, func(a, b torchResult) int { return cmpFloat(a.TFLOPS, b.TFLOPS) })
+	slices.SortStableFunc(s, func(a, b torchResult) int { return cmp.Compare(a.TFLOPS, b.TFLOPS) })
 	return s[(len(s)-1)/2]
 }
 
