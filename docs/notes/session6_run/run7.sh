@@ -14,5 +14,8 @@ for i in 0 1 2 3 4; do
     timeout 30 $D/kt bench --type moe --model qwen3-30b-a3b --methods AMXBF16 --tokens 4096 --min-time 300ms --phases "$@" 2>&1 | grep -E "^AMXBF16" | sed "s/^/$i $n /" | tee -a $L
   done
 done
-for v in def kb8 kb16 var1 pfAB; do grep " $v AMXBF16 .* 4096 .*bf16 decode" $L | awk -v v=$v '{a[NR]=$5} END{n=asort(a); printf "%s median %.2f ms of %d:", v, a[int((n+1)/2)], n; for(i=1;i<=n;i++) printf " %.1f", a[i]; print ""}' | tee -a $OUT/summary.txt; done
+for v in def kb8 kb16 var1 pfAB; do
+  ms=$(grep " $v AMXBF16 .*bf16 decode" $L | awk '{print $5}' | sort -n | tr '\n' ' ')
+  echo "$v: $ms" | awk '{n=NF-1; printf "%s median %s ms of %d:", $1, $(int((n+1)/2)+1), n; for(i=2;i<=NF;i++) printf " %s", $i; print ""}' | tee -a $L
+done
 echo "end $SECONDS s" | tee -a $L
