@@ -15,16 +15,15 @@ import "unsafe"
 // actS8 is KT_ACT_S8 (kt_internal.h): symmetric per-row int8 activations.
 const actS8 = 3
 
-// quantizeRowS8 converts one f32 row to int8 activations and its scale with
-// the engine's conversion of the given vector width (512, 256; 0 = the
-// portable reference of pack.c), for the tests. The caller checks that the
-// CPU has the width's instructions.
-func quantizeRowS8(width int, x []float32) ([]int8, float32) {
-	q := make([]int8, len(x))
-	tmp := make([]float32, len(x))
+// quantizeRowS8 converts one f32 row to int8 activations in q and returns
+// its scale, with the engine's conversion of the given vector width (512,
+// 256; 0 = the portable reference of pack.c), for the tests; tmp holds
+// len(x) floats. The caller checks that the CPU has the width's
+// instructions.
+func quantizeRowS8(width int, x []float32, q []int8, tmp []float32) float32 {
 	var s C.float
 	if len(x) == 0 {
-		return q, 0
+		return 0
 	}
 	src, dst := unsafe.Pointer(&x[0]), unsafe.Pointer(&q[0])
 	switch width {
@@ -35,5 +34,5 @@ func quantizeRowS8(width int, x []float32) ([]int8, float32) {
 	default:
 		C.kt_row_to_act(src, 0, C.int(len(x)), actS8, dst, &s)
 	}
-	return q, float32(s)
+	return float32(s)
 }

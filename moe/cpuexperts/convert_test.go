@@ -3,6 +3,7 @@
 package cpuexperts
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -47,9 +48,11 @@ func TestQuantizeRowMatchesPortable(t *testing.T) {
 			case 5:
 				x[rng.IntN(n)] = -1e4
 			}
-			wq, ws := quantizeRowS8(0, x)
+			wq := make([]int8, n)
+			ws := quantizeRowS8(0, x, wq, nil)
 			for _, w := range widths {
-				q, s := quantizeRowS8(w, x)
+				q := make([]int8, n)
+				s := quantizeRowS8(w, x, q, make([]float32, n))
 				if math.Float32bits(s) != math.Float32bits(ws) {
 					t.Fatalf("width %d, n %d, case %d: scale %g, portable %g", w, n, c, s, ws)
 				}
@@ -60,5 +63,29 @@ func TestQuantizeRowMatchesPortable(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkQuantizeRowS8 times the int8 activation quantization of one
+// 2048-wide row (in cache) at each vector width the CPU has, beside the
+// portable reference (pack.c) in the same run.
+func BenchmarkQuantizeRowS8(b *testing.B) {
+	f := DetectFeatures()
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := make([]float32, 2048)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	q, tmp := make([]int8, len(x)), make([]float32, len(x))
+	for _, w := range []int{0, 256, 512} {
+		if (w == 256 && !f.AVX2) || (w == 512 && !f.AVX512) {
+			continue
+		}
+		b.Run(fmt.Sprintf("width%d", w), func(b *testing.B) {
+			b.SetBytes(int64(len(x) * 4))
+			for b.Loop() {
+				quantizeRowS8(w, x, q, tmp)
+			}
+		})
 	}
 }
