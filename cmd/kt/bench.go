@@ -231,7 +231,8 @@ const torchSettle = 200 * time.Millisecond
 
 // benchShape measures every method and token count on one layer shape, in
 // o.rounds rounds: in each round and for each token count the PyTorch
-// baseline (--compare-torch) runs first, then every method. A record holds
+// baseline (--compare-torch) runs first, then every method (one round:
+// the baseline at every token count, then method by method). A record holds
 // the round with the median time; its xtorch is the median over the rounds
 // of the engine's rate ÷ the baseline's rate measured right before it, so a
 // machine whose speed drifts within the run moves both sides of each
@@ -260,60 +261,84 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			}()
 		}
 	}
-	// every method's layers at once: a round measures them all next to one baseline run
+	rounds := max(o.rounds, 1)
+	// The order of the measurements: with one round method by method, each
+	// method's layers built, measured at every token count and freed (the
+	// memory of one method's round-robin set); with more, round by round and
+	// token count by token count every method right after one baseline run,
+	// so every method's layers stay built (the sum of the sets).
+	keep := rounds > 1
+	type step struct{ r, ti, mi int }
+	var steps []step
+	if keep {
+		for r := range rounds {
+			for ti := range tokens {
+				for mi := range methods {
+					steps = append(steps, step{r, ti, mi})
+				}
+			}
+		}
+	} else {
+		for mi := range methods {
+			for ti := range tokens {
+				steps = append(steps, step{0, ti, mi})
+			}
+		}
+	}
 	layers := make([][]*cpuexperts.Layer, len(methods))
+	nlayers := make([]int, len(methods))
 	defer func() {
 		for _, ls := range layers {
 			closeLayers(ls)
 		}
 	}()
-	for i, m := range methods {
-		ls, err := benchLayers(e, s, m, llc, w)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", s.Name, m, err)
-		}
-		layers[i] = ls
-	}
-	rounds := max(o.rounds, 1)
 	torch := make([][]torchResult, len(tokens))  // [token][round]
 	points := make([][][]moePoint, len(methods)) // [method][token][round]
 	for i := range points {
 		points[i] = make([][]moePoint, len(tokens))
 	}
-	for range rounds {
-		for ti, t := range tokens {
-			if ts != nil {
-				tr, err := ts.measure(t)
-				if err != nil {
-					fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
-					ts.close()
-					ts = nil
-				} else {
-					torch[ti] = append(torch[ti], tr)
-					time.Sleep(torchSettle)
-				}
+	for _, st := range steps {
+		t := tokens[st.ti]
+		if ts != nil && len(torch[st.ti]) == st.r { // this round's baseline at t, before the first method
+			tr, err := ts.measure(t)
+			if err != nil {
+				fmt.Fprintf(w, "pytorch baseline unavailable: %v\n", err)
+				ts.close()
+				ts = nil
+			} else {
+				torch[st.ti] = append(torch[st.ti], tr)
+				time.Sleep(torchSettle)
 			}
-			for mi := range methods {
-				near, err := probe.Sample(probeReps)
-				if err != nil {
-					return nil, err
-				}
-				r, err := cpuexperts.Bench(layers[mi], t, s.TopK, o.minTime, o.gap, 7)
-				if err != nil {
-					return nil, err
-				}
-				p := moePoint{r: r, near: near}
-				if k := len(torch[ti]); k > 0 {
-					p.torch = torch[ti][k-1].TFLOPS
-				}
-				points[mi][ti] = append(points[mi][ti], p)
+		}
+		if layers[st.mi] == nil {
+			ls, err := benchLayers(e, s, methods[st.mi], llc, w)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", s.Name, methods[st.mi], err)
 			}
+			layers[st.mi], nlayers[st.mi] = ls, len(ls)
+		}
+		near, err := probe.Sample(probeReps)
+		if err != nil {
+			return nil, err
+		}
+		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, o.minTime, o.gap, 7)
+		if err != nil {
+			return nil, err
+		}
+		p := moePoint{r: r, near: near}
+		if k := len(torch[st.ti]); k > 0 {
+			p.torch = torch[st.ti][k-1].TFLOPS
+		}
+		points[st.mi][st.ti] = append(points[st.mi][st.ti], p)
+		if !keep && st.ti == len(tokens)-1 {
+			closeLayers(layers[st.mi])
+			layers[st.mi] = nil
 		}
 	}
 	var records []moeRecord
 	for mi := range methods {
 		for ti := range tokens {
-			records = append(records, moeRecordOf(s, points[mi][ti], len(layers[mi])))
+			records = append(records, moeRecordOf(s, points[mi][ti], nlayers[mi]))
 		}
 	}
 	smp := probe.Samples()
