@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
@@ -94,5 +95,53 @@ func TestMoERecordOfRounds(t *testing.T) {
 	}
 	if one := moeRecordOf(shape, []moePoint{pt(0.05, 0)}, 3); one.TorchTF != 0 || one.XTorch != 0 || one.MsPerLayer != 50 {
 		t.Errorf("no baseline: %+v", one)
+	}
+}
+
+// TestBenchShapeRounds runs the moe bench on a tiny shape against a stand-in
+// baseline: with two rounds every row holds two rounds, each against its
+// own baseline run, and the printed table carries the range; with one round
+// every row holds one.
+func TestBenchShapeRounds(t *testing.T) {
+	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	replies := map[int]string{
+		1:  `{"tokens": 1, "seconds": 1, "tflops": 0.001, "variant": "fused", "threads": 2, "all": {"fused@2": 0.001}}`,
+		40: `{"tokens": 40, "seconds": 1, "tflops": 0.002, "variant": "index", "threads": 2, "all": {"index@2": 0.002}}`,
+	}
+	py := fakePython(t, replies)
+	for _, rounds := range []int{1, 2} {
+		e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, MaxTokens: 40, TopK: shape.TopK, Experts: shape.Experts,
+			Hidden: shape.Hidden, Intermediate: shape.Intermediate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe, err := cpuexperts.NewReadProbe(1<<20, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := moeBenchOpts{compareTorch: true, python: py, rounds: rounds, minTime: time.Millisecond, bwBytes: 1 << 20}
+		var out strings.Builder
+		recs, err := benchShape(e, probe, shape, []cpuexperts.Method{cpuexperts.BF16, cpuexperts.AMXINT8}, []int{1, 40}, 1<<20, o, &out)
+		probe.Close()
+		e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 4 {
+			t.Fatalf("%d rounds: %d records, want 4", rounds, len(recs))
+		}
+		for _, r := range recs {
+			want := map[int]float64{1: 0.001, 40: 0.002}[r.Tokens]
+			if r.Rounds != rounds || len(r.RoundMs) != rounds || r.TorchTF != want || r.XTorch <= 0 || r.XTorchMin > r.XTorch || r.XTorch > r.XTorchMax {
+				t.Errorf("%d rounds: %s at %d tokens: %+v", rounds, r.Method, r.Tokens, r)
+			}
+		}
+		if got := strings.Contains(out.String(), "rounds: each row is the round of median time"); got != (rounds > 1) {
+			t.Errorf("%d rounds: rounds line printed %v:\n%s", rounds, got, out.String())
+		}
+		// one baseline run per round and token count
+		if n := strings.Count(out.String(), "; median of 2 rounds:"); rounds == 2 && n != 2 {
+			t.Errorf("2 rounds: %d token counts list two baseline runs, want 2:\n%s", n, out.String())
+		}
 	}
 }
