@@ -60,8 +60,40 @@ static inline KT_CONV_ATTR void CONV(quant_s8)(const float* x, int n, int8_t* q,
   // workers set it), but with the 1.5*2^23 trick, which vectorizes: lrintf
   // was a library call per element (~10 us per 2048-wide row). Without -ffast-math the compiler keeps
   // (v + c) - c as written
-  for (int i = 0; i < n; i++) {
+  int i = 0;
+  // Hand-vectorized where the including file names its width: GCC's own
+  // vectorization of the loop at the end narrows int32 to int8 poorly with
+  // AVX2 (2.2 us per 2048-wide row). A NaN is quantized to 0, as the
+  // portable quantization (pack.c) and the scalar loop do.
+#if KT_CONV_VEC == 512
+  const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f),
+               rc = _mm512_set1_ps(12582912.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+    v = _mm512_min_ps(_mm512_max_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v), lo), hi);
+    __m512i r = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(v, rc), rc));
+    _mm_storeu_si128((__m128i*)(q + i), _mm512_cvtsepi32_epi8(r));
+  }
+#elif KT_CONV_VEC == 256
+  // 32 values per step, packed with saturation (they are within +-127) and
+  // put back in order
+  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f),
+               rc = _mm256_set1_ps(12582912.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    for (int k = 0; k < 4; k++) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv);
+      v = _mm256_min_ps(_mm256_max_ps(_mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)), lo), hi);
+      r[k] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(v, rc), rc));
+    }
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256((__m256i*)(q + i), _mm256_permutevar8x32_epi32(b, order));
+  }
+#endif
+  for (; i < n; i++) {
     float v = x[i] * inv;
+    v = v == v ? v : 0.0f;  // NaN: 0
     v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
     q[i] = (int8_t)(int)((v + 12582912.0f) - 12582912.0f);
   }
