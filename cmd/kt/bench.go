@@ -379,7 +379,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 	}
 	for ti, t := range tokens {
 		if len(torch[ti]) > 0 {
-			r := medianTorch(torch[ti])
+			r := medianBy(torch[ti], func(r torchResult) float64 { return r.TFLOPS })
 			fmt.Fprintf(w, "torch TF at %d tokens: the fastest of %s (%s at %d threads)", t, r.allText(), r.Variant, r.Threads)
 			if len(torch[ti]) > 1 {
 				fmt.Fprintf(w, "; median of %d rounds:", len(torch[ti]))
@@ -423,12 +423,7 @@ type moePoint struct {
 // the round of median time, the baseline's median, and the median, lowest
 // and highest of the rounds' ratios.
 func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord {
-	order := make([]int, len(pts))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(pts[a].r.Seconds, pts[b].r.Seconds) })
-	p := pts[order[(len(order)-1)/2]]
+	p := medianBy(pts, func(q moePoint) float64 { return q.r.Seconds })
 	r := p.r
 	rec := moeRecord{Model: s.Name, Method: string(r.Method), Kernels: r.Kernels, Tokens: r.Tokens,
 		MsPerLayer: r.Seconds * 1e3, WeightGBps: r.GBps(), ReadNearGBps: p.near / 1e9, TFLOPS: r.TFLOPS(),
@@ -445,24 +440,19 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 		}
 	}
 	if len(ratios) > 0 {
-		rec.TorchTF = median(torch)
-		rec.XTorch = median(ratios)
+		id := func(v float64) float64 { return v }
+		rec.TorchTF = medianBy(torch, id)
+		rec.XTorch = medianBy(ratios, id)
 		rec.XTorchMin, rec.XTorchMax = slices.Min(ratios), slices.Max(ratios)
 	}
 	return rec
 }
 
-// median returns the middle value (the lower middle of an even count).
-func median(v []float64) float64 {
+// medianBy returns the element of v whose key is the median (the lower
+// middle of an even count); v is not reordered.
+func medianBy[T any](v []T, key func(T) float64) T {
 	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
-// medianTorch returns the baseline's round of median TFLOPS.
-func medianTorch(rs []torchResult) torchResult {
-	s := slices.Clone(rs)
-	slices.SortStableFunc(s, func(a, b torchResult) int { return cmp.Compare(a.TFLOPS, b.TFLOPS) })
+	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
 	return s[(len(s)-1)/2]
 }
 
