@@ -129,13 +129,50 @@ KT_CONV_ATTR void CONV(row_to_act)(const void* src, int src_bf16, int n, int act
   }
 }
 
-// kt_*_merge: out = (incr ? out : 0) + sum_i w[i] * parts[i]; tmp holds n floats.
-KT_CONV_ATTR void CONV(merge)(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16,
-                              int incr, float* tmp) {
+// kt_*_rows_bf16 stores rows x n f32 values (row stride lds) as bf16 rows
+// of stride ldd, rounded as f32_to_bf16; nt: around the caches (n a multiple
+// of 32 and every row 64-byte aligned: whole lines), for slot outputs that
+// only the merge, after a barrier, reads back.
+KT_CONV_ATTR void CONV(rows_bf16)(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt) {
+  for (int i = 0; i < rows; i++) {
+    uint16_t* d = dst + i * ldd;
+    if (!nt) {
+      CONV(f32_to_bf16)(src + (int64_t)i * lds, n, d);
+      continue;
+    }
+    for (int j = 0; j < n; j += 32) {
+      uint16_t line[32] __attribute__((aligned(64)));
+      CONV(f32_to_bf16)(src + (int64_t)i * lds + j, 32, line);
+#if KT_CONV_VEC == 512
+      _mm512_stream_si512((void*)(d + j), _mm512_load_si512(line));
+#elif KT_CONV_VEC == 256
+      _mm256_stream_si256((__m256i*)(d + j), _mm256_load_si256((const __m256i*)line));
+      _mm256_stream_si256((__m256i*)(d + j + 16), _mm256_load_si256((const __m256i*)(line + 16)));
+#else
+      for (int q = 0; q < 32; q++) d[j + q] = line[q];
+#endif
+    }
+  }
+}
+
+// kt_*_merge: out = (incr ? out : 0) + sum_i w[i] * parts[i]; tmp holds n
+// floats. The parts are f32, or bf16 when parts_bf16 (slot outputs stored
+// in bf16, kt_*_rows_bf16); the sum is f32 either way.
+KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out,
+                              int out_bf16, int incr, float* tmp) {
   for (int i = 0; i < n; i++) tmp[i] = 0;
   for (int p = 0; p < np; p++) {
-    const float* x = parts[p];
     float wp = w[p];
+    if (parts_bf16) {
+      const uint16_t* x = (const uint16_t*)parts[p];
+      for (int i = 0; i < n; i++) {
+        union { uint32_t u; float f; } v;
+        v.u = (uint32_t)x[i] << 16;
+        tmp[i] += wp * v.f;
+      }
+      continue;
+    }
+    const float* x = (const float*)parts[p];
     for (int i = 0; i < n; i++) tmp[i] += wp * x[i];
   }
   if (out_bf16) {

@@ -70,7 +70,7 @@ typedef struct {
   float* Hf;
   void* Hq;
   float* Hs;
-  float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice
+  float* Y;  // [max_slots][hidden]: each slot's down output, this pool's slice (bf16 when ybf16)
   int64_t bytesX, bytesH, bytesHq, bytesOut, bytesXt;
   _Atomic int* gud;  // [nexp] gate/up items finished per expert (phased path)
   // work counters and barrier words on lines of their own: each item's
@@ -94,7 +94,7 @@ typedef struct {
   // (xa, row scales xas) by each of its gate/up items (gather_rows)
   char* xa;
   float* xas;
-  const float** parts;  // merge: [max_k * npools]
+  const void** parts;  // merge: [max_k * npools]
   float* pw;
   pthread_t th;
   int started;
@@ -160,6 +160,7 @@ struct kt_engine {
   int nxl;  // lines of the next call's weights an AMX prefill call prefetches per tile step (set_nx)
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
+  int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
 
@@ -577,17 +578,20 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
 }
 
 // down_block computes y = down·h for hidden rows [h0, h0+r4) of expert x
-// over all its slot rows, into P->Y. Every output element comes from one
-// kernel call over the full intermediate width, so the loop order does not
-// change results.
+// over all its slot rows, into P->Y (f32, or bf16 when e->ybf16: the
+// kernel writes a chunk's f32 rows into the worker's cd, which are rounded
+// into Y). Every output element comes from one kernel call over the full
+// intermediate width, so the loop order does not change results.
 static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int h0, int r4, int H,
                        int I, int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpfd : e->kdec;
-  // phased prefill through AMX: the slot outputs bypass the caches (the
-  // fused path merges right away and wants them cached)
-  w->s.c_nt = pf && e->pf_tiled && !e->fused && (H * 4) % 64 == 0 && !e->l->lora;
+  // phased path: the slot outputs bypass the caches (the fused path merges
+  // right away and wants them cached); f32 outputs only from the AMX prefill
+  // kernels, which store through their parked accumulators
+  int ynt = !e->fused && (e->ybf16 || (pf && e->pf_tiled && (H * 4) % 64 == 0 && !e->l->lora));
+  w->s.c_nt = ynt && !e->ybf16;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
@@ -605,12 +609,21 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       int mm = m - m0 < mch ? m - m0 : mch;
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       set_nx(e, w, D, d0 + KT_NB, pf && m0 + mm >= m && n0 + KT_NB < h0 + r4);
-      kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+      if (!e->ybf16) {
+        kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
+      } else {
+        kern(D, d0, KT_NB, &A, mm, w->cd, KT_NB, &w->s);
+        uint16_t* y = (uint16_t*)P->Y + (int64_t)(off + m0) * H + n0;
+        if (e->isa & KT_ISA_AVX512)
+          kt_avx512_rows_bf16(w->cd, mm, KT_NB, KT_NB, y, H, ynt);
+        else
+          kt_avx2_rows_bf16(w->cd, mm, KT_NB, KT_NB, y, H, ynt);
+      }
       w->s.nx = NULL;
     }
     if (e->l->lora) kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, P->Y, H);  // y += s·B_d(A_d h)
   }
-  if (w->s.c_nt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
+  if (ynt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
 // merge_token writes out[t][h0:h0+n] = Σ w·Y over the token's slots (top-k
@@ -618,19 +631,20 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
 static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H) {
   const kt_batch* b = &e->b;
   int k = b->k, np = 0;
+  int64_t ysz = e->ybf16 ? 2 : 4;
   for (int j = 0; j < k; j++) {
     int s = e->tok_slot[(int64_t)t * k + j];
     if (s < 0) continue;
     for (int p = 0; p < e->npools; p++) {
-      w->parts[np] = e->pools[p].Y + (int64_t)s * H + h0;
+      w->parts[np] = (const char*)e->pools[p].Y + ((int64_t)s * H + h0) * ysz;
       w->pw[np++] = e->slot_w[s];
     }
   }
   void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
   if (e->isa & KT_ISA_AVX512)
-    kt_avx512_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+    kt_avx512_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
   else
-    kt_avx2_merge(w->parts, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+    kt_avx2_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
 }
 
 static void run_job(kt_worker* w) {
@@ -989,6 +1003,11 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
   // the worker's xa, gathered by each gate/up item (phased path, experts of
   // at most xa_rows tokens: gather_rows)
+  // slot outputs in bf16 (as KTransformers' AMX MoE keeps them): half the
+  // memory traffic of the down outputs and the merge, one more rounding of
+  // each expert's output; f32 for f32 activations and with LoRA, whose down
+  // correction adds into Y
+  e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   int xrows = xa_rows(e, act);
   for (int a = 0; a < e->nactive; a++) {
@@ -1511,7 +1530,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
       w->s.amx_var = cfg->amx_var;
       w->s.dec_pf = cfg->dec_pf;
-      w->parts = (const float**)xalloc(sizeof(float*) * (size_t)(cfg->max_k * e->npools));
+      w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
         FAIL("out of memory for thread scratch");

@@ -79,6 +79,13 @@ type Config struct {
 	// prefill_chunk). Results do not depend on it.
 	PrefillChunk int
 
+	// SlotOutputsF32 keeps every (token, expert) pair's down output in f32
+	// until the weighted sum. By default they are stored in bf16 where the
+	// activations are bf16 or int8 (not with an expert LoRA), as
+	// KTransformers' AMX MoE stores them: the down phase writes and the merge
+	// reads half the bytes (268 MB -> 134 MB for 4096 tokens of Qwen3-30B),
+	// for one more bf16 rounding of each expert's output (docs/notes/cpuexperts.md).
+	SlotOutputsF32 bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -266,6 +273,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.SyncHelp {
 		cc.sync_help = 1
+	}
+	if cfg.SlotOutputsF32 {
+		cc.y_f32 = 1
 	}
 	if cfg.Trace {
 		cc.trace = 1

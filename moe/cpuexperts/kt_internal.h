@@ -111,9 +111,12 @@ void kt_lora_down(const kt_lora* lo, int pool, int x, int off, int m, int n0, in
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);
 void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
 void kt_avx512_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
-void kt_avx2_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr, float* tmp);
-void kt_avx512_merge(const float* const* parts, const float* w, int np, int n, void* out, int out_bf16, int incr,
-                     float* tmp);
+void kt_avx2_merge(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out, int out_bf16,
+                   int incr, float* tmp);
+void kt_avx512_merge(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out, int out_bf16,
+                     int incr, float* tmp);
+void kt_avx2_rows_bf16(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt);
+void kt_avx512_rows_bf16(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt);
 
 // Kernels per ISA (defined in kern_*.c).
 void kt_avx2_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
