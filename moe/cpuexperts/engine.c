@@ -161,6 +161,7 @@ struct kt_engine {
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
+  int gu_whole;  // phased gate/up: whole-expert items first (run_job)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
 
@@ -700,16 +701,27 @@ static void run_job(kt_worker* w) {
       break;
     }
   int nb = I / r2;
-  int items = e->nactive * nb;
+  // Where they are compute-bound, the first experts are whole items (all I
+  // rows: one gather of their rows instead of nb) and the last 2 * nth
+  // experts are split as above, so the threads still finish together
+  // (e->gu_whole; the split does not change results)
+  int whole = 0;
+  if (e->gu_whole && nb > 1 && e->nslots >= 64 * e->nactive && e->nactive > 2 * nth) whole = e->nactive - 2 * nth;
+  int items = whole + (e->nactive - whole) * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / nb], ib = item % nb;
+    int x, r0, r1, nbx = nb;
+    if (item < whole) {
+      x = e->active[item], r0 = 0, r1 = I, nbx = 1;
+    } else {
+      int j = item - whole;
+      x = e->active[whole + j / nb], r0 = j % nb * r2, r1 = r0 + r2;
+    }
     if (e->blk_tiled[e->off[x] >> 4] == 2) gather_rows(e, w, P, e->off[x], e->cnt[x], (int64_t)H * asz);
-    for (int n0 = ib * r2; n0 < (ib + 1) * r2; n0 += KT_NB)
-      gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < (ib + 1) * r2);
+    for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < r1);
     // 3. quantize h for the down projection (bf16: gate/up stored it
     // already): the last gate/up item of an expert converts its rows while
     // they are still in the caches and the other threads go on with gate/up
-    if (act == KT_ACT_BF16 || atomic_fetch_add_explicit(&P->gud[x], 1, memory_order_acq_rel) + 1 != nb) continue;
+    if (act == KT_ACT_BF16 || atomic_fetch_add_explicit(&P->gud[x], 1, memory_order_acq_rel) + 1 != nbx) continue;
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
       put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
   }
@@ -1007,6 +1019,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // memory traffic of the down outputs and the merge, one more rounding of
   // each expert's output; f32 for f32 activations and with LoRA, whose down
   // correction adds into Y
+  e->gu_whole = !e->cfg.gu_split;
   e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   int xrows = xa_rows(e, act);
