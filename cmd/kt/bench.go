@@ -39,7 +39,7 @@ type moeBenchOpts struct {
 	decPrefetch, chunk      int
 	phases                  bool
 	trace, syncHelp         bool
-	slotF32, guSplit        bool
+	slotF32, splitItems     bool
 	fusedItems, decHead     int
 	rounds                  int
 	spinWait                time.Duration
@@ -56,7 +56,7 @@ func init() {
 			f.StringVar(&moeOpts.models, "model", "all", "layer shapes: qwen3.5-35b-a3b, qwen3-30b-a3b or all")
 			f.StringVar(&moeOpts.methods, "methods", "AMXINT4,AMXINT8,AMXBF16,BF16", "comma-separated methods ("+methodNames()+")")
 			f.StringVar(&moeOpts.tokens, "tokens", "1,4,32,512,4096", "comma-separated tokens per layer")
-			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores - 1)")
+			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores, KT's guidance for --kt-cpuinfer; the hybrid leaves one to the GPU thread)")
 			f.IntVar(&moeOpts.pools, "threadpool-count", 1, "thread pools (NUMA nodes)")
 			f.StringVar(&moeOpts.isa, "isa", "auto", "kernel level: auto, amx, avx512, avx2")
 			f.DurationVar(&moeOpts.minTime, "min-time", 300*time.Millisecond, "minimum time per measurement")
@@ -74,7 +74,7 @@ func init() {
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
-			f.BoolVar(&moeOpts.guSplit, "gate-up-split", false, "every gate/up item a fixed slice of one expert's rows (default: whole experts first; Config.GateUpSplit)")
+			f.BoolVar(&moeOpts.splitItems, "split-items", false, "every gate/up and down item a fixed slice of one expert's rows (default: whole experts first; Config.SplitItems)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
@@ -156,6 +156,13 @@ func closeLayers(ls []*cpuexperts.Layer) {
 
 func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	o := moeOpts
+	if o.threads == 0 {
+		// one layer on the CPU alone, nothing else to run: every physical
+		// core, as KTransformers advises for --kt-cpuinfer and as PyTorch's
+		// own default uses (the engine's default, for serving beside a GPU,
+		// leaves one core to the thread that drives it)
+		o.threads = cpuexperts.PhysicalCores()
+	}
 	tokens, err := parseInts(o.tokens)
 	if err != nil {
 		return err
@@ -191,7 +198,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, GateUpSplit: o.guSplit, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

@@ -161,7 +161,7 @@ struct kt_engine {
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
-  int gu_whole;  // phased gate/up: whole-expert items first (run_job)
+  int whole_items;  // phased gate/up and down: whole-expert items first (whole_items)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
 
@@ -648,6 +648,30 @@ static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H)
     kt_avx2_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
 }
 
+// Work items of the phased gate/up and down phases: an expert's rows (its
+// intermediate rows for gate/up, hidden rows for down: n in all) in nb slices
+// of r. Where the experts are compute-bound (64 tokens or more on average),
+// the first experts are whole items (their activation rows read, or
+// gathered, once instead of once per slice) and only the last 2 * nth are
+// split, so that the threads still finish together (e->whole_items; the
+// split does not change results). whole_items is how many items are whole.
+static int whole_items(const kt_engine* e, int nth, int nb) {
+  if (!e->whole_items || nb < 2 || e->nslots < 64 * e->nactive || e->nactive <= 2 * nth) return 0;
+  return e->nactive - 2 * nth;
+}
+
+// item_rows maps item to its expert and rows [*r0, *r1) and returns how
+// many items that expert has.
+static inline int item_rows(const kt_engine* e, int item, int whole, int nb, int r, int n, int* x, int* r0, int* r1) {
+  if (item < whole) {
+    *x = e->active[item], *r0 = 0, *r1 = n;
+    return 1;
+  }
+  int j = item - whole;
+  *x = e->active[whole + j / nb], *r0 = j % nb * r, *r1 = *r0 + r;
+  return nb;
+}
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
   if (e->fused) {
@@ -700,22 +724,10 @@ static void run_job(kt_worker* w) {
       r2 = r;
       break;
     }
-  int nb = I / r2;
-  // Where they are compute-bound, the first experts are whole items (all I
-  // rows: one gather of their rows instead of nb) and the last 2 * nth
-  // experts are split as above, so the threads still finish together
-  // (e->gu_whole; the split does not change results)
-  int whole = 0;
-  if (e->gu_whole && nb > 1 && e->nslots >= 64 * e->nactive && e->nactive > 2 * nth) whole = e->nactive - 2 * nth;
+  int nb = I / r2, whole = whole_items(e, nth, nb);
   int items = whole + (e->nactive - whole) * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
-    int x, r0, r1, nbx = nb;
-    if (item < whole) {
-      x = e->active[item], r0 = 0, r1 = I, nbx = 1;
-    } else {
-      int j = item - whole;
-      x = e->active[whole + j / nb], r0 = j % nb * r2, r1 = r0 + r2;
-    }
+    int x, r0, r1, nbx = item_rows(e, item, whole, nb, r2, I, &x, &r0, &r1);
     if (e->blk_tiled[e->off[x] >> 4] == 2) gather_rows(e, w, P, e->off[x], e->cnt[x], (int64_t)H * asz);
     for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < r1);
     // 3. quantize h for the down projection (bf16: gate/up stored it
@@ -739,10 +751,12 @@ static void run_job(kt_worker* w) {
       break;
     }
   int hb = H / r4;
-  items = e->nactive * hb;
+  whole = whole_items(e, nth, hb);
+  items = whole + (e->nactive - whole) * hb;
   while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / hb];
-    down_block(e, w, P, &ex[x], x, (item % hb) * r4, r4, H, I, asz);
+    int x, h0, h1;
+    item_rows(e, item, whole, hb, r4, H, &x, &h0, &h1);
+    down_block(e, w, P, &ex[x], x, h0, h1 - h0, H, I, asz);
   }
   barrier(e, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
   if (timer) ph_mark(e, KT_PH_DOWN);
@@ -1019,7 +1033,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // memory traffic of the down outputs and the merge, one more rounding of
   // each expert's output; f32 for f32 activations and with LoRA, whose down
   // correction adds into Y
-  e->gu_whole = !e->cfg.gu_split;
+  e->whole_items = !e->cfg.split_items;
   e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   int xrows = xa_rows(e, act);

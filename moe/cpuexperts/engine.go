@@ -86,13 +86,14 @@ type Config struct {
 	// reads half the bytes (268 MB -> 134 MB for 4096 tokens of Qwen3-30B),
 	// for one more bf16 rounding of each expert's output (docs/notes/cpuexperts.md).
 	SlotOutputsF32 bool
-	// GateUpSplit makes every gate/up item of a large (prefill) task a
-	// fixed slice of one expert's intermediate rows, as before session 7.
-	// By default, where the experts average 64 tokens or more, the first
-	// experts are whole items, so their token rows are gathered once
-	// instead of once per slice, and only the last 2 x threads experts are
-	// split to even out the end. Results do not depend on it.
-	GateUpSplit bool
+	// SplitItems makes every gate/up and down item of a large (prefill)
+	// task a fixed slice of one expert's rows, as before session 7. By
+	// default, where the experts average 64 tokens or more, the first
+	// experts are whole items, so their token rows are gathered (gate/up)
+	// or read from memory (down) once instead of once per slice, and only
+	// the last 2 x threads experts are split to even out the end. Results
+	// do not depend on it.
+	SplitItems bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -284,8 +285,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.SlotOutputsF32 {
 		cc.y_f32 = 1
 	}
-	if cfg.GateUpSplit {
-		cc.gu_split = 1
+	if cfg.SplitItems {
+		cc.split_items = 1
 	}
 	if cfg.Trace {
 		cc.trace = 1

@@ -8,15 +8,15 @@ import (
 	"testing"
 )
 
-// TestGateUpItemsBitwise checks that the phased path's gate/up work split
-// (whole-expert items first, split ones last) gives bitwise the output of
-// fixed slices (Config.GateUpSplit), on a task where it applies: 256 tokens
-// x 4 over 16 experts (64 per expert) and 3 threads per pool, so 10 of the
-// 16 experts are whole items of two 128-row slices. AMXINT8 checks the
-// count that hands an expert's h to the quantization after its last item;
-// one and two pools; every kernel level, the AMX path emulated where the
-// CPU has none.
-func TestGateUpItemsBitwise(t *testing.T) {
+// TestWholeItemsBitwise checks that the phased path's work split (whole
+// experts first, split ones last, in gate/up and in down) gives bitwise the
+// output of fixed slices (Config.SplitItems), on a task where it applies:
+// 256 tokens x 4 over 16 experts (64 per expert) and 5 threads per pool, so
+// 6 of the 16 experts are whole items in both phases (gate/up slices of 64
+// rows, down slices of 128). AMXINT8 checks the count that hands an
+// expert's h to the quantization after its last gate/up item; one and two
+// pools; every kernel level, the AMX path emulated where the CPU has none.
+func TestWholeItemsBitwise(t *testing.T) {
 	const topK, tokens = 4, 256
 	srcs := sourceCache{}
 	for _, isa := range testLevels(t) {
@@ -29,8 +29,8 @@ func TestGateUpItemsBitwise(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/pools%d", isa, m, pools)
 				var out [2][]float32
 				for i, split := range []bool{false, true} {
-					e := newEngineCfg(t, withISA(Config{Threads: 3 * pools, Pools: pools, MaxTokens: tokens, TopK: topK,
-						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, GateUpSplit: split}, isa))
+					e := newEngineCfg(t, withISA(Config{Threads: 5 * pools, Pools: pools, MaxTokens: tokens, TopK: topK,
+						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, SplitItems: split}, isa))
 					l, err := e.NewLayer(spec, src)
 					if err != nil {
 						t.Fatal(err)
@@ -44,7 +44,7 @@ func TestGateUpItemsBitwise(t *testing.T) {
 					l.Close()
 				}
 				if d := diffCount(out[0], out[1]); d > 0 {
-					t.Errorf("%s: %d of %d outputs differ between whole-expert and split gate/up items", name, d, len(out[0]))
+					t.Errorf("%s: %d of %d outputs differ between whole-expert and split items", name, d, len(out[0]))
 				}
 			}
 		}

@@ -127,7 +127,7 @@ typedef struct {
   int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
   int y_f32;           // keep the per-slot down outputs in f32 (default: bf16 for bf16 and int8 activations)
-  int gu_split;        // phased gate/up: every item a fixed slice of rows (default: whole experts first, split ones last)
+  int split_items;     // phased gate/up and down: every item a fixed slice of rows (default: whole experts first, split ones last)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
