@@ -116,12 +116,19 @@ type moeRecord struct {
 	TorchTF   float64 `json:"torch_tflops,omitempty"` // median of the rounds' baseline runs
 	// XTorch is the median over the rounds of TFLOPS ÷ the baseline run
 	// right before it; XTorchMin/Max their range.
-	XTorch    float64   `json:"xtorch,omitempty"`
-	XTorchMin float64   `json:"xtorch_min,omitempty"`
-	XTorchMax float64   `json:"xtorch_max,omitempty"`
-	Rounds    int       `json:"rounds"`
-	RoundMs   []float64 `json:"round_ms"` // every round's time, in round order
-	Layers    int       `json:"layers"`
+	XTorch    float64 `json:"xtorch,omitempty"`
+	XTorchMin float64 `json:"xtorch_min,omitempty"`
+	XTorchMax float64 `json:"xtorch_max,omitempty"`
+	// XBF16 is, for another method than AMXBF16 measured in the same
+	// rounds, the median over the rounds of AMXBF16's time ÷ this method's
+	// time in that round (the issue's AMXINT8 ÷ AMXBF16); XBF16Min/Max
+	// their range.
+	XBF16    float64   `json:"x_amxbf16,omitempty"`
+	XBF16Min float64   `json:"x_amxbf16_min,omitempty"`
+	XBF16Max float64   `json:"x_amxbf16_max,omitempty"`
+	Rounds   int       `json:"rounds"`
+	RoundMs  []float64 `json:"round_ms"` // every round's time, in round order
+	Layers   int       `json:"layers"`
 	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 	// Trace is the per-thread timing of the decode tasks (--trace).
@@ -351,6 +358,9 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			records = append(records, moeRecordOf(s, points[mi][ti], nlayers[mi]))
 		}
 	}
+	if keep {
+		setXBF16(records)
+	}
 	smp := probe.Samples()
 	med := probe.Median() / 1e9
 	fmt.Fprintf(w, "\n%s: %d experts, hidden %d, intermediate %d, top-%d; %d threads in %d pool(s)\n",
@@ -398,6 +408,12 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 				}
 			}
 			fmt.Fprintln(w)
+		}
+	}
+	for _, rec := range records {
+		if rec.XBF16 > 0 {
+			fmt.Fprintf(w, "%s ÷ AMXBF16 at %d tokens, same-round times: median %.2f of %d rounds (%.2f-%.2f)\n",
+				rec.Method, rec.Tokens, rec.XBF16, rec.Rounds, rec.XBF16Min, rec.XBF16Max)
 		}
 	}
 	if o.phases {
@@ -456,6 +472,30 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 		rec.XTorchMin, rec.XTorchMax = slices.Min(ratios), slices.Max(ratios)
 	}
 	return rec
+}
+
+// setXBF16 sets XBF16 on the records of every method but AMXBF16 that has
+// an AMXBF16 record of the same token count and round count: the rounds'
+// own ratios of AMXBF16's time to the method's, as xtorch is taken, so that
+// the machine's drift between rounds moves both sides of each ratio.
+func setXBF16(records []moeRecord) {
+	for i := range records {
+		rec := &records[i]
+		if rec.Method == string(cpuexperts.AMXBF16) {
+			continue
+		}
+		for _, b := range records {
+			if b.Method != string(cpuexperts.AMXBF16) || b.Tokens != rec.Tokens || len(b.RoundMs) != len(rec.RoundMs) || len(b.RoundMs) == 0 {
+				continue
+			}
+			var ratios []float64
+			for r, ms := range rec.RoundMs {
+				ratios = append(ratios, b.RoundMs[r]/ms)
+			}
+			rec.XBF16 = medianBy(ratios, func(v float64) float64 { return v })
+			rec.XBF16Min, rec.XBF16Max = slices.Min(ratios), slices.Max(ratios)
+		}
+	}
 }
 
 // medianBy returns the element of v whose key is the median (the lower

@@ -98,6 +98,27 @@ func TestMoERecordOfRounds(t *testing.T) {
 	}
 }
 
+// TestSetXBF16 checks the same-round ratios to AMXBF16: round by round,
+// median and range; none for AMXBF16 itself, for another token count or
+// for a different number of rounds.
+func TestSetXBF16(t *testing.T) {
+	recs := []moeRecord{
+		{Method: "AMXBF16", Tokens: 4096, RoundMs: []float64{40, 30, 50}},
+		{Method: "AMXINT8", Tokens: 4096, RoundMs: []float64{20, 25, 20}}, // 2, 1.2, 2.5
+		{Method: "AMXINT4", Tokens: 512, RoundMs: []float64{1, 1, 1}},
+		{Method: "BF16", Tokens: 4096, RoundMs: []float64{40, 40}},
+	}
+	setXBF16(recs)
+	if r := recs[1]; r.XBF16 != 2 || r.XBF16Min != 1.2 || r.XBF16Max != 2.5 {
+		t.Errorf("AMXINT8: x %v (%v-%v), want 2 (1.2-2.5)", r.XBF16, r.XBF16Min, r.XBF16Max)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if recs[i].XBF16 != 0 {
+			t.Errorf("%s at %d tokens: x %v, want none", recs[i].Method, recs[i].Tokens, recs[i].XBF16)
+		}
+	}
+}
+
 // TestBenchShapeRounds runs the moe bench on a tiny shape against a stand-in
 // baseline: with two rounds every row holds two rounds, each against its
 // own baseline run, and the printed table carries the range; with one round
@@ -121,7 +142,7 @@ func TestBenchShapeRounds(t *testing.T) {
 		}
 		o := moeBenchOpts{compareTorch: true, python: py, rounds: rounds, minTime: time.Millisecond, bwBytes: 1 << 20}
 		var out strings.Builder
-		recs, err := benchShape(e, probe, shape, []cpuexperts.Method{cpuexperts.BF16, cpuexperts.AMXINT8}, []int{1, 40}, 1<<20, o, &out)
+		recs, err := benchShape(e, probe, shape, []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8}, []int{1, 40}, 1<<20, o, &out)
 		probe.Close()
 		e.Close()
 		if err != nil {
@@ -135,9 +156,16 @@ func TestBenchShapeRounds(t *testing.T) {
 			if r.Rounds != rounds || len(r.RoundMs) != rounds || r.TorchTF != want || r.XTorch <= 0 || r.XTorchMin > r.XTorch || r.XTorch > r.XTorchMax {
 				t.Errorf("%d rounds: %s at %d tokens: %+v", rounds, r.Method, r.Tokens, r)
 			}
+			// the same-round ratio to AMXBF16: AMXINT8's, with more than one round
+			if hasX := r.XBF16 > 0; hasX != (rounds > 1 && r.Method == string(cpuexperts.AMXINT8)) {
+				t.Errorf("%d rounds: %s at %d tokens: x_amxbf16 %v", rounds, r.Method, r.Tokens, r.XBF16)
+			}
 		}
 		if got := strings.Contains(out.String(), "rounds: each row is the round of median time"); got != (rounds > 1) {
 			t.Errorf("%d rounds: rounds line printed %v:\n%s", rounds, got, out.String())
+		}
+		if n := strings.Count(out.String(), "AMXINT8 ÷ AMXBF16 at "); n != map[bool]int{false: 0, true: 2}[rounds > 1] {
+			t.Errorf("%d rounds: %d lines of AMXINT8 ÷ AMXBF16:\n%s", rounds, n, out.String())
 		}
 		// one baseline run per round and token count
 		if n := strings.Count(out.String(), "; median of 2 rounds:"); rounds == 2 && n != 2 {
