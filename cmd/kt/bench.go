@@ -43,7 +43,7 @@ type moeBenchOpts struct {
 	fusedItems, decHead     int
 	rounds                  int
 	spinWait                time.Duration
-	gap, spinPure, syncSpin time.Duration
+	gap, spinPure           time.Duration
 }
 
 var moeOpts moeBenchOpts
@@ -80,7 +80,6 @@ func init() {
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
-			f.DurationVar(&moeOpts.syncSpin, "sync-spin", 0, "the caller in Forward spins this much longer than --spin-wait before sleeping (0 = default: 5ms with a core of its own, 1ms without; -1ns = none)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
@@ -206,7 +205,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure, SyncSpin: o.syncSpin,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

@@ -38,7 +38,6 @@
 #define SPIN_NS 500000      // default spin budget before sleeping (kt_engine_config.spin_ns)
 #define SPIN_PURE_NS 30000  // the first part of a spin only pauses
 #define SYNC_SPIN_NS 5000000  // kt_sync spins this much longer
-#define SYNC_SPIN_SHARED_NS 1000000  // ... where every CPU has a worker
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
 #define JOPEN (1 << 30)  // jopen: a guest may join the running job (low bits: guests inside)
 #define DNX (LINE / (int)sizeof(int))  // ints between two experts' down-item counters (one line pair each)
@@ -120,7 +119,6 @@ struct kt_engine {
   int no_help, trace;
   int dec_head;  // decode items prefetch the first dec_head bytes of their weight runs
   int64_t spin_ns, spin_pure_ns;  // spin_step's budget and its pause-only start
-  int64_t sync_extra;             // kt_sync spins this much longer (a caller with a core of its own)
   _Atomic int* dnx;  // fused down items claimed per active expert, one line pair each (DNX ints apart)
 
   // hot words, one line pair each
@@ -1258,7 +1256,7 @@ void kt_sync(kt_engine* e, int allow_pending) {
   // the caller waits for running work and has a core of its own: it spins
   // 5 ms longer than an idle thread (on the device, callers that slept after
   // 0.3 ms paid ~0.3 ms of wake-up on 0.4-0.7 ms one-token tasks)
-  kt_spin sp = {0, 0, e->sync_extra};
+  kt_spin sp = {0, 0, SYNC_SPIN_NS};
   for (;;) {
     if (atomic_load_explicit(&e->pending, memory_order_acquire) <= allow_pending) {  // the tasks' writes are visible
       if (waited) sync_traced(e);
@@ -1491,14 +1489,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   // oversubscribed (a worker per CPU: the caller shares one): yield from the start
   int64_t pure = cfg->spin_pure_ns > 0 ? cfg->spin_pure_ns : SPIN_PURE_NS;
   e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < pure ? e->spin_ns : pure;
-  // kt_sync's long spin is for a caller with a core of its own; with a
-  // worker on every CPU it would slow the worker whose CPU it shares for
-  // 5 ms of every longer task, so it spins only as long as a one-token
-  // task takes (SYNC_SPIN_SHARED_NS) and then sleeps
-  e->sync_extra = cfg->sync_spin_ns > 0 ? cfg->sync_spin_ns
-                  : cfg->sync_spin_ns < 0 ? 0
-                  : e->nthreads >= ncpu ? SYNC_SPIN_SHARED_NS
-                                        : SYNC_SPIN_NS;
   e->dnx = (_Atomic int*)xalloc(sizeof(int) * DNX * (size_t)cfg->nexp);
   if (!e->dnx) FAIL("out of memory");
   e->trace = cfg->trace != 0;

@@ -118,13 +118,6 @@ type Config struct {
 	// (yielding after it lets a thread sharing the core run; in a VM a
 	// yield may also hand the vCPU back): 0 = 30 µs, capped at SpinWait.
 	SpinPure time.Duration
-	// SyncSpin is how much longer than SpinWait a caller in Sync or Forward
-	// spins before it sleeps while a task runs: 0 = 5 ms where the caller
-	// has a CPU without a worker, 1 ms (a one-token task) where every CPU
-	// has one, as the caller then shares a worker's CPU and slows that
-	// worker while it spins (docs/notes/cpuexperts.md "Session 7"); < 0 =
-	// none. Results do not depend on it.
-	SyncSpin time.Duration
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
@@ -307,7 +300,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.spin_ns = C.int64_t(max(min(cfg.SpinWait, time.Second), -1))
 	cc.spin_pure_ns = C.int64_t(max(min(cfg.SpinPure, time.Second), 0))
-	cc.sync_spin_ns = C.int64_t(max(min(cfg.SyncSpin, time.Second), -1))
 	if cfg.DecodeHeadPrefetch == 0 {
 		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
 	}

@@ -125,7 +125,6 @@ typedef struct {
   int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
   int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
-  int64_t sync_spin_ns; // kt_sync spins this much longer than spin_ns (ns); 0 = default (5 ms, 1 ms with a worker per CPU), < 0 = none
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
   int y_f32;           // keep the per-slot down outputs in f32 (default: bf16 for bf16 and int8 activations)
   int split_items;     // phased gate/up and down: every item a fixed slice of rows (default: whole experts first, split ones last)
