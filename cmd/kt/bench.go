@@ -40,6 +40,7 @@ type moeBenchOpts struct {
 	phases                  bool
 	trace, syncHelp         bool
 	slotF32, splitItems     bool
+	yCached, outCached      bool
 	fusedItems, decHead     int
 	rounds                  int
 	spinWait                time.Duration
@@ -75,6 +76,8 @@ func init() {
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.splitItems, "split-items", false, "every gate/up and down item a fixed slice of one expert's rows (default: whole experts first; Config.SplitItems)")
+			f.BoolVar(&moeOpts.yCached, "slot-outputs-cached", false, "store the per-slot down outputs through the caches (Config.SlotOutputsCached)")
+			f.BoolVar(&moeOpts.outCached, "output-cached", false, "store the layer's output rows through the caches (Config.OutputCached)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
@@ -205,7 +208,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, OutputCached: o.outCached, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

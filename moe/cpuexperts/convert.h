@@ -129,37 +129,47 @@ KT_CONV_ATTR void CONV(row_to_act)(const void* src, int src_bf16, int n, int act
   }
 }
 
+// stream_line writes 64 bytes from src to the 64-byte aligned dst around
+// the caches (plain stores where the file has no vector width).
+static inline KT_CONV_ATTR void CONV(stream_line)(void* dst, const void* src) {
+#if KT_CONV_VEC == 512
+  _mm512_stream_si512(dst, _mm512_loadu_si512(src));
+#elif KT_CONV_VEC == 256
+  _mm256_stream_si256((__m256i*)dst, _mm256_loadu_si256((const __m256i*)src));
+  _mm256_stream_si256((__m256i*)dst + 1, _mm256_loadu_si256((const __m256i*)src + 1));
+#else
+  memcpy(dst, src, 64);
+#endif
+}
+
+// f32_to_bf16_out stores n f32 values as bf16 (f32_to_bf16), with nt
+// around the caches (n a multiple of 32, dst 64-byte aligned: whole lines).
+static inline KT_CONV_ATTR void CONV(f32_to_bf16_out)(const float* src, int n, uint16_t* dst, int nt) {
+  if (!nt) {
+    CONV(f32_to_bf16)(src, n, dst);
+    return;
+  }
+  for (int j = 0; j < n; j += 32) {
+    uint16_t line[32] __attribute__((aligned(64)));
+    CONV(f32_to_bf16)(src + j, 32, line);
+    CONV(stream_line)(dst + j, line);
+  }
+}
+
 // kt_*_rows_bf16 stores rows x n f32 values (row stride lds) as bf16 rows
 // of stride ldd, rounded as f32_to_bf16; nt: around the caches (n a multiple
 // of 32 and every row 64-byte aligned: whole lines), for slot outputs that
 // only the merge, after a barrier, reads back.
 KT_CONV_ATTR void CONV(rows_bf16)(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt) {
-  for (int i = 0; i < rows; i++) {
-    uint16_t* d = dst + i * ldd;
-    if (!nt) {
-      CONV(f32_to_bf16)(src + (int64_t)i * lds, n, d);
-      continue;
-    }
-    for (int j = 0; j < n; j += 32) {
-      uint16_t line[32] __attribute__((aligned(64)));
-      CONV(f32_to_bf16)(src + (int64_t)i * lds + j, 32, line);
-#if KT_CONV_VEC == 512
-      _mm512_stream_si512((void*)(d + j), _mm512_load_si512(line));
-#elif KT_CONV_VEC == 256
-      _mm256_stream_si256((__m256i*)(d + j), _mm256_load_si256((const __m256i*)line));
-      _mm256_stream_si256((__m256i*)(d + j + 16), _mm256_load_si256((const __m256i*)(line + 16)));
-#else
-      for (int q = 0; q < 32; q++) d[j + q] = line[q];
-#endif
-    }
-  }
+  for (int i = 0; i < rows; i++) CONV(f32_to_bf16_out)(src + (int64_t)i * lds, n, dst + i * ldd, nt);
 }
 
 // kt_*_merge: out = (incr ? out : 0) + sum_i w[i] * parts[i]; tmp holds n
 // floats. The parts are f32, or bf16 when parts_bf16 (slot outputs stored
-// in bf16, kt_*_rows_bf16); the sum is f32 either way.
+// in bf16, kt_*_rows_bf16); the sum is f32 either way. nt (not with incr):
+// out is stored around the caches (n a multiple of 32, out 64-byte aligned).
 KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out,
-                              int out_bf16, int incr, float* tmp) {
+                              int out_bf16, int incr, int nt, float* tmp) {
   for (int i = 0; i < n; i++) tmp[i] = 0;
   for (int p = 0; p < np; p++) {
     float wp = w[p];
@@ -183,11 +193,13 @@ KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const fl
         v.u = (uint32_t)o[i] << 16;
         tmp[i] += v.f;
       }
-    CONV(f32_to_bf16)(tmp, n, o);
+    CONV(f32_to_bf16_out)(tmp, n, o, nt && !incr);
   } else {
     float* o = (float*)out;
     if (incr)
       for (int i = 0; i < n; i++) o[i] += tmp[i];
+    else if (nt)
+      for (int i = 0; i < n; i += 16) CONV(stream_line)(o + i, tmp + i);
     else
       for (int i = 0; i < n; i++) o[i] = tmp[i];
   }

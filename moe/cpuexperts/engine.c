@@ -591,7 +591,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   // phased path: the slot outputs bypass the caches (the fused path merges
   // right away and wants them cached); f32 outputs only from the AMX prefill
   // kernels, which store through their parked accumulators
-  int ynt = !e->fused && (e->ybf16 || (pf && e->pf_tiled && (H * 4) % 64 == 0 && !e->l->lora));
+  int ynt = !e->fused && !e->cfg.y_cached && (e->ybf16 || (pf && e->pf_tiled && (H * 4) % 64 == 0 && !e->l->lora));
   w->s.c_nt = ynt && !e->ybf16;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
@@ -642,10 +642,13 @@ static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H)
     }
   }
   void* o = (char*)b->out + ((int64_t)t * H + h0) * (b->out_bf16 ? 2 : 4);
+  // the phased path's outputs (a whole task's rows, read next by the
+  // caller or a copy to the GPU) are stored around the caches
+  int nt = !e->fused && !e->cfg.out_cached && !b->incremental && n % 32 == 0 && ((uintptr_t)o & 63) == 0;
   if (e->isa & KT_ISA_AVX512)
-    kt_avx512_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+    kt_avx512_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
   else
-    kt_avx2_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, w->s.row);
+    kt_avx2_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
 }
 
 // Work items of the phased gate/up and down phases: an expert's rows (its
@@ -763,6 +766,7 @@ static void run_job(kt_worker* w) {
 
   // 5. out[t] = sum over the token's slots (k order) and pools (pool order) of w * Y
   while ((item = atomic_fetch_add_explicit(&e->gnext, 1, memory_order_relaxed)) < e->ntok) merge_token(e, w, item, 0, H, H);
+  _mm_sfence();  // the merge's stores around the caches are visible when the task completes
 }
 
 // ---------------------------------------------------------------- fused (decode) path

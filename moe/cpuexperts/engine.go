@@ -94,6 +94,15 @@ type Config struct {
 	// the last 2 x threads experts are split to even out the end. Results
 	// do not depend on it.
 	SplitItems bool
+	// SlotOutputsCached stores the per-slot down outputs of large (phased)
+	// tasks through the caches; by default they go around them (only the
+	// merge reads them, after a barrier). Results do not depend on it.
+	SlotOutputsCached bool
+	// OutputCached stores a large (phased) task's output rows through the
+	// caches; by default, where the rows are 64-byte aligned and the task is
+	// not incremental, they go around them (a task's output is megabytes,
+	// read next by the caller or a copy to the GPU). Results do not depend on it.
+	OutputCached bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -287,6 +296,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.SplitItems {
 		cc.split_items = 1
+	}
+	if cfg.SlotOutputsCached {
+		cc.y_cached = 1
+	}
+	if cfg.OutputCached {
+		cc.out_cached = 1
 	}
 	if cfg.Trace {
 		cc.trace = 1

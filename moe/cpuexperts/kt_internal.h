@@ -112,9 +112,9 @@ void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, flo
 void kt_avx2_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
 void kt_avx512_row_to_act(const void* src, int src_bf16, int n, int act, void* dst, float* scale, float* tmp);
 void kt_avx2_merge(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out, int out_bf16,
-                   int incr, float* tmp);
+                   int incr, int nt, float* tmp);
 void kt_avx512_merge(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out, int out_bf16,
-                     int incr, float* tmp);
+                     int incr, int nt, float* tmp);
 void kt_avx2_rows_bf16(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt);
 void kt_avx512_rows_bf16(const float* src, int rows, int n, int lds, uint16_t* dst, int64_t ldd, int nt);
 

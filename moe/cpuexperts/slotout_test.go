@@ -4,7 +4,9 @@ package cpuexperts
 
 import (
 	"fmt"
+	"math"
 	"testing"
+	"unsafe"
 )
 
 // TestSlotOutputsBF16 compares the default bf16 per-slot down outputs with
@@ -76,4 +78,92 @@ func TestSlotOutputsBF16(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOutputStores checks the phased path's output stores: around the
+// caches into 64-byte aligned rows, plain where the rows are not aligned
+// (the output one float or one bf16 off a 64-byte boundary), through the
+// caches with Config.OutputCached, and with the slot outputs stored through
+// the caches (Config.SlotOutputsCached): bitwise the same outputs, f32 and
+// bf16, plain and incremental, on every kernel level.
+func TestOutputStores(t *testing.T) {
+	const topK, tokens = 4, 48
+	srcs := sourceCache{}
+	for _, isa := range testLevels(t) {
+		m := AMXINT8
+		spec := small
+		spec.Method = m
+		src := srcs.get(m, spec)
+		x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
+		n := tokens * spec.Hidden
+		prev := make([]float32, n)
+		for i := range prev {
+			prev[i] = float32(i%5) - 2
+		}
+		for _, bf := range []bool{false, true} {
+			for _, incr := range []bool{false, true} {
+				var ref []float32
+				for c, cfgv := range []struct{ outCached, yCached, offset bool }{{}, {offset: true}, {outCached: true}, {yCached: true}} {
+					e := newEngineCfg(t, withISA(Config{Threads: 2, MaxTokens: tokens, TopK: topK, Experts: spec.Experts,
+						Hidden: spec.Hidden, Intermediate: spec.Intermediate, fusedMaxSlots: -1,
+						OutputCached: cfgv.outCached, SlotOutputsCached: cfgv.yCached}, isa))
+					l, err := e.NewLayer(spec, src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b := &Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Incremental: incr}
+					// a 64-byte aligned buffer of n+32 values; the rows start
+					// at its beginning, or one element in
+					off := 0
+					if cfgv.offset {
+						off = 1
+					}
+					got := make([]float32, n)
+					if bf {
+						buf := alignedU16(n + 32)
+						b.OutBF16 = buf[off : off+n]
+						for i := range b.OutBF16 {
+							b.OutBF16[i] = uint16(math.Float32bits(prev[i]) >> 16) // exact: small integers
+						}
+					} else {
+						buf := alignedF32(n + 32)
+						b.Out = buf[off : off+n]
+						copy(b.Out, prev)
+					}
+					if err := l.Forward(b); err != nil {
+						t.Fatal(err)
+					}
+					l.Close()
+					for i := range got {
+						if bf {
+							got[i] = math.Float32frombits(uint32(b.OutBF16[i]) << 16)
+						} else {
+							got[i] = b.Out[i]
+						}
+					}
+					if c == 0 {
+						ref = got
+						continue
+					}
+					if d := diffCount(got, ref); d > 0 {
+						t.Errorf("%s bf16=%v incr=%v %+v: %d of %d outputs differ from the default stores", isa, bf, incr, cfgv, d, n)
+					}
+				}
+			}
+		}
+	}
+}
+
+// alignedF32 returns n float32s starting on a 64-byte boundary.
+func alignedF32(n int) []float32 {
+	b := make([]float32, n+16)
+	o := int((64 - uintptr(unsafe.Pointer(&b[0]))%64) % 64 / 4)
+	return b[o : o+n]
+}
+
+// alignedU16 returns n uint16s starting on a 64-byte boundary.
+func alignedU16(n int) []uint16 {
+	b := make([]uint16, n+32)
+	o := int((64 - uintptr(unsafe.Pointer(&b[0]))%64) % 64 / 2)
+	return b[o : o+n]
 }
