@@ -25,7 +25,7 @@ for p in C Y; do
   for m in qwen3-30b-a3b qwen3.5-35b-a3b; do
     # sum of AMXINT8 and AMXBF16 ms per (config, round)
     awk -v m=$m '$2==m && $5==4096 {s[$1" "$3]+=$6} END{for (k in s) print k, s[k]}' $L > /tmp/sums
-    r=$(awk -v p=$p '{v[$1][$2]=$3} END{w=0; for (i in v["N"]) if (v[p][i] < v["N"][i]) w++; print w}' /tmp/sums)
+    r=$(awk -v p=$p '{v[$1" "$2]=$3} END{w=0; for (i=1; i<=6; i++) if ((p" "i) in v && v[p" "i] < v["N "i]) w++; print w}' /tmp/sums)
     mn=$(awk '$1=="N"{print $3}' /tmp/sums | sort -n | awk '{a[NR]=$1} END{print (a[3]+a[4])/2}')
     mp=$(awk -v p=$p '$1==p{print $3}' /tmp/sums | sort -n | awk '{a[NR]=$1} END{print (a[3]+a[4])/2}')
     echo "$m: $p beat N in $r of 6 rounds; median sums N $mn ms, $p $mp ms" | tee -a $L
