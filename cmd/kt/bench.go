@@ -26,25 +26,25 @@ import (
 // ---------------------------------------------------------------- moe
 
 type moeBenchOpts struct {
-	models, methods, tokens string
-	threads, pools          int
-	isa                     string
-	minTime                 time.Duration
-	compareTorch            bool
-	python, jsonOut         string
-	bwBytes                 int64
-	amxKBlock, amxPrefetch  int
-	amxPFTiles, amxNext     int
-	amxVariant              int
-	decPrefetch, chunk      int
-	phases                  bool
-	trace, syncHelp         bool
-	slotF32, splitItems     bool
-	yCached, outCached      bool
-	fusedItems, decHead     int
-	rounds                  int
-	spinWait                time.Duration
-	gap, spinPure           time.Duration
+	models, methods, tokens  string
+	threads, pools           int
+	isa                      string
+	minTime                  time.Duration
+	compareTorch             bool
+	python, jsonOut          string
+	bwBytes                  int64
+	amxKBlock, amxPrefetch   int
+	amxPFTiles, amxNext      int
+	amxVariant               int
+	decPrefetch, chunk       int
+	phases                   bool
+	trace, syncHelp          bool
+	slotF32, splitItems      bool
+	yCached, outCached, hF32 bool
+	fusedItems, decHead      int
+	rounds                   int
+	spinWait                 time.Duration
+	gap, spinPure            time.Duration
 }
 
 var moeOpts moeBenchOpts
@@ -76,6 +76,7 @@ func init() {
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
 			f.BoolVar(&moeOpts.splitItems, "split-items", false, "every gate/up and down item a fixed slice of one expert's rows (default: whole experts first; Config.SplitItems)")
+			f.BoolVar(&moeOpts.hF32, "intermediate-f32", false, "int8 methods: keep h in f32 until quantized (default bf16; Config.IntermediateF32)")
 			f.BoolVar(&moeOpts.yCached, "slot-outputs-cached", false, "store the per-slot down outputs through the caches (Config.SlotOutputsCached)")
 			f.BoolVar(&moeOpts.outCached, "output-cached", false, "store the layer's output rows through the caches (Config.OutputCached)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
@@ -208,7 +209,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, OutputCached: o.outCached, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

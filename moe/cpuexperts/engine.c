@@ -161,6 +161,7 @@ struct kt_engine {
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
+  int hbf16;     // int8 activations: h waits for its quantization as bf16 in Hf's memory (h_row)
   int whole_items;  // phased gate/up and down: whole-expert items first (whole_items)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
@@ -433,17 +434,24 @@ static inline void head_prefetch(const kt_engine* e, const kt_mat* W, int n0) {
   if (W->corr && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->corr + n0), _MM_HINT_T0);
 }
 
-// put_act_row converts an f32 row of n elements to the activation format and
-// stores it as row s of buf, in tile order when tiled.
-static void put_act_row(kt_engine* e, kt_worker* w, const float* src, int n, int act, char* buf, int64_t s, float* scale,
-                        int tiled) {
+// put_act_row converts a row of n elements (f32, or bf16 when src_bf16) to
+// the activation format and stores it as row s of buf, in tile order when
+// tiled.
+static void put_act_row(kt_engine* e, kt_worker* w, const void* src, int src_bf16, int n, int act, char* buf, int64_t s,
+                        float* scale, int tiled) {
   int64_t rb = (int64_t)n * act_size(act);
   if (!tiled) {
-    ROW_TO_ACT(src, 0, n, act, buf + s * rb, scale, w->s.row);
+    ROW_TO_ACT(src, src_bf16, n, act, buf + s * rb, scale, w->s.row);
     return;
   }
-  ROW_TO_ACT(src, 0, n, act, w->trow, scale, w->s.row);
+  ROW_TO_ACT(src, src_bf16, n, act, w->trow, scale, w->s.row);
   kt_put_row(buf, s, rb, w->trow, 1);
+}
+
+// h_row is where slot s's h row waits for its quantization: f32 rows of
+// P->Hf, or bf16 rows in the same memory when e->hbf16.
+static inline const void* h_row(const kt_engine* e, const kt_pool* P, int64_t s, int I) {
+  return e->hbf16 ? (const void*)((const uint16_t*)P->Hf + s * I) : (const void*)(P->Hf + s * I);
 }
 
 // pair_bytes returns where weight rows [n0, n0+32) of W start in the packed
@@ -563,8 +571,16 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     if (e->l->lora)  // expert LoRA (kern_lora.c): g, u += s·B(A x)
       kt_lora_gate_up(e->l->lora, &e->b, e->slot_tok, w->pool, x, off, m, off + m0, mm, n0, w->cg, w->cu, KT_NB, H);
     if (!hdirect) {
-      for (int i = 0; i < mm; i++)
-        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + (int64_t)(off + m0 + i) * I + n0, KT_NB, e->isa);
+      for (int i = 0; i < mm; i++) {
+        int64_t s = off + m0 + i;
+        if (!e->hbf16) {
+          kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + s * I + n0, KT_NB, e->isa);
+          continue;
+        }
+        // bf16 h (int8 activations): half the bytes to store and read back
+        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
+        ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, (uint16_t*)P->Hf + s * I + n0, NULL, w->s.row);
+      }
       continue;
     }
     int64_t rb = (int64_t)I * 2;
@@ -738,7 +754,7 @@ static void run_job(kt_worker* w) {
     // they are still in the caches and the other threads go on with gate/up
     if (act == KT_ACT_BF16 || atomic_fetch_add_explicit(&P->gud[x], 1, memory_order_acq_rel) + 1 != nbx) continue;
     for (int s = e->off[x]; s < e->off[x] + e->cnt[x]; s++)
-      put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
+      put_act_row(e, w, h_row(e, P, s, I), e->hbf16, I, act, (char*)P->Hq, s, &P->Hs[s], e->blk_tiled[s >> 4]);
   }
   barrier(e, &P->bar_cnt, &P->bar_gen, nth);
   if (timer) {
@@ -856,7 +872,7 @@ static void run_job_fused(kt_worker* w) {
       // last gate/up item of x: every h row of x is complete; quantize them for down
       // (bf16: gate/up stored h already)
       for (int s = off; s < off + m && act != KT_ACT_BF16; s++)
-        put_act_row(e, w, P->Hf + (int64_t)s * I, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
+        put_act_row(e, w, h_row(e, P, s, I), e->hbf16, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
       atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
     }
   }
@@ -1038,6 +1054,10 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // each expert's output; f32 for f32 activations and with LoRA, whose down
   // correction adds into Y
   e->whole_items = !e->cfg.split_items;
+  // int8 activations: h is rounded to bf16 before its quantization (as
+  // KTransformers' AMX MoE keeps gate and up outputs), so it is stored and
+  // read back in half the bytes; not with LoRA, whose down reads f32 h
+  e->hbf16 = act == KT_ACT_S8 && !e->l->lora && !e->cfg.h_f32;
   e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
   int xrows = xa_rows(e, act);

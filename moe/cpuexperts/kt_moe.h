@@ -128,6 +128,7 @@ typedef struct {
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
   int y_f32;           // keep the per-slot down outputs in f32 (default: bf16 for bf16 and int8 activations)
   int split_items;     // phased gate/up and down: every item a fixed slice of rows (default: whole experts first, split ones last)
+  int h_f32;           // int8 activations: keep h in f32 until quantized (default: bf16)
   int y_cached;        // phased path: store the per-slot down outputs through the caches (default: around them)
   int out_cached;      // phased path: store the weighted sums (the task's output) through the caches (default: around them)
 } kt_engine_config;
