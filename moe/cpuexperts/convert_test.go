@@ -15,17 +15,7 @@ import (
 // widths, rows whose largest |x| is in the scalar tail or negative, all-zero
 // rows and rows with NaNs (skipped by the maximum, quantized to 0).
 func TestQuantizeRowMatchesPortable(t *testing.T) {
-	f := DetectFeatures()
-	widths := []int{}
-	if f.AVX2 {
-		widths = append(widths, 256)
-	}
-	if f.AVX512 {
-		widths = append(widths, 512)
-	}
-	if len(widths) == 0 {
-		t.Skip("no AVX2")
-	}
+	widths := vectorWidths(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 2048, 2049} {
 		for c := range 6 {
@@ -88,8 +78,9 @@ func BenchmarkQuantizeRowS8(b *testing.B) {
 	}
 }
 
-// siluWidths lists the vector widths of this CPU's SiLU kernels.
-func siluWidths(tb testing.TB) []int {
+// vectorWidths lists the vector widths of this CPU's conversion and SiLU
+// kernels (256: AVX2, 512: AVX-512); it skips the test without AVX2.
+func vectorWidths(tb testing.TB) []int {
 	f := DetectFeatures()
 	var w []int
 	if f.AVX2 {
@@ -114,7 +105,7 @@ func siluWidths(tb testing.TB) []int {
 // the device (~9 us), so the division stays.
 func TestSiLUMulAccuracy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, w := range siluWidths(t) {
+	for _, w := range vectorWidths(t) {
 		worst := 0.0
 		for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 32, 1000} {
 			g, u, h := make([]float32, n), make([]float32, n), make([]float32, n)
@@ -152,7 +143,7 @@ func TestSiLUMulAccuracy(t *testing.T) {
 // BenchmarkSiLUMul times h = silu(g)·u over one 32 x 32 block of the
 // gate/up epilogue (1024 values), per vector width.
 func BenchmarkSiLUMul(b *testing.B) {
-	for _, w := range siluWidths(b) {
+	for _, w := range vectorWidths(b) {
 		b.Run(fmt.Sprint(w), func(b *testing.B) {
 			g, u, h := make([]float32, 1024), make([]float32, 1024), make([]float32, 1024)
 			for i := range g {

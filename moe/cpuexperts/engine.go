@@ -295,30 +295,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.PrefillChunk > 0 {
 		cc.mch = C.int(cfg.PrefillChunk)
 	}
-	if cfg.SyncHelp {
-		cc.sync_help = 1
-	}
-	if cfg.SlotOutputsF32 {
-		cc.y_f32 = 1
-	}
-	if cfg.SplitItems {
-		cc.split_items = 1
-	}
-	if cfg.SlotOutputsCached {
-		cc.y_cached = 1
-	}
-	if cfg.IntermediateF32 {
-		cc.h_f32 = 1
-	}
-	if cfg.OutputCached {
-		cc.out_cached = 1
-	}
-	if cfg.Trace {
-		cc.trace = 1
-	}
-	if cfg.testWaitGuest {
-		cc.test_wait_guest = 1
-	}
+	cc.sync_help = cbool(cfg.SyncHelp)
+	cc.y_f32 = cbool(cfg.SlotOutputsF32)
+	cc.split_items = cbool(cfg.SplitItems)
+	cc.y_cached = cbool(cfg.SlotOutputsCached)
+	cc.h_f32 = cbool(cfg.IntermediateF32)
+	cc.out_cached = cbool(cfg.OutputCached)
+	cc.trace = cbool(cfg.Trace)
+	cc.test_wait_guest = cbool(cfg.testWaitGuest)
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {
 		cfg.SpinWait = DefaultSpinWait
@@ -471,6 +455,14 @@ func (e *Engine) Trace() TaskTrace {
 // tileLayoutOK reports whether activation rows stored for the AMX kernels
 // are read back by their tile addressing (rows of rb bytes; tests).
 func tileLayoutOK(rows, rb int) bool { return C.kt_check_tile_layout(C.int(rows), C.int(rb)) == 0 }
+
+// cbool is a C flag: 1 for true.
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
