@@ -470,10 +470,8 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 		}
 	}
 	if len(ratios) > 0 {
-		id := func(v float64) float64 { return v }
-		rec.TorchTF = medianBy(torch, id)
-		rec.XTorch = medianBy(ratios, id)
-		rec.XTorchMin, rec.XTorchMax = slices.Min(ratios), slices.Max(ratios)
+		rec.TorchTF, _, _ = spread(torch)
+		rec.XTorch, rec.XTorchMin, rec.XTorchMax = spread(ratios)
 	}
 	return rec
 }
@@ -496,10 +494,14 @@ func setXBF16(records []moeRecord) {
 			for r, ms := range rec.RoundMs {
 				ratios = append(ratios, b.RoundMs[r]/ms)
 			}
-			rec.XBF16 = medianBy(ratios, func(v float64) float64 { return v })
-			rec.XBF16Min, rec.XBF16Max = slices.Min(ratios), slices.Max(ratios)
+			rec.XBF16, rec.XBF16Min, rec.XBF16Max = spread(ratios)
 		}
 	}
+}
+
+// spread returns the median (medianBy), lowest and highest of v (not empty).
+func spread(v []float64) (med, lo, hi float64) {
+	return medianBy(v, func(x float64) float64 { return x }), slices.Min(v), slices.Max(v)
 }
 
 // medianBy returns the element of v whose key is the median (the lower

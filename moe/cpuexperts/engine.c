@@ -162,7 +162,6 @@ struct kt_engine {
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
   int hbf16;     // int8 activations: h waits for its quantization as bf16 in Hf's memory (h_row)
-  int whole_items;  // phased gate/up and down: whole-expert items first (whole_items)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
 
@@ -390,13 +389,15 @@ static int route(kt_engine* e) {
 
 static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_BF16 ? 2 : 1; }
 
-#define ROW_TO_ACT(...)                 \
-  do {                                  \
-    if (e->isa & KT_ISA_AVX512)         \
-      kt_avx512_row_to_act(__VA_ARGS__); \
-    else                                \
-      kt_avx2_row_to_act(__VA_ARGS__);  \
+// CONV_ISA calls the conversion fn (convert.h) of the engine's vector width.
+#define CONV_ISA(fn, ...)           \
+  do {                              \
+    if (e->isa & KT_ISA_AVX512)     \
+      kt_avx512_##fn(__VA_ARGS__);  \
+    else                            \
+      kt_avx2_##fn(__VA_ARGS__);    \
   } while (0)
+#define ROW_TO_ACT(...) CONV_ISA(row_to_act, __VA_ARGS__)
 
 #define PACK_RM(W, n0, nn, dst)               \
   do {                                        \
@@ -570,24 +571,20 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     w->s.nx = NULL;
     if (e->l->lora)  // expert LoRA (kern_lora.c): g, u += s·B(A x)
       kt_lora_gate_up(e->l->lora, &e->b, e->slot_tok, w->pool, x, off, m, off + m0, mm, n0, w->cg, w->cu, KT_NB, H);
-    if (!hdirect) {
-      for (int i = 0; i < mm; i++) {
-        int64_t s = off + m0 + i;
-        if (!e->hbf16) {
-          kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, P->Hf + s * I + n0, KT_NB, e->isa);
-          continue;
-        }
-        // bf16 h (int8 activations): half the bytes to store and read back
-        kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
-        ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, (uint16_t*)P->Hf + s * I + n0, NULL, w->s.row);
-      }
-      continue;
-    }
     int64_t rb = (int64_t)I * 2;
     for (int i = 0; i < mm; i++) {
       int64_t s = off + m0 + i;
-      char* dst = tiled ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32) : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
-      kt_silu_mul(w->cg + i * KT_NB, w->cu + i * KT_NB, w->cd, KT_NB, e->isa);
+      const float *g = w->cg + i * KT_NB, *u = w->cu + i * KT_NB;
+      if (!hdirect && !e->hbf16) {  // f32 h, quantized by the expert's last item
+        kt_silu_mul(g, u, P->Hf + s * I + n0, KT_NB, e->isa);
+        continue;
+      }
+      // bf16 h: the down projection's activations (bf16), or h waiting in
+      // Hf's memory for its int8 quantization in half the bytes (hbf16)
+      char* dst = !hdirect ? (char*)((uint16_t*)P->Hf + s * I + n0)
+                  : tiled  ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32)
+                           : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
+      kt_silu_mul(g, u, w->cd, KT_NB, e->isa);
       if (e->l->lora) memcpy(P->Hf + s * I + n0, w->cd, KT_NB * sizeof(float));  // f32 h for the LoRA down
       ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
     }
@@ -630,11 +627,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
         kern(D, d0, KT_NB, &A, mm, P->Y + (int64_t)(off + m0) * H + n0, H, &w->s);
       } else {
         kern(D, d0, KT_NB, &A, mm, w->cd, KT_NB, &w->s);
-        uint16_t* y = (uint16_t*)P->Y + (int64_t)(off + m0) * H + n0;
-        if (e->isa & KT_ISA_AVX512)
-          kt_avx512_rows_bf16(w->cd, mm, KT_NB, KT_NB, y, H, ynt);
-        else
-          kt_avx2_rows_bf16(w->cd, mm, KT_NB, KT_NB, y, H, ynt);
+        CONV_ISA(rows_bf16, w->cd, mm, KT_NB, KT_NB, (uint16_t*)P->Y + (int64_t)(off + m0) * H + n0, H, ynt);
       }
       w->s.nx = NULL;
     }
@@ -661,10 +654,7 @@ static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H)
   // the phased path's outputs (a whole task's rows, read next by the
   // caller or a copy to the GPU) are stored around the caches
   int nt = !e->fused && !e->cfg.out_cached && !b->incremental && n % 32 == 0 && ((uintptr_t)o & 63) == 0;
-  if (e->isa & KT_ISA_AVX512)
-    kt_avx512_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
-  else
-    kt_avx2_merge(w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
+  CONV_ISA(merge, w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
 }
 
 // Work items of the phased gate/up and down phases: an expert's rows (its
@@ -672,10 +662,11 @@ static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H)
 // of r. Where the experts are compute-bound (64 tokens or more on average),
 // the first experts are whole items (their activation rows read, or
 // gathered, once instead of once per slice) and only the last 2 * nth are
-// split, so that the threads still finish together (e->whole_items; the
-// split does not change results). whole_items is how many items are whole.
+// split, so that the threads still finish together (unless
+// cfg.split_items; the split does not change results). whole_items is how
+// many items are whole.
 static int whole_items(const kt_engine* e, int nth, int nb) {
-  if (!e->whole_items || nb < 2 || e->nslots < 64 * e->nactive || e->nactive <= 2 * nth) return 0;
+  if (e->cfg.split_items || nb < 2 || e->nslots < 64 * e->nactive || e->nactive <= 2 * nth) return 0;
   return e->nactive - 2 * nth;
 }
 
@@ -1046,20 +1037,19 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if ((int64_t)e->l->hidden * act_size(act) % 64) e->pf_tiled = 0;
   for (int p = 0; p < e->npools; p++)
     if ((int64_t)e->l->inter_p[p] * act_size(act) % 64) e->pf_tiled = 0;
-  // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
-  // the worker's xa, gathered by each gate/up item (phased path, experts of
-  // at most xa_rows tokens: gather_rows)
-  // slot outputs in bf16 (as KTransformers' AMX MoE keeps them): half the
-  // memory traffic of the down outputs and the merge, one more rounding of
-  // each expert's output; f32 for f32 activations and with LoRA, whose down
-  // correction adds into Y
-  e->whole_items = !e->cfg.split_items;
   // int8 activations: h is rounded to bf16 before its quantization (as
   // KTransformers' AMX MoE keeps gate and up outputs), so it is stored and
   // read back in half the bytes; not with LoRA, whose down reads f32 h
   e->hbf16 = act == KT_ACT_S8 && !e->l->lora && !e->cfg.h_f32;
+  // slot outputs in bf16 (as KTransformers' AMX MoE keeps them): half the
+  // memory traffic of the down outputs and the merge, one more rounding of
+  // each expert's output; f32 for f32 activations and with LoRA, whose down
+  // correction adds into Y
   e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
   e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
+  // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
+  // the worker's xa, gathered by each gate/up item (phased path, experts of
+  // at most xa_rows tokens: gather_rows)
   int xrows = xa_rows(e, act);
   for (int a = 0; a < e->nactive; a++) {
     int x = e->active[a];
