@@ -156,6 +156,58 @@ func BenchmarkAMXKernel(b *testing.B) {
 	}
 }
 
+// BenchmarkAMXKernelShapes times the AMX prefill kernels at the engine's
+// default knobs on the layer shapes of the 4096-token benchmark, with each
+// thread's weights streamed from memory (48 MiB per thread, as a layer's
+// experts are) or resident in its L2 (two 32-row pairs, reused call after
+// call), on half and on all physical cores: how much of a kernel call's
+// time the weight stream costs, and whether that cost grows with the core
+// count, for int8 against bf16 (bf16 calls take 128 tokens, int8 calls a
+// whole expert's: 128 on Qwen3.5, 256 on Qwen3-30B). Needs AMX:
+//
+//	moe.test -test.run XXX -test.bench AMXKernelShapes -test.benchtime 1x
+func BenchmarkAMXKernelShapes(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	all := PhysicalCores()
+	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: all})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpus := e.CPUs()
+	e.Close()
+	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
+	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
+		for _, i8 := range []bool{false, true} {
+			esz := int64(2)
+			if i8 {
+				esz = 1
+			}
+			pair := 32 * int64(mk[1]) * esz // one call's two 16-row panels (KT_NB rows)
+			for _, w := range []struct {
+				name  string
+				bytes int64
+			}{{"streamed", 48 << 20}, {"resident", 2 * pair}} {
+				for _, n := range []int{len(cpus) / 2, len(cpus)} {
+					// about 2000 kernel calls per thread either way
+					reps := int(max(1, 2000*pair/w.bytes))
+					b.Run(fmt.Sprintf("i8=%v/m=%d/k=%d/%s/threads=%d", i8, mk[0], mk[1], w.name, n), func(b *testing.B) {
+						var tf float64
+						for range b.N {
+							if tf, err = amxKernelBench(i8, mk[0], mk[1], kn, reps, w.bytes, cpus[:n], false); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(tf, "TFLOPS")
+						b.ReportMetric(tf/float64(n), "TFLOPS/core")
+					})
+				}
+			}
+		}
+	}
+}
+
 // TestKernelBenchHarness runs the kernel benchmark's harness (threads,
 // buffers, the next-call pointers) with the AVX-512 kernels of the same
 // formats, on any AVX-512 CPU: a smoke test of what BenchmarkAMXKernel

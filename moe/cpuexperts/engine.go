@@ -110,6 +110,18 @@ type Config struct {
 	// not incremental, they go around them (a task's output is megabytes,
 	// read next by the caller or a copy to the GPU). Results do not depend on it.
 	OutputCached bool
+	// MergeAfterDown runs a large (phased) task's weighted sums after a
+	// barrier behind every down item, as before session 8. By default the
+	// down items go hidden block by hidden block and each block's sums
+	// follow as soon as every expert's outputs for it are done, so they are
+	// read from the caches rather than from memory, and the slot outputs
+	// take MergeRing blocks of memory instead of all of them. Results do not
+	// depend on it.
+	MergeAfterDown bool
+	// MergeRing is how many hidden blocks of slot outputs the down/merge
+	// pipeline keeps (0 = 3; at least 2): a down item waits until the
+	// block it reuses is merged.
+	MergeRing int
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -301,6 +313,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.y_cached = cbool(cfg.SlotOutputsCached)
 	cc.h_f32 = cbool(cfg.IntermediateF32)
 	cc.out_cached = cbool(cfg.OutputCached)
+	cc.merge_after = cbool(cfg.MergeAfterDown)
+	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
 	cc.trace = cbool(cfg.Trace)
 	cc.test_wait_guest = cbool(cfg.testWaitGuest)
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))

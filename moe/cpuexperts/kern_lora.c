@@ -153,14 +153,14 @@ static void ad_ready(const kt_lora* lo, int pool, int x, int off, int m, const f
 }
 
 void kt_lora_down(const kt_lora* lo, int pool, int x, int off, int m, int n0, int nn, const float* Hf, int I, float* Y,
-                  int H) {
+                  int ldy) {
   ad_ready(lo, pool, x, off, m, Hf, I);
   int r = lo->r;
   float s = lo->s;
   const float* db = lo->db + ((int64_t)x * lo->hidden + n0) * r;
   for (int i = off; i < off + m; i++) {
     const float* ad = lo->ad[pool] + (int64_t)i * r;
-    float* y = Y + (int64_t)i * H + n0;
+    float* y = Y + (int64_t)i * ldy;
     for (int c = 0; c < nn; c++) y[c] += s * ldot(lo, db + (int64_t)c * r, ad, r);
   }
 }

@@ -104,8 +104,10 @@ void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 void kt_lora_begin(const kt_lora* lo, const int* active, int nactive, int npools);
 void kt_lora_gate_up(const kt_lora* lo, const kt_batch* b, const int* slot_tok, int pool, int x, int off, int m, int s0,
                      int mm, int n0, float* cg, float* cu, int ldc, int H);
+// kt_lora_down adds to the outputs of expert x's slots [off, off+m), hidden
+// rows [n0, n0+nn): Y points at slot 0's row n0, rows ldy floats apart.
 void kt_lora_down(const kt_lora* lo, int pool, int x, int off, int m, int n0, int nn, const float* Hf, int I, float* Y,
-                  int H);
+                  int ldy);
 
 // Conversions of activation rows (portable reference; the engine uses the ISA versions).
 void kt_row_to_act(const void* src, int src_bf16, int k, int act, void* dst, float* scale);

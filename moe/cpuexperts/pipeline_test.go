@@ -1,0 +1,67 @@
+//go:build linux && amd64 && cgo
+
+package cpuexperts
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestMergePipelineBitwise checks that the phased path's down/merge
+// pipeline (hidden-block-major down items, each block's merge as soon as
+// its down items are done, slot outputs in a ring of blocks) gives bitwise
+// the output of a merge after a barrier (Config.MergeAfterDown), with the
+// smallest ring (2 blocks, so down items wait for merges), the default
+// (3), and one block per hidden block (no reuse). The shape gives 4 hidden
+// blocks on one pool of 12 threads and on two pools of 6 (engine.c
+// down_merge_plan), and 24 merge items per block; some experts are in the
+// skip mask and some ids are -1. Each engine runs the batch twice (the
+// pipeline's counters are reset per task), plain and incremental.
+func TestMergePipelineBitwise(t *testing.T) {
+	const topK, tokens = 4, 96
+	spec := LayerSpec{Experts: 16, Hidden: 1024, Intermediate: 128}
+	srcs := sourceCache{}
+	for _, isa := range testLevels(t) {
+		for _, m := range []Method{AMXBF16, AMXINT8, BF16} {
+			spec.Method = m
+			src := srcs.get(m, spec)
+			x, ids, w := RandomBatch(17, tokens, topK, spec.Hidden, spec.Experts)
+			for i := 0; i < len(ids); i += 7 {
+				ids[i] = -1
+			}
+			for _, pools := range []int{1, 2} {
+				var ref []float32
+				for _, ring := range []int{-1, 2, 0, 4} { // -1: merge after a barrier (the reference)
+					name := fmt.Sprintf("%s/%s/pools%d/ring%d", isa, m, pools, ring)
+					e := newEngineCfg(t, withISA(Config{Threads: 12, Pools: pools, MaxTokens: tokens, TopK: topK,
+						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, fusedMaxSlots: -1,
+						MergeAfterDown: ring < 0, MergeRing: max(ring, 0)}, isa))
+					l, err := e.NewLayer(spec, src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					l.SkipMask()[3], l.SkipMask()[10] = 1, 1
+					out := make([]float32, 2*tokens*spec.Hidden) // plain, then incremental onto the plain result
+					for rep := 0; rep < 2; rep++ {
+						if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out[:tokens*spec.Hidden]}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					inc := out[tokens*spec.Hidden:]
+					copy(inc, out[:tokens*spec.Hidden])
+					if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: inc, Incremental: true}); err != nil {
+						t.Fatal(err)
+					}
+					l.Close()
+					if ref == nil {
+						ref = out
+						continue
+					}
+					if d := diffCount(ref, out); d > 0 {
+						t.Errorf("%s: %d of %d outputs differ from the merge after a barrier", name, d, len(ref))
+					}
+				}
+			}
+		}
+	}
+}
