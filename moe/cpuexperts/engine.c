@@ -166,6 +166,7 @@ struct kt_engine {
   // pr4 rows, pnhb of them; Y holds pring blocks of [nslots][pr4] (y_at);
   // merge items of pmc tokens, pnmc per block over all pools
   int pipe, pr4, pnhb, pring, pmc, pnmc;
+  int early;  // the workers convert the rows while the queue thread routes (run_task)
   int hbf16;     // int8 activations: h waits for its quantization as bf16 in Hf's memory (h_row)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
   int64_t packbytes;
@@ -346,21 +347,12 @@ static int task_error(kt_engine* e, const char* msg) {
   return -1;
 }
 
-// route buckets (token, k) pairs by expert. Returns -1 on an invalid batch.
-static int route(kt_engine* e) {
+// route buckets the task's (token, k) pairs by expert (task_setup has
+// checked the batch).
+static void route(kt_engine* e) {
   const kt_layer* l = e->l;
   const kt_batch* b = &e->b;
-  int ntok = b->ntok_ptr ? *b->ntok_ptr : b->ntok;
-  char msg[200];
-  if (ntok < 0 || ntok > e->cfg.max_tokens) {
-    snprintf(msg, sizeof msg, "batch of %d tokens, engine sized for at most %d", ntok, e->cfg.max_tokens);
-    return task_error(e, msg);
-  }
-  if (b->k < 0 || b->k > e->cfg.max_k) {
-    snprintf(msg, sizeof msg, "top-k %d, engine sized for at most %d", b->k, e->cfg.max_k);
-    return task_error(e, msg);
-  }
-  e->ntok = ntok;
+  int ntok = e->ntok;
   int E = l->nexp;
   memset(e->cnt, 0, sizeof(int) * E);
   for (int t = 0; t < ntok; t++)
@@ -395,7 +387,6 @@ static int route(kt_engine* e) {
       e->slot_tok[s] = t;
       e->slot_w[s] = b->wts[(int64_t)t * b->k + j];
     }
-  return 0;
 }
 
 // ---------------------------------------------------------------- phases
@@ -802,7 +793,10 @@ static void run_job(kt_worker* w) {
       ROW_TO_ACT(src, b->x_bf16, H, act, (char*)P->Xt + (int64_t)t * H * asz, &P->Xts[t], w->s.row);
     }
   }
-  barrier(e, &P->bar_cnt, &P->bar_gen, nth);
+  if (e->early)  // the queue thread (worker 0) joins when it has routed the task
+    barrier(e, &e->gbar_cnt, &e->gbar_gen, e->nthreads);
+  else
+    barrier(e, &P->bar_cnt, &P->bar_gen, nth);
   int timer = w->global == 0;  // the queue thread times the phases
   if (timer) ph_mark(e, KT_PH_CONVERT);
   // 1b. copy rows into per-expert slot order
@@ -1125,13 +1119,22 @@ static void down_merge_plan(kt_engine* e) {
   }
 }
 
-static void run_task(kt_engine* e, const kt_task* t) {
-  e->l = t->l;
-  e->b = t->b;
-  e->ph_t = now_ns();
-  e->tr_pick = e->ph_t;
-  e->tr_last = 0;
-  if (route(e) != 0) return;
+// task_setup picks the task's kernels and data formats, none of which
+// depend on its routing, and sets e->ntok. It returns -1 (task_error) for a
+// task that cannot run.
+static int task_setup(kt_engine* e) {
+  const kt_batch* b = &e->b;
+  int ntok = b->ntok_ptr ? *b->ntok_ptr : b->ntok;
+  char msg[200];
+  if (ntok < 0 || ntok > e->cfg.max_tokens) {
+    snprintf(msg, sizeof msg, "batch of %d tokens, engine sized for at most %d", ntok, e->cfg.max_tokens);
+    return task_error(e, msg);
+  }
+  if (b->k < 0 || b->k > e->cfg.max_k) {
+    snprintf(msg, sizeof msg, "top-k %d, engine sized for at most %d", b->k, e->cfg.max_k);
+    return task_error(e, msg);
+  }
+  e->ntok = ntok;
   int fmt = e->l->fmt, isa = e->isa;
   int act = kt_act_format(fmt, isa);
   int dec = (isa & KT_ISA_AVX512) ? KT_ISA_AVX512 : KT_ISA_AVX2;
@@ -1146,10 +1149,8 @@ static void run_task(kt_engine* e, const kt_task* t) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AVX512 + 100, isa);
     e->pf_min = RMPF_MIN_M;
   }
-  if (!e->kdec || !e->kpf) {
-    task_error(e, "no kernel for this weight format on this CPU");
-    return;
-  }
+  if (!e->kdec || !e->kpf) return task_error(e, "no kernel for this weight format on this CPU");
+  if (act_size(act) > e->pools[0].asz) return task_error(e, "activation format larger than the engine's buffers");
   // The AMX int8 kernel takes K in steps of 64 columns (one tile): over a
   // pool's intermediate slice of 32 (mod 64) rows (AMXINT8 allows multiples
   // of 32) it would drop the last 32 and misread its weight panels, so that
@@ -1174,43 +1175,48 @@ static void run_task(kt_engine* e, const kt_task* t) {
   // each expert's output; f32 for f32 activations and with LoRA, whose down
   // correction adds into Y
   e->ybf16 = act != KT_ACT_F32 && !e->l->lora && !e->cfg.y_f32 && e->l->hidden % 32 == 0;
-  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
-  e->pipe = 0;
+  for (int p = 0; p < e->npools; p++) {
+    e->pools[p].act = act;
+    atomic_store_explicit(&e->pools[p].next[0].v, 0, memory_order_relaxed);
+  }
+  atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
+  atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
+  return 0;
+}
+
+// phased_inputs points each pool of a phased task at the rows its
+// conversion writes, or (bf16 rows for bf16 activations, one pool; more
+// pools keep a copy on their own node) at the batch's own rows.
+static void phased_inputs(kt_engine* e) {
+  int direct = e->npools == 1 && e->b.x_bf16 && e->pools[0].act == KT_ACT_BF16;
+  for (int p = 0; p < e->npools; p++) {
+    kt_pool* P = &e->pools[p];
+    void* t = P->Xt;
+    P->Xt = P->Xt2;
+    P->Xt2 = t;
+    P->xin = direct ? (const char*)e->b.x : (const char*)P->Xt;
+  }
+}
+
+// routed_setup prepares what depends on the task's routing: the path's
+// plan, the activation layout per slot block, the work counters.
+static void routed_setup(kt_engine* e) {
   if (!e->fused && !e->cfg.merge_after) down_merge_plan(e);
   // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
   // the worker's xa, gathered by each gate/up item (phased path, experts of
   // at most xa_rows tokens: gather_rows)
-  int xrows = xa_rows(e, act);
+  int xrows = xa_rows(e, e->pools[0].act);
   for (int a = 0; a < e->nactive; a++) {
     int x = e->active[a];
     uint8_t t = e->pf_tiled && e->cnt[x] >= e->pf_min;
     if (t && !e->fused && e->cnt[x] <= xrows) t = 2;
     for (int blk = e->off[x] >> 4; blk < (e->off[x] + e->cnt[x] + 15) >> 4; blk++) e->blk_tiled[blk] = t;
   }
-  if (act_size(act) > e->pools[0].asz) {
-    task_error(e, "activation format larger than the engine's buffers");
-    return;
-  }
   for (int p = 0; p < e->npools; p++) {
-    e->pools[p].act = act;
-    for (int i = 0; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i].v, 0, memory_order_relaxed);
+    for (int i = 1; i < 5; i++) atomic_store_explicit(&e->pools[p].next[i].v, 0, memory_order_relaxed);
     for (int a = 0; a < e->nactive; a++) atomic_store_explicit(&e->pools[p].gud[e->active[a]], 0, memory_order_relaxed);
   }
   if (e->l->lora) kt_lora_begin(e->l->lora, e->active, e->nactive, e->npools);
-  atomic_store_explicit(&e->gnext, 0, memory_order_relaxed);
-  atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
-  if (!e->fused) {
-    // bf16 rows for bf16 activations are read where they are (one pool; more
-    // pools keep a copy on their own node)
-    int direct = e->npools == 1 && e->b.x_bf16 && act == KT_ACT_BF16;
-    for (int p = 0; p < e->npools; p++) {
-      kt_pool* P = &e->pools[p];
-      void* t = P->Xt;
-      P->Xt = P->Xt2;
-      P->Xt2 = t;
-      P->xin = direct ? (const char*)e->b.x : (const char*)P->Xt;
-    }
-  }
   if (e->fused) {
     e->seq = (int)((unsigned)e->seq + 1u);
     if (e->seq == 0) e->seq = 1;  // tokst starts zeroed
@@ -1233,6 +1239,44 @@ static void run_task(kt_engine* e, const kt_task* t) {
       }
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
   }
+}
+
+static void finish_task(kt_engine* e, const kt_task* t, int dg, int traced);
+
+// run_task runs one task on every worker, the queue thread as worker 0. A
+// task that is phased whatever its routing (more pairs than the fused path
+// takes) starts the workers before it is routed (e->early): they convert
+// the token rows while the queue thread routes, and wait for it at the
+// barrier behind the conversion (unless cfg.route_first).
+static void run_task(kt_engine* e, const kt_task* t) {
+  e->l = t->l;
+  e->b = t->b;
+  e->ph_t = now_ns();
+  e->tr_pick = e->ph_t;
+  e->tr_last = 0;
+  if (task_setup(e) != 0) return;
+  e->pipe = 0;
+  e->early = !e->cfg.route_first &&
+             !(e->npools == 1 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max);
+  int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  if (e->early) {
+    e->fused = 0;
+    e->guest_ok = 0;
+    phased_inputs(e);
+    atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
+    wake(&e->nsleep, &e->job_gen);
+    if (e->cfg.test_route_delay_us > 0) usleep((useconds_t)e->cfg.test_route_delay_us);
+    route(e);
+    routed_setup(e);
+    ph_mark(e, KT_PH_ROUTE);
+    run_job(&e->workers[0]);
+    finish_task(e, t, dg, 0);
+    return;
+  }
+  route(e);
+  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
+  if (!e->fused) phased_inputs(e);
+  routed_setup(e);
   // a kt_sync caller may join a fused job whose kernels need no AMX tiles
   // (its thread has none configured)
   e->guest_ok = e->fused && !e->no_help;
@@ -1240,7 +1284,6 @@ static void run_task(kt_engine* e, const kt_task* t) {
     for (int a = 0; a < e->nactive; a++)
       if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
   int traced = e->trace && e->fused;
-  int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   ph_mark(e, KT_PH_ROUTE);
   if (traced) {
     e->tr_pub = now_ns();
@@ -1256,6 +1299,11 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (e->guest_ok && e->cfg.test_wait_guest)  // tests: a guest joins every task (at most 1 s)
     for (int64_t t0 = now_ns(); !(atomic_load(&e->jopen) & ~JOPEN) && now_ns() - t0 < 1000000000;) _mm_pause();
   run_job(&e->workers[0]);  // the queue thread is worker 0
+  finish_task(e, t, dg, traced);
+}
+
+// finish_task waits for every worker (and a guest) to leave the job.
+static void finish_task(kt_engine* e, const kt_task* t, int dg, int traced) {
   if (traced) e->workers[0].tr_end = now_ns();
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {

@@ -122,6 +122,12 @@ type Config struct {
 	// pipeline keeps (0 = 3; at least 2): a down item waits until the
 	// block it reuses is merged.
 	MergeRing int
+	// RouteFirst routes a large (phased) task before its workers start, as
+	// before session 8. By default the workers start at once and convert
+	// the task's token rows while the queue thread routes it (routing is
+	// one thread's work: 0.2-0.4 ms at 4096 tokens). Results do not depend
+	// on it.
+	RouteFirst bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -154,6 +160,9 @@ type Config struct {
 	// testWaitGuest makes the runner wait for the Sync caller to join each
 	// task it may join (tests: a guest every time, on a loaded machine too).
 	testWaitGuest bool
+	// testRouteDelay makes the queue thread route an early-started task
+	// this long after its workers start (tests of the wait for routing).
+	testRouteDelay time.Duration
 
 	// fusedMaxSlots overrides the barrier-free decode path's limit on
 	// (token, expert) pairs per task: 0 = default, < 0 = never (tests).
@@ -315,8 +324,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.out_cached = cbool(cfg.OutputCached)
 	cc.merge_after = cbool(cfg.MergeAfterDown)
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
+	cc.route_first = cbool(cfg.RouteFirst)
 	cc.trace = cbool(cfg.Trace)
 	cc.test_wait_guest = cbool(cfg.testWaitGuest)
+	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {
 		cfg.SpinWait = DefaultSpinWait

@@ -123,6 +123,7 @@ typedef struct {
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
   int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
+  int test_route_delay_us; // tests: an early-started task is routed this long after its workers start
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
   int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
@@ -133,6 +134,7 @@ typedef struct {
   int out_cached;      // phased path: store the weighted sums (the task's output) through the caches (default: around them)
   int merge_after;     // phased path: merge after a barrier behind every down item (default: pipelined, by hidden block)
   int merge_ring;      // phased pipeline: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
+  int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a

@@ -5,6 +5,7 @@ package cpuexperts
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // TestMergePipelineBitwise checks that the phased path's down/merge
@@ -62,6 +63,25 @@ func TestMergePipelineBitwise(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestEarlyStartBitwise checks that starting a phased task's workers
+// before it is routed (they convert the rows while the queue thread routes)
+// gives bitwise the output of routing first (Config.RouteFirst), for the
+// int8, int4 and bf16 activations, one and two pools (the fused path is
+// unaffected and checked alongside).
+func TestEarlyStartBitwise(t *testing.T) {
+	for _, c := range pairCases(t, []Method{AMXBF16, AMXINT8, AMXINT4}, 23, true) {
+		out := forwardPair(t, c, func(cfg *Config) { cfg.RouteFirst = true })
+		// the workers start long before the routing (does every pool wait for it?)
+		late := forwardPair(t, c, func(cfg *Config) { cfg.testRouteDelay = 20 * time.Millisecond })
+		if d := diffCount(out[0], late[1]); d > 0 {
+			t.Errorf("%s: %d of %d outputs differ when the routing comes 20 ms after the workers start", c.name, d, len(out[0]))
+		}
+		if d := diffCount(out[0], out[1]); d > 0 {
+			t.Errorf("%s: %d of %d outputs differ between early start and routing first", c.name, d, len(out[0]))
 		}
 	}
 }
