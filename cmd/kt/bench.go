@@ -41,7 +41,8 @@ type moeBenchOpts struct {
 	trace, syncHelp          bool
 	slotF32, splitItems      bool
 	yCached, outCached, hF32 bool
-	mergeAfter, routeFirst   bool
+	mergePipe, routeFirst    bool
+	downF32                  bool
 	mergeRing                int
 	fusedItems, decHead      int
 	rounds                   int
@@ -81,9 +82,10 @@ func init() {
 			f.BoolVar(&moeOpts.hF32, "intermediate-f32", false, "int8 methods: keep h in f32 until quantized (default bf16; Config.IntermediateF32)")
 			f.BoolVar(&moeOpts.yCached, "slot-outputs-cached", false, "store the per-slot down outputs through the caches (Config.SlotOutputsCached)")
 			f.BoolVar(&moeOpts.outCached, "output-cached", false, "store the layer's output rows through the caches (Config.OutputCached)")
-			f.BoolVar(&moeOpts.mergeAfter, "merge-after-down", false, "merge after a barrier behind every down item (default: down and merge pipelined by hidden block; Config.MergeAfterDown)")
+			f.BoolVar(&moeOpts.mergePipe, "merge-pipeline", false, "pipeline the down items and the merge by hidden block (default: merge after a barrier; Config.MergePipeline)")
 			f.BoolVar(&moeOpts.routeFirst, "route-first", false, "route a large task before its workers start (default: they convert the rows meanwhile; Config.RouteFirst)")
-			f.IntVar(&moeOpts.mergeRing, "merge-ring", 0, "hidden blocks of slot outputs the down/merge pipeline keeps (0 = default 3; Config.MergeRing)")
+			f.BoolVar(&moeOpts.downF32, "down-via-f32", false, "AMX down kernels write f32 rows that a second pass rounds to the bf16 slot outputs (Config.DownViaF32)")
+			f.IntVar(&moeOpts.mergeRing, "merge-ring", 0, "hidden blocks of slot outputs --merge-pipeline keeps (0 = default 3; Config.MergeRing)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
@@ -214,7 +216,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergeAfterDown: o.mergeAfter, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

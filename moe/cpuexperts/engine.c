@@ -412,6 +412,7 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
   } while (0)
 
 static void run_job_fused(kt_worker* w);
+static int amx_kernel(kt_kernel k);
 
 // head_prefetch asks for the first bytes of the weight run of rows [n0,
 // n0+KT_NB) of a packed matrix (one contiguous run) and of their scales: the
@@ -570,7 +571,8 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   int tiled = pf && e->pf_tiled;
   int local = e->blk_tiled[off >> 4] == 2;  // the item gathered the expert's rows into xa (gather_rows)
   int hdirect = P->act == KT_ACT_BF16;
-  w->s.c_nt = 0;  // C is this thread's scratch
+  w->s.c_nt = 0;  // C is this thread's scratch, in f32
+  w->s.c_bf16 = 0;
   int mch = prefill_chunk(e, P->act);
   for (int m0 = 0; m0 < m; m0 += mch) {
     int mm = m - m0 < mch ? m - m0 : mch;
@@ -624,7 +626,11 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   int ldy = y_ld(e);
   int ynt = !e->fused && !e->pipe && !e->cfg.y_cached &&
             (e->ybf16 || (pf && e->pf_tiled && (H * 4) % 64 == 0 && !e->l->lora));
-  w->s.c_nt = ynt && !e->ybf16;
+  // bf16 outputs: the AMX kernels round their sums straight into Y; the
+  // others write f32 rows into the worker's cd, which rows_bf16 rounds
+  int kbf16 = e->ybf16 && pf && amx_kernel(kern) && !e->cfg.down_f32;
+  w->s.c_nt = kbf16 ? ynt : ynt && !e->ybf16;
+  w->s.c_bf16 = kbf16;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
@@ -643,7 +649,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
       kt_act A = {(const char*)P->Hq + (int64_t)(off + m0) * I * asz, I, P->Hs + off + m0, pf && e->pf_tiled};
       set_nx(e, w, D, d0 + KT_NB, pf && m0 + mm >= m && n0 + KT_NB < h0 + r4);
       char* y = y_at(e, P, off + m0, n0);
-      if (!e->ybf16) {
+      if (!e->ybf16 || kbf16) {
         kern(D, d0, KT_NB, &A, mm, (float*)y, ldy, &w->s);
       } else {
         kern(D, d0, KT_NB, &A, mm, w->cd, KT_NB, &w->s);
@@ -654,6 +660,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
     if (e->l->lora)  // y += s·B_d(A_d h)
       kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, (float*)y_at(e, P, 0, n0), ldy);
   }
+  w->s.c_bf16 = 0;
   if (ynt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
@@ -702,7 +709,7 @@ static inline int item_rows(const kt_engine* e, int item, int whole, int nb, int
   return nb;
 }
 
-// The phased down and merge as one pipeline (unless cfg.merge_after): down
+// The phased down and merge as one pipeline (cfg.merge_pipe): down
 // items are (hidden block hb, expert), block-major, and the weighted sums
 // of block hb are merge items that follow block hb+1's down items in each
 // pool's sequence:
@@ -1090,7 +1097,9 @@ static int amx_kernel(kt_kernel k) {
 // run_task executes one queued task on all pools and waits for it.
 // PIPE_RING is the default number of hidden blocks of slot outputs the
 // phased pipeline keeps (cfg.merge_ring): 3 x 16.8 MB at 4096 tokens of
-// Qwen3-30B with bf16 outputs.
+// Qwen3-30B with bf16 outputs. (Off by default: on the device the down
+// phase grew by about what the merge phase lost, docs/notes/cpuexperts.md
+// "Session 8".)
 #define PIPE_RING 3
 
 // down_merge_plan sets up the phased task's down and merge pipeline
@@ -1201,7 +1210,7 @@ static void phased_inputs(kt_engine* e) {
 // routed_setup prepares what depends on the task's routing: the path's
 // plan, the activation layout per slot block, the work counters.
 static void routed_setup(kt_engine* e) {
-  if (!e->fused && !e->cfg.merge_after) down_merge_plan(e);
+  if (!e->fused && e->cfg.merge_pipe) down_merge_plan(e);
   // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
   // the worker's xa, gathered by each gate/up item (phased path, experts of
   // at most xa_rows tokens: gather_rows)

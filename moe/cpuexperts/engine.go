@@ -110,14 +110,15 @@ type Config struct {
 	// not incremental, they go around them (a task's output is megabytes,
 	// read next by the caller or a copy to the GPU). Results do not depend on it.
 	OutputCached bool
-	// MergeAfterDown runs a large (phased) task's weighted sums after a
-	// barrier behind every down item, as before session 8. By default the
-	// down items go hidden block by hidden block and each block's sums
-	// follow as soon as every expert's outputs for it are done, so they are
-	// read from the caches rather than from memory, and the slot outputs
-	// take MergeRing blocks of memory instead of all of them. Results do not
-	// depend on it.
-	MergeAfterDown bool
+	// MergePipeline runs a large (phased) task's down items hidden block by
+	// hidden block, each block's weighted sums as soon as every expert's
+	// outputs for it are done, so they are read from the caches rather than
+	// from memory, and the slot outputs take MergeRing blocks of memory
+	// instead of all of them. By default the sums follow a barrier behind
+	// every down item (whole experts first): on the device the pipelined
+	// down phase grew by about what the merge phase lost (session 8).
+	// Results do not depend on it.
+	MergePipeline bool
 	// MergeRing is how many hidden blocks of slot outputs the down/merge
 	// pipeline keeps (0 = 3; at least 2): a down item waits until the
 	// block it reuses is merged.
@@ -128,6 +129,12 @@ type Config struct {
 	// one thread's work: 0.2-0.4 ms at 4096 tokens). Results do not depend
 	// on it.
 	RouteFirst bool
+	// DownViaF32 has the AMX down kernels write each chunk's outputs as f32
+	// rows into the worker's scratch, which a second pass rounds into the
+	// bf16 slot outputs, as before session 8. By default the kernels round
+	// their parked sums into the slot outputs themselves (one pass, no f32
+	// copy). Results do not depend on it.
+	DownViaF32 bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -322,9 +329,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.y_cached = cbool(cfg.SlotOutputsCached)
 	cc.h_f32 = cbool(cfg.IntermediateF32)
 	cc.out_cached = cbool(cfg.OutputCached)
-	cc.merge_after = cbool(cfg.MergeAfterDown)
+	cc.merge_pipe = cbool(cfg.MergePipeline)
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
 	cc.route_first = cbool(cfg.RouteFirst)
+	cc.down_f32 = cbool(cfg.DownViaF32)
 	cc.trace = cbool(cfg.Trace)
 	cc.test_wait_guest = cbool(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))

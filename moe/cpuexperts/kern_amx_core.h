@@ -61,6 +61,48 @@ static inline KT_CORE_HELPER_ATTR void amx_stream_rows(const float* t, float* C,
   }
 }
 
+// amx_bf16_vec rounds 16 floats to bf16 as the conversions do (convert.h
+// f32_to_bf16: to nearest even, NaN kept NaN).
+static inline KT_CORE_HELPER_ATTR __m256i amx_bf16_vec(__m512 f) {
+  __m512i v = _mm512_castps_si512(f);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)), odd), 16);
+  __m512i nan = _mm512_or_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
+  __mmask16 isnan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, isnan, nan));
+}
+
+// amx_bf16_rows stores parked sums (rows of 16, or 32 when two_n; row
+// stride KT_NB) as bf16 rows of C, ldc elements apart: int32 sums scaled
+// first exactly as amx_scale_rows scales them (wscale non-NULL), f32 sums as
+// they are. The down projection's slot outputs so take one pass from the
+// tiles instead of an f32 copy that a second pass rounds. nt: 32-value rows
+// on 64-byte boundaries (one whole line each) go around the caches.
+static inline KT_CORE_HELPER_ATTR void amx_bf16_rows(const void* t, const float* wscale, const float* as, uint16_t* C,
+                                                    int ldc, int rows, int two_n, int nt) {
+  for (int i = 0; i < rows; i++) {
+    __m256i h[2];
+    for (int q = 0; q < 1 + two_n; q++) {
+      __m512 f;
+      if (wscale) {
+        f = _mm512_cvtepi32_ps(_mm512_loadu_si512((const int32_t*)t + i * KT_NB + q * 16));
+        f = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_loadu_ps(wscale + q * 16)), _mm512_set1_ps(as[i]));
+      } else {
+        f = _mm512_loadu_ps((const float*)t + i * KT_NB + q * 16);
+      }
+      h[q] = amx_bf16_vec(f);
+    }
+    uint16_t* c = C + (int64_t)i * ldc;
+    if (two_n && nt && ((uintptr_t)c & 63) == 0) {
+      _mm512_stream_si512((__m512i*)c, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+      continue;
+    }
+    _mm256_storeu_si256((__m256i*)c, h[0]);
+    if (two_n) _mm256_storeu_si256((__m256i*)(c + 16), h[1]);
+  }
+}
+
 // amx_scale_rows turns parked int32 sums into f32: C = sum * wscale[j] * as[i].
 static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const float* wscale, const float* as, float* C,
                                                      int ldc, int rows, int cols, int nt) {
@@ -91,7 +133,10 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
       TSTORE(2, t + 16 * la, la);                                                                                  \
       if (two_n) TSTORE(3, t + 16 * la + 64, la);                                                                  \
     }                                                                                                              \
-    if (last)                                                                                                      \
+    if (last && s->c_bf16)                                                                                         \
+      amx_bf16_rows(t, wscale + p * 16, A->as + i0, (uint16_t*)C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n,   \
+                    s->c_nt);                                                                                      \
+    else if (last)                                                                                                 \
       amx_scale_rows((const int32_t*)t, wscale + p * 16, A->as + i0, C + (int64_t)i0 * ldc + p * 16, ldc, rows,    \
                      two_n ? 32 : 16, s->c_nt);                                                                    \
   } while (0)
@@ -100,7 +145,7 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
   do {                                                                                                             \
     char* c = t;                                                                                                   \
     int lc = la;                                                                                                   \
-    if (last && !s->c_nt) {                                                                                        \
+    if (last && !s->c_nt && !s->c_bf16) {                                                                          \
       c = (char*)(C + (int64_t)i0 * ldc + p * 16);                                                                 \
       lc = ldc * 4;                                                                                                \
     }                                                                                                              \
@@ -110,7 +155,10 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
       TSTORE(2, c + 16 * (int64_t)lc, lc);                                                                         \
       if (two_n) TSTORE(3, c + 16 * (int64_t)lc + 64, lc);                                                         \
     }                                                                                                              \
-    if (last && s->c_nt) amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);      \
+    if (last && s->c_bf16)                                                                                         \
+      amx_bf16_rows(t, NULL, NULL, (uint16_t*)C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n, s->c_nt);          \
+    else if (last && s->c_nt)                                                                                      \
+      amx_stream_rows((const float*)t, C + (int64_t)i0 * ldc + p * 16, ldc, rows, two_n);                          \
   } while (0)
 #endif
 

@@ -80,6 +80,7 @@ typedef struct {
   const char* nx;      // AMX prefill: the next call's weight bytes (set by the caller per call; NULL: none)
   int64_t nxb;         // ... and their length
   int c_nt;            // AMX prefill: write C with non-temporal stores (C 64-byte aligned, ldc*4 a multiple of 64)
+  int c_bf16;          // AMX prefill: C is bf16 (uint16_t, ldc elements apart), rounded as kt_*_f32_to_bf16
   int dec_pf;          // one-token decode (int8/int4/bf16 panels): prefetch this many bytes ahead (<= 0: none)
 } kt_scratch;
 

@@ -132,9 +132,10 @@ typedef struct {
   int h_f32;           // int8 activations: keep h in f32 until quantized (default: bf16)
   int y_cached;        // phased path: store the per-slot down outputs through the caches (default: around them)
   int out_cached;      // phased path: store the weighted sums (the task's output) through the caches (default: around them)
-  int merge_after;     // phased path: merge after a barrier behind every down item (default: pipelined, by hidden block)
-  int merge_ring;      // phased pipeline: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
+  int merge_pipe;      // phased path: down and merge pipelined by hidden block (default: merge after a barrier behind every down item)
+  int merge_ring;      // merge_pipe: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
+  int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a

@@ -9,9 +9,9 @@ import (
 )
 
 // TestMergePipelineBitwise checks that the phased path's down/merge
-// pipeline (hidden-block-major down items, each block's merge as soon as
-// its down items are done, slot outputs in a ring of blocks) gives bitwise
-// the output of a merge after a barrier (Config.MergeAfterDown), with the
+// pipeline (Config.MergePipeline: hidden-block-major down items, each
+// block's merge as soon as its down items are done, slot outputs in a ring
+// of blocks) gives bitwise the output of the default merge after a barrier, with the
 // smallest ring (2 blocks, so down items wait for merges), the default
 // (3), and one block per hidden block (no reuse). The shape gives 4 hidden
 // blocks on one pool of 12 threads and on two pools of 6 (engine.c
@@ -36,7 +36,7 @@ func TestMergePipelineBitwise(t *testing.T) {
 					name := fmt.Sprintf("%s/%s/pools%d/ring%d", isa, m, pools, ring)
 					e := newEngineCfg(t, withISA(Config{Threads: 12, Pools: pools, MaxTokens: tokens, TopK: topK,
 						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, fusedMaxSlots: -1,
-						MergeAfterDown: ring < 0, MergeRing: max(ring, 0)}, isa))
+						MergePipeline: ring >= 0, MergeRing: max(ring, 0)}, isa))
 					l, err := e.NewLayer(spec, src)
 					if err != nil {
 						t.Fatal(err)
@@ -82,6 +82,35 @@ func TestEarlyStartBitwise(t *testing.T) {
 		}
 		if d := diffCount(out[0], out[1]); d > 0 {
 			t.Errorf("%s: %d of %d outputs differ between early start and routing first", c.name, d, len(out[0]))
+		}
+	}
+}
+
+// TestDownKernelRoundsBitwise checks that the AMX down kernels rounding
+// their sums straight into the bf16 slot outputs give bitwise the output of
+// f32 rows rounded by a second pass (Config.DownViaF32), for the bf16, int8
+// and int4 cores, on the phased and fused paths (where the AMX kernels run:
+// the real or the emulated AMX level), with non-temporal and cached slot
+// outputs. Special values (a NaN-free batch with large and tiny rows) take
+// the rounding's carry and exponent edges.
+func TestDownKernelRoundsBitwise(t *testing.T) {
+	for _, c := range pairCases(t, []Method{AMXBF16, AMXINT8, AMXINT4}, 29, true) {
+		for i := range c.x {
+			switch i % 97 {
+			case 0:
+				c.x[i] *= 1e4
+			case 1:
+				c.x[i] *= 1e-4
+			}
+		}
+		for _, cached := range []bool{false, true} {
+			c.ref = nil // no reference for the scaled rows: bitwise against each other only
+			c.base = func(cfg *Config) { cfg.SlotOutputsCached = cached }
+			out := forwardPair(t, c, func(cfg *Config) { cfg.DownViaF32 = true })
+			if d := diffCount(out[0], out[1]); d > 0 {
+				t.Errorf("%s/cached=%v: %d of %d outputs differ between the kernel's rounding and a second pass", c.name,
+					cached, d, len(out[0]))
+			}
 		}
 	}
 }

@@ -53,11 +53,13 @@ type pairCase struct {
 	ids          []int32
 	w, ref       []float32
 	name         string
+	base         func(*Config) // applied to both engines (nil: none)
 }
 
 // forwardPair runs the case on the default engine and on one whose Config
-// set changes, and returns both outputs; each must stay within the
-// method's error against the reference.
+// set changes (both first changed by c.base), and returns both outputs;
+// each must stay within the method's error against the reference (unless
+// c.ref is nil).
 func forwardPair(t *testing.T, c pairCase, set func(*Config)) (out [2][]float32) {
 	t.Helper()
 	for i := range out {
@@ -65,6 +67,9 @@ func forwardPair(t *testing.T, c pairCase, set func(*Config)) (out [2][]float32)
 			Hidden: c.spec.Hidden, Intermediate: c.spec.Intermediate, fusedMaxSlots: -1}, c.isa)
 		if c.fused {
 			cfg.fusedMaxSlots = c.tokens * c.topK
+		}
+		if c.base != nil {
+			c.base(&cfg)
 		}
 		if i == 1 {
 			set(&cfg)
@@ -78,6 +83,9 @@ func forwardPair(t *testing.T, c pairCase, set func(*Config)) (out [2][]float32)
 			t.Fatal(err)
 		}
 		l.Close()
+		if c.ref == nil {
+			continue
+		}
 		if re := relErr(out[i], c.ref); !(re < maxErr[c.spec.Method]) {
 			t.Errorf("%s (engine %d): relative error %.5f against the reference, want < %.3f", c.name, i, re, maxErr[c.spec.Method])
 		}
