@@ -384,6 +384,59 @@ func TestBuffersFromForeignThread(t *testing.T) {
 	}
 }
 
+// TestBuffersCountOverMax checks that a token count past the engine's
+// maximum, written where a CUDA stream's host function reads it (NTok, so
+// no Go check sees it), is refused by the task before any worker reads the
+// buffers, that Sync reports it, and that the engine then runs the next
+// task as before.
+func TestBuffersCountOverMax(t *testing.T) {
+	const topK = 4
+	spec := small
+	spec.Method = AMXBF16
+	src := sourceFor(spec.Method, spec)
+	e := newEngine(t, spec, 1, 2, 16, topK, ISAAuto)
+	l, err := e.NewLayer(spec, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b, err := l.NewBuffers(16, topK, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	x, ids, w := RandomBatch(31, 16, topK, spec.Hidden, spec.Experts)
+	for i, v := range x {
+		b.X[i] = tensor.F32ToBF16(v)
+		x[i] = tensor.BF16ToF32(b.X[i])
+	}
+	copy(b.IDs, ids)
+	copy(b.Weights, w)
+	*b.NTok = 17
+	if err := b.runOnCThread(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err == nil || !strings.Contains(err.Error(), "engine sized for at most 16") {
+		t.Fatalf("17 tokens on an engine of 16: Sync err = %v, want the refusal", err)
+	}
+	const tokens = 5
+	*b.NTok = tokens
+	if err := b.runOnCThread(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatalf("the task after a refused one: %v", err)
+	}
+	got := make([]float32, tokens*spec.Hidden)
+	for i := range got {
+		got[i] = tensor.BF16ToF32(b.Out[i])
+	}
+	ref, _ := Reference(src, spec, x[:tokens*spec.Hidden], tokens, topK, ids[:tokens*topK], w[:tokens*topK], nil)
+	if re := relErr(got, ref); re > 0.01 {
+		t.Errorf("the task after a refused one: relative error %.4f", re)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	f := DetectFeatures()
 	if !f.AMX {
