@@ -343,8 +343,23 @@ func TestAsyncQueueIncrementalBF16(t *testing.T) {
 	}
 }
 
-func TestBuffersFromForeignThread(t *testing.T) {
-	const tokens, topK = 3, 4
+// bufferCase is an AMXBF16 layer of the small spec on an engine of 16
+// tokens at most, with batch buffers of 16 tokens filled with a random
+// batch of tokens rows (x as the buffers round it to bf16).
+type bufferCase struct {
+	spec  LayerSpec
+	src   Source
+	b     *Buffers
+	x     []float32
+	ids   []int32
+	w     []float32
+	topK  int
+	close func()
+}
+
+func newBufferCase(t *testing.T, seed uint64, tokens int) bufferCase {
+	t.Helper()
+	const topK = 4
 	spec := small
 	spec.Method = AMXBF16
 	src := sourceFor(spec.Method, spec)
@@ -353,19 +368,26 @@ func TestBuffersFromForeignThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	b, err := l.NewBuffers(16, topK, false)
 	if err != nil {
+		l.Close()
 		t.Fatal(err)
 	}
-	defer b.Free()
-	x, ids, w := RandomBatch(13, tokens, topK, spec.Hidden, spec.Experts)
+	x, ids, w := RandomBatch(seed, tokens, topK, spec.Hidden, spec.Experts)
 	for i, v := range x {
 		b.X[i] = tensor.F32ToBF16(v)
 		x[i] = tensor.BF16ToF32(b.X[i])
 	}
 	copy(b.IDs, ids)
 	copy(b.Weights, w)
+	return bufferCase{spec: spec, src: src, b: b, x: x, ids: ids, w: w, topK: topK, close: func() { b.Free(); l.Close() }}
+}
+
+func TestBuffersFromForeignThread(t *testing.T) {
+	const tokens = 3
+	c := newBufferCase(t, 13, tokens)
+	defer c.close()
+	spec, src, b, x, ids, w, topK := c.spec, c.src, c.b, c.x, c.ids, c.w, c.topK
 	*b.NTok = tokens
 	// submit and sync run on a pthread Go does not know, as a CUDA host function would
 	if err := b.runOnCThread(); err != nil {
@@ -390,28 +412,9 @@ func TestBuffersFromForeignThread(t *testing.T) {
 // buffers, that Sync reports it, and that the engine then runs the next
 // task as before.
 func TestBuffersCountOverMax(t *testing.T) {
-	const topK = 4
-	spec := small
-	spec.Method = AMXBF16
-	src := sourceFor(spec.Method, spec)
-	e := newEngine(t, spec, 1, 2, 16, topK, ISAAuto)
-	l, err := e.NewLayer(spec, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	b, err := l.NewBuffers(16, topK, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
-	x, ids, w := RandomBatch(31, 16, topK, spec.Hidden, spec.Experts)
-	for i, v := range x {
-		b.X[i] = tensor.F32ToBF16(v)
-		x[i] = tensor.BF16ToF32(b.X[i])
-	}
-	copy(b.IDs, ids)
-	copy(b.Weights, w)
+	c := newBufferCase(t, 31, 16)
+	defer c.close()
+	spec, src, b, x, ids, w, topK := c.spec, c.src, c.b, c.x, c.ids, c.w, c.topK
 	*b.NTok = 17
 	if err := b.runOnCThread(); err != nil {
 		t.Fatal(err)
