@@ -156,6 +156,10 @@ static inline KT_CONV_ATTR void CONV(f32_to_bf16_out)(const float* src, int n, u
   }
 }
 
+#ifndef KT_MERGE_CHUNK
+#define KT_MERGE_CHUNK 256  // values per pass of the merge over a token's parts (1 KiB of f32 sums)
+#endif
+
 // kt_*_rows_bf16 stores rows x n f32 values (row stride lds) as bf16 rows
 // of stride ldd, rounded as f32_to_bf16; nt: around the caches (n a multiple
 // of 32 and every row 64-byte aligned: whole lines), for slot outputs that
@@ -170,20 +174,28 @@ KT_CONV_ATTR void CONV(rows_bf16)(const float* src, int rows, int n, int lds, ui
 // out is stored around the caches (n a multiple of 32, out 64-byte aligned).
 KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const float* w, int np, int n, void* out,
                               int out_bf16, int incr, int nt, float* tmp) {
-  for (int i = 0; i < n; i++) tmp[i] = 0;
-  for (int p = 0; p < np; p++) {
-    float wp = w[p];
-    if (parts_bf16) {
-      const uint16_t* x = (const uint16_t*)parts[p];
-      for (int i = 0; i < n; i++) {
-        union { uint32_t u; float f; } v;
-        v.u = (uint32_t)x[i] << 16;
-        tmp[i] += wp * v.f;
+  // in chunks of KT_MERGE_CHUNK values, every part's rows at once: a slot
+  // output row of 2048 bf16 values is one 4 KiB page, where the hardware
+  // prefetcher starts cold, so all the token's rows streaming together keep
+  // more lines in flight than one row after another (each value's sum is
+  // the same, in part order)
+  for (int c0 = 0; c0 < n; c0 += KT_MERGE_CHUNK) {
+    int c1 = n - c0 < KT_MERGE_CHUNK ? n : c0 + KT_MERGE_CHUNK;
+    for (int i = c0; i < c1; i++) tmp[i] = 0;
+    for (int p = 0; p < np; p++) {
+      float wp = w[p];
+      if (parts_bf16) {
+        const uint16_t* x = (const uint16_t*)parts[p];
+        for (int i = c0; i < c1; i++) {
+          union { uint32_t u; float f; } v;
+          v.u = (uint32_t)x[i] << 16;
+          tmp[i] += wp * v.f;
+        }
+        continue;
       }
-      continue;
+      const float* x = (const float*)parts[p];
+      for (int i = c0; i < c1; i++) tmp[i] += wp * x[i];
     }
-    const float* x = (const float*)parts[p];
-    for (int i = 0; i < n; i++) tmp[i] += wp * x[i];
   }
   if (out_bf16) {
     uint16_t* o = (uint16_t*)out;
