@@ -1094,7 +1094,6 @@ static int amx_kernel(kt_kernel k) {
          k == kt_amx_emu_i8pk || k == kt_amx_emu_i4pk;
 }
 
-// run_task executes one queued task on all pools and waits for it.
 // PIPE_RING is the default number of hidden blocks of slot outputs the
 // phased pipeline keeps (cfg.merge_ring): 3 x 16.8 MB at 4096 tokens of
 // Qwen3-30B with bf16 outputs. (Off by default: on the device the down
@@ -1253,8 +1252,8 @@ static void routed_setup(kt_engine* e) {
 static void finish_task(kt_engine* e, const kt_task* t, int dg, int traced);
 
 // run_task runs one task on every worker, the queue thread as worker 0. A
-// task that is phased whatever its routing (more pairs than the fused path
-// takes) starts the workers before it is routed (e->early): they convert
+// task that is phased whatever its routing (several pools, or more pairs than
+// the fused path takes) starts the workers before it is routed (e->early): they convert
 // the token rows while the queue thread routes, and wait for it at the
 // barrier behind the conversion (unless cfg.route_first).
 static void run_task(kt_engine* e, const kt_task* t) {
