@@ -79,12 +79,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpus := e.CPUs()
-	e.Close()
+	cpus := workerCPUs(b, 0)
 	type cfg struct {
 		name string
 		kn   amxKnobs
@@ -170,13 +165,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	all := PhysicalCores()
-	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: all})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpus := e.CPUs()
-	e.Close()
+	cpus := workerCPUs(b, PhysicalCores())
 	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
 	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
 		for _, i8 := range []bool{false, true} {
@@ -194,6 +183,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 					reps := int(max(1, 2000*pair/w.bytes))
 					b.Run(fmt.Sprintf("i8=%v/m=%d/k=%d/%s/threads=%d", i8, mk[0], mk[1], w.name, n), func(b *testing.B) {
 						var tf float64
+						var err error
 						for range b.N {
 							if tf, err = amxKernelBench(i8, mk[0], mk[1], kn, reps, w.bytes, cpus[:n], false); err != nil {
 								b.Fatal(err)
@@ -206,6 +196,17 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 			}
 		}
 	}
+}
+
+// workerCPUs returns the CPUs an engine of threads workers (0: the
+// default) pins them to, for the kernel benchmarks.
+func workerCPUs(b *testing.B, threads int) []int {
+	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: threads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	return e.CPUs()
 }
 
 // TestKernelBenchHarness runs the kernel benchmark's harness (threads,

@@ -186,11 +186,7 @@ KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const fl
       float wp = w[p];
       if (parts_bf16) {
         const uint16_t* x = (const uint16_t*)parts[p];
-        for (int i = c0; i < c1; i++) {
-          union { uint32_t u; float f; } v;
-          v.u = (uint32_t)x[i] << 16;
-          tmp[i] += wp * v.f;
-        }
+        for (int i = c0; i < c1; i++) tmp[i] += wp * kt_bf16f(x[i]);
         continue;
       }
       const float* x = (const float*)parts[p];
@@ -200,11 +196,7 @@ KT_CONV_ATTR void CONV(merge)(const void* const* parts, int parts_bf16, const fl
   if (out_bf16) {
     uint16_t* o = (uint16_t*)out;
     if (incr)
-      for (int i = 0; i < n; i++) {
-        union { uint32_t u; float f; } v;
-        v.u = (uint32_t)o[i] << 16;
-        tmp[i] += v.f;
-      }
+      for (int i = 0; i < n; i++) tmp[i] += kt_bf16f(o[i]);
     CONV(f32_to_bf16_out)(tmp, n, o, nt && !incr);
   } else {
     float* o = (float*)out;

@@ -660,7 +660,6 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
     if (e->l->lora)  // y += s·B_d(A_d h)
       kt_lora_down(e->l->lora, w->pool, x, off, m, n0, KT_NB, P->Hf, I, (float*)y_at(e, P, 0, n0), ldy);
   }
-  w->s.c_bf16 = 0;
   if (ynt) _mm_sfence();  // the merge (another thread, after a barrier) reads Y
 }
 
@@ -682,6 +681,15 @@ static void merge_token(kt_engine* e, kt_worker* w, int t, int h0, int n, int H)
   // caller or a copy to the GPU) are stored around the caches
   int nt = !e->fused && !e->cfg.out_cached && !b->incremental && n % 32 == 0 && ((uintptr_t)o & 63) == 0;
   CONV_ISA(merge, w->parts, e->ybf16, w->pw, np, n, o, b->out_bf16, b->incremental, nt, w->s.row);
+}
+
+// item_block is the rows per work item over n rows of every active expert:
+// the largest of rmax, rmax/2, ... above KT_NB that divides n and still
+// gives at least want items, else KT_NB.
+static int item_block(const kt_engine* e, int n, int rmax, int64_t want) {
+  for (int r = rmax; r > KT_NB; r /= 2)
+    if (n % r == 0 && (int64_t)e->nactive * (n / r) >= want) return r;
+  return KT_NB;
 }
 
 // Work items of the phased gate/up and down phases: an expert's rows (its
@@ -825,12 +833,7 @@ static void run_job(kt_worker* w) {
   // long as every thread still gets ~8 items. 256-row items only where the
   // experts average 64 tokens or more (compute-bound; in the device A/B at
   // 512 tokens of Qwen3.5, 16 per expert, they were slower)
-  int r2 = KT_NB;
-  for (int r = e->nslots >= 64 * e->nactive ? 256 : 128; r > KT_NB; r /= 2)
-    if (I % r == 0 && (int64_t)e->nactive * (I / r) >= 8 * nth) {
-      r2 = r;
-      break;
-    }
+  int r2 = item_block(e, I, e->nslots >= 64 * e->nactive ? 256 : 128, 8 * nth);
   int nb = I / r2, whole = whole_items(e, nth, nb);
   int items = whole + (e->nactive - whole) * nb;
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
@@ -859,12 +862,7 @@ static void run_job(kt_worker* w) {
   }
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
-  int r4 = KT_NB;
-  for (int r = 256; r > KT_NB; r /= 2)
-    if (H % r == 0 && e->nactive * (H / r) >= 4 * nth) {
-      r4 = r;
-      break;
-    }
+  int r4 = item_block(e, H, 256, 4 * nth);
   int hb = H / r4;
   whole = whole_items(e, nth, hb);
   items = whole + (e->nactive - whole) * hb;
@@ -1106,13 +1104,7 @@ static int amx_kernel(kt_kernel k) {
 // a pool still gets four down items; merge items of about half a thread's
 // share of the tokens.
 static void down_merge_plan(kt_engine* e) {
-  int H = e->l->hidden, nth = e->pools[0].nthreads;
-  int r4 = KT_NB;
-  for (int r = 256; r > KT_NB; r /= 2)
-    if (H % r == 0 && (int64_t)e->nactive * (H / r) >= 4 * nth) {
-      r4 = r;
-      break;
-    }
+  int H = e->l->hidden, r4 = item_block(e, H, 256, 4 * e->pools[0].nthreads);
   e->pipe = 1;
   e->pr4 = r4;
   e->pnhb = H / r4;
@@ -1238,24 +1230,29 @@ static void routed_setup(kt_engine* e) {
     // down items: the longest contiguous weight runs that still give every
     // thread (and a guest) ~fused_items items
     int H = e->l->hidden;
-    int64_t want = (int64_t)e->fused_items * (e->nthreads + !e->no_help);
-    e->r4f = KT_NB;
-    for (int r = 256; r > KT_NB; r /= 2)
-      if (H % r == 0 && (int64_t)e->nactive * (H / r) >= want) {
-        e->r4f = r;
-        break;
-      }
+    e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
   }
 }
 
-static void finish_task(kt_engine* e, const kt_task* t, int dg, int traced);
+// fused_fits reports whether the task's (token, expert) pairs fit the fused
+// path's limit; it takes the task when some expert is active too.
+static inline int fused_fits(const kt_engine* e) {
+  return e->npools == 1 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
+}
+
+// publish_job starts the workers on the job set up so far.
+static inline void publish_job(kt_engine* e) {
+  atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
+  wake(&e->nsleep, &e->job_gen);
+}
 
 // run_task runs one task on every worker, the queue thread as worker 0. A
-// task that is phased whatever its routing (several pools, or more pairs than
-// the fused path takes) starts the workers before it is routed (e->early): they convert
-// the token rows while the queue thread routes, and wait for it at the
-// barrier behind the conversion (unless cfg.route_first).
+// task that is phased whatever its routing (several pools, or more pairs
+// than the fused path takes) starts the workers before it is routed
+// (e->early): they convert the token rows while the queue thread routes,
+// and wait for it at the barrier behind the conversion (unless
+// cfg.route_first). Then it waits for every worker (and a guest) to leave.
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
   e->b = t->b;
@@ -1264,54 +1261,45 @@ static void run_task(kt_engine* e, const kt_task* t) {
   e->tr_last = 0;
   if (task_setup(e) != 0) return;
   e->pipe = 0;
-  e->early = !e->cfg.route_first &&
-             !(e->npools == 1 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max);
+  e->early = !e->cfg.route_first && !fused_fits(e);
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  int traced = 0;
   if (e->early) {
     e->fused = 0;
     e->guest_ok = 0;
     phased_inputs(e);
-    atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
-    wake(&e->nsleep, &e->job_gen);
+    publish_job(e);
     if (e->cfg.test_route_delay_us > 0) usleep((useconds_t)e->cfg.test_route_delay_us);
     route(e);
     routed_setup(e);
     ph_mark(e, KT_PH_ROUTE);
-    run_job(&e->workers[0]);
-    finish_task(e, t, dg, 0);
-    return;
+  } else {
+    route(e);
+    e->fused = e->nactive > 0 && fused_fits(e);
+    if (!e->fused) phased_inputs(e);
+    routed_setup(e);
+    // a kt_sync caller may join a fused job whose kernels need no AMX tiles
+    // (its thread has none configured)
+    e->guest_ok = e->fused && !e->no_help;
+    if (e->guest_ok && amx_kernel(e->kpf))
+      for (int a = 0; a < e->nactive; a++)
+        if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
+    traced = e->trace && e->fused;
+    ph_mark(e, KT_PH_ROUTE);
+    if (traced) {
+      e->tr_pub = now_ns();
+      e->workers[0].tr_seen = e->tr_pub;
+      e->guest->tr_items = -1;  // set when a guest joins
+    }
+    if (e->guest_ok) {
+      atomic_store_explicit(&e->jseq, e->seq, memory_order_relaxed);
+      atomic_store_explicit(&e->jopen, JOPEN, memory_order_release);
+    }
+    publish_job(e);
+    if (e->guest_ok && e->cfg.test_wait_guest)  // tests: a guest joins every task (at most 1 s)
+      for (int64_t t0 = now_ns(); !(atomic_load(&e->jopen) & ~JOPEN) && now_ns() - t0 < 1000000000;) _mm_pause();
   }
-  route(e);
-  e->fused = e->npools == 1 && e->nactive > 0 && e->fused_max > 0 && (int64_t)e->ntok * e->b.k <= e->fused_max;
-  if (!e->fused) phased_inputs(e);
-  routed_setup(e);
-  // a kt_sync caller may join a fused job whose kernels need no AMX tiles
-  // (its thread has none configured)
-  e->guest_ok = e->fused && !e->no_help;
-  if (e->guest_ok && amx_kernel(e->kpf))
-    for (int a = 0; a < e->nactive; a++)
-      if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
-  int traced = e->trace && e->fused;
-  ph_mark(e, KT_PH_ROUTE);
-  if (traced) {
-    e->tr_pub = now_ns();
-    e->workers[0].tr_seen = e->tr_pub;
-    e->guest->tr_items = -1;  // set when a guest joins
-  }
-  if (e->guest_ok) {
-    atomic_store_explicit(&e->jseq, e->seq, memory_order_relaxed);
-    atomic_store_explicit(&e->jopen, JOPEN, memory_order_release);
-  }
-  atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
-  wake(&e->nsleep, &e->job_gen);
-  if (e->guest_ok && e->cfg.test_wait_guest)  // tests: a guest joins every task (at most 1 s)
-    for (int64_t t0 = now_ns(); !(atomic_load(&e->jopen) & ~JOPEN) && now_ns() - t0 < 1000000000;) _mm_pause();
   run_job(&e->workers[0]);  // the queue thread is worker 0
-  finish_task(e, t, dg, traced);
-}
-
-// finish_task waits for every worker (and a guest) to leave the job.
-static void finish_task(kt_engine* e, const kt_task* t, int dg, int traced) {
   if (traced) e->workers[0].tr_end = now_ns();
   atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
   while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {

@@ -323,18 +323,18 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.PrefillChunk > 0 {
 		cc.mch = C.int(cfg.PrefillChunk)
 	}
-	cc.sync_help = cbool(cfg.SyncHelp)
-	cc.y_f32 = cbool(cfg.SlotOutputsF32)
-	cc.split_items = cbool(cfg.SplitItems)
-	cc.y_cached = cbool(cfg.SlotOutputsCached)
-	cc.h_f32 = cbool(cfg.IntermediateF32)
-	cc.out_cached = cbool(cfg.OutputCached)
-	cc.merge_pipe = cbool(cfg.MergePipeline)
+	cc.sync_help = b2i(cfg.SyncHelp)
+	cc.y_f32 = b2i(cfg.SlotOutputsF32)
+	cc.split_items = b2i(cfg.SplitItems)
+	cc.y_cached = b2i(cfg.SlotOutputsCached)
+	cc.h_f32 = b2i(cfg.IntermediateF32)
+	cc.out_cached = b2i(cfg.OutputCached)
+	cc.merge_pipe = b2i(cfg.MergePipeline)
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
-	cc.route_first = cbool(cfg.RouteFirst)
-	cc.down_f32 = cbool(cfg.DownViaF32)
-	cc.trace = cbool(cfg.Trace)
-	cc.test_wait_guest = cbool(cfg.testWaitGuest)
+	cc.route_first = b2i(cfg.RouteFirst)
+	cc.down_f32 = b2i(cfg.DownViaF32)
+	cc.trace = b2i(cfg.Trace)
+	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {
@@ -488,14 +488,6 @@ func (e *Engine) Trace() TaskTrace {
 // tileLayoutOK reports whether activation rows stored for the AMX kernels
 // are read back by their tile addressing (rows of rb bytes; tests).
 func tileLayoutOK(rows, rb int) bool { return C.kt_check_tile_layout(C.int(rows), C.int(rb)) == 0 }
-
-// cbool is a C flag: 1 for true.
-func cbool(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
@@ -747,6 +739,7 @@ func amxKernelBench(i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus
 	return float64(flops) / float64(secs) / 1e12, nil
 }
 
+// b2i is a C flag: 1 for true.
 func b2i(b bool) C.int {
 	if b {
 		return 1

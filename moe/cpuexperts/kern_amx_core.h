@@ -61,8 +61,10 @@ static inline KT_CORE_HELPER_ATTR void amx_stream_rows(const float* t, float* C,
   }
 }
 
-// amx_bf16_vec rounds 16 floats to bf16 as the conversions do (convert.h
-// f32_to_bf16: to nearest even, NaN kept NaN).
+// amx_bf16_vec rounds 16 floats to bf16 by the rule of kt_f2bf and convert.h
+// f32_to_bf16 (to nearest even, NaN kept NaN), in registers: the down
+// kernels round their parked sums without an f32 copy. TestDownKernelRoundsBitwise
+// holds it to f32_to_bf16.
 static inline KT_CORE_HELPER_ATTR __m256i amx_bf16_vec(__m512 f) {
   __m512i v = _mm512_castps_si512(f);
   __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
