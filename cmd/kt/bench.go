@@ -34,6 +34,7 @@ type moeBenchOpts struct {
 	python, jsonOut          string
 	bwBytes                  int64
 	amxKBlock, amxPrefetch   int
+	amxKBlockDown            int
 	amxPFTiles, amxNext      int
 	amxVariant               int
 	decPrefetch, chunk       int
@@ -70,6 +71,7 @@ func init() {
 			f.StringVar(&moeOpts.jsonOut, "json", "", "also write results as JSON to this file")
 			f.Int64Var(&moeOpts.bwBytes, "bw-bytes", 1<<30, "buffer size of the read-bandwidth probe")
 			f.IntVar(&moeOpts.amxKBlock, "amx-kblock", 0, "AMX prefill K block in 1 KiB tile steps (0 = default, -1 = whole K)")
+			f.IntVar(&moeOpts.amxKBlockDown, "amx-kblock-down", 0, "the down projection's AMX prefill K block (0 = as --amx-kblock, -1 = whole K; Config.AMXKBlockDown)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
@@ -214,7 +216,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	var records []moeRecord
 	for _, s := range shapes {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
-			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXPrefetch: o.amxPrefetch,
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
 			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,

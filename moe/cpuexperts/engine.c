@@ -573,6 +573,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   int hdirect = P->act == KT_ACT_BF16;
   w->s.c_nt = 0;  // C is this thread's scratch, in f32
   w->s.c_bf16 = 0;
+  w->s.amx_kch = e->cfg.amx_kch;
   int mch = prefill_chunk(e, P->act);
   for (int m0 = 0; m0 < m; m0 += mch) {
     int mm = m - m0 < mch ? m - m0 : mch;
@@ -631,6 +632,7 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   int kbf16 = e->ybf16 && pf && amx_kernel(kern) && !e->cfg.down_f32;
   w->s.c_nt = kbf16 ? ynt : ynt && !e->ybf16;
   w->s.c_bf16 = kbf16;
+  w->s.amx_kch = e->cfg.amx_kch_down;
   if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
@@ -1742,7 +1744,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->xa = kt_alloc(e->xabytes, e->pools[p].node);
       w->xas = (float*)xalloc(sizeof(float) * 2 * KT_XA_ROWS);  // a scale per int8 row xa can hold
-      w->s.amx_kch = cfg->amx_kch;
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
       w->s.amx_var = cfg->amx_var;

@@ -53,6 +53,11 @@ type Config struct {
 	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
 	// blocking (the whole K in one pass). Results do not depend on it.
 	AMXKBlock int
+	// AMXKBlockDown is the K block of the down projection's AMX prefill
+	// calls (K = the pool's intermediate slice, shorter than gate/up's
+	// hidden size): 0 = AMXKBlock, < 0 = no blocking. Results do not depend
+	// on it.
+	AMXKBlockDown int
 	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
 	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
 	AMXPrefetch int
@@ -295,6 +300,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.AMXKBlock > 0 {
 		cc.amx_kch = C.int(cfg.AMXKBlock)
+	}
+	cc.amx_kch_down = cc.amx_kch
+	if cfg.AMXKBlockDown != 0 {
+		cc.amx_kch_down = C.int(max(cfg.AMXKBlockDown, 0))
 	}
 	if cfg.AMXPrefetch == 0 {
 		cfg.AMXPrefetch = DefaultAMXPrefetch

@@ -37,15 +37,16 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
-			configs := [][4]int{{-1, -1, 0, 0}, {-1, 1, 32, 0}} // K block, prefetch, chunk, variant
+			type knobs struct{ kb, kbDown, pf, chunk, v int } // K block (gate/up, down: 0 = kb), prefetch, chunk, variant
+			configs := []knobs{{-1, 0, -1, 0, 0}, {-1, 0, 1, 32, 0}}
 			if isa == ISAAMX || isa == amxEmuLevel {
-				configs = append(configs, [4]int{1, 2, 0, 0}, [4]int{3, 0, 64, 0}, [4]int{-1, 1, 0, 1}, [4]int{3, 2, 64, 1})
+				configs = append(configs, knobs{1, 0, 2, 0, 0}, knobs{3, 0, 0, 64, 0}, knobs{-1, 0, 1, 0, 1}, knobs{3, 0, 2, 64, 1},
+					knobs{3, -1, 0, 0, 0}, knobs{-1, 2, 0, 0, 0})
 			}
 			for _, c := range configs {
-				kb, pf, chunk, v := c[0], c[1], c[2], c[3]
-				name := fmt.Sprintf("%s/%s/kblock=%d/prefetch=%d/chunk=%d/variant=%d", isa, m, kb, pf, chunk, v)
+				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v)
 				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK,
-					AMXKBlock: kb, AMXPrefetch: pf, PrefillChunk: chunk, AMXVariant: v, AMXPrefetchTiles: 1 + v,
+					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 				if err != nil {
 					t.Fatal(err)
