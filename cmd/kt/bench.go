@@ -504,6 +504,7 @@ func setXBF16(records []moeRecord) {
 				ratios = append(ratios, b.RoundMs[r]/ms)
 			}
 			rec.XBF16, rec.XBF16Min, rec.XBF16Max = spread(ratios)
+			break
 		}
 	}
 }

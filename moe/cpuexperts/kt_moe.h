@@ -112,7 +112,7 @@ typedef struct {
   int fused_max_slots; // one pool: tasks with at most this many (token, expert) pairs take the
                        // barrier-free decode path; 0 = default (512), < 0 = never
   int amx_kch;         // AMX prefill K block in 1 KiB tile steps; <= 0 = the whole K in one pass
-  int amx_kch_down;    // the same for the down projection (amx_kch where the caller passes the same value)
+  int amx_kch_down;    // the down projection's AMX prefill K block; <= 0 = the whole K in one pass
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int amx_pfm;         // AMX prefill: tiles amx_pf prefetches, bit 0 = A, bit 1 = B; 0 = both
   int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
