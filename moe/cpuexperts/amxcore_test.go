@@ -66,20 +66,23 @@ func TestAMXCoreEmulated(t *testing.T) {
 	}
 }
 
-// BenchmarkAMXKernel times the AMX prefill kernels alone on every worker
-// core (the engine's default threads and pinning), each thread streaming
+// BenchmarkAMXKernel times the AMX prefill kernels alone on half and on all
+// physical cores (the engine's pinning), each thread streaming
 // 48 MiB of its own weights (all threads together exceed the last-level
 // cache, as a layer's experts do) over one expert's activations: 256 tokens
 // at K 2048 (gate/up of Qwen3-30B at 4096 tokens) and K 768 (its down
 // projection). Sub-benchmarks sweep the result-neutral knobs; the metric is
-// TFLOPS of all threads together. Needs AMX (skipped elsewhere):
+// TFLOPS of all threads together. On hosts whose all-core tile rate is far
+// below the per-core one, the all-core runs only show that ceiling; the
+// half-core runs show which loop structure hides the tile loads' latency.
+// Needs AMX (skipped elsewhere):
 //
 //	moe.test -test.run XXX -test.bench AMXKernel -test.benchtime 1x
 func BenchmarkAMXKernel(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	cpus := workerCPUs(b, 0)
+	cpus := workerCPUs(b, PhysicalCores())
 	type cfg struct {
 		name string
 		kn   amxKnobs
@@ -91,11 +94,15 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"pfA", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4}},
 		{"pfB", amxKnobs{kch: -1, pf: 1, pfm: 2, nxl: 4}},
 		{"pfB2", amxKnobs{kch: -1, pf: 2, pfm: 2, nxl: 4}},
+		{"pf2", amxKnobs{kch: -1, pf: 2, pfm: 3, nxl: 4}},
+		{"pf4", amxKnobs{kch: -1, pf: 4, pfm: 3, nxl: 4}},
 		{"kb8", amxKnobs{kch: 8, pf: 1, pfm: 3, nxl: 4}},
 		{"kb8pfA", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4}},
 		{"kb8nopf", amxKnobs{kch: 8, pf: 0, pfm: 3, nxl: 4}},
 		{"kb16pfA", amxKnobs{kch: 16, pf: 1, pfm: 1, nxl: 4}},
 		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
+		{"v1pf2", amxKnobs{kch: -1, pf: 2, pfm: 1, nxl: 4, variant: 1}},
+		{"v1nopf", amxKnobs{kch: -1, pf: 0, pfm: 1, nxl: 4, variant: 1}},
 	}
 	// The tile unit alone (variants -1: operands resident, -2: reloaded from
 	// L1 every round): the ceiling the kernels below are measured against;
@@ -132,20 +139,22 @@ func BenchmarkAMXKernel(b *testing.B) {
 			if i8 && mk[0] == 128 {
 				continue
 			}
-			for _, c := range cfgs {
-				name := fmt.Sprintf("i8=%v/m=%d/k=%d/%s", i8, mk[0], mk[1], c.name)
-				b.Run(name, func(b *testing.B) {
-					var tf float64
-					for range b.N {
-						t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, 2, 48<<20, cpus, false)
-						if err != nil {
-							b.Fatal(err)
+			for _, n := range []int{len(cpus) / 2, len(cpus)} {
+				for _, c := range cfgs {
+					name := fmt.Sprintf("i8=%v/m=%d/k=%d/threads=%d/%s", i8, mk[0], mk[1], n, c.name)
+					b.Run(name, func(b *testing.B) {
+						var tf float64
+						for range b.N {
+							t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, 2, 48<<20, cpus[:n], false)
+							if err != nil {
+								b.Fatal(err)
+							}
+							tf = t
 						}
-						tf = t
-					}
-					b.ReportMetric(tf, "TFLOPS")
-					b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
-				})
+						b.ReportMetric(tf, "TFLOPS")
+						b.ReportMetric(tf/float64(n), "TFLOPS/core")
+					})
+				}
 			}
 		}
 	}
@@ -194,6 +203,48 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkAMXPairs runs the tile unit alone (operands resident, variant
+// -1) on the first worker core by itself and then together with each other
+// worker core in turn, then on all physical cores: a pair whose per-core rate
+// falls to about half of the single core's shares one tile unit (hyperthread
+// siblings of one physical core under the VM's vCPUs), while a fall that
+// appears only with all cores is something the whole socket shares (its
+// power or frequency budget). Needs AMX:
+//
+//	moe.test -test.run XXX -test.bench AMXPairs -test.benchtime 1x
+func BenchmarkAMXPairs(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	cpus := workerCPUs(b, PhysicalCores())
+	sets := [][]int{cpus[:1]}
+	for _, c := range cpus[1:] {
+		sets = append(sets, []int{cpus[0], c})
+	}
+	sets = append(sets, cpus)
+	for _, i8 := range []bool{false, true} {
+		for _, cs := range sets {
+			name := fmt.Sprintf("i8=%v/cpus=%d", i8, cs[0])
+			if len(cs) == 2 {
+				name += fmt.Sprintf("+%d", cs[1])
+			} else if len(cs) > 2 {
+				name += fmt.Sprintf("..all%d", len(cs))
+			}
+			b.Run(name, func(b *testing.B) {
+				var tf float64
+				for range b.N {
+					t, err := amxKernelBench(i8, 256, 2048, amxKnobs{variant: -1}, 20, 1<<20, cs, false)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tf = t
+				}
+				b.ReportMetric(tf/float64(len(cs)), "TFLOPS/core")
+			})
 		}
 	}
 }
