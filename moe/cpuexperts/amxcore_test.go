@@ -66,8 +66,9 @@ func TestAMXCoreEmulated(t *testing.T) {
 	}
 }
 
-// BenchmarkAMXKernel times the AMX prefill kernels alone on half and on all
-// physical cores (the engine's pinning), each thread streaming
+// BenchmarkAMXKernel times the AMX prefill kernels alone on one core (its
+// weights resident in L2), on half and on all physical cores (the engine's
+// pinning), each thread of the latter streaming
 // 48 MiB of its own weights (all threads together exceed the last-level
 // cache, as a layer's experts do) over one expert's activations: 256 tokens
 // at K 2048 (gate/up of Qwen3-30B at 4096 tokens) and K 768 (its down
@@ -100,6 +101,8 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"kb8pfA", amxKnobs{kch: 8, pf: 1, pfm: 1, nxl: 4}},
 		{"kb8nopf", amxKnobs{kch: 8, pf: 0, pfm: 3, nxl: 4}},
 		{"kb16pfA", amxKnobs{kch: 16, pf: 1, pfm: 1, nxl: 4}},
+		{"kb4pfA", amxKnobs{kch: 4, pf: 1, pfm: 1, nxl: 4}},
+		{"kb8pf2A", amxKnobs{kch: 8, pf: 2, pfm: 1, nxl: 4}},
 		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
 		{"v1pf2", amxKnobs{kch: -1, pf: 2, pfm: 1, nxl: 4, variant: 1}},
 		{"v1nopf", amxKnobs{kch: -1, pf: 0, pfm: 1, nxl: 4, variant: 1}},
@@ -139,13 +142,25 @@ func BenchmarkAMXKernel(b *testing.B) {
 			if i8 && mk[0] == 128 {
 				continue
 			}
-			for _, n := range []int{len(cpus) / 2, len(cpus)} {
+			esz := int64(2)
+			if i8 {
+				esz = 1
+			}
+			pair := 32 * int64(mk[1]) * esz // one call's two 16-row panels
+			for _, n := range []int{1, len(cpus) / 2, len(cpus)} {
+				// one core: two pairs resident in its L2, 2000 calls (one
+				// core's share of memory bandwidth would bound the streamed
+				// form); more cores: 48 MiB streamed per thread
+				wb, reps, tn := int64(48<<20), 2, fmt.Sprint(n)
+				if n == 1 {
+					wb, reps, tn = 2*pair, 1000, "1resident"
+				}
 				for _, c := range cfgs {
-					name := fmt.Sprintf("i8=%v/m=%d/k=%d/threads=%d/%s", i8, mk[0], mk[1], n, c.name)
+					name := fmt.Sprintf("i8=%v/m=%d/k=%d/threads=%s/%s", i8, mk[0], mk[1], tn, c.name)
 					b.Run(name, func(b *testing.B) {
 						var tf float64
 						for range b.N {
-							t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, 2, 48<<20, cpus[:n], false)
+							t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, reps, wb, cpus[:n], false)
 							if err != nil {
 								b.Fatal(err)
 							}
