@@ -20,9 +20,10 @@ import (
 // two shadow layer buffers on the GPU (each holds every routed expert of
 // one MoE layer; the MoE layers use them in turn, so the next layer's
 // upload on a copy stream overlaps this layer's compute), fed from host
-// memory through two pinned staging slots of one expert each (the host
-// fills one while the other's copy to the GPU runs); with dynamic expert
-// update, the per-layer GPU expert slots it refills.
+// memory through two pinned staging slots of stageTarget bytes or one
+// expert, whichever is larger (the host fills one with a group of experts,
+// on several goroutines, while the other's copy to the GPU runs); with
+// dynamic expert update, the per-layer GPU expert slots it refills.
 type layerwise struct {
 	g         *gpuLink
 	threshold int
@@ -34,7 +35,9 @@ type layerwise struct {
 	stage     [2]*cuda.HostBuffer
 	stageEv   [2]*cuda.Event
 	stageUsed [2]bool
-	logged    []bool // per model layer: its load time was logged
+	stageNext int        // the slot the next group of experts fills
+	parts     []copyPart // scratch: one group's host copies
+	logged    []bool     // per model layer: its load time was logged
 	stats     LayerwiseStats
 	dyn       *dynamicUpdate // nil unless --kt-enable-dynamic-expert-update
 }
@@ -68,6 +71,12 @@ type dynamicUpdate struct {
 	ids            []int32               // scratch: the step's picks read back
 	updates, moved int                   // layers whose slots changed so far
 }
+
+// stageTarget is the size of a pinned staging slot, unless one expert is
+// larger: a group of experts fills it in one parallel copy, so the host copy
+// runs on every copy goroutine (one expert's matrices are a few MiB) and
+// the wait for the slot's previous transfer comes once per group.
+const stageTarget = 64 << 20
 
 // BuffersEnv names the environment variable that sets how many shadow
 // layer buffers layerwise prefill keeps on the GPU: 2 (the default: the
@@ -185,6 +194,7 @@ func (lw *layerwise) alloc(w *Weights) error {
 			stageBytes = max(stageBytes, per)
 		}
 	}
+	stageBytes = max(stageBytes, stageTarget)
 	for i := range lw.stage {
 		if lw.stage[i], err = dev.AllocHost(stageBytes); err != nil {
 			return fmt.Errorf("pinned staging of %d bytes: %w", stageBytes, err)
@@ -257,36 +267,50 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 	}
 	w := lw.layers[l]
 	var bytes int64
-	for e := range s.dst {
-		k := e & 1
+	for e0 := 0; e0 < len(s.dst); {
+		k := lw.stageNext
+		lw.stageNext ^= 1
 		if lw.stageUsed[k] {
 			if err := lw.stageEv[k].Synchronize(); err != nil { // its last copy to the GPU is done
 				return err
 			}
 		}
+		// the group: experts e0.. while they fit the slot (at least one)
 		buf := lw.stage[k].Bytes()
+		parts := lw.parts[:0]
 		var off int64
-		for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
-			d := s.dst[e][j]
-			data, scale, err := cuda.WeightBytes(hm)
-			if err != nil {
-				return err
+		e := e0
+		for ; e < len(s.dst); e++ {
+			var need int64
+			for _, d := range s.dst[e] {
+				need += d.nData + d.nScale
 			}
-			if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
-				return fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
+			if e > e0 && off+need > int64(len(buf)) {
+				break
 			}
-			for _, p := range []struct {
-				dst cuda.Buffer
-				src []byte
-			}{{d.data, data}, {d.scale, scale}} {
-				if len(p.src) == 0 {
-					continue
-				}
-				parallelCopy(buf[off:], p.src)
-				if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], off, int64(len(p.src))); err != nil {
+			for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
+				d := s.dst[e][j]
+				data, scale, err := cuda.WeightBytes(hm)
+				if err != nil {
 					return err
 				}
-				off += int64(len(p.src))
+				if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
+					return fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
+				}
+				for _, p := range []copyPart{{dst: d.data, src: data}, {dst: d.scale, src: scale}} {
+					if len(p.src) > 0 {
+						p.off = off
+						parts = append(parts, p)
+						off += int64(len(p.src))
+					}
+				}
+			}
+		}
+		lw.parts = parts
+		parallelCopy(buf, parts)
+		for _, p := range parts {
+			if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], p.off, int64(len(p.src))); err != nil {
+				return err
 			}
 		}
 		if err := lw.stageEv[k].Record(lw.cs); err != nil {
@@ -294,6 +318,7 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 		}
 		lw.stageUsed[k] = true
 		bytes += off
+		e0 = e
 	}
 	if err := s.ready.Record(lw.cs); err != nil {
 		return err
@@ -311,28 +336,64 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 	return nil
 }
 
-// parallelCopy copies src into dst on up to 8 goroutines, in pieces of at
-// least 1 MiB: one thread copies page-cache bytes into pinned memory at
-// ~8 GB/s on the GPU machine, a third of what the host-to-device copy
-// behind it moves (the layer upload measured 180 ms for 1.5 GB).
-func parallelCopy(dst, src []byte) {
+// copyPart is one host copy into a staging slot: src to the slot's bytes
+// at off, bound for dst on the GPU.
+type copyPart struct {
+	dst cuda.Buffer
+	off int64
+	src []byte
+}
+
+// parallelCopy copies every part's src into dst at its off, on up to 8
+// goroutines that split the parts' bytes evenly, in pieces of at least
+// 1 MiB whatever the part boundaries: one thread copies page-cache bytes
+// into pinned memory at ~8 GB/s on the GPU machine, a third of what the
+// host-to-device copy behind it moves.
+func parallelCopy(dst []byte, parts []copyPart) {
+	parallelCopyOn(dst, parts, min(8, runtime.GOMAXPROCS(0)))
+}
+
+// parallelCopyOn is parallelCopy on up to maxWorkers goroutines.
+func parallelCopyOn(dst []byte, parts []copyPart, maxWorkers int) {
 	const piece = 1 << 20
-	workers := min(8, runtime.GOMAXPROCS(0), (len(src)+piece-1)/piece)
+	var total int
+	for _, p := range parts {
+		total += len(p.src)
+	}
+	workers := min(maxWorkers, (total+piece-1)/piece)
 	if workers <= 1 {
-		copy(dst, src)
+		for _, p := range parts {
+			copy(dst[p.off:], p.src)
+		}
 		return
 	}
-	per := (len(src) + workers - 1) / workers
+	per := (total + workers - 1) / workers
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(src); lo += per {
-		hi := min(lo+per, len(src))
+	for lo := 0; lo < total; lo += per {
+		hi := min(lo+per, total)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			copy(dst[lo:hi], src[lo:hi])
+			copyRange(dst, parts, lo, hi)
 		}()
 	}
 	wg.Wait()
+}
+
+// copyRange copies bytes [lo, hi) of the parts' concatenated sources.
+func copyRange(dst []byte, parts []copyPart, lo, hi int) {
+	at := 0 // where the part starts in the concatenation
+	for _, p := range parts {
+		n := len(p.src)
+		if at+n > lo && at < hi {
+			a, b := max(lo-at, 0), min(hi-at, n)
+			copy(dst[p.off+int64(a):], p.src[a:b])
+		}
+		at += n
+		if at >= hi {
+			return
+		}
+	}
 }
 
 // close waits for the uploads and frees what alloc made (the shadow
