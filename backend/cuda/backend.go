@@ -51,6 +51,7 @@ type Backend struct {
 	moeH    Buffer // [pairs, inter] float32
 	moeY    Buffer // [pairs, hidden] float32
 	moeIDs  Buffer // [pairs] int32: ids with experts absent from the table masked to -1
+	moeG    moeGrouped
 	attnAcc Buffer // float32 [rows, heads, splits, D]: split-K attention partials
 	attnML  Buffer // float32 [rows, heads, splits, 2]: their max and sum
 	// generalOnly keeps the general-shape kernels even where a fast

@@ -545,6 +545,11 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		}
 		return
 	}
+	// prefill-sized steps over bf16 experts: each expert's rows as GEMMs
+	// (moe_grouped.go); the per-pair kernels below if cuBLASLt refuses
+	if b.moeGroupedFits(tab, pairs, h, inter) && (b.moeGroupedRun(os.buf, xs.buf, ws.buf, e, idb, n, k, tab.e) || !b.ok()) {
+		return
+	}
 	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
 	// other dtypes and the tiny fixtures the general ones.
 	if !b.generalOnly && tab.gdt == wtBF16 && tab.udt == wtBF16 && h%256 == 0 {

@@ -87,11 +87,12 @@ func (b *Backend) RefreshMoETable(e *backend.Experts) error {
 }
 
 // ReserveMoE grows the MoE op's scratch to serve steps of up to pairs
-// (token, expert) pairs of a layer of hidden and inter, now rather than on
+// (token, expert) pairs of a layer of experts experts of hidden and inter
+// (its grouped path's too, where such steps take it), now rather than on
 // the first such step: a regrown buffer bumps the graph epoch, so a large
 // step run after decode graphs were captured (the hybrid step's layerwise
 // prefill) would otherwise make every bucket re-capture.
-func (b *Backend) ReserveMoE(pairs, hidden, inter int) error {
+func (b *Backend) ReserveMoE(pairs, experts, hidden, inter int) error {
 	if pairs <= 0 {
 		return nil
 	}
@@ -100,5 +101,5 @@ func (b *Backend) ReserveMoE(pairs, hidden, inter int) error {
 		!b.growBuf(&b.moeIDs, p*4, "MoE masked ids") {
 		return fmt.Errorf("MoE scratch for %d pairs: %w", pairs, b.Sync())
 	}
-	return nil
+	return b.reserveMoEGrouped(pairs, experts, hidden, inter)
 }

@@ -22,7 +22,7 @@ func TestMoETableRefresh(t *testing.T) {
 	const E, H, I, k, maxT = 8, 256, 128, 2, 64
 	p.setStep(t, stepMixed)
 	n := stepMixed.NumTokens()
-	if err := p.g.ReserveMoE(maxT*k, H, I); err != nil {
+	if err := p.g.ReserveMoE(maxT*k, E, H, I); err != nil {
 		t.Fatal(err)
 	}
 	all := [2]backend.Experts{{Hidden: H, Inter: I}, {Hidden: H, Inter: I}} // GPU, CPU: every expert

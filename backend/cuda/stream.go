@@ -17,8 +17,9 @@ import (
 // Stream is a CUDA stream created non-blocking (it never synchronises with
 // the legacy default stream).
 type Stream struct {
-	d *Device
-	s C.CUstream
+	d         *Device
+	s         C.CUstream
+	capturing bool // between BeginCapture and EndCapture
 }
 
 // NewStream creates a stream.
@@ -235,13 +236,22 @@ func (s *Stream) Capture(fn func() error) (*Graph, error) {
 func (s *Stream) BeginCapture() error {
 	// CU_STREAM_CAPTURE_MODE_RELAXED: other goroutines may allocate while
 	// this one captures.
-	return cuErr(C.kt_cuStreamBeginCapture(s.d.ctx, s.s, 2), "cuStreamBeginCapture")
+	if err := cuErr(C.kt_cuStreamBeginCapture(s.d.ctx, s.s, 2), "cuStreamBeginCapture"); err != nil {
+		return err
+	}
+	s.capturing = true
+	return nil
 }
+
+// Capturing reports whether a capture begun on s is recording: work that
+// reads results back to the host (a synchronize) cannot be queued then.
+func (s *Stream) Capturing() bool { return s.capturing }
 
 // EndCapture ends the recording BeginCapture started and instantiates the
 // graph; ferr, an error of the code that queued the work, discards it.
 func (s *Stream) EndCapture(ferr error) (*Graph, error) {
 	g := &Graph{d: s.d}
+	s.capturing = false
 	if err := cuErr(C.kt_cuStreamEndCapture(s.d.ctx, s.s, &g.g), "cuStreamEndCapture"); err != nil {
 		if ferr != nil {
 			return nil, fmt.Errorf("cuda: capture: %w (and %v)", ferr, err)

@@ -735,6 +735,58 @@ extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const fl
 	st_act(out, (long long)t * H + c, s);
 }
 
+// The MoE op's grouped path (moe_grouped.go), for prefill-sized steps: the
+// pairs sorted by expert (moe_align, each expert's rows padded to BM), each
+// expert's rows through cuBLASLt GEMMs, activations split into two bf16
+// parts (as MatMul's m_split_bf16) so the products keep ~f32 precision.
+
+// m_moe_gather_split: row r of the expert-sorted rows as hi = bf16(x[t]),
+// lo = bf16(x[t] - hi), t = sorted[r] / k; padding rows (sorted < 0) zero.
+// grid rows (counts[E]·BM used), block 256.
+extern "C" __global__ void m_moe_gather_split(bf16 *hi, bf16 *lo, const act_t *x, const int *sorted, const int *counts,
+					      int E, int BM, int H, int k) {
+	const int r = blockIdx.x;
+	if (r >= counts[E] * BM) return;
+	const int p = sorted[r];
+	bf16 *dh = hi + (long long)r * H, *dl = lo + (long long)r * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) {
+		const float v = p < 0 ? 0.0f : ld_act(x, (long long)(p / k) * H + i);
+		const bf16 a = f2bf(v);
+		dh[i] = a;
+		dl[i] = f2bf(v - bf2f(a));
+	}
+}
+
+// m_moe_act_split: a = silu(g)·u per element of the sorted rows (g, u the
+// gate and up GEMMs' f32 outputs), written as hi/lo bf16 parts.
+// grid rows (counts[E]·BM used), block 256.
+extern "C" __global__ void m_moe_act_split(bf16 *hi, bf16 *lo, const float *g, const float *u, const int *counts, int E,
+					   int BM, int I) {
+	const int r = blockIdx.x;
+	if (r >= counts[E] * BM) return;
+	for (int i = threadIdx.x; i < I; i += blockDim.x) {
+		const long long j = (long long)r * I + i;
+		const float v = silu_d(g[j]) * u[j];
+		const bf16 a = f2bf(v);
+		hi[j] = a;
+		lo[j] = f2bf(v - bf2f(a));
+	}
+}
+
+// m_moe_combine_rows: out[t] = Σ_j wts[t, j]·y[pos[t·k + j]] over the pairs
+// whose expert ran (pos ≥ 0), in slot order as m_moe_combine; y holds the
+// expert-sorted rows. grid (n, ceil(H/256)), block 256.
+extern "C" __global__ void m_moe_combine_rows(act_t *out, const float *y, const float *wts, const int *pos, int k, int H) {
+	const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+	if (c >= H) return;
+	float s = 0.0f;
+	for (int j = 0; j < k; j++) {
+		const int r = pos[t * k + j];
+		if (r >= 0) s += wts[t * k + j] * y[(long long)r * H + c];
+	}
+	st_act(out, (long long)t * H + c, s);
+}
+
 // m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
 extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *outrows, int first, int d) {
 	int j = blockIdx.x;

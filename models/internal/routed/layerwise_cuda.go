@@ -37,6 +37,11 @@ type layerwise struct {
 	stageUsed [2]bool
 	stageNext int        // the slot the next group of experts fills
 	parts     []copyPart // scratch: one group's host copies
+	// pending is the next MoE layer's upload running on its own goroutine
+	// while this layer's MoE is queued (nil: none); join waits for it.
+	// Only that goroutine touches the upload state (the staging slots,
+	// the other set, the upload counters) until then.
+	pending chan error
 	logged    []bool     // per model layer: its load time was logged
 	stats     LayerwiseStats
 	dyn       *dynamicUpdate // nil unless --kt-enable-dynamic-expert-update
@@ -137,7 +142,7 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
 	lw.sets[0].layer = first // alloc uploaded its weights (synchronously); it uses set 0
-	if err := g.be.ReserveMoE(g.maxTok*g.k, layers[first].Hidden, layers[first].Inter); err != nil {
+	if err := g.be.ReserveMoE(g.maxTok*g.k, len(layers[first].HostGate), layers[first].Hidden, layers[first].Inter); err != nil {
 		lw.close()
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
@@ -214,13 +219,27 @@ func (lw *layerwise) use(n int) bool {
 
 // forward is layer l's routed experts in a layerwise step of n rows: its
 // weights in a shadow set (uploaded now unless the previous layer's call
-// did), the GPU MoE op over every pick, the dynamic update, and the next
-// MoE layer's upload into the other set while the GPU computes.
+// did), the next MoE layer's upload into the other set started on its own
+// goroutine, the GPU MoE op over every pick, the dynamic update.
 func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) error {
+	if err := lw.join(); err != nil { // the previous call's upload of this layer
+		return err
+	}
 	i := lw.order[l] % len(lw.sets)
 	s := lw.sets[i]
 	if err := lw.upload(l, s); err != nil {
 		return err
+	}
+	// the next layer's upload goes into the other set on its own goroutine
+	// while this layer's MoE is queued (the GPU MoE op may wait for the
+	// GPU and queue many GEMMs: the host copy runs meanwhile); with one
+	// set it waits for this layer's compute, in the next call
+	nx := lw.next[l]
+	if nx >= 0 && len(lw.sets) > 1 {
+		other := lw.sets[1-i]
+		ch := make(chan error, 1)
+		lw.pending = ch
+		go func() { ch <- lw.upload(nx, other) }()
 	}
 	g := lw.g
 	if err := g.s.Wait(s.ready); err != nil {
@@ -228,16 +247,8 @@ func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) erro
 	}
 	g.be.MoE(out, h, &s.ex, wts, ids, n)
 	lw.stats.Layers++
-	// the next layer's upload goes into the other set while the GPU
-	// computes this one (the dynamic update below waits for the GPU); with
-	// one set it waits for this layer's compute, in the next call
-	nx := lw.next[l]
 	if nx < 0 {
 		lw.stats.Steps++
-	} else if len(lw.sets) > 1 {
-		if err := lw.upload(nx, lw.sets[1-i]); err != nil {
-			return err
-		}
 	}
 	if lw.dyn != nil {
 		if err := lw.dyn.update(g, l, s, ids, n); err != nil {
@@ -396,12 +407,24 @@ func copyRange(dst []byte, parts []copyPart, lo, hi int) {
 	}
 }
 
+// join waits for the upload forward started on its own goroutine, if
+// any, and returns its error.
+func (lw *layerwise) join() error {
+	if lw.pending == nil {
+		return nil
+	}
+	err := <-lw.pending
+	lw.pending = nil
+	return err
+}
+
 // close waits for the uploads and frees what alloc made (the shadow
 // tensors belong to the backend, freed with it).
 func (lw *layerwise) close() {
 	if lw == nil {
 		return
 	}
+	_ = lw.join()
 	if lw.cs != nil {
 		_ = lw.cs.Synchronize()
 	}
@@ -546,6 +569,7 @@ func (g *gpuLink) layerwiseStats() LayerwiseStats {
 	if g == nil || g.lw == nil {
 		return LayerwiseStats{}
 	}
+	_ = g.lw.join() // a step that failed part-way may have left one running
 	st := g.lw.stats
 	if d := g.lw.dyn; d != nil {
 		st.Updates, st.Moved = d.updates, d.moved
