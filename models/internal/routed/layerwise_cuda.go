@@ -22,8 +22,10 @@ import (
 // upload on a copy stream overlaps this layer's compute), fed from host
 // memory through two pinned staging slots of stageTarget bytes or one
 // expert, whichever is larger (the host fills one with a group of experts,
-// on several goroutines, while the other's copy to the GPU runs); with
-// dynamic expert update, the per-layer GPU expert slots it refills.
+// on several goroutines, while the other's copy to the GPU runs; the next
+// layer's upload as a whole runs on its own goroutine while this layer's
+// MoE is queued); with dynamic expert update, the per-layer GPU expert
+// slots it refills.
 type layerwise struct {
 	g         *gpuLink
 	threshold int
