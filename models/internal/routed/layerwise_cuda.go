@@ -44,9 +44,9 @@ type layerwise struct {
 	// Only that goroutine touches the upload state (the staging slots,
 	// the other set, the upload counters) until then.
 	pending chan error
-	logged    []bool     // per model layer: its load time was logged
-	stats     LayerwiseStats
-	dyn       *dynamicUpdate // nil unless --kt-enable-dynamic-expert-update
+	logged  []bool // per model layer: its load time was logged
+	stats   LayerwiseStats
+	dyn     *dynamicUpdate // nil unless --kt-enable-dynamic-expert-update
 }
 
 // shadowSet is one shadow layer buffer: E experts' device tensors at fixed
