@@ -35,6 +35,7 @@ const moeGroupMaxExperts = 1024
 type moeGrouped struct {
 	minPairs int  // pairs from which the path is taken; < 0 never (tests)
 	off      bool // cuBLASLt refused one of its GEMMs: the per-pair kernels from now on
+	runs     int  // MoE calls the path served
 	cap      int
 	sorted   Buffer // int32 [cap]: pair of each sorted row, −1 padding
 	blocks   Buffer // int32 [cap/BM]: expert of each BM-row block
@@ -85,8 +86,12 @@ func (b *Backend) moeGroupedFits(tab *moeTable, pairs, hidden, inter int) bool {
 	}
 	return min > 0 && pairs >= min && !b.moeG.off && !b.generalOnly && !b.s.Capturing() && !tab.partial &&
 		tab.fp8 == nil && tab.gdt == wtBF16 && tab.udt == wtBF16 && tab.ddt == wtBF16 && tab.e <= moeGroupMaxExperts &&
-		hidden%256 == 0 && inter%256 == 0
+		hidden%8 == 0 && inter%8 == 0 // rows on 16-byte boundaries for cuBLASLt
 }
+
+// MoEGroupedRuns returns how many MoE calls took the grouped path so far
+// (tests and stats).
+func (b *Backend) MoEGroupedRuns() int { return b.moeG.runs }
 
 // moeGroupedRun is MoE's grouped path: out [n, hidden] from x [n, hidden],
 // the routing weights ws and ids [n, k] over e's experts. false: nothing
@@ -157,7 +162,11 @@ func (b *Backend) moeGroupedRun(out, x, ws Buffer, e *backend.Experts, ids Buffe
 			return false
 		}
 	}
-	return b.check("MoE", b.d.launch(b.s, "m_moe_combine_rows", grid2(n, blocks(h, 256)), grid1(256), 0, out, g.y, ws, g.pos, k, h))
+	if !b.check("MoE", b.d.launch(b.s, "m_moe_combine_rows", grid2(n, blocks(h, 256)), grid1(256), 0, out, g.y, ws, g.pos, k, h)) {
+		return false
+	}
+	g.runs++
+	return true
 }
 
 // reserveMoEGrouped is ReserveMoE's share for the grouped path.
@@ -166,7 +175,7 @@ func (b *Backend) reserveMoEGrouped(pairs, experts, hidden, inter int) error {
 	if min == 0 {
 		min = moeGroupedMinPairs
 	}
-	if min < 0 || pairs < min || hidden%256 != 0 || inter%256 != 0 || experts > moeGroupMaxExperts {
+	if min < 0 || pairs < min || hidden%8 != 0 || inter%8 != 0 || experts > moeGroupMaxExperts {
 		return nil
 	}
 	if !b.growMoEGrouped(pairs, experts, hidden, inter) {

@@ -22,6 +22,7 @@ func TestMoEGrouped(t *testing.T) {
 	p := newOpPair(t)
 	const E, H, I, k = 64, 512, 256, 8
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+		runs0 := p.g.MoEGroupedRuns()
 		ex := [2]backend.Experts{{Hidden: H, Inter: I}, {Hidden: H, Inter: I}}
 		for e := 0; e < E; e++ {
 			for j := range 3 {
@@ -79,8 +80,12 @@ func TestMoEGrouped(t *testing.T) {
 			}
 			p.g.SetMoEGroupedMin(0)
 		}
-		if dt == tensor.BF16 && (p.g.moeG.cap == 0 || p.g.moeG.off) {
-			t.Fatalf("the bf16 steps did not run the grouped path (scratch rows %d, refused %v)", p.g.moeG.cap, p.g.moeG.off)
+		want := 0 // f32 weights keep the per-pair kernels
+		if dt == tensor.BF16 {
+			want = 4 // every case's first call
+		}
+		if runs := p.g.MoEGroupedRuns() - runs0; runs != want || p.g.moeG.off {
+			t.Fatalf("%s: %d MoE calls took the grouped path (refused %v), want %d", dt, runs, p.g.moeG.off, want)
 		}
 	}
 }

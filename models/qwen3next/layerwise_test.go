@@ -214,6 +214,12 @@ func TestLayerwisePrefill(t *testing.T) {
 	lw3 := run("layerwise 16, 3 GPU experts", big, gpu, models.Options{GPUPrefillThreshold: 16, GPUExperts: placement.Request{PerLayer: 3}}, "layerwise prefill")
 	lwAll := run("layerwise 1, graphs off", big, gpu, models.Options{GPUPrefillThreshold: 1, DisableCUDAGraph: true}, "layerwise prefill")
 	lwNever := run("layerwise 41", big, gpu, models.Options{GPUPrefillThreshold: 41}, "layerwise prefill")
+	// the GPU MoE op's grouped path (prefill-sized steps; forced for these)
+	gpu.SetMoEGroupedMin(1)
+	grouped0 := gpu.MoEGroupedRuns()
+	lwGrouped := run("layerwise 16, grouped MoE", big, gpu, models.Options{GPUPrefillThreshold: 16}, "layerwise prefill")
+	groupedRuns := gpu.MoEGroupedRuns() - grouped0
+	gpu.SetMoEGroupedMin(0)
 	t.Setenv(routed.BuffersEnv, "1")
 	lwOne := run("layerwise 16, one shadow buffer", big, gpu, models.Options{GPUPrefillThreshold: 16}, "1 shadow layer buffer(s)")
 	t.Setenv(routed.BuffersEnv, "")
@@ -231,6 +237,7 @@ func TestLayerwisePrefill(t *testing.T) {
 		{"layerwise 16, 3 GPU experts", lw3, 2, true},
 		{"layerwise 1, graphs off", lwAll, len(big), false},
 		{"layerwise 41", lwNever, 0, true},
+		{"layerwise 16, grouped MoE", lwGrouped, 2, true},
 		{"layerwise 16, one shadow buffer", lwOne, 2, true},
 		{"layerwise 16, deferral 1", lwDef, 1, true},
 	} {
@@ -261,6 +268,10 @@ func TestLayerwisePrefill(t *testing.T) {
 	within(t, "layerwise 16, 3 GPU experts vs cpu", lw3.rows, cpuRef.rows)
 	within(t, "layerwise 1, graphs off vs cpu", lwAll.rows, cpuRef.rows)
 	within(t, "layerwise 16, one shadow buffer vs cpu", lwOne.rows, cpuRef.rows)
+	within(t, "layerwise 16, grouped MoE vs cpu", lwGrouped.rows, cpuRef.rows)
+	if groupedRuns < 2*moeLayers {
+		t.Errorf("grouped MoE: %d MoE calls took the grouped path, want at least the %d of the layerwise passes", groupedRuns, 2*moeLayers)
+	}
 	// the same ops, the uploads ordered otherwise: bit for bit expected
 	// (1e-6: as for the run above every pass)
 	if w := worstDiff(lwOne.rows, lw.rows); w > 1e-6 {
