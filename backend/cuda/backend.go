@@ -121,12 +121,17 @@ func NewBackend(o Options) (*Backend, error) {
 // NewBackendOn makes a backend on an open device; Close frees what the
 // backend allocated but leaves the device open.
 func NewBackendOn(d *Device) (*Backend, error) {
+	grouped, err := moeGroupedEnv()
+	if err != nil {
+		return nil, err
+	}
 	s, err := d.NewStream()
 	if err != nil {
 		return nil, err
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
-		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow"}, nil
+		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow",
+		moeG: moeGrouped{minPairs: grouped}}, nil
 }
 
 // Device returns the GPU the backend runs on.

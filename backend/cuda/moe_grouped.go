@@ -4,6 +4,8 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -70,6 +72,27 @@ func (b *Backend) growMoEGrouped(pairs, experts, hidden, inter int) bool {
 			int(g.u.Size/(4*i)), int(g.act.Size/(4*i)), int(g.y.Size/(4*h)))
 	}
 	return ok
+}
+
+// MoEGroupedEnv names the environment variable that sets from how many
+// (token, expert) pairs the MoE op takes its grouped path: a positive
+// count, or 0 for never (A/B runs); unset, moeGroupedMinPairs.
+const MoEGroupedEnv = "KT_CUDA_MOE_GROUPED"
+
+// moeGroupedEnv reads MoEGroupedEnv as a moeGrouped.minPairs value.
+func moeGroupedEnv() (int, error) {
+	v := os.Getenv(MoEGroupedEnv)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cuda: %s=%q: want a pair count (0 = never)", MoEGroupedEnv, v)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }
 
 // SetMoEGroupedMin sets the number of (token, expert) pairs from which the
