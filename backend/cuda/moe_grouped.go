@@ -33,12 +33,12 @@ const moeGroupBM = 32
 // moeGroupMaxExperts is moe_align's limit (one block of 1024 threads).
 const moeGroupMaxExperts = 1024
 
-// moeGrouped is the grouped path's scratch, sized for cap sorted rows.
+// moeGrouped is the grouped path's state and scratch, sized for the
+// largest call so far: cap sorted rows (moeGroupCap) and its pairs.
 type moeGrouped struct {
-	minPairs int  // pairs from which the path is taken; < 0 never (tests)
-	off      bool // cuBLASLt refused one of its GEMMs: the per-pair kernels from now on
-	runs     int  // MoE calls the path served
-	cap      int
+	minPairs int    // pairs from which the path is taken; < 0 never (tests)
+	off      bool   // cuBLASLt refused one of its GEMMs: the per-pair kernels from now on
+	runs     int    // MoE calls the path served
 	sorted   Buffer // int32 [cap]: pair of each sorted row, −1 padding
 	blocks   Buffer // int32 [cap/BM]: expert of each BM-row block
 	pos      Buffer // int32 [pairs]: sorted row of each pair, −1 skipped
@@ -55,9 +55,10 @@ func moeGroupCap(pairs, experts int) int {
 	return (pairs + experts*(moeGroupBM-1) + moeGroupBM - 1) / moeGroupBM * moeGroupBM
 }
 
-// growMoEGrouped sizes the grouped path's scratch for pairs pairs over
-// experts experts of hidden and inter (a regrown buffer bumps the graph
-// epoch, as growBuf does).
+// growMoEGrouped grows whichever of the grouped path's buffers are too
+// small for pairs pairs over experts experts of hidden and inter (the
+// sorted rows depend on both counts, the pair rows on pairs alone; a
+// regrown buffer bumps the graph epoch, as growBuf does).
 func (b *Backend) growMoEGrouped(pairs, experts, hidden, inter int) bool {
 	g := &b.moeG
 	c := int64(moeGroupCap(pairs, experts))
@@ -67,10 +68,6 @@ func (b *Backend) growMoEGrouped(pairs, experts, hidden, inter int) bool {
 		b.growBuf(&g.x, 2*c*h*bf16Size, "MoE sorted inputs") && b.growBuf(&g.g, c*i*4, "MoE gate outputs") &&
 		b.growBuf(&g.u, c*i*4, "MoE up outputs") && b.growBuf(&g.act, 2*c*i*bf16Size, "MoE activations") &&
 		b.growBuf(&g.y, c*h*4, "MoE sorted outputs")
-	if ok {
-		g.cap = min(int(g.sorted.Size/4), int(g.blocks.Size/4)*moeGroupBM, int(g.x.Size/(4*h)), int(g.g.Size/(4*i)),
-			int(g.u.Size/(4*i)), int(g.act.Size/(4*i)), int(g.y.Size/(4*h)))
-	}
 	return ok
 }
 
@@ -123,7 +120,7 @@ func (b *Backend) MoEGroupedRuns() int { return b.moeG.runs }
 func (b *Backend) moeGroupedRun(out, x, ws Buffer, e *backend.Experts, ids Buffer, n, k, E int) bool {
 	h, inter, pairs := e.Hidden, e.Inter, n*k
 	g := &b.moeG
-	if moeGroupCap(pairs, E) > g.cap && !b.growMoEGrouped(pairs, E, h, inter) {
+	if !b.growMoEGrouped(pairs, E, h, inter) { // each buffer only when too small for this call
 		return false
 	}
 	c := moeGroupCap(pairs, E)
