@@ -63,12 +63,11 @@ func (b *Backend) growMoEGrouped(pairs, experts, hidden, inter int) bool {
 	g := &b.moeG
 	c := int64(moeGroupCap(pairs, experts))
 	h, i := int64(hidden), int64(inter)
-	ok := b.growBuf(&g.sorted, c*4, "MoE sorted rows") && b.growBuf(&g.blocks, c/moeGroupBM*4, "MoE row blocks") &&
+	return b.growBuf(&g.sorted, c*4, "MoE sorted rows") && b.growBuf(&g.blocks, c/moeGroupBM*4, "MoE row blocks") &&
 		b.growBuf(&g.pos, int64(pairs)*4, "MoE pair rows") && b.growBuf(&g.counts, (moeGroupMaxExperts+1)*4, "MoE expert counts") &&
 		b.growBuf(&g.x, 2*c*h*bf16Size, "MoE sorted inputs") && b.growBuf(&g.g, c*i*4, "MoE gate outputs") &&
 		b.growBuf(&g.u, c*i*4, "MoE up outputs") && b.growBuf(&g.act, 2*c*i*bf16Size, "MoE activations") &&
 		b.growBuf(&g.y, c*h*4, "MoE sorted outputs")
-	return ok
 }
 
 // MoEGroupedEnv names the environment variable that sets from how many
@@ -97,16 +96,24 @@ func moeGroupedEnv() (int, error) {
 // never): for tests and A/B runs.
 func (b *Backend) SetMoEGroupedMin(pairs int) { b.moeG.minPairs = pairs }
 
-// moeGroupedFits reports whether a MoE step of pairs pairs over tab's
-// experts takes the grouped path.
-func (b *Backend) moeGroupedFits(tab *moeTable, pairs, hidden, inter int) bool {
-	min := b.moeG.minPairs
+// sized reports whether a step of pairs pairs over experts experts of
+// hidden and inter is one the grouped path is for: prefill-sized (at least
+// minPairs, or the default), within moe_align's expert limit, rows on
+// 16-byte boundaries for cuBLASLt.
+func (g *moeGrouped) sized(pairs, experts, hidden, inter int) bool {
+	min := g.minPairs
 	if min == 0 {
 		min = moeGroupedMinPairs
 	}
-	return min > 0 && pairs >= min && !b.moeG.off && !b.generalOnly && !b.s.Capturing() && !tab.partial &&
-		tab.fp8 == nil && tab.gdt == wtBF16 && tab.udt == wtBF16 && tab.ddt == wtBF16 && tab.e <= moeGroupMaxExperts &&
-		hidden%8 == 0 && inter%8 == 0 // rows on 16-byte boundaries for cuBLASLt
+	return min > 0 && pairs >= min && experts <= moeGroupMaxExperts && hidden%8 == 0 && inter%8 == 0
+}
+
+// moeGroupedFits reports whether a MoE step of pairs pairs over tab's
+// experts takes the grouped path: sized for it, bf16 experts all on this
+// GPU, outside a capture (the path reads the counts back), not turned off.
+func (b *Backend) moeGroupedFits(tab *moeTable, pairs, hidden, inter int) bool {
+	return b.moeG.sized(pairs, tab.e, hidden, inter) && !b.moeG.off && !b.generalOnly && !b.s.Capturing() && !tab.partial &&
+		tab.fp8 == nil && tab.gdt == wtBF16 && tab.udt == wtBF16 && tab.ddt == wtBF16
 }
 
 // MoEGroupedRuns returns how many MoE calls took the grouped path so far
@@ -191,11 +198,7 @@ func (b *Backend) moeGroupedRun(out, x, ws Buffer, e *backend.Experts, ids Buffe
 
 // reserveMoEGrouped is ReserveMoE's share for the grouped path.
 func (b *Backend) reserveMoEGrouped(pairs, experts, hidden, inter int) error {
-	min := b.moeG.minPairs
-	if min == 0 {
-		min = moeGroupedMinPairs
-	}
-	if min < 0 || pairs < min || hidden%8 != 0 || inter%8 != 0 || experts > moeGroupMaxExperts {
+	if !b.moeG.sized(pairs, experts, hidden, inter) {
 		return nil
 	}
 	if !b.growMoEGrouped(pairs, experts, hidden, inter) {

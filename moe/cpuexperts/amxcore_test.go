@@ -123,16 +123,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 			}
 			for _, cs := range append(sets, cpus) {
 				b.Run(fmt.Sprintf("i8=%v/peak%d/threads=%d", i8, v, len(cs)), func(b *testing.B) {
-					var tf float64
-					for range b.N {
-						t, err := amxKernelBench(i8, 256, 2048, amxKnobs{variant: v}, 20, 1<<20, cs, false)
-						if err != nil {
-							b.Fatal(err)
-						}
-						tf = t
-					}
-					b.ReportMetric(tf, "TFLOPS")
-					b.ReportMetric(tf/float64(len(cs)), "TFLOPS/core")
+					kernelBench(b, i8, 256, 2048, amxKnobs{variant: v}, 20, 1<<20, cs)
 				})
 			}
 		}
@@ -142,11 +133,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 			if i8 && mk[0] == 128 {
 				continue
 			}
-			esz := int64(2)
-			if i8 {
-				esz = 1
-			}
-			pair := 32 * int64(mk[1]) * esz // one call's two 16-row panels
+			pair := pairBytes(i8, mk[1])
 			for _, n := range []int{1, len(cpus) / 2, len(cpus)} {
 				// one core: two pairs resident in its L2, 2000 calls (one
 				// core's share of memory bandwidth would bound the streamed
@@ -157,18 +144,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 				}
 				for _, c := range cfgs {
 					name := fmt.Sprintf("i8=%v/m=%d/k=%d/threads=%s/%s", i8, mk[0], mk[1], tn, c.name)
-					b.Run(name, func(b *testing.B) {
-						var tf float64
-						for range b.N {
-							t, err := amxKernelBench(i8, mk[0], mk[1], c.kn, reps, wb, cpus[:n], false)
-							if err != nil {
-								b.Fatal(err)
-							}
-							tf = t
-						}
-						b.ReportMetric(tf, "TFLOPS")
-						b.ReportMetric(tf/float64(n), "TFLOPS/core")
-					})
+					b.Run(name, func(b *testing.B) { kernelBench(b, i8, mk[0], mk[1], c.kn, reps, wb, cpus[:n]) })
 				}
 			}
 		}
@@ -193,11 +169,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
 	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
 		for _, i8 := range []bool{false, true} {
-			esz := int64(2)
-			if i8 {
-				esz = 1
-			}
-			pair := 32 * int64(mk[1]) * esz // one call's two 16-row panels (KT_NB rows)
+			pair := pairBytes(i8, mk[1])
 			for _, w := range []struct {
 				name  string
 				bytes int64
@@ -206,15 +178,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 					// about 2000 kernel calls per thread either way
 					reps := int(max(1, 2000*pair/w.bytes))
 					b.Run(fmt.Sprintf("i8=%v/m=%d/k=%d/%s/threads=%d", i8, mk[0], mk[1], w.name, n), func(b *testing.B) {
-						var tf float64
-						var err error
-						for range b.N {
-							if tf, err = amxKernelBench(i8, mk[0], mk[1], kn, reps, w.bytes, cpus[:n], false); err != nil {
-								b.Fatal(err)
-							}
-						}
-						b.ReportMetric(tf, "TFLOPS")
-						b.ReportMetric(tf/float64(n), "TFLOPS/core")
+						kernelBench(b, i8, mk[0], mk[1], kn, reps, w.bytes, cpus[:n])
 					})
 				}
 			}
@@ -249,19 +213,33 @@ func BenchmarkAMXPairs(b *testing.B) {
 			} else if len(cs) > 2 {
 				name += fmt.Sprintf("..all%d", len(cs))
 			}
-			b.Run(name, func(b *testing.B) {
-				var tf float64
-				for range b.N {
-					t, err := amxKernelBench(i8, 256, 2048, amxKnobs{variant: -1}, 20, 1<<20, cs, false)
-					if err != nil {
-						b.Fatal(err)
-					}
-					tf = t
-				}
-				b.ReportMetric(tf/float64(len(cs)), "TFLOPS/core")
-			})
+			b.Run(name, func(b *testing.B) { kernelBench(b, i8, 256, 2048, amxKnobs{variant: -1}, 20, 1<<20, cs) })
 		}
 	}
+}
+
+// kernelBench runs amxKernelBench on the AMX kernels b.N times over cpus
+// and reports the last run's TFLOPS, of all threads and per core.
+func kernelBench(b *testing.B, i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) {
+	var tf float64
+	for range b.N {
+		t, err := amxKernelBench(i8, m, k, kn, reps, wbytes, cpus, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tf = t
+	}
+	b.ReportMetric(tf, "TFLOPS")
+	b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
+}
+
+// pairBytes is one kernel call's weights at K k: two 16-row panels (KT_NB
+// rows) of bf16 or int8 values.
+func pairBytes(i8 bool, k int) int64 {
+	if i8 {
+		return 32 * int64(k)
+	}
+	return 64 * int64(k)
 }
 
 // workerCPUs returns the CPUs an engine of threads workers (0: the

@@ -735,6 +735,14 @@ extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const fl
 	st_act(out, (long long)t * H + c, s);
 }
 
+// split_bf16 writes x as the sum of two bf16 values, hi = round(x) and
+// lo = round(x - hi): ~16 bits more precision than x rounded once.
+__device__ __forceinline__ void split_bf16(float x, bf16 *hi, bf16 *lo) {
+	const bf16 h = f2bf(x);
+	*hi = h;
+	*lo = f2bf(x - bf2f(h));
+}
+
 // The MoE op's grouped path (moe_grouped.go), for prefill-sized steps: the
 // pairs sorted by expert (moe_align, each expert's rows padded to BM), each
 // expert's rows through cuBLASLt GEMMs, activations split into two bf16
@@ -750,10 +758,7 @@ extern "C" __global__ void m_moe_gather_split(bf16 *hi, bf16 *lo, const act_t *x
 	const int p = sorted[r];
 	bf16 *dh = hi + (long long)r * H, *dl = lo + (long long)r * H;
 	for (int i = threadIdx.x; i < H; i += blockDim.x) {
-		const float v = p < 0 ? 0.0f : ld_act(x, (long long)(p / k) * H + i);
-		const bf16 a = f2bf(v);
-		dh[i] = a;
-		dl[i] = f2bf(v - bf2f(a));
+		split_bf16(p < 0 ? 0.0f : ld_act(x, (long long)(p / k) * H + i), dh + i, dl + i);
 	}
 }
 
@@ -766,10 +771,7 @@ extern "C" __global__ void m_moe_act_split(bf16 *hi, bf16 *lo, const float *g, c
 	if (r >= counts[E] * BM) return;
 	for (int i = threadIdx.x; i < I; i += blockDim.x) {
 		const long long j = (long long)r * I + i;
-		const float v = silu_d(g[j]) * u[j];
-		const bf16 a = f2bf(v);
-		hi[j] = a;
-		lo[j] = f2bf(v - bf2f(a));
+		split_bf16(silu_d(g[j]) * u[j], hi + j, lo + j);
 	}
 }
 
@@ -1381,10 +1383,7 @@ extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, c
 extern "C" __global__ void m_split_bf16(bf16 *out, const float *in, long long n) {
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n) return;
-	float x = in[i];
-	bf16 hi = f2bf(x);
-	out[i] = hi;
-	out[n + i] = f2bf(x - bf2f(hi));
+	split_bf16(in[i], out + i, out + n + i);
 }
 extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, long long n) {
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
