@@ -278,7 +278,6 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 			return err
 		}
 	}
-	w := lw.layers[l]
 	var bytes int64
 	for e0 := 0; e0 < len(s.dst); {
 		k := lw.stageNext
@@ -288,40 +287,13 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 				return err
 			}
 		}
-		// the group: experts e0.. while they fit the slot (at least one)
 		buf := lw.stage[k].Bytes()
-		parts := lw.parts[:0]
-		var off int64
-		e := e0
-		for ; e < len(s.dst); e++ {
-			var need int64
-			for _, d := range s.dst[e] {
-				need += d.nData + d.nScale
-			}
-			if e > e0 && off+need > int64(len(buf)) {
-				break
-			}
-			for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
-				d := s.dst[e][j]
-				data, scale, err := cuda.WeightBytes(hm)
-				if err != nil {
-					return err
-				}
-				if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
-					return fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
-				}
-				for _, p := range []copyPart{{dst: d.data, src: data}, {dst: d.scale, src: scale}} {
-					if len(p.src) > 0 {
-						p.off = off
-						parts = append(parts, p)
-						off += int64(len(p.src))
-					}
-				}
-			}
+		e, n, err := lw.stageGroup(l, s, e0, int64(len(buf)))
+		if err != nil {
+			return err
 		}
-		lw.parts = parts
-		parallelCopy(buf, parts)
-		for _, p := range parts {
+		parallelCopy(buf, lw.parts)
+		for _, p := range lw.parts {
 			if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], p.off, int64(len(p.src))); err != nil {
 				return err
 			}
@@ -330,7 +302,7 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 			return err
 		}
 		lw.stageUsed[k] = true
-		bytes += off
+		bytes += n
 		e0 = e
 	}
 	if err := s.ready.Record(lw.cs); err != nil {
@@ -347,6 +319,44 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 			"model", lw.g.rb.Name, "bytes", bytes)
 	}
 	return nil
+}
+
+// stageGroup lists in lw.parts the host copies of layer l's experts e0..
+// that fit a staging slot of slot bytes (at least one expert), each at its
+// offset in the slot and bound for its matrix in s; it returns the expert
+// after the group and the group's bytes.
+func (lw *layerwise) stageGroup(l int, s *shadowSet, e0 int, slot int64) (int, int64, error) {
+	w := lw.layers[l]
+	lw.parts = lw.parts[:0]
+	var off int64
+	e := e0
+	for ; e < len(s.dst); e++ {
+		var need int64
+		for _, d := range s.dst[e] {
+			need += d.nData + d.nScale
+		}
+		if e > e0 && off+need > slot {
+			break
+		}
+		for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
+			d := s.dst[e][j]
+			data, scale, err := cuda.WeightBytes(hm)
+			if err != nil {
+				return 0, 0, err
+			}
+			if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
+				return 0, 0, fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
+			}
+			for _, p := range []copyPart{{dst: d.data, src: data}, {dst: d.scale, src: scale}} {
+				if len(p.src) > 0 {
+					p.off = off
+					lw.parts = append(lw.parts, p)
+					off += int64(len(p.src))
+				}
+			}
+		}
+	}
+	return e, off, nil
 }
 
 // copyPart is one host copy into a staging slot: src to the slot's bytes
