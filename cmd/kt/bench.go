@@ -136,12 +136,23 @@ type moeRecord struct {
 	// rounds, the median over the rounds of AMXBF16's time ÷ this method's
 	// time in that round (the issue's AMXINT8 ÷ AMXBF16); XBF16Min/Max
 	// their range.
-	XBF16    float64   `json:"x_amxbf16,omitempty"`
-	XBF16Min float64   `json:"x_amxbf16_min,omitempty"`
-	XBF16Max float64   `json:"x_amxbf16_max,omitempty"`
-	Rounds   int       `json:"rounds"`
-	RoundMs  []float64 `json:"round_ms"` // every round's time, in round order
-	Layers   int       `json:"layers"`
+	XBF16    float64 `json:"x_amxbf16,omitempty"`
+	XBF16Min float64 `json:"x_amxbf16_min,omitempty"`
+	XBF16Max float64 `json:"x_amxbf16_max,omitempty"`
+	// TileTF is the median of the tile probe's samples taken right before
+	// this row's rounds (rows whose prefill runs on AMX tiles with at least
+	// 32 rows per expert on average); XTile the median over the rounds of
+	// TFLOPS ÷ that round's sample, XTileMin/Max their range; TileXTorch
+	// the median over the rounds of the sample ÷ the baseline: the xtorch a
+	// kernel running at the tile probe's rate would have reached.
+	TileTF     float64   `json:"tile_tflops,omitempty"`
+	XTile      float64   `json:"x_tile,omitempty"`
+	XTileMin   float64   `json:"x_tile_min,omitempty"`
+	XTileMax   float64   `json:"x_tile_max,omitempty"`
+	TileXTorch float64   `json:"tile_xtorch,omitempty"`
+	Rounds     int       `json:"rounds"`
+	RoundMs    []float64 `json:"round_ms"` // every round's time, in round order
+	Layers     int       `json:"layers"`
 	// PhaseMs is the time per task of each phase (cpuexperts.PhaseNames).
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 	// Trace is the per-thread timing of the decode tasks (--trace).
@@ -231,7 +242,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			e.Close()
 			return err
 		}
-		recs, err := benchShape(e, probe, s, methods, tokens, llc, o, w)
+		recs, err := benchShape(e, probe, newBenchTiles(e, methods, w), s, methods, tokens, llc, o, w)
 		probe.Close()
 		e.Close()
 		if err != nil {
@@ -246,6 +257,97 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// tileSampler is what kt bench needs of cpuexperts.TileProbe (tests give
+// a stand-in: the dev machines have no AMX).
+type tileSampler interface {
+	Sample(i8 bool) (float64, error)
+	Samples(i8 bool) []float64
+	Cores() int
+}
+
+// benchTiles is the tile probe of one shape's measurements and the rule for
+// which method's rows it samples, and with which tile format.
+type benchTiles struct {
+	probe  tileSampler
+	format func(cpuexperts.Method) (i8, ok bool)
+}
+
+// newBenchTiles makes the tile probe over the engine's worker CPUs when one
+// of methods runs its prefill on AMX tiles; nil (and why, on w) otherwise.
+func newBenchTiles(e *cpuexperts.Engine, methods []cpuexperts.Method, w io.Writer) *benchTiles {
+	if !slices.ContainsFunc(methods, func(m cpuexperts.Method) bool { _, ok := e.TileFormat(m); return ok }) {
+		return nil
+	}
+	p, err := cpuexperts.NewTileProbe(e.CPUs())
+	if err != nil {
+		fmt.Fprintf(w, "tile probe unavailable: %v\n", err)
+		return nil
+	}
+	return &benchTiles{probe: p, format: e.TileFormat}
+}
+
+// tileRows is whether a row of t tokens fills the prefill kernels' 32-row
+// tile blocks on average (t·k ≥ 32 per expert): the rows the tile probe is
+// sampled for.
+func tileRows(s cpuexperts.BenchShape, t int) bool { return t*s.TopK >= 32*s.Experts }
+
+// sample takes the tile probe's sample for a row of method m at t tokens
+// (0 where it takes none).
+func (bt *benchTiles) sample(s cpuexperts.BenchShape, m cpuexperts.Method, t int) (float64, error) {
+	if bt == nil || !tileRows(s, t) {
+		return 0, nil
+	}
+	i8, ok := bt.format(m)
+	if !ok {
+		return 0, nil
+	}
+	return bt.probe.Sample(i8)
+}
+
+// print states the tile probe's samples and, for every record it sampled,
+// the rate against it: the whole task, and with --phases its gate/up and
+// down phases (their flops over their time), and the probe ÷ the baseline.
+func (bt *benchTiles) print(w io.Writer, s cpuexperts.BenchShape, records []moeRecord) {
+	if bt == nil {
+		return
+	}
+	var parts []string
+	for _, f := range []struct {
+		i8   bool
+		name string
+	}{{false, "bf16"}, {true, "int8"}} {
+		if smp := bt.probe.Samples(f.i8); len(smp) > 0 {
+			parts = append(parts, fmt.Sprintf("%s median %.2f TFLOPS (%d samples, %.2f-%.2f)", f.name, cpuexperts.Median(smp), len(smp), slices.Min(smp), slices.Max(smp)))
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "tile probe (the 2x2 tile block every AMX prefill kernel runs, its operands reloaded from L1: one tile load per product; %d cores at once, a sample before each prefill row): %s\n",
+		bt.probe.Cores(), strings.Join(parts, "; "))
+	for _, rec := range records {
+		if rec.TileTF == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s at %d tokens: %.2f TFLOPS, %.0f%% of the tile probe (median of the rounds, %.0f-%.0f%%)", rec.Method, rec.Tokens, rec.TFLOPS,
+			100*rec.XTile, 100*rec.XTileMin, 100*rec.XTileMax)
+		pairs := float64(rec.Tokens) * float64(s.TopK)
+		mm := 2 * pairs * float64(s.Hidden) * float64(s.Intermediate) // one projection's flops
+		for _, ph := range []struct {
+			name  string
+			flops float64
+		}{{"gate/up", 2 * mm}, {"down", mm}} {
+			if ms := rec.PhaseMs[ph.name]; ms > 0 {
+				fmt.Fprintf(w, "; %s %.0f%%", ph.name, 100*ph.flops/(ms*1e-3)/1e12/rec.TileTF)
+			}
+		}
+		if rec.TileXTorch > 0 {
+			fmt.Fprintf(w, "; tile probe ÷ torch %.2fx (the xtorch of a kernel at the probe's rate)", rec.TileXTorch)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // probeReps is the number of passes over the probe buffer per sample.
@@ -270,7 +372,11 @@ const torchSettle = 200 * time.Millisecond
 // before every measurement, so its samples are spread over the same minutes
 // as the measurements; %read is taken against the median of all of them,
 // and the sample next to each measurement is reported beside it.
-func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.BenchShape, methods []cpuexperts.Method,
+//
+// tiles (nil: none) takes a sample of the AMX tile unit's rate before the
+// read probe's for every row whose prefill runs on tiles, and each such
+// row's TFLOPS is stated against it.
+func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchTiles, s cpuexperts.BenchShape, methods []cpuexperts.Method,
 	tokens []int, llc int64, o moeBenchOpts, w io.Writer) ([]moeRecord, error) {
 	threads := e.Config().Threads
 	for range 3 {
@@ -347,6 +453,10 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 			}
 			layers[st.mi], nlayers[st.mi] = ls, len(ls)
 		}
+		tile, err := tiles.sample(s, methods[st.mi], t)
+		if err != nil {
+			return nil, err
+		}
 		near, err := probe.Sample(probeReps)
 		if err != nil {
 			return nil, err
@@ -355,7 +465,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 		if err != nil {
 			return nil, err
 		}
-		p := moePoint{r: r, near: near}
+		p := moePoint{r: r, near: near, tile: tile}
 		if k := len(torch[st.ti]); k > 0 {
 			p.torch = torch[st.ti][k-1].TFLOPS
 		}
@@ -429,6 +539,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 				rec.Method, rec.Tokens, rec.XBF16, rec.Rounds, rec.XBF16Min, rec.XBF16Max)
 		}
 	}
+	tiles.print(w, s, records)
 	if o.phases {
 		fmt.Fprintf(w, "phases, ms per task:\n%-12s %7s", "method", "tokens")
 		for _, n := range cpuexperts.PhaseNames {
@@ -450,12 +561,14 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, s cpuexperts.
 }
 
 // moePoint is one round's measurement of a (method, token count): the
-// engine's, the probe sample right before it, and the baseline's TFLOPS
-// measured right before that (0 = none).
+// engine's, the probe sample right before it, the baseline's TFLOPS
+// measured right before that (0 = none) and the tile probe's sample taken
+// before the read probe's (0 = none).
 type moePoint struct {
 	r     cpuexperts.BenchResult
 	near  float64
 	torch float64
+	tile  float64
 }
 
 // moeRecordOf makes the record of a (method, token count) from its rounds:
@@ -481,6 +594,23 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 	if len(ratios) > 0 {
 		rec.TorchTF, _, _ = spread(torch)
 		rec.XTorch, rec.XTorchMin, rec.XTorchMax = spread(ratios)
+	}
+	var tiles, xtile, tileTorch []float64
+	for _, q := range pts {
+		if q.tile > 0 {
+			tiles = append(tiles, q.tile)
+			xtile = append(xtile, q.r.TFLOPS()/q.tile)
+			if q.torch > 0 {
+				tileTorch = append(tileTorch, q.tile/q.torch)
+			}
+		}
+	}
+	if len(tiles) > 0 {
+		rec.TileTF, _, _ = spread(tiles)
+		rec.XTile, rec.XTileMin, rec.XTileMax = spread(xtile)
+	}
+	if len(tileTorch) > 0 {
+		rec.TileXTorch, _, _ = spread(tileTorch)
 	}
 	return rec
 }

@@ -142,7 +142,7 @@ func TestBenchShapeRounds(t *testing.T) {
 		}
 		o := moeBenchOpts{compareTorch: true, python: py, rounds: rounds, minTime: time.Millisecond, bwBytes: 1 << 20}
 		var out strings.Builder
-		recs, err := benchShape(e, probe, shape, []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8}, []int{1, 40}, 1<<20, o, &out)
+		recs, err := benchShape(e, probe, nil, shape, []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8}, []int{1, 40}, 1<<20, o, &out)
 		probe.Close()
 		e.Close()
 		if err != nil {
@@ -171,5 +171,114 @@ func TestBenchShapeRounds(t *testing.T) {
 		if n := strings.Count(out.String(), "; median of 2 rounds:"); rounds == 2 && n != 2 {
 			t.Errorf("2 rounds: %d token counts list two baseline runs, want 2:\n%s", n, out.String())
 		}
+	}
+}
+
+// fakeTiles stands in for the tile probe: a fixed rate per format, and a
+// count of the samples taken.
+type fakeTiles struct {
+	tf      [2]float64
+	samples [2][]float64
+}
+
+func (f *fakeTiles) Sample(i8 bool) (float64, error) {
+	i := map[bool]int{false: 0, true: 1}[i8]
+	f.samples[i] = append(f.samples[i], f.tf[i])
+	return f.tf[i], nil
+}
+func (f *fakeTiles) Samples(i8 bool) []float64 { return f.samples[map[bool]int{false: 0, true: 1}[i8]] }
+func (f *fakeTiles) Cores() int                { return 2 }
+
+// TestBenchShapeTileProbe: the tile probe is sampled once per round before
+// each row whose method runs on tiles and whose experts average a full
+// 32-row block, in that method's format; those rows carry their rate
+// against it and the probe ÷ the baseline, and the others none.
+func TestBenchShapeTileProbe(t *testing.T) {
+	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	py := fakePython(t, map[int]string{
+		1:   `{"tokens": 1, "seconds": 1, "tflops": 0.001, "variant": "fused", "threads": 2, "all": {"fused@2": 0.001}}`,
+		128: `{"tokens": 128, "seconds": 1, "tflops": 0.002, "variant": "index", "threads": 2, "all": {"index@2": 0.002}}`,
+	})
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, MaxTokens: 128, TopK: shape.TopK, Experts: shape.Experts,
+		Hidden: shape.Hidden, Intermediate: shape.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	probe, err := cpuexperts.NewReadProbe(1<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	fake := &fakeTiles{tf: [2]float64{0.5, 1}}
+	tiles := &benchTiles{probe: fake, format: func(m cpuexperts.Method) (bool, bool) {
+		return m == cpuexperts.AMXINT8, m != cpuexperts.BF16
+	}}
+	o := moeBenchOpts{compareTorch: true, python: py, rounds: 2, minTime: time.Millisecond, bwBytes: 1 << 20, phases: true}
+	var out strings.Builder
+	methods := []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8, cpuexperts.BF16}
+	recs, err := benchShape(e, probe, tiles, shape, methods, []int{1, 128}, 1<<20, o, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n0, n1 := len(fake.samples[0]), len(fake.samples[1]); n0 != 2 || n1 != 2 {
+		t.Errorf("samples: bf16 %d, int8 %d; want 2 each (two rounds of one 128-token row)", n0, n1)
+	}
+	for _, r := range recs {
+		want := map[string]float64{"AMXBF16": 0.5, "AMXINT8": 1}[r.Method]
+		if r.Tokens == 1 {
+			want = 0
+		}
+		if r.TileTF != want {
+			t.Errorf("%s at %d tokens: tile %v, want %v", r.Method, r.Tokens, r.TileTF, want)
+			continue
+		}
+		if want == 0 {
+			if r.XTile != 0 || r.TileXTorch != 0 {
+				t.Errorf("%s at %d tokens: tile ratios %v, %v without a sample", r.Method, r.Tokens, r.XTile, r.TileXTorch)
+			}
+			continue
+		}
+		// one round's TFLOPS ÷ its sample; the sample ÷ the baseline (0.002)
+		if r.XTile <= 0 || r.XTileMin > r.XTile || r.XTile > r.XTileMax || r.TileXTorch != want/0.002 {
+			t.Errorf("%s at %d tokens: x_tile %v (%v-%v), tile_xtorch %v (want %v)", r.Method, r.Tokens, r.XTile, r.XTileMin, r.XTileMax, r.TileXTorch, want/0.002)
+		}
+		line := fmt.Sprintf("%s at 128 tokens: %.2f TFLOPS, %.0f%% of the tile probe", r.Method, r.TFLOPS, 100*r.XTile)
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no line %q in:\n%s", line, out.String())
+		}
+	}
+	for _, want := range []string{"tile probe (the 2x2 tile block", "bf16 median 0.50 TFLOPS (2 samples", "int8 median 1.00 TFLOPS (2 samples",
+		"tile probe ÷ torch 250.00x", "tile probe ÷ torch 500.00x"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestBenchTilesPrintPhases: with --phases a sampled row states its gate/up
+// and down phases' rates (their flops over their time) against the probe.
+func TestBenchTilesPrintPhases(t *testing.T) {
+	shape := cpuexperts.BenchShape{Name: "x", Experts: 128, Hidden: 2048, Intermediate: 768, TopK: 8}
+	fake := &fakeTiles{tf: [2]float64{8, 16}}
+	fake.Sample(false)
+	bt := &benchTiles{probe: fake}
+	// 4096 tokens: 32768 pairs; one projection 2·32768·2048·768 = 103.08 GFLOP;
+	// gate/up 206.16 GFLOP in 32.21 ms = 6.40 TFLOPS (80 % of 8), down in 16.11 ms = 6.40 (80 %)
+	rec := moeRecord{Method: "AMXBF16", Tokens: 4096, TFLOPS: 6, TileTF: 8, XTile: 0.75, XTileMin: 0.7, XTileMax: 0.8, TileXTorch: 4.5,
+		PhaseMs: map[string]float64{"gate/up": 32.212, "down": 16.106}}
+	var out strings.Builder
+	bt.print(&out, shape, []moeRecord{rec, {Method: "BF16", Tokens: 4096}})
+	want := "AMXBF16 at 4096 tokens: 6.00 TFLOPS, 75% of the tile probe (median of the rounds, 70-80%); gate/up 80%; down 80%; tile probe ÷ torch 4.50x"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	if strings.Contains(out.String(), "BF16 at 4096") && strings.Count(out.String(), "at 4096 tokens") != 1 {
+		t.Errorf("a row without a sample is stated:\n%s", out.String())
+	}
+	var none strings.Builder
+	(*benchTiles)(nil).print(&none, shape, []moeRecord{rec})
+	if none.Len() != 0 {
+		t.Errorf("no probe: printed %q", none.String())
 	}
 }

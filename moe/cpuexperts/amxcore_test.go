@@ -233,15 +233,6 @@ func kernelBench(b *testing.B, i8 bool, m, k int, kn amxKnobs, reps int, wbytes 
 	b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
 }
 
-// pairBytes is one kernel call's weights at K k: two 16-row panels (KT_NB
-// rows) of bf16 or int8 values.
-func pairBytes(i8 bool, k int) int64 {
-	if i8 {
-		return 32 * int64(k)
-	}
-	return 64 * int64(k)
-}
-
 // workerCPUs returns the CPUs an engine of threads workers (0: the
 // default) pins them to, for the kernel benchmarks.
 func workerCPUs(b *testing.B, threads int) []int {

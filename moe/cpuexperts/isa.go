@@ -153,6 +153,17 @@ const (
 	isaAMXEmu = 1 << 5 // tests only: the AMX tile kernels over emulated tiles
 )
 
+// tileFormat reports whether method m's prefill runs on real AMX tiles
+// with these ISA bits (not the emulation, not INT4_KGROUP's vector
+// kernels), and whether its tile products are int8 (AMXINT8, AMXINT4) or
+// bf16 (BF16, AMXBF16, FP8): the prefill choice describe names.
+func tileFormat(m Method, bits int) (i8, ok bool) {
+	if bits&isaAMX == 0 || bits&isaAMXEmu != 0 || m == INT4KGroup {
+		return false, false
+	}
+	return m == AMXINT8 || m == AMXINT4, true
+}
+
 // Describe names the kernels a method runs with the given capability bits,
 // for logs and kt bench ("avx512-vnni decode, amx prefill").
 func describe(m Method, bits int) string {
