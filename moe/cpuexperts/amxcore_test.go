@@ -218,6 +218,31 @@ func BenchmarkAMXPairs(b *testing.B) {
 	}
 }
 
+// BenchmarkAMXRows runs the L1-reload tile loop of the tile probe with the A
+// and C tiles configured at 16, 12, 8 and 4 rows, on one core and on all
+// physical cores. TFLOPS count the rows' real work, so a product whose time
+// follows its rows keeps its TFLOPS and one that takes 16 rows' time
+// whatever its height loses them in proportion: whether an expert's last,
+// partly filled token tile would gain from a tile of its own height. Needs
+// AMX:
+//
+//	moe.test -test.run XXX -test.bench AMXRows -test.benchtime 1x
+func BenchmarkAMXRows(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	cpus := workerCPUs(b, PhysicalCores())
+	for _, i8 := range []bool{false, true} {
+		for _, cs := range [][]int{cpus[:1], cpus} {
+			for _, rows := range []int{16, 12, 8, 4} {
+				b.Run(fmt.Sprintf("i8=%v/threads=%d/rows=%d", i8, len(cs), rows), func(b *testing.B) {
+					kernelBench(b, i8, rows, 64, amxKnobs{variant: -6}, 20, pairBytes(i8, 64), cs)
+				})
+			}
+		}
+	}
+}
+
 // kernelBench runs amxKernelBench on the AMX kernels b.N times over cpus
 // and reports the last run's TFLOPS, of all threads and per core.
 func kernelBench(b *testing.B, i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) {

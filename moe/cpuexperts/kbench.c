@@ -15,15 +15,17 @@
 void* kt_alloc(int64_t bytes, int node);
 void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf);
 float kt_amx_mix_loop(int i8, int amx, int avx, int64_t iters, const char* buf);
+int kt_amx_peak_rows(int i8, int rows, int64_t iters, const char* buf);
 
 // kb_mix_avx gives the vector tokens per round of the mixed peak variants:
 // -3 tile block (L1 reloads) + 8 tokens of AVX-512 dot products, -4 the 8
 // tokens alone, -5 tile block + 4 tokens; 0 for the other variants.
 static int kb_mix_avx(int var) { return var == -3 || var == -4 ? 8 : var == -5 ? 4 : 0; }
 
-// kt_amx_peak_flops is the work of one peak round of variant var (< 0).
-static double kt_amx_peak_flops(int i8, int var) {
-  double amx = var == -4 ? 0 : 4.0 * 2 * 16 * 16 * (i8 ? 64 : 32);
+// kt_amx_peak_flops is the work of one peak round of variant var (< 0);
+// m is the A and C tiles' rows of variant -6 (16 for the others).
+static double kt_amx_peak_flops(int i8, int var, int m) {
+  double amx = var == -4 ? 0 : 4.0 * 2 * (var == -6 ? m : 16) * 16 * (i8 ? 64 : 32);
   double avx = (double)kb_mix_avx(var) * 2 * 16 * 2 * 16 * (i8 ? 4 : 2);  // tokens x 2 tiles x 16 rows x lanes x MACs
   return amx + avx;
 }
@@ -106,7 +108,9 @@ static void* kb_thread(void* p) {
   if (a->var < 0 && ok && !a->noamx) {  // the tile unit alone: -1 resident operands, -2 operands from L1
     char pbuf[4096] __attribute__((aligned(64)));  // small values: bf16 0.0078, int8 1
     for (int i = 0; i < 4096; i++) pbuf[i] = i8 ? 1 : ((i & 1) ? 0x3c : 0x00);
-    if (a->var >= -2)
+    if (a->var == -6)  // -2 with A and C tiles of m rows
+      ok = kt_amx_peak_rows(i8, a->m, (int64_t)a->reps * KB_PEAK_ROUNDS, pbuf) == 0;
+    else if (a->var >= -2)
       kt_amx_peak_loop(i8, a->var == -2, (int64_t)a->reps * KB_PEAK_ROUNDS, pbuf);
     else  // -3..-5: tile block and vector dot products in one stream (kb_mix_avx)
       a->sink = kt_amx_mix_loop(i8, a->var != -4, kb_mix_avx(a->var), (int64_t)a->reps * KB_PEAK_ROUNDS, pbuf);
@@ -170,7 +174,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   if (npairs < 1) npairs = 1;
   *flops = 2.0 * m * KT_NB * (double)k * (double)npairs * reps * nthreads;
   if (var < 0 && !noamx)  // four 16x16 tile products per round, K 32 (bf16) or 64 (int8), plus the vector share
-    *flops = kt_amx_peak_flops(fmt == KT_FMT_I8_PK, var) * (double)KB_PEAK_ROUNDS * reps * nthreads;
+    *flops = kt_amx_peak_flops(fmt == KT_FMT_I8_PK, var, m) * (double)KB_PEAK_ROUNDS * reps * nthreads;
   free(args);
   free(th);
   return bad ? -1 : worst;

@@ -106,6 +106,21 @@ TAMX void kt_amx_peak_loop(int i8, int loads, int64_t iters, const char* buf) {
   }
 }
 
+// kt_amx_peak_rows is kt_amx_peak_loop with operands reloaded from L1 and
+// the A and C tiles (0-5) configured with rows rows instead of 16 (B stays
+// 16 x 64 bytes): whether a tile product's time follows its rows, that is
+// whether an expert's last, partly filled 16-token tile would cost less in
+// a tile of its own height. It restores the kernels' configuration
+// (kt_amx_init_thread) before it returns; -1 for rows outside 1..16.
+TAMX int kt_amx_peak_rows(int i8, int rows, int64_t iters, const char* buf) {
+  if (rows < 1 || rows > 16) return -1;
+  tilecfg cfg = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}};
+  for (int i = 0; i < 8; i++) cfg.rows[i] = i < 6 ? (uint8_t)rows : 16;
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+  kt_amx_peak_loop(i8, 1, iters, buf);
+  return kt_amx_init_thread();
+}
+
 // MIX_DP is one vector dot product of the mixed peak loop: vdpbf16ps or
 // vpdpbusd by I8.
 #define MIX_DP(I8, acc, x, b) \
