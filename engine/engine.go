@@ -71,6 +71,10 @@ type Stats struct {
 	PrefixQueryTokens uint64
 	PrefixHitTokens   uint64
 	CachedTokens      int
+	// PrefixBranches counts the prefills stopped at a branch point to
+	// cache a shared prefix with its recurrent state (models with linear
+	// attention; model.PrefixBrancher).
+	PrefixBranches uint64
 	// RadixCache says whether the prefix cache is on.
 	RadixCache bool
 }
@@ -123,7 +127,8 @@ type Engine struct {
 	chunkSeq  []*seq
 	st        Stats
 	eos       map[int32]bool
-	pc        model.PrefixCache // nil: no prefix cache
+	pc        model.PrefixCache    // nil: no prefix cache
+	pb        model.PrefixBrancher // pc's branch points (nil: pc names none)
 	flushCh   chan chan error
 }
 
@@ -145,6 +150,9 @@ type seq struct {
 	promptLP   []TokenLogprob
 	cached     int  // prompt tokens the prefix cache supplied at first admission
 	admittedOK bool // admitted at least once
+	// branch is where a prefill chunk ends so that the tokens up to it are
+	// cached with the recurrent state there (model.PrefixBrancher); 0: none
+	branch int
 }
 
 // New prepares an engine for r. It reads the runner's KV budget, so it must
@@ -184,6 +192,7 @@ func New(r model.Runner, cfg Config) (*Engine, error) {
 	}
 	if pc, ok := model.As[model.PrefixCache](r); ok && !cfg.DisableRadixCache {
 		e.pc = pc
+		e.pb, _ = pc.(model.PrefixBrancher)
 		e.st.RadixCache = true
 	}
 	for _, t := range append(slices.Clone(info.EOSTokenIDs), cfg.EOSTokenIDs...) {
@@ -479,6 +488,7 @@ func (e *Engine) release(s *seq) {
 	e.freeSlots = append(e.freeSlots, s.slot)
 	s.slot = -1
 	s.computed = 0
+	s.branch = 0
 }
 
 func (e *Engine) finish(s *seq, f Finish) {
@@ -507,7 +517,7 @@ func (e *Engine) admit() {
 	for len(e.waiting) > 0 && len(e.freeSlots) > 0 {
 		s := e.waiting[0]
 		slot := e.freeSlots[len(e.freeSlots)-1]
-		hit, err := e.matchPrefix(s, slot)
+		hit, branch, err := e.matchPrefix(s, slot)
 		if err != nil {
 			e.waiting = e.waiting[1:]
 			e.finish(s, Finish{Reason: FinishAbort, MatchedStop: -1, Err: err})
@@ -542,6 +552,7 @@ func (e *Engine) admit() {
 		e.waiting = e.waiting[1:]
 		s.slot = slot
 		s.computed = hit
+		s.branch = branch
 		if e.pc != nil {
 			e.st.PrefixQueryTokens += uint64(len(s.tokens))
 			e.st.PrefixHitTokens += uint64(hit)
@@ -558,20 +569,41 @@ func (e *Engine) admit() {
 
 // matchPrefix starts the empty slot with the cached prefix of s's tokens
 // and returns its length (0 with the cache off, or when s wants prompt
-// logprobs, which need every prompt position computed).
-func (e *Engine) matchPrefix(s *seq, slot int) (int, error) {
+// logprobs, which need every prompt position computed) and the branch
+// point past it where the prefill stops to cache its state (0: none).
+func (e *Engine) matchPrefix(s *seq, slot int) (n, branch int, err error) {
 	if e.pc == nil || (s.req.Params.PromptLogprobs && !s.promptDone) {
-		return 0, nil
+		return 0, 0, nil
 	}
-	n, err := e.pc.MatchPrefix(slot, s.req.Adapter, s.tokens)
+	if e.pb != nil {
+		n, branch, err = e.pb.MatchPrefixBranch(slot, s.req.Adapter, s.tokens)
+	} else {
+		n, err = e.pc.MatchPrefix(slot, s.req.Adapter, s.tokens)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("matching the prefix cache: %w", err)
+		return 0, 0, fmt.Errorf("matching the prefix cache: %w", err)
 	}
 	if n < 0 || n >= len(s.tokens) {
 		e.r.Free(slot)
-		return 0, fmt.Errorf("the prefix cache matched %d of %d tokens", n, len(s.tokens))
+		return 0, 0, fmt.Errorf("the prefix cache matched %d of %d tokens", n, len(s.tokens))
 	}
-	return n, nil
+	if branch <= n || branch >= len(s.tokens) {
+		branch = 0
+	}
+	return n, branch, nil
+}
+
+// cacheBranch keeps a sequence's tokens up to its branch point, with the
+// recurrent state there, once a prefill chunk ended on it.
+func (e *Engine) cacheBranch(s *seq) {
+	if s.computed == s.branch {
+		if err := e.pc.CachePrefix(s.slot, s.req.Adapter, s.tokens[:s.computed]); err != nil {
+			e.log.Warn("prefix cache: keeping a shared prefix's state failed", "id", s.req.ID, "err", err)
+		} else {
+			e.st.PrefixBranches++
+		}
+	}
+	s.branch = 0
 }
 
 // makeRoom preempts the most recently admitted running sequence to free KV
@@ -667,6 +699,9 @@ func (e *Engine) planPrefills(prefills []*seq, budget int) (int, error) {
 			continue
 		}
 		n := len(s.tokens) - s.computed
+		if s.branch > s.computed {
+			n = s.branch - s.computed // end the chunk at the branch point
+		}
 		left := budget - total
 		if e.cfg.ChunkedPrefillSize > 0 {
 			if left <= 0 {
@@ -790,6 +825,9 @@ func (e *Engine) step() error {
 			e.collectPromptLogprobs(s, ch, rows)
 		}
 		s.computed += len(ch.Tokens)
+		if s.branch > 0 && s.computed >= s.branch {
+			e.cacheBranch(s)
+		}
 		if s.computed < len(s.tokens) {
 			continue // a prefill chunk that is not the last
 		}

@@ -166,6 +166,18 @@ func TestPrefixCacheIdenticalAnswers(t *testing.T) {
 					if a2.fin.CachedTokens != wantShared {
 						t.Errorf("shared system prompt: %d cached tokens, want %d", a2.fin.CachedTokens, wantShared)
 					}
+					// a third user message: the hybrid model's second request
+					// stopped its prefill where it left the first one's pages
+					// (the branch point, 32) and kept its state there
+					p2b := turn(sys, tokensOf(5, 13, vocab))
+					a2b := ask(t, e, p2b, 8)
+					sameAnswer(t, "shared system prompt, third", a2b, ref.answer(p2b, 8))
+					if a2b.fin.CachedTokens != 32 {
+						t.Errorf("shared system prompt, third request: %d cached tokens, want 32", a2b.fin.CachedTokens)
+					}
+					if got, want := e.Stats().PrefixBranches, map[bool]uint64{false: 0, true: 1}[hybrid]; got != want {
+						t.Errorf("%d prefills stopped at a branch point, want %d", got, want)
+					}
 					// multi-turn: the previous prompt and answer, then more:
 					// 49+24-1 = 72 tokens were computed, 4 full pages
 					p3 := turn(p1, a1.ids, tokensOf(4, 7, vocab))
@@ -211,6 +223,15 @@ func TestPrefixCacheConcurrentSharedSystemPrompt(t *testing.T) {
 				if fx == "qwen3moe-a" && res[i].fin.CachedTokens != 48 {
 					t.Errorf("request %d: %d cached tokens, want the system prompt's 48", i, res[i].fin.CachedTokens)
 				}
+			}
+			// the hybrid model: the concurrent requests computed the system
+			// prompt's pages and kept its state at their end (48), so the
+			// next request after it resumes there
+			late := slices.Concat(sys, tokensOf(30, 6, vocab))
+			got := ask(t, e, late, 12)
+			sameAnswer(t, "after the concurrent requests", got, ref.answer(late, 12))
+			if got.fin.CachedTokens != 48 {
+				t.Errorf("after the concurrent requests: %d cached tokens, want the system prompt's 48", got.fin.CachedTokens)
 			}
 		})
 	}

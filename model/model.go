@@ -121,3 +121,19 @@ type PrefixCache interface {
 	// CachedPrefixTokens is the number of tokens the cache holds.
 	CachedPrefixTokens() int
 }
+
+// PrefixBrancher is implemented by prefix caches that can also name a
+// branch point: for a model with recurrent state, a cached prefix is
+// resumable only where a state snapshot was kept, and other sequences'
+// pages may cover more of the prompt than that (a shared system prompt
+// followed by different messages: each earlier sequence kept its state
+// only at its own end). The caller then ends a prefill chunk exactly at
+// the branch point and calls CachePrefix with the tokens up to it right
+// after that step, before the slot moves on, so that the state there is
+// kept and later sequences sharing the prefix resume at it.
+type PrefixBrancher interface {
+	// MatchPrefixBranch is MatchPrefix, and also returns the branch
+	// point: the end of the cached pages of tokens (whole pages, at most
+	// len(tokens)-1 tokens) where that is beyond the match, else 0.
+	MatchPrefixBranch(slot, adapter int, tokens []int32) (n, branch int, err error)
+}

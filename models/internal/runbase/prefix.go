@@ -89,34 +89,52 @@ func (b *Base) rollSnapshots(slots []int) error {
 // last token's logits must be computed), and its state snapshot when the
 // model has recurrent state.
 func (b *Base) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
+	n, _, err := b.MatchPrefixBranch(slot, adapter, tokens)
+	return n, err
+}
+
+// MatchPrefixBranch implements model.PrefixBrancher: MatchPrefix, and for
+// a model with recurrent state the end of the tree's pages along tokens
+// where it lies beyond the deepest snapshot on that path (where the
+// prompt leaves a prefix other sequences computed without keeping their
+// state there).
+func (b *Base) MatchPrefixBranch(slot, adapter int, tokens []int32) (int, int, error) {
 	if b.statefulNoSnapshots() || len(tokens) < 2 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	p := &b.pfx
 	m := p.tree.Match(adapter, tokens, len(tokens)-1, p.st != nil)
+	branch := 0
+	if p.st != nil {
+		if path := p.tree.Match(adapter, tokens, len(tokens)-1, false); path.Tokens > m.Tokens {
+			branch = path.Tokens
+		}
+	}
 	if m.Tokens == 0 {
-		return 0, nil
+		return 0, branch, nil
 	}
 	if err := b.Pool.Attach(slot, m.Pages); err != nil {
-		return 0, fmt.Errorf("%s: prefix cache: %w", b.Name, err)
+		return 0, 0, fmt.Errorf("%s: prefix cache: %w", b.Name, err)
 	}
 	if p.st != nil {
 		if err := p.st.CopySlot(slot, m.Snapshot); err != nil {
 			b.Pool.Free(slot)
-			return 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
+			return 0, 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
 		}
 		if err := p.st.CopySlot(p.rollBase+slot, m.Snapshot); err != nil {
 			b.Pool.Free(slot)
-			return 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
+			return 0, 0, fmt.Errorf("%s: prefix cache: restoring the state snapshot: %w", b.Name, err)
 		}
 		p.rolled[slot] = m.Tokens
 	}
-	return m.Tokens, nil
+	return m.Tokens, branch, nil
 }
 
 // CachePrefix implements model.PrefixCache: the slot's full pages of
 // tokens (its first Len tokens) go into the tree; with recurrent state,
-// the pages up to its rolling snapshot, with a kept copy of it.
+// the pages up to its rolling snapshot, with a kept copy of it. A running
+// slot may call it too (the engine does at a branch point, right after the
+// step that ended there); its pages stay its own as well.
 func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
 	if b.statefulNoSnapshots() {
 		return nil
@@ -178,6 +196,11 @@ func NewPrefix(b *Base) Prefix { return Prefix{b} }
 // MatchPrefix implements model.PrefixCache.
 func (p Prefix) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
 	return p.b.MatchPrefix(slot, adapter, tokens)
+}
+
+// MatchPrefixBranch implements model.PrefixBrancher.
+func (p Prefix) MatchPrefixBranch(slot, adapter int, tokens []int32) (int, int, error) {
+	return p.b.MatchPrefixBranch(slot, adapter, tokens)
 }
 
 // CachePrefix implements model.PrefixCache.
