@@ -92,3 +92,87 @@ func TestPrefixCacheModel(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixBranchModel runs the prefix cache's branch points through whole
+// models on the GPU: after a 64-token sequence is cached (a state snapshot
+// at 48 for the hybrids), a prompt sharing its first 32 tokens matches
+// nothing on the hybrids but names 32 as its branch point; its prefill
+// stops there, caches the 32 tokens with the state (CachePrefix while the
+// slot runs on) and goes on. A third prompt with the same 32 tokens then
+// resumes at 32. Both must match a whole prefill of the same prompt within
+// modelTol. The plain-attention model matches the 32 tokens at once and
+// names no branch point.
+func TestPrefixBranchModel(t *testing.T) {
+	for _, fx := range []string{"qwen3moe-a", "qwen35moe-b"} {
+		t.Run(fx, func(t *testing.T) {
+			hybrid := fx != "qwen3moe-a"
+			g, err := cuda.NewBackendOn(gpu(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
+			if err != nil {
+				g.Close()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close(); g.Close() })
+			pb, ok := r.(model.PrefixBrancher)
+			if !ok {
+				t.Fatalf("%T does not implement model.PrefixBrancher", r)
+			}
+			pc := r.(model.PrefixCache)
+			run := &runner{r: r, pos: map[int]int{}}
+			vocab := r.Info().VocabSize
+			tokens := func(seed, n int) []int32 {
+				out := make([]int32, n)
+				for i := range out {
+					out[i] = int32((i*37 + seed*101 + 11) % vocab)
+				}
+				return out
+			}
+			a := tokens(1, 64)
+			run.forward(t, 0, a[:48], false)
+			run.forward(t, 0, a[48:], false)
+			if err := pc.CachePrefix(0, 0, a); err != nil {
+				t.Fatal(err)
+			}
+			run.free(0)
+			check := func(slot int, prompt []int32, wantMatch, wantBranch int) {
+				t.Helper()
+				whole := logSoftmax(run.forward(t, 3, prompt, false)[0])
+				run.free(3)
+				m, br, err := pb.MatchPrefixBranch(slot, 0, prompt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m != wantMatch || br != wantBranch {
+					t.Fatalf("slot %d: matched %d, branch %d; want %d, %d", slot, m, br, wantMatch, wantBranch)
+				}
+				run.pos[slot] = m
+				if br > 0 {
+					run.forward(t, slot, prompt[m:br], false)
+					if err := pc.CachePrefix(slot, 0, prompt[:br]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := logSoftmax(run.forward(t, slot, prompt[run.pos[slot]:], false)[0])
+				var worst float64
+				for i := range got {
+					worst = math.Max(worst, math.Abs(got[i]-whole[i]))
+				}
+				if worst > modelTol {
+					t.Errorf("slot %d: logprobs differ from a whole prefill by %.3g", slot, worst)
+				}
+				t.Logf("RESULT %s slot %d: matched %d, branch %d of %d tokens, logprobs within %.3g of a whole prefill", fx, slot, m, br, len(prompt), worst)
+			}
+			b := append(a[:32:32], tokens(2, 20)...)
+			c := append(a[:32:32], tokens(3, 25)...)
+			if hybrid {
+				check(1, b, 0, 32)
+			} else {
+				check(1, b, 32, 0)
+			}
+			check(2, c, 32, 0)
+		})
+	}
+}
