@@ -103,9 +103,11 @@ func (s *Sequence) PlainGreedy() bool {
 // sequences (one at a time) and allocates only when the vocabulary grows.
 // The zero value is ready to use.
 type Sampler struct {
-	work []float32
-	idx  []int32
-	h    minHeap
+	work   []float32
+	blocks []float64 // work's sums per drawBlock values (drawBlocks)
+	pre    []int32   // indices of the tokens a top-p or min-p set may hold
+	idx    []int32
+	h      minHeap
 }
 
 // LogSumExp returns the max and log(sum(exp(x - max))) of row.
@@ -143,15 +145,42 @@ func Logprob(row []float32, t int32, mx, lse float64) float32 {
 
 // Largest returns the indices of the n largest values of x, best first
 // (ties: lower index first). The slice is scratch, valid until the next call.
-func (sm *Sampler) Largest(x []float32, n int) []int32 {
+func (sm *Sampler) Largest(x []float32, n int) []int32 { return sm.largestAmong(x, nil, n) }
+
+// topK is Largest(w, k) for probabilities relative to the max (w's
+// maximum is 1): where at least k of them reach a threshold, the k largest
+// are among those, so one vector pass (vecmath.Above) leaves the heap a
+// few candidates instead of the vocabulary. Ties at the k-th value are all
+// at or above the threshold too, so the pick is Largest's.
+func (sm *Sampler) topK(w []float32, k int) []int32 {
+	for _, thr := range []float32{1e-3, 1e-6, 1e-12} {
+		if sm.pre = vecmath.Above(w, thr, sm.pre); len(sm.pre) >= k {
+			return sm.largestAmong(w, sm.pre, k)
+		}
+	}
+	return sm.Largest(w, k)
+}
+
+// largestAmong is Largest over the indices in among, in order (nil: all
+// of x).
+func (sm *Sampler) largestAmong(x []float32, among []int32, n int) []int32 {
 	n = min(n, len(x))
 	sm.h = sm.h[:0]
-	for i, v := range x {
+	push := func(i int32, v float32) {
 		if len(sm.h) < n {
-			heap.Push(&sm.h, item{int32(i), v})
+			heap.Push(&sm.h, item{i, v})
 		} else if v > sm.h[0].v {
-			sm.h[0] = item{int32(i), v}
+			sm.h[0] = item{i, v}
 			heap.Fix(&sm.h, 0)
+		}
+	}
+	if among == nil {
+		for i, v := range x {
+			push(int32(i), v)
+		}
+	} else {
+		for _, i := range among {
+			push(i, x[i])
 		}
 	}
 	sm.idx = sm.idx[:0]
@@ -259,24 +288,28 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 		}
 	}
 
-	// Temperature, then probabilities relative to the max.
-	inv := float32(1 / p.Temperature)
-	mx := negInf
-	for i := range w {
-		w[i] *= inv
-		if w[i] > mx {
-			mx = w[i]
-		}
+	// Temperature, then probabilities relative to the max, with their
+	// sums per block of drawBlock for drawing from the whole vocabulary.
+	var mx float32
+	if inv := float32(1 / p.Temperature); inv == 1 {
+		mx = vecmath.Max(w)
+	} else {
+		mx = vecmath.ScaleMax(w, inv)
 	}
 	if math.IsInf(float64(mx), -1) {
 		return 0, ErrNoToken
 	}
-	vecmath.ExpShifted(w, mx)
+	nb := vecmath.Blocks(len(w), drawBlock)
+	if cap(sm.blocks) < nb {
+		sm.blocks = make([]float64, nb)
+	}
+	blocks := sm.blocks[:nb]
+	total := vecmath.ExpShiftedBlocks(w, mx, drawBlock, blocks)
 
 	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
 	var cand []int32
 	if p.TopK > 0 && p.TopK < len(w) {
-		cand = slices.Clone(sm.Largest(w, p.TopK)) // best first
+		cand = slices.Clone(sm.topK(w, p.TopK)) // best first
 	}
 	if p.TopP < 1 {
 		if cand != nil {
@@ -286,7 +319,15 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 			}
 			cand = nucleus(cand, w, p.TopP, total)
 		} else {
-			cand = nucleusAll(w, p.TopP)
+			// tokens under (1-topP)·total/V together hold less than
+			// 1-topP of the mass, so the nucleus is among the others
+			thr := float64(1-p.TopP) * total / float64(len(w))
+			t0 := float32(thr)
+			if float64(t0) > thr {
+				t0 = math.Nextafter32(t0, 0)
+			}
+			sm.pre = vecmath.Above(w, t0, sm.pre)
+			cand = nucleusAll(w, sm.pre, p.TopP, total)
 		}
 	}
 	if p.MinP > 0 {
@@ -299,16 +340,18 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 			th *= pmax
 			cand = slices.DeleteFunc(cand, func(i int32) bool { return w[i] < th })
 		} else {
-			for i, v := range w {
-				if v >= th {
-					cand = append(cand, int32(i))
-				}
-			}
+			sm.pre = vecmath.Above(w, th, sm.pre)
+			cand = sm.pre
 		}
 	}
 
 	for try := 0; ; try++ {
-		t := draw(s.rng, w, cand)
+		var t int32
+		if cand == nil && try == 0 {
+			t = drawBlocks(s.rng, w, blocks, total)
+		} else {
+			t = draw(s.rng, w, cand) // a refused token was zeroed: the block sums are stale
+		}
 		if t < 0 {
 			if c == nil {
 				return 0, ErrNoToken
@@ -364,20 +407,22 @@ func nucleus(cand []int32, w []float32, topP, total float64) []int32 {
 }
 
 // nucleusAll returns the smallest set of top tokens of w (all positive,
-// maximum 1) whose mass reaches topP of the total. It buckets the
+// maximum 1) whose mass reaches topP of total, w's sum, taken from pre,
+// the indices (in order) of every token that can be in it. It buckets the
 // probabilities by their float32 bits (monotone for positive floats) and
 // finds the bucket where the cumulative mass, from the top, crosses the
 // target: every token of a higher bucket is in the set (index order), and
 // only the crossing bucket is sorted (best first, ties to the lower id) to
 // take the prefix that completes the mass. The set is the one a full sort
 // would give; only the crossing bucket needs the sort.
-func nucleusAll(w []float32, topP float64) []int32 {
-	const shift = 19 // 13-bit buckets: exponent plus 4 mantissa bits
+func nucleusAll(w []float32, pre []int32, topP, total float64) []int32 {
+	// 10-bit buckets, exponent plus 2 mantissa bits: 8 KiB of sums stay
+	// in L1 while the candidates stream past
+	const shift = 21
 	var sums [1 << (32 - shift)]float64
-	var total float64
-	for _, v := range w {
+	for _, i := range pre {
+		v := w[i]
 		sums[math.Float32bits(v)>>shift] += float64(v)
-		total += float64(v)
 	}
 	target := topP * total
 	var above float64 // mass of the buckets above cut
@@ -390,12 +435,12 @@ func nucleusAll(w []float32, topP float64) []int32 {
 		above += sums[b]
 	}
 	var cand, edge []int32
-	for i, v := range w {
-		switch b := math.Float32bits(v) >> shift; {
+	for _, i := range pre {
+		switch b := math.Float32bits(w[i]) >> shift; {
 		case b > cut:
-			cand = append(cand, int32(i))
+			cand = append(cand, i)
 		case b == cut:
-			edge = append(edge, int32(i))
+			edge = append(edge, i)
 		}
 	}
 	slices.SortFunc(edge, bestFirst(w))
@@ -421,6 +466,43 @@ func bestFirst(w []float32) func(a, b int32) int {
 		}
 		return int(a - b)
 	}
+}
+
+// drawBlock is the block of the sampler's block sums: 594 blocks of a
+// 152k vocabulary, so that a draw scans a few hundred sums and one block
+// instead of the whole row.
+const drawBlock = 256
+
+// drawBlocks is draw over every index, given w's sums per block of
+// drawBlock and their total (vecmath.ExpShiftedBlocks): it finds the block
+// a uniform point of the total falls in, then the index within it (going
+// on past it where rounding leaves the point beyond the block's values).
+// -1 if the mass is zero.
+func drawBlocks(rng *rand.Rand, w []float32, blocks []float64, total float64) int32 {
+	if !(total > 0) {
+		return -1
+	}
+	r := rng.Float64() * total
+	for b, s := range blocks {
+		if r >= s {
+			r -= s
+			continue
+		}
+		for i := b * drawBlock; i < len(w); i++ {
+			if v := w[i]; v > 0 {
+				if r -= float64(v); r < 0 {
+					return int32(i)
+				}
+			}
+		}
+		break
+	}
+	for i := len(w) - 1; i >= 0; i-- { // rounding: the last index with mass, as draw
+		if w[i] > 0 {
+			return int32(i)
+		}
+	}
+	return -1
 }
 
 // draw samples an index proportionally to w over cand (nil: every index);

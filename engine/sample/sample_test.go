@@ -1,7 +1,9 @@
 package sample
 
 import (
+	"github.com/ktserve/kt/internal/vecmath"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -192,12 +194,16 @@ func TestNucleusAllMatchesSort(t *testing.T) {
 		}
 		w[int(next()*float64(n))] = 1
 		topP := 0.05 + next()*0.9
-		got := nucleusAll(w, topP)
 		all := make([]int32, n)
 		var total float64
 		for i := range all {
 			all[i] = int32(i)
 			total += float64(w[i])
+		}
+		got := nucleusAll(w, all, topP, total)
+		t0 := float32((1 - topP) * total / float64(n))
+		if pre := nucleusAll(w, vecmath.Above(w, math.Nextafter32(t0, 0), nil), topP, total); !slices.Equal(pre, got) {
+			t.Fatalf("trial %d: prefiltered set of %d tokens, whole %d", trial, len(pre), len(got))
 		}
 		slices.SortFunc(all, bestFirst(w))
 		want := nucleus(all, w, topP, total)
@@ -234,5 +240,144 @@ func BenchmarkLogSumExp(b *testing.B) {
 	}
 	for b.Loop() {
 		LogSumExp(row)
+	}
+}
+
+// peakedRow is a vocabulary-wide logits row shaped like a language model's:
+// a few dozen plausible tokens, a long tail far below them.
+func peakedRow(vocab int) []float32 {
+	row := make([]float32, vocab)
+	x := uint64(7)
+	for i := range row {
+		x = x*6364136223846793005 + 1442695040888963407
+		row[i] = float32(x>>40)/float32(1<<24)*6 - 3 // tail in [-3, 3)
+	}
+	for i := range 40 {
+		row[(i*7919)%vocab] = 14 + float32(i%8)
+	}
+	return row
+}
+
+// BenchmarkSampleTemperature is the sampler on a 152k-vocabulary row at the
+// settings chat clients send most (temperature only; top-p 0.95 with
+// top-k 0; min-p), a peaked row as models give.
+func BenchmarkSampleTemperature(b *testing.B) {
+	row := peakedRow(151936)
+	for _, c := range []struct {
+		name string
+		p    Params
+	}{
+		{"t=1", Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}},
+		{"t=0.7", Params{Temperature: 0.7, TopP: 1, RepetitionPenalty: 1}},
+		{"t=0.7,top_p=0.95", Params{Temperature: 0.7, TopP: 0.95, RepetitionPenalty: 1}},
+		{"t=0.7,top_k=20,top_p=0.8", Params{Temperature: 0.7, TopK: 20, TopP: 0.8, RepetitionPenalty: 1}},
+		{"t=1,min_p=0.05", Params{Temperature: 1, TopP: 1, MinP: 0.05, RepetitionPenalty: 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var sm Sampler
+			s := newTestSampler(c.p, nil)
+			for b.Loop() {
+				if _, err := sm.Sample(s, row); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestDrawBlocksMatchesDraw: the block draw picks what draw's scan over the
+// whole row picks from the same uniform point, on rows with zeros, a tail
+// block shorter than drawBlock and mass spread over many orders of
+// magnitude; a row without mass gives -1, and a point that rounding puts
+// past every block gives the last index with mass, as draw does.
+func TestDrawBlocksMatchesDraw(t *testing.T) {
+	x := uint64(3)
+	next := func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
+	}
+	for _, n := range []int{1, 255, 256, 257, 1000, 151936} {
+		for _, kind := range []string{"flat", "peaked", "sparse"} {
+			w := make([]float32, n)
+			for i := range w {
+				switch kind {
+				case "flat":
+					w[i] = float32(next())
+				case "peaked":
+					w[i] = float32(math.Exp(-30 * next()))
+				case "sparse":
+					if next() < 0.01 {
+						w[i] = float32(next())
+					}
+				}
+			}
+			if kind == "sparse" {
+				w[n-1] = 0.5
+			}
+			blocks := make([]float64, (n+drawBlock-1)/drawBlock)
+			var total float64
+			for k := range blocks {
+				for _, v := range w[k*drawBlock : min((k+1)*drawBlock, n)] {
+					blocks[k] += float64(v)
+				}
+				total += blocks[k]
+			}
+			for seed := range uint64(300) {
+				a := drawBlocks(rand.New(rand.NewPCG(seed, 1)), w, blocks, total)
+				b := draw(rand.New(rand.NewPCG(seed, 1)), w, nil)
+				if a != b {
+					t.Fatalf("n=%d %s seed %d: block draw %d, draw %d", n, kind, seed, a, b)
+				}
+				if a < 0 || w[a] <= 0 {
+					t.Fatalf("n=%d %s seed %d: drew %d without mass", n, kind, seed, a)
+				}
+			}
+		}
+	}
+	zero := make([]float32, 600)
+	if got := drawBlocks(rand.New(rand.NewPCG(1, 1)), zero, make([]float64, 3), 0); got != -1 {
+		t.Errorf("no mass: drew %d", got)
+	}
+	w := make([]float32, 600)
+	w[10], w[300] = 1, 1
+	// a total larger than the blocks hold: the point may fall past them
+	blocks := []float64{1, 1, 0}
+	for seed := range uint64(50) {
+		if got := drawBlocks(rand.New(rand.NewPCG(seed, 2)), w, blocks, 4); got != 10 && got != 300 {
+			t.Fatalf("seed %d: drew %d", seed, got)
+		}
+	}
+}
+
+// TestTopKMatchesLargest: the prefiltered top-k is Largest's pick, order
+// included, on probability rows (maximum 1) with ties at the k-th value,
+// underflowed zeros and fewer values above each threshold than k.
+func TestTopKMatchesLargest(t *testing.T) {
+	x := uint64(5)
+	next := func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
+	}
+	var sm Sampler
+	for trial := range 80 {
+		n := 1 + int(next()*5000)
+		w := make([]float32, n)
+		spread := 1 + next()*60
+		for i := range w {
+			w[i] = float32(math.Exp(-next() * spread))
+			if trial%5 == 0 && i%7 == 0 {
+				w[i] = 1e-4 // ties, some at the k-th value
+			}
+			if trial%3 == 0 && i%11 == 0 {
+				w[i] = 0
+			}
+		}
+		w[int(next()*float64(n))] = 1
+		for _, k := range []int{1, 2, 20, 64, 1000, n} {
+			want := slices.Clone(sm.Largest(w, k))
+			if got := sm.topK(w, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d (n %d) k %d: %v..., want %v...", trial, n, k, got[:min(5, len(got))], want[:min(5, len(want))])
+			}
+		}
 	}
 }

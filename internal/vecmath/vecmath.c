@@ -1,5 +1,7 @@
 // vecmath.c: AVX-512 and AVX2 loops over float32 rows for the sampler
-// (max, e^(x-max) in place, and the float64 sum of e^(x-max)). Each
+// (max, x·s in place with its max, e^(x-max) in place, the float64 sum
+// of e^(x-max), whole or per block, and the indices of the values at or
+// above a threshold). Each
 // function is compiled for its ISA with a target attribute and chosen at
 // run time; the scalar loops in Go are the reference (vecmath_test.go).
 // Products and sums are rounded one by one (no fused multiply-add), so
@@ -146,4 +148,101 @@ static T256 double sumexp256(float* x, int64_t n, float mx, int store) {
 double vm_sumexp(int level, float* x, int64_t n, float mx, int store) {
   if (level >= 2) return sumexp512(x, n, mx, store);
   return sumexp256(x, n, mx, store);
+}
+
+static T512 float scalemax512(float* x, int64_t n, float s) {
+  __m512 vs = _mm512_set1_ps(s), m = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 y = _mm512_mul_ps(_mm512_loadu_ps(x + i), vs);
+    _mm512_storeu_ps(x + i, y);
+    m = _mm512_max_ps(y, m);  // NaN lanes keep m
+  }
+  float r = _mm512_reduce_max_ps(m);
+  for (; i < n; i++) {
+    x[i] *= s;
+    if (x[i] > r) r = x[i];
+  }
+  return r;
+}
+
+static T256 float scalemax256(float* x, int64_t n, float s) {
+  __m256 vs = _mm256_set1_ps(s), m = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+    _mm256_storeu_ps(x + i, y);
+    m = _mm256_max_ps(y, m);
+  }
+  float b[8];
+  _mm256_storeu_ps(b, m);
+  float r = b[0];
+  for (int k = 1; k < 8; k++)
+    if (b[k] > r) r = b[k];
+  for (; i < n; i++) {
+    x[i] *= s;
+    if (x[i] > r) r = x[i];
+  }
+  return r;
+}
+
+// vm_scalemax multiplies x by s in place and returns the largest product
+// (NaNs skipped).
+float vm_scalemax(int level, float* x, int64_t n, float s) {
+  if (level >= 2) return scalemax512(x, n, s);
+  return scalemax256(x, n, s);
+}
+
+// vm_expblocks sets x[i] = e^(x[i]-mx), stores the float64 sum of each
+// block of bs values in out (the last block may be shorter) and returns
+// the sum of the block sums, in block order.
+double vm_expblocks(int level, float* x, int64_t n, float mx, int64_t bs, double* out) {
+  double total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < n; b0 += bs, k++) {
+    int64_t m = n - b0 < bs ? n - b0 : bs;
+    double s = level >= 2 ? sumexp512(x + b0, m, mx, 1) : sumexp256(x + b0, m, mx, 1);
+    out[k] = s;
+    total += s;
+  }
+  return total;
+}
+
+static T512 int64_t above512(const float* x, int64_t n, float thr, int32_t* out) {
+  __m512 vt = _mm512_set1_ps(thr);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), step = _mm512_set1_epi32(16);
+  int64_t k = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vt, _CMP_GE_OQ);
+    if (m) {
+      _mm512_mask_compressstoreu_epi32(out + k, m, idx);
+      k += __builtin_popcount(m);
+    }
+    idx = _mm512_add_epi32(idx, step);
+  }
+  for (; i < n; i++)
+    if (x[i] >= thr) out[k++] = (int32_t)i;
+  return k;
+}
+
+static T256 int64_t above256(const float* x, int64_t n, float thr, int32_t* out) {
+  __m256 vt = _mm256_set1_ps(thr);
+  int64_t k = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GE_OQ));
+    while (m) {
+      int j = __builtin_ctz(m);
+      out[k++] = (int32_t)(i + j);
+      m &= m - 1;
+    }
+  }
+  for (; i < n; i++)
+    if (x[i] >= thr) out[k++] = (int32_t)i;
+  return k;
+}
+
+// vm_above writes the indices of the values >= thr (not NaN) to out, in
+// order, and returns how many; out has room for n.
+int64_t vm_above(int level, const float* x, int64_t n, float thr, int32_t* out) {
+  if (level >= 2) return above512(x, n, thr, out);
+  return above256(x, n, thr, out);
 }

@@ -47,3 +47,26 @@ func sumExpAt(l int, x []float32, mx float32, store bool) (float64, bool) {
 func Level() string {
 	return [...]string{"go", "avx2", "avx512"}[level()]
 }
+
+func scaleMaxAt(l int, x []float32, s float32) (float32, bool) {
+	if l == 0 {
+		return 0, false
+	}
+	return float32(C.vm_scalemax(C.int(l), (*C.float)(unsafe.Pointer(&x[0])), C.int64_t(len(x)), C.float(s))), true
+}
+
+func expBlocksAt(l int, x []float32, mx float32, bs int, out []float64) (float64, bool) {
+	if l == 0 {
+		return 0, false
+	}
+	return float64(C.vm_expblocks(C.int(l), (*C.float)(unsafe.Pointer(&x[0])), C.int64_t(len(x)), C.float(mx), C.int64_t(bs),
+		(*C.double)(unsafe.Pointer(&out[0])))), true
+}
+
+func aboveAt(l int, x []float32, thr float32, out []int32) ([]int32, bool) {
+	if l == 0 {
+		return nil, false
+	}
+	n := C.vm_above(C.int(l), (*C.float)(unsafe.Pointer(&x[0])), C.int64_t(len(x)), C.float(thr), (*C.int32_t)(unsafe.Pointer(&out[0])))
+	return out[:n], true
+}

@@ -68,6 +68,84 @@ func TestCMatchesGo(t *testing.T) {
 	}
 }
 
+// TestScaleMaxAndBlocks: ScaleMax gives the Go loop's products bit for bit
+// and their maximum; ExpShiftedBlocks gives ExpShifted's values bit for bit
+// and block sums that add up to its sum (within float64 reordering), at
+// every C level the CPU has and in Go, for block sizes that do and do not
+// divide the row.
+func TestScaleMaxAndBlocks(t *testing.T) {
+	for _, l := range append(levels(), 0) {
+		for i, r := range rows() {
+			for _, s := range []float32{1, 1 / 0.7, 0.37} {
+				want := slices.Clone(r)
+				wm := scaleMaxGo(want, s)
+				got := slices.Clone(r)
+				gm, ok := scaleMaxAt(l, got, s)
+				if !ok {
+					gm = ScaleMax(got, s)
+				}
+				if gm != wm && !(math.IsNaN(float64(gm)) && math.IsNaN(float64(wm))) {
+					t.Fatalf("level %d row %d scale %v: max %v, Go %v", l, i, s, gm, wm)
+				}
+				for j := range want {
+					if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+						t.Fatalf("level %d row %d scale %v [%d]: %v, Go %v", l, i, s, j, got[j], want[j])
+					}
+				}
+			}
+			mx := maxGo(r)
+			ref := slices.Clone(r)
+			whole := sumExpGo(ref, mx, true)
+			for _, bs := range []int{64, 100, 256} {
+				got := slices.Clone(r)
+				sums := make([]float64, Blocks(len(r), bs))
+				total, ok := expBlocksAt(l, got, mx, bs, sums)
+				if !ok {
+					total = ExpShiftedBlocks(got, mx, bs, sums)
+				}
+				for j := range ref {
+					if math.Float32bits(got[j]) != math.Float32bits(ref[j]) {
+						t.Fatalf("level %d row %d block %d [%d]: e^ %v, ExpShifted %v", l, i, bs, j, got[j], ref[j])
+					}
+				}
+				var add float64
+				for k, sm := range sums {
+					var want float64
+					for _, v := range got[k*bs : min((k+1)*bs, len(got))] {
+						want += float64(v)
+					}
+					if math.Abs(sm-want) > 1e-12*math.Max(want, 1) {
+						t.Fatalf("level %d row %d block size %d: block %d sums to %v, want %v", l, i, bs, k, sm, want)
+					}
+					add += sm
+				}
+				if total != add || math.Abs(total-whole) > 1e-12*math.Max(whole, 1) {
+					t.Fatalf("level %d row %d block size %d: total %v (blocks %v), ExpShifted %v", l, i, bs, total, add, whole)
+				}
+			}
+		}
+	}
+}
+
+// TestAbove: the indices at or above a threshold, at every C level and in
+// Go, for thresholds inside, below and above each row's range (NaNs never).
+func TestAbove(t *testing.T) {
+	for _, l := range append(levels(), 0) {
+		for i, r := range rows() {
+			for _, thr := range []float32{-1e9, -3, 0, 0.4, 2.5, 1e9} {
+				want := aboveGo(r, thr, nil)
+				got, ok := aboveAt(l, r, thr, make([]int32, len(r)))
+				if !ok {
+					got = Above(r, thr, nil)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("level %d row %d thr %v: %d indices, Go %d", l, i, thr, len(got), len(want))
+				}
+			}
+		}
+	}
+}
+
 // TestExpAccuracy bounds the float32 exponential against math.Exp.
 func TestExpAccuracy(t *testing.T) {
 	worst := 0.0
