@@ -106,6 +106,7 @@ type Sampler struct {
 	work   []float32
 	blocks []float64 // work's sums per drawBlock values (drawBlocks)
 	pre    []int32   // indices of the tokens a top-p or min-p set may hold
+	edge   []int32   // nucleusCut's crossing bucket
 	idx    []int32
 	h      minHeap
 }
@@ -306,8 +307,10 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	blocks := sm.blocks[:nb]
 	total := vecmath.ExpShiftedBlocks(w, mx, drawBlock, blocks)
 
-	// Candidate set; nil means the whole vocabulary. w's maximum is 1.
+	// Candidate set; nil means the whole vocabulary (or nuc's set). w's
+	// maximum is 1.
 	var cand []int32
+	var nuc *nucleusSet
 	if p.TopK > 0 && p.TopK < len(w) {
 		cand = slices.Clone(sm.topK(w, p.TopK)) // best first
 	}
@@ -327,7 +330,12 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 				t0 = math.Nextafter32(t0, 0)
 			}
 			sm.pre = vecmath.Above(w, t0, sm.pre)
-			cand = nucleusAll(w, sm.pre, p.TopP, total)
+			ns := nucleusCut(w, sm.pre, p.TopP, total, sm)
+			if p.MinP > 0 || c != nil {
+				cand = ns.members(w, sm.pre, nil)
+			} else {
+				nuc = &ns // drawn from as it is: no list of most of the vocabulary
+			}
 		}
 	}
 	if p.MinP > 0 {
@@ -347,9 +355,12 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 
 	for try := 0; ; try++ {
 		var t int32
-		if cand == nil && try == 0 {
+		switch {
+		case nuc != nil: // no constraint: one draw
+			t = nuc.draw(s.rng, w, sm.pre)
+		case cand == nil && try == 0:
 			t = drawBlocks(s.rng, w, blocks, total)
-		} else {
+		default:
 			t = draw(s.rng, w, cand) // a refused token was zeroed: the block sums are stale
 		}
 		if t < 0 {
@@ -406,53 +417,117 @@ func nucleus(cand []int32, w []float32, topP, total float64) []int32 {
 	return cand
 }
 
-// nucleusAll returns the smallest set of top tokens of w (all positive,
-// maximum 1) whose mass reaches topP of total, w's sum, taken from pre,
-// the indices (in order) of every token that can be in it. It buckets the
-// probabilities by their float32 bits (monotone for positive floats) and
-// finds the bucket where the cumulative mass, from the top, crosses the
-// target: every token of a higher bucket is in the set (index order), and
-// only the crossing bucket is sorted (best first, ties to the lower id) to
-// take the prefix that completes the mass. The set is the one a full sort
-// would give; only the crossing bucket needs the sort.
-func nucleusAll(w []float32, pre []int32, topP, total float64) []int32 {
-	// 10-bit buckets, exponent plus 2 mantissa bits: 8 KiB of sums stay
-	// in L1 while the candidates stream past
-	const shift = 21
-	var sums [1 << (32 - shift)]float64
+// nucleusSet is a top-p set of a probability row kept implicit: every
+// token whose value exceeds v, and those equal to v with an index up to
+// last (the order a full sort takes them in: best first, ties to the lower
+// id). mass is the set's total.
+type nucleusSet struct {
+	v    float32
+	last int32
+	mass float64
+}
+
+// in reports whether token i of value x is in the set.
+func (ns nucleusSet) in(i int32, x float32) bool { return x > ns.v || x == ns.v && i <= ns.last }
+
+// members appends the set's tokens among pre (in order) to out.
+func (ns nucleusSet) members(w []float32, pre, out []int32) []int32 {
+	for _, i := range pre {
+		if ns.in(i, w[i]) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// draw samples a token of the set, proportionally to w, scanning pre (which
+// holds the set) in order; -1 if the set has no mass.
+func (ns nucleusSet) draw(rng *rand.Rand, w []float32, pre []int32) int32 {
+	if !(ns.mass > 0) {
+		return -1
+	}
+	r := rng.Float64() * ns.mass
+	last := int32(-1)
+	for _, i := range pre {
+		if x := w[i]; x > 0 && ns.in(i, x) {
+			last = i
+			if r -= float64(x); r < 0 {
+				return i
+			}
+		}
+	}
+	return last // rounding: the last token of the set, as draw
+}
+
+// nucleusCut finds the smallest set of top tokens of w (all positive,
+// maximum 1) whose mass reaches topP of total, w's sum, among pre, the
+// indices (in order) of every token that can be in it. It buckets the
+// probabilities by the top 11 bits of their float32 bits (monotone for
+// positive floats: exponent and 2 mantissa bits) and finds the bucket where
+// the cumulative mass, from the top, crosses the target; every token of a
+// higher bucket is in the set. The crossing bucket is bucketed again by the
+// next 11 bits, and only that level's crossing bucket is sorted (best
+// first, ties to the lower id) to find the last token the set takes. The
+// set is the one a full sort would give, found without listing it: on a
+// flat distribution it is most of the vocabulary.
+func nucleusCut(w []float32, pre []int32, topP, total float64, sm *Sampler) nucleusSet {
+	target := topP * total
+	var sums [1 << nucleusBits]float64
 	for _, i := range pre {
 		v := w[i]
-		sums[math.Float32bits(v)>>shift] += float64(v)
+		sums[math.Float32bits(v)>>(32-nucleusBits)] += float64(v)
 	}
-	target := topP * total
-	var above float64 // mass of the buckets above cut
-	cut := uint32(0)
-	for b := len(sums) - 1; b >= 0; b-- {
-		if above+sums[b] >= target {
-			cut = uint32(b)
-			break
-		}
-		above += sums[b]
-	}
-	var cand, edge []int32
+	cut, above := crossing(sums[:], target, 0)
+	sm.edge = sm.edge[:0]
 	for _, i := range pre {
-		switch b := math.Float32bits(w[i]) >> shift; {
-		case b > cut:
-			cand = append(cand, i)
-		case b == cut:
+		if math.Float32bits(w[i])>>(32-nucleusBits) == cut {
+			sm.edge = append(sm.edge, i)
+		}
+	}
+	const low = 1<<nucleusBits - 1
+	clear(sums[:])
+	for _, i := range sm.edge {
+		v := w[i]
+		sums[math.Float32bits(v)>>(32-2*nucleusBits)&low] += float64(v)
+	}
+	cut2, above := crossing(sums[:], target, above)
+	edge := sm.edge[:0]
+	for _, i := range sm.edge {
+		if math.Float32bits(w[i])>>(32-2*nucleusBits)&low == cut2 {
 			edge = append(edge, i)
 		}
 	}
 	slices.SortFunc(edge, bestFirst(w))
 	sum := above
 	for _, i := range edge {
-		cand = append(cand, i)
 		sum += float64(w[i])
 		if sum >= target {
-			break
+			return nucleusSet{v: w[i], last: i, mass: sum}
 		}
 	}
-	return cand
+	// rounding kept the target out of reach: all of pre
+	sum = 0
+	for _, i := range pre {
+		sum += float64(w[i])
+	}
+	return nucleusSet{v: 0, last: math.MaxInt32, mass: sum}
+}
+
+// nucleusBits is the bits of a probability's float32 representation each
+// level of nucleusAll's buckets takes: 2048 float64 sums, 16 KiB, in L1.
+const nucleusBits = 11
+
+// crossing walks sums from the highest bucket down, adding each to above,
+// and returns the first bucket at which above plus its sum reaches target,
+// with the mass above it (bucket 0 and the mass above it where none does).
+func crossing(sums []float64, target, above float64) (uint32, float64) {
+	for b := len(sums) - 1; b > 0; b-- {
+		if above+sums[b] >= target {
+			return uint32(b), above
+		}
+		above += sums[b]
+	}
+	return 0, above
 }
 
 // bestFirst orders token ids by w, largest first, ties to the lower id.

@@ -200,10 +200,20 @@ func TestNucleusAllMatchesSort(t *testing.T) {
 			all[i] = int32(i)
 			total += float64(w[i])
 		}
-		got := nucleusAll(w, all, topP, total)
+		var sm Sampler
+		ns := nucleusCut(w, all, topP, total, &sm)
+		got := ns.members(w, all, nil)
 		t0 := float32((1 - topP) * total / float64(n))
-		if pre := nucleusAll(w, vecmath.Above(w, math.Nextafter32(t0, 0), nil), topP, total); !slices.Equal(pre, got) {
-			t.Fatalf("trial %d: prefiltered set of %d tokens, whole %d", trial, len(pre), len(got))
+		pre := vecmath.Above(w, math.Nextafter32(t0, 0), nil)
+		if ps := nucleusCut(w, pre, topP, total, &sm); !slices.Equal(ps.members(w, pre, nil), got) {
+			t.Fatalf("trial %d: prefiltered set differs from the whole row's", trial)
+		}
+		var mass float64
+		for _, i := range got {
+			mass += float64(w[i])
+		}
+		if math.Abs(mass-ns.mass) > 1e-9*mass {
+			t.Fatalf("trial %d: set mass %v, its members sum to %v", trial, ns.mass, mass)
 		}
 		slices.SortFunc(all, bestFirst(w))
 		want := nucleus(all, w, topP, total)
@@ -262,7 +272,24 @@ func peakedRow(vocab int) []float32 {
 // settings chat clients send most (temperature only; top-p 0.95 with
 // top-k 0; min-p), a peaked row as models give.
 func BenchmarkSampleTemperature(b *testing.B) {
-	row := peakedRow(151936)
+	// flat: logits spread over 4 nats, as a random model gives; most of
+	// the vocabulary is in a 0.95 nucleus
+	flat := make([]float32, 151936)
+	x := uint64(9)
+	for i := range flat {
+		x = x*6364136223846793005 + 1442695040888963407
+		flat[i] = float32(x>>40) / float32(1<<24) * 4
+	}
+	for _, r := range []struct {
+		name string
+		row  []float32
+	}{{"peaked", peakedRow(151936)}, {"flat", flat}} {
+		b.Run(r.name, func(b *testing.B) { benchSettings(b, r.row) })
+	}
+}
+
+// benchSettings runs the sampler on row at the settings chat clients send.
+func benchSettings(b *testing.B, row []float32) {
 	for _, c := range []struct {
 		name string
 		p    Params
@@ -377,6 +404,41 @@ func TestTopKMatchesLargest(t *testing.T) {
 			want := slices.Clone(sm.Largest(w, k))
 			if got := sm.topK(w, k); !slices.Equal(got, want) {
 				t.Fatalf("trial %d (n %d) k %d: %v..., want %v...", trial, n, k, got[:min(5, len(got))], want[:min(5, len(want))])
+			}
+		}
+	}
+}
+
+// TestNucleusDrawMatchesDraw: drawing from an implicit top-p set picks what
+// draw picks from the listed set with the same uniform point.
+func TestNucleusDrawMatchesDraw(t *testing.T) {
+	x := uint64(13)
+	next := func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
+	}
+	var sm Sampler
+	for trial := range 30 {
+		n := 100 + int(next()*20000)
+		w := make([]float32, n)
+		spread := 1 + next()*30
+		for i := range w {
+			w[i] = float32(math.Exp(-next() * spread))
+		}
+		w[int(next()*float64(n))] = 1
+		var total float64
+		for _, v := range w {
+			total += float64(v)
+		}
+		topP := 0.1 + next()*0.85
+		pre := vecmath.Above(w, 0, nil)
+		ns := nucleusCut(w, pre, topP, total, &sm)
+		list := ns.members(w, pre, nil)
+		for seed := range uint64(100) {
+			a := ns.draw(rand.New(rand.NewPCG(seed, 3)), w, pre)
+			b := draw(rand.New(rand.NewPCG(seed, 3)), w, list)
+			if a != b {
+				t.Fatalf("trial %d seed %d: implicit set drew %d, listed set %d", trial, seed, a, b)
 			}
 		}
 	}
