@@ -154,7 +154,7 @@ func (sm *Sampler) Largest(x []float32, n int) []int32 { return sm.largestAmong(
 // few candidates instead of the vocabulary. Ties at the k-th value are all
 // at or above the threshold too, so the pick is Largest's.
 func (sm *Sampler) topK(w []float32, k int) []int32 {
-	for _, thr := range []float32{1e-3, 1e-6, 1e-12} {
+	for _, thr := range []float32{0.5, 0.05, 1e-3, 1e-6, 1e-12} { // the first with k: few, on peaked and flat rows alike
 		if sm.pre = vecmath.Above(w, thr, sm.pre); len(sm.pre) >= k {
 			return sm.largestAmong(w, sm.pre, k)
 		}
