@@ -92,17 +92,17 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if threads == 0 {
 		threads = o.Threads
 	}
-	var spinPure time.Duration
-	if v := os.Getenv(SpinPureEnv); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%s=%s: want a duration such as 300us", SpinPureEnv, v)
-		}
-		spinPure = d
+	spinPure, err := envDuration(SpinPureEnv)
+	if err != nil {
+		return nil, err
+	}
+	spinWait, err := envDuration(SpinWaitEnv)
+	if err != nil {
+		return nil, err
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
-		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure,
+		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
 		Trace: os.Getenv(TimingEnv) == "1"})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
@@ -367,3 +367,17 @@ func (x *engine) close() {
 
 // layerwiseStats reports layerwise prefill's counts (the hybrid step).
 func (x *engine) layerwiseStats() LayerwiseStats { return x.gpu.layerwiseStats() }
+
+// envDuration reads a non-negative Go duration from the environment
+// variable name (0 where it is unset: the engine's default).
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%s: want a duration such as 300us", name, v)
+	}
+	return d, nil
+}

@@ -42,6 +42,13 @@ const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
 // step they wait through each GPU piece (~70 µs) between layer tasks.
 const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
 
+// SpinWaitEnv names the environment variable that sets how long the CPU
+// expert engine's threads spin before they sleep (cpuexperts.Config.SpinWait;
+// a Go duration): a gap between two tasks longer than it (the lm head and
+// the sampler between two decode steps) costs the next task a futex wake-up
+// of every thread.
+const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
+
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
 // backend is not the CPU and Opts.Experts names a CPU expert method (what
