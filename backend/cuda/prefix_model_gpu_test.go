@@ -24,16 +24,7 @@ import (
 func TestPrefixCacheModel(t *testing.T) {
 	for _, fx := range []string{"qwen3moe-a", "qwen3next-a", "qwen35moe-b"} {
 		t.Run(fx, func(t *testing.T) {
-			g, err := cuda.NewBackendOn(gpu(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
-			if err != nil {
-				g.Close()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close(); g.Close() })
+			r := loadPrefixModel(t, fx)
 			pc, ok := r.(model.PrefixCache)
 			if !ok {
 				t.Fatalf("%T does not implement model.PrefixCache", r)
@@ -106,16 +97,7 @@ func TestPrefixBranchModel(t *testing.T) {
 	for _, fx := range []string{"qwen3moe-a", "qwen35moe-b"} {
 		t.Run(fx, func(t *testing.T) {
 			hybrid := fx != "qwen3moe-a"
-			g, err := cuda.NewBackendOn(gpu(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
-			if err != nil {
-				g.Close()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close(); g.Close() })
+			r := loadPrefixModel(t, fx)
 			pb, ok := r.(model.PrefixBrancher)
 			if !ok {
 				t.Fatalf("%T does not implement model.PrefixBrancher", r)
@@ -175,4 +157,21 @@ func TestPrefixBranchModel(t *testing.T) {
 			check(2, c, 32, 0)
 		})
 	}
+}
+
+// loadPrefixModel loads fixture fx on the GPU with room for 4 sequences and
+// 2 kept state snapshots, closed when the test ends.
+func loadPrefixModel(t *testing.T, fx string) model.Runner {
+	t.Helper()
+	g, err := cuda.NewBackendOn(gpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); g.Close() })
+	return r
 }

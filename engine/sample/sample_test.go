@@ -177,11 +177,7 @@ func TestLogSoftmax(t *testing.T) {
 // TestNucleusAllMatchesSort checks the bucketed nucleus against a full sort:
 // the same set of tokens for many distributions and top-p values.
 func TestNucleusAllMatchesSort(t *testing.T) {
-	x := uint64(7)
-	next := func() float64 {
-		x = x*6364136223846793005 + 1442695040888963407
-		return float64(x>>11) / (1 << 53)
-	}
+	next := uniform(7)
 	for trial := 0; trial < 60; trial++ {
 		n := 1 + int(next()*3000)
 		w := make([]float32, n)
@@ -318,11 +314,7 @@ func benchSettings(b *testing.B, row []float32) {
 // magnitude; a row without mass gives -1, and a point that rounding puts
 // past every block gives the last index with mass, as draw does.
 func TestDrawBlocksMatchesDraw(t *testing.T) {
-	x := uint64(3)
-	next := func() float64 {
-		x = x*6364136223846793005 + 1442695040888963407
-		return float64(x>>11) / (1 << 53)
-	}
+	next := uniform(3)
 	for _, n := range []int{1, 255, 256, 257, 1000, 151936} {
 		for _, kind := range []string{"flat", "peaked", "sparse"} {
 			w := make([]float32, n)
@@ -380,11 +372,7 @@ func TestDrawBlocksMatchesDraw(t *testing.T) {
 // included, on probability rows (maximum 1) with ties at the k-th value,
 // underflowed zeros and fewer values above each threshold than k.
 func TestTopKMatchesLargest(t *testing.T) {
-	x := uint64(5)
-	next := func() float64 {
-		x = x*6364136223846793005 + 1442695040888963407
-		return float64(x>>11) / (1 << 53)
-	}
+	next := uniform(5)
 	var sm Sampler
 	for trial := range 80 {
 		n := 1 + int(next()*5000)
@@ -412,11 +400,7 @@ func TestTopKMatchesLargest(t *testing.T) {
 // TestNucleusDrawMatchesDraw: drawing from an implicit top-p set picks what
 // draw picks from the listed set with the same uniform point.
 func TestNucleusDrawMatchesDraw(t *testing.T) {
-	x := uint64(13)
-	next := func() float64 {
-		x = x*6364136223846793005 + 1442695040888963407
-		return float64(x>>11) / (1 << 53)
-	}
+	next := uniform(13)
 	var sm Sampler
 	for trial := range 30 {
 		n := 100 + int(next()*20000)
@@ -441,5 +425,15 @@ func TestNucleusDrawMatchesDraw(t *testing.T) {
 				t.Fatalf("trial %d seed %d: implicit set drew %d, listed set %d", trial, seed, a, b)
 			}
 		}
+	}
+}
+
+// uniform returns a deterministic stream of uniform draws in [0, 1) from
+// seed (a 64-bit LCG), for the tests' random rows.
+func uniform(seed uint64) func() float64 {
+	x := seed
+	return func() float64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return float64(x>>11) / (1 << 53)
 	}
 }
