@@ -20,9 +20,15 @@ import (
 // the CPU backend, with the byte-level test tokenizer and ChatML template)
 // with the prefix cache on, reporting cached tokens when report is set.
 func newFixtureServer(t *testing.T, report bool) (*openai.Client, *httptest.Server, *engine.Engine) {
+	return newFixtureServerOf(t, "qwen3moe-a", report)
+}
+
+// newFixtureServerOf is newFixtureServer on another fixture (with up to 4
+// kept recurrent-state snapshots where the model has linear attention).
+func newFixtureServerOf(t *testing.T, fixture string, report bool) (*openai.Client, *httptest.Server, *engine.Engine) {
 	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2})
-	r, err := models.Load(fixtures.Dir("qwen3moe-a"), models.Options{MaxSeqs: 4, MaxTotalTokens: 4096, MaxBatchTokens: 512, PageSize: 16, Backend: be})
+	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: 4096, MaxBatchTokens: 512, PageSize: 16, Backend: be, PrefixSnapshots: 4})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)
@@ -110,6 +116,40 @@ func TestCachedTokensInUsage(t *testing.T) {
 	code, body = ts.get(t, "/get_server_info")
 	if code != 200 || !strings.Contains(string(body), `"radix_cache":true`) {
 		t.Fatalf("/get_server_info: %d %s", code, body)
+	}
+}
+
+// TestCachedTokensSharedSystemPromptHybrid: on a Qwen3.5 hybrid (Gated
+// DeltaNet layers, whose state is kept only at snapshots), chat requests
+// that share a system prompt: the first caches nothing reusable for the
+// others, the second stops its prefill where it leaves the first's pages
+// (a branch point) and keeps the state there, and the third is served the
+// system turn's whole pages from the cache (go-openai over HTTP).
+func TestCachedTokensSharedSystemPromptHybrid(t *testing.T) {
+	client, _, e := newFixtureServerOf(t, "qwen35moe-b", true)
+	system := strings.Repeat("You are a careful assistant who answers briefly. ", 4)
+	ask := func(user string) int {
+		t.Helper()
+		resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+			Model: modelName, MaxTokens: 4,
+			Messages: []openai.ChatCompletionMessage{{Role: "system", Content: system}, {Role: "user", Content: user}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Usage.PromptTokensDetails == nil {
+			t.Fatalf("no prompt_tokens_details in %+v", resp.Usage)
+		}
+		return resp.Usage.PromptTokensDetails.CachedTokens
+	}
+	shared := len(fakemodel.Tokenizer{}.Encode("<|im_start|>system\n"+system+"<|im_end|>\n<|im_start|>user\n")) / 16 * 16
+	for i, want := range []int{0, 0, shared, shared} {
+		if got := ask([]string{"What is two plus two?", "Name a colour.", "Say hello.", "Count to three."}[i]); got != want {
+			t.Fatalf("request %d: %d cached tokens, want %d", i+1, got, want)
+		}
+	}
+	if st := e.Stats(); st.PrefixBranches != 1 {
+		t.Errorf("%d prefills stopped at a branch point, want 1", st.PrefixBranches)
 	}
 }
 

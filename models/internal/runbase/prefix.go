@@ -132,7 +132,8 @@ func (b *Base) MatchPrefixBranch(slot, adapter int, tokens []int32) (int, int, e
 
 // CachePrefix implements model.PrefixCache: the slot's full pages of
 // tokens (its first Len tokens) go into the tree; with recurrent state,
-// the pages up to its rolling snapshot, with a kept copy of it. A running
+// with a kept copy of its rolling snapshot on the page it covers (the
+// pages past it stay as a path without a state). A running
 // slot may call it too (the engine does at a branch point, right after the
 // step that ended there); its pages stay its own as well.
 func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
@@ -144,20 +145,33 @@ func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
 	}
 	p, ps := &b.pfx, b.Pool.PageSize()
 	n := min(len(tokens), b.Pool.Len(slot)) / ps * ps
-	snap := radix.NoSnapshot
+	if n == 0 {
+		return nil
+	}
+	pages := b.Pool.Pages(slot)
+	at := n // where the state snapshot goes (with recurrent state: the rolling one's position)
 	if p.st != nil {
-		n = min(n, p.rolled[slot])
-		if n == 0 {
+		at = min(n, p.rolled[slot])
+		if at < n {
+			// the pages past the snapshot: no sequence resumes inside
+			// them, but a later prompt that shares them and then leaves
+			// them finds its branch point there (MatchPrefixBranch)
+			if _, err := p.tree.Insert(adapter, tokens[:n], pages[:n/ps], radix.NoSnapshot); err != nil {
+				return fmt.Errorf("%s: prefix cache: %w", b.Name, err)
+			}
+		}
+		if at == 0 {
 			return nil
 		}
-		if m := p.tree.Match(adapter, tokens[:n], n, true); m.Tokens == n {
-			snap = radix.NoSnapshot // the same state is kept already
-		} else {
+	}
+	snap := radix.NoSnapshot
+	if p.st != nil {
+		if m := p.tree.Match(adapter, tokens[:at], at, true); m.Tokens < at {
 			if len(p.snapFree) == 0 {
 				p.tree.DropSnapshot()
 			}
 			if len(p.snapFree) == 0 {
-				return nil // every snapshot is in use by a match being set up; keep nothing
+				return nil // every snapshot is in use by a match being set up; keep nothing more
 			}
 			snap = p.snapFree[len(p.snapFree)-1]
 			p.snapFree = p.snapFree[:len(p.snapFree)-1]
@@ -165,12 +179,9 @@ func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
 				p.snapFree = append(p.snapFree, snap)
 				return fmt.Errorf("%s: prefix cache: keeping the state snapshot: %w", b.Name, err)
 			}
-		}
+		} // else the same state is kept already
 	}
-	if n == 0 {
-		return nil
-	}
-	kept, err := p.tree.Insert(adapter, tokens[:n], b.Pool.Pages(slot)[:n/ps], snap)
+	kept, err := p.tree.Insert(adapter, tokens[:at], pages[:at/ps], snap)
 	if err != nil {
 		return fmt.Errorf("%s: prefix cache: %w", b.Name, err)
 	}
