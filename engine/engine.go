@@ -597,7 +597,7 @@ func (e *Engine) matchPrefix(s *seq, slot int) (n, branch int, err error) {
 // recurrent state there, once a prefill chunk ended on it.
 func (e *Engine) cacheBranch(s *seq) {
 	if s.computed == s.branch {
-		if err := e.pc.CachePrefix(s.slot, s.req.Adapter, s.tokens[:s.computed]); err != nil {
+		if err := e.pb.CacheBranch(s.slot, s.req.Adapter, s.tokens[:s.computed]); err != nil {
 			e.log.Warn("prefix cache: keeping a shared prefix's state failed", "id", s.req.ID, "err", err)
 		} else {
 			e.st.PrefixBranches++

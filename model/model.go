@@ -128,7 +128,7 @@ type PrefixCache interface {
 // pages may cover more of the prompt than that (a shared system prompt
 // followed by different messages: each earlier sequence kept its state
 // only at its own end). The caller then ends a prefill chunk exactly at
-// the branch point and calls CachePrefix with the tokens up to it right
+// the branch point and calls CacheBranch with the tokens up to it right
 // after that step, before the slot moves on, so that the state there is
 // kept and later sequences sharing the prefix resume at it.
 type PrefixBrancher interface {
@@ -136,4 +136,8 @@ type PrefixBrancher interface {
 	// point: the end of the cached pages of tokens (whole pages, at most
 	// len(tokens)-1 tokens) where that is beyond the match, else 0.
 	MatchPrefixBranch(slot, adapter int, tokens []int32) (n, branch int, err error)
+	// CacheBranch is CachePrefix for a running slot that just reached its
+	// branch point: the state kept there serves every later sequence with
+	// the prefix, so the cache gives it up after the others.
+	CacheBranch(slot, adapter int, tokens []int32) error
 }

@@ -133,7 +133,7 @@ func TestPrefixBranchModel(t *testing.T) {
 				run.pos[slot] = m
 				if br > 0 {
 					run.forward(t, slot, prompt[m:br], false)
-					if err := pc.CachePrefix(slot, 0, prompt[:br]); err != nil {
+					if err := pb.CacheBranch(slot, 0, prompt[:br]); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -46,7 +46,8 @@ type node struct {
 	children map[string]*node
 	key      string // the page's tokens, encoded
 	page     int32
-	snap     int // recurrent-state snapshot id after this page, or NoSnapshot
+	snap     int  // recurrent-state snapshot id after this page, or NoSnapshot
+	shared   bool // snap is at a branch point several sequences pass (Share)
 	last     uint64
 }
 
@@ -192,13 +193,33 @@ func (t *Tree) Evict(n int) int {
 	return freed
 }
 
+// Share marks the snapshot at the end of tokens' whole pages under adapter
+// (if that node has one) as shared: a branch point where sequences that
+// share the prefix before it part. DropSnapshot gives shared snapshots up
+// only when no other is left, since each serves every later sequence with
+// the prefix, where the snapshot at a sequence's own end serves only its
+// continuation.
+func (t *Tree) Share(adapter int, tokens []int32) {
+	n := t.roots[adapter]
+	for pos := 0; n != nil && pos+t.ps <= len(tokens); pos += t.ps {
+		n = n.children[t.key(tokens[pos:pos+t.ps])]
+	}
+	if n != nil && n.snap != NoSnapshot {
+		n.shared = true
+	}
+}
+
 // DropSnapshot lets go of the least recently used snapshot (its pages
-// stay) to make room for a new one. It reports whether there was one.
+// stay) to make room for a new one, unshared ones first (Share). It
+// reports whether there was one.
 func (t *Tree) DropSnapshot() bool {
 	var old *node
 	for _, r := range t.roots {
 		t.walk(r, func(c *node) {
-			if c.snap != NoSnapshot && (old == nil || c.last < old.last) {
+			if c.snap == NoSnapshot {
+				return
+			}
+			if old == nil || old.shared && !c.shared || old.shared == c.shared && c.last < old.last {
 				old = c
 			}
 		})
@@ -229,7 +250,7 @@ func (t *Tree) releaseSnap(c *node) {
 	if t.dropSnap != nil {
 		t.dropSnap(c.snap)
 	}
-	c.snap = NoSnapshot
+	c.snap, c.shared = NoSnapshot, false
 	t.snaps--
 }
 

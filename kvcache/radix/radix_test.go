@@ -263,3 +263,37 @@ func TestRandomOpsKeepInvariants(t *testing.T) {
 		t.Fatalf("%d evictions and %d hits: the run does not exercise the cache", evictions, hits)
 	}
 }
+
+// TestDropSnapshotKeepsShared: DropSnapshot gives up the least recently
+// used unshared snapshot before any shared one (a branch point), however
+// old the shared one is; with only shared ones left, the least recently
+// used of those.
+func TestDropSnapshotKeepsShared(t *testing.T) {
+	p, err := kvcache.New(16, 4, 4) // 4 pages of 4 tokens
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped []int
+	tr := New(p, func(id int) { dropped = append(dropped, id) })
+	seqs := [][]int32{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}}
+	for i, x := range seqs {
+		if err := p.Reserve(0, 4); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Advance(0, 4)
+		if _, err := tr.Insert(0, x, p.Pages(0), 10+i); err != nil {
+			t.Fatal(err)
+		}
+		p.Free(0)
+	}
+	tr.Share(0, seqs[0])                 // the oldest becomes a branch point
+	tr.Share(0, []int32{42, 42, 42, 42}) // not cached: nothing happens
+	for _, want := range [][]int{{11}, {11, 12}, {11, 12, 10}} {
+		if !tr.DropSnapshot() || !slices.Equal(dropped, want) {
+			t.Fatalf("dropped %v, want %v", dropped, want)
+		}
+	}
+	if tr.DropSnapshot() || tr.Snapshots() != 0 {
+		t.Fatalf("%d snapshots left", tr.Snapshots())
+	}
+}

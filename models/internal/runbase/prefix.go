@@ -191,6 +191,19 @@ func (b *Base) CachePrefix(slot, adapter int, tokens []int32) error {
 	return nil
 }
 
+// CacheBranch implements model.PrefixBrancher: CachePrefix, with the
+// snapshot it keeps at the end of tokens' whole pages marked shared, so
+// that it outlives the snapshots kept at sequences' ends.
+func (b *Base) CacheBranch(slot, adapter int, tokens []int32) error {
+	if err := b.CachePrefix(slot, adapter, tokens); err != nil {
+		return err
+	}
+	if b.pfx.st != nil {
+		b.pfx.tree.Share(adapter, tokens[:len(tokens)/b.Pool.PageSize()*b.Pool.PageSize()])
+	}
+	return nil
+}
+
 // FlushPrefixCache implements model.PrefixCache.
 func (b *Base) FlushPrefixCache() { b.pfx.tree.Flush() }
 
@@ -212,6 +225,11 @@ func (p Prefix) MatchPrefix(slot, adapter int, tokens []int32) (int, error) {
 // MatchPrefixBranch implements model.PrefixBrancher.
 func (p Prefix) MatchPrefixBranch(slot, adapter int, tokens []int32) (int, int, error) {
 	return p.b.MatchPrefixBranch(slot, adapter, tokens)
+}
+
+// CacheBranch implements model.PrefixBrancher.
+func (p Prefix) CacheBranch(slot, adapter int, tokens []int32) error {
+	return p.b.CacheBranch(slot, adapter, tokens)
 }
 
 // CachePrefix implements model.PrefixCache.
