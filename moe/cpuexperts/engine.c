@@ -35,7 +35,7 @@
 #include "kt_internal.h"
 
 #define QCAP 64
-#define SPIN_NS 1500000     // default spin budget before sleeping (kt_engine_config.spin_ns; Go: DefaultSpinWait)
+#define SPIN_NS 500000      // default spin budget before sleeping (kt_engine_config.spin_ns; Go: DefaultSpinWait)
 #define SPIN_PURE_NS 30000  // the first part of a spin only pauses
 #define SYNC_SPIN_NS 5000000  // kt_sync spins this much longer
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)

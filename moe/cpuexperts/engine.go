@@ -387,13 +387,20 @@ const DefaultAMXPrefetchTiles = 2
 const DefaultAMXPrefetch = 1
 
 // DefaultSpinWait is the default Config.SpinWait: longer than the gap
-// between two layers' tasks in a hybrid decode step (~0.2-0.4 ms) and than
-// the gap between two decode steps with a sampled token (the lm head, the
-// read-back and the sampler: ~0.55 ms), so that the workers are awake when
-// the next task comes. At 0.5 ms a sampled step's first MoE layer took
-// 188-242 µs against ~140 for the others (every thread woken from a futex);
-// at 1.5 ms 136 µs, and sampled decode 5-15 % faster (session 11, call 10).
-const DefaultSpinWait = 1500 * time.Microsecond
+// between two layers' tasks in a hybrid decode step (~0.2-0.4 ms), so that
+// the workers are awake when the next one comes. The hybrid step asks for
+// more (HybridSpinWait); where the rest of the model runs on the CPU, a
+// spinning worker would take time from the backend's own threads.
+const DefaultSpinWait = 500 * time.Microsecond
+
+// HybridSpinWait is the Config.SpinWait of the hybrid step (the rest of the
+// model on a GPU, nothing else on the workers' cores): longer than the gap
+// between two decode steps with a sampled token (the lm head, the read-back
+// and the sampler: ~0.55 ms). At 0.5 ms a sampled step's first MoE layer
+// took 188-242 µs against ~140 for the others (every thread woken from a
+// futex); at 1.5 ms 136 µs, and sampled decode 5-15 % faster (session 11,
+// call 10).
+const HybridSpinWait = 1500 * time.Microsecond
 
 // DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
 const DefaultDecodeHeadPrefetch = -1

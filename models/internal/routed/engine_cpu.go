@@ -100,6 +100,9 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if err != nil {
 		return nil, err
 	}
+	if spinWait == 0 && !isCPU {
+		spinWait = cpuexperts.HybridSpinWait // nothing else runs on the workers' cores
+	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,

@@ -44,9 +44,10 @@ const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
 
 // SpinWaitEnv names the environment variable that sets how long the CPU
 // expert engine's threads spin before they sleep (cpuexperts.Config.SpinWait;
-// a Go duration): a gap between two tasks longer than it (the lm head and
-// the sampler between two decode steps) costs the next task a futex wake-up
-// of every thread.
+// a Go duration; default cpuexperts.HybridSpinWait in the hybrid step,
+// DefaultSpinWait with the rest of the model on the CPU): a gap between two
+// tasks longer than it (the lm head and the sampler between two decode
+// steps) costs the next task a futex wake-up of every thread.
 const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
 
 // Hybrid reports whether rb's model runs its routed experts on the CPU
