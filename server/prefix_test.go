@@ -46,21 +46,25 @@ func newFixtureServerOf(t *testing.T, fixture string, report bool) (*openai.Clie
 	return client, hs, e
 }
 
+// askWithSystem sends a 4-token chat completion of a system and a user
+// message and returns its usage.
+func askWithSystem(t *testing.T, client *openai.Client, system, user string) openai.Usage {
+	t.Helper()
+	resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+		Model: modelName, MaxTokens: 4,
+		Messages: []openai.ChatCompletionMessage{{Role: "system", Content: system}, {Role: "user", Content: user}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Usage
+}
+
 func TestCachedTokensInUsage(t *testing.T) {
 	client, hs, _ := newFixtureServer(t, true)
 	ts := &testServer{url: hs.URL}
 	system := strings.Repeat("You are a careful assistant who answers briefly. ", 4) // ~200 byte tokens
-	ask := func(user string) openai.Usage {
-		t.Helper()
-		resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
-			Model: modelName, MaxTokens: 4,
-			Messages: []openai.ChatCompletionMessage{{Role: "system", Content: system}, {Role: "user", Content: user}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Usage
-	}
+	ask := func(user string) openai.Usage { t.Helper(); return askWithSystem(t, client, system, user) }
 	u1 := ask("What is two plus two?")
 	if u1.PromptTokensDetails == nil || u1.PromptTokensDetails.CachedTokens != 0 {
 		t.Fatalf("first request: prompt_tokens_details %+v, want cached_tokens 0", u1.PromptTokensDetails)
@@ -130,17 +134,11 @@ func TestCachedTokensSharedSystemPromptHybrid(t *testing.T) {
 	system := strings.Repeat("You are a careful assistant who answers briefly. ", 4)
 	ask := func(user string) int {
 		t.Helper()
-		resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
-			Model: modelName, MaxTokens: 4,
-			Messages: []openai.ChatCompletionMessage{{Role: "system", Content: system}, {Role: "user", Content: user}},
-		})
-		if err != nil {
-			t.Fatal(err)
+		u := askWithSystem(t, client, system, user)
+		if u.PromptTokensDetails == nil {
+			t.Fatalf("no prompt_tokens_details in %+v", u)
 		}
-		if resp.Usage.PromptTokensDetails == nil {
-			t.Fatalf("no prompt_tokens_details in %+v", resp.Usage)
-		}
-		return resp.Usage.PromptTokensDetails.CachedTokens
+		return u.PromptTokensDetails.CachedTokens
 	}
 	shared := len(fakemodel.Tokenizer{}.Encode("<|im_start|>system\n"+system+"<|im_end|>\n<|im_start|>user\n")) / 16 * 16
 	for i, want := range []int{0, 0, shared, shared} {
