@@ -41,7 +41,7 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Result is one line of the report.
 type Result struct {
-	Section string `json:"section"` // "cpu", "memory", "gpu", "model"
+	Section string `json:"section"` // "cpu", "memory", "gpu", "model", "perf"
 	Name    string `json:"name"`    // stable identifier, e.g. "cpu.isa"
 	Status  Status `json:"status"`
 	Detail  string `json:"detail"`         // what was found
@@ -58,6 +58,11 @@ type Env struct {
 	// AMXGranted is set by the AMX check (which requests the grant) and
 	// read by later checks.
 	AMXGranted bool
+	// Measure adds the measurements (perf.*): memory read bandwidth, the
+	// AMX tile rate and, with ModelPath, the decode bound they give.
+	Measure bool
+
+	readGBps float64 // set by perf.read for perf.decode
 
 	model *modelState // loaded on first use by the model checks
 }
@@ -75,6 +80,7 @@ func Checks() []Check {
 	cs = append(cs, memoryChecks()...)
 	cs = append(cs, gpuChecks()...)
 	cs = append(cs, modelChecks()...)
+	cs = append(cs, perfChecks()...)
 	return cs
 }
 

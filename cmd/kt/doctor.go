@@ -16,7 +16,7 @@ var errChecksFailed = errors.New("doctor: some checks failed")
 
 func newDoctorCmd() *cobra.Command {
 	var modelPath string
-	var asJSON bool
+	var asJSON, measure bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check this machine (and optionally a model directory) for serving with kt",
@@ -24,10 +24,14 @@ func newDoctorCmd() *cobra.Command {
 NUMA nodes), memory (RAM, cgroup limit, transparent huge pages) and GPUs, each
 as a pass/warn/fail line with a hint. With --model-path it also checks the
 model directory: config.json, every tensor the config implies, disk space and
-whether the routed experts fit in RAM. It exits with status 1 if any check fails.`,
+whether the routed experts fit in RAM. With --measure it also measures the
+memory read bandwidth (the bound of CPU decode), the AMX tile rate (the bound
+of the AMX prefill) and, with --model-path, the decode rate the bandwidth
+allows for the model's routed experts in each CPU format (a few seconds). It
+exits with status 1 if any check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env := &doctor.Env{Sys: sysinfo.Detect(), ModelPath: modelPath}
+			env := &doctor.Env{Sys: sysinfo.Detect(), ModelPath: modelPath, Measure: measure}
 			results := doctor.Run(env, doctor.Checks())
 			w := cmd.OutOrStdout()
 			var err error
@@ -47,5 +51,6 @@ whether the routed experts fit in RAM. It exits with status 1 if any check fails
 	}
 	cmd.Flags().StringVar(&modelPath, "model-path", "", "also check this model directory (config.json + safetensors)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	cmd.Flags().BoolVar(&measure, "measure", false, "also measure memory read bandwidth, the AMX tile rate and (with --model-path) the decode bound")
 	return cmd
 }

@@ -1,0 +1,129 @@
+//go:build linux && amd64 && cgo
+
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ktserve/kt/internal/units"
+	"github.com/ktserve/kt/moe/cpuexperts"
+)
+
+// perfChecks measure the machine (kt doctor --measure): the memory read
+// bandwidth that bounds CPU decode, the AMX tile rate that bounds the AMX
+// prefill, and with a model the decode bound its routed experts give.
+func perfChecks() []Check {
+	return []Check{
+		{"perf.read", checkReadBandwidth},
+		{"perf.amx", checkTileRate},
+		{"perf.decode", checkDecodeBound},
+	}
+}
+
+// perfSamples is the number of samples each measurement takes (the median
+// is reported: a shared machine's rates move from second to second).
+const perfSamples = 5
+
+// readProbeBytes is the read probe's buffer: far larger than any last-level
+// cache.
+const readProbeBytes = 1 << 30
+
+func perfResult(name string) Result { return Result{Section: "perf", Name: name} }
+
+func checkReadBandwidth(env *Env) []Result {
+	if !env.Measure {
+		return nil
+	}
+	r := perfResult("perf.read")
+	threads := cpuexperts.PhysicalCores()
+	p, err := cpuexperts.NewReadProbe(readProbeBytes, threads)
+	if err != nil {
+		r.Status, r.Detail = Warn, "read probe: "+oneLine(err)
+		return []Result{r}
+	}
+	defer p.Close()
+	for range perfSamples {
+		if _, err := p.Sample(2); err != nil {
+			r.Status, r.Detail = Warn, "read probe: "+oneLine(err)
+			return []Result{r}
+		}
+	}
+	smp := p.Samples()
+	env.readGBps = p.Median() / 1e9
+	r.Detail = fmt.Sprintf("memory read %.1f GB/s (median of %d samples, %.1f-%.1f; %d threads over %s): the bound of CPU decode, which streams the routed experts' weights",
+		env.readGBps, len(smp), slices.Min(smp)/1e9, slices.Max(smp)/1e9, threads, GiB(readProbeBytes))
+	r.Data = map[string]any{"read_gbps": env.readGBps, "threads": threads}
+	return []Result{r}
+}
+
+func checkTileRate(env *Env) []Result {
+	if !env.Measure || !cpuexperts.DetectFeatures().AMX {
+		return nil // cpu.amx says why there is none
+	}
+	r := perfResult("perf.amx")
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: cpuexperts.PhysicalCores()})
+	if err != nil {
+		r.Status, r.Detail = Warn, "tile probe: "+oneLine(err)
+		return []Result{r}
+	}
+	cpus := e.CPUs()
+	e.Close()
+	p, err := cpuexperts.NewTileProbe(cpus)
+	if err != nil {
+		r.Status, r.Detail = Warn, oneLine(err)
+		r.Hint = "the OS must grant the AMX tile state (Linux 5.16 or later); kt uses the AVX-512 kernels meanwhile"
+		return []Result{r}
+	}
+	for range perfSamples {
+		for _, i8 := range []bool{false, true} {
+			if _, err := p.Sample(i8); err != nil {
+				r.Status, r.Detail = Warn, oneLine(err)
+				return []Result{r}
+			}
+		}
+	}
+	bf, i8 := p.Median(false), p.Median(true)
+	r.Detail = fmt.Sprintf("AMX tiles on %d cores: bf16 %.1f TFLOPS, int8 %.1f TOPS (medians of %d; the 2x2 tile block with operands reloaded from L1, the ceiling of the AMX prefill kernels)",
+		len(cpus), bf, i8, perfSamples)
+	r.Data = map[string]any{"bf16_tflops": bf, "int8_tops": i8, "cores": len(cpus)}
+	if bf < 0.5*float64(len(cpus)) {
+		r.Status = Warn
+		r.Hint = "under 0.5 TFLOPS per core: the cores share their tile units with other work (hyperthread siblings, other tenants of a VM); prefill runs slower than on dedicated cores"
+	}
+	return []Result{r}
+}
+
+// decodeMethods are the CPU expert formats whose decode bound perf.decode
+// states.
+var decodeMethods = []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8, cpuexperts.AMXINT4}
+
+func checkDecodeBound(env *Env) []Result {
+	if !env.Measure || env.ModelPath == "" || env.readGBps <= 0 {
+		return nil
+	}
+	m := env.loadModel()
+	if m.cfgErr != nil || m.cfg.NumExperts == 0 {
+		return nil
+	}
+	c := m.cfg
+	r := perfResult("perf.decode")
+	H, I := float64(c.HiddenSize), float64(c.MoEIntermediateSize)
+	perExpert := func(meth cpuexperts.Method) float64 { // gate and up (K = hidden), down (K = intermediate)
+		return 2*H*I*meth.BytesPerWeight(c.HiddenSize, 0) + H*I*meth.BytesPerWeight(c.MoEIntermediateSize, 0)
+	}
+	data := map[string]any{"read_gbps": env.readGBps}
+	var parts []string
+	for _, meth := range decodeMethods {
+		bytes := float64(c.NumMoELayers()*c.TopK) * perExpert(meth)
+		tps := env.readGBps * 1e9 / bytes
+		parts = append(parts, fmt.Sprintf("%s %s -> %.0f tok/s", meth, units.Bytes(int64(bytes)), tps))
+		data[string(meth)] = map[string]any{"bytes_per_token": bytes, "tokens_per_s": tps}
+	}
+	r.Detail = fmt.Sprintf("routed experts read per token at batch 1 (%d MoE layers x top-%d), and the decode rate the measured %.1f GB/s allows with every one on the CPU: %s",
+		c.NumMoELayers(), c.TopK, env.readGBps, strings.Join(parts, ", "))
+	r.Hint = "experts on the GPU (--kt-num-gpu-experts) and deferred ones (--kt-max-deferred-experts-per-token) lift the bound; the GPU's own work adds to each step"
+	r.Data = data
+	return []Result{r}
+}
