@@ -74,6 +74,7 @@ func newMetrics(modelName string, eng *engine.Engine) *metrics {
 	gauge("sglang:gen_throughput", "The generation throughput (token/s) over the last few seconds.", func(s engine.Stats) float64 { return m.throughput(s) })
 	gauge("kt:num_preemptions", "Sequences preempted (and later recomputed) because the KV budget ran out.", func(s engine.Stats) float64 { return float64(s.Preemptions) })
 	gauge("kt:forward_steps", "Forward steps run.", func(s engine.Stats) float64 { return float64(s.Steps) })
+	gauge("kt:prefix_branches", "Prefills stopped where the prompt left cached pages, to keep the recurrent state of the shared prefix there (linear-attention models).", func(s engine.Stats) float64 { return float64(s.PrefixBranches) })
 	return m
 }
 

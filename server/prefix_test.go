@@ -130,7 +130,7 @@ func TestCachedTokensInUsage(t *testing.T) {
 // (a branch point) and keeps the state there, and the third is served the
 // system turn's whole pages from the cache (go-openai over HTTP).
 func TestCachedTokensSharedSystemPromptHybrid(t *testing.T) {
-	client, _, e := newFixtureServerOf(t, "qwen35moe-b", true)
+	client, hs, e := newFixtureServerOf(t, "qwen35moe-b", true)
 	system := strings.Repeat("You are a careful assistant who answers briefly. ", 4)
 	ask := func(user string) int {
 		t.Helper()
@@ -148,6 +148,13 @@ func TestCachedTokensSharedSystemPromptHybrid(t *testing.T) {
 	}
 	if st := e.Stats(); st.PrefixBranches != 1 {
 		t.Errorf("%d prefills stopped at a branch point, want 1", st.PrefixBranches)
+	}
+	ts := &testServer{url: hs.URL}
+	if code, body := ts.get(t, "/metrics"); code != 200 || !strings.Contains(string(body), "kt:prefix_branches{model_name=\"kt-test\"} 1\n") {
+		t.Errorf("/metrics: %d, no kt:prefix_branches 1", code)
+	}
+	if code, body := ts.get(t, "/get_server_info"); code != 200 || !strings.Contains(string(body), `"prefix_branches":1`) {
+		t.Errorf("/get_server_info: %d, no prefix_branches 1", code)
 	}
 }
 

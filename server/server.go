@@ -320,6 +320,7 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		"prompt_tokens_total": st.PromptTokens, "generation_tokens_total": st.GenerationTokens,
 		"last_step_tokens": st.LastStepTokens, "last_step_seconds": st.LastStepDuration.Seconds(),
 		"radix_cache": st.RadixCache, "cache_hit_rate": st.CacheHitRate(), "cached_tokens": st.CachedTokens,
+		"prefix_branches": st.PrefixBranches,
 	}}
 	out["eos_token_ids"] = s.eng.EOSTokenIDs()
 	out["reasoning_parser"] = s.opt.ReasoningParser
