@@ -28,6 +28,10 @@ type Params struct {
 	IgnoreEOS      bool    // keep going past an EOS token
 	ChunkSize      int     // prefill chunk (<= the runner's batch tokens); default 512
 	Slot           int     // runner slot to use (freed afterwards)
+	// NoLogprobs leaves each sampled token's Logprob 0: one pass over the
+	// vocabulary less per token (kt generate without --json prints ids
+	// only). Greedy picks still carry theirs, which cost nothing extra.
+	NoLogprobs bool
 }
 
 // TokenLogprob is a token with its log-probability.
@@ -147,7 +151,9 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		case greedy:
 			id, mx, lse, err = greedyPick(last)
 		default:
-			mx, lse = sample.LogSumExp(last)
+			if !p.NoLogprobs || p.TopLogprobs > 0 {
+				mx, lse = sample.LogSumExp(last)
+			}
 			id, err = sm.Sample(seq, last)
 		}
 		lp := func(id int32) float64 { return float64(last[id]) - mx - lse }
@@ -156,7 +162,7 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		}
 		seq.Accept(id)
 		t := Token{ID: id, Logprob: pick.Logprob}
-		if !picked {
+		if !picked && (greedy || !p.NoLogprobs) {
 			t.Logprob = lp(id)
 		}
 		if p.TopLogprobs > 0 {

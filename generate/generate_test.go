@@ -73,6 +73,20 @@ func TestSamplingDeterministicAndRestricted(t *testing.T) {
 	if !slices.Equal(a.OutputIDs(), b.OutputIDs()) {
 		t.Fatalf("same seed, different outputs: %v %v", a.OutputIDs(), b.OutputIDs())
 	}
+	// without logprobs: the same draws, no logprob
+	p.NoLogprobs = true
+	c, err := Run(r, prompt, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.OutputIDs(), c.OutputIDs()) {
+		t.Fatalf("NoLogprobs changed the draws: %v %v", c.OutputIDs(), a.OutputIDs())
+	}
+	for i, tok := range c.Output {
+		if tok.Logprob != 0 || a.Output[i].Logprob >= 0 {
+			t.Fatalf("token %d: logprob %v with NoLogprobs, %v without", i, tok.Logprob, a.Output[i].Logprob)
+		}
+	}
 	greedy, err := Run(r, prompt, Params{MaxNewTokens: 12, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)

@@ -211,6 +211,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	res, err := generate.Run(r, ids, generate.Params{
 		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
 		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,
+		NoLogprobs: !f.jsonOut, // printed only with --json
 	})
 	if err != nil {
 		return err
