@@ -63,13 +63,7 @@ func checkTileRate(env *Env) []Result {
 		return nil // cpu.amx says why there is none
 	}
 	r := perfResult("perf.amx")
-	e, err := cpuexperts.NewEngine(cpuexperts.Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: cpuexperts.PhysicalCores()})
-	if err != nil {
-		r.Status, r.Detail = Warn, "tile probe: "+oneLine(err)
-		return []Result{r}
-	}
-	cpus := e.CPUs()
-	e.Close()
+	cpus := cpuexperts.WorkerCPUs(cpuexperts.PhysicalCores())
 	p, err := cpuexperts.NewTileProbe(cpus)
 	if err != nil {
 		r.Status, r.Detail = Warn, oneLine(err)

@@ -330,7 +330,7 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 				t0 = math.Nextafter32(t0, 0)
 			}
 			sm.pre = vecmath.Above(w, t0, sm.pre)
-			ns := nucleusCut(w, sm.pre, p.TopP, total, sm)
+			ns := sm.nucleusCut(w, sm.pre, p.TopP, total)
 			if p.MinP > 0 || c != nil {
 				cand = ns.members(w, sm.pre, nil)
 			} else {
@@ -470,7 +470,7 @@ func (ns nucleusSet) draw(rng *rand.Rand, w []float32, pre []int32) int32 {
 // first, ties to the lower id) to find the last token the set takes. The
 // set is the one a full sort would give, found without listing it: on a
 // flat distribution it is most of the vocabulary.
-func nucleusCut(w []float32, pre []int32, topP, total float64, sm *Sampler) nucleusSet {
+func (sm *Sampler) nucleusCut(w []float32, pre []int32, topP, total float64) nucleusSet {
 	target := topP * total
 	var sums [1 << nucleusBits]float64
 	for _, i := range pre {
@@ -514,7 +514,7 @@ func nucleusCut(w []float32, pre []int32, topP, total float64, sm *Sampler) nucl
 }
 
 // nucleusBits is the bits of a probability's float32 representation each
-// level of nucleusAll's buckets takes: 2048 float64 sums, 16 KiB, in L1.
+// level of nucleusCut's buckets takes: 2048 float64 sums, 16 KiB, in L1.
 const nucleusBits = 11
 
 // crossing walks sums from the highest bucket down, adding each to above,

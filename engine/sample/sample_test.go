@@ -197,11 +197,11 @@ func TestNucleusAllMatchesSort(t *testing.T) {
 			total += float64(w[i])
 		}
 		var sm Sampler
-		ns := nucleusCut(w, all, topP, total, &sm)
+		ns := sm.nucleusCut(w, all, topP, total)
 		got := ns.members(w, all, nil)
 		t0 := float32((1 - topP) * total / float64(n))
 		pre := vecmath.Above(w, math.Nextafter32(t0, 0), nil)
-		if ps := nucleusCut(w, pre, topP, total, &sm); !slices.Equal(ps.members(w, pre, nil), got) {
+		if ps := sm.nucleusCut(w, pre, topP, total); !slices.Equal(ps.members(w, pre, nil), got) {
 			t.Fatalf("trial %d: prefiltered set differs from the whole row's", trial)
 		}
 		var mass float64
@@ -416,7 +416,7 @@ func TestNucleusDrawMatchesDraw(t *testing.T) {
 		}
 		topP := 0.1 + next()*0.85
 		pre := vecmath.Above(w, 0, nil)
-		ns := nucleusCut(w, pre, topP, total, &sm)
+		ns := sm.nucleusCut(w, pre, topP, total)
 		list := ns.members(w, pre, nil)
 		for seed := range uint64(100) {
 			a := ns.draw(rand.New(rand.NewPCG(seed, 3)), w, pre)

@@ -81,6 +81,11 @@ type Match struct {
 	// Snapshot is the recurrent-state snapshot at Tokens when the match
 	// asked for one (NoSnapshot otherwise).
 	Snapshot int
+	// Path is the tokens of the whole cached pages along the sequence
+	// (within the limit) before a needSnap match stops at its deepest
+	// snapshot: where it is beyond Tokens, the prompt follows cached pages
+	// that no kept state covers (a branch point).
+	Path int
 }
 
 // Match finds the longest cached prefix of tokens under adapter made of
@@ -105,6 +110,7 @@ func (t *Tree) Match(adapter int, tokens []int32, limit int, needSnap bool) Matc
 		path = append(path, c)
 		n = c
 	}
+	m.Path = len(path) * t.ps
 	if needSnap {
 		for len(path) > 0 && path[len(path)-1].snap == NoSnapshot {
 			path = path[:len(path)-1]

@@ -83,7 +83,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	cpus := workerCPUs(b, PhysicalCores())
+	cpus := WorkerCPUs(PhysicalCores())
 	type cfg struct {
 		name string
 		kn   amxKnobs
@@ -165,7 +165,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	cpus := workerCPUs(b, PhysicalCores())
+	cpus := WorkerCPUs(PhysicalCores())
 	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
 	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
 		for _, i8 := range []bool{false, true} {
@@ -199,7 +199,7 @@ func BenchmarkAMXPairs(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	cpus := workerCPUs(b, PhysicalCores())
+	cpus := WorkerCPUs(PhysicalCores())
 	sets := [][]int{cpus[:1]}
 	for _, c := range cpus[1:] {
 		sets = append(sets, []int{cpus[0], c})
@@ -231,7 +231,7 @@ func BenchmarkAMXRows(b *testing.B) {
 	if !DetectFeatures().AMX {
 		b.Skip("no AMX")
 	}
-	cpus := workerCPUs(b, PhysicalCores())
+	cpus := WorkerCPUs(PhysicalCores())
 	for _, i8 := range []bool{false, true} {
 		for _, cs := range [][]int{cpus[:1], cpus} {
 			for _, rows := range []int{16, 12, 8, 4} {
@@ -256,17 +256,6 @@ func kernelBench(b *testing.B, i8 bool, m, k int, kn amxKnobs, reps int, wbytes 
 	}
 	b.ReportMetric(tf, "TFLOPS")
 	b.ReportMetric(tf/float64(len(cpus)), "TFLOPS/core")
-}
-
-// workerCPUs returns the CPUs an engine of threads workers (0: the
-// default) pins them to, for the kernel benchmarks.
-func workerCPUs(b *testing.B, threads int) []int {
-	e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: threads})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	return e.CPUs()
 }
 
 // TestKernelBenchHarness runs the kernel benchmark's harness (threads,

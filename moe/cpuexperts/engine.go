@@ -570,6 +570,17 @@ func (e *Engine) Config() Config { return e.cfg }
 // CPUs returns the CPU each worker thread is pinned to, in pool order.
 func (e *Engine) CPUs() []int { return append([]int(nil), e.cpus...) }
 
+// WorkerCPUs is what CPUs() returns for an engine of threads workers in one
+// pool (0: DefaultThreads), without starting one: the CPUs a probe or
+// benchmark pins its threads to so that they run where the workers would.
+func WorkerCPUs(threads int) []int {
+	if threads == 0 {
+		threads = DefaultThreads()
+	}
+	cpus, _ := readTopology("/sys", allowedCPUs()).plan([]int{threads}, []int{0})
+	return cpus
+}
+
 // Sync waits for every submitted task, releases the Go memory they used and
 // returns the first error a task reported.
 func (e *Engine) Sync() error {

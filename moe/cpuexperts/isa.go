@@ -158,11 +158,16 @@ const (
 // kernels), and whether its tile products are int8 (AMXINT8, AMXINT4) or
 // bf16 (BF16, AMXBF16, FP8): the prefill choice describe names.
 func tileFormat(m Method, bits int) (i8, ok bool) {
-	if bits&isaAMX == 0 || bits&isaAMXEmu != 0 || m == INT4KGroup {
+	if !amxPrefill(m, bits) || bits&isaAMXEmu != 0 {
 		return false, false
 	}
 	return m == AMXINT8 || m == AMXINT4, true
 }
+
+// amxPrefill reports whether method m's prefill runs on the AMX tile
+// kernels (real or emulated) with these ISA bits: every method but
+// INT4_KGROUP, whose kernels are vector ones.
+func amxPrefill(m Method, bits int) bool { return bits&isaAMX != 0 && m != INT4KGroup }
 
 // Describe names the kernels a method runs with the given capability bits,
 // for logs and kt bench ("avx512-vnni decode, amx prefill").
@@ -178,7 +183,7 @@ func describe(m Method, bits int) string {
 		}
 	}
 	pf := dec
-	if bits&isaAMX != 0 && m != INT4KGroup {
+	if amxPrefill(m, bits) {
 		pf = "amx"
 		if bits&isaAMXEmu != 0 {
 			pf = "amx-emulated"

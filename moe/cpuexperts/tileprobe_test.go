@@ -3,6 +3,7 @@
 package cpuexperts
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,21 @@ func TestTileProbe(t *testing.T) {
 	}
 	if len(p.Samples(false)) != 2 || len(p.Samples(true)) != 1 || p.Median(true) != p.Samples(true)[0] || p.Cores() != 1 {
 		t.Errorf("samples bf16 %v int8 %v, cores %d", p.Samples(false), p.Samples(true), p.Cores())
+	}
+}
+
+// TestWorkerCPUs: the CPUs WorkerCPUs names are those an engine of as many
+// workers pins them to.
+func TestWorkerCPUs(t *testing.T) {
+	for _, n := range []int{0, 1, PhysicalCores(), 2 * PhysicalCores()} {
+		e, err := NewEngine(Config{MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128, Threads: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := e.CPUs()
+		e.Close()
+		if got := WorkerCPUs(n); !slices.Equal(got, want) {
+			t.Errorf("%d threads: WorkerCPUs %v, the engine's %v", n, got, want)
+		}
 	}
 }

@@ -105,10 +105,8 @@ func (b *Base) MatchPrefixBranch(slot, adapter int, tokens []int32) (int, int, e
 	p := &b.pfx
 	m := p.tree.Match(adapter, tokens, len(tokens)-1, p.st != nil)
 	branch := 0
-	if p.st != nil {
-		if path := p.tree.Match(adapter, tokens, len(tokens)-1, false); path.Tokens > m.Tokens {
-			branch = path.Tokens
-		}
+	if m.Path > m.Tokens { // only with recurrent state: a match without needSnap takes the whole path
+		branch = m.Path
 	}
 	if m.Tokens == 0 {
 		return 0, branch, nil
