@@ -85,6 +85,7 @@ package backend
 
 import (
 	"fmt"
+	"github.com/ktserve/kt/model"
 	"math"
 
 	"github.com/ktserve/kt/tensor"
@@ -166,6 +167,9 @@ type Step struct {
 	Pos     []int32 // absolute position of each row
 	Seqs    []Seq
 	OutRows []int32 // rows whose logits are wanted, in output order
+	// Draws are the picks' settings, one per output row, for a Picker
+	// (empty: every pick greedy).
+	Draws []model.Draw
 }
 
 // NumTokens is the number of rows in the step.
@@ -212,6 +216,9 @@ func (s *Step) Validate(maxTokens, pageSize, numPages int) error {
 		if r < 0 || int(r) >= n {
 			return fmt.Errorf("step output row %d outside [0,%d)", r, n)
 		}
+	}
+	if len(s.Draws) > 0 && len(s.Draws) != len(s.OutRows) {
+		return fmt.Errorf("step has %d draws for %d output rows", len(s.Draws), len(s.OutRows))
 	}
 	return nil
 }

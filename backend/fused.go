@@ -43,14 +43,16 @@ func AddRMSNorm(be Ops, h, x, t, w Tensor, eps float32, n int) {
 	be.RMSNorm(h, x, w, eps, n)
 }
 
-// Picker is implemented by backends that can make the greedy choice where
+// Picker is implemented by backends that can pick the next token where
 // the logits are, so that a decode step reads back two numbers per row
 // instead of the vocabulary.
 type Picker interface {
-	// GreedyPick writes, for each of the first rows rows of logits
-	// [rows, V], out[r] = (i, lp) as float32: i the first index of the
-	// largest value (NaNs skipped; -1 when no value is above -Inf) and lp
-	// its log-softmax, log-sum-exp taken from that maximum as
-	// sample.LogSumExp does. out is F32 [≥ rows, 2].
-	GreedyPick(out, logits Tensor, rows int)
+	// Pick writes, for each of the first rows rows of logits [rows, V],
+	// out[r] = (i, lp) as float32: i the token the step's Draws[r]
+	// (model.Draw; greedy without Draws) picks from row r — greedy: the
+	// first index of the largest value, NaNs skipped — or -1 when no value
+	// is above -Inf, and lp its log-softmax of the raw row, log-sum-exp
+	// taken from the row's maximum as sample.LogSumExp does. out is F32
+	// [≥ rows, 2].
+	Pick(out, logits Tensor, rows int)
 }

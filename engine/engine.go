@@ -153,6 +153,10 @@ type seq struct {
 	// branch is where a prefill chunk ends so that the tokens up to it are
 	// cached with the recurrent state there (model.PrefixBrancher); 0: none
 	branch int
+	// u is the uniform value taken from smp's stream for this step's draw
+	// when the chunk asked the runner to draw (model.Chunk.Draw); the host
+	// draws with it when the runner hands rows back instead. -1: none.
+	u float64
 }
 
 // New prepares an engine for r. It reads the runner's KV budget, so it must
@@ -289,6 +293,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		slot:      -1,
 		maxNew:    maxNew,
 		stops:     map[int32]bool{},
+		u:         -1,
 	}
 	s.req.Params = p
 	s.smp = sample.NewSequence(p.sampleParams(), req.Prompt, seed)
@@ -676,18 +681,32 @@ func (e *Engine) reserveDecodes(decodes []*seq) error {
 		if s.slot < 0 {
 			continue
 		}
-		e.batch.Chunks = append(e.batch.Chunks, model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:], Adapter: s.req.Adapter, PickOnly: e.pickOnly(s)})
+		ch := model.Chunk{Slot: s.slot, Pos: s.computed, Tokens: s.tokens[s.computed:], Adapter: s.req.Adapter}
+		ch.Draw, ch.PickOnly = e.pickDraw(s)
+		e.batch.Chunks = append(e.batch.Chunks, ch)
 		e.chunkSeq = append(e.chunkSeq, s)
 	}
 	return nil
 }
 
-// pickOnly reports whether s's next token is plain greedy with nothing
-// else wanted of the row (no logprobs, no stop-token ban before
-// min_new_tokens), so the runner may pick it (model.Chunk.PickOnly).
-func (e *Engine) pickOnly(s *seq) bool {
+// pickDraw reports whether the runner may pick s's next token
+// (model.Chunk.PickOnly): nothing but the token and its logprob is wanted
+// of the row (no top logprobs), and the draw has no penalty, constraint or
+// stop-token ban before min_new_tokens. A sampled draw then takes its
+// uniform value from s's stream now (s.u), so that the runner's draw and
+// the host's, should the runner hand the row back, use the value the host
+// sampler alone would have.
+func (e *Engine) pickDraw(s *seq) (model.Draw, bool) {
 	p := &s.req.Params
-	return !p.Logprobs && p.TopLogprobs == 0 && s.generated >= p.MinNewTokens && s.smp.PlainGreedy()
+	if p.TopLogprobs > 0 || s.generated < p.MinNewTokens || !s.smp.Plain() {
+		return model.Draw{}, false
+	}
+	if s.smp.PlainGreedy() {
+		return model.Draw{}, true
+	}
+	sp := s.smp.Params()
+	s.u = s.smp.Uniform()
+	return model.Draw{Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP, MinP: sp.MinP, U: s.u}, true
 }
 
 // planPrefills adds prefill chunks, oldest sequence first, within budget
@@ -801,9 +820,12 @@ func (e *Engine) step() error {
 		if picked {
 			// every chunk asked for its pick only (decode steps)
 			s.computed += len(ch.Tokens)
+			s.u = -1
 			pk := pick{s: s, done: true, tok: Token{ID: e.logits.Picks[i].ID}}
 			if pk.tok.ID < 0 {
 				pk.err = sample.ErrNoToken
+			} else if s.req.Params.Logprobs {
+				pk.tok.Logprob = float32(e.logits.Picks[i].Logprob)
 			}
 			e.pending = append(e.pending, pk)
 			continue
@@ -918,7 +940,14 @@ func (e *Engine) draw(sm *sample.Sampler, pk *pick) {
 	if s.generated < p.MinNewTokens {
 		s.smp.Ban = s.stops
 	}
-	t, err := sm.Sample(s.smp, row)
+	var t int32
+	var err error
+	if s.u >= 0 {
+		t, err = sm.SampleAt(s.smp, row, s.u) // the value the runner was handed
+		s.u = -1
+	} else {
+		t, err = sm.Sample(s.smp, row)
+	}
 	if err != nil {
 		pk.err = err
 		return

@@ -5,12 +5,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/model"
 )
 
 // pickingRunner stands for a GPU runner that picks beside the logits
-// (model.Chunk.PickOnly): when every chunk of a step asks, it returns the
-// first maximum of each row as model.Logits.Picks and no rows.
+// (model.Chunk.PickOnly): when every chunk of a step asks, it returns each
+// row's pick under the chunk's Draw (greedy or sampled, made by
+// sample.Sampler.Pick) as model.Logits.Picks and no rows.
 type pickingRunner struct {
 	model.Runner
 	picked int // steps answered with picks
@@ -26,29 +28,33 @@ func (p *pickingRunner) Forward(b *model.Batch, out *model.Logits) error {
 		}
 	}
 	out.Picks = out.Picks[:0]
-	for _, rows := range out.Rows {
-		row, best := rows[len(rows)-1], int32(-1)
-		for i, v := range row {
-			if best < 0 || v > row[best] {
-				best = int32(i)
-			}
+	var sm sample.Sampler
+	for i, rows := range out.Rows {
+		id, lp, err := sm.Pick(rows[len(rows)-1], b.Chunks[i].Draw)
+		if err != nil {
+			id = -1
 		}
-		out.Picks = append(out.Picks, model.Pick{ID: best})
+		out.Picks = append(out.Picks, model.Pick{ID: id, Logprob: float64(lp)})
 	}
 	out.Rows = out.Rows[:0]
 	p.picked++
 	return nil
 }
 
-// TestRunnerPicks serves greedy requests with and without logprobs, and a
-// sampled one, at once through a runner that picks: plain greedy decode
-// steps take the picks, and every answer equals the one without picks.
+// TestRunnerPicks serves greedy requests with and without logprobs, and
+// sampled ones, at once through a runner that picks: plain decode steps
+// take the picks, and every answer equals the one without picks (the
+// sampled ones too: the runner draws with the value the host would have).
 func TestRunnerPicks(t *testing.T) {
 	const fx = "qwen3moe-a"
 	reqs := []SamplingParams{greedy(8), lpParams(6), greedy(10)}
 	sampled := DefaultSamplingParams()
 	sampled.Temperature, sampled.Seed, sampled.MaxNewTokens = 0.7, 3, 6
-	reqs = append(reqs, sampled)
+	filtered := sampled
+	filtered.TopK, filtered.TopP, filtered.MinP, filtered.Seed, filtered.Logprobs = 40, 0.9, 0.02, 11, true
+	penalized := sampled
+	penalized.FrequencyPenalty = 0.5 // the host draws: rows, not picks
+	reqs = append(reqs, sampled, filtered, penalized)
 	for i := range reqs {
 		reqs[i].IgnoreEOS = true
 	}

@@ -128,11 +128,16 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	// none) picks what the sampler's greedy path would, without its copy
 	// of the row and its scalar scan (greedyPick)
 	greedy := p.Temperature < 1e-5 || p.TopK == 1
-	// without top logprobs a greedy decode step needs only the pick, which
-	// a GPU runner makes beside the logits (model.Chunk.PickOnly)
-	pickOnly := greedy && p.TopLogprobs == 0
+	// without top logprobs a decode step needs only the pick, which a GPU
+	// runner makes beside the logits (model.Chunk.PickOnly): greedy, or
+	// drawn (model.Chunk.Draw) with the uniform value the sequence's stream
+	// gives next, so that the host's draw, should the runner hand the row
+	// back, takes the same value (u)
+	pickOnly := p.TopLogprobs == 0 && seq.Plain()
+	sp := seq.Params()
 	var pick model.Pick // the runner's pick for the last step, if it made one (picked)
 	picked := false
+	u := -1.0 // the value taken for the last step's draw, if one was
 	var host time.Duration
 	for n := 0; n < p.MaxNewTokens; n++ {
 		th := time.Now()
@@ -154,7 +159,11 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 			if !p.NoLogprobs || p.TopLogprobs > 0 {
 				mx, lse = sample.LogSumExp(last)
 			}
-			id, err = sm.Sample(seq, last)
+			if u >= 0 {
+				id, err = sm.SampleAt(seq, last, u)
+			} else {
+				id, err = sm.Sample(seq, last)
+			}
 		}
 		lp := func(id int32) float64 { return float64(last[id]) - mx - lse }
 		if err != nil {
@@ -187,7 +196,12 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		if n > 0 { // the first token's time is not in DecodeSeconds
 			host += time.Since(th)
 		}
-		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: pos, Tokens: []int32{id}, PickOnly: pickOnly}}}
+		ch := model.Chunk{Slot: p.Slot, Pos: pos, Tokens: []int32{id}, PickOnly: pickOnly}
+		if pickOnly && !greedy {
+			u = seq.Uniform()
+			ch.Draw = model.Draw{Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP, MinP: sp.MinP, U: u}
+		}
+		b := model.Batch{Chunks: []model.Chunk{ch}}
 		if err := r.Forward(&b, &out); err != nil {
 			return nil, fmt.Errorf("generate: decode at %d: %w", pos, err)
 		}

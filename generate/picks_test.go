@@ -6,6 +6,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/models"
@@ -13,30 +14,43 @@ import (
 )
 
 // pickingCPU is the CPU backend with backend.Picker, made on the host the
-// way the sampler picks: the path a GPU runner takes (model.Chunk.PickOnly,
-// model.Logits.Picks), without a GPU.
+// way the sampler picks (sample.Sampler.Pick under the step's Draws): the
+// path a GPU runner takes (model.Chunk.PickOnly, model.Logits.Picks),
+// without a GPU.
 type pickingCPU struct {
 	*cpu.Backend
+	draws []model.Draw // the step's, from SetStep
 	calls int
+	sm    sample.Sampler
 }
 
-func (b *pickingCPU) GreedyPick(out, logits backend.Tensor, rows int) {
+func (b *pickingCPU) SetStep(s *backend.Step) error {
+	b.draws = append(b.draws[:0], s.Draws...)
+	return b.Backend.SetStep(s)
+}
+
+func (b *pickingCPU) Pick(out, logits backend.Tensor, rows int) {
 	b.calls++
 	V := logits.Shape()[1]
 	l, o := logits.(*cpu.Tensor).F32(), out.(*cpu.Tensor).F32()
 	for r := 0; r < rows; r++ {
-		id, mx, lse, err := greedyPick(l[r*V : (r+1)*V])
+		var d model.Draw
+		if r < len(b.draws) {
+			d = b.draws[r]
+		}
+		id, lp, err := b.sm.Pick(l[r*V:(r+1)*V], d)
 		if err != nil {
 			o[2*r], o[2*r+1] = -1, 0
 			continue
 		}
-		o[2*r], o[2*r+1] = float32(id), float32(float64(l[r*V+int(id)])-mx-lse)
+		o[2*r], o[2*r+1] = float32(id), lp
 	}
 }
 
-// TestRunnerPicks decodes greedily with a backend that picks beside the
-// logits: the same tokens as reading the rows, logprobs within the float32
-// the picks are stored in; and sampling or top logprobs still read rows.
+// TestRunnerPicks decodes greedily and sampled with a backend that picks
+// beside the logits: the same tokens as reading the rows (a sampled draw
+// takes the value the host's would), logprobs within the float32 the picks
+// are stored in; top logprobs still read rows.
 func TestRunnerPicks(t *testing.T) {
 	load := func(be backend.Backend) *qwen3moe.Runner {
 		r, err := qwen3moe.Load(fixtures.Dir("qwen3moe-a"), models.Options{Backend: be, Experts: "backend", MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
@@ -66,6 +80,7 @@ func TestRunnerPicks(t *testing.T) {
 		{MaxNewTokens: 12, IgnoreEOS: true},
 		{MaxNewTokens: 6, IgnoreEOS: true, TopLogprobs: 2},
 		{MaxNewTokens: 6, IgnoreEOS: true, Temperature: 0.8, Seed: 5},
+		{MaxNewTokens: 8, IgnoreEOS: true, Temperature: 0.7, TopK: 30, TopP: 0.9, Seed: 9},
 	} {
 		pb.calls = 0
 		want, err := Run(plain, prompt, p)

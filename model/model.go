@@ -33,16 +33,41 @@ type Chunk struct {
 	// Adapter is the LoRA adapter id the chunk's request asked for (0:
 	// the base model; lora.Set.Index).
 	Adapter int
-	// PickOnly says the caller needs only the greedy pick of the chunk's
-	// last row. When every chunk of a step says so, a runner that can pick
-	// where the logits are (on the GPU) returns Logits.Picks instead of the
-	// rows; others return the rows as usual.
+	// PickOnly says the caller needs only the pick of the chunk's last
+	// row: the greedy one, or the draw Draw describes. When every chunk of
+	// a step says so, a runner that can pick where the logits are (on the
+	// GPU) returns Logits.Picks instead of the rows; others return the
+	// rows as usual, and the caller draws with the same settings.
 	PickOnly bool
+	// Draw is the sampled pick's settings when PickOnly (the zero value:
+	// greedy).
+	Draw Draw
 }
 
-// Pick is a greedy choice made by the runner: the first index of the
-// largest logit of a row (NaNs skipped; -1 when the row has no value above
-// -Inf) and that token's log-softmax.
+// Draw says how a runner picks a token from a logits row in the caller's
+// stead (model.Chunk.Draw), as engine/sample's Sampler.SampleAt does for a
+// sequence with no penalty, constraint or ban: greedy when Temperature is
+// below 1e-5 or TopK is 1; otherwise the probabilities softmax(logits /
+// Temperature) are filtered (TopK > 0: the TopK most likely, ties to the
+// lower id; TopP < 1: the fewest most likely holding TopP of what is left;
+// MinP > 0: those at least MinP times the most likely) and the pick is the
+// first token, in vocabulary order over what is left, at which the running
+// probability mass exceeds U times the mass left.
+type Draw struct {
+	Temperature float64
+	TopK        int
+	TopP        float64 // 0 is read as 1 (off)
+	MinP        float64
+	U           float64 // in [0, 1): the sequence's next uniform value
+}
+
+// Greedy reports whether d is the greedy pick.
+func (d Draw) Greedy() bool { return d.Temperature < 1e-5 || d.TopK == 1 }
+
+// Pick is a choice made by the runner: for a greedy pick the first index
+// of the largest logit of a row (NaNs skipped), for a sampled one the token
+// Chunk.Draw's settings pick; -1 when the row has no value above -Inf. Logprob
+// is the token's log-softmax of the raw logits.
 type Pick struct {
 	ID      int32
 	Logprob float64

@@ -305,7 +305,12 @@ func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCac
 }
 
 // metaInts is the number of int32s the metadata regions take.
-func metaInts(capT, capS, capP int) int { return 5*capT + 5*capS + capP }
+func metaInts(capT, capS, capP int) int { return 5*capT + 5*capS + capP + pickInts*capT }
+
+// pickInts is the int32s of one output row's pick settings (rPick): the
+// kernel's struct PickParams, 32 bytes on an 8-byte boundary (the caps are
+// even, so the region starts on one).
+const pickInts = int(unsafe.Sizeof(PickParams{})) / 4
 
 // reg is the device address of metadata region i.
 func (b *Backend) reg(i int) uint64 { return b.meta.Ptr + uint64(b.regionOff(i))*4 }
@@ -322,6 +327,7 @@ const (
 	rSeqSlot
 	rPageOff
 	rPages
+	rPick // per output row: the pick's settings (PickParams)
 )
 
 // SetStep implements backend.Backend: the step's layout is checked and
@@ -383,6 +389,7 @@ func (b *Backend) SetStep(s *backend.Step) error {
 		off += len(q.Pages)
 	}
 	b.nPages = P
+	putPicks(h[b.regionOff(rPick):][:pickInts*len(s.OutRows)], s.Draws)
 	if err := b.s.CopyHtoD(b.meta, b.metaHost, 0, b.metaHost.Size); err != nil {
 		return err
 	}
@@ -396,8 +403,10 @@ func (b *Backend) regionOff(i int) int {
 		return i * b.capT
 	case i < 10:
 		return 5*b.capT + (i-5)*b.capS
+	case i == rPages:
+		return 5*b.capT + 5*b.capS
 	}
-	return 5*b.capT + 5*b.capS
+	return 5*b.capT + 5*b.capS + b.capP
 }
 
 // ensureMeta grows the metadata buffers (doubling) to hold t rows, s
@@ -410,7 +419,7 @@ func (b *Backend) ensureMeta(t, s, p int) error {
 		if want <= have {
 			return have
 		}
-		return max(want, 2*have, floor)
+		return (max(want, 2*have, floor) + 1) &^ 1 // even: rPick's 8-byte alignment
 	}
 	ct, cs, cp := grow(b.capT, t, 256), grow(b.capS, s, 16), grow(b.capP, p, 1024)
 	n := int64(metaInts(ct, cs, cp)) * 4

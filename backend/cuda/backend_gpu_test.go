@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/engine/sample"
+	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -377,7 +380,7 @@ func TestBackendOps(t *testing.T) {
 		sameBits(t, p, "AddRMSNorm norm vs Add+RMSNorm", gh, gh2, n)
 	})
 
-	t.Run("GreedyPick", func(t *testing.T) {
+	t.Run("Pick", func(t *testing.T) {
 		const V, rows = 151936, 6
 		v := p.randF32(rows*V, 3)
 		v[1*V+77], v[1*V+9000] = 50, 50 // a tie: the first wins
@@ -389,19 +392,15 @@ func TestBackendOps(t *testing.T) {
 		v[4*V+V-1] = 60 // the maximum at the last index
 		gl, _ := p.act(t, v, rows, V)
 		gp, _ := p.act(t, nil, rows, 2)
-		p.g.GreedyPick(gp, gl, rows)
+		p.g.Pick(gp, gl, rows) // stepMixed has no Draws: greedy
 		got := make([]float32, 2*rows)
 		if err := p.g.Read(got, gp, rows); err != nil {
 			t.Fatal(err)
 		}
 		for r := 0; r < rows; r++ {
 			row := v[r*V : (r+1)*V]
-			id, m := -1, float32(math.Inf(-1))
-			for i, x := range row {
-				if x > m {
-					id, m = i, x
-				}
-			}
+			id32, m := greedyArgmax(row)
+			id := int(id32)
 			lp := 0.0
 			if id >= 0 {
 				var s float64
@@ -414,6 +413,29 @@ func TestBackendOps(t *testing.T) {
 			}
 			if int(got[2*r]) != id || math.Abs(float64(got[2*r+1])-lp) > 1e-5*max(1, math.Abs(lp)) {
 				t.Errorf("row %d: pick (%v, %v), want (%d, %v)", r, got[2*r], got[2*r+1], id, lp)
+			}
+		}
+		// sampled picks: each output row's draw as SetStep put it; the
+		// step's three rows draw from rows 0, 1 and 4 of v
+		step := *testStep([3]int{0, 0, 1}, [3]int{1, 0, 1}, [3]int{2, 0, 1})
+		step.Draws = []model.Draw{{Temperature: 0.8, TopP: 0.9, U: 0.3}, {}, {Temperature: 1, TopK: 50, U: 0.71}}
+		p.setStep(t, &step)
+		defer p.setStep(t, stepMixed)
+		sv := append(append(slices.Clone(v[:2*V]), v[4*V:5*V]...), v[3*V:]...)
+		gs, _ := p.act(t, sv, rows, V)
+		p.g.Pick(gp, gs, 3)
+		if err := p.g.Read(got, gp, 3); err != nil {
+			t.Fatal(err)
+		}
+		var sm sample.Sampler
+		for r, d := range step.Draws {
+			row := sv[r*V : (r+1)*V]
+			want, _, err := sm.Pick(row, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int32(got[2*r]) != want {
+				t.Errorf("step row %d (%+v): picked %v, the host sampler %d", r, d, got[2*r], want)
 			}
 		}
 	})
@@ -940,4 +962,16 @@ func BenchmarkBackendDecodeLayerOps(b *testing.B) {
 		})
 		graph.Destroy()
 	}
+}
+
+// greedyArgmax is the first index of row's largest value (NaNs skipped;
+// -1 when none is above -Inf) and that value.
+func greedyArgmax(row []float32) (int32, float32) {
+	id, m := int32(-1), float32(math.Inf(-1))
+	for i, x := range row {
+		if x > m {
+			id, m = int32(i), x
+		}
+	}
+	return id, m
 }

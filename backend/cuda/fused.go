@@ -3,7 +3,11 @@
 package cuda
 
 import (
+	"math"
+	"unsafe"
+
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -104,19 +108,59 @@ func asTensor(x backend.Tensor) *Tensor {
 	return t
 }
 
-// GreedyPick implements backend.Picker with m_greedy_pick.
-func (b *Backend) GreedyPick(out, logits backend.Tensor, rows int) {
+// Pick implements backend.Picker with m_pick, which reads each row's
+// settings from the step's rPick region (SetStep: putPicks).
+func (b *Backend) Pick(out, logits backend.Tensor, rows int) {
 	if !b.ok() || rows <= 0 {
 		return
 	}
-	lt := b.t(logits, "GreedyPick logits")
+	lt := b.t(logits, "Pick logits")
 	if lt == nil {
 		return
 	}
 	V := lt.cols()
-	ls, os := b.f32(logits, rows*V, "GreedyPick logits"), b.f32(out, 2*rows, "GreedyPick out")
+	ls, os := b.f32(logits, rows*V, "Pick logits"), b.f32(out, 2*rows, "Pick out")
 	if ls == nil || os == nil {
 		return
 	}
-	b.check("GreedyPick", b.d.launch(b.s, "m_greedy_pick", grid1(rows), grid1(1024), 0, os.buf, ls.buf, V))
+	if rows > b.capT {
+		b.fail("Pick of %d rows past the step's %d", rows, b.capT)
+		return
+	}
+	b.check("Pick", b.d.launch(b.s, "m_pick", grid1(rows), grid1(1024), 0, os.buf, ls.buf, V, b.reg(rPick)))
+}
+
+// putPicks writes the picks' settings, one PickParams per output row,
+// into h (the rPick region): zeros (greedy) past draws or where a draw is
+// greedy.
+func putPicks(h []int32, draws []model.Draw) {
+	clear(h)
+	if len(h) < pickInts {
+		return
+	}
+	ps := unsafe.Slice((*PickParams)(unsafe.Pointer(unsafe.SliceData(h))), len(h)/pickInts)
+	for r, d := range draws {
+		if r < len(ps) {
+			ps[r] = pickParams(d)
+		}
+	}
+}
+
+// pickParams is a draw as m_pick takes it: the temperature as its float32
+// inverse and the filters as engine/sample's Sampler applies them.
+func pickParams(d model.Draw) PickParams {
+	if d.Greedy() {
+		return PickParams{}
+	}
+	p := PickParams{InvT: float32(1 / d.Temperature), TopP: 1, U: d.U}
+	if d.TopK > 0 {
+		p.TopK = int32(min(d.TopK, math.MaxInt32))
+	}
+	if d.MinP > 0 {
+		p.MinP = float32(d.MinP)
+	}
+	if d.TopP > 0 && d.TopP < 1 {
+		p.TopP = d.TopP
+	}
+	return p
 }

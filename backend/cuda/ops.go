@@ -534,25 +534,31 @@ func (d *Device) DequantFP8Block(s *Stream, out, q, scale Buffer, N, K, block in
 	return d.launch(s, "fp8_block_dequant", grid1(int((n+255)/256)), grid1(256), 0, out, q, scale, N, K, block)
 }
 
-// SampleParams are one row's sampling settings; the layout matches the
-// kernel's struct (5 × 4 bytes).
-type SampleParams struct {
-	Temperature float32 // <= 0: greedy
-	TopK        int32   // <= 0: off
-	TopP        float32 // >= 1: off
-	MinP        float32 // <= 0: off
-	U           float32 // uniform draw in [0, 1), from the request's seeded RNG
+// PickParams are one row's pick settings as m_pick reads them (32 bytes;
+// putPicks writes them from a model.Draw): the zero value is greedy.
+type PickParams struct {
+	InvT float32 // float32(1 / temperature); 0: greedy
+	TopK int32   // <= 0 or >= V: off
+	MinP float32 // <= 0: off
+	_    int32
+	TopP float64 // >= 1: off
+	U    float64 // the sequence's uniform value in [0, 1)
 }
 
-// Sample picks one token per row of logits (float32 [B, V]); params is a
-// device array of B SampleParams. tokens int32 [B], logprobs float32 [B]
-// (log-softmax of the raw logits at the token).
-func (d *Device) Sample(s *Stream, tokens, logprobs, logits, params Buffer, B, V int) error {
-	if err := need("Sample", "logits", logits, int64(B)*int64(V)*4); err != nil {
+// Pick writes out[r] = (token, its log-softmax) as float32 for each of B
+// rows of logits (float32 [B, V]) under params (a device array of B
+// PickParams; zero Buffer: every row greedy), as Backend.Pick does.
+func (d *Device) Pick(s *Stream, out, logits, params Buffer, B, V int) error {
+	if err := need("Pick", "logits", logits, int64(B)*int64(V)*4); err != nil {
 		return err
 	}
-	if err := need("Sample", "params", params, int64(B)*20); err != nil {
+	if err := need("Pick", "out", out, int64(B)*8); err != nil {
 		return err
 	}
-	return d.launch(s, "sample_f32", grid1(B), grid1(1024), 0, tokens, logprobs, logits, V, params)
+	if params.Ptr != 0 {
+		if err := need("Pick", "params", params, int64(B)*32); err != nil {
+			return err
+		}
+	}
+	return d.launch(s, "m_pick", grid1(B), grid1(1024), 0, out, logits, V, params)
 }

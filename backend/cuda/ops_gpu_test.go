@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
+	"github.com/ktserve/kt/engine/sample"
+	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -726,124 +729,150 @@ func TestExpertFFN(t *testing.T) {
 	}
 }
 
-// refSample mirrors sample_f32 in float64: it returns the candidate set,
-// the chosen token and how close the draw fell to a boundary between
-// tokens (relative to the candidate mass).
-func refSample(row []float32, p SampleParams) (tok int, cand map[int]bool, margin float64) {
-	mx := math.Inf(-1)
-	am := 0
+// refPick is the pick model.Draw describes, in float64 over the row's
+// tempered probabilities as the host sampler rounds them (float32 product
+// and difference), with margin: how close the draw, or a top-p cut, fell
+// to a boundary, relative to the mass (0: the token is ambiguous under
+// rounding).
+func refPick(row []float32, d model.Draw) (tok int, margin float64) {
+	inv := float32(1 / d.Temperature)
+	mx := float32(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v*inv)
+	}
+	p := make([]float64, len(row))
+	order := make([]int, 0, len(row))
 	for i, v := range row {
-		if float64(v) > mx {
-			mx, am = float64(v), i
+		if p[i] = math.Exp(float64(v*inv - mx)); p[i] > 0 {
+			order = append(order, i)
 		}
 	}
-	if p.Temperature <= 0 {
-		return am, map[int]bool{am: true}, 1
+	sort.SliceStable(order, func(a, b int) bool { return p[order[a]] > p[order[b]] })
+	L := len(order)
+	margin = 1
+	if d.TopK > 0 && d.TopK < L {
+		L = d.TopK
+		if float32(p[order[L-1]]) == float32(p[order[L]]) && p[order[L-1]] != p[order[L]] {
+			margin = 0 // a float32 tie the float64 values split
+		}
 	}
-	pr := make([]float64, len(row))
-	var tot float64
-	for i, v := range row {
-		pr[i] = math.Exp((float64(v) - mx) / float64(p.Temperature))
-		tot += pr[i]
-	}
-	sorted := append([]float64(nil), pr...)
-	sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
-	v := math.Max(float64(p.MinP), 0)
-	thr := 0.0
-	if p.TopK > 0 && int(p.TopK) < len(row) {
-		thr = sorted[p.TopK-1]
-	}
-	if p.TopP < 1 {
-		var m float64
-		for _, x := range sorted {
-			m += x
-			if m >= float64(p.TopP)*tot {
-				if thr == 0 || x > thr {
-					thr = x
+	if d.TopP > 0 && d.TopP < 1 {
+		var tot, cum float64
+		for _, i := range order[:L] {
+			tot += p[i]
+		}
+		target := d.TopP * tot
+		for n, i := range order[:L] {
+			cum += p[i]
+			if cum >= target {
+				if math.Abs(cum-target) < 1e-6*tot || math.Abs(cum-p[i]-target) < 1e-6*tot {
+					margin = 0
 				}
+				L = n + 1
 				break
 			}
 		}
 	}
-	if p.TopK > 0 && int(p.TopK) < len(row) && p.TopP < 1 {
-		// Both constraints: the larger threshold satisfies both only if
-		// it keeps >= k tokens and the mass; the kernel keeps the largest
-		// v satisfying both, which is the smaller of the two thresholds.
-		tk := sorted[p.TopK-1]
-		var m float64
-		tp := 0.0
-		for _, x := range sorted {
-			m += x
-			if m >= float64(p.TopP)*tot {
-				tp = x
-				break
-			}
+	if d.MinP > 0 {
+		th := float32(d.MinP)
+		n := 0
+		for n < L && float32(p[order[n]]) >= th {
+			n++
 		}
-		thr = math.Min(tk, tp)
+		L = n
 	}
-	v = math.Max(v, thr)
-	cand = map[int]bool{}
+	set := slices.Clone(order[:L])
+	slices.Sort(set)
 	var mass float64
-	for i, x := range pr {
-		if x >= v {
-			cand[i] = true
-			mass += x
-		}
+	for _, i := range set {
+		mass += p[i]
 	}
-	target := float64(p.U) * mass
+	r := d.U * mass
 	var acc float64
 	tok = -1
-	margin = 1
-	for i, x := range pr {
-		if !cand[i] {
-			continue
-		}
-		margin = math.Min(margin, math.Abs(acc-target)/mass)
-		acc += x
-		if acc > target && tok < 0 {
+	for _, i := range set {
+		margin = min(margin, math.Abs(acc-r)/mass)
+		acc += p[i]
+		if acc > r && tok < 0 {
 			tok = i
 		}
 	}
-	return tok, cand, margin
+	return tok, margin
 }
 
-func TestSample(t *testing.T) {
+// TestPick: m_pick against the host sampler (sample.Sampler.SampleAt) and
+// a float64 reference on rows of several shapes (spread, peaked, flat,
+// with many exact ties) under every filter and their combinations. A
+// token may differ only where rounding puts the draw, or a top-p cut,
+// within 1e-5 of the mass of a boundary.
+func TestPick(t *testing.T) {
 	d := testDevice(t)
 	s := testStream(t, d)
 	rng := rand.New(rand.NewPCG(10, 1))
-	const B, V = 64, 151936
+	const V = 151936
+	draws := []model.Draw{
+		{}, // greedy
+		{Temperature: 1},
+		{Temperature: 0.7, TopK: 20},
+		{Temperature: 1, TopP: 0.9},
+		{Temperature: 0.6, TopK: 40, TopP: 0.95, MinP: 0.05},
+		{Temperature: 1.3, MinP: 0.1},
+		{Temperature: 1, TopK: 1000, TopP: 0.5},
+		{Temperature: 0.8, TopP: 0.3},
+		{Temperature: 1, TopK: V - 1},
+		{Temperature: 2, TopP: 0.99, MinP: 0.001},
+		{Temperature: 0.5, TopK: 1},
+	}
+	kinds := []string{"spread", "peaked", "flat", "ties"}
+	B := len(draws) * len(kinds) * 3
 	logits := make([]float32, B*V)
-	for i := range logits {
-		logits[i] = float32(rng.NormFloat64() * 3)
-	}
-	params := make([]SampleParams, B)
-	for b := range params {
-		switch b % 4 {
-		case 0: // greedy
-		case 1:
-			params[b] = SampleParams{Temperature: 0.7, TopK: 20, TopP: 1, U: rng.Float32()}
-		case 2:
-			params[b] = SampleParams{Temperature: 1, TopP: 0.8, U: rng.Float32()}
-		case 3:
-			params[b] = SampleParams{Temperature: 0.6, TopK: 40, TopP: 0.95, MinP: 0.05, U: rng.Float32()}
+	rowDraw := make([]model.Draw, B)
+	params := make([]PickParams, B)
+	for b := range B {
+		row := logits[b*V : (b+1)*V]
+		kind := kinds[(b/len(draws))%len(kinds)]
+		for i := range row {
+			switch kind {
+			case "spread":
+				row[i] = float32(rng.NormFloat64() * 3)
+			case "peaked":
+				row[i] = float32(rng.NormFloat64())
+			case "flat":
+				row[i] = float32(rng.NormFloat64() * 0.3)
+			case "ties":
+				row[i] = float32(math.Round(rng.NormFloat64()*4)) / 2
+			}
 		}
+		if kind == "peaked" {
+			row[rng.IntN(V)] = 12
+		}
+		dr := draws[b%len(draws)]
+		dr.U = rng.Float64()
+		rowDraw[b], params[b] = dr, pickParams(dr)
 	}
-	toks := poisoned(t, d, B*4)
-	lps := poisoned(t, d, B*4)
-	if err := d.Sample(s, toks, lps, upload(t, d, logits), upload(t, d, params), B, V); err != nil {
+	out := poisoned(t, d, int64(B*8))
+	if err := d.Pick(s, out, upload(t, d, logits), upload(t, d, params), B, V); err != nil {
 		t.Fatal(err)
 	}
-	got := download[int32](t, d, s, toks, B)
-	gotLP := download[float32](t, d, s, lps, B)
-	for b := 0; b < B; b++ {
-		row := logits[b*V : (b+1)*V]
-		tok, cand, margin := refSample(row, params[b])
-		g := int(got[b])
-		if !cand[g] {
-			t.Fatalf("row %d (%+v): token %d outside the candidate set (%d candidates)", b, params[b], g, len(cand))
+	got := download[float32](t, d, s, out, 2*B)
+	var sm sample.Sampler
+	exact := 0
+	for b := range B {
+		row, dr := logits[b*V:(b+1)*V], rowDraw[b]
+		g := int(got[2*b])
+		host, _, err := sm.Pick(row, dr)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if g != tok && margin > 1e-4 {
-			t.Fatalf("row %d (%+v): token %d, want %d (draw %.3g of the mass from a boundary)", b, params[b], g, tok, margin)
+		ref, margin := int(host), 1.0
+		if !dr.Greedy() {
+			ref, margin = refPick(row, dr)
+		}
+		if g == int(host) {
+			exact++
+		}
+		if (g != int(host) || g != ref) && margin > 1e-5 {
+			t.Errorf("row %d (%s, %+v): picked %d, host sampler %d, reference %d (margin %.3g)", b, kinds[(b/len(draws))%len(kinds)], dr, g, host, ref, margin)
 		}
 		mx := math.Inf(-1)
 		for _, v := range row {
@@ -854,8 +883,29 @@ func TestSample(t *testing.T) {
 			se += math.Exp(float64(v) - mx)
 		}
 		want := float64(row[g]) - mx - math.Log(se)
-		if math.Abs(float64(gotLP[b])-want) > 1e-3 {
-			t.Fatalf("row %d: logprob %g, want %g", b, gotLP[b], want)
+		if math.Abs(float64(got[2*b+1])-want) > 1e-5*max(1, math.Abs(want)) {
+			t.Errorf("row %d: logprob %g, want %g", b, got[2*b+1], want)
+		}
+	}
+	t.Logf("%d of %d picks identical to the host sampler's", exact, B)
+	if exact < B*95/100 {
+		t.Errorf("only %d of %d picks identical to the host sampler's", exact, B)
+	}
+	// no params: every row greedy
+	if err := d.Pick(s, out, upload(t, d, logits), Buffer{}, B, V); err != nil {
+		t.Fatal(err)
+	}
+	got = download[float32](t, d, s, out, 2*B)
+	for b := range B {
+		row := logits[b*V : (b+1)*V]
+		am := 0
+		for i, v := range row {
+			if v > row[am] {
+				am = i
+			}
+		}
+		if int(got[2*b]) != am {
+			t.Fatalf("row %d greedy: picked %v, want %d", b, got[2*b], am)
 		}
 	}
 }

@@ -22,7 +22,7 @@ type miniModel struct {
 	// Fixed per-step buffers (graph replay reuses their addresses).
 	ids, pos, slot, seqLen, bt, params             Buffer
 	x, h, qkv, attn, o, rlog, rid, rw, moe, logits Buffer
-	toks, lps, ws                                  Buffer
+	toks, ws                                       Buffer
 	moeWS                                          *MoEWorkspace
 	maxPages, splits                               int
 }
@@ -53,12 +53,12 @@ func newMiniModel(t *testing.T, d *Device, seed uint64) *miniModel {
 	m.pos = upload(t, d, []int32{0})
 	m.slot = upload(t, d, []int32{0})
 	m.seqLen = upload(t, d, []int32{0})
-	m.params = upload(t, d, []SampleParams{{}})
+	m.params = upload(t, d, []PickParams{{}})
 	for _, b := range []struct {
 		p *Buffer
 		n int
 	}{{&m.x, m.H * 2}, {&m.h, m.H * 2}, {&m.qkv, qkvW * 2}, {&m.attn, m.Hq * m.D * 2}, {&m.o, m.H * 2}, {&m.rlog, m.E * 2},
-		{&m.rid, m.K * 4}, {&m.rw, m.K * 4}, {&m.moe, m.H * 2}, {&m.logits, m.V * 4}, {&m.toks, 4}, {&m.lps, 4}} {
+		{&m.rid, m.K * 4}, {&m.rw, m.K * 4}, {&m.moe, m.H * 2}, {&m.logits, m.V * 4}, {&m.toks, 8}} {
 		*b.p = poisoned(t, d, int64(b.n))
 	}
 	m.splits = 4
@@ -105,7 +105,7 @@ func (m *miniModel) step(d *Device, s *Stream) error {
 		func() error {
 			return d.Gemm(s, GemmArgs{M: 1, N: m.V, K: m.H, A: m.x, B: m.lm, D: m.logits, AType: bf, BType: bf, DType: tensor.F32})
 		},
-		func() error { return d.Sample(s, m.toks, m.lps, m.logits, m.params, 1, m.V) },
+		func() error { return d.Pick(s, m.toks, m.logits, m.params, 1, m.V) },
 	}
 	for _, f := range steps {
 		if err := f(); err != nil {
@@ -182,7 +182,7 @@ func TestGraphDecodeStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantLogits := download[float32](t, d, s, eager.logits, eager.V)
-		wantTok := download[int32](t, d, s, eager.toks, 1)[0]
+		wantTok := download[float32](t, d, s, eager.toks, 1)[0]
 		flag.Store(0)
 		if err := g.Launch(s); err != nil {
 			t.Fatal(err)
@@ -191,19 +191,19 @@ func TestGraphDecodeStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		gotLogits := download[float32](t, d, s, graphed.logits, graphed.V)
-		gotTok := HostSlice[int32](outH)[0]
+		gotTok := HostSlice[float32](outH)[0]
 		for j := range wantLogits {
 			if gotLogits[j] != wantLogits[j] {
 				t.Fatalf("step %d: logit %d = %g after graph replay, %g eager", i, j, gotLogits[j], wantLogits[j])
 			}
 		}
 		if gotTok != wantTok {
-			t.Fatalf("step %d: graph sampled %d, eager %d", i, gotTok, wantTok)
+			t.Fatalf("step %d: graph picked %v, eager %v", i, gotTok, wantTok)
 		}
 		if calls.Load() != int64(i+1) || flag.Load() != 7 {
 			t.Fatalf("step %d: host function ran %d times, flag %d", i, calls.Load(), flag.Load())
 		}
-		tok = gotTok
+		tok = int32(gotTok)
 	}
 	t.Logf("12 graph replays matched eager decode steps bit for bit; last token %d", tok)
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 
 	"github.com/ktserve/kt/internal/vecmath"
+	"github.com/ktserve/kt/model"
 )
 
 // ErrNoToken is returned when a constraint allows no token at all.
@@ -96,8 +97,47 @@ func (s *Sequence) Accept(t int32) {
 // penalty, constraint or ban. A runner may then pick in the engine's stead
 // (model.Chunk.PickOnly).
 func (s *Sequence) PlainGreedy() bool {
-	return (s.p.Temperature < 1e-5 || s.p.TopK == 1) && s.counts == nil && s.seen == nil && s.p.Constraint == nil && len(s.Ban) == 0
+	return (s.p.Temperature < 1e-5 || s.p.TopK == 1) && s.Plain()
 }
+
+// Plain reports whether the next draw depends on the logits row and one
+// uniform value only: no penalty, constraint or ban. A runner may then draw
+// in the engine's stead with that value (Uniform) and the Params' filters,
+// as SampleAt would (model.Chunk.Draw).
+func (s *Sequence) Plain() bool {
+	return s.counts == nil && s.seen == nil && s.p.Constraint == nil && len(s.Ban) == 0
+}
+
+// Pick is the pick a runner makes for d (model.Chunk.Draw) from a logits
+// row, made on the host: the token SampleAt picks for a sequence with d's
+// settings and no penalty, constraint or ban, at d.U, and its log-softmax.
+// It is the reference the GPU's picks are held to, and what test runners
+// that pick use.
+func (sm *Sampler) Pick(row []float32, d model.Draw) (int32, float32, error) {
+	topP := d.TopP
+	if !(topP > 0 && topP < 1) {
+		topP = 1
+	}
+	p := Params{Temperature: d.Temperature, TopK: d.TopK, TopP: topP, MinP: d.MinP, RepetitionPenalty: 1}
+	if d.Greedy() {
+		p.Temperature = 0
+	}
+	t, err := sm.SampleAt(&Sequence{p: p}, row, d.U)
+	if err != nil {
+		return -1, 0, err
+	}
+	mx, lse := LogSumExp(row)
+	return t, Logprob(row, t, mx, lse), nil
+}
+
+// Params returns the sequence's sampling settings.
+func (s *Sequence) Params() Params { return s.p }
+
+// Uniform takes the next value of the sequence's random stream, in [0, 1):
+// the one Sample would take for its next draw. Hand it to SampleAt (or to
+// a runner that draws in the engine's stead) so that the stream stays the
+// one Sample alone would have used.
+func (s *Sequence) Uniform() float64 { return s.rng.Float64() }
 
 // Sampler holds scratch buffers; one Sampler serves any number of
 // sequences (one at a time) and allocates only when the vocabulary grows.
@@ -230,7 +270,25 @@ const constraintTries = 32
 
 // Sample picks s's next token from a logits row (the row is not
 // modified). The caller records the pick with s.Accept.
+//
+// A sampled pick is the first token, in vocabulary order over the
+// candidate set (top-k, top-p and min-p applied to the tempered
+// probabilities), at which the running mass exceeds u times the set's
+// mass, u the next value of s's stream. Greedy picks take no value.
 func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
+	return sm.sample(s, row, -1)
+}
+
+// SampleAt is Sample with u, a value taken from s.Uniform, as the first
+// draw's uniform value (a constraint's rejected draws take further values
+// from s's stream, as Sample's do).
+func (sm *Sampler) SampleAt(s *Sequence, row []float32, u float64) (int32, error) {
+	return sm.sample(s, row, u)
+}
+
+// sample is Sample with the first draw's uniform value given (u >= 0) or
+// taken from s's stream (u < 0).
+func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) {
 	p := &s.p
 	if cap(sm.work) < len(row) {
 		sm.work = make([]float32, len(row))
@@ -311,8 +369,10 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	// maximum is 1.
 	var cand []int32
 	var nuc *nucleusSet
+	byRank := false // cand is best first, not in vocabulary order
 	if p.TopK > 0 && p.TopK < len(w) {
 		cand = slices.Clone(sm.topK(w, p.TopK)) // best first
+		byRank = true
 	}
 	if p.TopP < 1 {
 		if cand != nil {
@@ -353,15 +413,22 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 		}
 	}
 
+	if byRank {
+		slices.Sort(cand) // every draw scans its set in vocabulary order
+	}
 	for try := 0; ; try++ {
+		r := u
+		if try > 0 || r < 0 {
+			r = s.rng.Float64()
+		}
 		var t int32
 		switch {
 		case nuc != nil: // no constraint: one draw
-			t = nuc.draw(s.rng, w, sm.pre)
+			t = nuc.draw(r, w, sm.pre)
 		case cand == nil && try == 0:
-			t = drawBlocks(s.rng, w, blocks, total)
+			t = drawBlocks(r, w, blocks, total)
 		default:
-			t = draw(s.rng, w, cand) // a refused token was zeroed: the block sums are stale
+			t = draw(r, w, cand) // a refused token was zeroed: the block sums are stale
 		}
 		if t < 0 {
 			if c == nil {
@@ -440,13 +507,14 @@ func (ns nucleusSet) members(w []float32, pre, out []int32) []int32 {
 	return out
 }
 
-// draw samples a token of the set, proportionally to w, scanning pre (which
-// holds the set) in order; -1 if the set has no mass.
-func (ns nucleusSet) draw(rng *rand.Rand, w []float32, pre []int32) int32 {
+// draw samples a token of the set, proportionally to w, at the uniform
+// value u, scanning pre (which holds the set) in order; -1 if the set has
+// no mass.
+func (ns nucleusSet) draw(u float64, w []float32, pre []int32) int32 {
 	if !(ns.mass > 0) {
 		return -1
 	}
-	r := rng.Float64() * ns.mass
+	r := u * ns.mass
 	last := int32(-1)
 	for _, i := range pre {
 		if x := w[i]; x > 0 && ns.in(i, x) {
@@ -550,14 +618,14 @@ const drawBlock = 256
 
 // drawBlocks is draw over every index, given w's sums per block of
 // drawBlock and their total (vecmath.ExpShiftedBlocks): it finds the block
-// a uniform point of the total falls in, then the index within it (going
-// on past it where rounding leaves the point beyond the block's values).
-// -1 if the mass is zero.
-func drawBlocks(rng *rand.Rand, w []float32, blocks []float64, total float64) int32 {
+// the point u·total falls in, then the index within it (going on past it
+// where rounding leaves the point beyond the block's values). -1 if the
+// mass is zero.
+func drawBlocks(u float64, w []float32, blocks []float64, total float64) int32 {
 	if !(total > 0) {
 		return -1
 	}
-	r := rng.Float64() * total
+	r := u * total
 	for b, s := range blocks {
 		if r >= s {
 			r -= s
@@ -580,9 +648,10 @@ func drawBlocks(rng *rand.Rand, w []float32, blocks []float64, total float64) in
 	return -1
 }
 
-// draw samples an index proportionally to w over cand (nil: every index);
-// -1 if the mass is zero.
-func draw(rng *rand.Rand, w []float32, cand []int32) int32 {
+// draw samples an index proportionally to w over cand (nil: every index;
+// else in vocabulary order) at the uniform value u: the first index at
+// which the running mass exceeds u times the total. -1 if the mass is zero.
+func draw(u float64, w []float32, cand []int32) int32 {
 	var total float64
 	if cand == nil {
 		for _, v := range w {
@@ -596,7 +665,7 @@ func draw(rng *rand.Rand, w []float32, cand []int32) int32 {
 	if !(total > 0) {
 		return -1
 	}
-	r := rng.Float64() * total
+	r := u * total
 	last := int32(-1)
 	if cand == nil {
 		for i, v := range w {

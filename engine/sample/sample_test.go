@@ -342,8 +342,9 @@ func TestDrawBlocksMatchesDraw(t *testing.T) {
 				total += blocks[k]
 			}
 			for seed := range uint64(300) {
-				a := drawBlocks(rand.New(rand.NewPCG(seed, 1)), w, blocks, total)
-				b := draw(rand.New(rand.NewPCG(seed, 1)), w, nil)
+				u := rand.New(rand.NewPCG(seed, 1)).Float64()
+				a := drawBlocks(u, w, blocks, total)
+				b := draw(u, w, nil)
 				if a != b {
 					t.Fatalf("n=%d %s seed %d: block draw %d, draw %d", n, kind, seed, a, b)
 				}
@@ -354,7 +355,7 @@ func TestDrawBlocksMatchesDraw(t *testing.T) {
 		}
 	}
 	zero := make([]float32, 600)
-	if got := drawBlocks(rand.New(rand.NewPCG(1, 1)), zero, make([]float64, 3), 0); got != -1 {
+	if got := drawBlocks(0.5, zero, make([]float64, 3), 0); got != -1 {
 		t.Errorf("no mass: drew %d", got)
 	}
 	w := make([]float32, 600)
@@ -362,7 +363,7 @@ func TestDrawBlocksMatchesDraw(t *testing.T) {
 	// a total larger than the blocks hold: the point may fall past them
 	blocks := []float64{1, 1, 0}
 	for seed := range uint64(50) {
-		if got := drawBlocks(rand.New(rand.NewPCG(seed, 2)), w, blocks, 4); got != 10 && got != 300 {
+		if got := drawBlocks(rand.New(rand.NewPCG(seed, 2)).Float64(), w, blocks, 4); got != 10 && got != 300 {
 			t.Fatalf("seed %d: drew %d", seed, got)
 		}
 	}
@@ -419,8 +420,9 @@ func TestNucleusDrawMatchesDraw(t *testing.T) {
 		ns := sm.nucleusCut(w, pre, topP, total)
 		list := ns.members(w, pre, nil)
 		for seed := range uint64(100) {
-			a := ns.draw(rand.New(rand.NewPCG(seed, 3)), w, pre)
-			b := draw(rand.New(rand.NewPCG(seed, 3)), w, list)
+			u := rand.New(rand.NewPCG(seed, 3)).Float64()
+			a := ns.draw(u, w, pre)
+			b := draw(u, w, list)
 			if a != b {
 				t.Fatalf("trial %d seed %d: implicit set drew %d, listed set %d", trial, seed, a, b)
 			}

@@ -329,6 +329,9 @@ func (b *Base) padStep(bt *model.Batch) {
 		s.Pos = append(s.Pos, 0)
 		s.Seqs = append(s.Seqs, backend.Seq{Slot: g.dummy, Start: i, Len: 1, Pos: 0, Pages: g.dummyPgs})
 		s.OutRows = append(s.OutRows, int32(i))
+		if len(s.Draws) > 0 {
+			s.Draws = append(s.Draws, model.Draw{}) // greedy
+		}
 	}
 	g.key = key
 }
@@ -452,8 +455,9 @@ func (b *Base) queueHead(h Head, first, count int) {
 	be.RMSNorm(b.sel, b.sel, h.Norm, h.Eps, count)
 	be.MatMul(b.logits, b.sel, h.LMHead, count)
 	if b.picker != nil && first == 0 {
-		// the greedy picks beside the logits: in a decode graph always,
-		// as whether the step's chunks want only them changes per step
-		b.picker.GreedyPick(b.picks, b.logits, count)
+		// the picks beside the logits: in a decode graph always, as
+		// whether the step's chunks want only them changes per step (the
+		// settings are the step's, read where SetStep put them)
+		b.picker.Pick(b.picks, b.logits, count)
 	}
 }

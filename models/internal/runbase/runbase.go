@@ -276,7 +276,7 @@ func (b *Base) Begin(bt *model.Batch) (int, error) {
 // buildStep validates the batch and lays it out as a backend step.
 func (b *Base) buildStep(bt *model.Batch) error {
 	s, o, name := &b.Step, b.Opts, b.Name
-	s.Tokens, s.Pos, s.OutRows, s.Seqs = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0]
+	s.Tokens, s.Pos, s.OutRows, s.Seqs, s.Draws = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0], s.Draws[:0]
 	clear(b.seen)
 	if len(bt.Chunks) == 0 {
 		return fmt.Errorf("%s: empty batch", name)
@@ -328,6 +328,11 @@ func (b *Base) buildStep(bt *model.Batch) error {
 			}
 		} else {
 			s.OutRows = append(s.OutRows, int32(len(s.Tokens)-1))
+		}
+	}
+	if b.picker != nil && pickOnly(bt) {
+		for _, c := range bt.Chunks {
+			s.Draws = append(s.Draws, c.Draw)
 		}
 	}
 	return nil
@@ -391,7 +396,7 @@ func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
 	return b.hand(bt, out, b.hostLog)
 }
 
-// pickOnly reports whether every chunk of bt wants only its greedy pick.
+// pickOnly reports whether every chunk of bt wants only its pick.
 func pickOnly(bt *model.Batch) bool {
 	for _, ch := range bt.Chunks {
 		if !ch.PickOnly || ch.AllLogits {
@@ -401,7 +406,7 @@ func pickOnly(bt *model.Batch) bool {
 	return len(bt.Chunks) > 0
 }
 
-// handPicks ends a step whose chunks want only their greedy picks, which
+// handPicks ends a step whose chunks want only their picks, which
 // queueHead had the backend make: it reads them (two numbers per row)
 // instead of the logits rows.
 func (b *Base) handPicks(bt *model.Batch, out *model.Logits, nOut int) error {
