@@ -54,7 +54,12 @@ type BenchConfig struct {
 	// Warmup is the number of single requests sent (and not counted)
 	// before the run.
 	Warmup int
-	Client *http.Client // nil: a client with enough idle connections
+	// ExtraBody is merged into every request body, over the defaults
+	// (sglang.bench_serving's --extra-request-body): with the sglang
+	// backend, sampling settings ("temperature", "top_p", ...) and the keys
+	// of a "sampling_params" object go into the request's sampling_params.
+	ExtraBody map[string]any
+	Client    *http.Client // nil: a client with enough idle connections
 }
 
 // RequestMetrics is one request's outcome.
@@ -303,6 +308,7 @@ func (c *client) send(ctx context.Context, cfg *BenchConfig, r benchRequest) Req
 			body["model"] = cfg.Model
 		}
 	}
+	mergeExtra(body, cfg.ExtraBody, cfg.Backend == "sglang")
 	start := time.Now()
 	last := start
 	resp, err := c.do(ctx, path, body)
@@ -578,4 +584,35 @@ func center(s string, fill byte) string {
 		b = append(b, fill)
 	}
 	return string(b)
+}
+
+// samplingKeys are the request keys that /generate takes inside
+// sampling_params.
+var samplingKeys = map[string]bool{
+	"temperature": true, "top_p": true, "top_k": true, "min_p": true, "max_new_tokens": true, "ignore_eos": true,
+	"frequency_penalty": true, "presence_penalty": true, "repetition_penalty": true, "stop": true, "stop_token_ids": true,
+	"min_new_tokens": true, "n": true, "json_schema": true, "regex": true, "sampling_seed": true,
+}
+
+// mergeExtra copies extra into body; for /generate (generate true) the
+// sampling settings, and the keys of extra's "sampling_params", go into
+// body's sampling_params.
+func mergeExtra(body, extra map[string]any, generate bool) {
+	for k, v := range extra {
+		sp, _ := body["sampling_params"].(map[string]any)
+		switch {
+		case generate && k == "sampling_params" && sp != nil:
+			if m, ok := v.(map[string]any); ok {
+				for k2, v2 := range m {
+					sp[k2] = v2
+				}
+				continue
+			}
+			body[k] = v
+		case generate && samplingKeys[k] && sp != nil:
+			sp[k] = v
+		default:
+			body[k] = v
+		}
+	}
 }

@@ -2,6 +2,7 @@ package servebench
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -91,7 +92,7 @@ func TestBench(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ct := &countingTransport{}
 			cfg := BenchConfig{BaseURL: fs.url, Backend: backend, Client: &http.Client{Transport: ct}, NumPrompts: 24, InputLen: 40, OutputLen: 12, RangeRatio: 0.5,
-				MaxConcurrency: 3, Seed: 5, Warmup: 1}
+				MaxConcurrency: 3, Seed: 5, Warmup: 1, ExtraBody: map[string]any{"temperature": 0.7, "top_p": 0.9}}
 			res, err := Bench(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -219,5 +220,37 @@ func TestStats(t *testing.T) {
 		res.OutputThroughput != 3 || res.TotalThroughput != 18 || math.Abs(res.Concurrency-0.4) > 1e-9 ||
 		res.TPOT.Mean != 100 || res.TTFT.Mean != 200 || res.ITL.Mean != 100 || res.E2E.Median != 400 || res.FirstErrors[0] != "boom" {
 		t.Errorf("summarize: %+v", res)
+	}
+}
+
+func TestMergeExtra(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		generate bool
+		extra    map[string]any
+		want     string
+	}{
+		{"generate sampling keys", true, map[string]any{"temperature": 0.7, "top_p": 0.9, "rid": "x"},
+			`{"rid":"x","sampling_params":{"max_new_tokens":8,"temperature":0.7,"top_p":0.9}}`},
+		{"generate sampling_params object", true, map[string]any{"sampling_params": map[string]any{"top_k": 20, "max_new_tokens": 4}},
+			`{"sampling_params":{"max_new_tokens":4,"temperature":0,"top_k":20}}`},
+		{"completions", false, map[string]any{"temperature": 0.7, "top_p": 0.9},
+			`{"max_tokens":8,"temperature":0.7,"top_p":0.9}`},
+		{"none", true, nil, `{"sampling_params":{"max_new_tokens":8,"temperature":0}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := map[string]any{"max_tokens": 8, "temperature": 0}
+			if c.generate {
+				body = map[string]any{"sampling_params": map[string]any{"max_new_tokens": 8, "temperature": 0}}
+			}
+			mergeExtra(body, c.extra, c.generate)
+			got, err := json.Marshal(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != c.want {
+				t.Errorf("got %s, want %s", got, c.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -308,5 +309,43 @@ func BenchmarkGemmBF16(b *testing.B) {
 			})
 			b.ReportMetric(2*float64(n)*float64(n)*float64(n)/(b.Elapsed().Seconds()/float64(b.N))/1e12, "wall-TFLOP/s")
 		})
+	}
+}
+
+// BenchmarkPick times m_pick on rows of random logits (σ 3) at the Qwen3
+// and Qwen3.5 vocabularies: greedy, a plain tempered draw, top-p, top-k
+// and all filters, for one row and 32. GB/s counts one read of the rows.
+func BenchmarkPick(b *testing.B) {
+	d := testDevice(b)
+	s := testStream(b, d)
+	draws := []struct {
+		name string
+		d    model.Draw
+	}{
+		{"greedy", model.Draw{}},
+		{"t1", model.Draw{Temperature: 1, U: 0.4}},
+		{"t0.7_topp0.9", model.Draw{Temperature: 0.7, TopP: 0.9, U: 0.4}},
+		{"t0.7_topk50", model.Draw{Temperature: 0.7, TopK: 50, U: 0.4}},
+		{"t0.6_topk40_topp0.95_minp0.05", model.Draw{Temperature: 0.6, TopK: 40, TopP: 0.95, MinP: 0.05, U: 0.4}},
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, V := range []int{151936, 248320} {
+		for _, B := range []int{1, 32} {
+			logits := make([]float32, B*V)
+			for i := range logits {
+				logits[i] = float32(rng.NormFloat64() * 3)
+			}
+			lb, out := upload(b, d, logits), poisoned(b, d, int64(B*8))
+			for _, dr := range draws {
+				ps := make([]PickParams, B)
+				for i := range ps {
+					ps[i] = pickParams(dr.d)
+				}
+				pb := upload(b, d, ps)
+				b.Run(fmt.Sprintf("V=%d/B=%d/%s", V, B, dr.name), func(b *testing.B) {
+					gpuTime(b, d, s, float64(B*V*4), func(int) error { return d.Pick(s, out, lb, pb, B, V) })
+				})
+			}
+		}
 	}
 }

@@ -39,6 +39,7 @@ type benchOptions struct {
 	warmup           int
 	outputFile       string
 	flushCache       bool
+	extraBody        string
 	gsp              servebench.SharedPrefixConfig
 
 	// --type load.
@@ -73,6 +74,7 @@ func init() {
 			f.IntVar(&o.warmup, "warmup-requests", 1, "serve: requests sent one at a time before the run (not counted)")
 			f.StringVar(&o.outputFile, "output-file", "", "serve: append the result as one JSON line to this file")
 			f.BoolVar(&o.flushCache, "flush-cache", false, "serve: empty the server's prefix cache (/flush_cache) after the warm-up")
+			f.StringVar(&o.extraBody, "extra-request-body", "", `serve: a JSON object merged into every request (sampling settings such as {"temperature":0.7,"top_p":0.9}; with the sglang backend they go into sampling_params)`)
 			d := servebench.DefaultSharedPrefix
 			f.IntVar(&o.gsp.NumGroups, "gsp-num-groups", d.NumGroups, "serve, generated-shared-prefix: number of system prompts (groups)")
 			f.IntVar(&o.gsp.PromptsPerGroup, "gsp-prompts-per-group", d.PromptsPerGroup, "serve, generated-shared-prefix: requests per group (--num-prompts is unused)")
@@ -117,8 +119,15 @@ func runServeBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var extra map[string]any
+	if o.extraBody != "" {
+		if err := json.Unmarshal([]byte(o.extraBody), &extra); err != nil || extra == nil {
+			return fmt.Errorf("--extra-request-body: want a JSON object: %q", o.extraBody)
+		}
+	}
 	res, err := servebench.Bench(ctx, servebench.BenchConfig{
-		BaseURL: o.baseURL, APIKey: o.apiKey, Backend: o.backend, Model: o.model,
+		ExtraBody: extra,
+		BaseURL:   o.baseURL, APIKey: o.apiKey, Backend: o.backend, Model: o.model,
 		NumPrompts: o.numPrompts, InputLen: o.inputLen, OutputLen: o.outputLen, RangeRatio: o.rangeRatio,
 		RequestRate: rate, MaxConcurrency: o.maxConcurrency, Vocab: o.vocab, Seed: o.seed,
 		DisableIgnoreEOS: o.disableIgnoreEOS, Warmup: o.warmup,

@@ -84,135 +84,247 @@ template <typename T> __device__ __forceinline__ T block_scan(T v, T *scratch, T
 	return before;
 }
 
-// PickRow is one row's tempered probabilities, computed as the host's
-// sampler computes them: p = exp(x * inv - max), the product and the
-// difference rounded separately (no fused multiply-add), NaN read as 0.
+// PickRow is one row's tempered logits s = x * inv (x itself when inv is
+// 1; NaN: none) and probabilities p = exp(s - mxs), computed as the host's
+// sampler computes them: the product and the difference rounded
+// separately (no fused multiply-add).
 struct PickRow {
 	const float *x;
 	float inv, mxs;
 	int V;
-	__device__ __forceinline__ float p(int i) const {
+	__device__ __forceinline__ float s(int i) const {
 		const float xi = x[i];
-		const float s = inv == 1.0f ? xi : __fmul_rn(xi, inv);
+		return inv == 1.0f ? xi : __fmul_rn(xi, inv);
+	}
+	__device__ __forceinline__ float p(float s) const {
 		const float e = expf(__fsub_rn(s, mxs));
 		return e == e ? e : 0.0f;
 	}
 };
 
-// PickSet is a best-first prefix: p > v, or p == v and id <= last.
+// pick_key orders tempered logits as unsigned integers (a larger s, a
+// larger key); pick_unkey inverts it.
+__device__ __forceinline__ u32 pick_key(float s) {
+	const u32 b = __float_as_uint(s);
+	return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float pick_unkey(u32 k) {
+	return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// pick_margin is a width of tempered logit around s beyond which p is
+// surely different from p(s) (p moves by a factor e^1e-5, hundreds of
+// ulps, well past the rounding of the product, the difference and expf):
+// windows of exact comparison are that wide, and everything outside them
+// is decided from s alone, without an exponential.
+__device__ __forceinline__ float pick_margin(float s, float mxs) { return 1e-5f * (1.0f + fabsf(s) + fabsf(mxs)); }
+
+// PickSet is a best-first prefix: p > v, or p == v and id <= last; no
+// token with s below slo is in it.
 struct PickSet {
 	float v;
 	int last;
+	float slo;
 	__device__ __forceinline__ bool in(int i, float p) const { return p > v || (p == v && i <= last); }
-	// shorter reports whether s is a shorter prefix than this one.
-	__device__ __forceinline__ bool shorter(PickSet s) const { return s.v > v || (s.v == v && s.last < last); }
+	// shorter reports whether t is a shorter prefix than this one.
+	__device__ __forceinline__ bool shorter(const PickSet &t) const { return t.v > v || (t.v == v && t.last < last); }
 };
 
-// pick_find walks the row in vocabulary order in SMP_THREADS contiguous
-// chunks and returns the first index at which the running sum of wt(i)
-// exceeds scale * total + offset (total: wt's sum over the row, also
-// returned in *total), or the last index with weight where rounding puts
-// the target past the end; -1 when no index has weight. Each warp sums
-// whole chunks with coalesced reads; the chunk holding the target is
-// scanned by one thread.
+// PickScratch is the block's shared scratch.
+struct PickScratch {
+	double chunk[SMP_THREADS]; // pick_find's per-chunk sums
+	u64 hist[PICK_BINS];       // pick_select's bins (u32 counts in the first half)
+	u64 hscan[SMP_WARPS];      // block_scan's scratch over the bins
+	double dscr[SMP_WARPS];
+	float fscr[32];
+	double dval[2];
+	int ival[4];
+	u32 sbits;
+	u64 sneed;
+};
+
+// pick_find walks the row in vocabulary order, in SMP_THREADS contiguous
+// chunks, and returns the first index at which the running sum of wt(i)
+// exceeds scale * total + offset (total: wt's sum over the row, returned
+// in *total), or the last index with weight where rounding puts the target
+// past the end; -1 when no index has weight. Each warp sums whole chunks
+// with coalesced reads; the chunk holding the target is walked by warp 0,
+// 32 indices at a time.
 template <typename W>
-__device__ int pick_find(const W &wt, int V, double scale, double offset, double *chunk, double *scratch, int *shared_i,
-			 double *total) {
+__device__ int pick_find(const W &wt, int V, double scale, double offset, PickScratch &sh, double *total) {
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int per = (V + SMP_THREADS - 1) / SMP_THREADS;
 	int lastw = -1;
 	for (int c = wid; c < SMP_THREADS; c += SMP_WARPS) {
 		const int lo = min(V, c * per), hi = min(V, lo + per);
 		double s = 0.0;
+#pragma unroll 4
 		for (int i = lo + lane; i < hi; i += 32) {
 			const double w = wt(i);
 			if (w > 0.0) {
 				s += w;
-				lastw = max(lastw, i);
+				lastw = i;
 			}
 		}
 		s = warp_sum_d(s);
-		if (lane == 0) chunk[c] = s;
+		if (lane == 0) sh.chunk[c] = s;
 	}
-	if (tid == 0) shared_i[0] = -1, shared_i[1] = -1;
+	if (tid == 0) sh.ival[0] = -1, sh.ival[1] = -1, sh.ival[2] = -1;
 	__syncthreads();
-	atomicMax(&shared_i[1], lastw);
-	const double mine = chunk[tid];
+	atomicMax(&sh.ival[1], lastw);
+	const double mine = sh.chunk[tid];
 	double tot;
-	const double before = block_scan(mine, scratch, &tot);
+	const double before = block_scan(mine, sh.dscr, &tot);
 	const double target = scale * tot + offset;
 	if (mine > 0.0 && before <= target && target < before + mine) {
-		const int lo = min(V, tid * per), hi = min(V, lo + per);
-		double acc = before;
-		int found = -1;
-		for (int i = lo; i < hi; i++) {
-			const double w = wt(i);
-			if (w > 0.0) {
-				found = i;
-				acc += w;
-				if (acc > target) break;
-			}
-		}
-		shared_i[0] = found;
+		sh.ival[2] = tid;
+		sh.dval[0] = before;
 	}
 	__syncthreads();
-	const int r = shared_i[0] >= 0 ? shared_i[0] : shared_i[1];
+	if (wid == 0 && sh.ival[2] >= 0) {
+		const int c = sh.ival[2];
+		const int lo = min(V, c * per), hi = min(V, lo + per);
+		double acc = sh.dval[0];
+		int found = -1;
+		for (int base = lo; base < hi; base += 32) {
+			const int i = base + lane;
+			const double w = i < hi ? wt(i) : 0.0;
+			double incl = w; // inclusive scan over the lanes
+#pragma unroll
+			for (int o = 1; o < 32; o <<= 1) {
+				const double y = __shfl_up_sync(0xffffffffu, incl, o);
+				if (lane >= o) incl += y;
+			}
+			const unsigned has = __ballot_sync(0xffffffffu, w > 0.0);
+			const unsigned over = __ballot_sync(0xffffffffu, w > 0.0 && acc + incl > target);
+			if (over) {
+				found = base + __ffs(over) - 1;
+				break;
+			}
+			if (has) found = base + 31 - __clz(has);
+			acc += __shfl_sync(0xffffffffu, incl, 31);
+		}
+		if (lane == 0) sh.ival[0] = found;
+	}
+	__syncthreads();
+	const int r = sh.ival[0] >= 0 ? sh.ival[0] : sh.ival[1];
 	*total = tot;
 	__syncthreads();
 	return r;
 }
 
-// pick_select finds the value at which a best-first walk of the row's
-// probabilities crosses a bound: by count (mass false: the value of the
-// need-th largest, need in [1, V]) or by mass in fixed point (the value at
-// which the mass from the top first reaches need). It returns the value's
-// bits and sets *rest to what is left of need at the value (count: the
-// rank among the ties, 1-based; mass: need less the mass above the value)
-// and *found to whether the bound was reached.
-__device__ u32 pick_select(const PickRow &row, bool mass, u64 need, u64 *hist, u64 *rest, bool *found, u32 *sbits,
-			   u64 *sneed) {
+// pick_select finds the tempered logit at which a best-first walk of the
+// row crosses a bound, by radix selection over the keys of s (three
+// passes, 11, 11 and 10 bits): by count (mass false: the need-th largest,
+// NaNs aside) or by mass in 2^-40 fixed point (the value at which the mass
+// from the top first reaches need). Tokens with s below floor are left out
+// without an exponential. It returns whether the bound was reached and
+// sets *sv to the value.
+__device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor, PickScratch &sh, float *sv) {
 	const int tid = threadIdx.x;
+	u32 *hc = (u32 *)sh.hist;
 	u32 prefix = 0, pmask = 0;
 	for (int lv = 0; lv < 3; lv++) {
-		const int sh = lv == 0 ? 21 : lv == 1 ? 10 : 0, nb = lv == 2 ? 1024 : 2048;
-		for (int b = tid; b < PICK_BINS; b += SMP_THREADS) hist[b] = 0;
+		const int sh_ = lv == 0 ? 21 : lv == 1 ? 10 : 0, nb = lv == 2 ? 1024 : 2048;
+		for (int b = tid; b < PICK_BINS; b += SMP_THREADS) sh.hist[b] = 0;
 		__syncthreads();
+#pragma unroll 4
 		for (int i = tid; i < row.V; i += SMP_THREADS) {
-			const float p = row.p(i);
-			const u32 bits = __float_as_uint(p);
-			if ((bits & pmask) != prefix || p <= 0.0f) continue;
-			const u64 add = mass ? (u64)(p * PICK_FIX) : 1ull;
-			if (add) atomicAdd(&hist[(bits >> sh) & (nb - 1)], add);
-		}
-		__syncthreads();
-		// the crossing bin from the top: thread t holds bins
-		// nb-1-2t and nb-2-2t (nb <= 2048)
-		const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
-		const u64 h0 = b0 >= 0 ? hist[b0] : 0, h1 = b1 >= 0 ? hist[b1] : 0;
-		u64 tot;
-		const u64 ab = block_scan(h0 + h1, hist + PICK_BINS, &tot);
-		if (tid == 0) *sbits = 0xffffffffu;
-		__syncthreads();
-		if (b0 >= 0 && ab < need && need <= ab + h0 + h1) {
-			if (need <= ab + h0) {
-				*sbits = (u32)b0, *sneed = need - ab;
+			const float s = row.s(i);
+			if (!(s >= floor)) continue; // NaN too
+			const u32 k = pick_key(s);
+			if ((k & pmask) != prefix) continue;
+			const u32 bin = (k >> sh_) & (nb - 1);
+			if (mass) {
+				const float p = row.p(s);
+				const u64 add = (u64)((double)p * PICK_FIX);
+				if (add) atomicAdd(&sh.hist[bin], add);
 			} else {
-				*sbits = (u32)b1, *sneed = need - ab - h0;
+				atomicAdd(&hc[bin], 1u);
 			}
 		}
 		__syncthreads();
-		if (*sbits == 0xffffffffu) {
-			*found = false;
-			return 0;
+		// the crossing bin from the top: thread t holds bins nb-1-2t
+		// and nb-2-2t (nb <= 2048)
+		const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
+		u64 h0 = 0, h1 = 0;
+		if (b0 >= 0) h0 = mass ? sh.hist[b0] : hc[b0];
+		if (b1 >= 0) h1 = mass ? sh.hist[b1] : hc[b1];
+		u64 all;
+		const u64 ab = block_scan(h0 + h1, sh.hscan, &all);
+		if (tid == 0) sh.sbits = 0xffffffffu;
+		__syncthreads();
+		if (b0 >= 0 && ab < need && need <= ab + h0 + h1) {
+			if (need <= ab + h0) {
+				sh.sbits = (u32)b0, sh.sneed = need - ab;
+			} else {
+				sh.sbits = (u32)b1, sh.sneed = need - ab - h0;
+			}
 		}
-		prefix |= *sbits << sh;
-		pmask |= (u32)(nb - 1) << sh;
-		need = *sneed;
+		__syncthreads();
+		if (sh.sbits == 0xffffffffu) return false;
+		prefix |= sh.sbits << sh_;
+		pmask |= (u32)(nb - 1) << sh_;
+		need = sh.sneed;
 		__syncthreads();
 	}
-	*found = true;
-	*rest = need;
-	return prefix;
+	*sv = pick_unkey(prefix);
+	return true;
+}
+
+// pick_cut turns a selected tempered logit sv into the prefix it ends:
+// v = p(sv), the tokens above v counted (and their mass summed) exactly,
+// and last, the id of the want-th token equal to v in id order, with want
+// from bound(count above, mass above, count equal) — top-k's rank or
+// top-p's fewest ties. Tokens below the margin window are skipped without
+// an exponential, and above it only top-p takes one (for the mass).
+template <typename B>
+__device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool wantMass, const B &bound, PickScratch &sh) {
+	const int tid = threadIdx.x;
+	const float v = row.p(sv);
+	if (!(v > 0.0f)) return PickSet{0.0f, -1, -KT_INF}; // the bound falls among tokens with no mass
+	const float m = pick_margin(sv, row.mxs), slo = sv - m, shi = sv + m;
+	double gt = 0.0, gmass = 0.0, eq = 0.0;
+#pragma unroll 4
+	for (int i = tid; i < row.V; i += SMP_THREADS) {
+		const float s = row.s(i);
+		if (!(s >= slo && s >= floor)) continue;
+		if (s > shi && !wantMass) {
+			gt += 1.0;
+			continue;
+		}
+		const float p = row.p(s);
+		if (p > v) {
+			gt += 1.0;
+			gmass += (double)p;
+		} else if (p == v) {
+			eq += 1.0;
+		}
+	}
+	gt = block_sum_d(gt, sh.dscr);
+	eq = block_sum_d(eq, sh.dscr);
+	if (wantMass) gmass = block_sum_d(gmass, sh.dscr);
+	const double want = bound(gt, gmass, eq);
+	auto tie = [&](int i) {
+		const float s = row.s(i);
+		return s >= slo && s <= shi && row.p(s) == v ? 1.0 : 0.0;
+	};
+	double n;
+	const int last = pick_find(tie, row.V, 0.0, want - 0.5, sh, &n);
+	return PickSet{v, last, slo};
+}
+
+// pick_mass is the mass of set's tokens.
+__device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch &sh) {
+	double t = 0.0;
+#pragma unroll 4
+	for (int i = threadIdx.x; i < row.V; i += SMP_THREADS) {
+		const float s = row.s(i);
+		if (!(s >= set.slo)) continue;
+		const float p = row.p(s);
+		if (set.in(i, p)) t += (double)p;
+	}
+	return block_sum_d(t, sh.dscr);
 }
 
 // m_pick: out[r] = (token, log-softmax of the raw row at it) for each row
@@ -223,99 +335,83 @@ __device__ u32 pick_select(const PickRow &row, bool mass, u64 need, u64 *hist, u
 // grid rows, block SMP_THREADS.
 extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_pick(float *out, const float *logits, int V,
 								  const PickParams *params) {
-	__shared__ float fscr[32];
-	__shared__ double dscr[SMP_WARPS];
-	__shared__ double chunk[SMP_THREADS];
-	__shared__ u64 hist[PICK_BINS + SMP_WARPS]; // bins, then block_scan_d's scratch
-	__shared__ int si[2];
+	__shared__ PickScratch sh;
 	__shared__ int pick;
-	__shared__ u32 sbits;
-	__shared__ u64 sneed;
 	const int r = blockIdx.x, tid = threadIdx.x;
 	const float *x = logits + (long long)r * V;
 	float mx = -KT_INF;
 	int am = 0x7fffffff;
+#pragma unroll 4
 	for (int i = tid; i < V; i += SMP_THREADS) {
 		const float v = x[i];
 		if (v > mx) mx = v, am = i; // false for NaN; i rises, so the first maximum
 	}
-	const float gmx = block_max(mx, fscr);
+	const float gmx = block_max(mx, sh.fscr);
 	if (tid == 0) pick = 0x7fffffff;
 	__syncthreads();
 	if (mx == gmx && gmx > -KT_INF) atomicMin(&pick, am);
 	double se = 0.0;
+#pragma unroll 4
 	for (int i = tid; i < V; i += SMP_THREADS) {
 		const float v = x[i];
 		if (v == v) se += (double)expf(v - gmx);
 	}
-	se = block_sum_d(se, dscr);
+	se = block_sum_d(se, sh.dscr);
 	__syncthreads();
 	int tok = pick == 0x7fffffff ? -1 : pick;
 	PickParams P = {};
 	if (params) P = params[r];
 	if (tok >= 0 && P.inv_t > 0.0f && P.top_k != 1) {
-		PickRow row = {x, P.inv_t, P.inv_t == 1.0f ? gmx : __fmul_rn(gmx, P.inv_t), V};
-		PickSet set = {0.0f, -1}; // every token with mass
+		const PickRow row = {x, P.inv_t, P.inv_t == 1.0f ? gmx : __fmul_rn(gmx, P.inv_t), V};
+		PickSet set = {0.0f, -1, -KT_INF}; // every token with mass
 		const bool useK = P.top_k > 0 && P.top_k < V, useP = P.top_p < 1.0, useM = P.min_p > 0.0f;
-		double kmass = 0.0;
-		if (useK) {
-			u64 rank;
-			bool ok;
-			const u32 vb = pick_select(row, false, (u64)P.top_k, hist, &rank, &ok, &sbits, &sneed);
-			if (ok) {
-				const float v = __uint_as_float(vb);
-				// last: the rank-th token equal to v in id order
-				auto eq = [&](int i) { return row.p(i) == v ? 1.0 : 0.0; };
-				double n;
-				const int last = pick_find(eq, V, 0.0, (double)rank - 0.5, chunk, dscr, si, &n);
-				set = {v, last};
-				if (useP) {
-					const PickSet ks = set;
-					auto in = [&](int i) {
-						const float p = row.p(i);
-						return ks.in(i, p) ? (double)p : 0.0;
-					};
-					pick_find(in, V, 0.0, -1.0, chunk, dscr, si, &kmass);
-				}
-			} // else fewer than top_k tokens have mass: no cut
+		float sv;
+		double tot = 0.0;
+		if (useK && pick_select(row, false, (u64)P.top_k, -KT_INF, sh, &sv)) {
+			const double k = (double)P.top_k;
+			set = pick_cut(row, sv, -KT_INF, false, [&](double gt, double, double) { return k - gt; }, sh);
 		}
 		if (useP) {
-			double tot = kmass;
-			if (!(useK && tot > 0.0)) {
-				tot = 0.0;
-				for (int i = tid; i < V; i += SMP_THREADS) tot += (double)row.p(i);
-				tot = block_sum_d(tot, dscr);
+			// with top-k the nucleus is taken of its set's mass, and lies
+			// within it
+			const bool inK = set.v > 0.0f;
+			tot = pick_mass(row, set, sh);
+			// tokens under (1 - top_p) * tot / V hold less than 1 - top_p
+			// of the mass together, so the nucleus is among the others
+			// (the host's prefilter): the histograms skip them
+			float floor = set.slo;
+			const double t0 = (1.0 - P.top_p) * tot / V;
+			if (!inK && t0 > 0.0) {
+				const float lt = logf((float)t0);
+				floor = __fadd_rn(row.mxs, lt) - pick_margin(lt, row.mxs);
 			}
-			const double target = P.top_p * tot;
-			u64 rest;
-			bool ok;
-			// the fixed-point target, rounded up: the crossing is where
-			// the mass from the top first reaches it
-			const u64 need = (u64)ceil(target * PICK_FIX);
-			const u32 vb = pick_select(row, true, need > 0 ? need : 1, hist, &rest, &ok, &sbits, &sneed);
-			if (ok) {
-				const float v = __uint_as_float(vb);
-				const u64 pv = (u64)(v * PICK_FIX);
-				// the ties taken: the fewest whose mass reaches rest
-				const u64 j = pv > 0 ? (rest + pv - 1) / pv : 1;
-				auto eq = [&](int i) { return row.p(i) == v ? 1.0 : 0.0; };
-				double n;
-				const int last = pick_find(eq, V, 0.0, (double)(j > 0 ? j : 1) - 0.5, chunk, dscr, si, &n);
-				const PickSet ps = {v, last};
-				if (!useK || set.shorter(ps)) set = ps;
+			const u64 need = (u64)fmax(1.0, ceil(P.top_p * tot * PICK_FIX));
+			if (pick_select(row, true, need, floor, sh, &sv)) {
+				const double target = P.top_p * tot;
+				const PickSet ps = pick_cut(
+				    row, sv, floor, true,
+				    [&](double, double gmass, double eq) {
+					    const double v = (double)row.p(sv);
+					    return fmin(eq, fmax(1.0, ceil((target - gmass) / v)));
+				    },
+				    sh);
+				if (!(set.v > 0.0f) || set.shorter(ps)) set = ps;
 			}
 		}
 		if (useM) {
-			const PickSet ms = {P.min_p, 0x7fffffff}; // p >= min_p · max, the max being 1
-			if (set.shorter(ms)) set = ms;
+			const float lm = logf(P.min_p);
+			const PickSet ms = {P.min_p, 0x7fffffff, __fadd_rn(row.mxs, lm) - pick_margin(lm, row.mxs)};
+			if (set.shorter(ms)) set = ms; // p >= min_p · max, the max being 1
 		}
 		const PickSet fs = set;
 		auto in = [&](int i) {
-			const float p = row.p(i);
+			const float s = row.s(i);
+			if (!(s >= fs.slo)) return 0.0;
+			const float p = row.p(s);
 			return fs.in(i, p) ? (double)p : 0.0;
 		};
 		double mass;
-		const int t = pick_find(in, V, P.u, 0.0, chunk, dscr, si, &mass);
+		const int t = pick_find(in, V, P.u, 0.0, sh, &mass);
 		if (t >= 0) tok = t;
 	}
 	if (tid == 0) {
