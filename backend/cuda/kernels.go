@@ -34,7 +34,9 @@ func kernelPrelude() string {
 	return string(b)
 }
 
-var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(`)
+// globalRE matches a kernel's declaration: extern "C" __global__, launch bounds
+// before or after void, an attribute macro (PICK_CLUSTER), then its name.
+var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?:[A-Z][A-Z0-9_]*\s+)?(\w+)\s*\(`)
 
 // kernelSources returns each module's full source (prelude included) and
 // the kernel name -> module map.

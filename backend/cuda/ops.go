@@ -560,5 +560,10 @@ func (d *Device) Pick(s *Stream, out, logits, params Buffer, B, V int) error {
 			return err
 		}
 	}
-	return d.launch(s, "m_pick", grid1(B), grid1(1024), 0, out, logits, V, params)
+	return d.launch(s, "m_pick", grid1(B*pickGrid), grid1(1024), 0, out, logits, V, params)
 }
+
+// pickGrid is the blocks m_pick is launched with per row (PICK_GRID in
+// sample.cu): a cluster of 8 on sm_90 and later, one block (and seven that
+// return at once) before.
+const pickGrid = 8

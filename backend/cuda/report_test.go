@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -53,6 +54,9 @@ func TestKernelSourcesIndex(t *testing.T) {
 		if params[name] != n {
 			t.Errorf("kernel %s: %d parameters counted, want %d", name, params[name], n)
 		}
+	}
+	if src := mods["sample"]; !strings.Contains(src, fmt.Sprintf("#define PICK_GRID %d ", pickGrid)) {
+		t.Errorf("sample.cu's PICK_GRID is not pickGrid (%d)", pickGrid)
 	}
 	for m, src := range mods {
 		if !strings.Contains(src, "typedef unsigned short bf16") {

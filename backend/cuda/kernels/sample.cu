@@ -1,28 +1,45 @@
-// Token picks over float32 logits rows [rows, V], one block of SMP_THREADS
-// per row: the greedy choice, or a draw from the tempered probabilities
-// filtered by top-k, top-p and min-p, exactly as engine/sample's
-// Sampler.SampleAt draws for a sequence with no penalty, constraint or ban
-// (model.Draw): the same candidate set and the same scan, in vocabulary
-// order, for the token at which the running mass passes u times the set's
-// mass. What differs from the host is rounding: expf against the host's
-// vectorised exp (a few ulps), and the order float64 sums are taken in.
-// Every reduction here has a fixed order, so a pick is deterministic.
+// Token picks over float32 logits rows [rows, V]: the greedy choice, or a
+// draw from the tempered probabilities filtered by top-k, top-p and min-p,
+// exactly as engine/sample's Sampler.SampleAt draws for a sequence with no
+// penalty, constraint or ban (model.Draw): the same candidate set and the
+// same scan, in vocabulary order, for the token at which the running mass
+// passes u times the set's mass. What differs from the host is rounding:
+// expf against the host's vectorised exp (a few ulps), and the order
+// float64 sums are taken in. Every reduction here has a fixed order, so a
+// pick is deterministic.
+//
+// A row is worked on by a cluster of PICK_C blocks (sm_90: 8 SMs, the
+// blocks exchanging partial results through distributed shared memory;
+// before sm_90 one block, the launch's other blocks idle), each block over
+// a contiguous slice of the row: a row's passes run at the memory
+// parallelism of PICK_C SMs instead of one.
 //
 // The candidate set of a draw is a prefix of the vocabulary sorted best
 // first (ties to the lower id), kept implicit as (v, last): the tokens
 // whose probability p is above v, and those equal to v with an id up to
-// last. Top-k and top-p find their prefix by radix selection over the bits
-// of p (positive floats order as their bit patterns): three passes with
-// 11-, 11- and 10-bit histograms find the value at which the count (top-k)
-// or the mass (top-p, in 2^-40 fixed point so the sums are exact and
-// order-free) from the top crosses the bound, and one ordered pass over
-// the tokens equal to it finds last. The set is the shortest of the
-// filters' prefixes.
+// last. Top-k and top-p find their prefix by radix selection over
+// order-preserving keys of the tempered logits s (p = e^(s - max) rises
+// with s): three passes with 11-, 11- and 10-bit histograms find the value
+// at which the count (top-k) or the mass (top-p, in 2^-40 fixed point so
+// the sums are exact and order-free) from the top crosses the bound; one
+// exact pass in a narrow window around it counts what lies above its p, and
+// an ordered search over the tokens equal to it finds last. The set is the
+// shortest of the filters' prefixes. Exponentials are taken only where a
+// window or the candidate set needs them.
 
 #define SMP_THREADS 1024
 #define SMP_WARPS (SMP_THREADS / 32)
 #define PICK_BINS 2048
 #define PICK_FIX 1099511627776.0 // 2^40: the histograms' fixed point
+#define PICK_GRID 8              // blocks launched per row (Device.Pick)
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PICK_C 8 // blocks per row working together (a thread-block cluster)
+#define PICK_CLUSTER __cluster_dims__(PICK_C, 1, 1)
+#else
+#define PICK_C 1
+#define PICK_CLUSTER
+#endif
 
 // PickParams is one row's settings (backend/cuda putPicks writes them).
 struct PickParams {
@@ -33,6 +50,70 @@ struct PickParams {
 	double top_p; // >= 1: off
 	double u;     // the sequence's uniform value in [0, 1)
 };
+
+// cl_rank is this block's rank in its row's cluster.
+__device__ __forceinline__ u32 cl_rank() {
+#if PICK_C > 1
+	u32 r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+#else
+	return 0;
+#endif
+}
+
+// cl_sync is a barrier over every thread of the cluster, after which each
+// block's shared memory writes are visible to the others.
+__device__ __forceinline__ void cl_sync() {
+#if PICK_C > 1
+	asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#else
+	__syncthreads();
+#endif
+}
+
+// cl_addr is the cluster shared-memory address of p (a shared variable)
+// in block rank's copy.
+__device__ __forceinline__ u32 cl_addr(const void *p, u32 rank) {
+	u32 a;
+	asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(p));
+#if PICK_C > 1
+	u32 r;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+	return r;
+#else
+	return a;
+#endif
+}
+
+// cl_load reads the shared variable *p of block rank in the cluster.
+__device__ __forceinline__ double cl_load(const double *p, u32 rank) {
+#if PICK_C > 1
+	double v;
+	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cl_addr(p, rank)) : "memory");
+	return v;
+#else
+	return *p;
+#endif
+}
+__device__ __forceinline__ u64 cl_load(const u64 *p, u32 rank) {
+#if PICK_C > 1
+	u64 v;
+	asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cl_addr(p, rank)) : "memory");
+	return v;
+#else
+	return *p;
+#endif
+}
+__device__ __forceinline__ u32 cl_load(const u32 *p, u32 rank) {
+#if PICK_C > 1
+	u32 v;
+	asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cl_addr(p, rank)) : "memory");
+	return v;
+#else
+	return *p;
+#endif
+}
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
@@ -87,11 +168,11 @@ template <typename T> __device__ __forceinline__ T block_scan(T v, T *scratch, T
 // PickRow is one row's tempered logits s = x * inv (x itself when inv is
 // 1; NaN: none) and probabilities p = exp(s - mxs), computed as the host's
 // sampler computes them: the product and the difference rounded
-// separately (no fused multiply-add).
+// separately (no fused multiply-add). [lo, hi) is this block's slice.
 struct PickRow {
 	const float *x;
 	float inv, mxs;
-	int V;
+	int V, lo, hi;
 	__device__ __forceinline__ float s(int i) const {
 		const float xi = x[i];
 		return inv == 1.0f ? xi : __fmul_rn(xi, inv);
@@ -130,7 +211,8 @@ struct PickSet {
 	__device__ __forceinline__ bool shorter(const PickSet &t) const { return t.v > v || (t.v == v && t.last < last); }
 };
 
-// PickScratch is the block's shared scratch.
+// PickScratch is a block's shared scratch; the x* fields are what the
+// cluster's blocks read from one another.
 struct PickScratch {
 	double chunk[SMP_THREADS]; // pick_find's per-chunk sums
 	u64 hist[PICK_BINS];       // pick_select's bins (u32 counts in the first half)
@@ -141,22 +223,58 @@ struct PickScratch {
 	int ival[4];
 	u32 sbits;
 	u64 sneed;
+	double xd[2]; // exchanged: sums
+	u32 xu[2];    // exchanged: keys, indices
+	double bd;    // broadcast within the block
+	u32 bu;
 };
 
-// pick_find walks the row in vocabulary order, in SMP_THREADS contiguous
-// chunks, and returns the first index at which the running sum of wt(i)
-// exceeds scale * total + offset (total: wt's sum over the row, returned
-// in *total), or the last index with weight where rounding puts the target
-// past the end; -1 when no index has weight. Each warp sums whole chunks
-// with coalesced reads; the chunk holding the target is walked by warp 0,
-// 32 indices at a time.
+// cl_sum is the sum of v (the same in every thread of the block) over the
+// cluster's blocks, in rank order: the same value in every block.
+__device__ double cl_sum(double v, PickScratch &sh) {
+	if (threadIdx.x == 0) sh.xd[0] = v;
+	cl_sync();
+	if (threadIdx.x == 0) {
+		double t = 0.0;
+		for (u32 q = 0; q < PICK_C; q++) t += cl_load(&sh.xd[0], q);
+		sh.bd = t;
+	}
+	cl_sync(); // every block has read the others' xd before they change it
+	return sh.bd;
+}
+
+// cl_sum_d is block_sum_d over the cluster.
+__device__ double cl_sum_d(double v, PickScratch &sh) { return cl_sum(block_sum_d(v, sh.dscr), sh); }
+
+// cl_min_u is the smallest of v (the same in every thread of the block)
+// over the cluster's blocks.
+__device__ u32 cl_min_u(u32 v, PickScratch &sh) {
+	if (threadIdx.x == 0) sh.xu[0] = v;
+	cl_sync();
+	if (threadIdx.x == 0) {
+		u32 m = 0xffffffffu;
+		for (u32 q = 0; q < PICK_C; q++) m = min(m, cl_load(&sh.xu[0], q));
+		sh.bu = m;
+	}
+	cl_sync();
+	return sh.bu;
+}
+
+// pick_find walks the row in vocabulary order, each block over its slice
+// in SMP_THREADS contiguous chunks, and returns the first index at which
+// the running sum of wt(i) exceeds scale * total + offset (total: wt's sum
+// over the row, returned in *total), or the last index with weight where
+// rounding puts the target past the end; -1 when no index has weight. Each
+// warp sums whole chunks with coalesced reads; the blocks' totals give each
+// its start; the chunk holding the target is walked by one warp, 32
+// indices at a time. Every block returns the same index.
 template <typename W>
-__device__ int pick_find(const W &wt, int V, double scale, double offset, PickScratch &sh, double *total) {
+__device__ int pick_find(const W &wt, const PickRow &row, double scale, double offset, PickScratch &sh, double *total) {
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-	const int per = (V + SMP_THREADS - 1) / SMP_THREADS;
+	const int n = row.hi - row.lo, per = (n + SMP_THREADS - 1) / SMP_THREADS;
 	int lastw = -1;
 	for (int c = wid; c < SMP_THREADS; c += SMP_WARPS) {
-		const int lo = min(V, c * per), hi = min(V, lo + per);
+		const int lo = row.lo + min(n, c * per), hi = row.lo + min(n, c * per + per);
 		double s = 0.0;
 #pragma unroll 4
 		for (int i = lo + lane; i < hi; i += 32) {
@@ -173,17 +291,33 @@ __device__ int pick_find(const W &wt, int V, double scale, double offset, PickSc
 	__syncthreads();
 	atomicMax(&sh.ival[1], lastw);
 	const double mine = sh.chunk[tid];
-	double tot;
-	const double before = block_scan(mine, sh.dscr, &tot);
+	double btot;
+	const double before = block_scan(mine, sh.dscr, &btot);
+	// the blocks before this one, and the row's total, in rank order
+	if (tid == 0) sh.xd[1] = btot;
+	cl_sync();
+	if (tid == 0) {
+		const u32 me = cl_rank();
+		double off = 0.0, t = 0.0;
+		for (u32 q = 0; q < PICK_C; q++) {
+			const double bq = cl_load(&sh.xd[1], q);
+			if (q < me) off += bq;
+			t += bq;
+		}
+		sh.dval[0] = off, sh.dval[1] = t;
+	}
+	cl_sync();
+	const double off = sh.dval[0], tot = sh.dval[1];
+	__syncthreads(); // read before the owner below writes dval[0]
 	const double target = scale * tot + offset;
-	if (mine > 0.0 && before <= target && target < before + mine) {
+	if (mine > 0.0 && off + before <= target && target < off + before + mine) {
 		sh.ival[2] = tid;
-		sh.dval[0] = before;
+		sh.dval[0] = off + before;
 	}
 	__syncthreads();
 	if (wid == 0 && sh.ival[2] >= 0) {
 		const int c = sh.ival[2];
-		const int lo = min(V, c * per), hi = min(V, lo + per);
+		const int lo = row.lo + min(n, c * per), hi = row.lo + min(n, c * per + per);
 		double acc = sh.dval[0];
 		int found = -1;
 		for (int base = lo; base < hi; base += 32) {
@@ -207,10 +341,15 @@ __device__ int pick_find(const W &wt, int V, double scale, double offset, PickSc
 		if (lane == 0) sh.ival[0] = found;
 	}
 	__syncthreads();
-	const int r = sh.ival[0] >= 0 ? sh.ival[0] : sh.ival[1];
+	// the first block's find, else the last index with weight: keys with
+	// the found index (+1, so -1 is 0) in the low bits of the minimum
+	const u32 f = sh.ival[0] >= 0 ? (u32)sh.ival[0] : 0xffffffffu;
+	const u32 first = cl_min_u(f, sh);
+	const u32 lastk = cl_min_u(sh.ival[1] >= 0 ? 0x7fffffffu - (u32)sh.ival[1] : 0xffffffffu, sh);
 	*total = tot;
 	__syncthreads();
-	return r;
+	if (first != 0xffffffffu) return (int)first;
+	return lastk == 0xffffffffu ? -1 : (int)(0x7fffffffu - lastk);
 }
 
 // pick_select finds the tempered logit at which a best-first walk of the
@@ -218,8 +357,9 @@ __device__ int pick_find(const W &wt, int V, double scale, double offset, PickSc
 // passes, 11, 11 and 10 bits): by count (mass false: the need-th largest,
 // NaNs aside) or by mass in 2^-40 fixed point (the value at which the mass
 // from the top first reaches need). Tokens with s below floor are left out
-// without an exponential. It returns whether the bound was reached and
-// sets *sv to the value.
+// without an exponential. Each block bins its slice; every block then adds
+// the cluster's bins and finds the same crossing. It returns whether the
+// bound was reached and sets *sv to the value.
 __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor, PickScratch &sh, float *sv) {
 	const int tid = threadIdx.x;
 	u32 *hc = (u32 *)sh.hist;
@@ -229,31 +369,32 @@ __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor
 		for (int b = tid; b < PICK_BINS; b += SMP_THREADS) sh.hist[b] = 0;
 		__syncthreads();
 #pragma unroll 4
-		for (int i = tid; i < row.V; i += SMP_THREADS) {
+		for (int i = row.lo + tid; i < row.hi; i += SMP_THREADS) {
 			const float s = row.s(i);
 			if (!(s >= floor)) continue; // NaN too
 			const u32 k = pick_key(s);
 			if ((k & pmask) != prefix) continue;
 			const u32 bin = (k >> sh_) & (nb - 1);
 			if (mass) {
-				const float p = row.p(s);
-				const u64 add = (u64)((double)p * PICK_FIX);
+				const u64 add = (u64)((double)row.p(s) * PICK_FIX);
 				if (add) atomicAdd(&sh.hist[bin], add);
 			} else {
 				atomicAdd(&hc[bin], 1u);
 			}
 		}
-		__syncthreads();
+		cl_sync();
 		// the crossing bin from the top: thread t holds bins nb-1-2t
-		// and nb-2-2t (nb <= 2048)
+		// and nb-2-2t (nb <= 2048), summed over the cluster's blocks
 		const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
 		u64 h0 = 0, h1 = 0;
-		if (b0 >= 0) h0 = mass ? sh.hist[b0] : hc[b0];
-		if (b1 >= 0) h1 = mass ? sh.hist[b1] : hc[b1];
+		for (u32 q = 0; q < PICK_C; q++) {
+			if (b0 >= 0) h0 += mass ? cl_load(&sh.hist[b0], q) : (u64)cl_load(&hc[b0], q);
+			if (b1 >= 0) h1 += mass ? cl_load(&sh.hist[b1], q) : (u64)cl_load(&hc[b1], q);
+		}
 		u64 all;
 		const u64 ab = block_scan(h0 + h1, sh.hscan, &all);
 		if (tid == 0) sh.sbits = 0xffffffffu;
-		__syncthreads();
+		cl_sync(); // the others have read this block's bins: they may change
 		if (b0 >= 0 && ab < need && need <= ab + h0 + h1) {
 			if (need <= ab + h0) {
 				sh.sbits = (u32)b0, sh.sneed = need - ab;
@@ -280,13 +421,12 @@ __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor
 // an exponential, and above it only top-p takes one (for the mass).
 template <typename B>
 __device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool wantMass, const B &bound, PickScratch &sh) {
-	const int tid = threadIdx.x;
 	const float v = row.p(sv);
 	if (!(v > 0.0f)) return PickSet{0.0f, -1, -KT_INF}; // the bound falls among tokens with no mass
 	const float m = pick_margin(sv, row.mxs), slo = sv - m, shi = sv + m;
 	double gt = 0.0, gmass = 0.0, eq = 0.0;
 #pragma unroll 4
-	for (int i = tid; i < row.V; i += SMP_THREADS) {
+	for (int i = row.lo + threadIdx.x; i < row.hi; i += SMP_THREADS) {
 		const float s = row.s(i);
 		if (!(s >= slo && s >= floor)) continue;
 		if (s > shi && !wantMass) {
@@ -301,16 +441,16 @@ __device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool want
 			eq += 1.0;
 		}
 	}
-	gt = block_sum_d(gt, sh.dscr);
-	eq = block_sum_d(eq, sh.dscr);
-	if (wantMass) gmass = block_sum_d(gmass, sh.dscr);
+	gt = cl_sum_d(gt, sh);
+	eq = cl_sum_d(eq, sh);
+	if (wantMass) gmass = cl_sum_d(gmass, sh);
 	const double want = bound(gt, gmass, eq);
 	auto tie = [&](int i) {
 		const float s = row.s(i);
 		return s >= slo && s <= shi && row.p(s) == v ? 1.0 : 0.0;
 	};
 	double n;
-	const int last = pick_find(tie, row.V, 0.0, want - 0.5, sh, &n);
+	const int last = pick_find(tie, row, 0.0, want - 0.5, sh, &n);
 	return PickSet{v, last, slo};
 }
 
@@ -318,13 +458,13 @@ __device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool want
 __device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch &sh) {
 	double t = 0.0;
 #pragma unroll 4
-	for (int i = threadIdx.x; i < row.V; i += SMP_THREADS) {
+	for (int i = row.lo + threadIdx.x; i < row.hi; i += SMP_THREADS) {
 		const float s = row.s(i);
 		if (!(s >= set.slo)) continue;
 		const float p = row.p(s);
 		if (set.in(i, p)) t += (double)p;
 	}
-	return block_sum_d(t, sh.dscr);
+	return cl_sum_d(t, sh);
 }
 
 // m_pick: out[r] = (token, log-softmax of the raw row at it) for each row
@@ -332,37 +472,43 @@ __device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch 
 // Greedy: the first index of the largest value, NaNs skipped; -1 (and
 // logprob 0) when no value is above -Inf. The log-sum-exp is summed in
 // double over float32 exponentials, as vecmath.SumExpShifted takes it.
-// grid rows, block SMP_THREADS.
-extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_pick(float *out, const float *logits, int V,
-								  const PickParams *params) {
+// grid rows * PICK_GRID, block SMP_THREADS.
+extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(float *out, const float *logits, int V,
+									       const PickParams *params) {
+	if (PICK_C == 1 && blockIdx.x % PICK_GRID != 0) return; // one block per row: the rest idle
 	__shared__ PickScratch sh;
-	__shared__ int pick;
-	const int r = blockIdx.x, tid = threadIdx.x;
+	const int r = blockIdx.x / PICK_GRID, tid = threadIdx.x;
+	const u32 rank = cl_rank();
+	const int slice = (V + PICK_C - 1) / PICK_C;
+	const int lo = min(V, (int)rank * slice), hi = min(V, lo + slice);
 	const float *x = logits + (long long)r * V;
 	float mx = -KT_INF;
 	int am = 0x7fffffff;
 #pragma unroll 4
-	for (int i = tid; i < V; i += SMP_THREADS) {
+	for (int i = lo + tid; i < hi; i += SMP_THREADS) {
 		const float v = x[i];
 		if (v > mx) mx = v, am = i; // false for NaN; i rises, so the first maximum
 	}
-	const float gmx = block_max(mx, sh.fscr);
-	if (tid == 0) pick = 0x7fffffff;
+	// the row's maximum: the largest key over the cluster's blocks
+	const float bmx = block_max(mx, sh.fscr);
+	const float gmx = pick_unkey(0xffffffffu - cl_min_u(0xffffffffu - pick_key(bmx), sh));
+	if (tid == 0) sh.ival[3] = 0x7fffffff;
 	__syncthreads();
-	if (mx == gmx && gmx > -KT_INF) atomicMin(&pick, am);
+	if (mx == gmx && gmx > -KT_INF) atomicMin(&sh.ival[3], am);
+	__syncthreads();
+	const u32 first = cl_min_u((u32)sh.ival[3], sh);
 	double se = 0.0;
 #pragma unroll 4
-	for (int i = tid; i < V; i += SMP_THREADS) {
+	for (int i = lo + tid; i < hi; i += SMP_THREADS) {
 		const float v = x[i];
 		if (v == v) se += (double)expf(v - gmx);
 	}
-	se = block_sum_d(se, sh.dscr);
-	__syncthreads();
-	int tok = pick == 0x7fffffff ? -1 : pick;
+	se = cl_sum_d(se, sh);
+	int tok = first == 0x7fffffffu ? -1 : (int)first;
 	PickParams P = {};
 	if (params) P = params[r];
 	if (tok >= 0 && P.inv_t > 0.0f && P.top_k != 1) {
-		const PickRow row = {x, P.inv_t, P.inv_t == 1.0f ? gmx : __fmul_rn(gmx, P.inv_t), V};
+		const PickRow row = {x, P.inv_t, P.inv_t == 1.0f ? gmx : __fmul_rn(gmx, P.inv_t), V, lo, hi};
 		PickSet set = {0.0f, -1, -KT_INF}; // every token with mass
 		const bool useK = P.top_k > 0 && P.top_k < V, useP = P.top_p < 1.0, useM = P.min_p > 0.0f;
 		float sv;
@@ -411,10 +557,10 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_pick(float *out, con
 			return fs.in(i, p) ? (double)p : 0.0;
 		};
 		double mass;
-		const int t = pick_find(in, V, P.u, 0.0, sh, &mass);
+		const int t = pick_find(in, row, P.u, 0.0, sh, &mass);
 		if (t >= 0) tok = t;
 	}
-	if (tid == 0) {
+	if (rank == 0 && tid == 0) {
 		out[2 * r] = (float)tok;
 		out[2 * r + 1] = tok < 0 ? 0.0f : (float)((double)x[tok] - (double)gmx - log(se));
 	}
