@@ -314,7 +314,8 @@ func BenchmarkGemmBF16(b *testing.B) {
 
 // BenchmarkPick times m_pick on rows of random logits (σ 3) at the Qwen3
 // and Qwen3.5 vocabularies: greedy, a plain tempered draw, top-p, top-k
-// and all filters, for one row and 32. GB/s counts one read of the rows.
+// and all filters, for one row, 16 (the most m_pick takes, a cluster per
+// row) and 32 (m_pick_rows). GB/s counts one read of the rows.
 func BenchmarkPick(b *testing.B) {
 	d := testDevice(b)
 	s := testStream(b, d)
@@ -330,7 +331,7 @@ func BenchmarkPick(b *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, V := range []int{151936, 248320} {
-		for _, B := range []int{1, 32} {
+		for _, B := range []int{1, 16, 32} {
 			logits := make([]float32, B*V)
 			for i := range logits {
 				logits[i] = float32(rng.NormFloat64() * 3)

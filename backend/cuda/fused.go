@@ -127,7 +127,8 @@ func (b *Backend) Pick(out, logits backend.Tensor, rows int) {
 		b.fail("Pick of %d rows past the step's %d", rows, b.capT)
 		return
 	}
-	b.check("Pick", b.d.launch(b.s, "m_pick", grid1(rows*pickGrid), grid1(1024), 0, os.buf, ls.buf, V, b.reg(rPick)))
+	name, grid := pickLaunch(rows)
+	b.check("Pick", b.d.launch(b.s, name, grid, grid1(1024), 0, os.buf, ls.buf, V, b.reg(rPick)))
 }
 
 // putPicks writes the picks' settings, one PickParams per output row,

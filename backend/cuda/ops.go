@@ -560,10 +560,24 @@ func (d *Device) Pick(s *Stream, out, logits, params Buffer, B, V int) error {
 			return err
 		}
 	}
-	return d.launch(s, "m_pick", grid1(B*pickGrid), grid1(1024), 0, out, logits, V, params)
+	name, grid := pickLaunch(B)
+	return d.launch(s, name, grid, grid1(1024), 0, out, logits, V, params)
 }
 
 // pickGrid is the blocks m_pick is launched with per row (PICK_GRID in
 // sample.cu): a cluster of 8 on sm_90 and later, one block (and seven that
 // return at once) before.
 const pickGrid = 8
+
+// pickClusterRows is the most rows m_pick takes (8 blocks each, one wave
+// of 128 SMs); more rows fill the GPU by themselves and go to m_pick_rows,
+// one block each.
+const pickClusterRows = 16
+
+// pickLaunch is the kernel and grid for picks of rows rows.
+func pickLaunch(rows int) (string, dim3) {
+	if rows <= pickClusterRows {
+		return "m_pick", grid1(rows * pickGrid)
+	}
+	return "m_pick_rows", grid1(rows)
+}

@@ -850,52 +850,69 @@ func TestPick(t *testing.T) {
 		dr.U = rng.Float64()
 		rowDraw[b], params[b] = dr, pickParams(dr)
 	}
+	lb, pb := upload(t, d, logits), upload(t, d, params)
 	out := poisoned(t, d, int64(B*8))
-	if err := d.Pick(s, out, upload(t, d, logits), upload(t, d, params), B, V); err != nil {
+	var sm sample.Sampler
+	check := func(kernel string, got []float32) {
+		t.Helper()
+		exact := 0
+		for b := range B {
+			row, dr := logits[b*V:(b+1)*V], rowDraw[b]
+			g := int(got[2*b])
+			host, _, err := sm.Pick(row, dr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, margin := int(host), 1.0
+			if !dr.Greedy() {
+				ref, margin = refPick(row, dr)
+			}
+			if g == int(host) {
+				exact++
+			}
+			if (g != int(host) || g != ref) && margin > 1e-5 {
+				t.Errorf("%s row %d (%s, %+v): picked %d, host sampler %d, reference %d (margin %.3g)", kernel, b, kinds[(b/len(draws))%len(kinds)], dr, g, host, ref, margin)
+			}
+			if g < 0 || g >= V {
+				continue
+			}
+			mx := math.Inf(-1)
+			for _, v := range row {
+				mx = math.Max(mx, float64(v))
+			}
+			var se float64
+			for _, v := range row {
+				se += math.Exp(float64(v) - mx)
+			}
+			want := float64(row[g]) - mx - math.Log(se)
+			if math.Abs(float64(got[2*b+1])-want) > 1e-5*max(1, math.Abs(want)) {
+				t.Errorf("%s row %d: logprob %g, want %g", kernel, b, got[2*b+1], want)
+			}
+		}
+		t.Logf("%s: %d of %d picks identical to the host sampler's", kernel, exact, B)
+		if exact < B*95/100 {
+			t.Errorf("%s: only %d of %d picks identical to the host sampler's", kernel, exact, B)
+		}
+	}
+	// all rows at once: m_pick_rows, one block per row
+	if err := d.Pick(s, out, lb, pb, B, V); err != nil {
+		t.Fatal(err)
+	}
+	check("m_pick_rows", download[float32](t, d, s, out, 2*B))
+	// pickClusterRows rows at a time: m_pick, a cluster per row on sm_90
+	out = poisoned(t, d, int64(B*8))
+	for b0 := 0; b0 < B; b0 += pickClusterRows {
+		n := min(pickClusterRows, B-b0)
+		if err := d.Pick(s, out.Slice(int64(b0*8), int64(n*8)), lb.Slice(int64(b0*V*4), int64(n*V*4)), pb.Slice(int64(b0*32), int64(n*32)), n, V); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("m_pick", download[float32](t, d, s, out, 2*B))
+	// no params: every row greedy
+	if err := d.Pick(s, out, lb, Buffer{}, B, V); err != nil {
 		t.Fatal(err)
 	}
 	got := download[float32](t, d, s, out, 2*B)
-	var sm sample.Sampler
-	exact := 0
-	for b := range B {
-		row, dr := logits[b*V:(b+1)*V], rowDraw[b]
-		g := int(got[2*b])
-		host, _, err := sm.Pick(row, dr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, margin := int(host), 1.0
-		if !dr.Greedy() {
-			ref, margin = refPick(row, dr)
-		}
-		if g == int(host) {
-			exact++
-		}
-		if (g != int(host) || g != ref) && margin > 1e-5 {
-			t.Errorf("row %d (%s, %+v): picked %d, host sampler %d, reference %d (margin %.3g)", b, kinds[(b/len(draws))%len(kinds)], dr, g, host, ref, margin)
-		}
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, float64(v))
-		}
-		var se float64
-		for _, v := range row {
-			se += math.Exp(float64(v) - mx)
-		}
-		want := float64(row[g]) - mx - math.Log(se)
-		if math.Abs(float64(got[2*b+1])-want) > 1e-5*max(1, math.Abs(want)) {
-			t.Errorf("row %d: logprob %g, want %g", b, got[2*b+1], want)
-		}
-	}
-	t.Logf("%d of %d picks identical to the host sampler's", exact, B)
-	if exact < B*95/100 {
-		t.Errorf("only %d of %d picks identical to the host sampler's", exact, B)
-	}
-	// no params: every row greedy
-	if err := d.Pick(s, out, upload(t, d, logits), Buffer{}, B, V); err != nil {
-		t.Fatal(err)
-	}
-	got = download[float32](t, d, s, out, 2*B)
 	for b := range B {
 		row := logits[b*V : (b+1)*V]
 		am := 0

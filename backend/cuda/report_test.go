@@ -45,12 +45,12 @@ func TestKernelSourcesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"rmsnorm_bf16", "rope_bf16", "attn_decode_d128_bf16", "attn_decode_d256_bf16", "attn_prefill_bf16",
-		"conv1d_silu_bf16", "gdn_recurrent_bf16", "router_topk_bf16", "moe_gemm_bf16", "m_pick", "fp8_block_dequant"} {
+		"conv1d_silu_bf16", "gdn_recurrent_bf16", "router_topk_bf16", "moe_gemm_bf16", "m_pick", "m_pick_rows", "fp8_block_dequant"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("kernel %s not found in the embedded sources", want)
 		}
 	}
-	for name, n := range map[string]int{"attn_prefill_bf16": 15, "rmsnorm_bf16": 8, "m_pick": 4, "moe_align": 10} {
+	for name, n := range map[string]int{"attn_prefill_bf16": 15, "rmsnorm_bf16": 8, "m_pick": 4, "m_pick_rows": 4, "moe_align": 10} {
 		if params[name] != n {
 			t.Errorf("kernel %s: %d parameters counted, want %d", name, params[name], n)
 		}

@@ -34,9 +34,11 @@
 #define PICK_GRID 8              // blocks launched per row (Device.Pick)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PICK_C 8 // blocks per row working together (a thread-block cluster)
+#define PICK_CLUSTERS 1
+#define PICK_C 8 // blocks per row working together in m_pick (a thread-block cluster)
 #define PICK_CLUSTER __cluster_dims__(PICK_C, 1, 1)
 #else
+#define PICK_CLUSTERS 0
 #define PICK_C 1
 #define PICK_CLUSTER
 #endif
@@ -52,24 +54,27 @@ struct PickParams {
 };
 
 // cl_rank is this block's rank in its row's cluster.
-__device__ __forceinline__ u32 cl_rank() {
-#if PICK_C > 1
-	u32 r;
-	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-	return r;
-#else
-	return 0;
+template <int C> __device__ __forceinline__ u32 cl_rank() {
+#if PICK_CLUSTERS
+	if (C > 1) {
+		u32 r;
+		asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+		return r;
+	}
 #endif
+	return 0;
 }
 
 // cl_sync is a barrier over every thread of the cluster, after which each
 // block's shared memory writes are visible to the others.
-__device__ __forceinline__ void cl_sync() {
-#if PICK_C > 1
-	asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-#else
-	__syncthreads();
+template <int C> __device__ __forceinline__ void cl_sync() {
+#if PICK_CLUSTERS
+	if (C > 1) {
+		asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+		return;
+	}
 #endif
+	__syncthreads();
 }
 
 // cl_addr is the cluster shared-memory address of p (a shared variable)
@@ -77,42 +82,43 @@ __device__ __forceinline__ void cl_sync() {
 __device__ __forceinline__ u32 cl_addr(const void *p, u32 rank) {
 	u32 a;
 	asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(p));
-#if PICK_C > 1
-	u32 r;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-	return r;
-#else
-	return a;
+#if PICK_CLUSTERS
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(a), "r"(rank));
 #endif
+	return a;
 }
 
-// cl_load reads the shared variable *p of block rank in the cluster.
-__device__ __forceinline__ double cl_load(const double *p, u32 rank) {
-#if PICK_C > 1
-	double v;
-	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cl_addr(p, rank)) : "memory");
-	return v;
-#else
-	return *p;
+// cl_load reads the shared variable *p of block rank in the cluster (C
+// blocks; 1: this block's own).
+template <int C> __device__ __forceinline__ double cl_load(const double *p, u32 rank) {
+#if PICK_CLUSTERS
+	if (C > 1) {
+		double v;
+		asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cl_addr(p, rank)) : "memory");
+		return v;
+	}
 #endif
+	return *p;
 }
-__device__ __forceinline__ u64 cl_load(const u64 *p, u32 rank) {
-#if PICK_C > 1
-	u64 v;
-	asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cl_addr(p, rank)) : "memory");
-	return v;
-#else
-	return *p;
+template <int C> __device__ __forceinline__ u64 cl_load(const u64 *p, u32 rank) {
+#if PICK_CLUSTERS
+	if (C > 1) {
+		u64 v;
+		asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cl_addr(p, rank)) : "memory");
+		return v;
+	}
 #endif
+	return *p;
 }
-__device__ __forceinline__ u32 cl_load(const u32 *p, u32 rank) {
-#if PICK_C > 1
-	u32 v;
-	asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cl_addr(p, rank)) : "memory");
-	return v;
-#else
-	return *p;
+template <int C> __device__ __forceinline__ u32 cl_load(const u32 *p, u32 rank) {
+#if PICK_CLUSTERS
+	if (C > 1) {
+		u32 v;
+		asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cl_addr(p, rank)) : "memory");
+		return v;
+	}
 #endif
+	return *p;
 }
 
 __device__ __forceinline__ double warp_sum_d(double v) {
@@ -231,32 +237,32 @@ struct PickScratch {
 
 // cl_sum is the sum of v (the same in every thread of the block) over the
 // cluster's blocks, in rank order: the same value in every block.
-__device__ double cl_sum(double v, PickScratch &sh) {
+template <int C> __device__ double cl_sum(double v, PickScratch &sh) {
 	if (threadIdx.x == 0) sh.xd[0] = v;
-	cl_sync();
+	cl_sync<C>();
 	if (threadIdx.x == 0) {
 		double t = 0.0;
-		for (u32 q = 0; q < PICK_C; q++) t += cl_load(&sh.xd[0], q);
+		for (u32 q = 0; q < C; q++) t += cl_load<C>(&sh.xd[0], q);
 		sh.bd = t;
 	}
-	cl_sync(); // every block has read the others' xd before they change it
+	cl_sync<C>(); // every block has read the others' xd before they change it
 	return sh.bd;
 }
 
 // cl_sum_d is block_sum_d over the cluster.
-__device__ double cl_sum_d(double v, PickScratch &sh) { return cl_sum(block_sum_d(v, sh.dscr), sh); }
+template <int C> __device__ double cl_sum_d(double v, PickScratch &sh) { return cl_sum<C>(block_sum_d(v, sh.dscr), sh); }
 
 // cl_min_u is the smallest of v (the same in every thread of the block)
 // over the cluster's blocks.
-__device__ u32 cl_min_u(u32 v, PickScratch &sh) {
+template <int C> __device__ u32 cl_min_u(u32 v, PickScratch &sh) {
 	if (threadIdx.x == 0) sh.xu[0] = v;
-	cl_sync();
+	cl_sync<C>();
 	if (threadIdx.x == 0) {
 		u32 m = 0xffffffffu;
-		for (u32 q = 0; q < PICK_C; q++) m = min(m, cl_load(&sh.xu[0], q));
+		for (u32 q = 0; q < C; q++) m = min(m, cl_load<C>(&sh.xu[0], q));
 		sh.bu = m;
 	}
-	cl_sync();
+	cl_sync<C>();
 	return sh.bu;
 }
 
@@ -268,7 +274,7 @@ __device__ u32 cl_min_u(u32 v, PickScratch &sh) {
 // warp sums whole chunks with coalesced reads; the blocks' totals give each
 // its start; the chunk holding the target is walked by one warp, 32
 // indices at a time. Every block returns the same index.
-template <typename W>
+template <int C, typename W>
 __device__ int pick_find(const W &wt, const PickRow &row, double scale, double offset, PickScratch &sh, double *total) {
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int n = row.hi - row.lo, per = (n + SMP_THREADS - 1) / SMP_THREADS;
@@ -295,18 +301,18 @@ __device__ int pick_find(const W &wt, const PickRow &row, double scale, double o
 	const double before = block_scan(mine, sh.dscr, &btot);
 	// the blocks before this one, and the row's total, in rank order
 	if (tid == 0) sh.xd[1] = btot;
-	cl_sync();
+	cl_sync<C>();
 	if (tid == 0) {
-		const u32 me = cl_rank();
+		const u32 me = cl_rank<C>();
 		double off = 0.0, t = 0.0;
-		for (u32 q = 0; q < PICK_C; q++) {
-			const double bq = cl_load(&sh.xd[1], q);
+		for (u32 q = 0; q < C; q++) {
+			const double bq = cl_load<C>(&sh.xd[1], q);
 			if (q < me) off += bq;
 			t += bq;
 		}
 		sh.dval[0] = off, sh.dval[1] = t;
 	}
-	cl_sync();
+	cl_sync<C>();
 	const double off = sh.dval[0], tot = sh.dval[1];
 	__syncthreads(); // read before the owner below writes dval[0]
 	const double target = scale * tot + offset;
@@ -344,8 +350,8 @@ __device__ int pick_find(const W &wt, const PickRow &row, double scale, double o
 	// the first block's find, else the last index with weight: keys with
 	// the found index (+1, so -1 is 0) in the low bits of the minimum
 	const u32 f = sh.ival[0] >= 0 ? (u32)sh.ival[0] : 0xffffffffu;
-	const u32 first = cl_min_u(f, sh);
-	const u32 lastk = cl_min_u(sh.ival[1] >= 0 ? 0x7fffffffu - (u32)sh.ival[1] : 0xffffffffu, sh);
+	const u32 first = cl_min_u<C>(f, sh);
+	const u32 lastk = cl_min_u<C>(sh.ival[1] >= 0 ? 0x7fffffffu - (u32)sh.ival[1] : 0xffffffffu, sh);
 	*total = tot;
 	__syncthreads();
 	if (first != 0xffffffffu) return (int)first;
@@ -360,7 +366,7 @@ __device__ int pick_find(const W &wt, const PickRow &row, double scale, double o
 // without an exponential. Each block bins its slice; every block then adds
 // the cluster's bins and finds the same crossing. It returns whether the
 // bound was reached and sets *sv to the value.
-__device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor, PickScratch &sh, float *sv) {
+template <int C> __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor, PickScratch &sh, float *sv) {
 	const int tid = threadIdx.x;
 	u32 *hc = (u32 *)sh.hist;
 	u32 prefix = 0, pmask = 0;
@@ -382,19 +388,19 @@ __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor
 				atomicAdd(&hc[bin], 1u);
 			}
 		}
-		cl_sync();
+		cl_sync<C>();
 		// the crossing bin from the top: thread t holds bins nb-1-2t
 		// and nb-2-2t (nb <= 2048), summed over the cluster's blocks
 		const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
 		u64 h0 = 0, h1 = 0;
-		for (u32 q = 0; q < PICK_C; q++) {
-			if (b0 >= 0) h0 += mass ? cl_load(&sh.hist[b0], q) : (u64)cl_load(&hc[b0], q);
-			if (b1 >= 0) h1 += mass ? cl_load(&sh.hist[b1], q) : (u64)cl_load(&hc[b1], q);
+		for (u32 q = 0; q < C; q++) {
+			if (b0 >= 0) h0 += mass ? cl_load<C>(&sh.hist[b0], q) : (u64)cl_load<C>(&hc[b0], q);
+			if (b1 >= 0) h1 += mass ? cl_load<C>(&sh.hist[b1], q) : (u64)cl_load<C>(&hc[b1], q);
 		}
 		u64 all;
 		const u64 ab = block_scan(h0 + h1, sh.hscan, &all);
 		if (tid == 0) sh.sbits = 0xffffffffu;
-		cl_sync(); // the others have read this block's bins: they may change
+		cl_sync<C>(); // the others have read this block's bins: they may change
 		if (b0 >= 0 && ab < need && need <= ab + h0 + h1) {
 			if (need <= ab + h0) {
 				sh.sbits = (u32)b0, sh.sneed = need - ab;
@@ -419,7 +425,7 @@ __device__ bool pick_select(const PickRow &row, bool mass, u64 need, float floor
 // from bound(count above, mass above, count equal) — top-k's rank or
 // top-p's fewest ties. Tokens below the margin window are skipped without
 // an exponential, and above it only top-p takes one (for the mass).
-template <typename B>
+template <int C, typename B>
 __device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool wantMass, const B &bound, PickScratch &sh) {
 	const float v = row.p(sv);
 	if (!(v > 0.0f)) return PickSet{0.0f, -1, -KT_INF}; // the bound falls among tokens with no mass
@@ -441,21 +447,21 @@ __device__ PickSet pick_cut(const PickRow &row, float sv, float floor, bool want
 			eq += 1.0;
 		}
 	}
-	gt = cl_sum_d(gt, sh);
-	eq = cl_sum_d(eq, sh);
-	if (wantMass) gmass = cl_sum_d(gmass, sh);
+	gt = cl_sum_d<C>(gt, sh);
+	eq = cl_sum_d<C>(eq, sh);
+	if (wantMass) gmass = cl_sum_d<C>(gmass, sh);
 	const double want = bound(gt, gmass, eq);
 	auto tie = [&](int i) {
 		const float s = row.s(i);
 		return s >= slo && s <= shi && row.p(s) == v ? 1.0 : 0.0;
 	};
 	double n;
-	const int last = pick_find(tie, row, 0.0, want - 0.5, sh, &n);
+	const int last = pick_find<C>(tie, row, 0.0, want - 0.5, sh, &n);
 	return PickSet{v, last, slo};
 }
 
 // pick_mass is the mass of set's tokens.
-__device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch &sh) {
+template <int C> __device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch &sh) {
 	double t = 0.0;
 #pragma unroll 4
 	for (int i = row.lo + threadIdx.x; i < row.hi; i += SMP_THREADS) {
@@ -464,22 +470,20 @@ __device__ double pick_mass(const PickRow &row, const PickSet &set, PickScratch 
 		const float p = row.p(s);
 		if (set.in(i, p)) t += (double)p;
 	}
-	return cl_sum_d(t, sh);
+	return cl_sum_d<C>(t, sh);
 }
 
-// m_pick: out[r] = (token, log-softmax of the raw row at it) for each row
-// r of logits [rows, V] under params[r] (params 0: every row greedy).
-// Greedy: the first index of the largest value, NaNs skipped; -1 (and
-// logprob 0) when no value is above -Inf. The log-sum-exp is summed in
-// double over float32 exponentials, as vecmath.SumExpShifted takes it.
-// grid rows * PICK_GRID, block SMP_THREADS.
-extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(float *out, const float *logits, int V,
-									       const PickParams *params) {
-	if (PICK_C == 1 && blockIdx.x % PICK_GRID != 0) return; // one block per row: the rest idle
+// pick_row is the pick of row r (its cluster of C blocks, or one block):
+// out[r] = (token, log-softmax of the raw row at it) under params[r]
+// (params 0: greedy). Greedy: the first index of the largest value, NaNs
+// skipped; -1 (and logprob 0) when no value is above -Inf. The
+// log-sum-exp is summed in double over float32 exponentials, as
+// vecmath.SumExpShifted takes it.
+template <int C> __device__ void pick_row(float *out, const float *logits, int V, const PickParams *params, int r) {
 	__shared__ PickScratch sh;
-	const int r = blockIdx.x / PICK_GRID, tid = threadIdx.x;
-	const u32 rank = cl_rank();
-	const int slice = (V + PICK_C - 1) / PICK_C;
+	const int tid = threadIdx.x;
+	const u32 rank = cl_rank<C>();
+	const int slice = (V + C - 1) / C;
 	const int lo = min(V, (int)rank * slice), hi = min(V, lo + slice);
 	const float *x = logits + (long long)r * V;
 	float mx = -KT_INF;
@@ -491,19 +495,19 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(fl
 	}
 	// the row's maximum: the largest key over the cluster's blocks
 	const float bmx = block_max(mx, sh.fscr);
-	const float gmx = pick_unkey(0xffffffffu - cl_min_u(0xffffffffu - pick_key(bmx), sh));
+	const float gmx = pick_unkey(0xffffffffu - cl_min_u<C>(0xffffffffu - pick_key(bmx), sh));
 	if (tid == 0) sh.ival[3] = 0x7fffffff;
 	__syncthreads();
 	if (mx == gmx && gmx > -KT_INF) atomicMin(&sh.ival[3], am);
 	__syncthreads();
-	const u32 first = cl_min_u((u32)sh.ival[3], sh);
+	const u32 first = cl_min_u<C>((u32)sh.ival[3], sh);
 	double se = 0.0;
 #pragma unroll 4
 	for (int i = lo + tid; i < hi; i += SMP_THREADS) {
 		const float v = x[i];
 		if (v == v) se += (double)expf(v - gmx);
 	}
-	se = cl_sum_d(se, sh);
+	se = cl_sum_d<C>(se, sh);
 	int tok = first == 0x7fffffffu ? -1 : (int)first;
 	PickParams P = {};
 	if (params) P = params[r];
@@ -513,15 +517,15 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(fl
 		const bool useK = P.top_k > 0 && P.top_k < V, useP = P.top_p < 1.0, useM = P.min_p > 0.0f;
 		float sv;
 		double tot = 0.0;
-		if (useK && pick_select(row, false, (u64)P.top_k, -KT_INF, sh, &sv)) {
+		if (useK && pick_select<C>(row, false, (u64)P.top_k, -KT_INF, sh, &sv)) {
 			const double k = (double)P.top_k;
-			set = pick_cut(row, sv, -KT_INF, false, [&](double gt, double, double) { return k - gt; }, sh);
+			set = pick_cut<C>(row, sv, -KT_INF, false, [&](double gt, double, double) { return k - gt; }, sh);
 		}
 		if (useP) {
 			// with top-k the nucleus is taken of its set's mass, and lies
 			// within it
 			const bool inK = set.v > 0.0f;
-			tot = pick_mass(row, set, sh);
+			tot = pick_mass<C>(row, set, sh);
 			// tokens under (1 - top_p) * tot / V hold less than 1 - top_p
 			// of the mass together, so the nucleus is among the others
 			// (the host's prefilter): the histograms skip them
@@ -532,9 +536,9 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(fl
 				floor = __fadd_rn(row.mxs, lt) - pick_margin(lt, row.mxs);
 			}
 			const u64 need = (u64)fmax(1.0, ceil(P.top_p * tot * PICK_FIX));
-			if (pick_select(row, true, need, floor, sh, &sv)) {
+			if (pick_select<C>(row, true, need, floor, sh, &sv)) {
 				const double target = P.top_p * tot;
-				const PickSet ps = pick_cut(
+				const PickSet ps = pick_cut<C>(
 				    row, sv, floor, true,
 				    [&](double, double gmass, double eq) {
 					    const double v = (double)row.p(sv);
@@ -557,11 +561,28 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(fl
 			return fs.in(i, p) ? (double)p : 0.0;
 		};
 		double mass;
-		const int t = pick_find(in, row, P.u, 0.0, sh, &mass);
+		const int t = pick_find<C>(in, row, P.u, 0.0, sh, &mass);
 		if (t >= 0) tok = t;
 	}
 	if (rank == 0 && tid == 0) {
 		out[2 * r] = (float)tok;
 		out[2 * r + 1] = tok < 0 ? 0.0f : (float)((double)x[tok] - (double)gmx - log(se));
 	}
+}
+
+// m_pick: the picks of rows [rows, V], one cluster of PICK_C blocks per
+// row (before sm_90 one block, the row's other blocks idle). grid rows *
+// PICK_GRID, block SMP_THREADS. For few rows: a row's passes over PICK_C
+// SMs.
+extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(float *out, const float *logits, int V,
+									       const PickParams *params) {
+	if (PICK_C == 1 && blockIdx.x % PICK_GRID != 0) return;
+	pick_row<PICK_C>(out, logits, V, params, blockIdx.x / PICK_GRID);
+}
+
+// m_pick_rows: the same picks, one block per row. grid rows, block
+// SMP_THREADS. For many rows, which fill the GPU by themselves.
+extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_pick_rows(float *out, const float *logits, int V,
+								       const PickParams *params) {
+	pick_row<1>(out, logits, V, params, blockIdx.x);
 }
