@@ -328,6 +328,7 @@ func BenchmarkPick(b *testing.B) {
 		{"t0.7_topp0.9", model.Draw{Temperature: 0.7, TopP: 0.9, U: 0.4}},
 		{"t0.7_topk50", model.Draw{Temperature: 0.7, TopK: 50, U: 0.4}},
 		{"t0.6_topk40_topp0.95_minp0.05", model.Draw{Temperature: 0.6, TopK: 40, TopP: 0.95, MinP: 0.05, U: 0.4}},
+		{"t0.7_topk20_topp0.8", model.Draw{Temperature: 0.7, TopK: 20, TopP: 0.8, U: 0.4}}, // Qwen3's recommended settings
 	}
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, V := range []int{151936, 248320} {

@@ -822,6 +822,8 @@ func TestPick(t *testing.T) {
 		{Temperature: 1, TopK: V - 1},
 		{Temperature: 2, TopP: 0.99, MinP: 0.001},
 		{Temperature: 0.5, TopK: 1},
+		{Temperature: 0.7, TopK: 20, TopP: 0.8},
+		{Temperature: 1.1, TopK: 1024, TopP: 0.97, MinP: 0.01},
 	}
 	kinds := []string{"spread", "peaked", "flat", "ties"}
 	B := len(draws) * len(kinds) * 3

@@ -25,13 +25,16 @@
 // exact pass in a narrow window around it counts what lies above its p, and
 // an ordered search over the tokens equal to it finds last. The set is the
 // shortest of the filters' prefixes. Exponentials are taken only where a
-// window or the candidate set needs them.
+// window or the candidate set needs them. A top-k of at most PICK_SMALL
+// tokens is gathered once and the rest (top-p, min-p, the draw) is taken on
+// that list in shared memory (pick_small).
 
 #define SMP_THREADS 1024
 #define SMP_WARPS (SMP_THREADS / 32)
 #define PICK_BINS 2048
 #define PICK_FIX 1099511627776.0 // 2^40: the histograms' fixed point
 #define PICK_GRID 8              // blocks launched per row (Device.Pick)
+#define PICK_SMALL 1024          // the largest top-k finished on a gathered list (pick_small)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PICK_CLUSTERS 1
@@ -233,6 +236,13 @@ struct PickScratch {
 	u32 xu[2];    // exchanged: keys, indices
 	double bd;    // broadcast within the block
 	u32 bu;
+	// pick_small's lists: the gathered set (then the cluster's, in id
+	// order) and this block's in id order (exchanged)
+	int gi[PICK_SMALL];
+	float gp[PICK_SMALL];
+	int li[PICK_SMALL];
+	float lp[PICK_SMALL];
+	int gn;
 };
 
 // cl_sum is the sum of v (the same in every thread of the block) over the
@@ -473,6 +483,104 @@ template <int C> __device__ double pick_mass(const PickRow &row, const PickSet &
 	return cl_sum_d<C>(t, sh);
 }
 
+// pick_small finishes a draw whose top-k set (set, k <= PICK_SMALL tokens)
+// is known: one pass gathers the set's tokens and probabilities, every
+// block puts the cluster's lists together in id order, and top-p, min-p
+// and the draw are taken on that list in shared memory (ranks by counting,
+// prefix sums in a fixed order) instead of passes over the row. The result
+// is the pick the passes would make: the nucleus is the fewest best-first
+// members (ties to the lower id) whose mass reaches top_p of the set's,
+// min-p keeps those at least min_p, and the token is the first member in
+// id order at which the running mass passes u times what is left.
+template <int C>
+__device__ int pick_small(const PickRow &row, const PickSet &set, const PickParams &P, PickScratch &sh) {
+	const int tid = threadIdx.x;
+	if (tid == 0) sh.gn = 0;
+	__syncthreads();
+	for (int i = row.lo + tid; i < row.hi; i += SMP_THREADS) {
+		const float s = row.s(i);
+		if (!(s >= set.slo)) continue;
+		const float p = row.p(s);
+		if (!set.in(i, p)) continue;
+		const int k = atomicAdd(&sh.gn, 1);
+		if (k < PICK_SMALL) sh.gi[k] = i, sh.gp[k] = p;
+	}
+	__syncthreads();
+	const int nb = min(sh.gn, PICK_SMALL);
+	// this block's list in id order (ids are distinct: rank by counting)
+	if (tid < nb) {
+		const int me = sh.gi[tid];
+		int r = 0;
+		for (int j = 0; j < nb; j++) r += sh.gi[j] < me;
+		sh.li[r] = me, sh.lp[r] = sh.gp[tid];
+	}
+	if (tid == 0) sh.xu[1] = (u32)nb;
+	cl_sync<C>();
+	// the cluster's list: the blocks' lists in rank order (slices ascend)
+	int n = 0;
+	for (u32 q = 0; q < C; q++) {
+		const int nq = (int)cl_load<C>(&sh.xu[1], q);
+		const int t = tid - n; // this thread copies entry t of block q's list
+		if (t >= 0 && t < nq && tid < PICK_SMALL) {
+			sh.gi[tid] = (int)cl_load<C>((const u32 *)&sh.li[t], q);
+			sh.gp[tid] = __uint_as_float(cl_load<C>((const u32 *)&sh.lp[t], q));
+		}
+		n += nq;
+	}
+	cl_sync<C>(); // every block has copied the others' lists
+	n = min(n, PICK_SMALL);
+	// ranks best first (ties to the lower id, i.e. the earlier entry)
+	int rank = 0x7fffffff;
+	float pt = 0.0f;
+	if (tid < n) {
+		pt = sh.gp[tid];
+		rank = 0;
+		for (int j = 0; j < n; j++) {
+			const float pj = sh.gp[j];
+			rank += pj > pt || (pj == pt && j < tid);
+		}
+		sh.chunk[rank] = (double)pt;
+	}
+	__syncthreads();
+	int L = n; // the kept prefix, in ranks
+	if (P.top_p < 1.0) {
+		const double v = tid < n ? sh.chunk[tid] : 0.0;
+		double mass;
+		const double before = block_scan(v, sh.dscr, &mass);
+		const double target = P.top_p * mass;
+		if (tid == 0) sh.ival[0] = n;
+		__syncthreads();
+		if (tid < n && before < target && before + v >= target) atomicMin(&sh.ival[0], tid + 1);
+		__syncthreads();
+		L = sh.ival[0];
+	}
+	if (P.min_p > 0.0f) {
+		// members at least min_p (the top member's p is 1) are a prefix
+		if (tid == 0) sh.ival[1] = 0;
+		__syncthreads();
+		if (tid < n && (float)sh.chunk[tid] >= P.min_p) atomicMax(&sh.ival[1], tid + 1);
+		__syncthreads();
+		L = min(L, sh.ival[1]);
+	}
+	__syncthreads();
+	// the draw, over the kept members in id order
+	const double w = rank < L ? (double)pt : 0.0;
+	double mass;
+	const double before = block_scan(w, sh.dscr, &mass);
+	const double target = P.u * mass;
+	if (tid == 0) sh.ival[2] = 0x7fffffff, sh.ival[3] = -1;
+	__syncthreads();
+	if (w > 0.0) {
+		atomicMax(&sh.ival[3], tid);
+		if (before <= target && target < before + w) atomicMin(&sh.ival[2], tid);
+	}
+	__syncthreads();
+	const int t = sh.ival[2] != 0x7fffffff ? sh.ival[2] : sh.ival[3];
+	const int tok = t >= 0 ? sh.gi[t] : -1;
+	__syncthreads();
+	return tok;
+}
+
 // pick_row is the pick of row r (its cluster of C blocks, or one block):
 // out[r] = (token, log-softmax of the raw row at it) under params[r]
 // (params 0: greedy). Greedy: the first index of the largest value, NaNs
@@ -521,6 +629,12 @@ template <int C> __device__ void pick_row(float *out, const float *logits, int V
 			const double k = (double)P.top_k;
 			set = pick_cut<C>(row, sv, -KT_INF, false, [&](double gt, double, double) { return k - gt; }, sh);
 		}
+		if (useK && set.v > 0.0f && P.top_k <= PICK_SMALL) {
+			// the rest on the gathered set
+			const int t = pick_small<C>(row, set, P, sh);
+			if (t >= 0) tok = t;
+			goto done;
+		}
 		if (useP) {
 			// with top-k the nucleus is taken of its set's mass, and lies
 			// within it
@@ -564,6 +678,7 @@ template <int C> __device__ void pick_row(float *out, const float *logits, int V
 		const int t = pick_find<C>(in, row, P.u, 0.0, sh, &mass);
 		if (t >= 0) tok = t;
 	}
+done:
 	if (rank == 0 && tid == 0) {
 		out[2 * r] = (float)tok;
 		out[2 * r + 1] = tok < 0 ? 0.0f : (float)((double)x[tok] - (double)gmx - log(se));
