@@ -80,16 +80,16 @@ template <int C> __device__ __forceinline__ void cl_sync() {
 	__syncthreads();
 }
 
+#if PICK_CLUSTERS
 // cl_addr is the cluster shared-memory address of p (a shared variable)
 // in block rank's copy.
 __device__ __forceinline__ u32 cl_addr(const void *p, u32 rank) {
 	u32 a;
 	asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(p));
-#if PICK_CLUSTERS
 	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(a), "r"(rank));
-#endif
 	return a;
 }
+#endif
 
 // cl_load reads the shared variable *p of block rank in the cluster (C
 // blocks; 1: this block's own).

@@ -6,7 +6,8 @@
 # rule against a float64 recurrent reference and that a prompt split into
 # pieces or run as decode steps (m_gdn_decode) gives bit-identical outputs
 # and state; router ids against a sequential scan with many ties; the
-# one-pass norms against the general ones; m_conv1d_decode bit for bit.
+# one-pass norms against the general ones; m_conv1d_decode bit for bit;
+# sample.cu's picks against a sort-based reference of the sampler.
 # Usage: sh backend/cuda/testdata/gdnemu/run.sh   (needs g++ with C++20)
 set -e
 d=$(cd "$(dirname "$0")" && pwd)
@@ -65,4 +66,12 @@ open(sys.argv[2], 'w').write(s.replace('#pragma unroll 2', '').replace('#pragma 
 P3
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/fp8" "$d/fp8.cpp"
 "$tmp/fp8"
+python3 - "$d/../../kernels/sample.cu" "$tmp/pick_part.cu" <<'P4'
+import re, sys
+s = open(sys.argv[1]).read()
+s = s.replace('extern "C" ', '').replace('PICK_CLUSTER m_pick', 'm_pick')
+open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s))
+P4
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/pick" "$d/pick.cpp"
+"$tmp/pick"
 rm -rf "$tmp"
