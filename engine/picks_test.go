@@ -47,7 +47,7 @@ func (p *pickingRunner) Forward(b *model.Batch, out *model.Logits) error {
 // sampled ones too: the runner draws with the value the host would have).
 func TestRunnerPicks(t *testing.T) {
 	const fx = "qwen3moe-a"
-	reqs := []SamplingParams{greedy(8), lpParams(6), greedy(10)}
+	reqs := []SamplingParams{greedy(8), lpParams(6), greedy(24)} // the long one outlasts the rest: steps of picks only
 	sampled := DefaultSamplingParams()
 	sampled.Temperature, sampled.Seed, sampled.MaxNewTokens = 0.7, 3, 6
 	filtered := sampled
