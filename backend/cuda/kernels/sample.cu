@@ -26,8 +26,9 @@
 // an ordered search over the tokens equal to it finds last. The set is the
 // shortest of the filters' prefixes. Exponentials are taken only where a
 // window or the candidate set needs them. A top-k of at most PICK_SMALL
-// tokens is gathered once and the rest (top-p, min-p, the draw) is taken on
-// that list in shared memory (pick_small).
+// tokens, or a top-p whose candidates (the tokens above the host's
+// prefilter bound) are that few, is gathered once and the rest (top-p,
+// min-p, the draw) is taken on that list in shared memory (pick_small).
 
 #define SMP_THREADS 1024
 #define SMP_WARPS (SMP_THREADS / 32)
@@ -483,25 +484,39 @@ template <int C> __device__ double pick_mass(const PickRow &row, const PickSet &
 	return cl_sum_d<C>(t, sh);
 }
 
-// pick_small finishes a draw whose top-k set (set, k <= PICK_SMALL tokens)
-// is known: one pass gathers the set's tokens and probabilities, every
-// block puts the cluster's lists together in id order, and top-p, min-p
-// and the draw are taken on that list in shared memory (ranks by counting,
-// prefix sums in a fixed order) instead of passes over the row. The result
-// is the pick the passes would make: the nucleus is the fewest best-first
-// members (ties to the lower id) whose mass reaches top_p of the set's,
-// min-p keeps those at least min_p, and the token is the first member in
-// id order at which the running mass passes u times what is left.
+// pick_count is the number of tokens with mass whose s is at least floor.
+template <int C> __device__ double pick_count(const PickRow &row, float floor, PickScratch &sh) {
+	double n = 0.0;
+#pragma unroll 4
+	for (int i = row.lo + threadIdx.x; i < row.hi; i += SMP_THREADS) {
+		const float s = row.s(i);
+		if (s >= floor && row.p(s) > 0.0f) n += 1.0;
+	}
+	return cl_sum_d<C>(n, sh);
+}
+
+// pick_small finishes a draw on a short list: the tokens of set (a top-k
+// of at most PICK_SMALL tokens) or those with s at least floor (at most
+// PICK_SMALL, holding every token a nucleus of ptot's top_p can take). One
+// pass gathers their ids and probabilities, every block puts the cluster's
+// lists together in id order, and top-p, min-p and the draw are taken on
+// that list in shared memory (ranks by counting, prefix sums in a fixed
+// order) instead of passes over the row. The result is the pick the passes
+// would make: the nucleus is the fewest best-first members (ties to the
+// lower id) whose mass reaches top_p of ptot (0: of the list's mass), min-p
+// keeps those at least min_p, and the token is the first member in id order
+// at which the running mass passes u times what is left.
 template <int C>
-__device__ int pick_small(const PickRow &row, const PickSet &set, const PickParams &P, PickScratch &sh) {
+__device__ int pick_small(const PickRow &row, const PickSet &set, float floor, double ptot, const PickParams &P,
+			  PickScratch &sh) {
 	const int tid = threadIdx.x;
 	if (tid == 0) sh.gn = 0;
 	__syncthreads();
 	for (int i = row.lo + tid; i < row.hi; i += SMP_THREADS) {
 		const float s = row.s(i);
-		if (!(s >= set.slo)) continue;
+		if (!(s >= set.slo && s >= floor)) continue;
 		const float p = row.p(s);
-		if (!set.in(i, p)) continue;
+		if (!(p > 0.0f) || !set.in(i, p)) continue;
 		const int k = atomicAdd(&sh.gn, 1);
 		if (k < PICK_SMALL) sh.gi[k] = i, sh.gp[k] = p;
 	}
@@ -547,7 +562,7 @@ __device__ int pick_small(const PickRow &row, const PickSet &set, const PickPara
 		const double v = tid < n ? sh.chunk[tid] : 0.0;
 		double mass;
 		const double before = block_scan(v, sh.dscr, &mass);
-		const double target = P.top_p * mass;
+		const double target = P.top_p * (ptot > 0.0 ? ptot : mass);
 		if (tid == 0) sh.ival[0] = n;
 		__syncthreads();
 		if (tid < n && before < target && before + v >= target) atomicMin(&sh.ival[0], tid + 1);
@@ -631,7 +646,7 @@ template <int C> __device__ void pick_row(float *out, const float *logits, int V
 		}
 		if (useK && set.v > 0.0f && P.top_k <= PICK_SMALL) {
 			// the rest on the gathered set
-			const int t = pick_small<C>(row, set, P, sh);
+			const int t = pick_small<C>(row, set, -KT_INF, 0.0, P, sh);
 			if (t >= 0) tok = t;
 			goto done;
 		}
@@ -648,6 +663,12 @@ template <int C> __device__ void pick_row(float *out, const float *logits, int V
 			if (!inK && t0 > 0.0) {
 				const float lt = logf((float)t0);
 				floor = __fadd_rn(row.mxs, lt) - pick_margin(lt, row.mxs);
+			}
+			if (!inK && pick_count<C>(row, floor, sh) <= PICK_SMALL) {
+				// the candidates fit a list: the rest on it
+				const int t = pick_small<C>(row, set, floor, tot, P, sh);
+				if (t >= 0) tok = t;
+				goto done;
 			}
 			const u64 need = (u64)fmax(1.0, ceil(P.top_p * tot * PICK_FIX));
 			if (pick_select<C>(row, true, need, floor, sh, &sv)) {
