@@ -92,34 +92,20 @@ __device__ __forceinline__ u32 cl_addr(const void *p, u32 rank) {
 }
 #endif
 
-// cl_load reads the shared variable *p of block rank in the cluster (C
-// blocks; 1: this block's own).
-template <int C> __device__ __forceinline__ double cl_load(const double *p, u32 rank) {
+// cl_load reads the shared variable *p (4 or 8 bytes) of block rank in
+// the cluster (C blocks; 1: this block's own).
+template <int C, typename T> __device__ __forceinline__ T cl_load(const T *p, u32 rank) {
+	static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cl_load reads 4 or 8 bytes");
 #if PICK_CLUSTERS
 	if (C > 1) {
-		double v;
-		asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cl_addr(p, rank)) : "memory");
-		return v;
-	}
-#endif
-	return *p;
-}
-template <int C> __device__ __forceinline__ u64 cl_load(const u64 *p, u32 rank) {
-#if PICK_CLUSTERS
-	if (C > 1) {
-		u64 v;
-		asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cl_addr(p, rank)) : "memory");
-		return v;
-	}
-#endif
-	return *p;
-}
-template <int C> __device__ __forceinline__ u32 cl_load(const u32 *p, u32 rank) {
-#if PICK_CLUSTERS
-	if (C > 1) {
-		u32 v;
-		asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cl_addr(p, rank)) : "memory");
-		return v;
+		if (sizeof(T) == 8) {
+			union { u64 u; T t; } v;
+			asm volatile("ld.shared::cluster.b64 %0, [%1];" : "=l"(v.u) : "r"(cl_addr(p, rank)) : "memory");
+			return v.t;
+		}
+		union { u32 u; T t; } v;
+		asm volatile("ld.shared::cluster.b32 %0, [%1];" : "=r"(v.u) : "r"(cl_addr(p, rank)) : "memory");
+		return v.t;
 	}
 #endif
 	return *p;
@@ -537,8 +523,8 @@ __device__ int pick_small(const PickRow &row, const PickSet &set, float floor, d
 		const int nq = (int)cl_load<C>(&sh.xu[1], q);
 		const int t = tid - n; // this thread copies entry t of block q's list
 		if (t >= 0 && t < nq && tid < PICK_SMALL) {
-			sh.gi[tid] = (int)cl_load<C>((const u32 *)&sh.li[t], q);
-			sh.gp[tid] = __uint_as_float(cl_load<C>((const u32 *)&sh.lp[t], q));
+			sh.gi[tid] = cl_load<C>(&sh.li[t], q);
+			sh.gp[tid] = cl_load<C>(&sh.lp[t], q);
 		}
 		n += nq;
 	}
