@@ -23,6 +23,9 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--type", "serve", "--dataset-name", "sharegpt"}, "only random and generated-shared-prefix"},
 		{[]string{"--type", "serve", "--request-rate", "0"}, "--request-rate"},
 		{[]string{"--type", "serve", "--request-rate", "fast"}, "--request-rate"},
+		{[]string{"--type", "serve", "--extra-request-body", "[1]"}, "--extra-request-body: want a JSON object"},
+		{[]string{"--type", "serve", "--extra-request-body", "{bad"}, "--extra-request-body: want a JSON object"},
+		{[]string{"--type", "serve", "--extra-request-body", "null"}, "--extra-request-body: want a JSON object"},
 		{[]string{"--type", "serve", "--base-url", "http://127.0.0.1:1"}, "get_model_info"},
 		{[]string{"--type", "load", "--base-url", "http://127.0.0.1:1", "--vocab", "10", "--duration", "1s"}, "/metrics"},
 	} {
