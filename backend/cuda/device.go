@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Device attribute numbers (CUdevice_attribute in cuda.h).
@@ -234,6 +235,10 @@ type Device struct {
 	lt     *blasLt
 	kern   *kernels
 	closed bool
+	// pickRowsOnly is set once a cluster launch of m_pick failed (a GPU
+	// or partition that cannot place 8 blocks together): picks then take
+	// m_pick_rows, one block per row.
+	pickRowsOnly *atomic.Bool
 }
 
 // SchedEnv names the environment variable that sets how host threads wait
@@ -257,7 +262,7 @@ func Open(opt Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{Info: *info}
+	d := &Device{Info: *info, pickRowsOnly: new(atomic.Bool)}
 	if err := cuErr(C.kt_cuDeviceGet(&d.dev, C.int(opt.Ordinal)), "cuDeviceGet(%d)", opt.Ordinal); err != nil {
 		return nil, err
 	}

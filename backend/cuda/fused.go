@@ -127,8 +127,7 @@ func (b *Backend) Pick(out, logits backend.Tensor, rows int) {
 		b.fail("Pick of %d rows past the step's %d", rows, b.capT)
 		return
 	}
-	name, grid := pickLaunch(rows)
-	b.check("Pick", b.d.launch(b.s, name, grid, grid1(1024), 0, os.buf, ls.buf, V, b.reg(rPick)))
+	b.check("Pick", b.d.launchPick(b.s, rows, os.buf, ls.buf, V, b.reg(rPick)))
 }
 
 // putPicks writes the picks' settings, one PickParams per output row,

@@ -560,8 +560,7 @@ func (d *Device) Pick(s *Stream, out, logits, params Buffer, B, V int) error {
 			return err
 		}
 	}
-	name, grid := pickLaunch(B)
-	return d.launch(s, name, grid, grid1(1024), 0, out, logits, V, params)
+	return d.launchPick(s, B, out, logits, V, params)
 }
 
 // pickGrid is the blocks m_pick is launched with per row (PICK_GRID in
@@ -574,10 +573,16 @@ const pickGrid = 8
 // one block each.
 const pickClusterRows = 16
 
-// pickLaunch is the kernel and grid for picks of rows rows.
-func pickLaunch(rows int) (string, dim3) {
-	if rows <= pickClusterRows {
-		return "m_pick", grid1(rows * pickGrid)
+// launchPick launches the picks of rows rows with args (out, logits, V,
+// params): m_pick with a cluster per row for up to pickClusterRows rows,
+// m_pick_rows beyond, and from the first time a cluster launch fails on.
+func (d *Device) launchPick(s *Stream, rows int, args ...any) error {
+	if rows <= pickClusterRows && d.pickRowsOnly != nil && !d.pickRowsOnly.Load() {
+		err := d.launch(s, "m_pick", grid1(rows*pickGrid), grid1(1024), 0, args...)
+		if err == nil {
+			return nil
+		}
+		d.pickRowsOnly.Store(true) // an error of another kind fails m_pick_rows too
 	}
-	return "m_pick_rows", grid1(rows)
+	return d.launch(s, "m_pick_rows", grid1(rows), grid1(1024), 0, args...)
 }
