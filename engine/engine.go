@@ -701,12 +701,11 @@ func (e *Engine) pickDraw(s *seq) (model.Draw, bool) {
 	if p.TopLogprobs > 0 || s.generated < p.MinNewTokens || !s.smp.Plain() {
 		return model.Draw{}, false
 	}
-	if s.smp.PlainGreedy() {
-		return model.Draw{}, true
+	d := s.smp.NextDraw()
+	if !d.Greedy() {
+		s.u = d.U
 	}
-	sp := s.smp.Params()
-	s.u = s.smp.Uniform()
-	return model.Draw{Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP, MinP: sp.MinP, U: s.u}, true
+	return d, true
 }
 
 // planPrefills adds prefill chunks, oldest sequence first, within budget

@@ -134,7 +134,6 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	// gives next, so that the host's draw, should the runner hand the row
 	// back, takes the same value (u)
 	pickOnly := p.TopLogprobs == 0 && seq.Plain()
-	sp := seq.Params()
 	var pick model.Pick // the runner's pick for the last step, if it made one (picked)
 	picked := false
 	u := -1.0 // the value taken for the last step's draw, if one was
@@ -198,8 +197,8 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		}
 		ch := model.Chunk{Slot: p.Slot, Pos: pos, Tokens: []int32{id}, PickOnly: pickOnly}
 		if pickOnly && !greedy {
-			u = seq.Uniform()
-			ch.Draw = model.Draw{Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP, MinP: sp.MinP, U: u}
+			ch.Draw = seq.NextDraw()
+			u = ch.Draw.U
 		}
 		b := model.Batch{Chunks: []model.Chunk{ch}}
 		if err := r.Forward(&b, &out); err != nil {

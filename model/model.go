@@ -56,13 +56,21 @@ type Chunk struct {
 type Draw struct {
 	Temperature float64
 	TopK        int
-	TopP        float64 // 0 is read as 1 (off)
+	TopP        float64 // 0 is read as 1 (off); NucleusP
 	MinP        float64
 	U           float64 // in [0, 1): the sequence's next uniform value
 }
 
 // Greedy reports whether d is the greedy pick.
 func (d Draw) Greedy() bool { return d.Temperature < 1e-5 || d.TopK == 1 }
+
+// NucleusP is d's top-p, 1 where it is off (0, or 1 and above).
+func (d Draw) NucleusP() float64 {
+	if d.TopP > 0 && d.TopP < 1 {
+		return d.TopP
+	}
+	return 1
+}
 
 // Pick is a choice made by the runner: for a greedy pick the first index
 // of the largest logit of a row (NaNs skipped), for a sampled one the token

@@ -152,15 +152,12 @@ func pickParams(d model.Draw) PickParams {
 	if d.Greedy() {
 		return PickParams{}
 	}
-	p := PickParams{InvT: float32(1 / d.Temperature), TopP: 1, U: d.U}
+	p := PickParams{InvT: float32(1 / d.Temperature), TopP: d.NucleusP(), U: d.U}
 	if d.TopK > 0 {
 		p.TopK = int32(min(d.TopK, math.MaxInt32))
 	}
 	if d.MinP > 0 {
 		p.MinP = float32(d.MinP)
-	}
-	if d.TopP > 0 && d.TopP < 1 {
-		p.TopP = d.TopP
 	}
 	return p
 }

@@ -51,6 +51,9 @@ type Params struct {
 	Constraint        Constraint
 }
 
+// greedy reports whether p picks the first index of the largest logit.
+func (p *Params) greedy() bool { return p.Temperature < 1e-5 || p.TopK == 1 }
+
 // Sequence is one sequence's sampling state: its parameters, its random
 // stream and the token counts the penalties need.
 type Sequence struct {
@@ -97,13 +100,12 @@ func (s *Sequence) Accept(t int32) {
 // penalty, constraint or ban. A runner may then pick in the engine's stead
 // (model.Chunk.PickOnly).
 func (s *Sequence) PlainGreedy() bool {
-	return (s.p.Temperature < 1e-5 || s.p.TopK == 1) && s.Plain()
+	return s.p.greedy() && s.Plain()
 }
 
 // Plain reports whether the next draw depends on the logits row and one
 // uniform value only: no penalty, constraint or ban. A runner may then draw
-// in the engine's stead with that value (Uniform) and the Params' filters,
-// as SampleAt would (model.Chunk.Draw).
+// in the engine's stead (NextDraw), as SampleAt would.
 func (s *Sequence) Plain() bool {
 	return s.counts == nil && s.seen == nil && s.p.Constraint == nil && len(s.Ban) == 0
 }
@@ -114,11 +116,7 @@ func (s *Sequence) Plain() bool {
 // It is the reference the GPU's picks are held to, and what test runners
 // that pick use.
 func (sm *Sampler) Pick(row []float32, d model.Draw) (int32, float32, error) {
-	topP := d.TopP
-	if !(topP > 0 && topP < 1) {
-		topP = 1
-	}
-	p := Params{Temperature: d.Temperature, TopK: d.TopK, TopP: topP, MinP: d.MinP, RepetitionPenalty: 1}
+	p := Params{Temperature: d.Temperature, TopK: d.TopK, TopP: d.NucleusP(), MinP: d.MinP, RepetitionPenalty: 1}
 	if d.Greedy() {
 		p.Temperature = 0
 	}
@@ -130,14 +128,19 @@ func (sm *Sampler) Pick(row []float32, d model.Draw) (int32, float32, error) {
 	return t, Logprob(row, t, mx, lse), nil
 }
 
-// Params returns the sequence's sampling settings.
-func (s *Sequence) Params() Params { return s.p }
-
-// Uniform takes the next value of the sequence's random stream, in [0, 1):
-// the one Sample would take for its next draw. Hand it to SampleAt (or to
-// a runner that draws in the engine's stead) so that the stream stays the
-// one Sample alone would have used.
-func (s *Sequence) Uniform() float64 { return s.rng.Float64() }
+// NextDraw is the sequence's next draw as a runner makes it
+// (model.Chunk.Draw; meaningful when Plain): the zero Draw for a greedy
+// pick, else its filters and the next value of its random stream, the one
+// Sample would take for that draw. Should the runner hand the row back,
+// draw with SampleAt at that value (U) so that the stream stays the one
+// Sample alone would have used.
+func (s *Sequence) NextDraw() model.Draw {
+	p := &s.p
+	if p.greedy() {
+		return model.Draw{}
+	}
+	return model.Draw{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP, U: s.rng.Float64()}
+}
 
 // Sampler holds scratch buffers; one Sampler serves any number of
 // sequences (one at a time) and allocates only when the vocabulary grows.
@@ -279,7 +282,7 @@ func (sm *Sampler) Sample(s *Sequence, row []float32) (int32, error) {
 	return sm.sample(s, row, -1)
 }
 
-// SampleAt is Sample with u, a value taken from s.Uniform, as the first
+// SampleAt is Sample with u, a value NextDraw took, as the first
 // draw's uniform value (a constraint's rejected draws take further values
 // from s's stream, as Sample's do).
 func (sm *Sampler) SampleAt(s *Sequence, row []float32, u float64) (int32, error) {
@@ -330,7 +333,7 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 		}
 	}
 
-	greedy := p.Temperature < 1e-5 || p.TopK == 1
+	greedy := p.greedy()
 	if greedy {
 		for try := 0; ; try++ {
 			best := argmax(w)
