@@ -75,6 +75,10 @@ type Backend struct {
 	epoch uint64
 	// readHost is ReadPinned's page-locked destination.
 	readHost *HostBuffer
+	// pieces: the gates of piecewise steps (pieces.go); noGates turns
+	// them off (PieceGatesEnv=0)
+	pieces  pieceSync
+	noGates bool
 }
 
 type gemmShape struct {
@@ -131,7 +135,8 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow",
-		moeG: moeGrouped{minPairs: grouped}}, nil
+		noGates: os.Getenv(PieceGatesEnv) == "0",
+		moeG:    moeGrouped{minPairs: grouped}}, nil
 }
 
 // Device returns the GPU the backend runs on.
@@ -471,6 +476,10 @@ func (b *Backend) Close() error {
 	}
 	if b.readHost != nil {
 		err = errors.Join(err, b.readHost.Free())
+	}
+	if b.pieces.buf != nil {
+		err = errors.Join(err, b.pieces.buf.Free())
+		b.pieces.buf, b.pieces.words = nil, nil
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {

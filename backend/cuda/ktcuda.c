@@ -67,6 +67,10 @@ static char load_err[512];
 DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
 static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
+/* optional: stream memory operations (the _v2 names since CUDA 11.7) and cuStreamQuery */
+static CUresult (*p_cuStreamWaitValue32) (CUstream, CUdeviceptr, uint32_t, unsigned);
+static CUresult (*p_cuStreamWriteValue32) (CUstream, CUdeviceptr, uint32_t, unsigned);
+static CUresult (*p_cuStreamQuery) (CUstream);
 
 static const char *resolve(void *h, const char *lib, const char *name, void **dst) {
 	*dst = dlsym(h, name);
@@ -101,6 +105,11 @@ const char *kt_load_driver(const char *path) {
 	    (err = resolve(h, path, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime)) != NULL)
 		goto fail;
 	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
+	if (!(p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32_v2")))
+		p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32");
+	if (!(p_cuStreamWriteValue32 = dlsym(h, "cuStreamWriteValue32_v2")))
+		p_cuStreamWriteValue32 = dlsym(h, "cuStreamWriteValue32");
+	p_cuStreamQuery = dlsym(h, "cuStreamQuery");
 	h_driver = h;
 	return NULL;
 fail:
@@ -150,6 +159,21 @@ CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigne
 	SETCTX
 	if (!p_cuEventRecordWithFlags) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
 	return p_cuEventRecordWithFlags(e, s, flags);
+}
+CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags) {
+	SETCTX
+	if (!p_cuStreamWaitValue32) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	return p_cuStreamWaitValue32(s, addr, v, flags);
+}
+CUresult kt_cuStreamWriteValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags) {
+	SETCTX
+	if (!p_cuStreamWriteValue32) return 801;
+	return p_cuStreamWriteValue32(s, addr, v, flags);
+}
+CUresult kt_cuStreamQuery(CUcontext ctx, CUstream s) {
+	SETCTX
+	if (!p_cuStreamQuery) return 801;
+	return p_cuStreamQuery(s);
 }
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e) { SETCTX return p_cuEventSynchronize(e); }
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e) { SETCTX return p_cuEventQuery(e); }

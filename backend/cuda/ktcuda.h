@@ -82,6 +82,12 @@ CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e);
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
 CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags);
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e);
+// Stream memory operations on a 32-bit word (device or mapped pinned host
+// memory) and the stream's state; each returns CUDA_ERROR_NOT_SUPPORTED
+// (801) when the driver has no such entry point.
+CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags);
+CUresult kt_cuStreamWriteValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags);
+CUresult kt_cuStreamQuery(CUcontext ctx, CUstream s);
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b);
 CUresult kt_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image);
