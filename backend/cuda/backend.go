@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -75,10 +76,10 @@ type Backend struct {
 	epoch uint64
 	// readHost is ReadPinned's page-locked destination.
 	readHost *HostBuffer
-	// pieces: the gates of piecewise steps (pieces.go); noGates turns
-	// them off (PieceGatesEnv=0)
-	pieces  pieceSync
-	noGates bool
+	// pieces: the gates of piecewise steps (pieces.go); gateMode is
+	// PieceGatesEnv's value
+	pieces   pieceSync
+	gateMode string
 }
 
 type gemmShape struct {
@@ -135,8 +136,8 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow",
-		noGates: os.Getenv(PieceGatesEnv) == "0",
-		moeG:    moeGrouped{minPairs: grouped}}, nil
+		gateMode: cmp.Or(os.Getenv(PieceGatesEnv), gateModes[0]),
+		moeG:     moeGrouped{minPairs: grouped}}, nil
 }
 
 // Device returns the GPU the backend runs on.

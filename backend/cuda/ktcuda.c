@@ -221,6 +221,15 @@ CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, 
 	return p_cuLaunchHostFunc(s, host_flag, &flag_ring[i]);
 }
 
+uint32_t kt_spin_word(const volatile uint32_t *w, unsigned spins) {
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	while (v == 0 && spins-- > 0) {
+		__builtin_ia32_pause();
+		v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	}
+	return v;
+}
+
 CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg) {
 	SETCTX
 	return p_cuLaunchHostFunc(s, fn, arg);

@@ -104,6 +104,9 @@ CUresult kt_launch_host_func(CUcontext ctx, CUstream s, uintptr_t handle);
 // kt_launch_host_flag enqueues a C host function that stores value into
 // *flag (release order): a signal the CPU side can wait on without Go.
 CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, int64_t value);
+// kt_spin_word loads *w (acquire) until it is not 0 or spins loads have
+// passed, pausing between loads, and returns the last value loaded.
+uint32_t kt_spin_word(const volatile uint32_t *w, unsigned spins);
 // kt_launch_host_cfn enqueues the C function fn(arg) (no Go on the driver's
 // thread; capturable into a graph, where every replay runs it again).
 CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg);

@@ -20,6 +20,15 @@ import (
 // piece sets must fail instead of spinning for ever. Needs a GPU.
 func TestGatedPieces(t *testing.T) {
 	d := testDevice(t)
+	for _, mode := range gateModes[:2] {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(PieceGatesEnv, mode)
+			gatedPieces(t, d)
+		})
+	}
+}
+
+func gatedPieces(t *testing.T, d *Device) {
 	b, err := NewBackendOn(d)
 	if err != nil {
 		t.Fatal(err)
