@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -76,10 +75,6 @@ type Backend struct {
 	epoch uint64
 	// readHost is ReadPinned's page-locked destination.
 	readHost *HostBuffer
-	// pieces: the gates of piecewise steps (pieces.go); gateMode is
-	// PieceGatesEnv's value
-	pieces   pieceSync
-	gateMode string
 }
 
 type gemmShape struct {
@@ -136,8 +131,7 @@ func NewBackendOn(d *Device) (*Backend, error) {
 	}
 	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
 		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow",
-		gateMode: cmp.Or(os.Getenv(PieceGatesEnv), gateModes[0]),
-		moeG:     moeGrouped{minPairs: grouped}}, nil
+		moeG: moeGrouped{minPairs: grouped}}, nil
 }
 
 // Device returns the GPU the backend runs on.
@@ -477,10 +471,6 @@ func (b *Backend) Close() error {
 	}
 	if b.readHost != nil {
 		err = errors.Join(err, b.readHost.Free())
-	}
-	if b.pieces.buf != nil {
-		err = errors.Join(err, b.pieces.buf.Free())
-		b.pieces.buf, b.pieces.words = nil, nil
 	}
 	err = errors.Join(err, b.s.Destroy())
 	if b.ownDev {

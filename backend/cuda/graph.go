@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/ktserve/kt/backend"
 )
@@ -49,20 +48,10 @@ func (b *Backend) CaptureStep(fn func()) (backend.StepGraph, error) {
 // After a failed cut every later cut fails too (the work queued meanwhile
 // is still recorded, then discarded, so none of it runs): fn should stop
 // and return. Run the same ops once eagerly first, as for CaptureStep.
-//
-// Where the driver has stream memory operations (and PieceGatesEnv is not
-// 0) the pieces are gated: every piece after the first begins by waiting
-// for its gate, so a replay launches it with LaunchPiece before the host
-// work it follows and opens the gate with OpenGate after (see pieceSync);
-// PieceReady marks the point of a piece that host work waits for.
 func (b *Backend) CaptureSegments(fn func(cut func() error)) ([]backend.StepGraph, error) {
 	if err := b.Sync(); err != nil {
 		return nil, err
 	}
-	gated := b.pieceGates()
-	ps := &b.pieces
-	ps.recording, ps.cur = gated, 0
-	defer func() { ps.recording = false }()
 	epoch := b.epoch
 	if err := b.s.BeginCapture(); err != nil {
 		return nil, err
@@ -96,11 +85,6 @@ func (b *Backend) CaptureSegments(fn func(cut func() error)) ([]backend.StepGrap
 			return first
 		}
 		capturing = true
-		if gated {
-			if err := b.gateNext(); err != nil && first == nil {
-				first = err
-			}
-		}
 		return first
 	}
 	fn(cut)
@@ -117,29 +101,15 @@ func (b *Backend) CaptureSegments(fn func(cut func() error)) ([]backend.StepGrap
 		}
 		return nil, first
 	}
-	if gated {
-		for i, g := range segs {
-			cg := g.(*Graph)
-			cg.gated, cg.piece = true, i
-		}
-	}
 	return segs, nil
 }
 
-// ReplayStep implements backend.GraphBackend. A piece of a gated step
-// (CaptureSegments) is launched with its gate open, so it runs as soon as
-// the work before it on the stream is done, as an ungated piece does.
+// ReplayStep implements backend.GraphBackend.
 func (b *Backend) ReplayStep(g backend.StepGraph) {
 	cg, ok := g.(*Graph)
 	if !ok || cg == nil || cg.e == nil {
 		b.fail("ReplayStep: not a live graph of the cuda backend")
 		return
-	}
-	if cg.gated {
-		atomic.StoreUint32(&b.pieces.words[maxPieces+cg.piece], 0)
-		if cg.piece > 0 {
-			b.OpenGate(cg.piece - 1)
-		}
 	}
 	b.Replay(cg)
 }

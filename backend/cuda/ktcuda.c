@@ -67,10 +67,6 @@ static char load_err[512];
 DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
 static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
-/* optional: stream memory operations (the _v2 names since CUDA 11.7) and cuStreamQuery */
-static CUresult (*p_cuStreamWaitValue32) (CUstream, CUdeviceptr, uint32_t, unsigned);
-static CUresult (*p_cuStreamWriteValue32) (CUstream, CUdeviceptr, uint32_t, unsigned);
-static CUresult (*p_cuStreamQuery) (CUstream);
 
 static const char *resolve(void *h, const char *lib, const char *name, void **dst) {
 	*dst = dlsym(h, name);
@@ -105,11 +101,6 @@ const char *kt_load_driver(const char *path) {
 	    (err = resolve(h, path, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime)) != NULL)
 		goto fail;
 	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
-	if (!(p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32_v2")))
-		p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32");
-	if (!(p_cuStreamWriteValue32 = dlsym(h, "cuStreamWriteValue32_v2")))
-		p_cuStreamWriteValue32 = dlsym(h, "cuStreamWriteValue32");
-	p_cuStreamQuery = dlsym(h, "cuStreamQuery");
 	h_driver = h;
 	return NULL;
 fail:
@@ -160,21 +151,6 @@ CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigne
 	if (!p_cuEventRecordWithFlags) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
 	return p_cuEventRecordWithFlags(e, s, flags);
 }
-CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags) {
-	SETCTX
-	if (!p_cuStreamWaitValue32) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
-	return p_cuStreamWaitValue32(s, addr, v, flags);
-}
-CUresult kt_cuStreamWriteValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags) {
-	SETCTX
-	if (!p_cuStreamWriteValue32) return 801;
-	return p_cuStreamWriteValue32(s, addr, v, flags);
-}
-CUresult kt_cuStreamQuery(CUcontext ctx, CUstream s) {
-	SETCTX
-	if (!p_cuStreamQuery) return 801;
-	return p_cuStreamQuery(s);
-}
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e) { SETCTX return p_cuEventSynchronize(e); }
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e) { SETCTX return p_cuEventQuery(e); }
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b) { SETCTX return p_cuEventElapsedTime(ms, a, b); }
@@ -219,15 +195,6 @@ CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, 
 	flag_ring[i].flag = flag;
 	flag_ring[i].value = value;
 	return p_cuLaunchHostFunc(s, host_flag, &flag_ring[i]);
-}
-
-uint32_t kt_spin_word(const volatile uint32_t *w, unsigned spins) {
-	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-	while (v == 0 && spins-- > 0) {
-		__builtin_ia32_pause();
-		v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-	}
-	return v;
 }
 
 CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg) {

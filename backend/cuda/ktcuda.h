@@ -82,12 +82,6 @@ CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e);
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
 CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags);
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e);
-// Stream memory operations on a 32-bit word (device or mapped pinned host
-// memory) and the stream's state; each returns CUDA_ERROR_NOT_SUPPORTED
-// (801) when the driver has no such entry point.
-CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags);
-CUresult kt_cuStreamWriteValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags);
-CUresult kt_cuStreamQuery(CUcontext ctx, CUstream s);
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b);
 CUresult kt_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image);
@@ -104,9 +98,6 @@ CUresult kt_launch_host_func(CUcontext ctx, CUstream s, uintptr_t handle);
 // kt_launch_host_flag enqueues a C host function that stores value into
 // *flag (release order): a signal the CPU side can wait on without Go.
 CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, int64_t value);
-// kt_spin_word loads *w (acquire) until it is not 0 or spins loads have
-// passed, pausing between loads, and returns the last value loaded.
-uint32_t kt_spin_word(const volatile uint32_t *w, unsigned spins);
 // kt_launch_host_cfn enqueues the C function fn(arg) (no Go on the driver's
 // thread; capturable into a graph, where every replay runs it again).
 CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg);

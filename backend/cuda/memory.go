@@ -101,19 +101,6 @@ func (h *HostBuffer) DevicePtr() (uint64, error) {
 	return uint64(p), nil
 }
 
-// word32 returns the device address of the aligned 32-bit word at byte
-// off, for the stream memory operations.
-func (h *HostBuffer) word32(off int64) (uint64, error) {
-	if off < 0 || off%4 != 0 || off+4 > h.Size {
-		return 0, fmt.Errorf("cuda: 32-bit word at byte %d of a %d-byte pinned buffer", off, h.Size)
-	}
-	p, err := h.DevicePtr()
-	if err != nil {
-		return 0, err
-	}
-	return p + uint64(off), nil
-}
-
 // Free releases the pinned memory.
 func (h *HostBuffer) Free() error {
 	if h.ptr == nil {

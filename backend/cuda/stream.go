@@ -215,50 +215,11 @@ func (s *Stream) SignalFlag(f *HostFlag, v int64) error {
 	return cuErr(C.kt_launch_host_flag(s.d.ctx, s.s, (*C.int64_t)(unsafe.Pointer(f.word())), C.int64_t(v)), "cuLaunchHostFunc(flag)")
 }
 
-// WaitHost32 queues on s a wait until the 32-bit word at byte off of h
-// equals v (cuStreamWaitValue32, CU_STREAM_WAIT_VALUE_EQ): the stream's
-// later work starts once the host stores v there. It may be captured into
-// a graph. The caller must make sure the host stores v eventually: the
-// stream waits for ever otherwise.
-func (s *Stream) WaitHost32(h *HostBuffer, off int64, v uint32) error {
-	p, err := h.word32(off)
-	if err != nil {
-		return err
-	}
-	return cuErr(C.kt_cuStreamWaitValue32(s.d.ctx, s.s, C.CUdeviceptr(p), C.uint32_t(v), 0), "cuStreamWaitValue32")
-}
-
-// WriteHost32 queues on s a store of v into the 32-bit word at byte off of
-// h (cuStreamWriteValue32 with its default memory barrier: what the stream
-// wrote before, to device or host memory, is visible once the word is). It
-// may be captured into a graph.
-func (s *Stream) WriteHost32(h *HostBuffer, off int64, v uint32) error {
-	p, err := h.word32(off)
-	if err != nil {
-		return err
-	}
-	return cuErr(C.kt_cuStreamWriteValue32(s.d.ctx, s.s, C.CUdeviceptr(p), C.uint32_t(v), 0), "cuStreamWriteValue32")
-}
-
-// Query reports whether all work queued on s is done, without blocking;
-// an error of that work (or of the context) is returned.
-func (s *Stream) Query() (bool, error) {
-	r := C.kt_cuStreamQuery(s.d.ctx, s.s)
-	if r == cuErrNotReady {
-		return false, nil
-	}
-	return r == 0, cuErr(r, "cuStreamQuery")
-}
-
 // Graph is an instantiated CUDA graph captured from a stream.
 type Graph struct {
 	d *Device
 	g C.CUgraph
 	e C.CUgraphExec
-	// a piece of a step recorded with gates (Backend.CaptureSegments):
-	// its index in the step
-	gated bool
-	piece int
 }
 
 // Capture records everything fn queues on s into a graph instead of running

@@ -74,14 +74,3 @@ extern "C" __global__ void fp8_block_dequant(bf16 *out, const unsigned char *q, 
 	int kb = (K + block - 1) / block;
 	out[i] = f2bf(e4m3_to_f(q[i]) * scale[(n / block) * kb + k / block]);
 }
-
-// m_gate_wait: one thread loads a 32-bit word of mapped pinned host memory
-// until it is 1 — the gate a piece of a piecewise step waits for at its
-// start (Backend.CaptureSegments, KT_CUDA_PIECE_GATES=kernel). grid 1,
-// block 1.
-extern "C" __global__ void m_gate_wait(const unsigned int *word) {
-	unsigned int v;
-	do {
-		asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-	} while (v != 1u);
-}

@@ -114,8 +114,6 @@ type gpuLink struct {
 	graphs  bool                           // decode steps may be captured (host-node graph form)
 	piece   bool                           // decode steps may be captured piecewise (the default)
 	evAfter bool                           // piecewise: record ev after a piece's launch (PieceEventEnv=after)
-	gated   bool                           // piecewise: the backend gates the pieces (cuda.Backend.PieceGates)
-	gateWhy string                         // why it does not
 	tasks   map[int][]*cpuexperts.HostTask // graph form: per token count, per model layer
 	mu      sync.Mutex
 	err     error // first error of a host function, reported by the next start or join
@@ -127,9 +125,6 @@ type gpuLink struct {
 	dbatch  cpuexperts.Batch // the deferred task's batch
 	noGraph string           // why the graph form is off ("" unless deferral turned it off)
 	timing  *handoffTiming   // TimingEnv=1: piecewise hand-off times; nil when off
-	// while a piecewise step is recorded: the wait for the ready word of
-	// the piece start just marked (nil: the event), taken by join's Cut
-	ready func() error
 	// layerwise prefill (--kt-gpu-prefill-token-threshold; nil when off)
 	// and whether the step begun last takes it
 	lw     *layerwise
@@ -228,14 +223,6 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	default:
 		g.close()
 		return nil, fmt.Errorf("%s=%s: want node (the default) or after", PieceEventEnv, v)
-	}
-	if g.piece {
-		if g.evAfter {
-			// an event recorded after a piece's launch would follow the
-			// next piece, launched ahead and waiting for its gate
-			be.DisablePieceGates(PieceEventEnv + "=after")
-		}
-		g.gated, g.gateWhy = be.PieceGates()
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
 	if os.Getenv(TimingEnv) == "1" {
@@ -385,15 +372,12 @@ func (g *gpuLink) graphSetup(rb *runbase.Base) (off string, collect bool) {
 // graphForm says how decode steps run, for Path.
 func (g *gpuLink) graphForm() string {
 	switch {
-	case g.piece && g.gated:
-		return "decode steps may run as piecewise CUDA graphs (one per stretch between MoE hand-offs; CPU experts on this thread between launches; " +
-			"each piece launched before the hand-off it follows and gated on a pinned word, the hand-off waiting on a word the piece sets after the layer's copies)"
 	case g.piece:
 		ev := "waiting on an event node after the layer's copies"
 		if g.evAfter {
 			ev = "waiting on an event after each piece (" + PieceEventEnv + "=after)"
 		}
-		return "decode steps may run as piecewise CUDA graphs (one per stretch between MoE hand-offs; CPU experts on this thread between launches, " + ev + "; pieces not gated: " + g.gateWhy + ")"
+		return "decode steps may run as piecewise CUDA graphs (one per stretch between MoE hand-offs; CPU experts on this thread between launches, " + ev + ")"
 	case g.graphs:
 		return "decode steps may run as CUDA graphs (CPU experts as C host functions)"
 	}
@@ -401,10 +385,8 @@ func (g *gpuLink) graphForm() string {
 }
 
 // handoff is layer l's host work between two pieces of a piecewise step
-// of n rows: wait for the layer's copies to host (ready, the backend's
-// wait for the piece's ready word where it gates its pieces; else the
-// event), run its CPU experts.
-func (g *gpuLink) handoff(l, n int, ready func() error) func() error {
+// of n rows: wait for the layer's copies to host, run its CPU experts.
+func (g *gpuLink) handoff(l, n int) func() error {
 	return func() error {
 		var d int
 		var pending bool
@@ -423,11 +405,7 @@ func (g *gpuLink) handoff(l, n int, ready func() error) func() error {
 		if g.timing != nil {
 			t0 = time.Now()
 		}
-		wait := g.wait
-		if ready != nil {
-			wait = ready
-		}
-		if err := wait(); err != nil {
+		if err := g.wait(); err != nil {
 			return err
 		}
 		if g.timing != nil {
@@ -597,17 +575,8 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 	}
 	if piece {
 		if !g.evAfter {
-			// the point the hand-off waits for: a store to a pinned word
-			// where the backend gates its pieces, else an event node
-			wait, ok, err := g.be.PieceReady()
-			if err != nil {
+			if err := g.ev.RecordExternal(g.s); err != nil {
 				return err
-			}
-			g.ready = wait
-			if !ok {
-				if err := g.ev.RecordExternal(g.s); err != nil {
-					return err
-				}
 			}
 		}
 		if gw != nil {
@@ -665,9 +634,7 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	if g.pieceStep() {
 		// the piece ends after the shared expert the model queued since
 		// start: the CPU experts overlap it; the next begins with the copy back
-		ready := g.ready
-		g.ready = nil
-		if err := g.rb.Cut(g.handoff(l, n, ready)); err != nil {
+		if err := g.rb.Cut(g.handoff(l, n)); err != nil {
 			return err
 		}
 	} else if g.graphStep() {

@@ -101,18 +101,6 @@ func (sg *stepGraph) destroy() {
 	sg.g, sg.segs = nil, nil
 }
 
-// pieceGater is a segmentCapturer whose pieces may be gated (the CUDA
-// backend where the driver has stream memory operations): a gated piece
-// after the first waits, on the GPU, for a gate the host opens, so a
-// replay can launch piece i+1 before the host work between pieces i and
-// i+1 and open gate i after it — the launch leaves the step's critical
-// path.
-type pieceGater interface {
-	Gated(g backend.StepGraph) bool
-	LaunchPiece(g backend.StepGraph) error
-	OpenGate(i int)
-}
-
 // replay queues the bucket's graphs: one graph, or the pieces with their
 // host work in between (which waits for what it needs of the GPU). A
 // hand-off that fails stops the step there.
@@ -120,9 +108,6 @@ func (sg *stepGraph) replay(gb backend.GraphBackend) error {
 	if sg.g != nil {
 		gb.ReplayStep(sg.g)
 		return nil
-	}
-	if pg, ok := gb.(pieceGater); ok && len(sg.segs) > 1 && pg.Gated(sg.segs[1].g) {
-		return sg.replayGated(pg)
 	}
 	for _, s := range sg.segs {
 		gb.ReplayStep(s.g)
@@ -133,25 +118,6 @@ func (sg *stepGraph) replay(gb backend.GraphBackend) error {
 		}
 	}
 	return nil
-}
-
-// replayGated replays gated pieces: piece i+1 is launched before piece
-// i's host work runs, and gate i opened after it. After an error (a launch
-// or a hand-off) nothing more is launched or run, but every gate is still
-// opened, so that no launched piece waits for ever; the pieces launched run
-// to their end on what the buffers hold, and the step returns the error.
-func (sg *stepGraph) replayGated(pg pieceGater) error {
-	err := pg.LaunchPiece(sg.segs[0].g)
-	for i := 0; i+1 < len(sg.segs); i++ {
-		if err == nil {
-			err = pg.LaunchPiece(sg.segs[i+1].g)
-		}
-		if after := sg.segs[i].after; err == nil && after != nil {
-			err = after()
-		}
-		pg.OpenGate(i)
-	}
-	return err
 }
 
 // capturePieces records queue's ops as the pieces its Cut calls delimit.

@@ -2,7 +2,6 @@ package runbase
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -205,77 +204,4 @@ func TestPiecewiseCaptureReplay(t *testing.T) {
 			t.Errorf("PiecewiseGraphs with graphs off = %v, %q", ok, why)
 		}
 	})
-}
-
-// fakeGated is fakePieces whose pieces are gated: a launch and a gate
-// opening are logged as such, and the launch of piece failLaunch fails.
-type fakeGated struct {
-	*fakePieces
-	failLaunch int // the piece whose launch fails; 0: none
-}
-
-func (f *fakeGated) index(g backend.StepGraph) int {
-	return slices.Index(f.graphs, g.(*fakePiece))
-}
-
-func (f *fakeGated) Gated(g backend.StepGraph) bool { return f.index(g) >= 0 }
-
-func (f *fakeGated) LaunchPiece(g backend.StepGraph) error {
-	i := f.index(g)
-	if i == f.failLaunch && i > 0 {
-		f.log = append(f.log, fmt.Sprintf("launch%d failed", i))
-		return errors.New("launch failed")
-	}
-	f.log = append(f.log, fmt.Sprintf("launch%d", i))
-	return nil
-}
-
-func (f *fakeGated) OpenGate(i int) { f.log = append(f.log, fmt.Sprintf("open%d", i)) }
-
-// TestGatedReplay checks the order of a gated replay: piece i+1 launched
-// before piece i's hand-off, gate i opened after it; after a failed
-// hand-off or launch nothing more runs but every gate opens.
-func TestGatedReplay(t *testing.T) {
-	cases := []struct {
-		name       string
-		failCPU    int // the hand-off (1-based) that fails; 0: none
-		failLaunch int
-		want       []string
-		err        string
-	}{
-		{"in order", 0, 0, []string{"launch0", "launch1", "cpu0", "open0", "launch2", "cpu1", "open1", "launch3", "cpu2", "open2"}, ""},
-		{"hand-off fails", 2, 0, []string{"launch0", "launch1", "cpu0", "open0", "launch2", "cpu1", "open1", "open2"}, "engine failed"},
-		{"launch fails", 0, 2, []string{"launch0", "launch1", "cpu0", "open0", "launch2 failed", "open1", "open2"}, "launch failed"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			f := &fakeGated{fakePieces: &fakePieces{}, failLaunch: c.failLaunch}
-			g := &graphState{}
-			segs, err := g.capturePieces(f, func() error {
-				for i := range 3 {
-					f.op(fmt.Sprintf("gpu%d", i))
-					var herr error
-					if i+1 == c.failCPU {
-						herr = errors.New("engine failed")
-					}
-					name := fmt.Sprintf("cpu%d", i)
-					if err := g.cut(func() error { f.log = append(f.log, name); return herr }); err != nil {
-						return err
-					}
-				}
-				f.op("head")
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = (&stepGraph{segs: segs}).replay(f)
-			if (err == nil) != (c.err == "") || err != nil && err.Error() != c.err {
-				t.Fatalf("replay error %v, want %q", err, c.err)
-			}
-			if !slices.Equal(f.log, c.want) {
-				t.Fatalf("replay ran\n%v, want\n%v", f.log, c.want)
-			}
-		})
-	}
 }
