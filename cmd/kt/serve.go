@@ -308,6 +308,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err := hs.Shutdown(shutCtx); err != nil {
 		_ = hs.Close()
 	}
+	if t := models.HybridTiming(runner); t != "" {
+		log.Info("hybrid step", "timing", t) // KT_HYBRID_TIMING=1
+	}
 	return nil
 }
 
