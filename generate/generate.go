@@ -127,7 +127,7 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 	// plain greedy decoding (no penalty, ban or constraint: Params has
 	// none) picks what the sampler's greedy path would, without its copy
 	// of the row and its scalar scan (greedyPick)
-	greedy := p.Temperature < 1e-5 || p.TopK == 1
+	greedy := seq.Greedy()
 	// without top logprobs a decode step needs only the pick, which a GPU
 	// runner makes beside the logits (model.Chunk.PickOnly): greedy, or
 	// drawn (model.Chunk.Draw) with the uniform value the sequence's stream

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -598,21 +599,22 @@ var samplingKeys = map[string]bool{
 // sampling settings, and the keys of extra's "sampling_params", go into
 // body's sampling_params.
 func mergeExtra(body, extra map[string]any, generate bool) {
+	sp, _ := body["sampling_params"].(map[string]any)
+	if !generate {
+		sp = nil
+	}
 	for k, v := range extra {
-		sp, _ := body["sampling_params"].(map[string]any)
+		m, isMap := v.(map[string]any)
 		switch {
-		case generate && k == "sampling_params" && sp != nil:
-			if m, ok := v.(map[string]any); ok {
-				for k2, v2 := range m {
-					sp[k2] = v2
-				}
-				continue
-			}
-			body[k] = v
-		case generate && samplingKeys[k] && sp != nil:
+		case sp != nil && k == "sampling_params" && isMap:
+			maps.Copy(sp, m)
+		case sp != nil && samplingKeys[k]:
 			sp[k] = v
 		default:
 			body[k] = v
+			if k == "sampling_params" {
+				sp = nil // replaced by a value that is not an object
+			}
 		}
 	}
 }

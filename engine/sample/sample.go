@@ -95,13 +95,9 @@ func (s *Sequence) Accept(t int32) {
 	}
 }
 
-// PlainGreedy reports whether the next draw is the first index of the
-// largest logit (NaNs skipped) whatever was drawn before: greedy, with no
-// penalty, constraint or ban. A runner may then pick in the engine's stead
-// (model.Chunk.PickOnly).
-func (s *Sequence) PlainGreedy() bool {
-	return s.p.greedy() && s.Plain()
-}
+// Greedy reports whether the sequence's draws take the first index of the
+// largest (adjusted) logit and no random value.
+func (s *Sequence) Greedy() bool { return s.p.greedy() }
 
 // Plain reports whether the next draw depends on the logits row and one
 // uniform value only: no penalty, constraint or ban. A runner may then draw
