@@ -49,6 +49,7 @@ type moeBenchOpts struct {
 	rounds                   int
 	spinWait                 time.Duration
 	gap, spinPure            time.Duration
+	f32IO                    bool
 }
 
 var moeOpts moeBenchOpts
@@ -91,6 +92,7 @@ func init() {
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
 			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
+			f.BoolVar(&moeOpts.f32IO, "f32-io", false, "moe: f32 activations in and out, as the hybrid step hands its pinned rows over (default bf16)")
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
@@ -461,7 +463,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 		if err != nil {
 			return nil, err
 		}
-		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, o.minTime, o.gap, 7)
+		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, o.minTime, o.gap, 7, o.f32IO)
 		if err != nil {
 			return nil, err
 		}

@@ -81,14 +81,15 @@ func LastLevelCache() int64 {
 }
 
 // Bench times layers (same shape and method) on random batches of the
-// given size, bf16 in and out as the GPU path hands them over, for at least
+// given size, bf16 in and out (f32 with f32IO, as the hybrid step hands its
+// pinned f32 rows over), for at least
 // minTime and 2 iterations after a warm-up. Iterations go round the layers
 // and through 64 routings, as consecutive layers of a model do, so that the
 // weights come from memory and not from the last-level cache: pass enough
 // layers that their weights exceed it several times. gap > 0 makes the
 // caller spin that long between tasks, as the hybrid step's caller waits
 // for a GPU piece between layers; Seconds is then the tasks' own time.
-func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed uint64) (BenchResult, error) {
+func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed uint64, f32IO bool) (BenchResult, error) {
 	if len(layers) == 0 {
 		return BenchResult{}, fmt.Errorf("bench: no layers")
 	}
@@ -101,6 +102,13 @@ func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed u
 		xb[i] = tensor.F32ToBF16(float32(rng.NormFloat64()))
 	}
 	out := make([]uint16, tokens*H)
+	var xf, outf []float32
+	if f32IO {
+		xf, outf = make([]float32, tokens*H), make([]float32, tokens*H)
+		for i, v := range xb {
+			xf[i] = tensor.BF16ToF32(v)
+		}
+	}
 	var batches [variants]Batch
 	var touched int64
 	for v := range batches {
@@ -121,6 +129,9 @@ func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed u
 			}
 		}
 		batches[v] = Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
+		if f32IO {
+			batches[v].XBF16, batches[v].OutBF16, batches[v].X, batches[v].Out = nil, nil, xf, outf
+		}
 	}
 	for _, l := range layers {
 		if err := l.Forward(&batches[0]); err != nil {
