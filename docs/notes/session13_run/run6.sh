@@ -17,8 +17,7 @@ wait $SY; tail -1 $D/synth.log | tee -a $L
 G="$D/kt generate --model-path /tmp/q35 --input-ids 615,892,721,286,283,347,17,99 --ignore-eos --device cuda --max-new-tokens 256 --kt-weight-path /tmp/q35 --kt-method AMXINT4"
 for r in 1 2; do
   for c in 15 14; do
-    KT_HYBRID_TIMING=1 timeout 90 $G --kt-cpuinfer $c 2>&1 | grep -E -A5 "hand-off timing" | grep -vE "^--" | cut -c1-330 | sed "s/^/hybrid c$c r$r: /" | tee -a $L
-    KT_HYBRID_TIMING=1 timeout 90 $G --kt-cpuinfer $c 2>&1 | grep -E "tok/s" | cut -c1-200 | sed "s/^/hybrid c$c r$r: /" | tee -a $L
+    KT_HYBRID_TIMING=1 timeout 90 $G --kt-cpuinfer $c 2>&1 | grep -E "hand-off timing|^hybrid |sleeps|per-thread|tok/s" | cut -c1-330 | sed "s/^/hybrid c$c r$r: /" | tee -a $L
   done
 done
 echo "end $SECONDS s" | tee -a $L
