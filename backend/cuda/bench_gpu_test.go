@@ -351,3 +351,85 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
+
+// gemvBenchShapes are the decode-step products of the 8-layer Qwen3.5-35B
+// checkpoint at one row: the Gated DeltaNet in-projection group's sizes
+// summed, out_proj, the router, the shared expert's gate/up and down, the
+// lm head.
+var gemvBenchShapes = []struct {
+	name string
+	O, K int
+}{
+	{"inproj_12352x2048", 12352, 2048},
+	{"outproj_2048x4096", 2048, 4096},
+	{"router_256x2048", 256, 2048},
+	{"shared_gateup_1024x2048", 1024, 2048},
+	{"shared_down_2048x512", 2048, 512},
+	{"lmhead_248320x2048", 248320, 2048},
+}
+
+// BenchmarkGEMV times the decode GEMV kernels (m_gemv_bf16 and the 16-warp
+// m_gemv_bf16_wide) on one activation row at the shapes above; GB/s counts
+// the weight bytes. Run beside BenchmarkGEMVCopyBound, whose GB/s is a copy
+// of the same bytes (read and written, so counted twice) in the same call.
+// Needs a GPU.
+func BenchmarkGEMV(b *testing.B) {
+	d := testDevice(b)
+	s := testStream(b, d)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, c := range gemvBenchShapes {
+		wbytes := int64(c.O) * int64(c.K) * 2
+		w, err := d.Alloc(wbytes, "gemv weights")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := fillRandom(d, s, rng, w); err != nil {
+			b.Fatal(err)
+		}
+		xv := make([]float32, c.K)
+		for i := range xv {
+			xv[i] = float32(rng.NormFloat64())
+		}
+		x := upload(b, d, xv)
+		out, err := d.Alloc(int64(c.O)*4, "gemv out")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range []struct {
+			name    string
+			threads int
+		}{{"m_gemv_bf16", 256}, {"m_gemv_bf16_wide", 512}, {"m_gemv_x_u2", 256}, {"m_gemv_x_lb4", 256}, {"m_gemv_x_w4", 128}, {"m_gemv_x_w4u2", 128}} {
+			b.Run(fmt.Sprintf("%s/%s", c.name, k.name), func(b *testing.B) {
+				gpuTime(b, d, s, float64(wbytes), func(int) error {
+					return d.launch(s, k.name, grid1(blocks(c.O, 16)), grid1(k.threads), 0, out, x, w, 1, c.O, c.K)
+				})
+			})
+		}
+		d.Free(w)
+		d.Free(x)
+		d.Free(out)
+	}
+}
+
+// BenchmarkGEMVCopyBound copies each of BenchmarkGEMV's weight sizes once
+// (device to device): the memory's rate for the same bytes in the same call.
+func BenchmarkGEMVCopyBound(b *testing.B) {
+	d := testDevice(b)
+	s := testStream(b, d)
+	for _, c := range gemvBenchShapes {
+		n := int64(c.O) * int64(c.K) * 2
+		b.Run(c.name, func(b *testing.B) {
+			src, err := d.Alloc(n, "copy src")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Free(src)
+			dst, err := d.Alloc(n, "copy dst")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Free(dst)
+			gpuTime(b, d, s, float64(2*n), func(int) error { return s.CopyDtoD(dst, src, n) })
+		})
+	}
+}
