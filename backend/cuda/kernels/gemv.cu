@@ -46,7 +46,7 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, u32 &hi, u32 &lo)
 // on both sides (its columns 2q,2q+1 / 2q+8,2q+9 are the lane's elements
 // 0,1 / 2,3, then 4,5 / 6,7 for the second mma), which leaves the sum the
 // same. The hi and lo parts are two n-tiles (columns = activation rows).
-template <int W, int U = GEMV_U>
+template <int W>
 __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, const bf16 *w, int n, int O, int K, int blk) {
 	__shared__ float red[W][32][9];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -57,11 +57,11 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 	const float *xr = x + (long long)(xrow ? g : 0) * K + q * 8;
 	const int steps = (K + 31) / 32;
 	float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int s0 = warp; s0 < steps; s0 += W * U) {
-		uint4 A[U], B[U];
-		float4 X0[U], X1[U];
+	for (int s0 = warp; s0 < steps; s0 += W * GEMV_U) {
+		uint4 A[GEMV_U], B[GEMV_U];
+		float4 X0[GEMV_U], X1[GEMV_U];
 #pragma unroll
-		for (int u = 0; u < U; u++) {
+		for (int u = 0; u < GEMV_U; u++) {
 			const int k = (s0 + u * W) * 32;
 			const bool in = s0 + u * W < steps && k + q * 8 < K;
 			const uint4 z = {0u, 0u, 0u, 0u};
@@ -72,7 +72,7 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 			X1[u] = in && xrow ? *(const float4 *)(xr + k + 4) : zf;
 		}
 #pragma unroll
-		for (int u = 0; u < U; u++) {
+		for (int u = 0; u < GEMV_U; u++) {
 			const float xv[8] = {X0[u].x, X0[u].y, X0[u].z, X0[u].w, X1[u].x, X1[u].y, X1[u].z, X1[u].w};
 			u32 h[4], l[4];
 #pragma unroll
@@ -136,18 +136,4 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16_group(
 	else if (b >= s2) gemv_bf16_block<GEMV_WARPS>(out2, x, w2, n, O2, K, b - s2);
 	else if (b >= s1) gemv_bf16_block<GEMV_WARPS>(out1, x, w1, n, O1, K, b - s1);
 	else gemv_bf16_block<GEMV_WARPS>(out0, x, w0, n, O0, K, b);
-}
-
-// EXPERIMENT (session 13): variants timed by BenchmarkGEMV only.
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_x_u2(float *out, const float *x, const bf16 *w, int n, int O, int K) {
-	gemv_bf16_block<GEMV_WARPS, 2>(out, x, w, n, O, K, blockIdx.x);
-}
-extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) m_gemv_x_lb4(float *out, const float *x, const bf16 *w, int n, int O, int K) {
-	gemv_bf16_block<GEMV_WARPS>(out, x, w, n, O, K, blockIdx.x);
-}
-extern "C" __global__ void __launch_bounds__(128) m_gemv_x_w4(float *out, const float *x, const bf16 *w, int n, int O, int K) {
-	gemv_bf16_block<4>(out, x, w, n, O, K, blockIdx.x);
-}
-extern "C" __global__ void __launch_bounds__(128) m_gemv_x_w4u2(float *out, const float *x, const bf16 *w, int n, int O, int K) {
-	gemv_bf16_block<4, 2>(out, x, w, n, O, K, blockIdx.x);
 }
