@@ -74,6 +74,7 @@
 //   - RouterTopK(wts, ids, logits, k, norm, n): softmax over each row of
 //     logits [n, E], keep the k largest (ties: lower id first), renormalise
 //     them to sum 1 when norm is set. wts is F32 [n, k], ids I32 [n, k].
+//     Rows at or past the step's Live (when set) get ids -1 and weights 0.
 //   - MoE(out, x, e, wts, ids, n): out[i] = sum_j wts[i,j] *
 //     down_e(silu(gate_e(x[i])) * up_e(x[i])), e = ids[i,j]; ids < 0 are
 //     skipped (experts served elsewhere).
@@ -170,6 +171,20 @@ type Step struct {
 	// Draws are the picks' settings, one per output row, for a Picker
 	// (empty: every pick greedy).
 	Draws []model.Draw
+	// Live is, in a decode step padded to a graph's batch size, the rows
+	// before the padding (0: no padding rows). Padding rows' results are
+	// never read: RouterTopK routes them nowhere, so no expert computes
+	// them.
+	Live int
+}
+
+// LiveRows returns how many of the first n rows are the batch's own: Live
+// when it is set and below n, else n (also for a nil step).
+func (s *Step) LiveRows(n int) int {
+	if s != nil && s.Live > 0 && s.Live < n {
+		return s.Live
+	}
+	return n
 }
 
 // NumTokens is the number of rows in the step.

@@ -296,7 +296,15 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 		return
 	}
 	is := it.i32
+	live := b.step.LiveRows(n)
 	for t := 0; t < n; t++ {
+		if t >= live { // a padding row routes nowhere
+			clear(ws[t*k : (t+1)*k])
+			for j := range k {
+				is[t*k+j] = -1
+			}
+			continue
+		}
 		row := ls[t*e : (t+1)*e]
 		mx := row[0]
 		for _, v := range row {

@@ -341,6 +341,19 @@ func TestRouterTopK(t *testing.T) {
 			}
 			closeTo(t, name, w.f32, want, func(int) float64 { return 1e-6 })
 		}
+		// the second row is padding (Step.Live 1): it routes nowhere
+		step := &backend.Step{Tokens: []int32{1, 2}, Pos: []int32{0, 0},
+			Seqs: []backend.Seq{{Slot: 0, Start: 0, Len: 1}, {Slot: 1, Start: 1, Len: 1}}, Live: 1}
+		if err := b.SetStep(step); err != nil {
+			t.Fatal(err)
+		}
+		b.RouterTopK(w, ids, logits, 2, true, 2)
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(ids.i32, w.f32[2:]); got != "[1 3 -1 -1] [0 0]" {
+			t.Fatalf("%s: with the second row padding: ids and its weights %s", name, got)
+		}
 	}
 }
 

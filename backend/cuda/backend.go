@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"unsafe"
 
@@ -305,7 +306,12 @@ func (b *Backend) AllocKV(pages, pageSize, kvHeads, headDim int) (*backend.KVCac
 }
 
 // metaInts is the number of int32s the metadata regions take.
-func metaInts(capT, capS, capP int) int { return 5*capT + 5*capS + capP + pickInts*capT }
+func metaInts(capT, capS, capP int) int { return 5*capT + 5*capS + capP + liveInts + pickInts*capT }
+
+// liveInts is the rLive region's int32s: the step's first padding row
+// (backend.Step.Live; MaxInt32 without padding), and one more so that
+// rPick stays on an 8-byte boundary.
+const liveInts = 2
 
 // pickInts is the int32s of one output row's pick settings (rPick): the
 // kernel's struct PickParams, 32 bytes on an 8-byte boundary (the caps are
@@ -327,6 +333,7 @@ const (
 	rSeqSlot
 	rPageOff
 	rPages
+	rLive // the first padding row (RouterTopK routes rows from it nowhere)
 	rPick // per output row: the pick's settings (PickParams)
 )
 
@@ -389,6 +396,11 @@ func (b *Backend) SetStep(s *backend.Step) error {
 		off += len(q.Pages)
 	}
 	b.nPages = P
+	live := int32(math.MaxInt32)
+	if s.Live > 0 {
+		live = int32(s.Live)
+	}
+	h[b.regionOff(rLive)] = live
 	putPicks(h[b.regionOff(rPick):][:pickInts*len(s.OutRows)], s.Draws)
 	if err := b.s.CopyHtoD(b.meta, b.metaHost, 0, b.metaHost.Size); err != nil {
 		return err
@@ -405,8 +417,10 @@ func (b *Backend) regionOff(i int) int {
 		return 5*b.capT + (i-5)*b.capS
 	case i == rPages:
 		return 5*b.capT + 5*b.capS
+	case i == rLive:
+		return 5*b.capT + 5*b.capS + b.capP
 	}
-	return 5*b.capT + 5*b.capS + b.capP
+	return 5*b.capT + 5*b.capS + b.capP + liveInts
 }
 
 // ensureMeta grows the metadata buffers (doubling) to hold t rows, s

@@ -514,13 +514,17 @@ func TestBackendOps(t *testing.T) {
 		for _, c := range []struct {
 			e, k int
 			norm bool
-		}{{128, 8, true}, {512, 10, true}, {256, 8, false}, {8, 2, true}} {
+			live int // the step's Live: rows from it are padding, routed nowhere
+		}{{128, 8, true, 0}, {512, 10, true, 0}, {256, 8, false, 0}, {8, 2, true, 0}, {256, 8, true, n - 2}, {512, 10, true, n - 1}} {
+			padded := *stepMixed
+			padded.Live = c.live
+			p.setStep(t, &padded)
 			gl, cl := p.act(t, p.randF32(maxT*c.e, 1), maxT, c.e)
 			gw, cw := p.act(t, nil, maxT, c.k)
 			gi, ci := p.ids(t, maxT, c.k)
 			p.g.RouterTopK(gw, gi, gl, c.k, c.norm, n)
 			p.c.RouterTopK(cw, ci, cl, c.k, c.norm, n)
-			name := fmt.Sprintf("RouterTopK E=%d k=%d norm=%v", c.e, c.k, c.norm)
+			name := fmt.Sprintf("RouterTopK E=%d k=%d norm=%v live=%d", c.e, c.k, c.norm, c.live)
 			p.compare(t, name+" weights", gw, cw, n, 1e-5)
 			got := make([]int32, n*c.k)
 			if err := p.g.ReadI32(got, gi, n*c.k); err != nil {
@@ -530,8 +534,12 @@ func TestBackendOps(t *testing.T) {
 				if got[i] != want {
 					t.Fatalf("%s: ids[%d] = %d, want %d", name, i, got[i], want)
 				}
+				if c.live > 0 && (i >= c.live*c.k) != (got[i] < 0) {
+					t.Fatalf("%s: ids[%d] = %d: padding rows (from %d) must route nowhere, the others somewhere", name, i, got[i], c.live)
+				}
 			}
 		}
+		p.setStep(t, stepMixed)
 	})
 
 	t.Run("MoE", func(t *testing.T) {

@@ -395,19 +395,23 @@ func (b *Backend) RouterTopK(wts, ids, logits backend.Tensor, k int, norm bool, 
 	if n <= 0 {
 		return
 	}
+	var live uint64 // the step's rLive: padding rows route nowhere (0: no step)
+	if b.step != nil {
+		live = b.reg(rLive)
+	}
 	// A warp per row (one thread per row took ~150 µs for E = 128, k = 8:
 	// the serial scans dominated a decode layer), the row in registers up
 	// to 256 experts; rows wider than the shared memory the warp kernel
 	// assumes keep the thread-per-row kernel.
 	if !b.generalOnly && e <= 256 && k <= 32 {
-		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_reg", grid1(blocks(n, 4)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_reg", grid1(blocks(n, 4)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm, live))
 		return
 	}
 	if smem := 20 * e; !b.generalOnly && smem <= 48<<10 {
-		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm))
+		b.check("RouterTopK", b.d.launch(b.s, "m_router_topk_warp", grid1(blocks(n, 4)), grid1(128), smem, ws.buf, it.buf, ls.buf, n, e, k, nm, live))
 		return
 	}
-	b.check("RouterTopK", b.d.launch(b.s, "m_router_topk", grid1(blocks(n, 128)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm))
+	b.check("RouterTopK", b.d.launch(b.s, "m_router_topk", grid1(blocks(n, 128)), grid1(128), 0, ws.buf, it.buf, ls.buf, n, e, k, nm, live))
 }
 
 // moeTableFor uploads (once per layer) the device addresses of e's weights.

@@ -90,7 +90,7 @@ func TestRouterTopKReg(t *testing.T) {
 				nm = 1
 			}
 			gt, wt, it := gl.(*Tensor), ww.(*Tensor), wid.(*Tensor)
-			p.g.check("m_router_topk_warp", p.g.d.launch(p.g.s, "m_router_topk_warp", grid1(blocks(c.n, 4)), grid1(128), 20*c.e, wt.buf, it.buf, gt.buf, c.n, c.e, c.k, nm))
+			p.g.check("m_router_topk_warp", p.g.d.launch(p.g.s, "m_router_topk_warp", grid1(blocks(c.n, 4)), grid1(128), 20*c.e, wt.buf, it.buf, gt.buf, c.n, c.e, c.k, nm, uint64(0)))
 			got, want := p.readRows(t, gw, c.n), p.readRows(t, ww, c.n)
 			gids, wids := make([]int32, c.n*c.k), make([]int32, c.n*c.k)
 			if err := p.g.ReadI32(gids, gi, c.n*c.k); err != nil {

@@ -385,11 +385,26 @@ extern "C" __global__ void m_sigmoid_gate(act_t *out, const act_t *x, const act_
 	st_act(out, i, ld_act(x, i) * sigmoid_d(ld_act(gate, r * gw + (gw == 1 ? 0 : j))));
 }
 
+// router_pad_row: a row at or past *live (the first padding row of a
+// decode step padded to its graph bucket; live null: none) routes nowhere:
+// ids -1, weights 0, written by lanes lane, lane+step, ... It reports
+// whether the row was one.
+__device__ __forceinline__ bool router_pad_row(float *wts, int *ids, const int *live, int t, int k, int lane, int step) {
+	if (!live || t < *live) return false;
+	for (int j = lane; j < k; j += step) {
+		ids[(long long)t * k + j] = -1;
+		wts[(long long)t * k + j] = 0.0f;
+	}
+	return true;
+}
+
 // m_router_topk: per row of logits [n, E]: softmax, the k largest (ties:
-// lower id), renormalised when norm. One thread per row, in the CPU's order.
-extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+// lower id), renormalised when norm; rows at or past *live route nowhere
+// (router_pad_row; the step's rLive region). One thread per row, in the
+// CPU's order.
+extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
 	int t = blockIdx.x * blockDim.x + threadIdx.x;
-	if (t >= n) return;
+	if (t >= n || router_pad_row(wts, ids, live, t, k, 0, 1)) return;
 	const act_t *row = logits + (long long)t * E;
 	float mx = ld_act(row, 0);
 	for (int c = 1; c < E; c++) mx = fmaxf(mx, ld_act(row, c));
@@ -439,11 +454,11 @@ __device__ __forceinline__ void warp_argmax(int &best, float &bv) {
 // ties to the lower id) and weights e^{l−max}/Σe^{l−max} (renormalised when
 // norm); only the softmax sum's order differs. grid ceil(n/4), block 128,
 // smem 20·E bytes (4 rows of E floats, then 4 × E taken flags).
-extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
 	extern __shared__ float rsm[];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int t = blockIdx.x * 4 + warp;
-	if (t >= n) return; // the whole warp: no block-wide barriers below
+	if (t >= n || router_pad_row(wts, ids, live, t, k, lane, 32)) return; // the whole warp: no block-wide barriers below
 	float *v = rsm + warp * E;
 	unsigned char *taken = (unsigned char *)(rsm + 4 * E) + warp * E;
 	const act_t *row = logits + (long long)t * E;
@@ -492,10 +507,10 @@ extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t 
 // bit for bit: the same softmax sum order, the winner's summed e^{l−max},
 // the renormalising sum in j order. grid ceil(n/4), block 128.
 #define ROUTER_REG 8
-extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm) {
+extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int t = blockIdx.x * 4 + warp;
-	if (t >= n) return; // the whole warp
+	if (t >= n || router_pad_row(wts, ids, live, t, k, lane, 32)) return; // the whole warp
 	const act_t *row = logits + (long long)t * E;
 	float v[ROUTER_REG], e[ROUTER_REG];
 	float mx = -KT_INF;

@@ -421,15 +421,10 @@ func (g *gpuLink) handoff(l, n int) func() error {
 
 // runCPU runs layer l's CPU experts on the pinned buffers once the
 // layer's copies landed (with deferral, d and pending as f.begin said).
-// Of a decode step padded to its graph bucket only the batch's own rows
-// go to the engine (padding rows would route to experts of their own and
-// cost their bytes); the padding rows' outputs are zeros.
+// The padding rows of a decode step padded to its graph bucket reach the
+// engine with ids -1 (backend.Step.Live): it computes nothing for them and
+// their outputs are zeros.
 func (g *gpuLink) runCPU(l, n, d int, pending bool) error {
-	if m := g.rb.RealRows(n); m < n {
-		_, out, _, _ := g.slot(l)
-		clear(cuda.HostSlice[float32](out)[m*g.hid : n*g.hid])
-		n = m
-	}
 	if g.def != nil {
 		return g.deferredRun(l, n, d, pending)
 	}

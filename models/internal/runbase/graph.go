@@ -256,19 +256,6 @@ func (b *Base) PiecewiseGraphs() (ok bool, why string) {
 // ops must be the same every time its bucket runs.
 func (b *Base) DecodeGraphStep() bool { return b.gr.key != 0 }
 
-// RealRows returns how many of the n rows of the step begun last are the
-// batch's own: in a decode step padded to its graph bucket, the rows
-// before the padding (padding rows follow them); n otherwise. Per-row work
-// whose padding rows' results are never read (the hybrid step's CPU
-// experts) may stop there; call it when the work runs, as a replayed
-// graph's bucket serves batches of several sizes.
-func (b *Base) RealRows(n int) int {
-	if b.gr.key != 0 && b.gr.real < n {
-		return b.gr.real
-	}
-	return n
-}
-
 // CapturingPieces reports whether a piecewise step is being recorded, so
 // that the model's hand-offs must call Cut.
 func (b *Base) CapturingPieces() bool { return b.gr.cut != nil }
@@ -337,6 +324,9 @@ func (b *Base) padStep(bt *model.Batch) {
 		return
 	}
 	s := &b.Step
+	if len(s.Tokens) < key {
+		s.Live = len(s.Tokens) // the padding rows route to no expert (backend.Step.Live)
+	}
 	for i := len(s.Tokens); i < key; i++ {
 		s.Tokens = append(s.Tokens, 0)
 		s.Pos = append(s.Pos, 0)

@@ -205,21 +205,3 @@ func TestPiecewiseCaptureReplay(t *testing.T) {
 		}
 	})
 }
-
-func TestRealRows(t *testing.T) {
-	for _, c := range []struct {
-		key, real, n, want int
-	}{
-		{0, 3, 3, 3},   // op by op: every row is the batch's
-		{4, 3, 4, 3},   // padded to bucket 4: the first 3
-		{8, 5, 8, 5},   // padded to bucket 8
-		{4, 4, 4, 4},   // a full bucket
-		{0, 2, 40, 40}, // a prefill step of 2 chunks: its rows
-	} {
-		b := &Base{}
-		b.gr.key, b.gr.real = c.key, c.real
-		if got := b.RealRows(c.n); got != c.want {
-			t.Errorf("key %d, %d chunks: RealRows(%d) = %d, want %d", c.key, c.real, c.n, got, c.want)
-		}
-	}
-}

@@ -277,6 +277,7 @@ func (b *Base) Begin(bt *model.Batch) (int, error) {
 func (b *Base) buildStep(bt *model.Batch) error {
 	s, o, name := &b.Step, b.Opts, b.Name
 	s.Tokens, s.Pos, s.OutRows, s.Seqs, s.Draws = s.Tokens[:0], s.Pos[:0], s.OutRows[:0], s.Seqs[:0], s.Draws[:0]
+	s.Live = 0
 	clear(b.seen)
 	if len(bt.Chunks) == 0 {
 		return fmt.Errorf("%s: empty batch", name)

@@ -60,9 +60,9 @@ int main() {
 				for (auto &x : th) x.join();
 			}
 		};
-		launch([&] { m_router_topk_warp(w.data(), id.data(), lg.data(), n, E, k, 1); });
+		launch([&] { m_router_topk_warp(w.data(), id.data(), lg.data(), n, E, k, 1, nullptr); });
 		if (E <= 256) {
-			launch([&] { m_router_topk_reg(w2.data(), id2.data(), lg.data(), n, E, k, 1); });
+			launch([&] { m_router_topk_reg(w2.data(), id2.data(), lg.data(), n, E, k, 1, nullptr); });
 			if (id != id2 || memcmp(w.data(), w2.data(), 4 * w.size())) { printf("E=%d k=%d: m_router_topk_reg differs from m_router_topk_warp\n", E, k); bad++; }
 		}
 		for (int t = 0; t < n; t++) {
