@@ -16,6 +16,7 @@
 using namespace std;
 struct dim3 { int x = 0, y = 0, z = 0; };
 thread_local dim3 threadIdx, blockIdx;
+const dim3 blockDim{128, 1, 1}; // m_router_topk (thread per row) is compiled, not run
 static std::vector<std::unique_ptr<std::barrier<>>> wbar;
 static float fbuf[1024];
 static int ibuf[1024];
@@ -64,6 +65,15 @@ int main() {
 		if (E <= 256) {
 			launch([&] { m_router_topk_reg(w2.data(), id2.data(), lg.data(), n, E, k, 1, nullptr); });
 			if (id != id2 || memcmp(w.data(), w2.data(), 4 * w.size())) { printf("E=%d k=%d: m_router_topk_reg differs from m_router_topk_warp\n", E, k); bad++; }
+		}
+		// the last row padding (live = n - 1): ids -1, weights 0; the others as before
+		const int live = n - 1;
+		std::vector<float> w3(n * k, 7.0f);
+		std::vector<int> id3(n * k, 7);
+		launch([&] { (E <= 256 ? m_router_topk_reg : m_router_topk_warp)(w3.data(), id3.data(), lg.data(), n, E, k, 1, &live); });
+		for (int j = 0; j < n * k; j++) {
+			const bool pad = j >= live * k;
+			if (pad ? (id3[j] != -1 || w3[j] != 0.0f) : (id3[j] != id[j] || w3[j] != w[j])) { printf("E=%d k=%d live=%d: [%d] = %d %g\n", E, k, live, j, id3[j], w3[j]); bad++; }
 		}
 		for (int t = 0; t < n; t++) {
 			const float *row = &lg[t * E];

@@ -25,7 +25,7 @@ g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/emu" "$d/emu.cpp"
 python3 - "$d/../../kernels/model.cu" "$tmp/router_part.cu" <<'P'
 import sys
 s = open(sys.argv[1]).read()
-a = s.index('// warp_argmax leaves'); b = s.index('// Routed experts.')
+a = s.index('// router_pad_row:'); b = s.index('// Routed experts.')
 open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern __shared__ float rsm[];', ''))
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
