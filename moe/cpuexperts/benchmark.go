@@ -82,8 +82,7 @@ func LastLevelCache() int64 {
 
 // Bench times layers (same shape and method) on random batches of the
 // given size, bf16 in and out (f32 with f32IO, as the hybrid step hands its
-// pinned f32 rows over), for at least
-// minTime and 2 iterations after a warm-up. Iterations go round the layers
+// pinned rows over), for at least minTime and 2 iterations after a warm-up. Iterations go round the layers
 // and through 64 routings, as consecutive layers of a model do, so that the
 // weights come from memory and not from the last-level cache: pass enough
 // layers that their weights exceed it several times. gap > 0 makes the
