@@ -424,3 +424,32 @@ func copyBound(b *testing.B, d *Device, s *Stream, n int64) {
 	defer d.Free(dst)
 	gpuTime(b, d, s, float64(2*n), func(int) error { return s.CopyDtoD(dst, src, n) })
 }
+
+// BenchmarkLaunchChain times a replayed graph of 100 dependent small
+// kernels (adds of n bf16 values, the size of a decode step's elementwise
+// work) with programmatic dependent launch off and on (where the GPU has
+// it): gpu-us/op is per graph of 100 kernels, so the difference divided by
+// 100 is the launch gap that early launch hides per kernel.
+func BenchmarkLaunchChain(b *testing.B) {
+	d := testDevice(b)
+	s := testStream(b, d)
+	const steps = 100
+	for _, n := range []int{2048, 1 << 20} {
+		zero := make([]uint16, n)
+		x0, x1, one := upload(b, d, zero), upload(b, d, zero), upload(b, d, zero)
+		for _, early := range []bool{false, true} {
+			if early && !d.EarlyLaunch() {
+				continue
+			}
+			b.Run(fmt.Sprintf("n=%d/early=%v", n, early), func(b *testing.B) {
+				setEarlyLaunch(b, d, early)
+				g, err := s.Capture(func() error { return launchChain(d, s, x0, x1, one, n, steps) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer g.Destroy()
+				gpuTime(b, d, s, 0, func(int) error { return g.Launch(s) })
+			})
+		}
+	}
+}

@@ -239,7 +239,22 @@ type Device struct {
 	// or partition that cannot place 8 blocks together): picks then take
 	// m_pick_rows, one block per row.
 	pickRowsOnly *atomic.Bool
+	// earlyLaunch: kernels that open with KT_GRID_DEP are launched with
+	// programmatic stream serialization (EarlyLaunchEnv).
+	earlyLaunch bool
 }
+
+// EarlyLaunchEnv names the environment variable that turns programmatic
+// dependent launch off ("0"). On by default where the GPU (compute
+// capability 9.0 or newer) and the driver (CUDA 12.3 or newer, which also
+// captures it into graphs) have it: each kernel may then be scheduled while
+// the one ahead of it in the stream still runs, waiting on the device
+// (common.cuh's KT_GRID_DEP) instead of paying a launch gap.
+const EarlyLaunchEnv = "KT_CUDA_PDL"
+
+// EarlyLaunch says whether kernels are launched ahead of their
+// predecessors' end (EarlyLaunchEnv).
+func (d *Device) EarlyLaunch() bool { return d.earlyLaunch }
 
 // SchedEnv names the environment variable that sets how host threads wait
 // for the GPU (the primary context's scheduling flag, before it is first
@@ -308,6 +323,7 @@ func Open(opt Options) (*Device, error) {
 		dir = DefaultKernelCacheDir()
 	}
 	d.kern = newKernels(d, dir)
+	d.earlyLaunch = info.Major >= 9 && info.DriverVersion >= 12030 && C.kt_has_launch_ex() != 0 && os.Getenv(EarlyLaunchEnv) != "0"
 	return d, nil
 }
 

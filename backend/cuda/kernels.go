@@ -38,59 +38,75 @@ func kernelPrelude() string {
 // before or after void, an attribute macro (PICK_CLUSTER), then its name.
 var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?:[A-Z][A-Z0-9_]*\s+)?(\w+)\s*\(`)
 
-// kernelSources returns each module's full source (prelude included) and
-// the kernel name -> module map.
-// It also returns each kernel's parameter count: launch checks calls
-// against it, so a missing argument is an error naming the kernel rather
-// than a fault on the device.
-func kernelSources() (mods, names map[string]string, paramCounts map[string]int, err error) {
+// kernelIndex is what the embedded sources say about their kernels.
+type kernelIndex struct {
+	mods    map[string]string // module -> full source (prelude included)
+	names   map[string]string // kernel -> module
+	params  map[string]int    // kernel -> parameter count
+	gridDep map[string]bool   // kernel -> its body opens with KT_GRID_DEP()
+}
+
+// gridDepRE matches the first statement of a kernel body that waits for the
+// grids ahead of it (common.cuh's KT_GRID_DEP).
+var gridDepRE = regexp.MustCompile(`^\{\s*KT_GRID_DEP\(\);`)
+
+// kernelSources indexes the embedded modules: each module's full source,
+// the kernel name -> module map, each kernel's parameter count (launch
+// checks calls against it, so a missing argument is an error naming the
+// kernel rather than a fault on the device) and whether its body opens with
+// KT_GRID_DEP (only such kernels may be launched ahead of their
+// predecessor's end).
+func kernelSources() (kernelIndex, error) {
+	ix := kernelIndex{mods: map[string]string{}, names: map[string]string{}, params: map[string]int{}, gridDep: map[string]bool{}}
 	ents, err := kernelFS.ReadDir("kernels")
 	if err != nil {
-		return nil, nil, nil, err
+		return ix, err
 	}
 	prelude := kernelPrelude()
-	mods = map[string]string{}
-	names = map[string]string{}
-	paramCounts = map[string]int{}
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".cu") {
 			continue
 		}
 		b, err := kernelFS.ReadFile("kernels/" + e.Name())
 		if err != nil {
-			return nil, nil, nil, err
+			return ix, err
 		}
+		src := string(b)
 		mod := strings.TrimSuffix(e.Name(), ".cu")
-		mods[mod] = prelude + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)
-		for _, m := range globalRE.FindAllStringSubmatchIndex(string(b), -1) {
-			name := string(b)[m[2]:m[3]]
-			params := string(b)[m[1]:]
+		ix.mods[mod] = prelude + "\n#line 1 \"" + e.Name() + "\"\n" + src
+		for _, m := range globalRE.FindAllStringSubmatchIndex(src, -1) {
+			name := src[m[2]:m[3]]
+			params := src[m[1]:]
+			body := ""
 			if end := strings.Index(params, ")"); end >= 0 {
+				if open := strings.Index(params[end:], "{"); open >= 0 {
+					body = params[end+open:]
+				}
 				params = params[:end]
 			}
 			nparams := 0
 			if strings.TrimSpace(params) != "" {
 				nparams = strings.Count(params, ",") + 1
 			}
-			paramCounts[name] = nparams
-			m := []string{"", name}
-			if prev, dup := names[m[1]]; dup {
-				return nil, nil, nil, fmt.Errorf("cuda: kernel %s defined in both %s and %s", m[1], prev, mod)
+			if prev, dup := ix.names[name]; dup {
+				return ix, fmt.Errorf("cuda: kernel %s defined in both %s and %s", name, prev, mod)
 			}
-			names[m[1]] = mod
+			ix.params[name] = nparams
+			ix.gridDep[name] = gridDepRE.MatchString(body)
+			ix.names[name] = mod
 		}
 	}
-	return mods, names, paramCounts, nil
+	return ix, nil
 }
 
 // ModuleNames lists the embedded kernel modules.
 func ModuleNames() []string {
-	mods, _, _, err := kernelSources()
+	ix, err := kernelSources()
 	if err != nil {
 		return nil
 	}
-	out := make([]string, 0, len(mods))
-	for m := range mods {
+	out := make([]string, 0, len(ix.mods))
+	for m := range ix.mods {
 		out = append(out, m)
 	}
 	sort.Strings(out)
@@ -102,18 +118,16 @@ type kernels struct {
 	d        *Device
 	dir      string
 	mu       sync.Mutex
-	srcs     map[string]string
-	names    map[string]string
+	src      kernelIndex
 	srcErr   error
 	mods     map[string]C.CUmodule
 	funcs    map[string]C.CUfunction
 	compiled map[string]string // module -> "cache hit" / "compiled" for doctor
-	params   map[string]int    // kernel -> parameter count
 }
 
 func newKernels(d *Device, dir string) *kernels {
 	k := &kernels{d: d, dir: dir, mods: map[string]C.CUmodule{}, funcs: map[string]C.CUfunction{}, compiled: map[string]string{}}
-	k.srcs, k.names, k.params, k.srcErr = kernelSources()
+	k.src, k.srcErr = kernelSources()
 	return k
 }
 
@@ -126,7 +140,7 @@ func (k *kernels) loadModule(mod string) (C.CUmodule, error) {
 	if m, ok := k.mods[mod]; ok {
 		return m, nil
 	}
-	src, ok := k.srcs[mod]
+	src, ok := k.src.mods[mod]
 	if !ok {
 		return nil, fmt.Errorf("cuda: no kernel module %q", mod)
 	}
@@ -191,7 +205,7 @@ func (k *kernels) function(name string) (C.CUfunction, error) {
 	if k.srcErr != nil {
 		return nil, k.srcErr
 	}
-	mod, ok := k.names[name]
+	mod, ok := k.src.names[name]
 	if !ok {
 		return nil, fmt.Errorf("cuda: no kernel named %q in the embedded sources", name)
 	}
@@ -218,7 +232,7 @@ func (d *Device) CompileAll() (map[string]string, error) {
 	if k.srcErr != nil {
 		return nil, k.srcErr
 	}
-	for mod := range k.srcs {
+	for mod := range k.src.mods {
 		if _, err := k.loadModule(mod); err != nil {
 			return nil, err
 		}
@@ -293,7 +307,7 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 	if err != nil {
 		return err
 	}
-	if n, ok := d.kern.params[name]; ok && n != len(args) {
+	if n, ok := d.kern.src.params[name]; ok && n != len(args) {
 		return fmt.Errorf("cuda: launching %s: %d arguments for %d parameters", name, len(args), n)
 	}
 	slots, err := packArgs(args)
@@ -310,7 +324,11 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 	if len(slots) > 0 {
 		p = (*C.uint64_t)(unsafe.Pointer(&slots[0]))
 	}
+	early := C.int(0)
+	if d.earlyLaunch && d.kern.src.gridDep[name] {
+		early = 1
+	}
 	r := C.kt_launch(d.ctx, f, C.uint(grid.x), C.uint(grid.y), C.uint(grid.z), C.uint(block.x), C.uint(block.y), C.uint(block.z),
-		C.uint(smem), s.s, p, C.int(len(slots)))
+		C.uint(smem), s.s, p, C.int(len(slots)), early)
 	return cuErr(r, "cuLaunchKernel(%s grid=%v block=%v smem=%d)", name, grid, block, smem)
 }

@@ -68,6 +68,30 @@ DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
 static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
 
+/* cuLaunchKernelEx (CUDA >= 11.8, optional) and the parts of cuda.h's
+ * launch configuration it reads: a launch attribute is an 8-byte id slot and
+ * a 64-byte value union. */
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char bytes[64];
+		int programmaticStreamSerializationAllowed;
+	} value;
+} kt_launch_attr;
+typedef struct {
+	unsigned gridDimX, gridDimY, gridDimZ;
+	unsigned blockDimX, blockDimY, blockDimZ;
+	unsigned sharedMemBytes;
+	CUstream hStream;
+	kt_launch_attr *attrs;
+	unsigned numAttrs;
+} kt_launch_config;
+#define KT_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+_Static_assert(sizeof(kt_launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(sizeof(kt_launch_config) == 56, "CUlaunchConfig is 56 bytes");
+static CUresult (*p_cuLaunchKernelEx) (const kt_launch_config *, CUfunction, void **, void **);
+
 static const char *resolve(void *h, const char *lib, const char *name, void **dst) {
 	*dst = dlsym(h, name);
 	if (!*dst) {
@@ -101,6 +125,7 @@ const char *kt_load_driver(const char *path) {
 	    (err = resolve(h, path, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime)) != NULL)
 		goto fail;
 	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
+	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx");
 	h_driver = h;
 	return NULL;
 fail:
@@ -159,13 +184,23 @@ CUresult kt_cuModuleUnload(CUcontext ctx, CUmodule m) { SETCTX return p_cuModule
 CUresult kt_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *n) { SETCTX return p_cuModuleGetFunction(f, m, n); }
 CUresult kt_cuFuncSetAttribute(CUcontext ctx, CUfunction f, int a, int v) { SETCTX return p_cuFuncSetAttribute(f, a, v); }
 
+int kt_has_launch_ex(void) { return p_cuLaunchKernelEx != NULL; }
+
 CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 		   unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-		   const uint64_t *args, int nargs) {
+		   const uint64_t *args, int nargs, int early) {
 	SETCTX
 	void *params[64];
 	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i];
+	if (early && p_cuLaunchKernelEx) {
+		kt_launch_attr attr;
+		memset(&attr, 0, sizeof attr);
+		attr.id = KT_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attr.value.programmaticStreamSerializationAllowed = 1;
+		kt_launch_config cfg = {gx, gy, gz, bx, by, bz, smem, s, &attr, 1};
+		return p_cuLaunchKernelEx(&cfg, f, params, NULL);
+	}
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
 }
 

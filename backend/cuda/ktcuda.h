@@ -89,10 +89,15 @@ CUresult kt_cuModuleUnload(CUcontext ctx, CUmodule m);
 CUresult kt_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
 CUresult kt_cuFuncSetAttribute(CUcontext ctx, CUfunction f, int attr, int v);
 // kt_launch builds the kernel parameter array from args (8-byte slots, one
-// per parameter) and calls cuLaunchKernel.
+// per parameter) and calls cuLaunchKernel, or with early set (and the
+// driver has it) cuLaunchKernelEx with programmatic stream serialization:
+// the kernel may start before the one ahead of it in the stream ends, and
+// must itself wait for it (KT_GRID_DEP in common.cuh).
 CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 		   unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-		   const uint64_t *args, int nargs);
+		   const uint64_t *args, int nargs, int early);
+// kt_has_launch_ex says whether the loaded driver has cuLaunchKernelEx.
+int kt_has_launch_ex(void);
 // kt_launch_host_func enqueues the Go callback registered under handle.
 CUresult kt_launch_host_func(CUcontext ctx, CUstream s, uintptr_t handle);
 // kt_launch_host_flag enqueues a C host function that stores value into

@@ -15,10 +15,11 @@ import (
 // declares: a missing argument would otherwise show up only on the device,
 // as a fault.
 func TestLaunchArgumentCounts(t *testing.T) {
-	_, _, params, err := kernelSources()
+	ix, err := kernelSources()
 	if err != nil {
 		t.Fatal(err)
 	}
+	params := ix.params
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, ".", nil, 0)
 	if err != nil {

@@ -40,10 +40,11 @@ func TestReportCompile(t *testing.T) {
 }
 
 func TestKernelSourcesIndex(t *testing.T) {
-	mods, names, params, err := kernelSources()
+	ix, err := kernelSources()
 	if err != nil {
 		t.Fatal(err)
 	}
+	mods, names, params := ix.mods, ix.names, ix.params
 	for _, want := range []string{"rmsnorm_bf16", "rope_bf16", "attn_decode_d128_bf16", "attn_decode_d256_bf16", "attn_prefill_bf16",
 		"conv1d_silu_bf16", "gdn_recurrent_bf16", "router_topk_bf16", "moe_gemm_bf16", "m_pick", "m_pick_rows", "fp8_block_dequant"} {
 		if _, ok := names[want]; !ok {
@@ -64,6 +65,40 @@ func TestKernelSourcesIndex(t *testing.T) {
 		}
 		if strings.Contains(src, "#include") {
 			t.Errorf("module %s includes a header; NVRTC gets no include path", m)
+		}
+	}
+}
+
+// TestKernelsWaitForPredecessors checks that every kernel opens with
+// KT_GRID_DEP, so that every launch may take the early (programmatic
+// dependent) form, and that the index tells a kernel without it, which
+// launch then starts the plain way.
+func TestKernelsWaitForPredecessors(t *testing.T) {
+	ix, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ix.names) < 50 {
+		t.Fatalf("only %d kernels indexed", len(ix.names))
+	}
+	for name := range ix.names {
+		if !ix.gridDep[name] {
+			t.Errorf("kernel %s does not open with KT_GRID_DEP();", name)
+		}
+	}
+	for _, c := range []struct {
+		body string
+		want bool
+	}{
+		{"{\n\tKT_GRID_DEP();\n\tint i = 0;", true},
+		{"{ KT_GRID_DEP(); f(); }", true},
+
+		{"{\n\tint i = threadIdx.x;\n\tKT_GRID_DEP();", false},
+		{"{\n\t// KT_GRID_DEP();\n", false},
+		{"{\n\tKT_GRID_DEP()\n", false},
+	} {
+		if got := gridDepRE.MatchString(c.body); got != c.want {
+			t.Errorf("%q: opens with the wait = %v, want %v", c.body, got, c.want)
 		}
 	}
 }

@@ -348,3 +348,83 @@ func TestErrorsNameTheCall(t *testing.T) {
 	}
 	t.Logf("example error: %v", err)
 }
+
+// launchChain queues steps adds that ping-pong between x0 and x1 (x1 = x0 +
+// one, then x0 = x1 + one, ...): each kernel reads what the one before it
+// wrote and overwrites what the one before that read, so a kernel that ran
+// ahead of its predecessor's end would read stale values or clobber live
+// ones.
+func launchChain(d *Device, s *Stream, x0, x1, one Buffer, n, steps int) error {
+	for i := 0; i < steps; i++ {
+		src, dst := x0, x1
+		if i%2 == 1 {
+			src, dst = x1, x0
+		}
+		if err := d.Add(s, dst, src, one, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setEarlyLaunch sets d's early-launch switch for one test and restores it.
+func setEarlyLaunch(tb testing.TB, d *Device, on bool) {
+	prev := d.earlyLaunch
+	d.earlyLaunch = on
+	tb.Cleanup(func() { d.earlyLaunch = prev })
+}
+
+// TestEarlyLaunchChain runs a chain of dependent multi-wave kernels with
+// programmatic dependent launch on (where the GPU has it) and off, eager
+// and as a replayed graph: every element must have counted every step.
+func TestEarlyLaunchChain(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	t.Logf("early launch by default: %v (compute capability %d.%d, driver %d)", d.EarlyLaunch(), d.Info.Major, d.Info.Minor, d.Info.DriverVersion)
+	const n, steps = 1 << 22, 200 // 200 is exact in bf16
+	ones := make([]uint16, n)
+	for i := range ones {
+		ones[i] = tensor.F32ToBF16(1)
+	}
+	one := upload(t, d, ones)
+	zero := make([]uint16, n)
+	x0, x1 := upload(t, d, zero), upload(t, d, zero)
+	modes := []bool{false}
+	if d.EarlyLaunch() {
+		modes = append(modes, true)
+	}
+	for _, early := range modes {
+		for _, graph := range []bool{false, true} {
+			setEarlyLaunch(t, d, early)
+			if err := Upload(d, x0, zero); err != nil {
+				t.Fatal(err)
+			}
+			if graph {
+				g, err := s.Capture(func() error { return launchChain(d, s, x0, x1, one, n, steps) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = g.Launch(s)
+				g.Destroy()
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else if err := launchChain(d, s, x0, x1, one, n, steps); err != nil {
+				t.Fatal(err)
+			}
+			got := download[uint16](t, d, s, x0, n)
+			bad := 0
+			for i, v := range got {
+				if tensor.BF16ToF32(v) != steps {
+					if bad < 5 {
+						t.Errorf("early=%v graph=%v: element %d counted %v, want %d", early, graph, i, tensor.BF16ToF32(v), steps)
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("early=%v graph=%v: %d of %d elements wrong", early, graph, bad, n)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@
 // (slot = page * page_size + offset). grid T, block 256.
 extern "C" __global__ void kv_store_bf16(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, const int *slots,
 					 int n_kv, int D, long long k_stride, long long v_stride) {
+	KT_GRID_DEP();
 	int t = blockIdx.x;
 	long long dst = (long long)slots[t] * n_kv * D;
 	const bf16 *kr = k + (long long)t * k_stride, *vr = v + (long long)t * v_stride;
@@ -161,6 +162,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode_d128_bf16(
 	bf16 *out, const bf16 *q, long long q_stride, const bf16 *kc, const bf16 *vc, const int *block_table,
 	int max_pages, const int *seq_lens, int page_size, int Hq, int Hkv, float scale, int splits, float *part_o,
 	float *part_ml) {
+	KT_GRID_DEP();
 	attn_decode<4>(out, q, q_stride, kc, vc, block_table, max_pages, seq_lens, page_size, Hq, Hkv, scale, splits, part_o, part_ml);
 }
 
@@ -168,12 +170,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode_d256_bf16(
 	bf16 *out, const bf16 *q, long long q_stride, const bf16 *kc, const bf16 *vc, const int *block_table,
 	int max_pages, const int *seq_lens, int page_size, int Hq, int Hkv, float scale, int splits, float *part_o,
 	float *part_ml) {
+	KT_GRID_DEP();
 	attn_decode<8>(out, q, q_stride, kc, vc, block_table, max_pages, seq_lens, page_size, Hq, Hkv, scale, splits, part_o, part_ml);
 }
 
 // attn_decode_reduce merges split partials. grid (B, Hq), block D.
 extern "C" __global__ void attn_decode_reduce(bf16 *out, const float *part_o, const float *part_ml, int Hq, int D,
 					      int splits) {
+	KT_GRID_DEP();
 	int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
 	if (d >= D) return;
 	long long base = ((long long)b * Hq + h) * splits;
@@ -203,6 +207,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_prefill_bf16(
 	bf16 *out, long long out_stride, const bf16 *q, long long q_stride, const bf16 *kc, const bf16 *vc,
 	const int *block_table, int max_pages, const int *cu_q, const int *ctx_lens, int page_size, int Hq, int Hkv,
 	int D, float scale) {
+	KT_GRID_DEP();
 	const int s = blockIdx.z, h = blockIdx.y, G = Hq / Hkv, hk = h / G;
 	const int q0 = cu_q[s], q_len = cu_q[s + 1] - q0, ctx = ctx_lens[s];
 	const int row0 = blockIdx.x * PF_ROWS;

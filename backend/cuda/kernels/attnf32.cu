@@ -263,17 +263,21 @@ extern "C" __global__ void __launch_bounds__(AS_NT) m_attn_split128(float *out, 
 								      const float *kc, const float *vc, const int *pos,
 								      const int *rowseq, const int *page_off, const int *pages,
 								      int page_size, int heads, int kvheads, float scale, int S) {
+	KT_GRID_DEP();
 	attn_split_f32<128>(out, pacc, pml, q, kc, vc, pos, rowseq, page_off, pages, page_size, heads, kvheads, scale, S);
 }
 extern "C" __global__ void __launch_bounds__(AS_NT) m_attn_split256(float *out, float *pacc, float *pml, const float *q,
 								      const float *kc, const float *vc, const int *pos,
 								      const int *rowseq, const int *page_off, const int *pages,
 								      int page_size, int heads, int kvheads, float scale, int S) {
+	KT_GRID_DEP();
 	attn_split_f32<256>(out, pacc, pml, q, kc, vc, pos, rowseq, page_off, pages, page_size, heads, kvheads, scale, S);
 }
 extern "C" __global__ void __launch_bounds__(AM_NT) m_attn_merge128(float *out, const float *pacc, const float *pml, int heads, int S) {
+	KT_GRID_DEP();
 	attn_merge_f32<128>(out, pacc, pml, heads, S);
 }
 extern "C" __global__ void __launch_bounds__(AM_NT) m_attn_merge256(float *out, const float *pacc, const float *pml, int heads, int S) {
+	KT_GRID_DEP();
 	attn_merge_f32<256>(out, pacc, pml, heads, S);
 }

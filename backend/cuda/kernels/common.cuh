@@ -8,6 +8,21 @@ typedef unsigned long long u64;
 
 #define KT_INF __int_as_float(0x7f800000)
 
+// KT_GRID_DEP opens every kernel (kernels.go checks it; a kernel without it
+// is launched the plain way). On sm_90 and newer the launcher lets a kernel
+// start before the one ahead of it in the stream has finished
+// (programmatic dependent launch): griddepcontrol.wait holds every thread
+// until all earlier grids have completed and their writes are visible, so
+// nothing is read or written before then; launch_dependents then lets the
+// next kernel be scheduled while this one runs, so its launch latency hides
+// behind this kernel's work. Both are no-ops when the launch did not ask
+// for it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KT_GRID_DEP() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define KT_GRID_DEP() do { } while (0)
+#endif
+
 __device__ __forceinline__ float bf2f(bf16 x) { return __uint_as_float(((u32)x) << 16); }
 __device__ __forceinline__ bf16 f2bf(float f) {
 	u32 u = __float_as_uint(f);

@@ -10,6 +10,7 @@
 extern "C" __global__ void conv1d_silu_bf16(bf16 *out, long long out_stride, const bf16 *x, long long x_stride,
 					    const bf16 *w, const bf16 *bias, const bf16 *state, const int *cu,
 					    const int *slots, int C, int K) {
+	KT_GRID_DEP();
 	int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.z;
 	if (c >= C) return;
 	int t0 = cu[s], n = cu[s + 1] - t0;
@@ -49,6 +50,7 @@ extern "C" __global__ void conv1d_silu_bf16(bf16 *out, long long out_stride, con
 // conv1d_silu_bf16 on the same stream. grid (ceil(C/128), B), block 128.
 extern "C" __global__ void conv_state_update_bf16(bf16 *state, const bf16 *x, long long x_stride, const int *cu,
 						  const int *slots, int C, int K) {
+	KT_GRID_DEP();
 	int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
 	if (c >= C) return;
 	int t0 = cu[s], n = cu[s + 1] - t0;

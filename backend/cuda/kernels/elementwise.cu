@@ -4,6 +4,7 @@
 // embed_bf16: out[t] = table[ids[t]]; ids outside [0, V) give zeros.
 // grid T, block 128; H % 8 == 0.
 extern "C" __global__ void embed_bf16(bf16 *out, const bf16 *table, const int *ids, int V, int H) {
+	KT_GRID_DEP();
 	int t = blockIdx.x, id = ids[t];
 	bf16 *dst = out + (long long)t * H;
 	for (int i = threadIdx.x * 8; i < H; i += blockDim.x * 8) {
@@ -15,6 +16,7 @@ extern "C" __global__ void embed_bf16(bf16 *out, const bf16 *table, const int *i
 
 // add_bf16: out = bf16(a + b), n elements.
 extern "C" __global__ void add_bf16(bf16 *out, const bf16 *a, const bf16 *b, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));
 }
@@ -22,6 +24,7 @@ extern "C" __global__ void add_bf16(bf16 *out, const bf16 *a, const bf16 *b, lon
 // silu_mul_bf16: rows of [gate | up] (2*I wide, row stride in_stride) ->
 // out[r][i] = bf16(bf16(silu(gate)) * up). grid rows, block 256.
 extern "C" __global__ void silu_mul_bf16(bf16 *out, const bf16 *in, int I, long long in_stride) {
+	KT_GRID_DEP();
 	const bf16 *row = in + (long long)blockIdx.x * in_stride;
 	bf16 *o = out + (long long)blockIdx.x * I;
 	for (int i = threadIdx.x; i < I; i += blockDim.x)
@@ -32,6 +35,7 @@ extern "C" __global__ void silu_mul_bf16(bf16 *out, const bf16 *in, int I, long 
 // attention output gate. grid rows, block 256.
 extern "C" __global__ void sigmoid_mul_bf16(bf16 *out, const bf16 *x, const bf16 *g, int n, long long x_stride,
 					    long long g_stride, long long out_stride) {
+	KT_GRID_DEP();
 	long long r = blockIdx.x;
 	for (int i = threadIdx.x; i < n; i += blockDim.x)
 		out[r * out_stride + i] = f2bf(bf2f(x[r * x_stride + i]) * rbf(sigmoid_f(bf2f(g[r * g_stride + i]))));
@@ -40,6 +44,7 @@ extern "C" __global__ void sigmoid_mul_bf16(bf16 *out, const bf16 *x, const bf16
 // gated_add_bf16: out[r] = bf16(out[r] + bf16(bf16(sigmoid(gate[r])) * y[r]))
 // with one gate logit per row (the shared expert's gate). grid rows.
 extern "C" __global__ void gated_add_bf16(bf16 *out, const bf16 *y, const bf16 *gate, long long gate_stride, int n) {
+	KT_GRID_DEP();
 	long long r = blockIdx.x;
 	float s = rbf(sigmoid_f(bf2f(gate[r * gate_stride])));
 	for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -48,10 +53,12 @@ extern "C" __global__ void gated_add_bf16(bf16 *out, const bf16 *y, const bf16 *
 
 // bf16_to_f32 and f32_to_bf16 convert n elements.
 extern "C" __global__ void bf16_to_f32(float *out, const bf16 *in, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = bf2f(in[i]);
 }
 extern "C" __global__ void f32_to_bf16(bf16 *out, const float *in, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = f2bf(in[i]);
 }
@@ -68,6 +75,7 @@ __device__ __forceinline__ float e4m3_to_f(unsigned char b) {
 }
 extern "C" __global__ void fp8_block_dequant(bf16 *out, const unsigned char *q, const float *scale, int N, int K,
 					     int block) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= (long long)N * K) return;
 	int n = i / K, k = i % K;

@@ -33,6 +33,7 @@ __device__ __forceinline__ float fp8_one(unsigned char c) {
 extern "C" __global__ void __launch_bounds__(256) fp8_gemv(float *out, const float *x, const unsigned char *q,
 							   const float *scale, int n, int O, int K, int bn, int bk,
 							   int sc) {
+	KT_GRID_DEP();
 	const int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (o >= O) return;
 	const unsigned char *wr = q + (long long)o * K;
@@ -75,6 +76,7 @@ extern "C" __global__ void __launch_bounds__(256) fp8_gemv(float *out, const flo
 // block 256.
 extern "C" __global__ void fp8_matmul_gen(float *out, const float *x, const unsigned char *q, const float *scale,
 					  int O, int K, int bn, int bk, int sc) {
+	KT_GRID_DEP();
 	const int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, r = blockIdx.y;
 	if (o >= O) return;
 	const unsigned char *wr = q + (long long)o * K;
@@ -90,6 +92,7 @@ extern "C" __global__ void fp8_matmul_gen(float *out, const float *x, const unsi
 // (the MoE op's expert weights, see fp8.go). grid ceil(O*K/256), block 256.
 extern "C" __global__ void fp8_dequant_bf16(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
 					    int bn, int bk, int sc) {
+	KT_GRID_DEP();
 	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= (long long)O * K) return;
 	const int o = (int)(i / K), k = (int)(i % K);
@@ -131,6 +134,7 @@ __device__ __forceinline__ void mma_bf16_16816(float *d, const u32 *a, const u32
 extern "C" __global__ void __launch_bounds__(128) fp8_gemm_mma(float *out, const float *x, const unsigned char *q,
 							       const float *scale, int n, int O, int K, int bn,
 							       int bk, int sc, int vec) {
+	KT_GRID_DEP();
 	// u32 arrays: the fragment loads read bf16 pairs as 32-bit words
 	__shared__ u32 ahi_w[FP8_TM * FP8_LD / 2], alo_w[FP8_TM * FP8_LD / 2], bs_w[FP8_TN * FP8_LD / 2];
 	bf16 *ahi = (bf16 *)ahi_w, *alo = (bf16 *)alo_w, *bs = (bf16 *)bs_w;
@@ -248,6 +252,7 @@ __device__ __forceinline__ float fp8_silu(float x) { return x / (1.0f + (float)e
 // and up [I, H]. grid (n·k, ceil(I/8)), block 256, smem H floats.
 extern "C" __global__ void fp8_moe_gateup(float *hbuf, const float *x, const int *ids, const u64 *ptrs,
 					  const u64 *sptrs, int H, int I, int k, int E, int bn, int bk) {
+	KT_GRID_DEP();
 	extern __shared__ float fxs[];
 	const int p = blockIdx.x, e = ids[p], t = p / k;
 	if (e < 0 || e >= E) return;
@@ -274,6 +279,7 @@ extern "C" __global__ void fp8_moe_gateup(float *hbuf, const float *x, const int
 // (n·k, ceil(H/8)), block 256, smem I floats.
 extern "C" __global__ void fp8_moe_down(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs,
 					const u64 *sptrs, int H, int I, int E, int bn, int bk) {
+	KT_GRID_DEP();
 	extern __shared__ float fhs[];
 	const int p = blockIdx.x, e = ids[p];
 	if (e < 0 || e >= E) return;
@@ -303,6 +309,7 @@ extern "C" __global__ void fp8_moe_down(float *ybuf, const float *hbuf, const in
 // once and no element pays a 64-bit division.
 extern "C" __global__ void fp8_dequant_split(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
 					     int bn, int bk, int sc) {
+	KT_GRID_DEP();
 	const long long total = (long long)O * K;
 	for (int o = blockIdx.y; o < O; o += gridDim.y) {
 		const float *srow = scale + (long long)(o / bn) * sc;
@@ -320,6 +327,7 @@ extern "C" __global__ void fp8_dequant_split(bf16 *out, const unsigned char *q, 
 // d[n+r, O+c]) for the GEMM result d [2n, 2O] (rows: x hi, x lo; columns:
 // w hi, w lo). grid ceil(n·O/256), block 256.
 extern "C" __global__ void fp8_add_quarters(float *out, const float *d, int n, int O) {
+	KT_GRID_DEP();
 	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= (long long)n * O) return;
 	const long long r = i / O, c = i % O;

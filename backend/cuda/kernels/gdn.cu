@@ -5,6 +5,7 @@
 // stride ab_stride). grid T, block 32..256.
 extern "C" __global__ void gdn_gates_f32(float *g, float *beta, const bf16 *a, const bf16 *b, long long a_stride,
 					 long long b_stride, const float *A_log, const float *dt_bias, int Hv) {
+	KT_GRID_DEP();
 	int t = blockIdx.x;
 	for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
 		float x = bf2f(a[(long long)t * a_stride + h]) + dt_bias[h];
@@ -27,6 +28,7 @@ extern "C" __global__ void gdn_gates_f32(float *g, float *beta, const bf16 *a, c
 extern "C" __global__ void __launch_bounds__(32) gdn_recurrent_bf16(
 	bf16 *out, long long out_stride, const bf16 *q, const bf16 *k, const bf16 *v, long long qkv_stride,
 	const float *g, const float *beta, float *state, const int *cu, const int *slots, int Hk, int Hv, int Dv) {
+	KT_GRID_DEP();
 	const int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x;
 	const int j = blockIdx.y * 32 + lane;
 	const int hk = h / (Hv / Hk);

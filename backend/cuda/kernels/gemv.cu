@@ -108,6 +108,7 @@ __device__ __forceinline__ void gemv_bf16_block(float *out, const float *x, cons
 // m_gemv_bf16: the decode-step MatMul, out = x·wᵀ (gemv_bf16_block).
 // grid ceil(O/16), block 32·GEMV_WARPS.
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float *out, const float *x, const bf16 *w, int n, int O, int K) {
+	KT_GRID_DEP();
 	gemv_bf16_block<GEMV_WARPS>(out, x, w, n, O, K, blockIdx.x);
 }
 
@@ -117,6 +118,7 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16(float 
 // the K partial sums add in another order. grid ceil(O/16), block
 // 32·GEMV_WIDE_WARPS.
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WIDE_WARPS) m_gemv_bf16_wide(float *out, const float *x, const bf16 *w, int n, int O, int K) {
+	KT_GRID_DEP();
 	gemv_bf16_block<GEMV_WIDE_WARPS>(out, x, w, n, O, K, blockIdx.x);
 }
 
@@ -131,6 +133,7 @@ extern "C" __global__ void __launch_bounds__(32 * GEMV_WIDE_WARPS) m_gemv_bf16_w
 extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS) m_gemv_bf16_group(const float *x, int n, int K,
 	float *out0, const bf16 *w0, int O0, float *out1, const bf16 *w1, int O1, int s1,
 	float *out2, const bf16 *w2, int O2, int s2, float *out3, const bf16 *w3, int O3, int s3) {
+	KT_GRID_DEP();
 	const int b = blockIdx.x;
 	if (b >= s3) gemv_bf16_block<GEMV_WARPS>(out3, x, w3, n, O3, K, b - s3);
 	else if (b >= s2) gemv_bf16_block<GEMV_WARPS>(out2, x, w2, n, O2, K, b - s2);

@@ -73,12 +73,14 @@ __device__ __forceinline__ float sigmoid_d(float x) { return (float)(1.0 / (1.0 
 
 // f32_to_f16: n elements (the activation side of an F16-weight GEMM).
 extern "C" __global__ void f32_to_f16(unsigned short *out, const float *in, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = f2h(in[i]);
 }
 
 // m_embed: out[t] = table[tokens[t]] (ids were checked on the host). grid n.
 extern "C" __global__ void m_embed(act_t *out, const void *table, int dt, const int *tokens, int H) {
+	KT_GRID_DEP();
 	int t = blockIdx.x;
 	long long src = (long long)tokens[t] * H;
 	for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, ldw(table, src + i, dt));
@@ -87,6 +89,7 @@ extern "C" __global__ void m_embed(act_t *out, const void *table, int dt, const 
 // m_matmul: out[i, o] = Σ_k x[i, k]·w[o, k], one warp per output, for
 // shapes cuBLASLt has no algorithm for. grid (ceil(O/8), n), block 256.
 extern "C" __global__ void m_matmul(act_t *out, const act_t *x, const void *w, int dt, int O, int K) {
+	KT_GRID_DEP();
 	int o = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, i = blockIdx.y;
 	if (o >= O) return;
 	float s = 0.0f;
@@ -115,6 +118,7 @@ __device__ __forceinline__ void rmsnorm_row(act_t *out, act_t *x, const act_t *t
 // m_rmsnorm: rows of width d: out = x·rsqrt(mean(x²)+eps)·w. out may be x.
 // grid rows.
 extern "C" __global__ void m_rmsnorm(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	KT_GRID_DEP();
 	rmsnorm_row(out, (act_t *)x, nullptr, w, dt, d, eps);
 }
 
@@ -122,12 +126,14 @@ extern "C" __global__ void m_rmsnorm(act_t *out, const act_t *x, const void *w, 
 // followed by m_rmsnorm in one launch, h and x bit-identical to theirs.
 // grid rows.
 extern "C" __global__ void m_add_rmsnorm(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	KT_GRID_DEP();
 	rmsnorm_row(h, x, t, w, dt, d, eps);
 }
 
 // m_gated_rmsnorm: out = x·rsqrt(mean(x²)+eps)·w·silu(z). grid rows.
 extern "C" __global__ void m_gated_rmsnorm(act_t *out, const act_t *x, const act_t *z, const void *w, int dt, int d,
 					   float eps) {
+	KT_GRID_DEP();
 	__shared__ float scratch[32];
 	long long r = (long long)blockIdx.x * d;
 	float ss = 0.0f;
@@ -190,12 +196,14 @@ __device__ __forceinline__ void rmsnorm_vec_row(act_t *out, act_t *x, const act_
 
 // m_rmsnorm_vec: m_rmsnorm in one pass (rmsnorm_vec_row). grid rows.
 extern "C" __global__ void m_rmsnorm_vec(act_t *out, const act_t *x, const void *w, int dt, int d, float eps) {
+	KT_GRID_DEP();
 	rmsnorm_vec_row(out, (act_t *)x, nullptr, w, dt, d, eps);
 }
 
 // m_add_rmsnorm_vec: m_add_rmsnorm on m_rmsnorm_vec's terms, h and x
 // bit-identical to m_add followed by m_rmsnorm_vec. grid rows.
 extern "C" __global__ void m_add_rmsnorm_vec(act_t *h, act_t *x, const act_t *t, const void *w, int dt, int d, float eps) {
+	KT_GRID_DEP();
 	rmsnorm_vec_row(h, x, t, w, dt, d, eps);
 }
 
@@ -222,6 +230,7 @@ __device__ __forceinline__ float norm_row_warp(const act_t *x, long long r, cons
 // m_rmsnorm_warp: m_rmsnorm with a warp per row for d % 4 == 0, d ≤ 512
 // (the per-head q and k norms). grid ceil(rows/8), block 256.
 extern "C" __global__ void m_rmsnorm_warp(act_t *out, const act_t *x, const void *w, int dt, int d, float eps, int rows) {
+	KT_GRID_DEP();
 	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= rows) return;
 	const long long r = (long long)row * d;
@@ -245,6 +254,7 @@ extern "C" __global__ void m_rmsnorm_warp(act_t *out, const act_t *x, const void
 // block 256.
 extern "C" __global__ void m_gated_rmsnorm_warp(act_t *out, const act_t *x, const act_t *z, const void *w, int dt, int d,
 						float eps, int rows) {
+	KT_GRID_DEP();
 	const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= rows) return;
 	const long long r = (long long)row * d;
@@ -269,6 +279,7 @@ extern "C" __global__ void m_gated_rmsnorm_warp(act_t *out, const act_t *x, cons
 // m_rope: NeoX rotate-half on the first rot dims of each head of x viewed as
 // [n, heads, hd], position pos[t]. grid (n, heads), block >= rot/2.
 extern "C" __global__ void m_rope(act_t *x, const int *pos, int heads, int hd, int rot, float theta) {
+	KT_GRID_DEP();
 	int t = blockIdx.x, h = blockIdx.y, half = rot / 2;
 	long long base = ((long long)t * heads + h) * hd;
 	for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -286,6 +297,7 @@ extern "C" __global__ void m_rope(act_t *x, const int *pos, int heads, int hd, i
 // pos[t] of its sequence's pages. grid n.
 extern "C" __global__ void m_kv_store(float *kc, float *vc, const act_t *k, const act_t *v, const int *pos,
 				      const int *rowseq, const int *page_off, const int *pages, int page_size, int kvw) {
+	KT_GRID_DEP();
 	int t = blockIdx.x, p = pos[t];
 	long long pg = pages[page_off[rowseq[t]] + p / page_size];
 	long long dst = (pg * page_size + p % page_size) * kvw;
@@ -304,6 +316,7 @@ extern "C" __global__ void __launch_bounds__(ATT_T) m_attention(act_t *out, cons
 								   const int *pos, const int *rowseq, const int *page_off,
 								   const int *pages, int page_size, int heads, int kvheads,
 								   int hd, float scale) {
+	KT_GRID_DEP();
 	__shared__ float qs[4 * ATT_T];
 	__shared__ float ps[ATT_T];
 	__shared__ float scratch[32];
@@ -357,6 +370,7 @@ extern "C" __global__ void __launch_bounds__(ATT_T) m_attention(act_t *out, cons
 
 // m_add: out = a + b over n elements.
 extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, ld_act(a, i) + ld_act(b, i));
 }
@@ -365,6 +379,7 @@ extern "C" __global__ void m_add(act_t *out, const act_t *a, const act_t *b, lon
 // rows r whose request's adapter (row_ad[r], from SetStep) is adapter;
 // adapter < 0 selects every row (a static adapter).
 extern "C" __global__ void m_lora_add(act_t *out, const act_t *d, const int *row_ad, float s, int adapter, int w, long long m) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= m) return;
 	if (adapter >= 0 && row_ad[i / w] != adapter) return;
@@ -373,12 +388,14 @@ extern "C" __global__ void m_lora_add(act_t *out, const act_t *d, const int *row
 
 // m_silu_mul: out = silu(gate)·up over n elements.
 extern "C" __global__ void m_silu_mul(act_t *out, const act_t *g, const act_t *u, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, silu_d(ld_act(g, i)) * ld_act(u, i));
 }
 
 // m_sigmoid_gate: out[r, j] = x[r, j]·sigmoid(gate[r, gw == 1 ? 0 : j]).
 extern "C" __global__ void m_sigmoid_gate(act_t *out, const act_t *x, const act_t *gate, int w, int gw, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n) return;
 	long long r = i / w, j = i % w;
@@ -403,6 +420,7 @@ __device__ __forceinline__ bool router_pad_row(float *wts, int *ids, const int *
 // (router_pad_row; the step's rLive region). One thread per row, in the
 // CPU's order.
 extern "C" __global__ void m_router_topk(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
+	KT_GRID_DEP();
 	int t = blockIdx.x * blockDim.x + threadIdx.x;
 	if (t >= n || router_pad_row(wts, ids, live, t, k, 0, 1)) return;
 	const act_t *row = logits + (long long)t * E;
@@ -455,6 +473,7 @@ __device__ __forceinline__ void warp_argmax(int &best, float &bv) {
 // norm); only the softmax sum's order differs. grid ceil(n/4), block 128,
 // smem 20·E bytes (4 rows of E floats, then 4 × E taken flags).
 extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
+	KT_GRID_DEP();
 	extern __shared__ float rsm[];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int t = blockIdx.x * 4 + warp;
@@ -508,6 +527,7 @@ extern "C" __global__ void m_router_topk_warp(float *wts, int *ids, const act_t 
 // the renormalising sum in j order. grid ceil(n/4), block 128.
 #define ROUTER_REG 8
 extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *logits, int n, int E, int k, int norm, const int *live) {
+	KT_GRID_DEP();
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int t = blockIdx.x * 4 + warp;
 	if (t >= n || router_pad_row(wts, ids, live, t, k, lane, 32)) return; // the whole warp
@@ -571,6 +591,7 @@ extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *
 // grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
 extern "C" __global__ void m_moe_gateup(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int gdt, int udt,
 					int H, int I, int k, int E) {
+	KT_GRID_DEP();
 	extern __shared__ float xs[];
 	const int p = blockIdx.x, e = ids[p], t = p / k;
 	if (e < 0 || e >= E) return;
@@ -593,6 +614,7 @@ extern "C" __global__ void m_moe_gateup(float *hbuf, const act_t *x, const int *
 // 256, smem I floats.
 extern "C" __global__ void m_moe_down(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int ddt, int H,
 				      int I, int E) {
+	KT_GRID_DEP();
 	extern __shared__ float hs[];
 	const int p = blockIdx.x, e = ids[p];
 	if (e < 0 || e >= E) return;
@@ -630,6 +652,7 @@ __device__ __forceinline__ void bf16x8(uint4 u, float *f) {
 // grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
 extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int H, int I,
 					     int k, int E) {
+	KT_GRID_DEP();
 	extern __shared__ float xs[];
 	const int p = blockIdx.x, e = ids[p], t = p / k;
 	if (e < 0 || e >= E) return;
@@ -688,6 +711,7 @@ extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const 
 // grid (n·k, ceil(H/8)), block 256, smem I floats.
 extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int H, int I,
 					   int E) {
+	KT_GRID_DEP();
 	extern __shared__ float hs[];
 	const int p = blockIdx.x, e = ids[p];
 	if (e < 0 || e >= E) return;
@@ -729,6 +753,7 @@ extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const
 // table (non-null gate entry), else -1 (experts served elsewhere, e.g. by
 // the CPU expert engine). grid ceil(n/256) x 256.
 extern "C" __global__ void m_moe_mask_ids(int *out, const int *ids, const u64 *ptrs, int n, int E) {
+	KT_GRID_DEP();
 	const int p = blockIdx.x * blockDim.x + threadIdx.x;
 	if (p >= n) return;
 	const int e = ids[p];
@@ -740,6 +765,7 @@ extern "C" __global__ void m_moe_mask_ids(int *out, const int *ids, const u64 *p
 // grid (n, ceil(H/256)), block 256.
 extern "C" __global__ void m_moe_combine(act_t *out, const float *ybuf, const float *wts, const int *ids, int k, int H,
 					 int E) {
+	KT_GRID_DEP();
 	const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
 	if (c >= H) return;
 	float s = 0.0f;
@@ -768,6 +794,7 @@ __device__ __forceinline__ void split_bf16(float x, bf16 *hi, bf16 *lo) {
 // grid rows (counts[E]·BM used), block 256.
 extern "C" __global__ void m_moe_gather_split(bf16 *hi, bf16 *lo, const act_t *x, const int *sorted, const int *counts,
 					      int E, int BM, int H, int k) {
+	KT_GRID_DEP();
 	const int r = blockIdx.x;
 	if (r >= counts[E] * BM) return;
 	const int p = sorted[r];
@@ -782,6 +809,7 @@ extern "C" __global__ void m_moe_gather_split(bf16 *hi, bf16 *lo, const act_t *x
 // grid rows (counts[E]·BM used), block 256.
 extern "C" __global__ void m_moe_act_split(bf16 *hi, bf16 *lo, const float *g, const float *u, const int *counts, int E,
 					   int BM, int I) {
+	KT_GRID_DEP();
 	const int r = blockIdx.x;
 	if (r >= counts[E] * BM) return;
 	for (int i = threadIdx.x; i < I; i += blockDim.x) {
@@ -794,6 +822,7 @@ extern "C" __global__ void m_moe_act_split(bf16 *hi, bf16 *lo, const float *g, c
 // whose expert ran (pos ≥ 0), in slot order as m_moe_combine; y holds the
 // expert-sorted rows. grid (n, ceil(H/256)), block 256.
 extern "C" __global__ void m_moe_combine_rows(act_t *out, const float *y, const float *wts, const int *pos, int k, int H) {
+	KT_GRID_DEP();
 	const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
 	if (c >= H) return;
 	float s = 0.0f;
@@ -806,6 +835,7 @@ extern "C" __global__ void m_moe_combine_rows(act_t *out, const float *y, const 
 
 // m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
 extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *outrows, int first, int d) {
+	KT_GRID_DEP();
 	int j = blockIdx.x;
 	long long src = (long long)outrows[first + j] * d;
 	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, (long long)j * d + i, ld_act(x, src + i));
@@ -821,6 +851,7 @@ extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *
 extern "C" __global__ void m_conv1d(act_t *out, const act_t *x, const void *w, int wdt, const float *state, int layer,
 				    int layers, const int *rowseq, const int *seq_start, const int *seq_pos,
 				    const int *seq_slot, int C, int K) {
+	KT_GRID_DEP();
 	const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
 	if (c >= C) return;
 	const int s = rowseq[t], start = seq_start[s], j = t - start, hist = K - 1;
@@ -841,6 +872,7 @@ extern "C" __global__ void m_conv1d(act_t *out, const act_t *x, const void *w, i
 // span's rows). grid (ceil(C/128), sequences), block 128.
 extern "C" __global__ void m_conv_state(float *state, const act_t *x, int layer, int layers, const int *seq_start,
 					const int *seq_len, const int *seq_pos, const int *seq_slot, int C, int K) {
+	KT_GRID_DEP();
 	const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
 	if (c >= C) return;
 	const int hist = K - 1, start = seq_start[s], n = seq_len[s];
@@ -862,6 +894,7 @@ extern "C" __global__ void m_conv_state(float *state, const act_t *x, int layer,
 extern "C" __global__ void m_conv1d_decode(act_t *out, const act_t *x, const void *w, int wdt, float *state, int layer,
 					   int layers, const int *seq_start, const int *seq_pos, const int *seq_slot, int C,
 					   int K) {
+	KT_GRID_DEP();
 	const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
 	if (c >= C) return;
 	const int t = seq_start[s], hist = K - 1;
@@ -883,6 +916,7 @@ extern "C" __global__ void m_conv1d_decode(act_t *out, const act_t *x, const voi
 // over [n, Hv].
 extern "C" __global__ void m_delta_gates(float *g, float *beta, const act_t *a, const act_t *b, const void *alog, int adt,
 					 const void *dtb, int ddt, int Hv, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n) return;
 	int h = i % Hv;
@@ -906,6 +940,7 @@ extern "C" __global__ void __launch_bounds__(32) m_gdn(act_t *out, const act_t *
 							float *state, int layer, int layers, const int *seq_start,
 							const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
 							int Hk, int Hv, int Dk, int Dv) {
+	KT_GRID_DEP();
 	extern __shared__ float sm[];
 	float *S = sm, *qs = sm + Dk * 33, *ks = qs + Dk;
 	const int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x;
@@ -1025,6 +1060,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 								   float *state, int layer, int layers, const int *seq_start,
 								   const int *seq_len, const int *seq_pos, const int *seq_slot, int C,
 								   int Hk, int Hv, int Dk, int Dv, int segcap) {
+	KT_GRID_DEP();
 	extern __shared__ float sm[];
 	const int ldk = Dk + 1, ldc = GDN_CB + 1, ldr = GDN_CHUNK + 1;
 	float *Ss = sm;                      // [Dk][ldc]
@@ -1181,6 +1217,7 @@ extern "C" __global__ void __launch_bounds__(GDN_NT) m_gdn_chunk(act_t *out, con
 extern "C" __global__ void __launch_bounds__(32) m_gdn_commit(const act_t *qkv, const float *g, float *state, int layer, int layers,
 								const int *seq_start, const int *seq_len, const int *seq_pos,
 								const int *seq_slot, int C, int Hk, int Hv, int Dk, int Dv) {
+	KT_GRID_DEP();
 	extern __shared__ float sm[]; // [Dk]
 	const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
 	const int rep = Hv / Hk, kh = h / rep;
@@ -1234,6 +1271,7 @@ extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, c
 								     float *state, int layer, int layers, const int *seq_start,
 								     const int *seq_pos, const int *seq_slot, int C, int Hk, int Hv,
 								     int Dk, int Dv) {
+	KT_GRID_DEP();
 	extern __shared__ float sm[];
 	const int ldc = GDN_CB + 1;
 	float *qn = sm, *kn = qn + Dk;          // this row's normalised (scaled) q and k
@@ -1396,11 +1434,13 @@ extern "C" __global__ void __launch_bounds__(GDN_DNT) m_gdn_decode(act_t *out, c
 // round(x - hi), so one GEMM of twice the rows gives x·Wᵀ with ~16 bits
 // more precision than x rounded once (weights read once).
 extern "C" __global__ void m_split_bf16(bf16 *out, const float *in, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n) return;
 	split_bf16(in[i], out + i, out + n + i);
 }
 extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n) return;
 	float x = in[i];
@@ -1411,6 +1451,7 @@ extern "C" __global__ void m_split_f16(unsigned short *out, const float *in, lon
 
 // m_add_halves: out[i] = d[i] + d[n + i] (the hi and lo GEMM rows).
 extern "C" __global__ void m_add_halves(act_t *out, const float *d, long long n) {
+	KT_GRID_DEP();
 	long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) st_act(out, i, d[i] + d[n + i]);
 }

@@ -5,6 +5,7 @@
 // bf16 as HF does (routing_weights.to(hidden dtype)). grid T, block 256.
 #define RT_MAXK 32
 extern "C" __global__ void router_topk_bf16(int *ids, float *weights, const bf16 *logits, int E, int k, int norm) {
+	KT_GRID_DEP();
 	__shared__ float scratch[32];
 	__shared__ float sv[256];
 	__shared__ int si[256];
@@ -74,6 +75,7 @@ extern "C" __global__ void router_topk_bf16(int *ids, float *weights, const bf16
 extern "C" __global__ void __launch_bounds__(1024) moe_align(int *sorted, int *block_expert, int *pos, int *counts,
 							     const int *ids, const int *emap, int n_pairs, int E,
 							     int BM, int cap) {
+	KT_GRID_DEP();
 	__shared__ int cnt[1024], start[1025], fill[1024];
 	for (int e = threadIdx.x; e < E; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
 	__syncthreads();
@@ -121,6 +123,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_align(int *sorted, int *b
 // x[sorted[r] / k] (zeros for padding). grid rows, block 128.
 extern "C" __global__ void moe_gather_bf16(bf16 *xs, const bf16 *x, const int *sorted, const int *counts, int E,
 					   int BM, int H, int k) {
+	KT_GRID_DEP();
 	int r = blockIdx.x;
 	if (r >= counts[E] * BM) return;
 	int p = sorted[r];
@@ -145,6 +148,7 @@ extern "C" __global__ void moe_gather_bf16(bf16 *xs, const bf16 *x, const int *s
 extern "C" __global__ void __launch_bounds__(256) moe_gemm_bf16(bf16 *out, const bf16 *in, const bf16 *W,
 								 const int *block_expert, const int *counts, int E,
 								 int N, int K) {
+	KT_GRID_DEP();
 	const int blk = blockIdx.x;
 	if (blk >= counts[E]) return;
 	const int e = block_expert[blk];
@@ -203,6 +207,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_gemm_bf16(bf16 *out, const
 // grid T, block 256.
 extern "C" __global__ void moe_combine_bf16(bf16 *out, const bf16 *y, const int *pos, const float *w, int H, int k,
 					    int accumulate) {
+	KT_GRID_DEP();
 	int t = blockIdx.x;
 	for (int i = threadIdx.x; i < H; i += blockDim.x) {
 		float a = accumulate ? bf2f(out[(long long)t * H + i]) : 0.0f;

@@ -21,6 +21,7 @@ __device__ __forceinline__ float norm_apply(float v, float r, float w, int mode)
 
 extern "C" __global__ void rmsnorm_bf16(bf16 *out, const bf16 *x, const bf16 *w, int dim, float eps, int mode,
 					long long x_stride, long long out_stride) {
+	KT_GRID_DEP();
 	__shared__ float scratch[32];
 	const bf16 *xr = x + (long long)blockIdx.x * x_stride;
 	bf16 *orow = out + (long long)blockIdx.x * out_stride;
@@ -33,6 +34,7 @@ extern "C" __global__ void rmsnorm_bf16(bf16 *out, const bf16 *x, const bf16 *w,
 // out = norm(resid). In place on resid; out may alias x.
 extern "C" __global__ void add_rmsnorm_bf16(bf16 *out, bf16 *resid, const bf16 *x, const bf16 *w, int dim, float eps,
 					    int mode) {
+	KT_GRID_DEP();
 	__shared__ float scratch[32];
 	long long off = (long long)blockIdx.x * dim;
 	bf16 *rr = resid + off;
@@ -53,6 +55,7 @@ extern "C" __global__ void add_rmsnorm_bf16(bf16 *out, bf16 *resid, const bf16 *
 //   y = bf16( bf16(w * bf16(x * r)) * silu(z) )
 extern "C" __global__ void rmsnorm_gated_bf16(bf16 *out, const bf16 *x, const bf16 *z, const bf16 *w, int dim,
 					      float eps, long long x_stride, long long z_stride, long long out_stride) {
+	KT_GRID_DEP();
 	__shared__ float scratch[32];
 	const bf16 *xr = x + (long long)blockIdx.x * x_stride;
 	const bf16 *zr = z + (long long)blockIdx.x * z_stride;

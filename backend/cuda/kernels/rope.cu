@@ -10,6 +10,7 @@
 // grid (T, heads), block rot_dim/2 threads.
 extern "C" __global__ void rope_bf16(bf16 *x, const int *pos, int T, int head_dim, int rot_dim, long long tok_stride,
 				     float theta, int mode, int sec1, int sec2) {
+	KT_GRID_DEP();
 	int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x, half = rot_dim / 2;
 	if (j >= half) return;
 	int axis = 0;

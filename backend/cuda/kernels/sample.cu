@@ -698,6 +698,7 @@ done:
 // SMs.
 extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(float *out, const float *logits, int V,
 									       const PickParams *params) {
+	KT_GRID_DEP();
 	if (PICK_C == 1 && blockIdx.x % PICK_GRID != 0) return;
 	pick_row<PICK_C>(out, logits, V, params, blockIdx.x / PICK_GRID);
 }
@@ -706,5 +707,6 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS) PICK_CLUSTER m_pick(fl
 // SMP_THREADS. For many rows, which fill the GPU by themselves.
 extern "C" __global__ void __launch_bounds__(SMP_THREADS) m_pick_rows(float *out, const float *logits, int V,
 								       const PickParams *params) {
+	KT_GRID_DEP();
 	pick_row<1>(out, logits, V, params, blockIdx.x);
 }

@@ -52,6 +52,7 @@ float block_max(float v, float *scratch) {
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define KT_GRID_DEP()
 #define __shared__ static
 #define AS_TP 32
 #define AS_NT 128

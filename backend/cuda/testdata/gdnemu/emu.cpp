@@ -32,6 +32,7 @@ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define KT_GRID_DEP()
 #define __shared__
 #define extern_C
 float sm[1 << 18];

@@ -67,6 +67,7 @@ void mma_bf16_16816(float *d, const u32 *a, const u32 *b) {
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define KT_GRID_DEP()
 #define __shared__ static
 #define KT_EMU 1
 #include "fp8_part.cu"

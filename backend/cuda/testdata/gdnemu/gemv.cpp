@@ -42,6 +42,7 @@ bf16 f2bf(float f) {
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define KT_GRID_DEP()
 #define __shared__ static
 // mma emulation: every lane posts its fragments, then computes its four
 // outputs from the whole tiles (float32 sums in k order).

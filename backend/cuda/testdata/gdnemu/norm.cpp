@@ -47,6 +47,7 @@ float h2f(unsigned short h) { return (float)*(_Float16 *)&h; }
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define KT_GRID_DEP()
 #define __shared__ static
 #include "norm_part.cu"
 

@@ -73,6 +73,7 @@ float __fadd_rn(float a, float b) { return a + b; }
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define KT_GRID_DEP()
 #define __shared__ static
 float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 float block_max(float v, float *scratch) {

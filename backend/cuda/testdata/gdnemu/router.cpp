@@ -39,6 +39,7 @@ float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_x
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define KT_GRID_DEP()
 #define __shared__
 float rsm[1 << 14];
 typedef float act_t;
