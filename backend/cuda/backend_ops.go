@@ -557,7 +557,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	// bf16 experts at the real models' sizes take the 16-byte-load kernels;
 	// other dtypes and the tiny fixtures the general ones.
 	if !b.generalOnly && tab.gdt == wtBF16 && tab.udt == wtBF16 && h%256 == 0 {
-		if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup_bf16", grid2(pairs, blocks(inter, 8)), grid1(256), h*4,
+		if !b.check("MoE", b.d.launch(b.s, "m_moe_gateup_bf16", grid2(pairs, blocks(inter, 8)), grid1(256), 0,
 			b.moeH, xs.buf, idb, tab.ptrs, h, inter, k, tab.e)) {
 			return
 		}
@@ -566,7 +566,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 		return
 	}
 	if !b.generalOnly && tab.ddt == wtBF16 && inter%256 == 0 {
-		if !b.check("MoE", b.d.launch(b.s, "m_moe_down_bf16", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
+		if !b.check("MoE", b.d.launch(b.s, "m_moe_down_bf16", grid2(pairs, blocks(h, 8)), grid1(256), 0,
 			b.moeY, b.moeH, idb, tab.ptrs, h, inter, tab.e)) {
 			return
 		}

@@ -640,37 +640,37 @@ __device__ __forceinline__ void bf16x8(uint4 u, float *f) {
 }
 
 // MOE_PF: 16-byte weight loads per lane and matrix issued before the
-// block's activation row is staged in shared memory, so the weight stream
-// does not wait for that copy and its barrier (a decode step's expert
-// GEMVs are short: I = 512..768 is 2-3 loads per lane for down).
+// activations are read, so the weight stream starts at once (a decode
+// step's expert GEMVs are short: I = 512..768 is 2-3 loads per lane for
+// down).
 #define MOE_PF 4
 
 // m_moe_gateup_bf16: m_moe_gateup for bf16 gate and up weights with
-// H % 256 == 0: each lane reads 8 consecutive weights (16 bytes) per load,
-// the first MOE_PF of each matrix before the activations are staged, so
-// decode streams the experts near HBM speed.
-// grid (n·k, ceil(I/8)), block 256 (a warp per i), smem H floats.
+// H % 256 == 0: a warp per intermediate row i, each lane reading 8
+// consecutive weights (16 bytes) per load, the first MOE_PF of each matrix
+// issued together, then its 8 activations per step straight from global
+// memory (the pair's 8 KiB row, shared by all its blocks through L1/L2).
+// Staging that row in shared memory behind a barrier first was 8 % slower
+// for the whole MoE op at one token (docs/notes/decodegpu.md, session 14).
+// grid (n·k, ceil(I/8)), block 256.
 extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const int *ids, const u64 *ptrs, int H, int I,
 					     int k, int E) {
 	KT_GRID_DEP();
-	extern __shared__ float xs[];
 	const int p = blockIdx.x, e = ids[p], t = p / k;
 	if (e < 0 || e >= E) return;
 	const int i = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	const bool act = i < I;
-	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)(act ? i : 0) * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)(act ? i : 0) * H;
+	if (i >= I) return;
+	const bf16 *gw = (const bf16 *)ptrs[3 * e] + (long long)i * H, *uw = (const bf16 *)ptrs[3 * e + 1] + (long long)i * H;
+	const float *xr = x + (long long)t * H;
 	uint4 pg[MOE_PF], pu[MOE_PF];
 #pragma unroll
 	for (int j = 0; j < MOE_PF; j++) {
 		const int c = lane * 8 + j * 256;
-		if (act && c < H) {
+		if (c < H) {
 			pg[j] = *(const uint4 *)(gw + c);
 			pu[j] = *(const uint4 *)(uw + c);
 		}
 	}
-	for (int c = threadIdx.x; c < H; c += blockDim.x) xs[c] = ld_act(x, (long long)t * H + c);
-	__syncthreads();
-	if (!act) return;
 	float g = 0.0f, u = 0.0f;
 #pragma unroll
 	for (int j = 0; j < MOE_PF; j++) {
@@ -679,7 +679,7 @@ extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const 
 			float wg[8], wu[8];
 			bf16x8(pg[j], wg);
 			bf16x8(pu[j], wu);
-			const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
+			const float4 a = *(const float4 *)(xr + c), b = *(const float4 *)(xr + c + 4);
 			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
 			for (int q = 0; q < 8; q++) {
@@ -693,7 +693,7 @@ extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const 
 		float wg[8], wu[8];
 		load8(gw + c, wg);
 		load8(uw + c, wu);
-		const float4 a = *(const float4 *)(xs + c), b = *(const float4 *)(xs + c + 4);
+		const float4 a = *(const float4 *)(xr + c), b = *(const float4 *)(xr + c + 4);
 		const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
 		for (int q = 0; q < 8; q++) {
@@ -706,27 +706,25 @@ extern "C" __global__ void m_moe_gateup_bf16(float *hbuf, const act_t *x, const 
 	if (lane == 0) hbuf[(long long)p * I + i] = silu_d(g) * u;
 }
 
-// m_moe_down_bf16: m_moe_down for bf16 down weights with I % 256 == 0
-// (16-byte weight loads, the first MOE_PF before hbuf's row is staged).
-// grid (n·k, ceil(H/8)), block 256, smem I floats.
+// m_moe_down_bf16: m_moe_down for bf16 down weights with I % 256 == 0: a
+// warp per output row, 16-byte weight loads, the first MOE_PF issued
+// together, the pair's h row read from global memory (2 % faster than
+// staging it in shared memory; session 14). grid (n·k, ceil(H/8)), block 256.
 extern "C" __global__ void m_moe_down_bf16(float *ybuf, const float *hbuf, const int *ids, const u64 *ptrs, int H, int I,
 					   int E) {
 	KT_GRID_DEP();
-	extern __shared__ float hs[];
 	const int p = blockIdx.x, e = ids[p];
 	if (e < 0 || e >= E) return;
 	const int c = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	const bool act = c < H;
-	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)(act ? c : 0) * I;
+	if (c >= H) return;
+	const bf16 *dw = (const bf16 *)ptrs[3 * e + 2] + (long long)c * I;
+	const float *hs = hbuf + (long long)p * I;
 	uint4 pw[MOE_PF];
 #pragma unroll
 	for (int j = 0; j < MOE_PF; j++) {
 		const int i = lane * 8 + j * 256;
-		if (act && i < I) pw[j] = *(const uint4 *)(dw + i);
+		if (i < I) pw[j] = *(const uint4 *)(dw + i);
 	}
-	for (int q = threadIdx.x; q < I; q += blockDim.x) hs[q] = hbuf[(long long)p * I + q];
-	__syncthreads();
-	if (!act) return;
 	float s = 0.0f;
 #pragma unroll
 	for (int j = 0; j < MOE_PF; j++) {
