@@ -70,3 +70,25 @@ func TestLaunchArgumentCounts(t *testing.T) {
 	}
 	t.Logf("%d launches checked", checked)
 }
+
+// TestKernelCopyRefuses checks KernelCopy's argument checks (no GPU needed:
+// they come before any launch).
+func TestKernelCopyRefuses(t *testing.T) {
+	d := &Device{}
+	for _, c := range []struct {
+		name string
+		cs   []WordCopy
+	}{
+		{"not whole words", []WordCopy{{Dst: 8, Src: 16, N: 6}}},
+		{"null source", []WordCopy{{Dst: 8, N: 4}}},
+		{"negative", []WordCopy{{Dst: 8, Src: 16, N: -4}}},
+		{"four copies", make([]WordCopy, 4)},
+	} {
+		if err := d.KernelCopy(nil, c.cs...); err == nil {
+			t.Errorf("%s: no error", c.name)
+		}
+	}
+	if err := d.KernelCopy(nil, WordCopy{}); err != nil {
+		t.Errorf("nothing to copy: %v", err)
+	}
+}

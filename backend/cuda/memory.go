@@ -70,6 +70,7 @@ func Download[T any](d *Device, dst []T, src Buffer) error {
 type HostBuffer struct {
 	d    *Device
 	ptr  unsafe.Pointer
+	dptr uint64 // its device address (mapped at allocation)
 	Size int64
 }
 
@@ -83,7 +84,12 @@ func (d *Device) AllocHost(n int64) (*HostBuffer, error) {
 	if err := cuErr(C.kt_cuMemHostAlloc(d.ctx, &p, C.size_t(n), 1|2), "cuMemHostAlloc(%d bytes)", n); err != nil {
 		return nil, err
 	}
-	return &HostBuffer{d: d, ptr: p, Size: n}, nil
+	var dp C.CUdeviceptr
+	if err := cuErr(C.kt_cuMemHostGetDevicePointer(d.ctx, &dp, p), "cuMemHostGetDevicePointer"); err != nil {
+		C.kt_cuMemFreeHost(d.ctx, p)
+		return nil, err
+	}
+	return &HostBuffer{d: d, ptr: p, dptr: uint64(dp), Size: n}, nil
 }
 
 // Bytes returns the buffer's memory as a byte slice (valid until Free).
@@ -94,11 +100,10 @@ func (h *HostBuffer) Addr() uintptr { return uintptr(h.ptr) }
 
 // DevicePtr returns the device-side address of the mapped buffer.
 func (h *HostBuffer) DevicePtr() (uint64, error) {
-	var p C.CUdeviceptr
-	if err := cuErr(C.kt_cuMemHostGetDevicePointer(h.d.ctx, &p, h.ptr), "cuMemHostGetDevicePointer"); err != nil {
-		return 0, err
+	if h.ptr == nil {
+		return 0, fmt.Errorf("cuda: device address of a freed pinned buffer")
 	}
-	return uint64(p), nil
+	return h.dptr, nil
 }
 
 // Free releases the pinned memory.

@@ -428,3 +428,92 @@ func TestEarlyLaunchChain(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCopy checks Device.KernelCopy between device memory and mapped
+// pinned host memory in both directions, three copies of odd sizes in one
+// launch, eager and in a replayed graph.
+func TestKernelCopy(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	rng := rand.New(rand.NewPCG(5, 9))
+	sizes := []int{2048*3 + 5, 17, 1} // words
+	src := make([][]uint32, len(sizes))
+	dev := make([]Buffer, len(sizes))
+	host := make([]*HostBuffer, len(sizes))
+	for i, n := range sizes {
+		src[i] = make([]uint32, n)
+		for j := range src[i] {
+			src[i][j] = rng.Uint32()
+		}
+		dev[i] = upload(t, d, src[i])
+		h, err := d.AllocHost(int64(4 * n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Free() })
+		host[i] = h
+	}
+	copies := func(toHost bool) []WordCopy {
+		var cs []WordCopy
+		for i, n := range sizes {
+			hp, err := host[i].DevicePtr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := WordCopy{Dst: hp, Src: dev[i].Ptr, N: int64(4 * n)}
+			if !toHost {
+				c.Dst, c.Src = c.Src, c.Dst
+			}
+			cs = append(cs, c)
+		}
+		return cs
+	}
+	for _, graph := range []bool{false, true} {
+		for i := range sizes {
+			clear(HostSlice[uint32](host[i]))
+		}
+		run := func(fn func() error) {
+			if !graph {
+				if err := fn(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			g, err := s.Capture(fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Destroy()
+			if err := g.Launch(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run(func() error { return d.KernelCopy(s, copies(true)...) })
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range sizes {
+			got := HostSlice[uint32](host[i])
+			for j, v := range src[i] {
+				if got[j] != v {
+					t.Fatalf("graph=%v: device to host, copy %d word %d: %#x, want %#x", graph, i, j, got[j], v)
+				}
+			}
+			for j := range got { // new values to bring back
+				got[j] = ^src[i][j]
+			}
+		}
+		run(func() error { return d.KernelCopy(s, copies(false)...) })
+		for i, n := range sizes {
+			back := download[uint32](t, d, s, dev[i], n)
+			for j, v := range back {
+				if v != ^src[i][j] {
+					t.Fatalf("graph=%v: host to device, copy %d word %d: %#x, want %#x", graph, i, j, v, ^src[i][j])
+				}
+			}
+			if err := Upload(d, dev[i], src[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -82,3 +82,21 @@ extern "C" __global__ void fp8_block_dequant(bf16 *out, const unsigned char *q, 
 	int kb = (K + block - 1) / block;
 	out[i] = f2bf(e4m3_to_f(q[i]) * scale[(n / block) * kb + k / block]);
 }
+
+// m_copy_words: up to three copies of n_i 4-byte words from s_i to d_i in
+// one launch (Device.KernelCopy). Addresses may be mapped pinned host
+// memory: for the small copies of the hybrid hand-off a kernel costs far
+// less on the critical path than a copy-engine transfer. The closing
+// system-scope fence makes the writes to host memory visible before the
+// kernel is seen complete. grid-stride, block 256.
+extern "C" __global__ void m_copy_words(u32 *d0, const u32 *s0, long long n0, u32 *d1, const u32 *s1, long long n1, u32 *d2,
+					const u32 *s2, long long n2) {
+	KT_GRID_DEP();
+	const long long n = n0 + n1 + n2, stride = (long long)gridDim.x * blockDim.x;
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+		if (i < n0) d0[i] = s0[i];
+		else if (i < n0 + n1) d1[i - n0] = s1[i - n0];
+		else d2[i - n0 - n1] = s2[i - n0 - n1];
+	}
+	__threadfence_system();
+}

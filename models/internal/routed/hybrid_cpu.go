@@ -56,6 +56,15 @@ const GraphEnv = "KT_HYBRID_GRAPH"
 // GPU experts of a split layer) instead of overlapping it.
 const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 
+// CopyEnv names the environment variable that chooses how the hybrid step
+// moves a layer's input rows, ids and weights to the pinned buffers and the
+// experts' output back: "kernel" (the default: one small kernel each way
+// reading or writing the pinned memory through its device address,
+// cuda.Device.KernelCopy) or "memcpy" (copy-engine transfers, three out and
+// one back; each costs ~7 µs on the critical path against ~1 µs for a
+// kernel, BenchmarkHandOff).
+const CopyEnv = "KT_HYBRID_COPY"
+
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
 // expert engine: pinned host buffers at fixed addresses for one step's
 // layer input, router ids and weights and the experts' output, and per
@@ -99,6 +108,7 @@ type gpuLink struct {
 	xs, outs, wts  []float32
 	ids            []int32
 	sync           bool
+	memcpy         bool        // CopyEnv=memcpy: copy-engine transfers instead of KernelCopy
 	waitMode       string      // WaitEnv's value: spin, block or stream
 	ev             *cuda.Event // recorded after a layer's copies (synchronous form)
 	// GPU experts (Options.GPUExperts), per model layer: the GPU's share of
@@ -215,6 +225,14 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 	default:
 		g.close()
 		return nil, fmt.Errorf("%s=%s: want piecewise (the default), host (or 1) or 0", GraphEnv, v)
+	}
+	switch v := os.Getenv(CopyEnv); v {
+	case "", "kernel":
+	case "memcpy":
+		g.memcpy = true
+	default:
+		g.close()
+		return nil, fmt.Errorf("%s=%s: want kernel (the default) or memcpy", CopyEnv, v)
 	}
 	switch v := os.Getenv(PieceEventEnv); v {
 	case "", "node":
@@ -571,9 +589,7 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		return err
 	}
 	px, _, pids, pwts := g.slot(l)
-	if err := errors.Join(g.s.CopyDtoH(px, 0, xb, int64(n*g.hid*4)),
-		g.s.CopyDtoH(pids, 0, ib, int64(n*g.k*4)),
-		g.s.CopyDtoH(pwts, 0, wb, int64(n*g.k*4))); err != nil {
+	if err := g.toHost(hostCopy{px, xb, n * g.hid * 4}, hostCopy{pids, ib, n * g.k * 4}, hostCopy{pwts, wb, n * g.k * 4}); err != nil {
 		return err
 	}
 	if piece {
@@ -656,17 +672,65 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	}
 	_, pout, _, _ := g.slot(l)
 	if g.gpuExp[l] == nil {
-		return g.s.CopyHtoD(ob, pout, 0, int64(n*g.hid*4))
+		return g.fromHost(ob, pout, n*g.hid*4)
 	}
 	cb, err := g.buf(g.cpuPart, "CPU experts' share", n*g.hid*4)
 	if err != nil {
 		return err
 	}
-	if err := g.s.CopyHtoD(cb, pout, 0, int64(n*g.hid*4)); err != nil {
+	if err := g.fromHost(cb, pout, n*g.hid*4); err != nil {
 		return err
 	}
 	g.be.Add(out, out, g.cpuPart, n)
 	return nil
+}
+
+// hostCopy is one device-to-host copy of toHost: n bytes of src into the
+// start of the pinned buffer dst.
+type hostCopy struct {
+	dst *cuda.HostBuffer
+	src cuda.Buffer
+	n   int
+}
+
+// toHost queues a layer's copies into its pinned buffers on the stream:
+// one kernel (CopyEnv's default) or one copy-engine transfer each.
+func (g *gpuLink) toHost(cs ...hostCopy) error {
+	if g.memcpy {
+		var errs []error
+		for _, c := range cs {
+			errs = append(errs, g.s.CopyDtoH(c.dst, 0, c.src, int64(c.n)))
+		}
+		return errors.Join(errs...)
+	}
+	wc := make([]cuda.WordCopy, len(cs))
+	for i, c := range cs {
+		if int64(c.n) > c.dst.Size || int64(c.n) > c.src.Size {
+			return fmt.Errorf("hybrid step: copy of %d bytes to a %d-byte pinned buffer from a %d-byte tensor", c.n, c.dst.Size, c.src.Size)
+		}
+		p, err := c.dst.DevicePtr()
+		if err != nil {
+			return err
+		}
+		wc[i] = cuda.WordCopy{Dst: p, Src: c.src.Ptr, N: int64(c.n)}
+	}
+	return g.be.Device().KernelCopy(g.s, wc...)
+}
+
+// fromHost queues the copy of n bytes of the pinned buffer src into dst
+// (the experts' output back to the GPU), as toHost does.
+func (g *gpuLink) fromHost(dst cuda.Buffer, src *cuda.HostBuffer, n int) error {
+	if g.memcpy {
+		return g.s.CopyHtoD(dst, src, 0, int64(n))
+	}
+	if int64(n) > src.Size || int64(n) > dst.Size {
+		return fmt.Errorf("hybrid step: copy of %d bytes from a %d-byte pinned buffer to a %d-byte tensor", n, src.Size, dst.Size)
+	}
+	p, err := src.DevicePtr()
+	if err != nil {
+		return err
+	}
+	return g.be.Device().KernelCopy(g.s, cuda.WordCopy{Dst: dst.Ptr, Src: p, N: int64(n)})
 }
 
 func (g *gpuLink) close() {
