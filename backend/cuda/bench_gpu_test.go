@@ -456,60 +456,62 @@ func BenchmarkLaunchChain(b *testing.B) {
 }
 
 // BenchmarkHandOff times the hybrid step's hand-off traffic per MoE layer
-// in a replayed graph of 16 layers, each a producer kernel (an add over
-// 4096 bf16 values, the size of a one-token layer input in f32) followed
-// by the layer's copies and the next kernel: three device-to-host copies
-// (8 KiB input, 32-byte ids and weights: the hybrid's form), one copy, the
-// producer writing the pinned buffer itself through its device address, a
-// host-to-device copy of the experts' output before the next kernel, that
-// kernel reading the pinned buffer itself, and no copy at all. gpu-us/op is
-// 16 layers; the differences are what each form costs on the critical path.
+// in a replayed graph of 16 layers, each a producer kernel (an add over the
+// transfer's bytes of bf16) followed by a transfer of 8 KiB (one token's
+// f32 row of hidden 2048), 256 KiB (32 tokens) or 8 MiB (1024 tokens) and
+// the next kernel: device to pinned host memory by a copy-engine transfer
+// (dtoh-copy) or by KernelCopy through the buffer's device address
+// (dtoh-kernel), and back (htod-copy, htod-kernel); kernels-only has no
+// transfer. gpu-us/op is 16 layers; the differences are what each form
+// costs on the critical path.
 func BenchmarkHandOff(b *testing.B) {
 	d := testDevice(b)
 	s := testStream(b, d)
-	const n, layers = 4096, 16
-	zero := make([]uint16, n)
-	x, y, one := upload(b, d, zero), upload(b, d, zero), upload(b, d, zero)
-	small := upload(b, d, make([]uint16, 16))
-	host, err := d.AllocHost(4 * n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer host.Free()
-	hp, err := host.DevicePtr()
-	if err != nil {
-		b.Fatal(err)
-	}
-	mapped := Buffer{Ptr: hp, Size: 4 * n}
-	add := func(out, a Buffer) error { return d.Add(s, out, a, one, n) }
-	forms := []struct {
-		name string
-		fn   func() error
-	}{
-		{"kernels-only", func() error { return errors.Join(add(x, x), add(y, x)) }},
-		{"dtoh-3-copies", func() error {
-			return errors.Join(add(x, x), s.CopyDtoH(host, 0, x, 2*n), s.CopyDtoH(host, 2*n, small, 32), s.CopyDtoH(host, 2*n+32, small, 32), add(y, x))
-		}},
-		{"dtoh-1-copy", func() error { return errors.Join(add(x, x), s.CopyDtoH(host, 0, x, 2*n), add(y, x)) }},
-		{"dtoh-mapped-write", func() error { return errors.Join(add(x, x), add(mapped, x), add(y, x)) }},
-		{"htod-copy", func() error { return errors.Join(add(x, x), s.CopyHtoD(y, host, 0, 2*n), add(y, y)) }},
-		{"htod-mapped-read", func() error { return errors.Join(add(x, x), add(y, mapped)) }},
-	}
-	for _, f := range forms {
-		b.Run(f.name, func(b *testing.B) {
-			g, err := s.Capture(func() error {
-				for range layers {
-					if err := f.fn(); err != nil {
-						return err
+	const layers = 16
+	for _, bytes := range []int64{8 << 10, 256 << 10, 8 << 20} {
+		n := int(bytes / 2)
+		zero := make([]uint16, n)
+		x, y, one := upload(b, d, zero), upload(b, d, zero), upload(b, d, zero)
+		host, err := d.AllocHost(bytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hp, err := host.DevicePtr()
+		if err != nil {
+			b.Fatal(err)
+		}
+		add := func(out, a Buffer) error { return d.Add(s, out, a, one, n) }
+		forms := []struct {
+			name string
+			fn   func() error
+		}{
+			{"kernels-only", func() error { return errors.Join(add(x, x), add(y, x)) }},
+			{"dtoh-copy", func() error { return errors.Join(add(x, x), s.CopyDtoH(host, 0, x, bytes), add(y, x)) }},
+			{"dtoh-kernel", func() error {
+				return errors.Join(add(x, x), d.KernelCopy(s, WordCopy{Dst: hp, Src: x.Ptr, N: bytes}), add(y, x))
+			}},
+			{"htod-copy", func() error { return errors.Join(add(x, x), s.CopyHtoD(y, host, 0, bytes), add(y, y)) }},
+			{"htod-kernel", func() error {
+				return errors.Join(add(x, x), d.KernelCopy(s, WordCopy{Dst: y.Ptr, Src: hp, N: bytes}), add(y, y))
+			}},
+		}
+		for _, f := range forms {
+			b.Run(fmt.Sprintf("%dKiB/%s", bytes>>10, f.name), func(b *testing.B) {
+				g, err := s.Capture(func() error {
+					for range layers {
+						if err := f.fn(); err != nil {
+							return err
+						}
 					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
 				}
-				return nil
+				defer g.Destroy()
+				gpuTime(b, d, s, float64(layers*bytes), func(int) error { return g.Launch(s) })
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer g.Destroy()
-			gpuTime(b, d, s, 0, func(int) error { return g.Launch(s) })
-		})
+		}
+		host.Free()
 	}
 }

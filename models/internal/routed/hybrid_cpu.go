@@ -60,9 +60,9 @@ const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 // moves a layer's input rows, ids and weights to the pinned buffers and the
 // experts' output back: "kernel" (the default: one small kernel each way
 // reading or writing the pinned memory through its device address,
-// cuda.Device.KernelCopy) or "memcpy" (copy-engine transfers, three out and
-// one back; each costs ~7 µs on the critical path against ~1 µs for a
-// kernel, BenchmarkHandOff).
+// cuda.Device.KernelCopy, for hand-offs up to kernelCopyMax bytes) or
+// "memcpy" (copy-engine transfers, three out and one back; each costs ~7 µs
+// on the critical path against ~2 µs for a kernel, BenchmarkHandOff).
 const CopyEnv = "KT_HYBRID_COPY"
 
 // gpuLink is the hybrid step's bridge between the GPU backend and the CPU
@@ -693,10 +693,22 @@ type hostCopy struct {
 	n   int
 }
 
+// kernelCopyMax is the most bytes a hand-off moves one way by kernel; a
+// larger one (a prefill chunk's rows) takes the copy engines. On the H100
+// machine a kernel moved 8 KiB in 3.5 µs against 8-10 for a transfer, 256
+// KiB in 10 against 16, and 8 MiB at the same ~41 GB/s out and 3 % slower
+// back (BenchmarkHandOff, docs/notes/session14_run/run10_log.txt).
+const kernelCopyMax = 2 << 20
+
 // toHost queues a layer's copies into its pinned buffers on the stream:
-// one kernel (CopyEnv's default) or one copy-engine transfer each.
+// one kernel (CopyEnv's default, up to kernelCopyMax bytes) or one
+// copy-engine transfer each.
 func (g *gpuLink) toHost(cs ...hostCopy) error {
-	if g.memcpy {
+	total := 0
+	for _, c := range cs {
+		total += c.n
+	}
+	if g.memcpy || total > kernelCopyMax {
 		var errs []error
 		for _, c := range cs {
 			errs = append(errs, g.s.CopyDtoH(c.dst, 0, c.src, int64(c.n)))
@@ -720,7 +732,7 @@ func (g *gpuLink) toHost(cs ...hostCopy) error {
 // fromHost queues the copy of n bytes of the pinned buffer src into dst
 // (the experts' output back to the GPU), as toHost does.
 func (g *gpuLink) fromHost(dst cuda.Buffer, src *cuda.HostBuffer, n int) error {
-	if g.memcpy {
+	if g.memcpy || n > kernelCopyMax {
 		return g.s.CopyHtoD(dst, src, 0, int64(n))
 	}
 	if int64(n) > src.Size || int64(n) > dst.Size {
