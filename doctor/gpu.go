@@ -67,9 +67,13 @@ func checkCUDA(env *Env) []Result {
 		out = append(out, Result{Section: "gpu", Name: "gpu.kernels", Status: Fail, Detail: "kernels do not compile: " + r.KernelErr.Error(),
 			Hint: "check that NVRTC matches the driver (kt doctor lists both)"})
 	case r.Kernels != nil:
+		early := "on"
+		if !r.EarlyLaunch {
+			early = "off (needs compute 9.0 and a CUDA 12.3 driver; " + cuda.EarlyLaunchEnv + "=0 turns it off)"
+		}
 		out = append(out, Result{Section: "gpu", Name: "gpu.kernels", Status: Pass,
-			Detail: fmt.Sprintf("%d kernel modules compile for GPU 0 (cached in %s)", len(r.Kernels), cuda.DefaultKernelCacheDir()),
-			Data:   map[string]any{"modules": r.Kernels}})
+			Detail: fmt.Sprintf("%d kernel modules compile for GPU 0 (cached in %s); early launch %s", len(r.Kernels), cuda.DefaultKernelCacheDir(), early),
+			Data:   map[string]any{"modules": r.Kernels, "early_launch": r.EarlyLaunch}})
 	}
 	if r.Err != nil {
 		st := Fail

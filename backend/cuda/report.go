@@ -19,7 +19,10 @@ type Report struct {
 	GPUs      []Info
 	Kernels   map[string]string // module -> compile status, when checked
 	KernelErr error
-	Err       error // why the GPU is not used, if it is not
+	// EarlyLaunch says whether GPU ordinal launches kernels ahead of their
+	// predecessors' end (Device.EarlyLaunch), when the kernels were checked.
+	EarlyLaunch bool
+	Err         error // why the GPU is not used, if it is not
 }
 
 // Check gathers the report. With compile set it also opens GPU ordinal and
@@ -68,6 +71,7 @@ func Check(ordinal int, compile bool) *Report {
 		}
 		defer d.Close()
 		r.Kernels, r.KernelErr = d.CompileAll()
+		r.EarlyLaunch = d.EarlyLaunch()
 	}
 	return r
 }
