@@ -121,12 +121,21 @@ type kernels struct {
 	src      kernelIndex
 	srcErr   error
 	mods     map[string]C.CUmodule
-	funcs    map[string]C.CUfunction
+	funcs    map[string]kernelFunc
 	compiled map[string]string // module -> "cache hit" / "compiled" for doctor
 }
 
+// kernelFunc is a loaded kernel with what launch needs of the index: its
+// parameter count (-1: not counted) and whether it may be launched ahead
+// of its predecessor's end (it opens with KT_GRID_DEP).
+type kernelFunc struct {
+	f       C.CUfunction
+	params  int
+	gridDep bool
+}
+
 func newKernels(d *Device, dir string) *kernels {
-	k := &kernels{d: d, dir: dir, mods: map[string]C.CUmodule{}, funcs: map[string]C.CUfunction{}, compiled: map[string]string{}}
+	k := &kernels{d: d, dir: dir, mods: map[string]C.CUmodule{}, funcs: map[string]kernelFunc{}, compiled: map[string]string{}}
 	k.src, k.srcErr = kernelSources()
 	return k
 }
@@ -194,33 +203,35 @@ func (k *kernels) moduleLoad(mod string, image []byte) (C.CUmodule, error) {
 	return m, nil
 }
 
-// function returns the handle of kernel name, compiling its module if
-// needed.
-func (k *kernels) function(name string) (C.CUfunction, error) {
+// function returns kernel name, compiling its module if needed.
+func (k *kernels) function(name string) (kernelFunc, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if f, ok := k.funcs[name]; ok {
-		return f, nil
+	if kf, ok := k.funcs[name]; ok {
+		return kf, nil
 	}
 	if k.srcErr != nil {
-		return nil, k.srcErr
+		return kernelFunc{}, k.srcErr
 	}
 	mod, ok := k.src.names[name]
 	if !ok {
-		return nil, fmt.Errorf("cuda: no kernel named %q in the embedded sources", name)
+		return kernelFunc{}, fmt.Errorf("cuda: no kernel named %q in the embedded sources", name)
 	}
 	m, err := k.loadModule(mod)
 	if err != nil {
-		return nil, err
+		return kernelFunc{}, err
 	}
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
-	var f C.CUfunction
-	if err := cuErr(C.kt_cuModuleGetFunction(k.d.ctx, &f, m, cname), "cuModuleGetFunction(%s)", name); err != nil {
-		return nil, err
+	kf := kernelFunc{params: -1, gridDep: k.src.gridDep[name]}
+	if n, ok := k.src.params[name]; ok {
+		kf.params = n
 	}
-	k.funcs[name] = f
-	return f, nil
+	if err := cuErr(C.kt_cuModuleGetFunction(k.d.ctx, &kf.f, m, cname), "cuModuleGetFunction(%s)", name); err != nil {
+		return kernelFunc{}, err
+	}
+	k.funcs[name] = kf
+	return kf, nil
 }
 
 // CompileAll compiles (or loads from the cache) every embedded module and
@@ -254,7 +265,7 @@ func (k *kernels) close() error {
 		}
 	}
 	k.mods = map[string]C.CUmodule{}
-	k.funcs = map[string]C.CUfunction{}
+	k.funcs = map[string]kernelFunc{}
 	return first
 }
 
@@ -303,12 +314,12 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
 		return nil // nothing to do
 	}
-	f, err := d.kern.function(name)
+	kf, err := d.kern.function(name)
 	if err != nil {
 		return err
 	}
-	if n, ok := d.kern.src.params[name]; ok && n != len(args) {
-		return fmt.Errorf("cuda: launching %s: %d arguments for %d parameters", name, len(args), n)
+	if kf.params >= 0 && kf.params != len(args) {
+		return fmt.Errorf("cuda: launching %s: %d arguments for %d parameters", name, len(args), kf.params)
 	}
 	slots, err := packArgs(args)
 	if err != nil {
@@ -316,7 +327,7 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 	}
 	if smem > 48<<10 {
 		// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-		if err := cuErr(C.kt_cuFuncSetAttribute(d.ctx, f, 8, C.int(smem)), "cuFuncSetAttribute(%s, smem=%d)", name, smem); err != nil {
+		if err := cuErr(C.kt_cuFuncSetAttribute(d.ctx, kf.f, 8, C.int(smem)), "cuFuncSetAttribute(%s, smem=%d)", name, smem); err != nil {
 			return err
 		}
 	}
@@ -325,10 +336,10 @@ func (d *Device) launch(s *Stream, name string, grid, block dim3, smem int, args
 		p = (*C.uint64_t)(unsafe.Pointer(&slots[0]))
 	}
 	early := C.int(0)
-	if d.earlyLaunch && d.kern.src.gridDep[name] {
+	if d.earlyLaunch && kf.gridDep {
 		early = 1
 	}
-	r := C.kt_launch(d.ctx, f, C.uint(grid.x), C.uint(grid.y), C.uint(grid.z), C.uint(block.x), C.uint(block.y), C.uint(block.z),
+	r := C.kt_launch(d.ctx, kf.f, C.uint(grid.x), C.uint(grid.y), C.uint(grid.z), C.uint(block.x), C.uint(block.y), C.uint(block.z),
 		C.uint(smem), s.s, p, C.int(len(slots)), early)
 	return cuErr(r, "cuLaunchKernel(%s grid=%v block=%v smem=%d)", name, grid, block, smem)
 }

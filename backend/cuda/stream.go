@@ -52,18 +52,27 @@ func (s *Stream) Wait(e *Event) error {
 	return cuErr(C.kt_cuStreamWaitEvent(s.d.ctx, s.s, e.e), "cuStreamWaitEvent")
 }
 
+// checkHostRange checks a transfer of n bytes between the pinned buffer h
+// at offset off and the device buffer dev (op names it in the error).
+func checkHostRange(op string, h *HostBuffer, off int64, dev Buffer, n int64) error {
+	if off < 0 || n < 0 || off+n > h.Size || n > dev.Size {
+		return fmt.Errorf("cuda: %s of %d bytes at %d: out of range (host %d, device %d)", op, n, off, h.Size, dev.Size)
+	}
+	return nil
+}
+
 // CopyHtoD queues a copy from pinned host memory to the device.
 func (s *Stream) CopyHtoD(dst Buffer, src *HostBuffer, srcOff, n int64) error {
-	if srcOff < 0 || n < 0 || srcOff+n > src.Size || n > dst.Size {
-		return fmt.Errorf("cuda: CopyHtoD of %d bytes at %d: out of range (host %d, device %d)", n, srcOff, src.Size, dst.Size)
+	if err := checkHostRange("CopyHtoD", src, srcOff, dst, n); err != nil {
+		return err
 	}
 	return cuErr(C.kt_cuMemcpyHtoDAsync(s.d.ctx, C.CUdeviceptr(dst.Ptr), unsafe.Add(src.ptr, srcOff), C.size_t(n), s.s), "cuMemcpyHtoDAsync(%d bytes)", n)
 }
 
 // CopyDtoH queues a copy from the device to pinned host memory.
 func (s *Stream) CopyDtoH(dst *HostBuffer, dstOff int64, src Buffer, n int64) error {
-	if dstOff < 0 || n < 0 || dstOff+n > dst.Size || n > src.Size {
-		return fmt.Errorf("cuda: CopyDtoH of %d bytes at %d: out of range (host %d, device %d)", n, dstOff, dst.Size, src.Size)
+	if err := checkHostRange("CopyDtoH", dst, dstOff, src, n); err != nil {
+		return err
 	}
 	return cuErr(C.kt_cuMemcpyDtoHAsync(s.d.ctx, unsafe.Add(dst.ptr, dstOff), C.CUdeviceptr(src.Ptr), C.size_t(n), s.s), "cuMemcpyDtoHAsync(%d bytes)", n)
 }

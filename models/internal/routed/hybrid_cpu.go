@@ -3,7 +3,6 @@
 package routed
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -60,7 +59,7 @@ const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 // moves a layer's input rows, ids and weights to the pinned buffers and the
 // experts' output back: "kernel" (the default: one small kernel each way
 // reading or writing the pinned memory through its device address,
-// cuda.Device.KernelCopy, for hand-offs up to kernelCopyMax bytes) or
+// cuda.Device.CopyHost, for hand-offs up to cuda.KernelCopyMax bytes) or
 // "memcpy" (copy-engine transfers, three out and one back; each costs ~7 µs
 // on the critical path against ~2 µs for a kernel, BenchmarkHandOff).
 const CopyEnv = "KT_HYBRID_COPY"
@@ -108,7 +107,7 @@ type gpuLink struct {
 	xs, outs, wts  []float32
 	ids            []int32
 	sync           bool
-	memcpy         bool        // CopyEnv=memcpy: copy-engine transfers instead of KernelCopy
+	memcpy         bool        // CopyEnv=memcpy: copy-engine transfers only (CopyHost's engines)
 	waitMode       string      // WaitEnv's value: spin, block or stream
 	ev             *cuda.Event // recorded after a layer's copies (synchronous form)
 	// GPU experts (Options.GPUExperts), per model layer: the GPU's share of
@@ -589,7 +588,8 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		return err
 	}
 	px, _, pids, pwts := g.slot(l)
-	if err := g.toHost(hostCopy{px, xb, n * g.hid * 4}, hostCopy{pids, ib, n * g.k * 4}, hostCopy{pwts, wb, n * g.k * 4}); err != nil {
+	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: px, Dev: xb, N: int64(n * g.hid * 4)},
+		cuda.HostCopy{Host: pids, Dev: ib, N: int64(n * g.k * 4)}, cuda.HostCopy{Host: pwts, Dev: wb, N: int64(n * g.k * 4)}); err != nil {
 		return err
 	}
 	if piece {
@@ -672,77 +672,23 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	}
 	_, pout, _, _ := g.slot(l)
 	if g.gpuExp[l] == nil {
-		return g.fromHost(ob, pout, n*g.hid*4)
+		return g.fromHost(ob, pout, n)
 	}
 	cb, err := g.buf(g.cpuPart, "CPU experts' share", n*g.hid*4)
 	if err != nil {
 		return err
 	}
-	if err := g.fromHost(cb, pout, n*g.hid*4); err != nil {
+	if err := g.fromHost(cb, pout, n); err != nil {
 		return err
 	}
 	g.be.Add(out, out, g.cpuPart, n)
 	return nil
 }
 
-// hostCopy is one device-to-host copy of toHost: n bytes of src into the
-// start of the pinned buffer dst.
-type hostCopy struct {
-	dst *cuda.HostBuffer
-	src cuda.Buffer
-	n   int
-}
-
-// kernelCopyMax is the most bytes a hand-off moves one way by kernel; a
-// larger one (a prefill chunk's rows) takes the copy engines. On the H100
-// machine a kernel moved 8 KiB in 3.5 µs against 8-10 for a transfer, 256
-// KiB in 10 against 16, and 8 MiB at the same ~41 GB/s out and 3 % slower
-// back (BenchmarkHandOff, docs/notes/session14_run/run10_log.txt).
-const kernelCopyMax = 2 << 20
-
-// toHost queues a layer's copies into its pinned buffers on the stream:
-// one kernel (CopyEnv's default, up to kernelCopyMax bytes) or one
-// copy-engine transfer each.
-func (g *gpuLink) toHost(cs ...hostCopy) error {
-	total := 0
-	for _, c := range cs {
-		total += c.n
-	}
-	if g.memcpy || total > kernelCopyMax {
-		var errs []error
-		for _, c := range cs {
-			errs = append(errs, g.s.CopyDtoH(c.dst, 0, c.src, int64(c.n)))
-		}
-		return errors.Join(errs...)
-	}
-	wc := make([]cuda.WordCopy, len(cs))
-	for i, c := range cs {
-		if int64(c.n) > c.dst.Size || int64(c.n) > c.src.Size {
-			return fmt.Errorf("hybrid step: copy of %d bytes to a %d-byte pinned buffer from a %d-byte tensor", c.n, c.dst.Size, c.src.Size)
-		}
-		p, err := c.dst.DevicePtr()
-		if err != nil {
-			return err
-		}
-		wc[i] = cuda.WordCopy{Dst: p, Src: c.src.Ptr, N: int64(c.n)}
-	}
-	return g.be.Device().KernelCopy(g.s, wc...)
-}
-
-// fromHost queues the copy of n bytes of the pinned buffer src into dst
-// (the experts' output back to the GPU), as toHost does.
+// fromHost queues the copy of the experts' output for n tokens from the
+// pinned buffer src into dst (cuda.Device.CopyHost, as start's copies).
 func (g *gpuLink) fromHost(dst cuda.Buffer, src *cuda.HostBuffer, n int) error {
-	if g.memcpy || n > kernelCopyMax {
-		return g.s.CopyHtoD(dst, src, 0, int64(n))
-	}
-	if int64(n) > src.Size || int64(n) > dst.Size {
-		return fmt.Errorf("hybrid step: copy of %d bytes from a %d-byte pinned buffer to a %d-byte tensor", n, src.Size, dst.Size)
-	}
-	p, err := src.DevicePtr()
-	if err != nil {
-		return err
-	}
-	return g.be.Device().KernelCopy(g.s, cuda.WordCopy{Dst: dst.Ptr, Src: p, N: int64(n)})
+	return g.be.Device().CopyHost(g.s, false, g.memcpy, cuda.HostCopy{Host: src, Dev: dst, N: int64(n * g.hid * 4)})
 }
 
 func (g *gpuLink) close() {
