@@ -20,13 +20,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/sysinfo"
 )
 
 // ---------------------------------------------------------------- moe
 
 type moeBenchOpts struct {
 	models, methods, tokens  string
+	modelPaths               []string
 	threads, pools           int
 	isa                      string
 	minTime                  time.Duration
@@ -50,6 +53,9 @@ type moeBenchOpts struct {
 	spinWait                 time.Duration
 	gap, spinPure            time.Duration
 	f32IO                    bool
+	// memAvail reports the memory benchLayers may still use (nil: no
+	// check; runMoEBench sets memAvailable).
+	memAvail func() int64
 }
 
 var moeOpts moeBenchOpts
@@ -59,7 +65,8 @@ func init() {
 		short: "one MoE layer on the CPU expert engine: time, weight GB/s vs measured read bandwidth, TFLOPS vs PyTorch",
 		flags: func(cmd *cobra.Command) {
 			f := cmd.Flags()
-			f.StringVar(&moeOpts.models, "model", "all", "layer shapes: qwen3.5-35b-a3b, qwen3-30b-a3b or all")
+			f.StringVar(&moeOpts.models, "model", "", "comma-separated layer shapes by name ("+strings.Join(cpuexperts.BenchShapeNames(), ", ")+") or all (the first two; the default without --model-path)")
+			f.StringArrayVar(&moeOpts.modelPaths, "model-path", nil, "also bench the routed-expert layer that DIR/config.json states, any MoE architecture (repeatable)")
 			f.StringVar(&moeOpts.methods, "methods", "AMXINT4,AMXINT8,AMXBF16,BF16", "comma-separated methods ("+methodNames()+")")
 			f.StringVar(&moeOpts.tokens, "tokens", "1,4,32,512,4096", "comma-separated tokens per layer")
 			f.IntVar(&moeOpts.threads, "cpuinfer", 0, "worker threads (0 = physical cores, KT's guidance for --kt-cpuinfer; the hybrid leaves one to the GPU thread)")
@@ -161,11 +168,82 @@ type moeRecord struct {
 	Trace *cpuexperts.TaskTrace `json:"trace,omitempty"`
 }
 
+// moeShapes resolves --model (comma-separated names, or all; "" is all
+// unless paths are given) and --model-path (each directory's config.json,
+// any MoE architecture) into the layer shapes to bench, in that order.
+func moeShapes(models string, paths []string) ([]cpuexperts.BenchShape, error) {
+	var shapes []cpuexperts.BenchShape
+	if models == "" && len(paths) == 0 {
+		models = "all"
+	}
+	for _, n := range strings.Split(models, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+		case strings.EqualFold(n, "all"):
+			shapes = append(shapes, cpuexperts.BenchShapes...)
+		default:
+			s, ok := cpuexperts.LookupBenchShape(n)
+			if !ok {
+				return nil, fmt.Errorf("unknown --model %q (known: %s, all; or --model-path DIR for any model's config.json)", n, strings.Join(cpuexperts.BenchShapeNames(), ", "))
+			}
+			shapes = append(shapes, s)
+		}
+	}
+	for _, dir := range paths {
+		ms, err := modelconfig.LoadMoEShape(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--model-path: %w", err)
+		}
+		name := filepath.Base(filepath.Clean(dir))
+		if ms.Architecture != "" {
+			name += " (" + ms.Architecture + ")"
+		}
+		shapes = append(shapes, cpuexperts.BenchShape{Name: name, Experts: ms.Experts, Hidden: ms.Hidden, Intermediate: ms.Intermediate, TopK: ms.TopK})
+	}
+	return shapes, nil
+}
+
+// shapeMethods is the methods whose layout constraints shape s over pools
+// thread pools meets (cpuexperts.CheckShape); each one left out is named on
+// w with the reason. No method left is an error.
+func shapeMethods(s cpuexperts.BenchShape, methods []cpuexperts.Method, pools int, w io.Writer) ([]cpuexperts.Method, error) {
+	var ok []cpuexperts.Method
+	var why []string
+	for _, m := range methods {
+		if err := cpuexperts.CheckShape(m, s.Hidden, s.Intermediate, pools); err != nil {
+			fmt.Fprintf(w, "# %s: %s skipped: %v\n", s.Name, m, err)
+			why = append(why, fmt.Sprintf("%s: %v", m, err))
+			continue
+		}
+		ok = append(ok, m)
+	}
+	if len(ok) == 0 {
+		return nil, fmt.Errorf("%s: no method can run this layer (%s)", s.Name, strings.Join(why, "; "))
+	}
+	return ok, nil
+}
+
+// benchMemReserve is the memory kt bench leaves free beside its layers:
+// the batches, the read probe, PyTorch's baseline and the system.
+const benchMemReserve = 4 << 30
+
 // benchLayers builds enough layers of random weights that together they
 // exceed the last-level cache eight times (at most 16), so that a
-// round-robin over them reads weights from memory, as a real model does.
-func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Method, llc int64, log io.Writer) ([]*cpuexperts.Layer, error) {
+// round-robin over them reads weights from memory, as a real model does;
+// fewer where the memory available (avail reports it, in bytes; nil: no
+// limit) would not hold them, and an error naming the sizes where it would
+// not hold one.
+func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Method, llc int64, avail func() int64, log io.Writer) ([]*cpuexperts.Layer, error) {
+	need := cpuexperts.LayerBytesEstimate(s, m)
+	if avail != nil {
+		if a := avail(); a > 0 && need > a-benchMemReserve {
+			return nil, fmt.Errorf("one %s layer of %s takes ~%.1f GB; %.1f GB of memory is available (%.0f GB kept free): bench fewer methods at once (--rounds 1 builds one method's layers at a time)",
+				m, s.Name, float64(need)/1e9, float64(a)/1e9, float64(benchMemReserve)/1e9)
+		}
+	}
 	var layers []*cpuexperts.Layer
+	short := false
 	for {
 		l, err := e.SyntheticLayer(s, m, uint64(len(layers)+1))
 		if err != nil {
@@ -176,10 +254,24 @@ func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Met
 		if int64(len(layers))*l.WeightBytes() >= 8*llc || len(layers) >= 16 {
 			break
 		}
+		if avail != nil {
+			if a := avail(); a > 0 && l.WeightBytes() > a-benchMemReserve {
+				short = true
+				break
+			}
+		}
 	}
 	fmt.Fprintf(log, "# %s: %d layer(s) of %.0f MB round-robin (last-level cache %d MB)\n", m, len(layers), float64(layers[0].WeightBytes())/1e6, llc>>20)
+	if short {
+		fmt.Fprintf(log, "# %s: memory held the round-robin to %d layer(s), %.1f× the last-level cache: weights may partly come from it\n",
+			m, len(layers), float64(int64(len(layers))*layers[0].WeightBytes())/float64(llc))
+	}
 	return layers, nil
 }
+
+// memAvailable is the memory this process may still allocate without
+// swapping (MemAvailable, capped by the cgroup limit when one is set).
+func memAvailable() int64 { return sysinfo.Detect().Memory.EffectiveMemory() }
 
 func closeLayers(ls []*cpuexperts.Layer) {
 	for _, l := range ls {
@@ -189,6 +281,7 @@ func closeLayers(ls []*cpuexperts.Layer) {
 
 func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	o := moeOpts
+	o.memAvail = memAvailable
 	if o.threads == 0 {
 		// one layer on the CPU alone, nothing else to run: every physical
 		// core, as KTransformers advises for --kt-cpuinfer and as PyTorch's
@@ -208,14 +301,9 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 		methods = append(methods, m)
 	}
-	var shapes []cpuexperts.BenchShape
-	for _, s := range cpuexperts.BenchShapes {
-		if o.models == "all" || strings.EqualFold(o.models, s.Name) {
-			shapes = append(shapes, s)
-		}
-	}
-	if len(shapes) == 0 {
-		return fmt.Errorf("unknown --model %q (qwen3.5-35b-a3b, qwen3-30b-a3b, all)", o.models)
+	shapes, err := moeShapes(o.models, o.modelPaths)
+	if err != nil {
+		return err
 	}
 	maxTok := 0
 	for _, t := range tokens {
@@ -228,6 +316,10 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	}
 	var records []moeRecord
 	for _, s := range shapes {
+		methods, err := shapeMethods(s, methods, o.pools, w)
+		if err != nil {
+			return err
+		}
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
@@ -449,7 +541,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 			}
 		}
 		if layers[st.mi] == nil {
-			ls, err := benchLayers(e, s, methods[st.mi], llc, w)
+			ls, err := benchLayers(e, s, methods[st.mi], llc, o.memAvail, w)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", s.Name, methods[st.mi], err)
 			}

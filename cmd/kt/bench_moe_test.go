@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -281,4 +282,123 @@ func TestBenchTilesPrintPhases(t *testing.T) {
 	if none.Len() != 0 {
 		t.Errorf("no probe: printed %q", none.String())
 	}
+}
+
+// TestMoEShapes: --model names (any case, comma-separated, all) and
+// --model-path configs of any MoE architecture resolve to layer shapes in
+// order; unknown names, dense models and missing configs are refused with
+// what to do instead.
+func TestMoEShapes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "DeepSeek-V3")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":7168,"moe_intermediate_size":2048,"n_routed_experts":256,"num_experts_per_tok":8}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dense := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dense, "config.json"), []byte(`{"hidden_size":4096,"intermediate_size":12288}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names := func(ss []cpuexperts.BenchShape) string {
+		var n []string
+		for _, s := range ss {
+			n = append(n, fmt.Sprintf("%s:%d/%d/%d/%d", s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK))
+		}
+		return strings.Join(n, " ")
+	}
+	cases := []struct {
+		models string
+		paths  []string
+		want   string // names; "" with err
+		err    string
+	}{
+		{models: "", want: "qwen3.5-35b-a3b:256/2048/512/8 qwen3-30b-a3b:128/2048/768/8"},
+		{models: "all", want: "qwen3.5-35b-a3b:256/2048/512/8 qwen3-30b-a3b:128/2048/768/8"},
+		{models: "Qwen3-30B-A3B", want: "qwen3-30b-a3b:128/2048/768/8"},
+		{models: "qwen3-next-80b-a3b, kimi-k2", want: "qwen3-next-80b-a3b:512/2048/512/10 kimi-k2:384/7168/2048/8"},
+		{models: "", paths: []string{dir}, want: "DeepSeek-V3 (DeepseekV3ForCausalLM):256/7168/2048/8"},
+		{models: "deepseek-v3", paths: []string{dir + "/"}, want: "deepseek-v3:256/7168/2048/8 DeepSeek-V3 (DeepseekV3ForCausalLM):256/7168/2048/8"},
+		{models: "qwen4", err: `unknown --model "qwen4" (known: qwen3.5-35b-a3b, qwen3-30b-a3b, qwen3-next-80b-a3b, deepseek-v3, kimi-k2, all; or --model-path`},
+		{paths: []string{dense}, err: "not an MoE model"},
+		{paths: []string{filepath.Join(dir, "missing")}, err: "--model-path"},
+	}
+	for _, c := range cases {
+		got, err := moeShapes(c.models, c.paths)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q %v: error %v, want one containing %q", c.models, c.paths, err, c.err)
+			}
+			continue
+		}
+		if err != nil || names(got) != c.want {
+			t.Errorf("%q %v: %s, %v; want %s", c.models, c.paths, names(got), err, c.want)
+		}
+	}
+}
+
+// TestShapeMethods: a method whose layout a shape breaks is left out with its
+// reason printed; a shape no method can run is an error naming each reason.
+func TestShapeMethods(t *testing.T) {
+	all := []cpuexperts.Method{cpuexperts.AMXINT4, cpuexperts.AMXINT8, cpuexperts.AMXBF16}
+	var out strings.Builder
+	s := cpuexperts.BenchShape{Name: "gpt-oss-like", Experts: 128, Hidden: 2944, Intermediate: 2880, TopK: 4}
+	got, err := shapeMethods(s, all, 1, &out)
+	if err != nil || !slices.Equal(got, []cpuexperts.Method{cpuexperts.AMXINT8, cpuexperts.AMXBF16}) {
+		t.Fatalf("methods %v, %v", got, err)
+	}
+	if !strings.Contains(out.String(), "# gpt-oss-like: AMXINT4 skipped: method AMXINT4 needs each pool's intermediate slice (2880") {
+		t.Errorf("no reason printed:\n%s", out.String())
+	}
+	s.Hidden = 2880 // not a multiple of 128: nothing runs
+	if _, err := shapeMethods(s, all, 1, io.Discard); err == nil || !strings.Contains(err.Error(), "no method can run this layer") ||
+		strings.Count(err.Error(), "not a multiple of 128") != 3 {
+		t.Errorf("no method: %v", err)
+	}
+}
+
+// TestBenchLayersMemory: benchLayers refuses a layer the memory cannot hold,
+// naming the sizes, and stops the round-robin early (saying so) where the
+// memory holds fewer layers than the cache rule asks for.
+func TestBenchLayersMemory(t *testing.T) {
+	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 1, MaxTokens: 4, TopK: shape.TopK, Experts: shape.Experts,
+		Hidden: shape.Hidden, Intermediate: shape.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	lb := cpuexperts.LayerBytesEstimate(shape, cpuexperts.AMXBF16)
+	if lb != 8*3*128*64*2 {
+		t.Fatalf("estimate %d bytes", lb)
+	}
+	var out strings.Builder
+	if _, err := benchLayers(e, shape, cpuexperts.AMXBF16, 1<<30, func() int64 { return benchMemReserve + lb/2 }, &out); err == nil ||
+		!strings.Contains(err.Error(), "one AMXBF16 layer of tiny takes") {
+		t.Errorf("too little memory: %v", err)
+	}
+	// room for the first and a second layer, then none
+	calls := 0
+	room := func() int64 {
+		calls++
+		if calls <= 2 {
+			return benchMemReserve + 3*lb
+		}
+		return benchMemReserve + lb/2
+	}
+	ls, err := benchLayers(e, shape, cpuexperts.AMXBF16, 1<<30, room, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLayers(ls)
+	if len(ls) != 2 || !strings.Contains(out.String(), "memory held the round-robin to 2 layer(s)") {
+		t.Errorf("%d layers:\n%s", len(ls), out.String())
+	}
+	// no limit: the cache rule (8 × a 1-byte cache is one layer)
+	ls, err = benchLayers(e, shape, cpuexperts.AMXBF16, 1, nil, io.Discard)
+	if err != nil || len(ls) != 1 {
+		t.Errorf("no limit: %d layers, %v", len(ls), err)
+	}
+	closeLayers(ls)
 }

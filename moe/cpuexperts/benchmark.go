@@ -20,10 +20,52 @@ type BenchShape struct {
 	Experts, Hidden, Intermediate, TopK int
 }
 
-// BenchShapes are the layers the issue names: Qwen3.5-35B-A3B and Qwen3-30B-A3B.
+// BenchShapes are the layers the issue names: Qwen3.5-35B-A3B and Qwen3-30B-A3B
+// (kt bench --type moe --model all).
 var BenchShapes = []BenchShape{
 	{Name: "qwen3.5-35b-a3b", Experts: 256, Hidden: 2048, Intermediate: 512, TopK: 8},
 	{Name: "qwen3-30b-a3b", Experts: 128, Hidden: 2048, Intermediate: 768, TopK: 8},
+}
+
+// OtherBenchShapes are more models' layers kt bench knows by name, as their
+// config.json files state them (n_routed_experts or num_experts,
+// hidden_size, moe_intermediate_size, num_experts_per_tok). Any other
+// model's layer is benched from its config.json (--model-path).
+var OtherBenchShapes = []BenchShape{
+	{Name: "qwen3-next-80b-a3b", Experts: 512, Hidden: 2048, Intermediate: 512, TopK: 10},
+	{Name: "deepseek-v3", Experts: 256, Hidden: 7168, Intermediate: 2048, TopK: 8},
+	{Name: "kimi-k2", Experts: 384, Hidden: 7168, Intermediate: 2048, TopK: 8},
+}
+
+// LookupBenchShape finds a named layer shape in BenchShapes or
+// OtherBenchShapes, ignoring case.
+func LookupBenchShape(name string) (BenchShape, bool) {
+	for _, l := range [][]BenchShape{BenchShapes, OtherBenchShapes} {
+		for _, s := range l {
+			if strings.EqualFold(s.Name, name) {
+				return s, true
+			}
+		}
+	}
+	return BenchShape{}, false
+}
+
+// BenchShapeNames lists the names LookupBenchShape knows.
+func BenchShapeNames() []string {
+	var n []string
+	for _, s := range append(append([]BenchShape(nil), BenchShapes...), OtherBenchShapes...) {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+// LayerBytesEstimate is the weight bytes a layer of shape s in method m
+// takes, scales included (Method.BytesPerWeight), before it is built: what
+// kt bench checks against the memory it may use (INT4_KGROUP at the
+// SyntheticLayer's default group of 128).
+func LayerBytesEstimate(s BenchShape, m Method) int64 {
+	per := 3 * int64(s.Hidden) * int64(s.Intermediate)
+	return int64(float64(per) * m.BytesPerWeight(min(s.Hidden, s.Intermediate), 128) * float64(s.Experts))
 }
 
 // BenchResult is one measured (method, token count) point.
