@@ -18,6 +18,7 @@ type MoEShape struct {
 	Hidden       int    // hidden_size
 	Intermediate int    // one routed expert's intermediate size
 	TopK         int    // experts per token
+	Layers       int    // num_hidden_layers, 0 where the config does not state it
 }
 
 // Field names of the routed-expert count, intermediate size and top-k
@@ -75,6 +76,10 @@ func ParseMoEShape(data []byte) (MoEShape, error) {
 		s.TopK = t.intField(kf)
 	} else {
 		t.fail(topKFields[0], "missing (nor any of %v)", topKFields[1:])
+	}
+	s.Layers = t.optInt("num_hidden_layers", 0)
+	if s.Layers < 0 {
+		t.fail("num_hidden_layers", "must not be negative, is %d", s.Layers)
 	}
 	if len(errs) == 0 {
 		if s.Experts > maxExperts {

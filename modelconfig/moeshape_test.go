@@ -14,8 +14,8 @@ func TestParseMoEShape(t *testing.T) {
 		err        string // substring of the error; "" for none
 	}{
 		{name: "deepseek-v3", json: `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":7168,"intermediate_size":18432,
-			"moe_intermediate_size":2048,"n_routed_experts":256,"n_shared_experts":1,"num_experts_per_tok":8}`,
-			want: MoEShape{Architecture: "DeepseekV3ForCausalLM", Experts: 256, Hidden: 7168, Intermediate: 2048, TopK: 8}},
+			"moe_intermediate_size":2048,"n_routed_experts":256,"n_shared_experts":1,"num_experts_per_tok":8,"num_hidden_layers":61}`,
+			want: MoEShape{Architecture: "DeepseekV3ForCausalLM", Experts: 256, Hidden: 7168, Intermediate: 2048, TopK: 8, Layers: 61}},
 		{name: "qwen3-next", json: `{"architectures":["Qwen3NextForCausalLM"],"hidden_size":2048,"intermediate_size":5120,
 			"moe_intermediate_size":512,"num_experts":512,"num_experts_per_tok":10}`,
 			want: MoEShape{Architecture: "Qwen3NextForCausalLM", Experts: 512, Hidden: 2048, Intermediate: 512, TopK: 10}},
@@ -41,6 +41,8 @@ func TestParseMoEShape(t *testing.T) {
 		{name: "nested path named", json: `{"text_config":{"hidden_size":2048,"num_experts":8,"num_experts_per_tok":2}}`,
 			err: "text_config.intermediate_size: missing"},
 		{name: "text_config not an object", json: `{"text_config":3,"hidden_size":1}`, err: "text_config: not an object"},
+		{name: "negative layers", json: `{"hidden_size":2048,"moe_intermediate_size":768,"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":-2}`,
+			err: "num_hidden_layers: must not be negative"},
 		{name: "not JSON", json: `{"hidden_size":`, err: "not a JSON object"},
 		{name: "null", json: `null`, err: "not a JSON object"},
 	}
@@ -80,7 +82,7 @@ func TestMoEShapeAgreesWithParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := MoEShape{Architecture: c.Architecture, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize, TopK: c.TopK}
+		want := MoEShape{Architecture: c.Architecture, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize, TopK: c.TopK, Layers: c.NumLayers}
 		if s != want {
 			t.Errorf("%s: %+v, Parse says %+v", dir, s, want)
 		}
@@ -106,7 +108,7 @@ func FuzzParseMoEShape(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if s.Experts <= 0 || s.Hidden <= 0 || s.Intermediate <= 0 || s.TopK <= 0 || s.TopK > s.Experts || s.Experts > maxExperts {
+		if s.Experts <= 0 || s.Hidden <= 0 || s.Intermediate <= 0 || s.TopK <= 0 || s.TopK > s.Experts || s.Experts > maxExperts || s.Layers < 0 {
 			t.Fatalf("accepted an inconsistent shape %+v", s)
 		}
 	})

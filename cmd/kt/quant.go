@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,10 @@ func newQuantCmd() *cobra.Command {
 		Long: `kt quant converts the routed experts of a Hugging Face checkpoint (bf16, or fp8
 with 128x128 block scales) to the CPU formats AMXINT8 (--method int8) or AMXINT4
 (--method int4), split into --threadpool-count slices of the intermediate
-dimension, in KTransformers' key layout:
+dimension, in KTransformers' key layout (any MoE architecture whose checkpoint
+keeps one tensor per expert: Qwen3-MoE, Qwen3-Next, Qwen3.5, DeepSeek V2/V3,
+Kimi K2, GLM-4.5 as mlp.experts.{E}.{gate,up,down}_proj, Mixtral and MiniMax as
+block_sparse_moe.experts.{E}.w1/w3/w2; the shape comes from config.json):
 
   blk.{L}.ffn_{gate|up|down}_exps.{E}.numa.{N}.{weight|scale}
 
@@ -89,31 +93,47 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	if o.pools < 1 || o.pools > 8 {
 		return fmt.Errorf("--threadpool-count %d outside 1..8", o.pools)
 	}
-	cfg, err := modelconfig.Load(model)
+	shape, err := modelconfig.LoadMoEShape(model)
 	if err != nil {
 		return err
-	}
-	if cfg.NumExperts == 0 || cfg.MoEIntermediateSize == 0 {
-		return fmt.Errorf("%s: not a MoE model (no num_experts / moe_intermediate_size)", filepath.Join(model, "config.json"))
 	}
 	ckpt, err := safetensors.OpenDir(model)
 	if err != nil {
 		return err
 	}
 	defer ckpt.Close()
-	var layers []int
-	for _, l := range cfg.Layers {
-		if l.IsMoE {
-			layers = append(layers, l.Index)
+	et, err := cpuexperts.FindExpertTensors(ckpt.Names())
+	if err != nil {
+		return fmt.Errorf("%s: %w", model, err)
+	}
+	if len(et.Others) > 0 {
+		fmt.Fprintf(errw, "kt quant: converting the experts of %d layers under %q; left out: %s\n", len(et.Layers), et.Prefix, strings.Join(et.Others, ", "))
+	}
+	if et.Experts != shape.Experts {
+		return fmt.Errorf("%s: config.json states %d routed experts per layer, the checkpoint holds %d (under %q)", model, shape.Experts, et.Experts, et.Prefix)
+	}
+	layers := et.Layers
+	if shape.Layers > 0 {
+		// decoder layers only: DeepSeek-V3 keeps its multi-token prediction
+		// layer, experts included, as model.layers.{num_hidden_layers}
+		var beyond []int
+		layers = slices.DeleteFunc(slices.Clone(layers), func(l int) bool {
+			if l >= shape.Layers {
+				beyond = append(beyond, l)
+			}
+			return l >= shape.Layers
+		})
+		if len(beyond) > 0 {
+			fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", beyond, shape.Layers)
+		}
+		if len(layers) == 0 {
+			return fmt.Errorf("%s: no experts in the %d decoder layers", model, shape.Layers)
 		}
 	}
-	if len(layers) == 0 {
-		return fmt.Errorf("%s: no MoE layers", model)
-	}
-	if err := cpuexperts.CheckShape(m, cfg.HiddenSize, cfg.MoEIntermediateSize, o.pools); err != nil {
+	if err := cpuexperts.CheckShape(m, shape.Hidden, shape.Intermediate, o.pools); err != nil {
 		return fmt.Errorf("%s: %s cannot hold this model's experts: %w", model, m, err)
 	}
-	spec := cpuexperts.LayerSpec{Method: m, Experts: cfg.NumExperts, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize}
+	spec := cpuexperts.LayerSpec{Method: m, Experts: shape.Experts, Hidden: shape.Hidden, Intermediate: shape.Intermediate}
 	if err := os.MkdirAll(o.output, 0o755); err != nil {
 		return err
 	}
@@ -136,7 +156,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			}
 		}
 	}
-	perLayer := int64(cfg.NumExperts) * 3 * int64(cfg.HiddenSize) * int64(cfg.MoEIntermediateSize) * 2
+	perLayer := int64(shape.Experts) * 3 * int64(shape.Hidden) * int64(shape.Intermediate) * 2
 	bar := newProgress(errw, int64(len(layers))*perLayer, !o.noProg)
 	srcType := ""
 	for i, l := range layers {
@@ -146,7 +166,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			return err
 		}
 		if srcType == "" {
-			if t, ok := ckpt.Info(cpuexperts.ExpertName(cfg.TextPrefix, l, 0, cpuexperts.Gate)); ok {
+			if t, ok := ckpt.Info(et.Naming.Name(et.Prefix, l, 0, cpuexperts.Gate)); ok {
 				srcType = t.DType.String()
 			}
 		}
@@ -155,7 +175,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			bar.set(base+perLayer, fmt.Sprintf("layer %d/%d (done before)", i+1, len(layers)))
 			continue
 		}
-		src := &cpuexperts.CheckpointSource{Ckpt: ckpt, Prefix: cfg.TextPrefix, Layer: l}
+		src := &cpuexperts.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming}
 		quantize := cpuexperts.QuantizeLayer
 		if layout == cpuexperts.LayoutKT {
 			quantize = cpuexperts.QuantizeLayerKT
@@ -170,7 +190,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	}
 	bar.finish()
 	man := cpuexperts.QuantManifest{Method: m, Bits: map[cpuexperts.Method]int{cpuexperts.AMXINT8: 8, cpuexperts.AMXINT4: 4}[m],
-		ThreadpoolCnt: o.pools, Experts: cfg.NumExperts, Hidden: cfg.HiddenSize, Intermediate: cfg.MoEIntermediateSize,
+		ThreadpoolCnt: o.pools, Experts: shape.Experts, Hidden: shape.Hidden, Intermediate: shape.Intermediate,
 		Layers: layers, Source: model, SourceDType: srcType, ShardsPerLayer: "one file per MoE layer", Layout: layout}
 	if err := cpuexperts.WriteQuantManifest(o.output, man); err != nil {
 		return err

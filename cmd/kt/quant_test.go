@@ -5,8 +5,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,23 +29,50 @@ func writeTinyMoE(t *testing.T, dir string) cpuexperts.LayerSpec {
 "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"intermediate_size":256,
 "max_position_embeddings":512,"rms_norm_eps":1e-6,"hidden_act":"silu","num_experts":4,"num_experts_per_tok":2,
 "norm_topk_prob":true,"moe_intermediate_size":256,"decoder_sparse_step":1,"mlp_only_layers":[],"rope_theta":10000}`
+	writeExpertCheckpoint(t, dir, cfg, "model.", cpuexperts.NamingProj, spec, []int{0, 1}, nil, func(l int) cpuexperts.Source {
+		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
+	})
+	return spec
+}
+
+// writeExpertCheckpoint writes config.json and one safetensors file holding
+// the routed experts of the given layers under prefix and naming, each
+// layer's from src(l) (fp8 matrices with their block scales as
+// .weight_scale_inv f32 tensors), and the extra tensors named (bf16 [1]).
+func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming cpuexperts.ExpertNaming, spec cpuexperts.LayerSpec, layers []int,
+	extra []string, src func(l int) cpuexperts.Source) {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var specs []safetensors.Spec
 	var data [][]byte
-	for l := 0; l < 2; l++ {
-		src := &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
+	for _, l := range layers {
+		s := src(l)
 		for e := 0; e < spec.Experts; e++ {
 			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
-				m, err := src.Matrix(e, p)
+				m, err := s.Matrix(e, p)
 				if err != nil {
 					t.Fatal(err)
 				}
-				specs = append(specs, safetensors.Spec{Name: cpuexperts.ExpertName("model.", l, e, p), DType: tensor.BF16, Shape: []int64{int64(m.Rows), int64(m.Cols)}})
+				name := naming.Name(prefix, l, e, p)
+				specs = append(specs, safetensors.Spec{Name: name, DType: m.DType, Shape: []int64{int64(m.Rows), int64(m.Cols)}})
 				data = append(data, m.Data)
+				if m.DType == tensor.F8E4M3 {
+					br, bc := (m.Rows+127)/128, (m.Cols+127)/128
+					specs = append(specs, safetensors.Spec{Name: strings.TrimSuffix(name, ".weight") + ".weight_scale_inv", DType: tensor.F32, Shape: []int64{int64(br), int64(bc)}})
+					b := make([]byte, 0, 4*len(m.BlockScale))
+					for _, v := range m.BlockScale {
+						b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+					}
+					data = append(data, b)
+				}
 			}
 		}
+	}
+	for _, n := range extra {
+		specs = append(specs, safetensors.Spec{Name: n, DType: tensor.BF16, Shape: []int64{1}})
+		data = append(data, []byte{0, 0})
 	}
 	w, err := safetensors.Create(filepath.Join(dir, "model.safetensors"), specs, nil)
 	if err != nil {
@@ -57,7 +86,6 @@ func writeTinyMoE(t *testing.T, dir string) cpuexperts.LayerSpec {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return spec
 }
 
 func TestQuantCommand(t *testing.T) {
@@ -181,18 +209,27 @@ func TestServeKTDir(t *testing.T) {
 // and requires bit-identical outputs; what names the converted weights in errors.
 func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string) {
 	t.Helper()
+	checkQuantLayers(t, spec, qd, what, []int{0, 1}, func(l int) cpuexperts.Source {
+		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
+	})
+}
+
+// checkQuantLayers holds each converted layer to the same layer quantized
+// at load from src(l) (AMXINT8, two pools): the outputs must be identical.
+func checkQuantLayers(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string, layers []int, src func(l int) cpuexperts.Source) {
+	t.Helper()
 	spec.Method = cpuexperts.AMXINT8
 	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	for l := 0; l < 2; l++ {
+	for _, l := range layers {
 		lq, err := e.NewLayerQuant(spec, qd.Layer(l))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lf, err := e.NewLayer(spec, &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)})
+		lf, err := e.NewLayer(spec, src(l))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,5 +248,66 @@ func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexper
 		}
 		lq.Close()
 		lf.Close()
+	}
+}
+
+// TestQuantOtherArchitectures converts checkpoints of architectures kt does
+// not serve (yet): a DeepSeek-V3-style fp8 one (a dense first layer, shared
+// experts beside the routed ones, a multi-token prediction layer past
+// num_hidden_layers) and a Mixtral-style bf16 one (w1/w3/w2 names). The
+// converted layers equal quantizing the same weights at load; a config whose
+// expert count disagrees with the checkpoint is refused.
+func TestQuantOtherArchitectures(t *testing.T) {
+	spec := cpuexperts.LayerSpec{Experts: 8, Hidden: 256, Intermediate: 256}
+	fp8 := func(l int) cpuexperts.Source {
+		return &cpuexperts.SyntheticSource{Spec: spec, DType: tensor.F8E4M3, Seed: uint64(l + 11)}
+	}
+	bf16 := func(l int) cpuexperts.Source {
+		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 21)}
+	}
+	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
+"n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
+	mix := `{"architectures":["MixtralForCausalLM"],"hidden_size":256,"intermediate_size":256,"num_local_experts":8,"num_experts_per_tok":2,"num_hidden_layers":2}`
+	cases := []struct {
+		name, cfg string
+		naming    cpuexperts.ExpertNaming
+		written   []int // layers holding experts
+		want      []int // layers converted
+		extra     []string
+		src       func(int) cpuexperts.Source
+		log       string
+	}{
+		{name: "deepseek-v3 fp8", cfg: ds, naming: cpuexperts.NamingProj, written: []int{1, 2, 3}, want: []int{1, 2},
+			extra: []string{"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.gate_proj.weight"}, src: fp8,
+			log: "layers [3] are past num_hidden_layers 3"},
+		{name: "mixtral bf16", cfg: mix, naming: cpuexperts.NamingW123, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			model, out := t.TempDir(), t.TempDir()
+			writeExpertCheckpoint(t, model, c.cfg, "model.", c.naming, spec, c.written, c.extra, c.src)
+			var so, se bytes.Buffer
+			if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, noProg: true}, &so, &se); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(se.String(), c.log) {
+				t.Errorf("log %q, want %q", se.String(), c.log)
+			}
+			qd, err := cpuexperts.OpenQuantDir(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qd.Close()
+			if !slices.Equal(qd.Manifest.Layers, c.want) {
+				t.Fatalf("converted layers %v, want %v", qd.Manifest.Layers, c.want)
+			}
+			checkQuantLayers(t, spec, qd, c.name+" weights", c.want, c.src)
+		})
+	}
+	model := t.TempDir()
+	writeExpertCheckpoint(t, model, strings.Replace(mix, `"num_local_experts":8`, `"num_local_experts":16`, 1), "model.", cpuexperts.NamingW123, spec, []int{0}, nil, bf16)
+	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int4", noProg: true, pools: 1}, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "config.json states 16 routed experts per layer, the checkpoint holds 8") {
+		t.Errorf("expert count mismatch: %v", err)
 	}
 }

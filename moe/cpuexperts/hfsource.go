@@ -16,23 +16,20 @@ type TensorGetter interface {
 }
 
 // CheckpointSource reads one layer's routed experts from a Hugging Face
-// checkpoint: {Prefix}layers.{Layer}.mlp.experts.{e}.{gate,up,down}_proj.weight,
-// bf16, or fp8 e4m3 with a .weight_scale_inv block-scale tensor beside it.
-// The bytes alias the checkpoint's mapping (BF16 and FP8 use them in place).
+// checkpoint: {Prefix}layers.{Layer}.mlp.experts.{e}.{gate,up,down}_proj.weight
+// (or the Naming's other pattern), bf16, or fp8 e4m3 with a
+// .weight_scale_inv block-scale tensor beside it. The bytes alias the
+// checkpoint's mapping (BF16 and FP8 use them in place).
 type CheckpointSource struct {
 	Ckpt   TensorGetter
 	Prefix string // "model." or "model.language_model."
 	Layer  int
-}
-
-// ExpertName is the HF name of expert e's projection p in layer l.
-func ExpertName(prefix string, l, e int, p Proj) string {
-	return fmt.Sprintf("%slayers.%d.mlp.experts.%d.%s_proj.weight", prefix, l, e, p)
+	Naming ExpertNaming // the zero value is NamingProj
 }
 
 // Matrix implements Source.
 func (s *CheckpointSource) Matrix(e int, p Proj) (Matrix, error) {
-	name := ExpertName(s.Prefix, s.Layer, e, p)
+	name := s.Naming.Name(s.Prefix, s.Layer, e, p)
 	t, err := s.Ckpt.Tensor(name)
 	if err != nil {
 		return Matrix{}, err
