@@ -89,6 +89,7 @@ typedef struct {
   int pool, local, global, cpu;
   kt_scratch s;
   float *cg, *cu, *cd;
+  char* park;  // gate/up K slabs: the parked sums of a group of row blocks (KT_PARK bytes)
   void* trow;  // one converted row before it is stored in tile order
   // phased AMX prefill: an expert's activation rows gathered in tile order
   // (xa, row scales xas) by each of its gate/up items (gather_rows)
@@ -539,6 +540,35 @@ static void gather_rows(kt_engine* e, kt_worker* w, kt_pool* P, int s0, int m, i
   }
 }
 
+// gate_up_store finishes intermediate rows [n0, n0+KT_NB) of the chunk of
+// expert x's slot rows [m0, m0+mm) from gate·x and up·x in the worker's cg
+// and cu: the expert LoRA's corrections, then h = silu(g) ⊙ u stored as the
+// down projection reads it (tiled: tile order).
+static void gate_up_store(kt_engine* e, kt_worker* w, kt_pool* P, int x, int m0, int mm, int n0, int H, int I,
+                          int tiled) {
+  int m = e->cnt[x], off = e->off[x];
+  int hdirect = P->act == KT_ACT_BF16;
+  if (e->l->lora)  // expert LoRA (kern_lora.c): g, u += s·B(A x)
+    kt_lora_gate_up(e->l->lora, &e->b, e->slot_tok, w->pool, x, off, m, off + m0, mm, n0, w->cg, w->cu, KT_NB, H);
+  int64_t rb = (int64_t)I * 2;
+  for (int i = 0; i < mm; i++) {
+    int64_t s = off + m0 + i;
+    const float *g = w->cg + i * KT_NB, *u = w->cu + i * KT_NB;
+    if (!hdirect && !e->hbf16) {  // f32 h, quantized by the expert's last item
+      kt_silu_mul(g, u, P->Hf + s * I + n0, KT_NB, e->isa);
+      continue;
+    }
+    // bf16 h: the down projection's activations (bf16), or h waiting in
+    // Hf's memory for its int8 quantization in half the bytes (hbf16)
+    char* dst = !hdirect ? (char*)((uint16_t*)P->Hf + s * I + n0)
+                : tiled  ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32)
+                         : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
+    kt_silu_mul(g, u, w->cd, KT_NB, e->isa);
+    if (e->l->lora) memcpy(P->Hf + s * I + n0, w->cd, KT_NB * sizeof(float));  // f32 h for the LoRA down
+    ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
+  }
+}
+
 // gate_up_block computes h = silu(gate·x) ⊙ up·x for intermediate rows
 // [n0, n0+KT_NB) of expert x over all its slot rows, into P->Hf. Row-major
 // weights are packed once for the block when the prefill kernel runs.
@@ -570,7 +600,6 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   }
   int tiled = pf && e->pf_tiled;
   int local = e->blk_tiled[off >> 4] == 2;  // the item gathered the expert's rows into xa (gather_rows)
-  int hdirect = P->act == KT_ACT_BF16;
   w->s.c_nt = 0;  // C is this thread's scratch, in f32
   w->s.c_bf16 = 0;
   w->s.amx_kch = e->cfg.amx_kch;
@@ -588,26 +617,83 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     set_nx(e, w, G, g0 + KT_NB, pf && lastc && more);
     kern(U, g0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
     w->s.nx = NULL;
-    if (e->l->lora)  // expert LoRA (kern_lora.c): g, u += s·B(A x)
-      kt_lora_gate_up(e->l->lora, &e->b, e->slot_tok, w->pool, x, off, m, off + m0, mm, n0, w->cg, w->cu, KT_NB, H);
-    int64_t rb = (int64_t)I * 2;
-    for (int i = 0; i < mm; i++) {
-      int64_t s = off + m0 + i;
-      const float *g = w->cg + i * KT_NB, *u = w->cu + i * KT_NB;
-      if (!hdirect && !e->hbf16) {  // f32 h, quantized by the expert's last item
-        kt_silu_mul(g, u, P->Hf + s * I + n0, KT_NB, e->isa);
-        continue;
+    gate_up_store(e, w, P, x, m0, mm, n0, H, I, tiled);
+  }
+}
+
+// KT_SLAB is the default activation bytes of one gate/up kernel call (cfg.amx_slab)
+// above which gate_up_rows runs K in slabs: Qwen3-30B's int8 calls (512 rows of
+// K 2048, 1 MiB) stay whole; DeepSeek-V3's (K 7168: 128 bf16 rows, 1.8 MiB, or
+// 512 int8 rows, 3.5 MiB) did not stay in L2 with the streamed weights, and
+// gate/up ran at half the tile probe's rate there (docs/notes/session15_run).
+// KT_PARK is each worker's room for the parked sums of a group of row blocks.
+#define KT_SLAB (1 << 20)
+#define KT_PARK (512 << 10)
+
+// gate_up_rows computes h for intermediate rows [r0, r1) of expert x
+// (gate_up_block per 32-row block; more: a block of this expert follows r1).
+// Where one prefill kernel call's activation rows exceed the slab size,
+// the rows run in groups of blocks (as many as KT_PARK holds the parked
+// gate and up sums of) and, within a group, K in slabs of at most half the
+// slab size of activations, every block of the group over one slab before
+// the next slab: each slab's activations are read from L2 by all the
+// group's calls instead of each call streaming all its activations from
+// L3. The sums of a block are parked between slabs exactly and every
+// element sees the same products in the same order, so the results are
+// bitwise those of whole-K calls (TestAMXKBlockBitwise).
+static void gate_up_rows(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int r0, int r1, int H,
+                         int I, int64_t asz, int more) {
+  int m = e->cnt[x], off = e->off[x];
+  int mch = prefill_chunk(e, P->act);
+  int mc = m < mch ? m : mch;
+  int64_t abytes = (int64_t)mc * H * asz;  // activations of the largest call
+  int nkc = (int)((int64_t)H * asz / 64);  // 1 KiB tile steps over K (bf16 32 columns, int8 64)
+  int64_t slab = e->cfg.amx_slab != 0 ? e->cfg.amx_slab : KT_SLAB;
+  if (m < e->pf_min || !amx_kernel(e->kpf) || e->rm_pack || slab <= 0 || abytes <= slab || nkc < 4) {
+    for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, xe, x, n0, H, I, asz, n0 + KT_NB < r1 || more);
+    return;
+  }
+  int nsl = (int)((2 * abytes + slab - 1) / slab);  // slabs of at most slab / 2 bytes
+  int per = (nkc + nsl - 1) / nsl;
+  per += per & 1;                                          // even: whole 128-column int4 blocks
+  int64_t pblk = (int64_t)((mc + 31) / 32) * 32 * KT_NB * 4;  // one block's parked gate (or up) sums
+  int grp = (int)(KT_PARK / (2 * pblk));
+  if (e->cfg.amx_slab_grp > 0 && e->cfg.amx_slab_grp < grp) grp = e->cfg.amx_slab_grp;
+  if (grp < 1) grp = 1;
+  int tiled = e->pf_tiled;
+  int local = e->blk_tiled[off >> 4] == 2;
+  kt_kernel kern = e->kpf;
+  w->s.c_nt = 0;
+  w->s.c_bf16 = 0;
+  w->s.amx_kch = e->cfg.amx_kch;
+  w->s.nx = NULL;
+  for (int m0 = 0; m0 < m; m0 += mch) {
+    int mm = m - m0 < mch ? m - m0 : mch;
+    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
+    if (local) {
+      A.a = w->xa + (int64_t)m0 * H * asz;
+      A.as = w->xas + m0;
+    }
+    for (int g0 = r0; g0 < r1; g0 += grp * KT_NB) {
+      int g1 = g0 + grp * KT_NB < r1 ? g0 + grp * KT_NB : r1;
+      for (int k0 = 0; k0 < nkc; k0 += per) {
+        w->s.k_beg = k0;
+        w->s.k_end = k0 + per < nkc ? k0 + per : nkc;
+        w->s.k_first = k0 == 0;
+        w->s.k_last = w->s.k_end == nkc;
+        for (int n0 = g0; n0 < g1; n0 += KT_NB) {
+          char* pk = w->park + (int64_t)((n0 - g0) / KT_NB) * 2 * pblk;
+          w->s.park = pk;
+          kern(&xe->gate, n0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
+          w->s.park = pk + pblk;
+          kern(&xe->up, n0, KT_NB, &A, mm, w->cu, KT_NB, &w->s);
+          if (w->s.k_last) gate_up_store(e, w, P, x, m0, mm, n0, H, I, tiled);
+        }
       }
-      // bf16 h: the down projection's activations (bf16), or h waiting in
-      // Hf's memory for its int8 quantization in half the bytes (hbf16)
-      char* dst = !hdirect ? (char*)((uint16_t*)P->Hf + s * I + n0)
-                  : tiled  ? kt_tiled_chunk((char*)P->Hq, s, rb, n0 / 32)
-                           : (char*)P->Hq + s * rb + (int64_t)n0 * 2;
-      kt_silu_mul(g, u, w->cd, KT_NB, e->isa);
-      if (e->l->lora) memcpy(P->Hf + s * I + n0, w->cd, KT_NB * sizeof(float));  // f32 h for the LoRA down
-      ROW_TO_ACT(w->cd, 0, KT_NB, KT_ACT_BF16, dst, &P->Hs[s], w->s.row);
     }
   }
+  w->s.k_end = 0;
+  w->s.park = NULL;
 }
 
 // down_block computes y = down·h for hidden rows [h0, h0+r4) of expert x
@@ -841,7 +927,7 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x, r0, r1, nbx = item_rows(e, item, whole, nb, r2, I, &x, &r0, &r1);
     if (e->blk_tiled[e->off[x] >> 4] == 2) gather_rows(e, w, P, e->off[x], e->cnt[x], (int64_t)H * asz);
-    for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, n0 + KT_NB < r1);
+    gate_up_rows(e, w, P, &ex[x], x, r0, r1, H, I, asz, 0);
     // 3. quantize h for the down projection (bf16: gate/up stored it
     // already): the last gate/up item of an expert converts its rows while
     // they are still in the caches and the other threads go on with gate/up
@@ -1534,6 +1620,7 @@ static void free_engine(kt_engine* e) {
       free(w->cg);
       free(w->cu);
       free(w->cd);
+      free(w->park);
       free(w->trow);
       kt_free(w->xa, e->xabytes);
       free(w->xas);
@@ -1741,6 +1828,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
+      w->park = (char*)xalloc(KT_PARK);
       w->trow = xalloc(sizeof(float) * (size_t)maxk + 64);
       w->xa = kt_alloc(e->xabytes, e->pools[p].node);
       w->xas = (float*)xalloc(sizeof(float) * 2 * KT_XA_ROWS);  // a scale per int8 row xa can hold
@@ -1750,7 +1838,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
-      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->park || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
         FAIL("out of memory for thread scratch");
     }
   if (cfg->pin && cfg->cpus) {

@@ -53,6 +53,15 @@ type Config struct {
 	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
 	// blocking (the whole K in one pass). Results do not depend on it.
 	AMXKBlock int
+	// AMXSlabBytes: where one gate/up AMX prefill kernel call's activation
+	// rows exceed this many bytes, K runs in slabs of at most half of it,
+	// each over a group of row blocks, so that a slab's activations stay in
+	// L2 (results bitwise unchanged). 0 = the default (1 MiB: DeepSeek-V3's
+	// K of 7168 runs in slabs, the Qwen shapes whole), < 0 = never.
+	AMXSlabBytes int64
+	// AMXSlabGroup caps the 32-row blocks of one slab group (0 = as many
+	// as the worker's 512 KiB park holds the gate and up sums of).
+	AMXSlabGroup int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
 	// hidden size): 0 = AMXKBlock, < 0 = no blocking. Results do not depend
@@ -332,6 +341,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.PrefillChunk > 0 {
 		cc.mch = C.int(cfg.PrefillChunk)
 	}
+	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
+	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)

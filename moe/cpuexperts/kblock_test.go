@@ -37,15 +37,22 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
-			type knobs struct{ kb, kbDown, pf, chunk, v int } // K block (gate/up, down: 0 = kb), prefetch, chunk, variant
-			configs := []knobs{{-1, 0, -1, 0, 0}, {-1, 0, 1, 32, 0}}
+			// K block (gate/up, down: 0 = kb), prefetch, chunk, variant; K slabs (bytes: -1 none,
+			// 4096 several slabs of every call here) and row blocks per slab group
+			type knobs struct {
+				kb, kbDown, pf, chunk, v int
+				slab                     int64
+				grp                      int
+			}
+			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0}, {-1, 0, 1, 32, 0, 0, 0}}
 			if isa == ISAAMX || isa == amxEmuLevel {
-				configs = append(configs, knobs{1, 0, 2, 0, 0}, knobs{3, 0, 0, 64, 0}, knobs{-1, 0, 1, 0, 1}, knobs{3, 0, 2, 64, 1},
-					knobs{3, -1, 0, 0, 0}, knobs{-1, 2, 0, 0, 0})
+				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0},
+					knobs{3, -1, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0},
+					knobs{-1, 0, 0, 0, 0, 4096, 0}, knobs{1, 0, 2, 32, 0, 4096, 3}, knobs{-1, 0, 1, 0, 1, 20000, 1}, knobs{3, 0, 2, 64, 1, 4096, 2})
 			}
 			for _, c := range configs {
-				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v)
-				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK,
+				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp)
+				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp,
 					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 				if err != nil {

@@ -20,6 +20,12 @@
 // readable for round_up(m, 32) rows (the engine pads every expert to 32
 // slots) and is addressed through kt_act_layout (kt_internal.h).
 //
+// K slabs (s->k_end > 0): the caller runs the K steps in slabs, each over
+// all of a group of weight-row blocks before the next slab, so that the
+// activations of one slab stay in L2 across the group's calls where a call's
+// whole activation block would not (K 7168: 128 bf16 rows are 1.8 MiB). The
+// sums are parked between slabs at s->park exactly as between K blocks.
+//
 // K blocking (s->amx_kch): the K steps are cut into blocks; for each block
 // the B pair (2*kch KiB) stays in L1 while every 32-token block passes over
 // it. The accumulators of all token blocks (m x 32 values, up to 64 KiB) are
@@ -171,14 +177,18 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
   int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   int pfa = pfd > 0 && (s->amx_pfm & 1), pfb = pfd > 0 && (s->amx_pfm & 2);
   const int64_t pst = (int64_t)nkc * 1024;  // bytes per 16-row panel
-  char* acc = (char*)s->ci;                 // [KT_MCH][KT_NB] f32 or int32
+  // the K range of this call: a slab of it (s->k_end > 0) or all of it
+  int slab = s->k_end > 0;
+  int kbeg = slab ? s->k_beg : 0, kend = slab ? s->k_end : nkc;
+  int kfirst = slab ? s->k_first : 1, klast = slab ? s->k_last : 1;
+  char* acc = (char*)(slab ? s->park : s->ci);  // [m][KT_NB] f32 or int32
   const int la = KT_NB * 4;
   // next-call L2 prefetch: nper lines per tile step spread over the call
   const char* nxp = s->nx;
   const char* nxe = nxp ? nxp + s->nxb : NULL;
   int nper = 0;
   if (nxp && s->nxb > 0 && s->amx_nxl > 0) {
-    int64_t steps = (int64_t)((nn / 16 + 1) / 2) * ((m + 31) / 32) * nkc * (s->amx_var == 1 ? 2 : 1);
+    int64_t steps = (int64_t)((nn / 16 + 1) / 2) * ((m + 31) / 32) * (kend - kbeg) * (s->amx_var == 1 ? 2 : 1);
     nper = (int)((s->nxb / 64 + steps - 1) / (steps > 0 ? steps : 1));
     if (nper > s->amx_nxl) nper = s->amx_nxl;
   }
@@ -191,9 +201,9 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
       int two_n = p + 1 < nn / 16;
       const char* b0 = w + (int64_t)p * pst;
       const char* b1 = b0 + pst;
-      for (int c0 = 0; c0 < nkc; c0 += kb) {
-        int c1 = c0 + kb < nkc ? c0 + kb : nkc;
-        int first = c0 == 0, last = c1 == nkc;
+      for (int c0 = kbeg; c0 < kend; c0 += kb) {
+        int c1 = c0 + kb < kend ? c0 + kb : kend;
+        int first = c0 == kbeg && kfirst, last = c1 == kend && klast;
         for (int i0 = 0; i0 < m; i0 += 16) {
           const char* a0 = X + (int64_t)(i0 / 32) * L.blk32 + ((i0 & 16) ? L.a1 : 0);
           char* t = acc + (int64_t)i0 * la;
@@ -244,9 +254,9 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
     int two_n = p + 1 < nn / 16;
     const char* b0 = w + (int64_t)p * pst;
     const char* b1 = b0 + pst;
-    for (int c0 = 0; c0 < nkc; c0 += kb) {
-      int c1 = c0 + kb < nkc ? c0 + kb : nkc;
-      int first = c0 == 0, last = c1 == nkc;
+    for (int c0 = kbeg; c0 < kend; c0 += kb) {
+      int c1 = c0 + kb < kend ? c0 + kb : kend;
+      int first = c0 == kbeg && kfirst, last = c1 == kend && klast;
       for (int i0 = 0; i0 < m; i0 += 32) {
         int two_m = m - i0 > 16;
         const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;

@@ -15,14 +15,18 @@
 // the int8 kernel reads (per 128 columns, the 16 lines of the low nibbles,
 // then the 16 of the high ones), each value q as q*16 (pack.c: the scales
 // are divided by 16).
+//
+// With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
+// bounds) only that slab's columns are unpacked, at their places.
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(const kt_mat* W, int n0, int nn,
-                                                                             int8_t* dst) {
+                                                                             int8_t* dst, const kt_scratch* s) {
   int k = W->k;
+  int cb = s->k_end > 0 ? s->k_beg / 2 : 0, ce = s->k_end > 0 ? (s->k_end + 1) / 2 : k / 128;
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   for (int p = 0; p < nn / 16; p++) {
     const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
     int8_t* d = dst + (int64_t)p * 16 * k;
-    for (int c = 0; c < k / 128; c++)
+    for (int c = cb; c < ce; c++)
       for (int r = 0; r < 16; r++) {
         __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
         _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));

@@ -82,6 +82,14 @@ typedef struct {
   int c_nt;            // AMX prefill: write C with non-temporal stores (C 64-byte aligned, ldc*4 a multiple of 64)
   int c_bf16;          // AMX prefill: C is bf16 (uint16_t, ldc elements apart), rounded as kt_*_f32_to_bf16
   int dec_pf;          // one-token decode (int8/int4/bf16 panels): prefetch this many bytes ahead (<= 0: none)
+  // AMX prefill over a K slab (k_end > 0): the call runs tile steps
+  // [k_beg, k_end) only (even step counts), starting from zero (k_first) or
+  // from the sums parked at park by the call over the slab before, and
+  // finishing into C (k_last) or parking its sums at park (rows of KT_NB
+  // values, m rows, f32 or int32) for the next slab. k_end == 0: the whole
+  // K, C from zero into C, parking (K blocks) in ci.
+  int k_beg, k_end, k_first, k_last;
+  void* park;
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)

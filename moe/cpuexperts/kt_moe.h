@@ -120,6 +120,9 @@ typedef struct {
   int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = by activation format (engine.c prefill_chunk)
+  int64_t amx_slab;    // AMX prefill gate/up: activation bytes of one kernel call above which K runs in slabs
+                       // of at most half this (engine.c gate_up_rows); 0 = default (1 MiB), < 0 = never
+  int amx_slab_grp;    // ... row blocks of 32 per slab group; <= 0 = as many as KT_PARK holds the sums of
   int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
