@@ -48,20 +48,7 @@ func (s *CheckpointSource) Matrix(e int, p Proj) (Matrix, error) {
 		if len(st.Shape) != 2 || st.Shape[0] != int64(br) || st.Shape[1] != int64(bc) {
 			return Matrix{}, fmt.Errorf("%s: shape %v, want [%d %d] (128x128 blocks); per-channel fp8 scales are not supported", sn, st.Shape, br, bc)
 		}
-		var f []float32
-		switch st.DType {
-		case tensor.F32:
-			f, err = st.F32()
-		case tensor.BF16:
-			var b []uint16
-			b, err = st.BF16()
-			f = make([]float32, len(b))
-			for i, v := range b {
-				f[i] = tensor.BF16ToF32(v)
-			}
-		default:
-			err = fmt.Errorf("dtype %s, want F32 or BF16", st.DType)
-		}
+		f, err := WidenFloats(st.DType, st.Data)
 		if err != nil {
 			return Matrix{}, fmt.Errorf("%s: %w", sn, err)
 		}
