@@ -41,7 +41,9 @@ with 128x128 block scales) to the CPU formats AMXINT8 (--method int8) or AMXINT4
 dimension, in KTransformers' key layout (any MoE architecture whose checkpoint
 keeps one tensor per expert: Qwen3-MoE, Qwen3-Next, Qwen3.5, DeepSeek V2/V3,
 Kimi K2, GLM-4.5 as mlp.experts.{E}.{gate,up,down}_proj, Mixtral and MiniMax as
-block_sparse_moe.experts.{E}.w1/w3/w2; the shape comes from config.json):
+block_sparse_moe.experts.{E}.w1/w3/w2 — or the fused stacks transformers 5
+saves, mlp.experts.gate_up_proj and down_proj; the shape comes from
+config.json):
 
   blk.{L}.ffn_{gate|up|down}_exps.{E}.numa.{N}.{weight|scale}
 
@@ -108,6 +110,13 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	}
 	if len(et.Others) > 0 {
 		fmt.Fprintf(errw, "kt quant: converting the experts of %d layers under %q; left out: %s\n", len(et.Layers), et.Prefix, strings.Join(et.Others, ", "))
+	}
+	if et.Naming == cpuexperts.NamingFused {
+		// the stacks' first dimension is the expert count
+		n := et.Naming.Name(et.Prefix, et.Layers[0], 0, cpuexperts.Gate)
+		if ti, ok := ckpt.Info(n); ok && len(ti.Shape) == 3 {
+			et.Experts = int(ti.Shape[0])
+		}
 	}
 	if et.Experts != shape.Experts {
 		return fmt.Errorf("%s: config.json states %d routed experts per layer, the checkpoint holds %d (under %q)", model, shape.Experts, et.Experts, et.Prefix)

@@ -49,6 +49,10 @@ func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming cpuexpe
 	var data [][]byte
 	for _, l := range layers {
 		s := src(l)
+		if naming == cpuexperts.NamingFused {
+			specs, data = appendFused(t, specs, data, prefix, l, spec, s)
+			continue
+		}
 		for e := 0; e < spec.Experts; e++ {
 			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 				m, err := s.Matrix(e, p)
@@ -86,6 +90,41 @@ func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming cpuexpe
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// appendFused adds layer l's experts from s as transformers 5 saves them:
+// gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
+// down_proj [E, H, I], fp8 ones with their block scales stacked alike
+// (..._scale_inv [E, rows/128, cols/128]).
+func appendFused(t *testing.T, specs []safetensors.Spec, data [][]byte, prefix string, l int, spec cpuexperts.LayerSpec, s cpuexperts.Source) ([]safetensors.Spec, [][]byte) {
+	t.Helper()
+	for _, ps := range [][]cpuexperts.Proj{{cpuexperts.Gate, cpuexperts.Up}, {cpuexperts.Down}} {
+		var w, sc []byte
+		var dt tensor.DType
+		rows, cols := 0, 0
+		for e := 0; e < spec.Experts; e++ {
+			rows = 0
+			for _, p := range ps {
+				m, err := s.Matrix(e, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w = append(w, m.Data...)
+				for _, v := range m.BlockScale {
+					sc = binary.LittleEndian.AppendUint32(sc, math.Float32bits(v))
+				}
+				dt, rows, cols = m.DType, rows+m.Rows, m.Cols
+			}
+		}
+		name := cpuexperts.NamingFused.Name(prefix, l, 0, ps[0])
+		specs = append(specs, safetensors.Spec{Name: name, DType: dt, Shape: []int64{int64(spec.Experts), int64(rows), int64(cols)}})
+		data = append(data, w)
+		if dt == tensor.F8E4M3 {
+			specs = append(specs, safetensors.Spec{Name: name + "_scale_inv", DType: tensor.F32, Shape: []int64{int64(spec.Experts), int64(rows / 128), int64((cols + 127) / 128)}})
+			data = append(data, sc)
+		}
+	}
+	return specs, data
 }
 
 func TestQuantCommand(t *testing.T) {
@@ -267,9 +306,12 @@ func TestQuantOtherArchitectures(t *testing.T) {
 	}
 	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
 "n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
+	q35 := `{"architectures":["Qwen3_5MoeForConditionalGeneration"],"text_config":{"hidden_size":256,"moe_intermediate_size":256,
+"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":2}}`
 	mix := `{"architectures":["MixtralForCausalLM"],"hidden_size":256,"intermediate_size":256,"num_local_experts":8,"num_experts_per_tok":2,"num_hidden_layers":2}`
 	cases := []struct {
 		name, cfg string
+		prefix    string // "" = "model."
 		naming    cpuexperts.ExpertNaming
 		written   []int // layers holding experts
 		want      []int // layers converted
@@ -281,11 +323,17 @@ func TestQuantOtherArchitectures(t *testing.T) {
 			extra: []string{"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.gate_proj.weight"}, src: fp8,
 			log: "layers [3] are past num_hidden_layers 3"},
 		{name: "mixtral bf16", cfg: mix, naming: cpuexperts.NamingW123, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
+		{name: "transformers 5 fused bf16", cfg: q35, prefix: "model.language_model.", naming: cpuexperts.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
+		{name: "transformers 5 fused fp8", cfg: q35, prefix: "model.language_model.", naming: cpuexperts.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: fp8},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			model, out := t.TempDir(), t.TempDir()
-			writeExpertCheckpoint(t, model, c.cfg, "model.", c.naming, spec, c.written, c.extra, c.src)
+			prefix := c.prefix
+			if prefix == "" {
+				prefix = "model."
+			}
+			writeExpertCheckpoint(t, model, c.cfg, prefix, c.naming, spec, c.written, c.extra, c.src)
 			var so, se bytes.Buffer
 			if err := runQuant(model, quantOpts{output: out, method: "int8", pools: 2, noProg: true}, &so, &se); err != nil {
 				t.Fatal(err)

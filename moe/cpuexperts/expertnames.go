@@ -20,20 +20,31 @@ const (
 	// NamingW123 is {prefix}layers.{L}.block_sparse_moe.experts.{E}.{w1,w3,w2}.weight
 	// (w1 the gate, w3 the up, w2 the down projection): Mixtral, MiniMax.
 	NamingW123
+	// NamingFused is {prefix}layers.{L}.mlp.experts.gate_up_proj [E, 2I, H]
+	// (each expert's gate rows, then its up rows) and ...down_proj [E, H, I]:
+	// the layout transformers 5 saves MoE checkpoints in.
+	NamingFused
 )
 
 // String names the naming by its pattern.
 func (n ExpertNaming) String() string {
-	if n == NamingW123 {
+	switch n {
+	case NamingW123:
 		return "block_sparse_moe.experts.{E}.w1/w3/w2"
+	case NamingFused:
+		return "mlp.experts.{gate_up,down}_proj"
 	}
 	return "mlp.experts.{E}.{gate,up,down}_proj"
 }
 
-// Name is the tensor name of expert e's projection p in layer l under prefix.
+// Name is the tensor name of expert e's projection p in layer l under
+// prefix; with NamingFused the name of the stack that holds it.
 func (n ExpertNaming) Name(prefix string, l, e int, p Proj) string {
-	if n == NamingW123 {
+	switch n {
+	case NamingW123:
 		return fmt.Sprintf("%slayers.%d.block_sparse_moe.experts.%d.%s.weight", prefix, l, e, [...]string{"w1", "w3", "w2"}[p])
+	case NamingFused:
+		return fmt.Sprintf("%slayers.%d.mlp.experts.%s", prefix, l, [...]string{"gate_up_proj", "gate_up_proj", "down_proj"}[p])
 	}
 	return ExpertName(prefix, l, e, p)
 }
@@ -51,7 +62,8 @@ type ExpertTensors struct {
 	Naming ExpertNaming
 	Layers []int
 	// Experts is one more than the highest expert index found in those
-	// layers: the routed experts per layer the checkpoint holds.
+	// layers: the routed experts per layer the checkpoint holds (0 for
+	// NamingFused, whose stacks' first dimension says it).
 	Experts int
 	// Others lists the other prefixes that hold experts too (a multi-token
 	// prediction head's "mtp.", say), with their layer counts: they are
@@ -59,13 +71,15 @@ type ExpertTensors struct {
 	Others []string
 }
 
-var expertTensorRE = regexp.MustCompile(`^(.*)layers\.(\d+)\.(mlp\.experts\.\d+\.(?:gate|up|down)_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$`)
+var (
+	expertTensorRE = regexp.MustCompile(`^(.*)layers\.(\d+)\.(mlp\.experts\.\d+\.(?:gate|up|down)_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$`)
+	fusedTensorRE  = regexp.MustCompile(`^(.*)layers\.(\d+)\.mlp\.experts\.(?:gate_up|down)_proj$`)
+)
 
 // FindExpertTensors finds the routed experts among a checkpoint's tensor
-// names: one per-expert tensor naming (ExpertNaming), under the prefix that
-// holds the most layers of them (ties: the shortest). A checkpoint without
-// per-expert tensors (fused expert stacks such as gpt-oss's) is refused,
-// naming what was looked for.
+// names: one naming (ExpertNaming), under the prefix that holds the most
+// layers of them (ties: the shortest). A checkpoint with none of them
+// (gpt-oss's MXFP4 stacks, say) is refused, naming what was looked for.
 func FindExpertTensors(names []string) (ExpertTensors, error) {
 	type key struct {
 		prefix string
@@ -74,6 +88,16 @@ func FindExpertTensors(names []string) (ExpertTensors, error) {
 	layers := map[key]map[int]bool{}
 	experts := map[key]int{}
 	for _, n := range names {
+		if m := fusedTensorRE.FindStringSubmatch(n); m != nil {
+			if l, err := strconv.Atoi(m[2]); err == nil && l <= 1<<20 {
+				k := key{m[1], NamingFused}
+				if layers[k] == nil {
+					layers[k] = map[int]bool{}
+				}
+				layers[k][l] = true
+			}
+			continue
+		}
 		m := expertTensorRE.FindStringSubmatch(n)
 		if m == nil {
 			continue
@@ -97,7 +121,7 @@ func FindExpertTensors(names []string) (ExpertTensors, error) {
 		experts[k] = max(experts[k], e+1)
 	}
 	if len(layers) == 0 {
-		return ExpertTensors{}, fmt.Errorf("no per-expert tensors (looked for {prefix}layers.{L}.%s.weight and {prefix}layers.{L}.%s.weight)", NamingProj, NamingW123)
+		return ExpertTensors{}, fmt.Errorf("no routed-expert tensors (looked for {prefix}layers.{L}.%s.weight, {prefix}layers.{L}.%s.weight and {prefix}layers.{L}.%s)", NamingProj, NamingW123, NamingFused)
 	}
 	keys := make([]key, 0, len(layers))
 	for k := range layers {

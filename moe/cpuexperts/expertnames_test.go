@@ -39,8 +39,11 @@ func TestFindExpertTensors(t *testing.T) {
 			want: ExpertTensors{Prefix: "model.", Naming: NamingW123, Layers: []int{0, 1}, Experts: 8}},
 		{name: "fp8 scales are not experts", tensor: append(names("", NamingProj, []int{5}, 2), "layers.5.mlp.experts.7.gate_proj.weight_scale_inv"),
 			want: ExpertTensors{Prefix: "", Naming: NamingProj, Layers: []int{5}, Experts: 2}},
-		{name: "dense model", tensor: dense, err: "no per-expert tensors"},
-		{name: "fused stacks (gpt-oss)", tensor: []string{"model.layers.0.mlp.experts.gate_up_proj_blocks", "model.layers.0.mlp.experts.down_proj_blocks"}, err: "no per-expert tensors"},
+		{name: "transformers 5 fused stacks", tensor: []string{"model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
+			"model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", "model.layers.1.mlp.experts.gate_up_proj_scale_inv"},
+			want: ExpertTensors{Prefix: "model.", Naming: NamingFused, Layers: []int{0, 1}}},
+		{name: "dense model", tensor: dense, err: "no routed-expert tensors"},
+		{name: "fused stacks (gpt-oss)", tensor: []string{"model.layers.0.mlp.experts.gate_up_proj_blocks", "model.layers.0.mlp.experts.down_proj_blocks"}, err: "no routed-expert tensors"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,6 +77,8 @@ func TestExpertNamingNames(t *testing.T) {
 		{NamingW123, Gate, "model.layers.3.block_sparse_moe.experts.7.w1.weight"},
 		{NamingW123, Up, "model.layers.3.block_sparse_moe.experts.7.w3.weight"},
 		{NamingW123, Down, "model.layers.3.block_sparse_moe.experts.7.w2.weight"},
+		{NamingFused, Up, "model.layers.3.mlp.experts.gate_up_proj"},
+		{NamingFused, Down, "model.layers.3.mlp.experts.down_proj"},
 	} {
 		if got := c.n.Name("model.", 3, 7, c.p); got != c.want {
 			t.Errorf("%v %v: %s, want %s", c.n, c.p, got, c.want)
@@ -85,12 +90,13 @@ func TestExpertNamingNames(t *testing.T) {
 func FuzzFindExpertTensors(f *testing.F) {
 	f.Add("model.layers.1.mlp.experts.3.gate_proj.weight\nmtp.layers.0.mlp.experts.0.up_proj.weight")
 	f.Add("model.layers.0.block_sparse_moe.experts.7.w2.weight")
+	f.Add("model.language_model.layers.2.mlp.experts.gate_up_proj\nmodel.language_model.layers.2.mlp.experts.down_proj")
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := FindExpertTensors(strings.Split(s, "\n"))
 		if err != nil {
 			return
 		}
-		if len(got.Layers) == 0 || got.Experts <= 0 || !slices.IsSorted(got.Layers) {
+		if len(got.Layers) == 0 || (got.Experts <= 0) != (got.Naming == NamingFused) || !slices.IsSorted(got.Layers) {
 			t.Fatalf("found %+v", got)
 		}
 	})
