@@ -540,6 +540,18 @@ static void gather_rows(kt_engine* e, kt_worker* w, kt_pool* P, int s0, int m, i
   }
 }
 
+// chunk_act is the activations of slot rows [off+m0, ...) of an expert for a
+// gate/up kernel call: the worker's gathered copy (local, gather_rows) or
+// the pool's slot-ordered rows.
+static inline kt_act chunk_act(kt_worker* w, kt_pool* P, int off, int m0, int H, int64_t asz, int tiled, int local) {
+  kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
+  if (local) {
+    A.a = w->xa + (int64_t)m0 * H * asz;
+    A.as = w->xas + m0;
+  }
+  return A;
+}
+
 // gate_up_store finishes intermediate rows [n0, n0+KT_NB) of the chunk of
 // expert x's slot rows [m0, m0+mm) from gate·x and up·x in the worker's cg
 // and cu: the expert LoRA's corrections, then h = silu(g) ⊙ u stored as the
@@ -606,11 +618,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
   int mch = prefill_chunk(e, P->act);
   for (int m0 = 0; m0 < m; m0 += mch) {
     int mm = m - m0 < mch ? m - m0 : mch;
-    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
-    if (local) {
-      A.a = w->xa + (int64_t)m0 * H * asz;
-      A.as = w->xas + m0;
-    }
+    kt_act A = chunk_act(w, P, off, m0, H, asz, tiled, local);
     int lastc = m0 + mm >= m;  // the next calls use other weights: prefetch them (L2)
     set_nx(e, w, U, g0, pf && lastc);
     kern(G, g0, KT_NB, &A, mm, w->cg, KT_NB, &w->s);
@@ -669,11 +677,7 @@ static void gate_up_rows(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert
   w->s.nx = NULL;
   for (int m0 = 0; m0 < m; m0 += mch) {
     int mm = m - m0 < mch ? m - m0 : mch;
-    kt_act A = {(const char*)P->X + (int64_t)(off + m0) * H * asz, H, P->Xs + off + m0, tiled};
-    if (local) {
-      A.a = w->xa + (int64_t)m0 * H * asz;
-      A.as = w->xas + m0;
-    }
+    kt_act A = chunk_act(w, P, off, m0, H, asz, tiled, local);
     for (int g0 = r0; g0 < r1; g0 += grp * KT_NB) {
       int g1 = g0 + grp * KT_NB < r1 ? g0 + grp * KT_NB : r1;
       for (int k0 = 0; k0 < nkc; k0 += per) {
