@@ -22,7 +22,14 @@ import (
 // (the values the FP8 contract gives them).
 func writeFP8Pair(t *testing.T, src string, block [2]int) (fp8Dir, deqDir string) {
 	t.Helper()
-	ck, err := safetensors.OpenDir(fixtureDir(src))
+	return writeFP8PairFrom(t, fixtureDir(src), block)
+}
+
+// writeFP8PairFrom is writeFP8Pair for the checkpoint in directory srcDir.
+func writeFP8PairFrom(t *testing.T, srcDir string, block [2]int) (fp8Dir, deqDir string) {
+	t.Helper()
+	src := srcDir
+	ck, err := safetensors.OpenDir(srcDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +74,7 @@ func writeFP8Pair(t *testing.T, src string, block [2]int) (fp8Dir, deqDir string
 	if nq == 0 {
 		t.Fatalf("%s: no projection weights", src)
 	}
-	cfgData, err := os.ReadFile(filepath.Join(fixtureDir(src), "config.json"))
+	cfgData, err := os.ReadFile(filepath.Join(srcDir, "config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
