@@ -242,7 +242,7 @@ func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Met
 	need := cpuexperts.LayerBytesEstimate(s, m)
 	if avail != nil {
 		if a := avail(); a > 0 && need > a-benchMemReserve {
-			return nil, fmt.Errorf("one %s layer of %s takes ~%.1f GB; %.1f GB of memory is available (%.0f GB kept free): bench fewer methods at once (--rounds 1 builds one method's layers at a time)",
+			return nil, fmt.Errorf("one %s layer of %s takes ~%.1f GB; %.1f GB of memory is available (%.0f GB kept free): a smaller format takes less (AMXINT8 half, AMXINT4 a quarter of bf16), and --rounds 1 builds one method's layers at a time",
 				m, s.Name, float64(need)/1e9, float64(a)/1e9, float64(benchMemReserve)/1e9)
 		}
 	}
