@@ -62,6 +62,11 @@ type Config struct {
 	// AMXSlabGroup caps the 32-row blocks of one slab group (0 = as many
 	// as the worker's 512 KiB park holds the gate and up sums of).
 	AMXSlabGroup int
+	// AMXInt4Block: the AMXINT4 prefill kernel unpacks and runs this many
+	// int8 tile steps (64 columns each; rounded down to even) at a time
+	// instead of unpacking its whole panel pair first (0 = the whole K).
+	// Results do not depend on it.
+	AMXInt4Block int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
 	// hidden size): 0 = AMXKBlock, < 0 = no blocking. Results do not depend
@@ -343,6 +348,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
+	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)

@@ -39,20 +39,25 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			var ref []float32
 			// K block (gate/up, down: 0 = kb), prefetch, chunk, variant; K slabs (bytes: -1 none,
 			// 4096 several slabs of every call here) and row blocks per slab group
+			// and int4 steps unpacked at a time
 			type knobs struct {
 				kb, kbDown, pf, chunk, v int
 				slab                     int64
-				grp                      int
+				grp, i4                  int
 			}
-			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0}, {-1, 0, 1, 32, 0, 0, 0}}
+			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0, 0}, {-1, 0, 1, 32, 0, 0, 0, 0}}
 			if isa == ISAAMX || isa == amxEmuLevel {
-				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0},
-					knobs{3, -1, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0},
-					knobs{-1, 0, 0, 0, 0, 4096, 0}, knobs{1, 0, 2, 32, 0, 4096, 3}, knobs{-1, 0, 1, 0, 1, 20000, 1}, knobs{3, 0, 2, 64, 1, 4096, 2})
+				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0, 0},
+					knobs{3, -1, 0, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0, 0},
+					knobs{-1, 0, 0, 0, 0, 4096, 0, 0}, knobs{1, 0, 2, 32, 0, 4096, 3, 0}, knobs{-1, 0, 1, 0, 1, 20000, 1, 0}, knobs{3, 0, 2, 64, 1, 4096, 2, 0})
+				if m == AMXINT4 {
+					configs = append(configs, knobs{-1, 0, 0, 0, 0, 0, 0, 2}, knobs{1, 0, 2, 32, 0, 0, 0, 3}, knobs{-1, 0, 1, 0, 1, 0, 0, 2},
+						knobs{-1, 0, 0, 0, 0, 4096, 0, 2}, knobs{3, 0, 2, 64, 0, 20000, 2, 2})
+				}
 			}
 			for _, c := range configs {
-				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp)
-				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp,
+				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4)
+				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
 					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 				if err != nil {

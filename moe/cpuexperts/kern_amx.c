@@ -72,8 +72,7 @@ TAMX void kt_amx_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
 // int4 panels: unpack the nn rows to int8 panels in scratch once
 // (kern_amx_i4.h, shared with the emulated kernel), then the int8 core.
 TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
-  amx_i8_core((const char*)s->pack, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, amx_i8_core);
 }
 
 

@@ -97,8 +97,7 @@ TEMU void kt_amx_emu_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int 
 TEMU void kt_amx_emu_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                           kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
-  emu_i8_core((const char*)s->pack, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core);
 }
 
 static uint32_t emu_rng(uint32_t* s) {

@@ -35,4 +35,46 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
   }
 }
 
+// kt_i8_core_fn is the int8 AMX core (real or emulated) the int4 kernel runs
+// over the unpacked panels.
+typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const kt_act* A, int esz, int m, float* C,
+                              int ldc, int nn, kt_scratch* s);
+
+// amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
+// int8 core. With s->i4_kch > 0 (even) it unpacks and runs that many int8
+// tile steps at a time, the sums parked between them as between K slabs (in
+// the caller's park when the call is itself a slab, else in s->ci), so each
+// unpacked piece is read by the tiles while it is still in L1; results are
+// bitwise those of one unpack (TestAMXKBlockBitwise).
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const kt_mat* W, int n0, int nn,
+                                                                          const kt_act* A, int m, float* C, int ldc,
+                                                                          kt_scratch* s, kt_i8_core_fn core) {
+  int nkc = W->k / 64;
+  int slab = s->k_end > 0;
+  int b0 = slab ? s->k_beg : 0, b1 = slab ? s->k_end : nkc;
+  int kb = s->i4_kch & ~1;
+  if (kb <= 0 || kb >= b1 - b0) {
+    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
+    core((const char*)s->pack, nkc, W->scale + n0, A, 1, m, C, ldc, nn, s);
+    return;
+  }
+  int f0 = slab ? s->k_first : 1, l0 = slab ? s->k_last : 1;
+  void* pk = slab ? s->park : (void*)s->ci;
+  for (int k0 = b0; k0 < b1; k0 += kb) {
+    s->k_beg = k0;
+    s->k_end = k0 + kb < b1 ? k0 + kb : b1;
+    s->k_first = f0 && k0 == b0;
+    s->k_last = l0 && s->k_end == b1;
+    s->park = pk;
+    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
+    core((const char*)s->pack, nkc, W->scale + n0, A, 1, m, C, ldc, nn, s);
+  }
+  // the caller's slab, as it was
+  s->k_beg = slab ? b0 : 0;
+  s->k_end = slab ? b1 : 0;
+  s->k_first = f0;
+  s->k_last = l0;
+  s->park = slab ? pk : NULL;
+}
+
 #endif

@@ -90,6 +90,7 @@ typedef struct {
   // K, C from zero into C, parking (K blocks) in ci.
   int k_beg, k_end, k_first, k_last;
   void* park;
+  int i4_kch;  // AMX int4 prefill: int8 tile steps unpacked and run at a time (even; <= 0: the whole K at once)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
