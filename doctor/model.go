@@ -69,6 +69,13 @@ func checkModelConfig(env *Env) []Result {
 	if m.cfgErr != nil {
 		r.Status, r.Detail = Fail, oneLine(m.cfgErr)
 		r.Hint = "kt supports " + strings.Join(modelconfig.SupportedArchitectures(), ", ") + "; the config.json must be the one published with the weights"
+		if ms, err := modelconfig.LoadMoEShape(env.ModelPath); err == nil {
+			// kt cannot serve it, but its routed experts are no mystery
+			r.Hint += fmt.Sprintf("; its routed experts (%d of %d x %d, top-%d) can still be converted (kt quant) and measured on this CPU (kt bench --type moe --model-path %s)",
+				ms.Experts, ms.Hidden, ms.Intermediate, ms.TopK, env.ModelPath)
+			r.Data = map[string]any{"architecture": ms.Architecture, "experts": ms.Experts, "hidden": ms.Hidden,
+				"moe_intermediate": ms.Intermediate, "top_k": ms.TopK}
+		}
 		return []Result{r}
 	}
 	c := m.cfg
