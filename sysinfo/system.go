@@ -66,6 +66,14 @@ func Detect() *Info {
 	return Read(os.DirFS("/"), nil)
 }
 
+// DetectMemory reads the live system's memory alone (Info.Memory without
+// the CPU, topology and NUMA reads of Detect).
+func DetectMemory() Memory {
+	info := &Info{}
+	info.readMemory(os.DirFS("/"))
+	return info.Memory
+}
+
 // Read gathers Info from fsys, a tree rooted at "/" (with proc/ and sys/).
 // isa, when not nil, overrides CPUID detection (tests).
 func Read(fsys fs.FS, isa *ISA) *Info {

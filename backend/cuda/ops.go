@@ -532,7 +532,7 @@ func (d *Device) CopyHost(s *Stream, toHost, engines bool, cs ...HostCopy) error
 		}
 		return errors.Join(errs...)
 	}
-	wc := make([]WordCopy, len(cs))
+	var wc [3]WordCopy
 	for i, c := range cs {
 		if err := checkHostRange("CopyHost", c.Host, c.HostOff, c.Dev, c.N); err != nil {
 			return err
@@ -546,7 +546,7 @@ func (d *Device) CopyHost(s *Stream, toHost, engines bool, cs ...HostCopy) error
 			wc[i].Dst, wc[i].Src = wc[i].Src, wc[i].Dst
 		}
 	}
-	return d.KernelCopy(s, wc...)
+	return d.KernelCopy(s, wc[:len(cs)]...)
 }
 
 // Add computes out = a + b over n bf16 elements.

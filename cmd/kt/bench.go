@@ -276,7 +276,7 @@ func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Met
 
 // memAvailable is the memory this process may still allocate without
 // swapping (MemAvailable, capped by the cgroup limit when one is set).
-func memAvailable() int64 { return sysinfo.Detect().Memory.EffectiveMemory() }
+func memAvailable() int64 { return sysinfo.DetectMemory().EffectiveMemory() }
 
 func closeLayers(ls []*cpuexperts.Layer) {
 	for _, l := range ls {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -104,19 +104,15 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		return err
 	}
 	defer ckpt.Close()
-	et, err := cpuexperts.FindExpertTensors(ckpt.Names())
+	et, err := cpuexperts.FindExpertTensors(ckpt.Names(), func(n string) []int64 {
+		ti, _ := ckpt.Info(n)
+		return ti.Shape
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", model, err)
 	}
 	if len(et.Others) > 0 {
 		fmt.Fprintf(errw, "kt quant: converting the experts of %d layers under %q; left out: %s\n", len(et.Layers), et.Prefix, strings.Join(et.Others, ", "))
-	}
-	if et.Naming == cpuexperts.NamingFused {
-		// the stacks' first dimension is the expert count
-		n := et.Naming.Name(et.Prefix, et.Layers[0], 0, cpuexperts.Gate)
-		if ti, ok := ckpt.Info(n); ok && len(ti.Shape) == 3 {
-			et.Experts = int(ti.Shape[0])
-		}
 	}
 	if et.Experts != shape.Experts {
 		return fmt.Errorf("%s: config.json states %d routed experts per layer, the checkpoint holds %d (under %q)", model, shape.Experts, et.Experts, et.Prefix)
@@ -125,16 +121,11 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	if shape.Layers > 0 {
 		// decoder layers only: DeepSeek-V3 keeps its multi-token prediction
 		// layer, experts included, as model.layers.{num_hidden_layers}
-		var beyond []int
-		layers = slices.DeleteFunc(slices.Clone(layers), func(l int) bool {
-			if l >= shape.Layers {
-				beyond = append(beyond, l)
-			}
-			return l >= shape.Layers
-		})
-		if len(beyond) > 0 {
+		i := sort.SearchInts(layers, shape.Layers)
+		if beyond := layers[i:]; len(beyond) > 0 {
 			fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", beyond, shape.Layers)
 		}
+		layers = layers[:i]
 		if len(layers) == 0 {
 			return fmt.Errorf("%s: no experts in the %d decoder layers", model, shape.Layers)
 		}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,11 +41,9 @@ var OtherBenchShapes = []BenchShape{
 // LookupBenchShape finds a named layer shape in BenchShapes or
 // OtherBenchShapes, ignoring case.
 func LookupBenchShape(name string) (BenchShape, bool) {
-	for _, l := range [][]BenchShape{BenchShapes, OtherBenchShapes} {
-		for _, s := range l {
-			if strings.EqualFold(s.Name, name) {
-				return s, true
-			}
+	for _, s := range slices.Concat(BenchShapes, OtherBenchShapes) {
+		if strings.EqualFold(s.Name, name) {
+			return s, true
 		}
 	}
 	return BenchShape{}, false
@@ -53,7 +52,7 @@ func LookupBenchShape(name string) (BenchShape, bool) {
 // BenchShapeNames lists the names LookupBenchShape knows.
 func BenchShapeNames() []string {
 	var n []string
-	for _, s := range append(append([]BenchShape(nil), BenchShapes...), OtherBenchShapes...) {
+	for _, s := range slices.Concat(BenchShapes, OtherBenchShapes) {
 		n = append(n, s.Name)
 	}
 	return n

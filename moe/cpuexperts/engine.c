@@ -639,7 +639,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
 #define KT_PARK (512 << 10)
 
 // gate_up_rows computes h for intermediate rows [r0, r1) of expert x
-// (gate_up_block per 32-row block; more: a block of this expert follows r1).
+// (gate_up_block per 32-row block).
 // Where one prefill kernel call's activation rows exceed the slab size,
 // the rows run in groups of blocks (as many as KT_PARK holds the parked
 // gate and up sums of) and, within a group, K in slabs of at most half the
@@ -650,7 +650,7 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
 // element sees the same products in the same order, so the results are
 // bitwise those of whole-K calls (TestAMXKBlockBitwise).
 static void gate_up_rows(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* xe, int x, int r0, int r1, int H,
-                         int I, int64_t asz, int more) {
+                         int I, int64_t asz) {
   int m = e->cnt[x], off = e->off[x];
   int mch = prefill_chunk(e, P->act);
   int mc = m < mch ? m : mch;
@@ -658,7 +658,7 @@ static void gate_up_rows(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert
   int nkc = (int)((int64_t)H * asz / 64);  // 1 KiB tile steps over K (bf16 32 columns, int8 64)
   int64_t slab = e->cfg.amx_slab != 0 ? e->cfg.amx_slab : KT_SLAB;
   if (m < e->pf_min || !amx_kernel(e->kpf) || e->rm_pack || slab <= 0 || abytes <= slab || nkc < 4) {
-    for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, xe, x, n0, H, I, asz, n0 + KT_NB < r1 || more);
+    for (int n0 = r0; n0 < r1; n0 += KT_NB) gate_up_block(e, w, P, xe, x, n0, H, I, asz, n0 + KT_NB < r1);
     return;
   }
   int nsl = (int)((2 * abytes + slab - 1) / slab);  // slabs of at most slab / 2 bytes
@@ -931,7 +931,7 @@ static void run_job(kt_worker* w) {
   while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
     int x, r0, r1, nbx = item_rows(e, item, whole, nb, r2, I, &x, &r0, &r1);
     if (e->blk_tiled[e->off[x] >> 4] == 2) gather_rows(e, w, P, e->off[x], e->cnt[x], (int64_t)H * asz);
-    gate_up_rows(e, w, P, &ex[x], x, r0, r1, H, I, asz, 0);
+    gate_up_rows(e, w, P, &ex[x], x, r0, r1, H, I, asz);
     // 3. quantize h for the down projection (bf16: gate/up stored it
     // already): the last gate/up item of an expert converts its rows while
     // they are still in the caches and the other threads go on with gate/up

@@ -62,13 +62,45 @@ type ExpertTensors struct {
 	Naming ExpertNaming
 	Layers []int
 	// Experts is one more than the highest expert index found in those
-	// layers: the routed experts per layer the checkpoint holds (0 for
-	// NamingFused, whose stacks' first dimension says it).
+	// layers: the routed experts per layer the checkpoint holds (for
+	// NamingFused the stacks' first dimension, 0 where dims is nil).
 	Experts int
 	// Others lists the other prefixes that hold experts too (a multi-token
 	// prediction head's "mtp.", say), with their layer counts: they are
 	// not the model's decoder layers and are left out.
 	Others []string
+}
+
+// expertKey is one way a checkpoint holds experts: a prefix and a naming.
+type expertKey struct {
+	prefix string
+	naming ExpertNaming
+}
+
+// parseExpertTensor reads a routed-expert tensor's name: its prefix and
+// naming, layer and expert (-1 for a fused stack of every expert).
+func parseExpertTensor(n string) (k expertKey, layer, expert int, ok bool) {
+	if m := fusedTensorRE.FindStringSubmatch(n); m != nil {
+		l, err := strconv.Atoi(m[2])
+		return expertKey{m[1], NamingFused}, l, -1, err == nil && l <= 1<<20
+	}
+	m := expertTensorRE.FindStringSubmatch(n)
+	if m == nil {
+		return expertKey{}, 0, 0, false
+	}
+	l, err := strconv.Atoi(m[2])
+	if err != nil || l > 1<<20 {
+		return expertKey{}, 0, 0, false
+	}
+	e, err := strconv.Atoi(strings.Split(m[3], ".")[2])
+	if err != nil || e >= 1<<16 {
+		return expertKey{}, 0, 0, false
+	}
+	k = expertKey{m[1], NamingProj}
+	if strings.HasPrefix(m[3], "block_sparse_moe.") {
+		k.naming = NamingW123
+	}
+	return k, l, e, true
 }
 
 var (
@@ -78,52 +110,33 @@ var (
 
 // FindExpertTensors finds the routed experts among a checkpoint's tensor
 // names: one naming (ExpertNaming), under the prefix that holds the most
-// layers of them (ties: the shortest). A checkpoint with none of them
-// (gpt-oss's MXFP4 stacks, say) is refused, naming what was looked for.
-func FindExpertTensors(names []string) (ExpertTensors, error) {
-	type key struct {
-		prefix string
-		naming ExpertNaming
-	}
-	layers := map[key]map[int]bool{}
-	experts := map[key]int{}
+// layers of them (ties: the shortest). dims (nil: unknown) gives a named
+// tensor's shape, from which a fused stack's expert count is read. A
+// checkpoint with none of them (gpt-oss's MXFP4 stacks, say) is refused,
+// naming what was looked for.
+func FindExpertTensors(names []string, dims func(name string) []int64) (ExpertTensors, error) {
+	layers := map[expertKey]map[int]bool{}
+	experts := map[expertKey]int{}
 	for _, n := range names {
-		if m := fusedTensorRE.FindStringSubmatch(n); m != nil {
-			if l, err := strconv.Atoi(m[2]); err == nil && l <= 1<<20 {
-				k := key{m[1], NamingFused}
-				if layers[k] == nil {
-					layers[k] = map[int]bool{}
-				}
-				layers[k][l] = true
-			}
+		k, l, e, ok := parseExpertTensor(n)
+		if !ok {
 			continue
-		}
-		m := expertTensorRE.FindStringSubmatch(n)
-		if m == nil {
-			continue
-		}
-		l, err := strconv.Atoi(m[2])
-		if err != nil || l > 1<<20 {
-			continue
-		}
-		e, err := strconv.Atoi(strings.Split(m[3], ".")[2])
-		if err != nil || e >= 1<<16 {
-			continue
-		}
-		k := key{m[1], NamingProj}
-		if strings.HasPrefix(m[3], "block_sparse_moe.") {
-			k.naming = NamingW123
 		}
 		if layers[k] == nil {
 			layers[k] = map[int]bool{}
 		}
 		layers[k][l] = true
+		if k.naming == NamingFused && dims != nil {
+			if d := dims(n); len(d) == 3 && d[0] < 1<<16 {
+				e = int(d[0]) - 1
+			}
+		}
 		experts[k] = max(experts[k], e+1)
 	}
 	if len(layers) == 0 {
 		return ExpertTensors{}, fmt.Errorf("no routed-expert tensors (looked for {prefix}layers.{L}.%s.weight, {prefix}layers.{L}.%s.weight and {prefix}layers.{L}.%s)", NamingProj, NamingW123, NamingFused)
 	}
-	keys := make([]key, 0, len(layers))
+	keys := make([]expertKey, 0, len(layers))
 	for k := range layers {
 		keys = append(keys, k)
 	}

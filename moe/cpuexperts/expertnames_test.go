@@ -47,7 +47,7 @@ func TestFindExpertTensors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := FindExpertTensors(c.tensor)
+			got, err := FindExpertTensors(c.tensor, nil)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("error %v, want %q", err, c.err)
@@ -92,7 +92,7 @@ func FuzzFindExpertTensors(f *testing.F) {
 	f.Add("model.layers.0.block_sparse_moe.experts.7.w2.weight")
 	f.Add("model.language_model.layers.2.mlp.experts.gate_up_proj\nmodel.language_model.layers.2.mlp.experts.down_proj")
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := FindExpertTensors(strings.Split(s, "\n"))
+		got, err := FindExpertTensors(strings.Split(s, "\n"), nil)
 		if err != nil {
 			return
 		}

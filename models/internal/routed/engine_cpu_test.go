@@ -13,6 +13,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -75,7 +76,7 @@ func fp8Weights(t *testing.T, E, H, I int) (fp8, deq *Weights) {
 // off the block boundaries carries them.
 func perRowScales(t *testing.T, h backend.Host) backend.Host {
 	t.Helper()
-	sc, err := cpuexperts.WidenFloats(h.Scale.DType, h.Scale.Data)
+	sc, err := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: h.Scale.Name, DType: h.Scale.DType}, Data: h.Scale.Data}.ToF32()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,21 +225,12 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		g.close()
 		return nil, fmt.Errorf("%s=%s: want piecewise (the default), host (or 1) or 0", GraphEnv, v)
 	}
-	switch v := os.Getenv(CopyEnv); v {
-	case "", "kernel":
-	case "memcpy":
-		g.memcpy = true
-	default:
-		g.close()
-		return nil, fmt.Errorf("%s=%s: want kernel (the default) or memcpy", CopyEnv, v)
+	if g.memcpy, err = envChoice(CopyEnv, "kernel", "memcpy"); err == nil {
+		g.evAfter, err = envChoice(PieceEventEnv, "node", "after")
 	}
-	switch v := os.Getenv(PieceEventEnv); v {
-	case "", "node":
-	case "after":
-		g.evAfter = true
-	default:
+	if err != nil {
 		g.close()
-		return nil, fmt.Errorf("%s=%s: want node (the default) or after", PieceEventEnv, v)
+		return nil, err
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
 	if os.Getenv(TimingEnv) == "1" {
@@ -726,5 +717,18 @@ func (g *gpuLink) close() {
 		if h != nil {
 			_ = h.Free()
 		}
+	}
+}
+
+// envChoice reads a two-way knob from the environment variable name: unset
+// or def is false, alt is true, anything else an error naming both.
+func envChoice(name, def, alt string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "", def:
+		return false, nil
+	case alt:
+		return true, nil
+	default:
+		return false, fmt.Errorf("%s=%s: want %s (the default) or %s", name, v, def, alt)
 	}
 }
