@@ -125,6 +125,26 @@ func (l *Layer) Submit(b *Batch) error {
 	return nil
 }
 
+// PrefetchMax is the most experts one Prefetch reads.
+const PrefetchMax = C.KT_PF_MAX
+
+// Prefetch queues a task that reads the weights of the experts in ids (the
+// most likely first; ids < 0 or past the layer's experts, repeats, experts in
+// the skip mask and any past the first PrefetchMax are left out) into the
+// engine's caches, so that a task of this layer submitted next finds them
+// there. The task stops reading as soon as any other task is queued behind
+// it. It is a hint: when the queue is full, nothing is queued. ids is copied;
+// Sync waits for the task as for any other.
+func (l *Layer) Prefetch(ids []int32) {
+	if len(ids) == 0 {
+		return
+	}
+	e := l.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	C.kt_prefetch(e.c, l.c, (*C.int32_t)(unsafe.Pointer(&ids[0])), C.int(len(ids)))
+}
+
 // Forward runs the layer on b and waits for it (and for every task
 // submitted before). It is one call into C: the batch's memory is used only
 // during the call, so nothing is pinned, and the calling thread joins the

@@ -51,6 +51,16 @@
 #define AMX_NXL_BF16 4
 #define AMX_NXL_S8 0
 
+// kt_pfreg is one region a prefetch task reads: rows of rb bytes, stride
+// bytes apart; chunks c0.. of the pool's chunk sequence are its.
+typedef struct {
+  const char* p;
+  int64_t rows, rb, stride, c0;
+} kt_pfreg;
+
+#define PF_CHUNK 8192  // bytes a prefetching worker claims at a time (and checks for a newer task)
+#define PF_REGS (KT_PF_MAX * 9)  // regions per pool: weights, scales, corrections of three matrices
+
 typedef struct {
   int nthreads, node, tbase;
   int act;         // activation format of the current task
@@ -79,6 +89,10 @@ typedef struct {
   struct {
     _Alignas(LINE) _Atomic int v;
   } next[5];
+  _Alignas(LINE) _Atomic int pfnext;  // prefetch task: chunks claimed
+  kt_pfreg* pfreg;                     // prefetch task: this pool's regions [PF_REGS]
+  int npfreg;
+  int64_t npfch;                       // ... and their chunks
   _Alignas(LINE) _Atomic int bar_cnt;
   _Alignas(LINE) _Atomic int bar_gen;
   _Alignas(LINE) char pad_;
@@ -108,6 +122,10 @@ typedef struct {
   const kt_layer* l;
   kt_batch b;
   int64_t t_sub;  // trace: when kt_submit queued it
+  // a prefetch task (kt_prefetch): the experts whose weights it reads, in
+  // the order given (most likely first); npf 0 = a forward task
+  int npf;
+  int32_t pf[KT_PF_MAX];
 } kt_task;
 
 struct kt_engine {
@@ -153,6 +171,10 @@ struct kt_engine {
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
+  int pfjob;    // the job is a prefetch task's (run_prefetch)
+  int pf_tail;  // ... which stops reading once qtail moves past it (a task queued behind it)
+  int64_t pf_planned;       // bytes the prefetch tasks so far were to read (queue thread)
+  _Atomic int64_t pf_read;  // ... and read before a task queued behind stopped them
   const kt_layer* l;
   kt_batch b;
   int ntok;
@@ -876,8 +898,88 @@ static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   }
 }
 
+// ---------------------------------------------------------------- prefetch tasks
+
+// pf_add appends to pool p's regions the rows x rb bytes at base, stride
+// bytes apart (nothing when base is NULL or the region empty).
+static void pf_add(kt_pool* P, const void* base, int64_t rows, int64_t rb, int64_t stride) {
+  if (!base || rows <= 0 || rb <= 0 || P->npfreg >= PF_REGS) return;
+  kt_pfreg* r = &P->pfreg[P->npfreg++];
+  r->p = (const char*)base;
+  r->rows = rows;
+  r->rb = rb;
+  r->stride = stride;
+  r->c0 = P->npfch;
+  P->npfch += (rows * rb + PF_CHUNK - 1) / PF_CHUNK;
+}
+
+// pf_mat appends the bytes a forward task reads of W (the layer's format).
+static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
+  int64_t n = W->n, k = W->k;
+  switch (fmt) {
+    case KT_FMT_BF16_RM:
+      pf_add(P, W->w, n, k * 2, W->ld * 2);
+      return;
+    case KT_FMT_FP8_RM:
+      pf_add(P, W->w, n, k, W->ld);
+      return;
+    case KT_FMT_BF16_PK:
+      pf_add(P, W->w, 1, n * k * 2, 0);
+      return;
+    case KT_FMT_I8_PK:
+      pf_add(P, W->w, 1, n * k, 0);
+      break;
+    case KT_FMT_I4_PK:
+    case KT_FMT_I4G_PK:
+      pf_add(P, W->w, 1, n * k / 2, 0);
+      break;
+    default:
+      return;
+  }
+  int64_t ns = fmt == KT_FMT_I4G_PK && W->group > 0 ? n * (k / W->group) : n;
+  pf_add(P, W->scale, 1, ns * 4, 0);
+  pf_add(P, W->corr, 1, ns * 4, 0);
+}
+
+// pf_read asks for the lines of bytes [lo, hi) of region r into L2.
+static void pf_read(const kt_pfreg* r, int64_t lo, int64_t hi) {
+  int64_t row = lo / r->rb, o = lo % r->rb;
+  while (lo < hi) {
+    int64_t seg = r->rb - o < hi - lo ? r->rb - o : hi - lo;
+    const char* a = r->p + row * r->stride + o;
+    for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64)
+      _mm_prefetch((const char*)q, _MM_HINT_T1);
+    lo += seg;
+    row++;
+    o = 0;
+  }
+}
+
+// run_prefetch_job is a worker's part of a prefetch task: chunks of its
+// pool's regions in order, until they run out or a task is queued behind.
+static void run_prefetch_job(kt_worker* w) {
+  kt_engine* e = w->e;
+  kt_pool* P = &e->pools[w->pool];
+  const kt_pfreg* R = P->pfreg;
+  int ri = 0, c;
+  int64_t got = 0;
+  while ((c = atomic_fetch_add_explicit(&P->pfnext, 1, memory_order_relaxed)) < P->npfch) {
+    if (atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail) break;
+    while (ri + 1 < P->npfreg && R[ri + 1].c0 <= c) ri++;
+    int64_t lo = (int64_t)(c - R[ri].c0) * PF_CHUNK, end = R[ri].rows * R[ri].rb;
+    int64_t hi = lo + PF_CHUNK < end ? lo + PF_CHUNK : end;
+    pf_read(&R[ri], lo, hi);
+    got += hi - lo;
+  }
+  if (got) atomic_fetch_add_explicit(&e->pf_read, got, memory_order_relaxed);
+}
+
 static void run_job(kt_worker* w) {
   kt_engine* e = w->e;
+  if (e->pfjob) {
+    run_prefetch_job(w);
+    return;
+  }
   if (e->fused) {
     run_job_fused(w);
     return;
@@ -1407,6 +1509,43 @@ static void run_task(kt_engine* e, const kt_task* t) {
   if (traced) trace_task(e, t);
 }
 
+// run_prefetch runs a prefetch task (kt_prefetch) on every worker, the
+// queue thread as worker 0: each pool reads its slices of the listed
+// experts. head is the task's queue position: a task queued behind it
+// (qtail past head + 1) stops the reading.
+static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
+  const kt_layer* l = t->l;
+  for (int p = 0; p < e->npools; p++) {
+    kt_pool* P = &e->pools[p];
+    P->npfreg = 0;
+    P->npfch = 0;
+    atomic_store_explicit(&P->pfnext, 0, memory_order_relaxed);
+    for (int i = 0; i < t->npf; i++) {
+      const kt_expert* x = &l->ex[(int64_t)p * l->nexp + t->pf[i]];
+      pf_mat(P, l->fmt, &x->gate);
+      pf_mat(P, l->fmt, &x->up);
+      pf_mat(P, l->fmt, &x->down);
+    }
+  }
+  for (int p = 0; p < e->npools; p++)
+    for (int i = 0; i < e->pools[p].npfreg; i++) e->pf_planned += e->pools[p].pfreg[i].rows * e->pools[p].pfreg[i].rb;
+  e->l = l;
+  e->pfjob = 1;
+  e->pf_tail = head + 1;
+  e->fused = 0;
+  e->guest_ok = 0;
+  atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
+  int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  publish_job(e);
+  run_job(&e->workers[0]);
+  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
+  while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
+    wait_change(e, &e->done_gen, dg);
+    dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  }
+  e->pfjob = 0;
+}
+
 static void* queue_main(void* arg) {
   kt_engine* e = (kt_engine*)arg;
   worker_init(&e->workers[0]);
@@ -1430,6 +1569,11 @@ static void* queue_main(void* arg) {
     }
     kt_task t = e->q[head % QCAP];
     atomic_store_explicit(&e->qhead, head + 1, memory_order_release);  // the slot may be reused
+    if (t.npf > 0) {
+      run_prefetch(e, &t, head);
+      atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
+      continue;  // no trace, and no kt_sync waits for a prefetch task alone
+    }
     run_task(e, &t);
     if (e->trace) {
       int64_t tc = now_ns();
@@ -1448,30 +1592,57 @@ static void* queue_main(void* arg) {
 
 // ---------------------------------------------------------------- public API
 
-int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
-  int64_t ts = 0;
-  if (e->trace) {
-    ts = now_ns();
-    int64_t r = atomic_exchange_explicit(&e->tr_ret, 0, memory_order_relaxed);
-    if (r) {
-      atomic_fetch_add_explicit(&e->tr[KT_TR_RET_SUB], ts - r, memory_order_relaxed);
-      atomic_fetch_add_explicit(&e->tr[KT_TR_GAPS], 1, memory_order_relaxed);
-    }
-  }
+// enqueue puts t at the queue's tail: 0, or -1 when the queue is full.
+static int enqueue(kt_engine* e, const kt_task* t) {
   pthread_mutex_lock(&e->mu);  // among submitters
   int tail = atomic_load_explicit(&e->qtail, memory_order_relaxed);
   if (tail - atomic_load_explicit(&e->qhead, memory_order_acquire) >= QCAP) {
     pthread_mutex_unlock(&e->mu);
     return -1;
   }
-  e->q[tail % QCAP].l = l;
-  e->q[tail % QCAP].b = *b;
-  e->q[tail % QCAP].t_sub = ts;
+  kt_task* q = &e->q[tail % QCAP];
+  q->l = t->l;
+  q->b = t->b;
+  q->t_sub = t->t_sub;
+  q->npf = t->npf;
+  if (t->npf > 0) memcpy(q->pf, t->pf, sizeof(int32_t) * (size_t)t->npf);
   atomic_fetch_add_explicit(&e->pending, 1, memory_order_seq_cst);
   atomic_store_explicit(&e->qtail, tail + 1, memory_order_release);
   if (e->qsleep) pthread_cond_signal(&e->cv_task);
   pthread_mutex_unlock(&e->mu);
   return 0;
+}
+
+int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b) {
+  kt_task t;
+  t.l = l;
+  t.b = *b;
+  t.t_sub = 0;
+  t.npf = 0;
+  if (e->trace) {
+    t.t_sub = now_ns();
+    int64_t r = atomic_exchange_explicit(&e->tr_ret, 0, memory_order_relaxed);
+    if (r) {
+      atomic_fetch_add_explicit(&e->tr[KT_TR_RET_SUB], t.t_sub - r, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->tr[KT_TR_GAPS], 1, memory_order_relaxed);
+    }
+  }
+  return enqueue(e, &t);
+}
+
+int kt_prefetch(kt_engine* e, const kt_layer* l, const int32_t* ids, int n) {
+  kt_task t;
+  memset(&t, 0, sizeof t);
+  t.l = l;
+  for (int i = 0; i < n && t.npf < KT_PF_MAX; i++) {
+    int32_t x = ids[i];
+    if (x < 0 || x >= l->nexp || (l->skip && l->skip[x])) continue;
+    int seen = 0;
+    for (int j = 0; j < t.npf && !seen; j++) seen = t.pf[j] == x;
+    if (!seen) t.pf[t.npf++] = x;
+  }
+  if (t.npf == 0) return 0;
+  return enqueue(e, &t);
 }
 
 // help joins the running job as the guest worker when it is open, needs no
@@ -1643,6 +1814,7 @@ static void free_engine(kt_engine* e) {
     kt_free(P->Xt2, P->bytesXt);
     free(P->Xts);
     free(P->Xs);
+    free(P->pfreg);
     free(P->Hs);
     free((void*)P->gud);
   }
@@ -1682,6 +1854,11 @@ void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend, int64_t* wseen)
     if (wseen) wseen[i] = v;
   }
   pthread_mutex_unlock(&e->mu);
+}
+
+void kt_engine_prefetched(kt_engine* e, int64_t* planned, int64_t* read) {
+  *planned = e->pf_planned;
+  *read = atomic_load_explicit(&e->pf_read, memory_order_relaxed);
 }
 
 void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks) {
@@ -1803,7 +1980,8 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
     P->Xs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->Hs = (float*)xalloc(sizeof(float) * (size_t)e->max_slots);
     P->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
-    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xt2 || !P->Xts || !P->gud)
+    P->pfreg = (kt_pfreg*)xalloc(sizeof(kt_pfreg) * PF_REGS);
+    if (!P->X || !P->Hf || !P->Hq || !P->Y || !P->Xs || !P->Hs || !P->Xt || !P->Xt2 || !P->Xts || !P->gud || !P->pfreg)
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }

@@ -449,6 +449,15 @@ func (e *Engine) Phases() PhaseTimes {
 	return p
 }
 
+// Prefetched returns the bytes the prefetch tasks so far (Layer.Prefetch)
+// were to read and the bytes they read before a task queued behind them
+// stopped them. Call it only when no task is in flight (after Sync).
+func (e *Engine) Prefetched() (planned, read int64) {
+	var p, r C.int64_t
+	C.kt_engine_prefetched(e.c, &p, &r)
+	return int64(p), int64(r)
+}
+
 // TaskTrace is the mean timing of the decode (fused) tasks traced since the
 // last call (Config.Trace), in seconds. "Published" is when a task's job was
 // handed to the workers, after routing; worker times are from then.

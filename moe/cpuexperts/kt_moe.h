@@ -218,6 +218,22 @@ int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // no AMX tiles, the caller joins it as an extra worker: its thread would spin
 // anyway, so the task gets one more core without one more spinning thread.
 void kt_sync(kt_engine* e, int allow_pending);
+// kt_prefetch queues a task that reads the weights (and scales) of experts
+// of layer l into the workers' caches: ids[0..n) in the order given (the most
+// likely first), leaving out ids < 0 or >= nexp, repeats, experts in the
+// layer's skip mask, and any past the first KT_PF_MAX. It stops reading as
+// soon as another task is queued behind it, so a forward task of the same
+// experts submitted next waits a few microseconds at most and then finds
+// what was read in the caches. For the idle time between two layers' tasks
+// (the hybrid step reads the experts the next layer's router is predicted to
+// pick while the GPU runs that layer's attention). Returns 0, or -1 when
+// the queue is full. The ids are copied.
+#define KT_PF_MAX 64
+int kt_prefetch(kt_engine* e, const kt_layer* l, const int32_t* ids, int n);
+// kt_engine_prefetched returns the bytes the prefetch tasks so far were to
+// read and the bytes they read before a task queued behind stopped them
+// (read them between tasks, after kt_sync).
+void kt_engine_prefetched(kt_engine* e, int64_t* planned, int64_t* read);
 // kt_forward is kt_submit then kt_sync(e, 0) in one call, retrying while the
 // queue is full; the batch's memory need only stay valid during the call.
 // It returns nonzero when a task recorded an error (kt_take_error).
