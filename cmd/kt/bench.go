@@ -55,6 +55,8 @@ type moeBenchOpts struct {
 	spinWait                 time.Duration
 	gap, spinPure            time.Duration
 	f32IO                    bool
+	prefetchHit              float64
+	prefetchHints            bool
 	// memAvail reports the memory benchLayers may still use (nil: no
 	// check; runMoEBench sets memAvailable).
 	memAvail func() int64
@@ -106,6 +108,8 @@ func init() {
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
 			f.BoolVar(&moeOpts.f32IO, "f32-io", false, "moe: f32 activations in and out, as the hybrid step hands its pinned rows over (default bf16)")
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
+			f.Float64Var(&moeOpts.prefetchHit, "prefetch-hit", -1, "with --gap: as each gap begins, prefetch the next task's predicted experts, this fraction of them right (as the hybrid step's next-layer prediction; < 0 = no prefetch)")
+			f.BoolVar(&moeOpts.prefetchHints, "prefetch-hints", false, "--prefetch-hit's prefetch issues prefetcht1 hints instead of loads (Config.PrefetchHints)")
 			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
@@ -171,6 +175,10 @@ type moeRecord struct {
 	PhaseMs map[string]float64 `json:"phase_ms,omitempty"`
 	// Trace is the per-thread timing of the decode tasks (--trace).
 	Trace *cpuexperts.TaskTrace `json:"trace,omitempty"`
+	// PrefetchKB and PrefetchReadKB are the KB per task that the gap's
+	// prefetch (--prefetch-hit) was to read and read before the task stopped it.
+	PrefetchKB     float64 `json:"prefetch_kb,omitempty"`
+	PrefetchReadKB float64 `json:"prefetch_read_kb,omitempty"`
 }
 
 // moeShapes resolves --model (comma-separated names, or all; "" is all
@@ -328,7 +336,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, PrefetchHints: o.prefetchHints, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {
@@ -560,7 +568,8 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 		if err != nil {
 			return nil, err
 		}
-		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, o.minTime, o.gap, 7, o.f32IO)
+		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, cpuexperts.BenchOptions{MinTime: o.minTime, Gap: o.gap,
+			Seed: 7, F32IO: o.f32IO, PrefetchHit: o.prefetchHit})
 		if err != nil {
 			return nil, err
 		}
@@ -656,6 +665,12 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 	if o.trace {
 		printTrace(w, records)
 	}
+	for _, rec := range records {
+		if rec.PrefetchKB > 0 {
+			fmt.Fprintf(w, "prefetch %s %d tokens: %.0f of %.0f KB per task read in the gap (%.0f%%)\n", rec.Method, rec.Tokens,
+				rec.PrefetchReadKB, rec.PrefetchKB, 100*rec.PrefetchReadKB/rec.PrefetchKB)
+		}
+	}
 	return records, nil
 }
 
@@ -682,6 +697,7 @@ func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord 
 	if r.Trace.Tasks > 0 {
 		rec.Trace = &r.Trace
 	}
+	rec.PrefetchKB, rec.PrefetchReadKB = float64(r.PrefetchPlanned)/1e3, float64(r.PrefetchRead)/1e3
 	var ratios, torch []float64
 	for _, q := range pts {
 		rec.RoundMs = append(rec.RoundMs, q.r.Seconds*1e3)

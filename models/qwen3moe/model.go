@@ -247,6 +247,11 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
+		if L.moe { // the hybrid step predicts the layer's experts before the attention
+			if err := r.routed.Predict(l, r.x, L.postNorm, L.router, eps, n); err != nil {
+				return err
+			}
+		}
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)

@@ -538,6 +538,11 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
+		if L.moe { // the hybrid step predicts the layer's experts before the attention
+			if err := r.routed.Predict(l, r.x, L.postNorm, L.router, eps, n); err != nil {
+				return err
+			}
+		}
 		if L.linear {
 			backend.MatMulGroup(be, r.h, n, r.inOut[:], L.inProj[:])
 			r.lo.Apply(&L.lqkv, r.mixed, r.h, n)

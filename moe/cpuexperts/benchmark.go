@@ -4,6 +4,7 @@ package cpuexperts
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -78,6 +79,9 @@ type BenchResult struct {
 	FLOPs        float64    // 2 * 3 * H * I * tokens * top-k
 	Phases       PhaseTimes // summed over the Iters timed tasks
 	Trace        TaskTrace  // means over the timed decode tasks (Config.Trace)
+	// bytes per task that the prefetches in the gaps (BenchOptions.PrefetchHit)
+	// were to read, and read before the task queued behind stopped them
+	PrefetchPlanned, PrefetchRead int64
 }
 
 // GBps is the effective weight bandwidth, bytes touched / time.
@@ -121,21 +125,36 @@ func LastLevelCache() int64 {
 	return best
 }
 
+// BenchOptions are Bench's settings beyond the batch's shape.
+type BenchOptions struct {
+	MinTime time.Duration // time at least this long (and 2 iterations)
+	// Gap > 0 makes the caller spin that long between tasks, as the hybrid
+	// step's caller waits for a GPU piece between layers; Seconds is then
+	// the tasks' own time.
+	Gap   time.Duration
+	Seed  uint64
+	F32IO bool // f32 rows in and out (as the hybrid step hands its pinned rows over) instead of bf16
+	// PrefetchHit >= 0 (with Gap) queues, as each gap begins, a prefetch
+	// (Layer.Prefetch) of the experts the next task is predicted to pick, as
+	// the hybrid step does with the next layer's router applied to the
+	// layer's input: of each token's top-k, the first round(PrefetchHit·k)
+	// are its real picks and the rest other experts. < 0: no prefetch.
+	PrefetchHit float64
+}
+
 // Bench times layers (same shape and method) on random batches of the
-// given size, bf16 in and out (f32 with f32IO, as the hybrid step hands its
-// pinned rows over), for at least minTime and 2 iterations after a warm-up. Iterations go round the layers
-// and through 64 routings, as consecutive layers of a model do, so that the
-// weights come from memory and not from the last-level cache: pass enough
-// layers that their weights exceed it several times. gap > 0 makes the
-// caller spin that long between tasks, as the hybrid step's caller waits
-// for a GPU piece between layers; Seconds is then the tasks' own time.
-func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed uint64, f32IO bool) (BenchResult, error) {
+// given size, bf16 in and out unless o.F32IO, for at least o.MinTime and 2
+// iterations after a warm-up. Iterations go round the layers and through 64
+// routings, as consecutive layers of a model do, so that the weights come
+// from memory and not from the last-level cache: pass enough layers that
+// their weights exceed it several times.
+func Bench(layers []*Layer, tokens, topK int, o BenchOptions) (BenchResult, error) {
 	if len(layers) == 0 {
 		return BenchResult{}, fmt.Errorf("bench: no layers")
 	}
 	l0 := layers[0]
 	H := l0.spec.Hidden
-	rng := rand.New(rand.NewPCG(seed, uint64(tokens)))
+	rng := rand.New(rand.NewPCG(o.Seed, uint64(tokens)))
 	const variants = 64
 	xb := make([]uint16, tokens*H)
 	for i := range xb {
@@ -143,24 +162,36 @@ func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed u
 	}
 	out := make([]uint16, tokens*H)
 	var xf, outf []float32
-	if f32IO {
+	if o.F32IO {
 		xf, outf = make([]float32, tokens*H), make([]float32, tokens*H)
 		for i, v := range xb {
 			xf[i] = tensor.BF16ToF32(v)
 		}
 	}
+	prefetch := o.Gap > 0 && o.PrefetchHit >= 0
+	var predicted [variants][]int32
 	var batches [variants]Batch
 	var touched int64
 	for v := range batches {
 		ids := make([]int32, tokens*topK)
 		w := make([]float32, tokens*topK)
 		seen := make([]bool, l0.spec.Experts)
+		hits := int(math.Round(min(o.PrefetchHit, 1) * float64(topK)))
 		for t := 0; t < tokens; t++ {
 			perm := rng.Perm(l0.spec.Experts)
 			for j := 0; j < topK; j++ {
 				ids[t*topK+j] = int32(perm[j])
 				w[t*topK+j] = 1 / float32(topK)
 				seen[perm[j]] = true
+			}
+			if prefetch { // the real picks first, then experts it does not pick
+				for j := 0; j < topK; j++ {
+					pj := j
+					if j >= hits {
+						pj = topK + j - hits
+					}
+					predicted[v] = append(predicted[v], int32(perm[pj%len(perm)]))
+				}
 			}
 		}
 		for x, s := range seen {
@@ -169,7 +200,7 @@ func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed u
 			}
 		}
 		batches[v] = Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
-		if f32IO {
+		if o.F32IO {
 			batches[v].XBF16, batches[v].OutBF16, batches[v].X, batches[v].Out = nil, nil, xf, outf
 		}
 	}
@@ -181,25 +212,35 @@ func Bench(layers []*Layer, tokens, topK int, minTime, gap time.Duration, seed u
 	runtime.GC() // no collection competing with the workers while timing
 	l0.e.Phases()
 	l0.e.Trace()
+	pfPlanned0, pfRead0 := l0.e.Prefetched()
 	var iters int
 	var busy time.Duration
 	start := time.Now()
-	for iters < 2 || time.Since(start) < minTime+time.Duration(iters)*gap {
+	batch := func(i int) int { return (i/len(layers) + i) % variants }
+	for iters < 2 || time.Since(start) < o.MinTime+time.Duration(iters)*o.Gap {
 		l := layers[iters%len(layers)]
 		t0 := time.Now()
-		if err := l.Forward(&batches[(iters/len(layers)+iters)%variants]); err != nil {
+		if err := l.Forward(&batches[batch(iters)]); err != nil {
 			return BenchResult{}, err
 		}
 		t1 := time.Now()
 		busy += t1.Sub(t0)
-		for gap > 0 && time.Since(t1) < gap {
+		if prefetch {
+			layers[(iters+1)%len(layers)].Prefetch(predicted[batch(iters+1)])
+		}
+		for o.Gap > 0 && time.Since(t1) < o.Gap {
 		}
 		iters++
 	}
 	el := busy.Seconds()
+	if err := l0.e.Sync(); err != nil { // the last gap's prefetch
+		return BenchResult{}, err
+	}
 	ph := l0.e.Phases()
+	pfPlanned, pfRead := l0.e.Prefetched()
 	return BenchResult{
 		Phases: ph, Trace: l0.e.Trace(),
+		PrefetchPlanned: (pfPlanned - pfPlanned0) / int64(iters), PrefetchRead: (pfRead - pfRead0) / int64(iters),
 		Method: l0.spec.Method, Kernels: l0.e.Kernels(l0.spec.Method), Tokens: tokens,
 		Seconds: el / float64(iters), Iters: iters, BytesTouched: touched / variants,
 		FLOPs: 2 * 3 * float64(H) * float64(l0.spec.Intermediate) * float64(tokens*topK),

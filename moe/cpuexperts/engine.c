@@ -116,6 +116,7 @@ typedef struct {
   // trace of the current fused task (kt_engine_config.trace)
   int64_t tr_seen, tr_gu, tr_end;
   int tr_items;
+  uint32_t pf_sink;  // prefetch tasks: a value of the loaded lines (keeps the loads)
 } kt_worker;
 
 typedef struct {
@@ -941,18 +942,25 @@ static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
   pf_add(P, W->corr, 1, ns * 4, 0);
 }
 
-// pf_read asks for the lines of bytes [lo, hi) of region r into L2.
-static void pf_read(const kt_pfreg* r, int64_t lo, int64_t hi) {
+// pf_read reads the lines of bytes [lo, hi) of region r, one load a line
+// (sequential loads, which the L2 streamer runs ahead of, as the read probe;
+// returns a value that depends on every load, so none is dropped).
+static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi, int hint) {
   int64_t row = lo / r->rb, o = lo % r->rb;
+  uint32_t acc = 0;
   while (lo < hi) {
     int64_t seg = r->rb - o < hi - lo ? r->rb - o : hi - lo;
     const char* a = r->p + row * r->stride + o;
-    for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64)
-      _mm_prefetch((const char*)q, _MM_HINT_T1);
+    if (hint)
+      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64)
+        _mm_prefetch((const char*)q, _MM_HINT_T1);
+    else
+      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) acc += *(const uint8_t*)q;
     lo += seg;
     row++;
     o = 0;
   }
+  return acc;
 }
 
 // run_prefetch_job is a worker's part of a prefetch task: chunks of its
@@ -961,16 +969,18 @@ static void run_prefetch_job(kt_worker* w) {
   kt_engine* e = w->e;
   kt_pool* P = &e->pools[w->pool];
   const kt_pfreg* R = P->pfreg;
-  int ri = 0, c;
+  int ri = 0, c, hint = e->cfg.pf_hint;
   int64_t got = 0;
+  uint32_t acc = 0;
   while ((c = atomic_fetch_add_explicit(&P->pfnext, 1, memory_order_relaxed)) < P->npfch) {
     if (atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail) break;
     while (ri + 1 < P->npfreg && R[ri + 1].c0 <= c) ri++;
     int64_t lo = (int64_t)(c - R[ri].c0) * PF_CHUNK, end = R[ri].rows * R[ri].rb;
     int64_t hi = lo + PF_CHUNK < end ? lo + PF_CHUNK : end;
-    pf_read(&R[ri], lo, hi);
+    acc += pf_read(&R[ri], lo, hi, hint);
     got += hi - lo;
   }
+  w->pf_sink = acc;
   if (got) atomic_fetch_add_explicit(&e->pf_read, got, memory_order_relaxed);
 }
 

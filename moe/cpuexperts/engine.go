@@ -154,6 +154,9 @@ type Config struct {
 	// their parked sums into the slot outputs themselves (one pass, no f32
 	// copy). Results do not depend on it.
 	DownViaF32 bool
+	// PrefetchHints has prefetch tasks (Layer.Prefetch) issue prefetcht1
+	// hints instead of one load per line.
+	PrefetchHints bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -359,6 +362,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
+	cc.pf_hint = b2i(cfg.PrefetchHints)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))

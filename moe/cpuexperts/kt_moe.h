@@ -140,6 +140,7 @@ typedef struct {
   int merge_pipe;      // phased path: down and merge pipelined by hidden block (default: merge after a barrier behind every down item)
   int merge_ring;      // merge_pipe: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
+  int pf_hint;         // prefetch tasks issue prefetcht1 hints instead of loads (kt_prefetch)
   int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 

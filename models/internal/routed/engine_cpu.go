@@ -294,6 +294,15 @@ func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []flo
 	return x.eng.Sync()
 }
 
+// predict queues the prediction of layer l's expert picks in the hybrid
+// step (gpuLink.predict; a no-op otherwise).
+func (x *engine) predict(l int, h, norm, router backend.Tensor, eps float32, n int) error {
+	if x.gpu == nil {
+		return nil
+	}
+	return x.gpu.predict(l, h, norm, router, eps, n)
+}
+
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).
 func (x *engine) join(l int, out backend.Tensor, n int) error {
 	if x.gpu != nil {
@@ -333,7 +342,7 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
-				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe()
+				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe() + x.gpu.pred.describe()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}
@@ -349,6 +358,10 @@ func (x *engine) timing() string {
 	s := x.gpu.timing.String()
 	if s == "" {
 		return ""
+	}
+	if planned, read := x.eng.Prefetched(); planned > 0 {
+		s += fmt.Sprintf("\nprefetch (%s): %.0f MB of predicted experts' weights, %.0f%% read while the GPU ran", PrefetchEnv,
+			float64(planned)/1e6, 100*float64(read)/float64(planned))
 	}
 	if t := x.eng.Trace(); t.Tasks > 0 { // the decode tasks' own split (TimingEnv turns the trace on)
 		s += "\n" + cpuexperts.TraceHeader + "\n" + t.Row("hybrid", 1)

@@ -138,6 +138,7 @@ type gpuLink struct {
 	// and whether the step begun last takes it
 	lw     *layerwise
 	lwStep bool
+	pred   *predictor // next-layer expert prefetch (nil when PrefetchEnv=0)
 }
 
 // pinSlot is one slot of pinned buffers of the hybrid step with expert
@@ -233,6 +234,10 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		return nil, err
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
+	if g.pred, err = newPredictor(g, nLayers); err != nil {
+		g.close()
+		return nil, err
+	}
 	if os.Getenv(TimingEnv) == "1" {
 		first := 0
 		for first < nLayers && layers[first] == nil {
@@ -395,6 +400,7 @@ func (g *gpuLink) graphForm() string {
 // handoff is layer l's host work between two pieces of a piecewise step
 // of n rows: wait for the layer's copies to host, run its CPU experts.
 func (g *gpuLink) handoff(l, n int) func() error {
+	pn := g.pred.queuedFor(l) // this step queued a prediction for the layer
 	return func() error {
 		var d int
 		var pending bool
@@ -412,6 +418,11 @@ func (g *gpuLink) handoff(l, n int) func() error {
 		var t0, t1 time.Time // read only with TimingEnv=1
 		if g.timing != nil {
 			t0 = time.Now()
+		}
+		if pn > 0 {
+			if err := g.prefetch(l, pn); err != nil {
+				return err
+			}
 		}
 		if err := g.wait(); err != nil {
 			return err
@@ -615,6 +626,11 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		if gw != nil {
 			g.be.MoE(out, h, gw, wts, ids, n) // runs while the CPU computes its share
 		}
+		if pn := g.pred.queuedFor(l); pn > 0 {
+			if err := g.prefetch(l, pn); err != nil {
+				return err
+			}
+		}
 		if err := g.wait(); err != nil {
 			return err
 		}
@@ -706,6 +722,7 @@ func (g *gpuLink) close() {
 	if g.ev != nil {
 		_ = g.ev.Destroy()
 	}
+	g.pred.close()
 	free := []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts}
 	for _, sl := range g.slots {
 		free = append(free, sl.defIDs)

@@ -416,6 +416,23 @@ func (x *Experts) record(rec models.ExpertRecorder, l int, ids backend.Tensor, n
 	return nil
 }
 
+// Predict queues, in the hybrid step, the prediction of MoE layer l's
+// expert picks for its n rows from x, the residual entering the layer:
+// its router applied to x normed with norm (the norm its router's input
+// takes after the attention), and the CPU reads the predicted experts'
+// weights into its caches while the GPU runs the layer's attention
+// (routed's predictor). Call it before the layer's attention; on every
+// other path it does nothing.
+func (x *Experts) Predict(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
+	if x.engine == nil {
+		return nil
+	}
+	if err := x.engine.predict(l, xres, norm, router, eps, n); err != nil {
+		return fmt.Errorf("%s: layer %d expert prediction: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
 // Join makes out, the output of the Start of layer l, valid for the ops
 // queued after it.
 func (x *Experts) Join(l int, out backend.Tensor, n int) error {

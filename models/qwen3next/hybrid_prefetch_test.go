@@ -1,0 +1,83 @@
+//go:build linux && amd64 && cgo
+
+package qwen3next
+
+import (
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/models/internal/modeltest"
+	"github.com/ktserve/kt/models/internal/routed"
+)
+
+// TestHybridPrefetch runs the hybrid step's greedy decode (piecewise graphs
+// and op by op) with the next-layer expert prefetch and without it: the
+// logprobs must be the same bits (a prefetch only reads weights), the path
+// must say which, and with it the engine must have been handed predicted
+// experts to read (the timing report's prefetch line). It skips without a
+// GPU.
+func TestHybridPrefetch(t *testing.T) {
+	gpu := openTestGPU(t)
+	dir, shape := writeEngineSynth(t, 5)
+	prompt := make([]int32, 12)
+	for i := range prompt {
+		prompt[i] = int32(i * 53 % shape.Vocab)
+	}
+	t.Setenv(routed.TimingEnv, "1")
+	mbRe := regexp.MustCompile(`prefetch \(` + routed.PrefetchEnv + `\): ([0-9.]+) MB`)
+	run := func(name, prefetch, graph string) [][]float64 {
+		t.Helper()
+		t.Setenv(routed.PrefetchEnv, prefetch)
+		t.Setenv(routed.GraphEnv, graph)
+		r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "AMXINT8"})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer r.Close()
+		on := prefetch != "0"
+		if got := strings.Contains(r.ExpertPath(), "next-layer expert prefetch at up to"); got != on {
+			t.Fatalf("%s: path %q; prefetch named: %v, want %v", name, r.ExpertPath(), got, on)
+		}
+		tr := testRunner{r}
+		var lps [][]float64
+		for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {
+			lps = append(lps, modeltest.LogSoftmax(row))
+		}
+		for range 5 {
+			last := lps[len(lps)-1]
+			next := 0
+			for v := range last {
+				if last[v] > last[next] {
+					next = v
+				}
+			}
+			row := modeltest.Forward(t, tr, 0, []int32{int32(next)}, false)
+			lps = append(lps, modeltest.LogSoftmax(row[0]))
+		}
+		timing := r.HybridTiming()
+		t.Logf("%s: %s", name, timing)
+		m := mbRe.FindStringSubmatch(timing)
+		if on && graph == "" && (m == nil || func() bool { v, _ := strconv.ParseFloat(m[1], 64); return v <= 0 }()) {
+			t.Fatalf("%s: no predicted experts prefetched (timing %q)", name, timing)
+		}
+		if !on && m != nil {
+			t.Fatalf("%s: prefetched with %s=0: %q", name, routed.PrefetchEnv, m[0])
+		}
+		return lps
+	}
+	base := run("no prefetch", "0", "")
+	for _, c := range []struct{ name, graph string }{{"prefetch, piecewise graphs", ""}, {"prefetch, op by op", "0"}} {
+		got := run(c.name, "", c.graph)
+		for i := range base {
+			for v := range base[i] {
+				if math.Float64bits(got[i][v]) != math.Float64bits(base[i][v]) {
+					t.Fatalf("%s: row %d logprob %d = %v, %v without prefetch", c.name, i, v, got[i][v], base[i][v])
+				}
+			}
+		}
+	}
+}
