@@ -169,13 +169,17 @@ struct kt_engine {
   _Atomic int* hbd;   // per hidden block: down items finished (fused path; phased pipeline: of every pool)
   _Atomic int* hbm;   // phased pipeline, per hidden block: merge items finished (all pools)
   _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
+  _Atomic int* gclaim; // owned path (cfg.owned): per gate/up item, = seq once taken
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
   int pfjob;    // the job is a prefetch task's (run_prefetch)
   int pf_tail;  // ... which stops reading once qtail moves past it (a task queued behind it)
-  int64_t pf_planned;       // bytes the prefetch tasks so far were to read (queue thread)
-  _Atomic int64_t pf_read;  // ... and read before a task queued behind stopped them
+  int pf_own;               // ... reads the owned path's blocks (cfg.owned), of these experts:
+  int npf;
+  int32_t pf[KT_PF_MAX];
+  _Atomic int64_t pf_planned;  // bytes the prefetch tasks so far were to read
+  _Atomic int64_t pf_read;     // ... and read before a task queued behind stopped them
   const kt_layer* l;
   kt_batch b;
   int ntok;
@@ -901,6 +905,23 @@ static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
 
 // ---------------------------------------------------------------- prefetch tasks
 
+// owned_block is the first row block of expert x that worker me of T owns
+// (cfg.owned; then every T-th): block blk of x belongs to (x*nb + blk) % T,
+// which depends on the expert's id only, so that a prefetch task of the
+// predicted experts reads each block on the core that will compute it.
+static inline int owned_block(int x, int nb, int T, int me) {
+  int o = (int)(((int64_t)x * nb) % T);
+  return ((me - o) % T + T) % T;
+}
+
+// claim_item takes an owned-path item for the task seq: 1 when this
+// caller took it.
+static inline int claim_item(_Atomic int* c, int seq) {
+  int v = atomic_load_explicit(c, memory_order_relaxed);
+  return v != seq && atomic_compare_exchange_strong_explicit(c, &v, seq, memory_order_relaxed, memory_order_relaxed);
+}
+
+
 // pf_add appends to pool p's regions the rows x rb bytes at base, stride
 // bytes apart (nothing when base is NULL or the region empty).
 static void pf_add(kt_pool* P, const void* base, int64_t rows, int64_t rb, int64_t stride) {
@@ -945,15 +966,20 @@ static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
 // pf_read reads the lines of bytes [lo, hi) of region r, one load a line
 // (sequential loads, which the L2 streamer runs ahead of, as the read probe;
 // returns a value that depends on every load, so none is dropped).
-static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi, int hint) {
+__attribute__((target("cldemote"))) static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi, int hint) {
   int64_t row = lo / r->rb, o = lo % r->rb;
   uint32_t acc = 0;
   while (lo < hi) {
     int64_t seg = r->rb - o < hi - lo ? r->rb - o : hi - lo;
     const char* a = r->p + row * r->stride + o;
-    if (hint)
+    if (hint == 1)
       for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64)
         _mm_prefetch((const char*)q, _MM_HINT_T1);
+    else if (hint == 2)  // then pushed out to the shared L3 (a no-op hint on CPUs without cldemote)
+      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) {
+        acc += *(const uint8_t*)q;
+        __builtin_ia32_cldemote((void*)q);
+      }
     else
       for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) acc += *(const uint8_t*)q;
     lo += seg;
@@ -963,10 +989,82 @@ static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi, int hint) {
   return acc;
 }
 
+// pf_block sets r to the bytes of rows [n0, n0+KT_NB) of W (format fmt)
+// and s, c to their scales and corrections (rows 0 when there are none);
+// returns the bytes of all three.
+static int64_t pf_block(int fmt, const kt_mat* W, int n0, kt_pfreg* r, kt_pfreg* s, kt_pfreg* c) {
+  int64_t k = W->k, per16 = 0, sper16 = 0;
+  memset(r, 0, sizeof *r);
+  memset(s, 0, sizeof *s);
+  memset(c, 0, sizeof *c);
+  switch (fmt) {
+    case KT_FMT_BF16_RM:
+    case KT_FMT_FP8_RM: {
+      int64_t esz = fmt == KT_FMT_BF16_RM ? 2 : 1;
+      *r = (kt_pfreg){(const char*)W->w + (int64_t)n0 * W->ld * esz, KT_NB, k * esz, W->ld * esz, 0};
+      return KT_NB * k * esz;
+    }
+    case KT_FMT_BF16_PK:
+      per16 = 32 * k;
+      break;
+    case KT_FMT_I8_PK:
+      per16 = 16 * k;
+      sper16 = 16 * 4;
+      break;
+    case KT_FMT_I4_PK:
+      per16 = 8 * k;
+      sper16 = 16 * 4;
+      break;
+    case KT_FMT_I4G_PK:
+      per16 = 8 * k;
+      sper16 = W->group > 0 ? k / W->group * 16 * 4 : 0;
+      break;
+    default:
+      return 0;
+  }
+  *r = (kt_pfreg){(const char*)W->w + (int64_t)(n0 / 16) * per16, 1, 2 * per16, 0, 0};
+  if (W->scale && sper16) *s = (kt_pfreg){(const char*)W->scale + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
+  if (W->corr && sper16) *c = (kt_pfreg){(const char*)W->corr + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
+  return 2 * per16 + (W->scale ? 2 * sper16 : 0) + (W->corr ? 2 * sper16 : 0);
+}
+
+// run_prefetch_owned is a worker's part of a prefetch task on the owned
+// path (cfg.owned): the gate and up row blocks of the listed experts that
+// it owns (owned_block), expert by expert, until a task is queued behind.
+static void run_prefetch_owned(kt_worker* w) {
+  kt_engine* e = w->e;
+  const kt_layer* l = e->l;
+  int T = e->pools[0].nthreads, me = w->local, nb = l->inter_p[0] / KT_NB, hint = e->cfg.pf_hint;
+  int64_t planned = 0, got = 0;
+  uint32_t acc = 0;
+  int stop = 0;
+  for (int i = 0; i < e->npf; i++) {
+    const kt_expert* x = &l->ex[e->pf[i]];
+    for (int blk = owned_block(e->pf[i], nb, T, me); blk < nb; blk += T) {
+      for (int g = 0; g < 2; g++) {
+        kt_pfreg r[3];
+        int64_t b = pf_block(l->fmt, g ? &x->up : &x->gate, blk * KT_NB, &r[0], &r[1], &r[2]);
+        planned += b;
+        if (stop || (stop = atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail)) continue;
+        for (int j = 0; j < 3; j++)
+          if (r[j].rows) acc += pf_read(&r[j], 0, r[j].rows * r[j].rb, hint);
+        got += b;
+      }
+    }
+  }
+  w->pf_sink = acc;
+  atomic_fetch_add_explicit(&e->pf_planned, planned, memory_order_relaxed);
+  if (got) atomic_fetch_add_explicit(&e->pf_read, got, memory_order_relaxed);
+}
+
 // run_prefetch_job is a worker's part of a prefetch task: chunks of its
 // pool's regions in order, until they run out or a task is queued behind.
 static void run_prefetch_job(kt_worker* w) {
   kt_engine* e = w->e;
+  if (e->pf_own) {
+    if (w->local >= 0) run_prefetch_owned(w);
+    return;
+  }
   kt_pool* P = &e->pools[w->pool];
   const kt_pfreg* R = P->pfreg;
   int ri = 0, c, hint = e->cfg.pf_hint;
@@ -1129,6 +1227,24 @@ static void fused_gather(kt_engine* e, int x, int64_t asz) {
   for (int spins = 0; atomic_load_explicit(st, memory_order_acquire) != 2;) spin_pause(&spins);
 }
 
+// fused_gate_up runs gate/up item `item` of the fused path; the last item
+// of an expert quantizes its h rows for down and marks them ready.
+static void fused_gate_up(kt_engine* e, kt_worker* w, kt_pool* P, int item, int nb, int64_t asz) {
+  int H = e->l->hidden, I = e->l->inter_p[0], act = P->act;
+  int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
+  int m = e->cnt[x], off = e->off[x];
+  int pf = m >= e->pf_min;
+  fused_gather(e, x, asz);
+  gate_up_block(e, w, P, &e->l->ex[x], x, n0, H, I, asz, 0);
+  if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
+    // last gate/up item of x: every h row of x is complete; quantize them for down
+    // (bf16: gate/up stored h already)
+    for (int s = off; s < off + m && act != KT_ACT_BF16; s++)
+      put_act_row(e, w, h_row(e, P, s, I), e->hbf16, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
+    atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
+  }
+}
+
 static void run_job_fused(kt_worker* w) {
   kt_engine* e = w->e;
   kt_pool* P = &e->pools[0];
@@ -1149,22 +1265,32 @@ static void run_job_fused(kt_worker* w) {
     atomic_store_explicit(&e->tokst[item], e->seq, memory_order_release);
   }
 
-  // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB)
+  // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB).
+  // Owned items (cfg.owned): each worker first takes the items it owns
+  // (owned_block: the ones a prefetch task read into its caches), then any
+  // left; otherwise in counter order.
   int nb = I / KT_NB;
   int items = na * nb;
-  while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
-    int x = e->active[item / nb], n0 = (item % nb) * KT_NB;
-    int m = e->cnt[x], off = e->off[x];
-    int pf = m >= e->pf_min;
-    nitems++;
-    fused_gather(e, x, asz);
-    gate_up_block(e, w, P, &ex[x], x, n0, H, I, asz, 0);
-    if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
-      // last gate/up item of x: every h row of x is complete; quantize them for down
-      // (bf16: gate/up stored h already)
-      for (int s = off; s < off + m && act != KT_ACT_BF16; s++)
-        put_act_row(e, w, h_row(e, P, s, I), e->hbf16, I, act, (char*)P->Hq, s, &P->Hs[s], pf && e->pf_tiled);
-      atomic_store_explicit(&e->hqst[x], 1, memory_order_release);
+  if (e->cfg.owned) {
+    int T = P->nthreads, me = w->local;
+    for (int a = 0; a < na && me >= 0; a++)
+      for (int blk = owned_block(e->active[a], nb, T, me); blk < nb; blk += T)
+        if (claim_item(&e->gclaim[a * nb + blk], e->seq)) {
+          fused_gate_up(e, w, P, a * nb + blk, nb, asz);
+          nitems++;
+        }
+    int start = me >= 0 ? (int)((int64_t)me * items / T) : 0;
+    for (int i = 0; i < items; i++) {
+      item = (start + i) % items;
+      if (claim_item(&e->gclaim[item], e->seq)) {
+        fused_gate_up(e, w, P, item, nb, asz);
+        nitems++;
+      }
+    }
+  } else {
+    while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
+      fused_gate_up(e, w, P, item, nb, asz);
+      nitems++;
     }
   }
   if (e->trace) w->tr_gu = now_ns();
@@ -1537,8 +1663,15 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
       pf_mat(P, l->fmt, &x->down);
     }
   }
-  for (int p = 0; p < e->npools; p++)
-    for (int i = 0; i < e->pools[p].npfreg; i++) e->pf_planned += e->pools[p].pfreg[i].rows * e->pools[p].pfreg[i].rb;
+  // the owned path reads each gate/up block on the core that will take it
+  // (one pool: only one-pool tasks run the fused path)
+  e->pf_own = e->cfg.owned && e->npools == 1;
+  e->npf = t->npf;
+  memcpy(e->pf, t->pf, sizeof(int32_t) * (size_t)t->npf);
+  int64_t planned = 0;
+  for (int p = 0; p < e->npools && !e->pf_own; p++)
+    for (int i = 0; i < e->pools[p].npfreg; i++) planned += e->pools[p].pfreg[i].rows * e->pools[p].pfreg[i].rb;
+  atomic_fetch_add_explicit(&e->pf_planned, planned, memory_order_relaxed);
   e->l = l;
   e->pfjob = 1;
   e->pf_tail = head + 1;
@@ -1840,6 +1973,7 @@ static void free_engine(kt_engine* e) {
   free((void*)e->hbd);
   free((void*)e->hbm);
   free((void*)e->tokst);
+  free((void*)e->gclaim);
   free(e->blk_tiled);
   free((void*)e->tr_wend);
   free((void*)e->tr_wseen);
@@ -1867,7 +2001,7 @@ void kt_engine_trace(kt_engine* e, int64_t* sums, int64_t* wend, int64_t* wseen)
 }
 
 void kt_engine_prefetched(kt_engine* e, int64_t* planned, int64_t* read) {
-  *planned = e->pf_planned;
+  *planned = atomic_load_explicit(&e->pf_planned, memory_order_relaxed);
   *read = atomic_load_explicit(&e->pf_read, memory_order_relaxed);
 }
 
@@ -1947,6 +2081,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->hbm = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
+  e->gclaim = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1));
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
   // a guest needs a core of its own: with as many workers as CPUs it would
@@ -1968,7 +2103,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->gclaim || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

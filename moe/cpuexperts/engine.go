@@ -154,9 +154,15 @@ type Config struct {
 	// their parked sums into the slot outputs themselves (one pass, no f32
 	// copy). Results do not depend on it.
 	DownViaF32 bool
-	// PrefetchHints has prefetch tasks (Layer.Prefetch) issue prefetcht1
-	// hints instead of one load per line.
-	PrefetchHints bool
+	// PrefetchHow is how prefetch tasks (Layer.Prefetch) read a line:
+	// PrefetchLoads (the default), PrefetchHints or PrefetchDemote.
+	PrefetchHow PrefetchHow
+	// OwnedDecode makes each worker of a one-token (fused) decode task take
+	// first the gate/up row blocks it owns, blocks assigned by expert id, and
+	// a prefetch task read those blocks on their owners, so that a task
+	// after a right prediction finds them in its cores' own L2 (a line in
+	// another core's L2 costs about a memory access on the device's Xeon).
+	OwnedDecode bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -362,7 +368,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
-	cc.pf_hint = b2i(cfg.PrefetchHints)
+	cc.pf_hint = C.int(cfg.PrefetchHow)
+	cc.owned = b2i(cfg.OwnedDecode)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))
@@ -425,6 +432,15 @@ const HybridSpinWait = 1500 * time.Microsecond
 
 // DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
 const DefaultDecodeHeadPrefetch = -1
+
+// PrefetchHow is how a prefetch task reads each line (Config.PrefetchHow).
+type PrefetchHow int
+
+const (
+	PrefetchLoads  PrefetchHow = iota // one load per line
+	PrefetchHints                     // prefetcht1 hints
+	PrefetchDemote                    // a load, then cldemote to the shared L3
+)
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048

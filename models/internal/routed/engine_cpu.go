@@ -103,10 +103,14 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if spinWait == 0 && !isCPU {
 		spinWait = cpuexperts.HybridSpinWait // nothing else runs on the workers' cores
 	}
+	pfMode, err := prefetchMode()
+	if err != nil {
+		return nil, err
+	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
-		Trace: os.Getenv(TimingEnv) == "1"})
+		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfMode == "owned"})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}

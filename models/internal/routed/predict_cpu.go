@@ -4,15 +4,33 @@ package routed
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/tensor"
 )
 
-// PrefetchEnv names the environment variable that, set to 0, turns off the
-// hybrid step's next-layer expert prefetch (predictor).
+// PrefetchEnv names the environment variable that chooses the hybrid
+// step's next-layer expert prefetch (predictor): unset or "owned" (the
+// default: each engine worker reads the gate/up blocks it will compute,
+// cpuexperts.Config.OwnedDecode), "shared" (the workers read the predicted
+// experts' weights in chunks, whoever computes them) or "0" (none).
 const PrefetchEnv = "KT_HYBRID_PREFETCH"
+
+// prefetchMode reads PrefetchEnv: "owned", "shared" or "off".
+func prefetchMode() (string, error) {
+	switch v := os.Getenv(PrefetchEnv); v {
+	case "", "owned", "1":
+		return "owned", nil
+	case "shared":
+		return v, nil
+	case "0", "off":
+		return "off", nil
+	default:
+		return "", fmt.Errorf("%s=%s: want owned (the default), shared or 0", PrefetchEnv, v)
+	}
+}
 
 // predictMaxTokens is the most tokens a step may have for the hybrid step
 // to predict and prefetch its experts: beyond a few tokens per expert the
@@ -36,17 +54,18 @@ type predictor struct {
 	pin                   *cuda.HostBuffer // i32 [predictMaxTokens][k]
 	ids                   []int32
 	h, logits, wts, idDev backend.Tensor
-	queued                []int // per model layer: tokens of the prediction the layer's hand-off reads (0: none)
+	queued                []int  // per model layer: tokens of the prediction the layer's hand-off reads (0: none)
+	mode                  string // prefetchMode's
 }
 
 // newPredictor allocates the predictor's buffers (nil, nil when
 // PrefetchEnv turns it off).
 func newPredictor(g *gpuLink, nLayers int) (*predictor, error) {
-	off, err := envChoice(PrefetchEnv, "1", "0")
-	if err != nil || off {
+	mode, err := prefetchMode()
+	if err != nil || mode == "off" {
 		return nil, err
 	}
-	p := &predictor{queued: make([]int, nLayers)}
+	p := &predictor{queued: make([]int, nLayers), mode: mode}
 	be, T := g.be, predictMaxTokens
 	if p.ev, err = be.Device().NewEvent(false); err != nil {
 		return nil, fmt.Errorf("hybrid step prefetch: %w", err)
@@ -142,7 +161,7 @@ func (p *predictor) describe() string {
 	if p == nil {
 		return "; no next-layer expert prefetch (" + PrefetchEnv + "=0)"
 	}
-	return fmt.Sprintf("; next-layer expert prefetch at up to %d tokens", predictMaxTokens)
+	return fmt.Sprintf("; next-layer expert prefetch at up to %d tokens (%s)", predictMaxTokens, p.mode)
 }
 
 // close frees the predictor's event and pinned buffer (the device
