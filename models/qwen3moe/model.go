@@ -57,9 +57,12 @@ type Runner struct {
 	norm           backend.Tensor
 	lmHead         backend.Tensor
 
-	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed *routed.Experts   // what computes the routed experts
-	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
+	lo     *block.LoRAs    // non-expert LoRA adapters (nil: none)
+	routed *routed.Experts // what computes the routed experts
+	// the first MoE layer and, per layer, the next one (routed.Order)
+	firstMoE int
+	nextMoE  []int
+	moe      []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, tmp, gate, up backend.Tensor
@@ -84,6 +87,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
+	r.firstMoE, r.nextMoE = routed.Order(r.moe)
 	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -247,8 +251,8 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe { // the hybrid step predicts the layer's experts before the attention
-			if err := r.routed.Predict(l, r.x, L.postNorm, L.router, eps, n); err != nil {
+		if L.moe && l == r.firstMoE { // the hybrid step's prefetch: see routed.Experts.PredictNext
+			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
 				return err
 			}
 		}
@@ -258,7 +262,16 @@ func (r *Runner) layersForward(n int) error {
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Forward(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
+			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
+				return err
+			}
+			if next := r.nextMoE[l]; next >= 0 {
+				N := &r.layers[next]
+				if err := r.routed.PredictNext(next, r.x, nil, N.postNorm, N.router, eps, n); err != nil {
+					return err
+				}
+			}
+			if err := r.routed.Join(l, r.tmp, n); err != nil {
 				return err
 			}
 		} else {

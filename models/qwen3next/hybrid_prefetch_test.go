@@ -62,11 +62,12 @@ func TestHybridPrefetch(t *testing.T) {
 		timing := r.HybridTiming()
 		t.Logf("%s: %s", name, timing)
 		m := mbRe.FindStringSubmatch(timing)
+		// piecewise decode steps prefetch; others have no idle time to fill
 		if on && graph == "" && (m == nil || func() bool { v, _ := strconv.ParseFloat(m[1], 64); return v <= 0 }()) {
 			t.Fatalf("%s: no predicted experts prefetched (timing %q)", name, timing)
 		}
-		if !on && m != nil {
-			t.Fatalf("%s: prefetched with %s=0: %q", name, routed.PrefetchEnv, m[0])
+		if (!on || graph != "") && m != nil {
+			t.Fatalf("%s: prefetched (%s=%s, %s=%s): %q", name, routed.PrefetchEnv, prefetch, routed.GraphEnv, graph, m[0])
 		}
 		return lps
 	}

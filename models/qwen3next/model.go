@@ -84,6 +84,8 @@ type Runner struct {
 	cfg            *Config
 	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed         *routed.Experts   // what computes the routed experts
+	firstMoE       int               // the first MoE layer and, per layer, the next one (routed.Order)
+	nextMoE        []int
 	moe            []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 	la             backend.LinearAttention
 	prefix         string // "model." or "model.language_model."
@@ -130,6 +132,7 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
+	r.firstMoE, r.nextMoE = routed.Order(r.moe)
 	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -538,8 +541,8 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe { // the hybrid step predicts the layer's experts before the attention
-			if err := r.routed.Predict(l, r.x, L.postNorm, L.router, eps, n); err != nil {
+		if L.moe && l == r.firstMoE { // the hybrid step's prefetch: see routed.Experts.PredictNext
+			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
 				return err
 			}
 		}
@@ -573,6 +576,12 @@ func (r *Runner) layersForward(n int) error {
 			L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
 			be.MatMul(r.seS, r.h, L.seScale, n)
 			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
+			if next := r.nextMoE[l]; next >= 0 {
+				N := &r.layers[next]
+				if err := r.routed.PredictNext(next, r.x, r.tmp2, N.postNorm, N.router, eps, n); err != nil {
+					return err
+				}
+			}
 			if err := r.routed.Join(l, r.tmp, n); err != nil {
 				return err
 			}

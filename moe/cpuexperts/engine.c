@@ -51,6 +51,11 @@
 #define AMX_NXL_BF16 4
 #define AMX_NXL_S8 0
 
+// kt_cursor is an atomic counter on a line pair of its own.
+typedef struct {
+  _Alignas(LINE) _Atomic int v;
+} kt_cursor;
+
 // kt_pfreg is one region a prefetch task reads: rows of rb bytes, stride
 // bytes apart; chunks c0.. of the pool's chunk sequence are its.
 typedef struct {
@@ -169,7 +174,11 @@ struct kt_engine {
   _Atomic int* hbd;   // per hidden block: down items finished (fused path; phased pipeline: of every pool)
   _Atomic int* hbm;   // phased pipeline, per hidden block: merge items finished (all pools)
   _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
-  _Atomic int* gclaim; // owned path (cfg.owned): per gate/up item, = seq once taken
+  // owned path (cfg.owned): the gate/up items of each worker in expert
+  // order (oitems[ooff[w] .. ooff[w]+ocnt[w]), set by owned_setup) and the
+  // cursor its owner, then thieves, take them by (one line pair each)
+  int *oitems, *ooff, *ocnt;
+  kt_cursor* ocur;
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
@@ -909,17 +918,13 @@ static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
 // (cfg.owned; then every T-th): block blk of x belongs to (x*nb + blk) % T,
 // which depends on the expert's id only, so that a prefetch task of the
 // predicted experts reads each block on the core that will compute it.
+static inline int block_owner(int x, int blk, int nb, int T) { return (int)(((int64_t)x * nb + blk) % T); }
+
 static inline int owned_block(int x, int nb, int T, int me) {
   int o = (int)(((int64_t)x * nb) % T);
   return ((me - o) % T + T) % T;
 }
 
-// claim_item takes an owned-path item for the task seq: 1 when this
-// caller took it.
-static inline int claim_item(_Atomic int* c, int seq) {
-  int v = atomic_load_explicit(c, memory_order_relaxed);
-  return v != seq && atomic_compare_exchange_strong_explicit(c, &v, seq, memory_order_relaxed, memory_order_relaxed);
-}
 
 
 // pf_add appends to pool p's regions the rows x rb bytes at base, stride
@@ -1227,6 +1232,28 @@ static void fused_gather(kt_engine* e, int x, int64_t asz) {
   for (int spins = 0; atomic_load_explicit(st, memory_order_acquire) != 2;) spin_pause(&spins);
 }
 
+// owned_setup lists each worker's gate/up items of the fused task in
+// expert order (cfg.owned): item a*nb + blk goes to its block's owner.
+static void owned_setup(kt_engine* e) {
+  int T = e->pools[0].nthreads, nb = e->l->inter_p[0] / KT_NB;
+  for (int w = 0; w < T; w++) {
+    e->ocnt[w] = 0;
+    atomic_store_explicit(&e->ocur[w].v, 0, memory_order_relaxed);
+  }
+  for (int a = 0; a < e->nactive; a++)
+    for (int blk = 0; blk < nb; blk++) e->ocnt[block_owner(e->active[a], blk, nb, T)]++;
+  for (int w = 0, o = 0; w < T; w++) {
+    e->ooff[w] = o;
+    o += e->ocnt[w];
+    e->ocnt[w] = 0;
+  }
+  for (int a = 0; a < e->nactive; a++)
+    for (int blk = 0; blk < nb; blk++) {
+      int w = block_owner(e->active[a], blk, nb, T);
+      e->oitems[e->ooff[w] + e->ocnt[w]++] = a * nb + blk;
+    }
+}
+
 // fused_gate_up runs gate/up item `item` of the fused path; the last item
 // of an expert quantizes its h rows for down and marks them ready.
 static void fused_gate_up(kt_engine* e, kt_worker* w, kt_pool* P, int item, int nb, int64_t asz) {
@@ -1267,23 +1294,19 @@ static void run_job_fused(kt_worker* w) {
 
   // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB).
   // Owned items (cfg.owned): each worker first takes the items it owns
-  // (owned_block: the ones a prefetch task read into its caches), then any
-  // left; otherwise in counter order.
+  // (owned_setup's lists: the blocks a prefetch task read into its
+  // caches), then the other workers' left; otherwise in counter order.
   int nb = I / KT_NB;
   int items = na * nb;
   if (e->cfg.owned) {
+    // its own list first, then the others' in turn (a guest only steals)
     int T = P->nthreads, me = w->local;
-    for (int a = 0; a < na && me >= 0; a++)
-      for (int blk = owned_block(e->active[a], nb, T, me); blk < nb; blk += T)
-        if (claim_item(&e->gclaim[a * nb + blk], e->seq)) {
-          fused_gate_up(e, w, P, a * nb + blk, nb, asz);
-          nitems++;
-        }
-    int start = me >= 0 ? (int)((int64_t)me * items / T) : 0;
-    for (int i = 0; i < items; i++) {
-      item = (start + i) % items;
-      if (claim_item(&e->gclaim[item], e->seq)) {
-        fused_gate_up(e, w, P, item, nb, asz);
+    for (int v = me >= 0 ? 0 : 1; v <= T; v++) {
+      int o = ((me >= 0 ? me : 0) + v) % T;
+      if (v == T && me >= 0) break;
+      int j;
+      while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
+        fused_gate_up(e, w, P, e->oitems[e->ooff[o] + j], nb, asz);
         nitems++;
       }
     }
@@ -1562,6 +1585,7 @@ static void routed_setup(kt_engine* e) {
     int H = e->l->hidden;
     e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
+    if (e->cfg.owned) owned_setup(e);
   }
 }
 
@@ -1973,7 +1997,10 @@ static void free_engine(kt_engine* e) {
   free((void*)e->hbd);
   free((void*)e->hbm);
   free((void*)e->tokst);
-  free((void*)e->gclaim);
+  free(e->oitems);
+  free(e->ooff);
+  free(e->ocnt);
+  free(e->ocur);
   free(e->blk_tiled);
   free((void*)e->tr_wend);
   free((void*)e->tr_wseen);
@@ -2081,7 +2108,10 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->hbm = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
-  e->gclaim = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1));
+  e->oitems = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1));
+  e->ooff = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
+  e->ocnt = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
+  e->ocur = (kt_cursor*)xalloc(sizeof(kt_cursor) * (size_t)(e->nthreads + 1));
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
   // a guest needs a core of its own: with as many workers as CPUs it would
@@ -2103,7 +2133,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->gclaim || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

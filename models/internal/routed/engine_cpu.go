@@ -300,11 +300,11 @@ func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []flo
 
 // predict queues the prediction of layer l's expert picks in the hybrid
 // step (gpuLink.predict; a no-op otherwise).
-func (x *engine) predict(l int, h, norm, router backend.Tensor, eps float32, n int) error {
+func (x *engine) predict(l, at int, h, add, norm, router backend.Tensor, eps float32, n int) error {
 	if x.gpu == nil {
 		return nil
 	}
-	return x.gpu.predict(l, h, norm, router, eps, n)
+	return x.gpu.predict(l, at, h, add, norm, router, eps, n)
 }
 
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).

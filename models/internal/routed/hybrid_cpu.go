@@ -400,7 +400,7 @@ func (g *gpuLink) graphForm() string {
 // handoff is layer l's host work between two pieces of a piecewise step
 // of n rows: wait for the layer's copies to host, run its CPU experts.
 func (g *gpuLink) handoff(l, n int) func() error {
-	pn := g.pred.queuedFor(l) // this step queued a prediction for the layer
+	sn, next, nn := g.pred.take(l) // this step's predictions: layer l's at its start, the next layer's
 	return func() error {
 		var d int
 		var pending bool
@@ -419,8 +419,8 @@ func (g *gpuLink) handoff(l, n int) func() error {
 		if g.timing != nil {
 			t0 = time.Now()
 		}
-		if pn > 0 {
-			if err := g.prefetch(l, pn); err != nil {
+		if sn > 0 {
+			if err := g.prefetch(atStart, l, sn); err != nil {
 				return err
 			}
 		}
@@ -433,6 +433,9 @@ func (g *gpuLink) handoff(l, n int) func() error {
 		err := g.runCPU(l, n, d, pending)
 		if g.timing != nil {
 			g.timing.add(l, t0, t1, time.Now())
+		}
+		if err == nil && nn > 0 { // while the next pieces run
+			err = g.prefetch(atNext, next, nn)
 		}
 		return err
 	}
@@ -625,11 +628,6 @@ func (g *gpuLink) start(l int, out, h, wts, ids backend.Tensor, n int) error {
 		}
 		if gw != nil {
 			g.be.MoE(out, h, gw, wts, ids, n) // runs while the CPU computes its share
-		}
-		if pn := g.pred.queuedFor(l); pn > 0 {
-			if err := g.prefetch(l, pn); err != nil {
-				return err
-			}
 		}
 		if err := g.wait(); err != nil {
 			return err

@@ -37,25 +37,35 @@ func prefetchMode() (string, error) {
 // CPU experts are bound by arithmetic more than by memory.
 const predictMaxTokens = 8
 
-// predictor is the hybrid step's next-layer expert prefetch. At the start
-// of a MoE layer, before its attention, the GPU applies the layer's router
-// to the residual entering the layer (normed as the router's input is after
-// the attention) and copies the top-k ids to pinned memory; the thread that
-// runs the CPU experts waits for them and queues an engine prefetch task
-// (cpuexperts.Layer.Prefetch), which reads those experts' weights into the
-// workers' caches while the GPU runs the attention and the CPU would
-// otherwise idle. On the 8-layer synthetic Qwen3.5 checkpoint the predicted
-// ids are 62-95 % of the real picks on Gated DeltaNet layers and 26-28 % on
-// the attention layers (docs/notes/hybrid.md); a wrong prediction costs
-// memory bandwidth in time the engine is idle, and the prefetch stops as
-// soon as the layer's task is queued.
+// predictor is the hybrid step's next-layer expert prefetch. While the CPU
+// computes MoE layer l's routed experts, the GPU, otherwise idle then,
+// applies the next MoE layer's router to what it has of that layer's input
+// (the residual after layer l's attention plus its shared expert: all but
+// the routed experts' share) and copies the top-k ids to pinned memory; as
+// soon as layer l's task is done, the thread that runs the CPU experts
+// queues an engine prefetch task (cpuexperts.Layer.Prefetch) of those
+// experts, which reads their weights into the workers' caches while the GPU
+// runs the next layer's attention. The step's first MoE layer has no layer
+// before it: its prediction (from the residual entering it) is made at its
+// start and read before its hand-off. On the 8-layer synthetic Qwen3.5
+// checkpoint the predicted ids are 51-87 % of the real picks on the Gated
+// DeltaNet layers and 25-28 % on the attention layers (docs/notes/hybrid.md,
+// session 16); a wrong prediction costs memory bandwidth in time the engine
+// is idle, and the prefetch stops as soon as the layer's task is queued.
 type predictor struct {
-	ev                    *cuda.Event
-	pin                   *cuda.HostBuffer // i32 [predictMaxTokens][k]
-	ids                   []int32
-	h, logits, wts, idDev backend.Tensor
-	queued                []int  // per model layer: tokens of the prediction the layer's hand-off reads (0: none)
-	mode                  string // prefetchMode's
+	slots                    [2]predSlot // atStart, next
+	h, x, logits, wts, idDev backend.Tensor
+	mode                     string // prefetchMode's
+	next, nextN              int    // the prediction queued since the last hand-off was made (nextN 0: none)
+	startN                   []int  // per model layer: tokens of the at-start prediction its hand-off reads
+}
+
+// predSlot is one prediction's pinned ids and the event recorded after
+// their copy.
+type predSlot struct {
+	ev  *cuda.Event
+	pin *cuda.HostBuffer // i32 [predictMaxTokens][k]
+	ids []int32
 }
 
 // newPredictor allocates the predictor's buffers (nil, nil when
@@ -65,22 +75,25 @@ func newPredictor(g *gpuLink, nLayers int) (*predictor, error) {
 	if err != nil || mode == "off" {
 		return nil, err
 	}
-	p := &predictor{queued: make([]int, nLayers), mode: mode}
+	p := &predictor{startN: make([]int, nLayers), mode: mode}
 	be, T := g.be, predictMaxTokens
-	if p.ev, err = be.Device().NewEvent(false); err != nil {
-		return nil, fmt.Errorf("hybrid step prefetch: %w", err)
+	for i := range p.slots {
+		sl := &p.slots[i]
+		if sl.ev, err = be.Device().NewEvent(false); err == nil {
+			sl.pin, err = be.Device().AllocHost(int64(T * g.k * 4))
+		}
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("hybrid step prefetch: %w", err)
+		}
+		sl.ids = cuda.HostSlice[int32](sl.pin)
 	}
-	if p.pin, err = be.Device().AllocHost(int64(T * g.k * 4)); err != nil {
-		p.close()
-		return nil, fmt.Errorf("hybrid step prefetch: %w", err)
-	}
-	p.ids = cuda.HostSlice[int32](p.pin)
 	for _, a := range []struct {
 		dst   *backend.Tensor
 		dt    tensor.DType
 		shape []int
 	}{
-		{&p.h, tensor.F32, []int{T, g.hid}}, {&p.logits, tensor.F32, []int{T, g.experts}},
+		{&p.h, tensor.F32, []int{T, g.hid}}, {&p.x, tensor.F32, []int{T, g.hid}}, {&p.logits, tensor.F32, []int{T, g.experts}},
 		{&p.wts, tensor.F32, []int{T, g.k}}, {&p.idDev, tensor.I32, []int{T, g.k}},
 	} {
 		if *a.dst, err = be.Alloc(a.dt, a.shape...); err != nil {
@@ -91,16 +104,24 @@ func newPredictor(g *gpuLink, nLayers int) (*predictor, error) {
 	return p, nil
 }
 
-// predict queues the prediction of layer l's expert picks for n tokens
-// from x, the residual entering the layer (engine.predict).
-func (g *gpuLink) predict(l int, x, norm, router backend.Tensor, eps float32, n int) error {
+// predict queues, in a piecewise decode step of n tokens, the prediction
+// of MoE layer l's picks from x (+ add when not nil) normed with norm, at
+// point at (engine.predict). Other steps predict nothing: their CPU experts
+// run between the GPU's ops, with no idle time to fill.
+func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps float32, n int) error {
 	p := g.pred
 	if p == nil {
 		return nil
 	}
-	p.queued[l] = 0
-	if n < 1 || n > predictMaxTokens || g.allGPU[l] || g.lw.use(n) || g.graphStep() || g.waitMode == "stream" {
+	if at == atStart {
+		p.startN[l] = 0
+	}
+	if n < 1 || n > predictMaxTokens || g.allGPU[l] || !g.pieceStep() {
 		return nil
+	}
+	if add != nil {
+		g.be.Add(p.x, x, add, n)
+		x = p.x
 	}
 	g.be.RMSNorm(p.h, x, norm, eps, n)
 	g.be.MatMul(p.logits, p.h, router, n)
@@ -109,32 +130,32 @@ func (g *gpuLink) predict(l int, x, norm, router backend.Tensor, eps float32, n 
 	if err != nil {
 		return err
 	}
-	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: p.pin, Dev: ib, N: int64(n * g.k * 4)}); err != nil {
+	sl := &p.slots[at]
+	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: sl.pin, Dev: ib, N: int64(n * g.k * 4)}); err != nil {
 		return err
 	}
-	if g.pieceStep() {
-		err = p.ev.RecordExternal(g.s)
+	if err := sl.ev.RecordExternal(g.s); err != nil {
+		return err
+	}
+	if at == atStart {
+		p.startN[l] = n
 	} else {
-		err = p.ev.Record(g.s)
+		p.next, p.nextN = l, n
 	}
-	if err != nil {
-		return err
-	}
-	p.queued[l] = n
 	return nil
 }
 
-// prefetch waits for the prediction queued for layer l (n tokens) and
+// prefetch waits for the prediction at point at of layer l (n tokens) and
 // queues the engine's prefetch of the predicted experts.
-func (g *gpuLink) prefetch(l, n int) error {
-	p := g.pred
+func (g *gpuLink) prefetch(at, l, n int) error {
+	sl := &g.pred.slots[at]
 	if g.waitMode == "block" {
-		if err := p.ev.Synchronize(); err != nil {
+		if err := sl.ev.Synchronize(); err != nil {
 			return err
 		}
 	} else {
 		for {
-			done, err := p.ev.Done()
+			done, err := sl.ev.Done()
 			if err != nil {
 				return err
 			}
@@ -143,17 +164,20 @@ func (g *gpuLink) prefetch(l, n int) error {
 			}
 		}
 	}
-	g.x.layers[l].Prefetch(p.ids[:n*g.k])
+	g.x.layers[l].Prefetch(sl.ids[:n*g.k])
 	return nil
 }
 
-// queuedFor returns the tokens of the prediction queued for layer l (0:
-// none), read when the layer's hand-off is made.
-func (p *predictor) queuedFor(l int) int {
+// take returns, when a hand-off is made for layer l, the tokens of layer
+// l's at-start prediction (0: none) and the layer and tokens of the
+// next-layer prediction queued since the last hand-off (nn 0: none).
+func (p *predictor) take(l int) (sn, next, nn int) {
 	if p == nil {
-		return 0
+		return 0, 0, 0
 	}
-	return p.queued[l]
+	sn, next, nn = p.startN[l], p.next, p.nextN
+	p.nextN = 0
+	return sn, next, nn
 }
 
 // describe says whether the step prefetches, for the expert path.
@@ -164,16 +188,18 @@ func (p *predictor) describe() string {
 	return fmt.Sprintf("; next-layer expert prefetch at up to %d tokens (%s)", predictMaxTokens, p.mode)
 }
 
-// close frees the predictor's event and pinned buffer (the device
+// close frees the predictor's events and pinned buffers (the device
 // tensors go with the backend).
 func (p *predictor) close() {
 	if p == nil {
 		return
 	}
-	if p.ev != nil {
-		_ = p.ev.Destroy()
-	}
-	if p.pin != nil {
-		_ = p.pin.Free()
+	for _, sl := range p.slots {
+		if sl.ev != nil {
+			_ = sl.ev.Destroy()
+		}
+		if sl.pin != nil {
+			_ = sl.pin.Free()
+		}
 	}
 }

@@ -416,18 +416,52 @@ func (x *Experts) record(rec models.ExpertRecorder, l int, ids backend.Tensor, n
 	return nil
 }
 
-// Predict queues, in the hybrid step, the prediction of MoE layer l's
-// expert picks for its n rows from x, the residual entering the layer:
-// its router applied to x normed with norm (the norm its router's input
-// takes after the attention), and the CPU reads the predicted experts'
-// weights into its caches while the GPU runs the layer's attention
-// (routed's predictor). Call it before the layer's attention; on every
-// other path it does nothing.
-func (x *Experts) Predict(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
+// Order returns the first MoE layer of layers (nil for dense ones; -1 when
+// there is none) and, per layer, the next MoE layer after it (-1: none):
+// where a model calls PredictAtStart and PredictNext.
+func Order(layers []*Weights) (first int, next []int) {
+	first, next = -1, make([]int, len(layers))
+	n := -1
+	for l := len(layers) - 1; l >= 0; l-- {
+		next[l] = n
+		if layers[l] != nil {
+			n = l
+		}
+	}
+	return n, next
+}
+
+// Prediction points of the hybrid step's next-layer expert prefetch.
+const (
+	atStart = iota // at the layer's start, read before its hand-off
+	atNext         // during the previous MoE layer's CPU experts, read after its hand-off
+)
+
+// PredictNext queues, in the hybrid step, between the Start and the Join of
+// the MoE layer before MoE layer l, the prediction of layer l's expert
+// picks for its n rows: its router applied to xres + add (add may be nil;
+// the residual after the earlier layer's attention plus its shared expert)
+// normed with norm (the norm its router's input takes). The GPU computes it
+// while the CPU computes the earlier layer's routed experts, and the CPU
+// then reads the predicted experts' weights into its caches while the GPU
+// runs layer l's attention (routed's predictor). On every other path it
+// does nothing.
+func (x *Experts) PredictNext(l int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
+	return x.predict(l, atNext, xres, add, norm, router, eps, n)
+}
+
+// PredictAtStart is PredictNext for the first MoE layer, which has no MoE
+// layer before it: called before its attention, with the residual entering
+// it; its hand-off waits for the prediction before it waits for the layer.
+func (x *Experts) PredictAtStart(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
+	return x.predict(l, atStart, xres, nil, norm, router, eps, n)
+}
+
+func (x *Experts) predict(l, at int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
 	if x.engine == nil {
 		return nil
 	}
-	if err := x.engine.predict(l, xres, norm, router, eps, n); err != nil {
+	if err := x.engine.predict(l, at, xres, add, norm, router, eps, n); err != nil {
 		return fmt.Errorf("%s: layer %d expert prediction: %w", x.rb.Name, l, err)
 	}
 	return nil
