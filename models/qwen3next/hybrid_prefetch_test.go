@@ -15,8 +15,7 @@ import (
 )
 
 // TestHybridPrefetch runs the hybrid step's greedy decode (piecewise graphs
-// and op by op) with the next-layer expert prefetch (owned and shared) and
-// without it: the
+// and op by op) with the next-layer expert prefetch and without it: the
 // logprobs must be the same bits (a prefetch only reads weights), the path
 // must say which, and with it the engine must have been handed predicted
 // experts to read (the timing report's prefetch line). It skips without a
@@ -72,8 +71,8 @@ func TestHybridPrefetch(t *testing.T) {
 		return lps
 	}
 	base := run("no prefetch", "0", "")
-	for _, c := range []struct{ name, mode, graph string }{{"owned prefetch, piecewise graphs", "", ""},
-		{"shared prefetch, piecewise graphs", "shared", ""}, {"owned prefetch, op by op", "owned", "0"}} {
+	for _, c := range []struct{ name, mode, graph string }{{"prefetch, piecewise graphs", "", ""},
+		{"prefetch, op by op", "1", "0"}} {
 		got := run(c.name, c.mode, c.graph)
 		for i := range base {
 			for v := range base[i] {

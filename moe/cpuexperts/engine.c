@@ -451,26 +451,28 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
 static void run_job_fused(kt_worker* w);
 static int amx_kernel(kt_kernel k);
 
+// panel_bytes is the bytes of one 16-row panel of a packed matrix of k
+// columns in format fmt (0: not a packed format).
+static inline int64_t panel_bytes(int fmt, int64_t k) {
+  switch (fmt) {
+    case KT_FMT_I4_PK:
+    case KT_FMT_I4G_PK:
+      return 8 * k;
+    case KT_FMT_I8_PK:
+      return 16 * k;
+    case KT_FMT_BF16_PK:
+      return 32 * k;
+  }
+  return 0;
+}
+
 // head_prefetch asks for the first bytes of the weight run of rows [n0,
 // n0+KT_NB) of a packed matrix (one contiguous run) and of their scales: the
 // kernel's own prefetch runs ahead of its reads and never covers the start,
 // where each decode item would otherwise wait a memory latency per line.
 static inline void head_prefetch(const kt_engine* e, const kt_mat* W, int n0) {
-  int64_t per16;  // bytes per 16-row panel
-  switch (e->l->fmt) {
-    case KT_FMT_I4_PK:
-    case KT_FMT_I4G_PK:
-      per16 = (int64_t)8 * W->k;
-      break;
-    case KT_FMT_I8_PK:
-      per16 = (int64_t)16 * W->k;
-      break;
-    case KT_FMT_BF16_PK:
-      per16 = (int64_t)32 * W->k;
-      break;
-    default:
-      return;
-  }
+  int64_t per16 = panel_bytes(e->l->fmt, W->k);
+  if (!per16) return;
   const char* p = (const char*)W->w + (int64_t)(n0 / 16) * per16;
   for (int o = 0; o < e->dec_head; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
   if (W->scale && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->scale + n0), _MM_HINT_T0);
@@ -513,20 +515,10 @@ static inline int y_ld(const kt_engine* e) { return e->pipe ? e->pr4 : e->l->hid
 // formats the AMX kernels read, and their length, or NULL (other formats,
 // rows past the end): what a kernel call prefetches into L2 for the next.
 static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64_t* nb) {
-  int64_t k = W->k;
-  if (n0 < 0 || n0 + KT_NB > W->n || !e->pf_tiled || e->rm_pack) return NULL;
-  switch (e->l->fmt) {
-    case KT_FMT_BF16_PK:
-      *nb = KT_NB * k * 2;
-      return (const char*)W->w + (int64_t)(n0 / 16) * 32 * k;
-    case KT_FMT_I8_PK:
-      *nb = KT_NB * k;
-      return (const char*)W->w + (int64_t)n0 * k;
-    case KT_FMT_I4_PK:
-      *nb = KT_NB * k / 2;
-      return (const char*)W->w + (int64_t)(n0 / 16) * 8 * k;
-  }
-  return NULL;
+  int64_t per16 = panel_bytes(e->l->fmt, W->k);
+  if (n0 < 0 || n0 + KT_NB > W->n || !e->pf_tiled || e->rm_pack || !per16 || e->l->fmt == KT_FMT_I4G_PK) return NULL;
+  *nb = 2 * per16;
+  return (const char*)W->w + (int64_t)(n0 / 16) * per16;
 }
 
 // KT_MCH_BF16 and KT_MCH_S8 are the prefill tokens per kernel call when
@@ -970,23 +962,16 @@ static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
 
 // pf_read reads the lines of bytes [lo, hi) of region r, one load a line
 // (sequential loads, which the L2 streamer runs ahead of, as the read probe;
-// returns a value that depends on every load, so none is dropped).
-__attribute__((target("cldemote"))) static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi, int hint) {
+// returns a value that depends on every load, so none is dropped). Measured
+// against prefetcht1 hints and loads followed by cldemote (session 16 calls
+// 1-2): no faster.
+static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi) {
   int64_t row = lo / r->rb, o = lo % r->rb;
   uint32_t acc = 0;
   while (lo < hi) {
     int64_t seg = r->rb - o < hi - lo ? r->rb - o : hi - lo;
     const char* a = r->p + row * r->stride + o;
-    if (hint == 1)
-      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64)
-        _mm_prefetch((const char*)q, _MM_HINT_T1);
-    else if (hint == 2)  // then pushed out to the shared L3 (a no-op hint on CPUs without cldemote)
-      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) {
-        acc += *(const uint8_t*)q;
-        __builtin_ia32_cldemote((void*)q);
-      }
-    else
-      for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) acc += *(const uint8_t*)q;
+    for (uintptr_t q = (uintptr_t)a & ~(uintptr_t)63; q < (uintptr_t)(a + seg); q += 64) acc += *(const uint8_t*)q;
     lo += seg;
     row++;
     o = 0;
@@ -998,35 +983,18 @@ __attribute__((target("cldemote"))) static uint32_t pf_read(const kt_pfreg* r, i
 // and s, c to their scales and corrections (rows 0 when there are none);
 // returns the bytes of all three.
 static int64_t pf_block(int fmt, const kt_mat* W, int n0, kt_pfreg* r, kt_pfreg* s, kt_pfreg* c) {
-  int64_t k = W->k, per16 = 0, sper16 = 0;
+  int64_t k = W->k, per16 = panel_bytes(fmt, k), sper16 = 16 * 4;  // scales: 16 rows of one per row
   memset(r, 0, sizeof *r);
   memset(s, 0, sizeof *s);
   memset(c, 0, sizeof *c);
-  switch (fmt) {
-    case KT_FMT_BF16_RM:
-    case KT_FMT_FP8_RM: {
-      int64_t esz = fmt == KT_FMT_BF16_RM ? 2 : 1;
-      *r = (kt_pfreg){(const char*)W->w + (int64_t)n0 * W->ld * esz, KT_NB, k * esz, W->ld * esz, 0};
-      return KT_NB * k * esz;
-    }
-    case KT_FMT_BF16_PK:
-      per16 = 32 * k;
-      break;
-    case KT_FMT_I8_PK:
-      per16 = 16 * k;
-      sper16 = 16 * 4;
-      break;
-    case KT_FMT_I4_PK:
-      per16 = 8 * k;
-      sper16 = 16 * 4;
-      break;
-    case KT_FMT_I4G_PK:
-      per16 = 8 * k;
-      sper16 = W->group > 0 ? k / W->group * 16 * 4 : 0;
-      break;
-    default:
-      return 0;
+  if (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM) {
+    int64_t esz = fmt == KT_FMT_BF16_RM ? 2 : 1;
+    *r = (kt_pfreg){(const char*)W->w + (int64_t)n0 * W->ld * esz, KT_NB, k * esz, W->ld * esz, 0};
+    return KT_NB * k * esz;
   }
+  if (!per16) return 0;
+  if (fmt == KT_FMT_BF16_PK) sper16 = 0;
+  if (fmt == KT_FMT_I4G_PK) sper16 = W->group > 0 ? k / W->group * 16 * 4 : 0;  // per row and group
   *r = (kt_pfreg){(const char*)W->w + (int64_t)(n0 / 16) * per16, 1, 2 * per16, 0, 0};
   if (W->scale && sper16) *s = (kt_pfreg){(const char*)W->scale + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
   if (W->corr && sper16) *c = (kt_pfreg){(const char*)W->corr + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
@@ -1039,7 +1007,7 @@ static int64_t pf_block(int fmt, const kt_mat* W, int n0, kt_pfreg* r, kt_pfreg*
 static void run_prefetch_owned(kt_worker* w) {
   kt_engine* e = w->e;
   const kt_layer* l = e->l;
-  int T = e->pools[0].nthreads, me = w->local, nb = l->inter_p[0] / KT_NB, hint = e->cfg.pf_hint;
+  int T = e->pools[0].nthreads, me = w->local, nb = l->inter_p[0] / KT_NB;
   int64_t planned = 0, got = 0;
   uint32_t acc = 0;
   int stop = 0;
@@ -1052,7 +1020,7 @@ static void run_prefetch_owned(kt_worker* w) {
         planned += b;
         if (stop || (stop = atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail)) continue;
         for (int j = 0; j < 3; j++)
-          if (r[j].rows) acc += pf_read(&r[j], 0, r[j].rows * r[j].rb, hint);
+          if (r[j].rows) acc += pf_read(&r[j], 0, r[j].rows * r[j].rb);
         got += b;
       }
     }
@@ -1072,7 +1040,7 @@ static void run_prefetch_job(kt_worker* w) {
   }
   kt_pool* P = &e->pools[w->pool];
   const kt_pfreg* R = P->pfreg;
-  int ri = 0, c, hint = e->cfg.pf_hint;
+  int ri = 0, c;
   int64_t got = 0;
   uint32_t acc = 0;
   while ((c = atomic_fetch_add_explicit(&P->pfnext, 1, memory_order_relaxed)) < P->npfch) {
@@ -1080,7 +1048,7 @@ static void run_prefetch_job(kt_worker* w) {
     while (ri + 1 < P->npfreg && R[ri + 1].c0 <= c) ri++;
     int64_t lo = (int64_t)(c - R[ri].c0) * PF_CHUNK, end = R[ri].rows * R[ri].rb;
     int64_t hi = lo + PF_CHUNK < end ? lo + PF_CHUNK : end;
-    acc += pf_read(&R[ri], lo, hi, hint);
+    acc += pf_read(&R[ri], lo, hi);
     got += hi - lo;
   }
   w->pf_sink = acc;

@@ -154,9 +154,6 @@ type Config struct {
 	// their parked sums into the slot outputs themselves (one pass, no f32
 	// copy). Results do not depend on it.
 	DownViaF32 bool
-	// PrefetchHow is how prefetch tasks (Layer.Prefetch) read a line:
-	// PrefetchLoads (the default), PrefetchHints or PrefetchDemote.
-	PrefetchHow PrefetchHow
 	// OwnedDecode makes each worker of a one-token (fused) decode task take
 	// first the gate/up row blocks it owns, blocks assigned by expert id, and
 	// a prefetch task read those blocks on their owners, so that a task
@@ -368,7 +365,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
-	cc.pf_hint = C.int(cfg.PrefetchHow)
 	cc.owned = b2i(cfg.OwnedDecode)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
@@ -432,15 +428,6 @@ const HybridSpinWait = 1500 * time.Microsecond
 
 // DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
 const DefaultDecodeHeadPrefetch = -1
-
-// PrefetchHow is how a prefetch task reads each line (Config.PrefetchHow).
-type PrefetchHow int
-
-const (
-	PrefetchLoads  PrefetchHow = iota // one load per line
-	PrefetchHints                     // prefetcht1 hints
-	PrefetchDemote                    // a load, then cldemote to the shared L3
-)
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048

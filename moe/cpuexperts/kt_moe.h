@@ -140,7 +140,6 @@ typedef struct {
   int merge_pipe;      // phased path: down and merge pipelined by hidden block (default: merge after a barrier behind every down item)
   int merge_ring;      // merge_pipe: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
-  int pf_hint;         // prefetch tasks (kt_prefetch): 0 one load per line, 1 prefetcht1 hints, 2 loads then cldemote
   int owned;           // one-token decode: each worker first takes the gate/up blocks it owns, which a
                        // prefetch task reads on that worker (default: blocks in counter order)
   int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)

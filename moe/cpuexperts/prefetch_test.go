@@ -76,8 +76,8 @@ func TestPrefetch(t *testing.T) {
 	}
 }
 
-// TestPrefetchOwnedDecode checks the owned decode path (Config.OwnedDecode)
-// with every way of reading a line: one- and three-token tasks give the
+// TestPrefetchOwnedDecode checks the owned decode path (Config.OwnedDecode):
+// one- and three-token tasks give the
 // bits of the default path, before and after prefetches of their experts;
 // a prefetch with nothing queued behind reads all it plans, and the plan is
 // the listed experts' gate and up blocks.
@@ -104,50 +104,48 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 			return l
 		}
 		base := newLayer(Config{})
-		for _, how := range []PrefetchHow{PrefetchLoads, PrefetchHints, PrefetchDemote} {
-			l := newLayer(Config{OwnedDecode: true, PrefetchHow: how})
-			for _, tokens := range []int{1, 3} {
-				x, ids, w := RandomBatch(uint64(tokens), tokens, topK, spec.Hidden, spec.Experts)
-				want := make([]float32, tokens*spec.Hidden)
-				if err := base.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: want}); err != nil {
-					t.Fatal(err)
-				}
-				for rep := 0; rep < 3; rep++ {
-					if rep > 0 {
-						l.Prefetch(ids)
-						if rep == 2 {
-							if err := l.e.Sync(); err != nil {
-								t.Fatal(err)
-							}
-						}
-					}
-					got := make([]float32, tokens*spec.Hidden)
-					if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: got}); err != nil {
-						t.Fatal(err)
-					}
-					for i := range got {
-						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%s how %d, %d tokens, rep %d: out[%d] = %g, the default path gave %g", m, how, tokens, rep, i, got[i], want[i])
-						}
-					}
-				}
-			}
-			p0, r0 := l.e.Prefetched()
-			l.Prefetch([]int32{3, 9})
-			if err := l.e.Sync(); err != nil {
+		l := newLayer(Config{OwnedDecode: true})
+		for _, tokens := range []int{1, 3} {
+			x, ids, w := RandomBatch(uint64(tokens), tokens, topK, spec.Hidden, spec.Experts)
+			want := make([]float32, tokens*spec.Hidden)
+			if err := base.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: want}); err != nil {
 				t.Fatal(err)
 			}
-			p1, r1 := l.e.Prefetched()
-			// gate and up of two experts
-			r, k := l.shape(Gate, 0)
-			wb, sb, cb := l.packedSizes(r, k)
-			gu := 2 * 2 * (wb + sb + cb)
-			if m.InPlace() {
-				gu = 2 * 2 * int64(r) * int64(k) * 2
+			for rep := 0; rep < 3; rep++ {
+				if rep > 0 {
+					l.Prefetch(ids)
+					if rep == 2 {
+						if err := l.e.Sync(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				got := make([]float32, tokens*spec.Hidden)
+				if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: got}); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s, %d tokens, rep %d: out[%d] = %g, the default path gave %g", m, tokens, rep, i, got[i], want[i])
+					}
+				}
 			}
-			if d := p1 - p0; d != gu || r1-r0 != d {
-				t.Errorf("%s how %d: prefetch of 2 experts planned %d bytes and read %d; want %d (their gate and up)", m, how, d, r1-r0, gu)
-			}
+		}
+		p0, r0 := l.e.Prefetched()
+		l.Prefetch([]int32{3, 9})
+		if err := l.e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		p1, r1 := l.e.Prefetched()
+		// gate and up of two experts
+		r, k := l.shape(Gate, 0)
+		wb, sb, cb := l.packedSizes(r, k)
+		gu := 2 * 2 * (wb + sb + cb)
+		if m.InPlace() {
+			gu = 2 * 2 * int64(r) * int64(k) * 2
+		}
+		if d := p1 - p0; d != gu || r1-r0 != d {
+			t.Errorf("%s: prefetch of 2 experts planned %d bytes and read %d; want %d (their gate and up)", m, d, r1-r0, gu)
 		}
 	}
 }

@@ -103,14 +103,14 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if spinWait == 0 && !isCPU {
 		spinWait = cpuexperts.HybridSpinWait // nothing else runs on the workers' cores
 	}
-	pfMode, err := prefetchMode()
+	pfOff, err := prefetchOff(pools)
 	if err != nil {
 		return nil, err
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
-		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfMode == "owned"})
+		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == ""})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
@@ -346,7 +346,7 @@ func (x *engine) describe() string {
 			where := ""
 			if x.gpu != nil {
 				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
-				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe() + x.gpu.pred.describe()
+				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe() + x.gpu.describePrefetch()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
 		}

@@ -136,9 +136,10 @@ type gpuLink struct {
 	timing  *handoffTiming   // TimingEnv=1: piecewise hand-off times; nil when off
 	// layerwise prefill (--kt-gpu-prefill-token-threshold; nil when off)
 	// and whether the step begun last takes it
-	lw     *layerwise
-	lwStep bool
-	pred   *predictor // next-layer expert prefetch (nil when PrefetchEnv=0)
+	lw      *layerwise
+	lwStep  bool
+	pred    *predictor // next-layer expert prefetch (nil when off; predOff says why)
+	predOff string
 }
 
 // pinSlot is one slot of pinned buffers of the hybrid step with expert

@@ -11,25 +11,28 @@ import (
 	"github.com/ktserve/kt/tensor"
 )
 
-// PrefetchEnv names the environment variable that chooses the hybrid
-// step's next-layer expert prefetch (predictor): unset or "owned" (the
-// default: each engine worker reads the gate/up blocks it will compute,
-// cpuexperts.Config.OwnedDecode), "shared" (the workers read the predicted
-// experts' weights in chunks, whoever computes them) or "0" (none).
+// PrefetchEnv names the environment variable that, set to 0, turns off
+// the hybrid step's next-layer expert prefetch (predictor).
 const PrefetchEnv = "KT_HYBRID_PREFETCH"
 
-// prefetchMode reads PrefetchEnv: "owned", "shared" or "off".
-func prefetchMode() (string, error) {
+// prefetchOff reports whether the hybrid step of an engine with pools
+// worker pools runs without the prefetch, and why: PrefetchEnv=0, or more
+// than one pool (the prefetch reads each block on the worker that computes
+// it, which only one-pool decode tasks arrange; reading the weights on
+// whichever worker, "shared", decoded slower than no prefetch on the device,
+// session 16 calls 2-3).
+func prefetchOff(pools int) (string, error) {
 	switch v := os.Getenv(PrefetchEnv); v {
-	case "", "owned", "1":
-		return "owned", nil
-	case "shared":
-		return v, nil
-	case "0", "off":
-		return "off", nil
+	case "", "1":
+	case "0":
+		return PrefetchEnv + "=0", nil
 	default:
-		return "", fmt.Errorf("%s=%s: want owned (the default), shared or 0", PrefetchEnv, v)
+		return "", fmt.Errorf("%s=%s: want 1 (the default) or 0", PrefetchEnv, v)
 	}
+	if pools > 1 {
+		return fmt.Sprintf("%d expert pools", pools), nil
+	}
+	return "", nil
 }
 
 // predictMaxTokens is the most tokens a step may have for the hybrid step
@@ -55,9 +58,8 @@ const predictMaxTokens = 8
 type predictor struct {
 	slots                    [2]predSlot // atStart, next
 	h, x, logits, wts, idDev backend.Tensor
-	mode                     string // prefetchMode's
-	next, nextN              int    // the prediction queued since the last hand-off was made (nextN 0: none)
-	startN                   []int  // per model layer: tokens of the at-start prediction its hand-off reads
+	next, nextN              int   // the prediction queued since the last hand-off was made (nextN 0: none)
+	startN                   []int // per model layer: tokens of the at-start prediction its hand-off reads
 }
 
 // predSlot is one prediction's pinned ids and the event recorded after
@@ -69,13 +71,14 @@ type predSlot struct {
 }
 
 // newPredictor allocates the predictor's buffers (nil, nil when
-// PrefetchEnv turns it off).
+// prefetchOff says so; g.predOff then says why).
 func newPredictor(g *gpuLink, nLayers int) (*predictor, error) {
-	mode, err := prefetchMode()
-	if err != nil || mode == "off" {
+	off, err := prefetchOff(g.x.eng.Config().Pools)
+	if err != nil || off != "" {
+		g.predOff = off
 		return nil, err
 	}
-	p := &predictor{startN: make([]int, nLayers), mode: mode}
+	p := &predictor{startN: make([]int, nLayers)}
 	be, T := g.be, predictMaxTokens
 	for i := range p.slots {
 		sl := &p.slots[i]
@@ -180,12 +183,12 @@ func (p *predictor) take(l int) (sn, next, nn int) {
 	return sn, next, nn
 }
 
-// describe says whether the step prefetches, for the expert path.
-func (p *predictor) describe() string {
-	if p == nil {
-		return "; no next-layer expert prefetch (" + PrefetchEnv + "=0)"
+// describePrefetch says whether the step prefetches, for the expert path.
+func (g *gpuLink) describePrefetch() string {
+	if g.pred == nil {
+		return "; no next-layer expert prefetch (" + g.predOff + ")"
 	}
-	return fmt.Sprintf("; next-layer expert prefetch at up to %d tokens (%s)", predictMaxTokens, p.mode)
+	return fmt.Sprintf("; next-layer expert prefetch at up to %d tokens", predictMaxTokens)
 }
 
 // close frees the predictor's events and pinned buffers (the device
