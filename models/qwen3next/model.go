@@ -82,9 +82,9 @@ type Runner struct {
 	body           func(n int) error // layersForward
 	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg            *Config
-	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed         *routed.Experts   // what computes the routed experts
-	firstMoE       int               // the first MoE layer and, per layer, the next one (routed.Order)
+	lo             *block.LoRAs    // non-expert LoRA adapters (nil: none)
+	routed         *routed.Experts // what computes the routed experts
+	firstMoE       int             // the first MoE layer and, per layer, the next one (routed.Order)
 	nextMoE        []int
 	moe            []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 	la             backend.LinearAttention
