@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/internal/modeltest"
 	"github.com/ktserve/kt/models/internal/routed"
 )
 
@@ -42,22 +41,7 @@ func TestHybridPrefetch(t *testing.T) {
 		if got := strings.Contains(r.ExpertPath(), "next-layer expert prefetch at up to"); got != on {
 			t.Fatalf("%s: path %q; prefetch named: %v, want %v", name, r.ExpertPath(), got, on)
 		}
-		tr := testRunner{r}
-		var lps [][]float64
-		for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {
-			lps = append(lps, modeltest.LogSoftmax(row))
-		}
-		for range 5 {
-			last := lps[len(lps)-1]
-			next := 0
-			for v := range last {
-				if last[v] > last[next] {
-					next = v
-				}
-			}
-			row := modeltest.Forward(t, tr, 0, []int32{int32(next)}, false)
-			lps = append(lps, modeltest.LogSoftmax(row[0]))
-		}
+		lps := greedyLogprobs(t, testRunner{r}, prompt, 5)
 		timing := r.HybridTiming()
 		t.Logf("%s: %s", name, timing)
 		m := mbRe.FindStringSubmatch(timing)

@@ -28,6 +28,28 @@ func openTestGPU(t *testing.T) *cuda.Backend {
 	return gpu
 }
 
+// greedyLogprobs returns the logprob rows of prompt and of steps greedy
+// decode steps after it (slot 0).
+func greedyLogprobs(t *testing.T, tr testRunner, prompt []int32, steps int) [][]float64 {
+	t.Helper()
+	var lps [][]float64
+	for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {
+		lps = append(lps, modeltest.LogSoftmax(row))
+	}
+	for range steps {
+		last := lps[len(lps)-1]
+		next := 0
+		for v := range last {
+			if last[v] > last[next] {
+				next = v
+			}
+		}
+		row := modeltest.Forward(t, tr, 0, []int32{int32(next)}, false)
+		lps = append(lps, modeltest.LogSoftmax(row[0]))
+	}
+	return lps
+}
+
 // hybridTol bounds |logprob(hybrid) - logprob(all on the CPU)|: the GPU's
 // ops (split-bf16 GEMMs, other summation orders) differ from the CPU
 // backend's by up to ~5e-3 on the fixtures (docs/notes/cudamodel.md); the
@@ -68,22 +90,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 		if !strings.Contains(r.ExpertPath(), want) {
 			t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
 		}
-		tr := testRunner{r}
-		var lps [][]float64
-		for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {
-			lps = append(lps, modeltest.LogSoftmax(row))
-		}
-		for range 6 {
-			last := lps[len(lps)-1]
-			next := 0
-			for v := range last {
-				if last[v] > last[next] {
-					next = v
-				}
-			}
-			row := modeltest.Forward(t, tr, 0, []int32{int32(next)}, false)
-			lps = append(lps, modeltest.LogSoftmax(row[0]))
-		}
+		lps := greedyLogprobs(t, testRunner{r}, prompt, 6)
 		// on the GPU the 6 decode steps run through the graph path (the
 		// first op by op, the second captured, all from the second on
 		// replayed) unless the overlapped form or KT_CUDA_GRAPH=0 turns
