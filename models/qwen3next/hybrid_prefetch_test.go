@@ -38,7 +38,7 @@ func TestHybridPrefetch(t *testing.T) {
 		}
 		defer r.Close()
 		on := prefetch != "0"
-		if got := strings.Contains(r.ExpertPath(), "next-layer expert prefetch at up to"); got != on {
+		if got := strings.Contains(r.ExpertPath(), "next-layer expert prefetch in decode steps"); got != on {
 			t.Fatalf("%s: path %q; prefetch named: %v, want %v", name, r.ExpertPath(), got, on)
 		}
 		lps := greedyLogprobs(t, testRunner{r}, prompt, 5)

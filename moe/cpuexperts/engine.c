@@ -1261,12 +1261,12 @@ static void run_job_fused(kt_worker* w) {
   }
 
   // gate/up + silu; item i is (expert active[i / nb], rows (i % nb) * KT_NB).
-  // Owned items (cfg.owned): each worker first takes the items it owns
+  // Owned items (cfg.owned, one-token tasks): each worker first takes the items it owns
   // (owned_setup's lists: the blocks a prefetch task read into its
   // caches), then the other workers' left; otherwise in counter order.
   int nb = I / KT_NB;
   int items = na * nb;
-  if (e->cfg.owned) {
+  if (e->cfg.owned && e->ntok == 1) {
     // its own list first, then the others' in turn (a guest only steals)
     int T = P->nthreads, me = w->local;
     for (int v = me >= 0 ? 0 : 1; v <= T; v++) {
@@ -1553,7 +1553,7 @@ static void routed_setup(kt_engine* e) {
     int H = e->l->hidden;
     e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
-    if (e->cfg.owned) owned_setup(e);
+    if (e->cfg.owned && e->ntok == 1) owned_setup(e);
   }
 }
 

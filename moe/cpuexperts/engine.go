@@ -154,11 +154,12 @@ type Config struct {
 	// their parked sums into the slot outputs themselves (one pass, no f32
 	// copy). Results do not depend on it.
 	DownViaF32 bool
-	// OwnedDecode makes each worker of a one-token (fused) decode task take
-	// first the gate/up row blocks it owns, blocks assigned by expert id, and
-	// a prefetch task read those blocks on their owners, so that a task
-	// after a right prediction finds them in its cores' own L2 (a line in
-	// another core's L2 costs about a memory access on the device's Xeon).
+	// OwnedDecode makes each worker of a one-token decode task take first
+	// the gate/up row blocks it owns, blocks assigned by expert id, and a
+	// prefetch task read those blocks on their owners, so that a task after
+	// a right prediction finds them in its cores' own L2 (a line in another
+	// core's L2 costs about a memory access on the device's Xeon). Tasks of
+	// more tokens keep the counter order.
 	OwnedDecode bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
