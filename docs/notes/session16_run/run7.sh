@@ -7,6 +7,8 @@ C=$PWD/.carry/s16; D=/tmp/b; mkdir -p $D
 for f in kt_new qwen3next.test; do xz -dc $C/$f.xz > $D/$f; chmod +x $D/$f; done
 L=$OUT/log.txt
 KT_SYNTH_OUT=/tmp/q35 KT_SYNTH_LAYERS=8 timeout 240 $D/qwen3next.test -test.run TestMakeSynthetic -test.timeout 0 2>&1 | tail -1 | tee -a $L; sync
+(cd models/qwen3next && timeout 200 $D/qwen3next.test -test.run 'TestHybridPrefetch|TestHybridMatchesCPU' -test.v 2>&1 \
+  | grep -E '^(--- |PASS|FAIL|ok)|prefetch \(|panic' | cut -c1-300 | tee -a $L)
 H="--kt-weight-path /tmp/q35 --kt-method AMXINT4 --kt-cpuinfer 15"
 serve() { local port=$1; shift
   $D/kt_new serve --model-path /tmp/q35 --skip-tokenizer-init --max-running-requests 16 --port $port $H "$@" > $D/serve_$port.log 2>&1 &
