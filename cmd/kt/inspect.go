@@ -24,7 +24,11 @@ weights of a Hugging Face model directory, checks that every tensor the config
 implies is present with the right shape, and describes the model: which layers
 are MoE or dense and full or linear attention, expert counts, parameter and
 routed-expert bytes, and whether the routed experts fit in this machine's RAM.
-It exits with status 1 if the directory does not load or fails the check.`,
+It exits with status 1 if the directory does not load or fails the check.
+For an MoE architecture kt does not serve yet (DeepSeek, Kimi, GLM, MiniMax)
+it describes the routed experts alone: their layers in the checkpoint, their
+size per CPU expert method and the bytes a decoded token reads, and exits
+with status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if modelPath == "" {
@@ -32,6 +36,10 @@ It exits with status 1 if the directory does not load or fails the check.`,
 			}
 			c, err := modelconfig.Load(modelPath)
 			if err != nil {
+				// an MoE architecture kt does not serve: its routed experts at least
+				if ms, merr := modelconfig.LoadMoEShape(modelPath); merr == nil {
+					return inspectMoEOnly(cmd.OutOrStdout(), modelPath, ms, err, sysinfo.Detect().Memory.EffectiveMemory(), asJSON)
+				}
 				return err
 			}
 			g, _, err := modelconfig.LoadGeneration(modelPath)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -117,18 +116,12 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	if et.Experts != shape.Experts {
 		return fmt.Errorf("%s: config.json states %d routed experts per layer, the checkpoint holds %d (under %q)", model, shape.Experts, et.Experts, et.Prefix)
 	}
-	layers := et.Layers
-	if shape.Layers > 0 {
-		// decoder layers only: DeepSeek-V3 keeps its multi-token prediction
-		// layer, experts included, as model.layers.{num_hidden_layers}
-		i := sort.SearchInts(layers, shape.Layers)
-		if beyond := layers[i:]; len(beyond) > 0 {
-			fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", beyond, shape.Layers)
-		}
-		layers = layers[:i]
-		if len(layers) == 0 {
-			return fmt.Errorf("%s: no experts in the %d decoder layers", model, shape.Layers)
-		}
+	layers, beyond := decoderExpertLayers(shape, et.Layers)
+	if len(beyond) > 0 {
+		fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", beyond, shape.Layers)
+	}
+	if len(layers) == 0 {
+		return fmt.Errorf("%s: no experts in the %d decoder layers", model, shape.Layers)
 	}
 	if err := cpuexperts.CheckShape(m, shape.Hidden, shape.Intermediate, o.pools); err != nil {
 		return fmt.Errorf("%s: %s cannot hold this model's experts: %w", model, m, err)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -357,5 +358,51 @@ func TestQuantOtherArchitectures(t *testing.T) {
 	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int4", noProg: true, pools: 1}, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "config.json states 16 routed experts per layer, the checkpoint holds 8") {
 		t.Errorf("expert count mismatch: %v", err)
+	}
+}
+
+// TestInspectUnservedArchitecture runs kt inspect on a DeepSeek-V3-style
+// fp8 checkpoint (an architecture kt does not serve): it describes the
+// routed experts (decoder layers only, the MTP layer named), their size per
+// method and per decoded token, and exits with an error naming the
+// architecture; --json carries the same.
+func TestInspectUnservedArchitecture(t *testing.T) {
+	spec := cpuexperts.LayerSpec{Experts: 8, Hidden: 256, Intermediate: 256}
+	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
+"n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
+	model := t.TempDir()
+	writeExpertCheckpoint(t, model, ds, "model.", cpuexperts.NamingProj, spec, []int{1, 2, 3}, nil, func(l int) cpuexperts.Source {
+		return &cpuexperts.SyntheticSource{Spec: spec, DType: tensor.F8E4M3, Seed: uint64(l + 11)}
+	})
+	out, err := runCLI(t, "inspect", "--model-path", model)
+	t.Logf("kt inspect:\n%s", out)
+	if err == nil || !strings.Contains(err.Error(), "kt does not serve DeepseekV3ForCausalLM yet") {
+		t.Fatalf("inspect: %v, want kt does not serve DeepseekV3ForCausalLM yet\n%s", err, out)
+	}
+	for _, want := range []string{"DeepseekV3ForCausalLM: kt does not serve it yet", `2 MoE layers under "model."`,
+		"8 experts of 256 x 256, top-2", "layers [3] are past num_hidden_layers 3", "AMXINT4", "kt quant " + model} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = runCLI(t, "inspect", "--json", "--model-path", model)
+	var j struct {
+		Layers  []int `json:"moe_layers"`
+		Methods []struct {
+			Method   string
+			PerToken int64 `json:"bytes_per_token"`
+		} `json:"methods"`
+	}
+	if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &j); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if !slices.Equal(j.Layers, []int{1, 2}) || len(j.Methods) != 3 {
+		t.Fatalf("json: layers %v, %d methods; want [1 2], 3\n%s", j.Layers, len(j.Methods), out)
+	}
+	for _, m := range j.Methods {
+		per := cpuexperts.Method(m.Method).ExpertBytesEstimate(256, 256)
+		if m.PerToken != per*2*2 {
+			t.Errorf("%s: %d bytes per token, want %d (2 experts x 2 layers)", m.Method, m.PerToken, per*4)
+		}
 	}
 }

@@ -64,8 +64,7 @@ func BenchShapeNames() []string {
 // kt bench checks against the memory it may use (INT4_KGROUP at the
 // SyntheticLayer's default group of 128).
 func LayerBytesEstimate(s BenchShape, m Method) int64 {
-	per := 3 * int64(s.Hidden) * int64(s.Intermediate)
-	return int64(float64(per) * m.BytesPerWeight(min(s.Hidden, s.Intermediate), 128) * float64(s.Experts))
+	return m.ExpertBytesEstimate(s.Hidden, s.Intermediate) * int64(s.Experts)
 }
 
 // BenchResult is one measured (method, token count) point.

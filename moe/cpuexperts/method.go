@@ -52,6 +52,12 @@ func ParseMethod(s string) (Method, error) {
 	return "", fmt.Errorf("unknown CPU expert method %q (known: %s)", s, strings.Join(names, ", "))
 }
 
+// ExpertBytesEstimate is about the bytes one routed expert of hidden x
+// intermediate takes in method m (gate, up and down, scales included).
+func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
+	return int64(3 * float64(hidden) * float64(intermediate) * m.BytesPerWeight(min(hidden, intermediate), 128))
+}
+
 // BytesPerWeight is the storage cost of one weight element under m
 // (scales included) for a group size g (INT4_KGROUP only).
 func (m Method) BytesPerWeight(cols, g int) float64 {
