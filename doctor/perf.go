@@ -98,26 +98,36 @@ func checkDecodeBound(env *Env) []Result {
 	if !env.Measure || env.ModelPath == "" || env.readGBps <= 0 {
 		return nil
 	}
-	m := env.loadModel()
-	if m.cfgErr != nil || m.cfg.NumExperts == 0 {
-		return nil
+	var layers, topK int
+	var token func(cpuexperts.Method) int64 // routed-expert bytes per decoded token
+	if m := env.loadModel(); m.cfgErr == nil {
+		c := m.cfg
+		if c.NumExperts == 0 {
+			return nil
+		}
+		layers, topK = c.NumMoELayers(), c.TopK
+		token = func(meth cpuexperts.Method) int64 {
+			return meth.ExpertBytesEstimate(c.HiddenSize, c.MoEIntermediateSize) * int64(layers*topK)
+		}
+	} else {
+		// an MoE architecture kt does not serve: its routed experts still set the bound
+		mm, err := cpuexperts.OpenMoEModel(env.ModelPath)
+		if err != nil {
+			return nil
+		}
+		layers, topK, token = len(mm.Layers), mm.Shape.TopK, mm.TokenBytes
 	}
-	c := m.cfg
 	r := perfResult("perf.decode")
-	H, I := float64(c.HiddenSize), float64(c.MoEIntermediateSize)
-	perExpert := func(meth cpuexperts.Method) float64 { // gate and up (K = hidden), down (K = intermediate)
-		return 2*H*I*meth.BytesPerWeight(c.HiddenSize, 0) + H*I*meth.BytesPerWeight(c.MoEIntermediateSize, 0)
-	}
 	data := map[string]any{"read_gbps": env.readGBps}
 	var parts []string
 	for _, meth := range decodeMethods {
-		bytes := float64(c.NumMoELayers()*c.TopK) * perExpert(meth)
+		bytes := float64(token(meth))
 		tps := env.readGBps * 1e9 / bytes
 		parts = append(parts, fmt.Sprintf("%s %s -> %.0f tok/s", meth, units.Bytes(int64(bytes)), tps))
 		data[string(meth)] = map[string]any{"bytes_per_token": bytes, "tokens_per_s": tps}
 	}
 	r.Detail = fmt.Sprintf("routed experts read per token at batch 1 (%d MoE layers x top-%d), and the decode rate the measured %.1f GB/s allows with every one on the CPU: %s",
-		c.NumMoELayers(), c.TopK, env.readGBps, strings.Join(parts, ", "))
+		layers, topK, env.readGBps, strings.Join(parts, ", "))
 	r.Hint = "experts on the GPU (--kt-num-gpu-experts) and deferred ones (--kt-max-deferred-experts-per-token) lift the bound; the GPU's own work adds to each step"
 	r.Data = data
 	return []Result{r}

@@ -37,8 +37,8 @@ with status 1.`,
 			c, err := modelconfig.Load(modelPath)
 			if err != nil {
 				// an MoE architecture kt does not serve: its routed experts at least
-				if ms, merr := modelconfig.LoadMoEShape(modelPath); merr == nil {
-					return inspectMoEOnly(cmd.OutOrStdout(), modelPath, ms, err, sysinfo.Detect().Memory.EffectiveMemory(), asJSON)
+				if _, merr := modelconfig.LoadMoEShape(modelPath); merr == nil {
+					return inspectMoEOnly(cmd.OutOrStdout(), modelPath, err, sysinfo.Detect().Memory.EffectiveMemory(), asJSON)
 				}
 				return err
 			}

@@ -4,24 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
-	"github.com/ktserve/kt/safetensors"
 )
-
-// decoderExpertLayers splits the layers holding routed experts into the
-// decoder's (below num_hidden_layers when the config states it) and those
-// past it: DeepSeek-V3 keeps its multi-token prediction layer, experts
-// included, as model.layers.{num_hidden_layers}.
-func decoderExpertLayers(shape modelconfig.MoEShape, layers []int) (decoder, beyond []int) {
-	if shape.Layers <= 0 {
-		return layers, nil
-	}
-	i := sort.SearchInts(layers, shape.Layers)
-	return layers[:i], layers[i:]
-}
 
 // moeOnlyReport is what kt inspect says of an MoE model whose architecture
 // kt does not serve: its routed experts as config.json and the checkpoint
@@ -51,26 +37,18 @@ type moeMethodBytes struct {
 // inspectMoEOnly describes modelPath, whose config kt cannot serve (why),
 // from its routed experts alone, and returns an error saying kt does not
 // serve it (kt inspect then exits with status 1).
-func inspectMoEOnly(w io.Writer, modelPath string, shape modelconfig.MoEShape, why error, avail int64, asJSON bool) error {
-	ck, err := safetensors.OpenDir(modelPath)
+func inspectMoEOnly(w io.Writer, modelPath string, why error, avail int64, asJSON bool) error {
+	mm, err := cpuexperts.OpenMoEModel(modelPath)
 	if err != nil {
 		return err
 	}
-	defer ck.Close()
-	et, err := cpuexperts.FindExpertTensors(ck.Names(), func(n string) []int64 {
-		ti, _ := ck.Info(n)
-		return ti.Shape
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
-	}
-	r := moeOnlyReport{ModelPath: modelPath, Unsupported: why.Error(), Shape: shape, Prefix: et.Prefix, RAMAvailable: avail}
-	r.Layers, r.Beyond = decoderExpertLayers(shape, et.Layers)
+	shape, et := mm.Shape, mm.Tensors
+	r := moeOnlyReport{ModelPath: modelPath, Unsupported: why.Error(), Shape: shape, Prefix: et.Prefix, RAMAvailable: avail,
+		Layers: mm.Layers, Beyond: mm.Beyond}
 	for _, m := range []cpuexperts.Method{cpuexperts.BF16, cpuexperts.AMXINT8, cpuexperts.AMXINT4} {
-		expert := m.ExpertBytesEstimate(shape.Hidden, shape.Intermediate)
-		total := expert * int64(shape.Experts) * int64(len(r.Layers))
-		r.Methods = append(r.Methods, moeMethodBytes{Method: string(m), Total: total,
-			PerToken: expert * int64(shape.TopK) * int64(len(r.Layers)), Fits: avail > 0 && total <= avail*8/10})
+		total := m.ExpertBytesEstimate(shape.Hidden, shape.Intermediate) * int64(shape.Experts) * int64(len(r.Layers))
+		r.Methods = append(r.Methods, moeMethodBytes{Method: string(m), Total: total, PerToken: mm.TokenBytes(m),
+			Fits: avail > 0 && total <= avail*8/10})
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)

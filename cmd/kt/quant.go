@@ -103,25 +103,19 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		return err
 	}
 	defer ckpt.Close()
-	et, err := cpuexperts.FindExpertTensors(ckpt.Names(), func(n string) []int64 {
+	mm, err := cpuexperts.FindMoEModel(model, shape, ckpt.Names(), func(n string) []int64 {
 		ti, _ := ckpt.Info(n)
 		return ti.Shape
 	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", model, err)
+		return err
 	}
+	et, layers := mm.Tensors, mm.Layers
 	if len(et.Others) > 0 {
 		fmt.Fprintf(errw, "kt quant: converting the experts of %d layers under %q; left out: %s\n", len(et.Layers), et.Prefix, strings.Join(et.Others, ", "))
 	}
-	if et.Experts != shape.Experts {
-		return fmt.Errorf("%s: config.json states %d routed experts per layer, the checkpoint holds %d (under %q)", model, shape.Experts, et.Experts, et.Prefix)
-	}
-	layers, beyond := decoderExpertLayers(shape, et.Layers)
-	if len(beyond) > 0 {
-		fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", beyond, shape.Layers)
-	}
-	if len(layers) == 0 {
-		return fmt.Errorf("%s: no experts in the %d decoder layers", model, shape.Layers)
+	if len(mm.Beyond) > 0 {
+		fmt.Fprintf(errw, "kt quant: layers %v are past num_hidden_layers %d (a multi-token prediction module): left out\n", mm.Beyond, shape.Layers)
 	}
 	if err := cpuexperts.CheckShape(m, shape.Hidden, shape.Intermediate, o.pools); err != nil {
 		return fmt.Errorf("%s: %s cannot hold this model's experts: %w", model, m, err)

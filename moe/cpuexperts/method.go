@@ -53,9 +53,12 @@ func ParseMethod(s string) (Method, error) {
 }
 
 // ExpertBytesEstimate is about the bytes one routed expert of hidden x
-// intermediate takes in method m (gate, up and down, scales included).
+// intermediate takes in method m: gate and up (rows of hidden columns) and
+// down (rows of intermediate columns), scales included (INT4_KGROUP at
+// group 128).
 func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
-	return int64(3 * float64(hidden) * float64(intermediate) * m.BytesPerWeight(min(hidden, intermediate), 128))
+	HI := float64(hidden) * float64(intermediate)
+	return int64(2*HI*m.BytesPerWeight(hidden, 128) + HI*m.BytesPerWeight(intermediate, 128))
 }
 
 // BytesPerWeight is the storage cost of one weight element under m
