@@ -183,6 +183,9 @@ func (p *predictor) take(l int) (sn, next, nn int) {
 	}
 	sn, next, nn = p.startN[l], p.next, p.nextN
 	p.nextN = 0
+	if next <= l { // queued during a layer with no hand-off (all its experts on the GPU): too late now
+		nn = 0
+	}
 	return sn, next, nn
 }
 
