@@ -107,7 +107,7 @@ func checkDecodeBound(env *Env) []Result {
 		}
 		layers, topK = c.NumMoELayers(), c.TopK
 		token = func(meth cpuexperts.Method) int64 {
-			return meth.ExpertBytesEstimate(c.HiddenSize, c.MoEIntermediateSize) * int64(layers*topK)
+			return cpuexperts.TokenBytes(meth, c.HiddenSize, c.MoEIntermediateSize, topK, layers)
 		}
 	} else {
 		// an MoE architecture kt does not serve: its routed experts still set the bound

@@ -57,12 +57,9 @@ type Runner struct {
 	norm           backend.Tensor
 	lmHead         backend.Tensor
 
-	lo     *block.LoRAs    // non-expert LoRA adapters (nil: none)
-	routed *routed.Experts // what computes the routed experts
-	// the first MoE layer and, per layer, the next one (routed.Order)
-	firstMoE int
-	nextMoE  []int
-	moe      []*routed.Weights // per layer: its routed experts, nil for a dense MLP
+	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
+	routed *routed.Experts   // what computes the routed experts
+	moe    []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, tmp, gate, up backend.Tensor
@@ -87,7 +84,6 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	r.firstMoE, r.nextMoE = routed.Order(r.moe)
 	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -251,7 +247,7 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe && l == r.firstMoE { // the hybrid step's prefetch: see routed.Experts.PredictNext
+		if l == r.routed.FirstMoE() { // the hybrid step's prefetch: see routed.Experts.PredictNext
 			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
 				return err
 			}
@@ -265,7 +261,7 @@ func (r *Runner) layersForward(n int) error {
 			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
 				return err
 			}
-			if next := r.nextMoE[l]; next >= 0 {
+			if next := r.routed.NextMoE(l); next >= 0 {
 				N := &r.layers[next]
 				if err := r.routed.PredictNext(next, r.x, nil, N.postNorm, N.router, eps, n); err != nil {
 					return err

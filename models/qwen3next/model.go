@@ -82,10 +82,8 @@ type Runner struct {
 	body           func(n int) error // layersForward
 	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg            *Config
-	lo             *block.LoRAs    // non-expert LoRA adapters (nil: none)
-	routed         *routed.Experts // what computes the routed experts
-	firstMoE       int             // the first MoE layer and, per layer, the next one (routed.Order)
-	nextMoE        []int
+	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
+	routed         *routed.Experts   // what computes the routed experts
 	moe            []*routed.Weights // per layer: its routed experts, nil for a dense MLP
 	la             backend.LinearAttention
 	prefix         string // "model." or "model.language_model."
@@ -132,7 +130,6 @@ func Load(dir string, o models.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	r.firstMoE, r.nextMoE = routed.Order(r.moe)
 	if r.routed, err = routed.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -541,7 +538,7 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe && l == r.firstMoE { // the hybrid step's prefetch: see routed.Experts.PredictNext
+		if l == r.routed.FirstMoE() { // the hybrid step's prefetch: see routed.Experts.PredictNext
 			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
 				return err
 			}
@@ -576,7 +573,7 @@ func (r *Runner) layersForward(n int) error {
 			L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
 			be.MatMul(r.seS, r.h, L.seScale, n)
 			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
-			if next := r.nextMoE[l]; next >= 0 {
+			if next := r.routed.NextMoE(l); next >= 0 {
 				N := &r.layers[next]
 				if err := r.routed.PredictNext(next, r.x, r.tmp2, N.postNorm, N.router, eps, n); err != nil {
 					return err

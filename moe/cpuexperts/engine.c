@@ -177,6 +177,7 @@ struct kt_engine {
   // owned path (cfg.owned): the gate/up items of each worker in expert
   // order (oitems[ooff[w] .. ooff[w]+ocnt[w]), set by owned_setup) and the
   // cursor its owner, then thieves, take them by (one line pair each)
+  int owned;  // the current fused task takes owned items (owned_setup)
   int *oitems, *ooff, *ocnt;
   kt_cursor* ocur;
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
@@ -184,9 +185,8 @@ struct kt_engine {
   // current task, written by the queue thread before a job starts
   int pfjob;    // the job is a prefetch task's (run_prefetch)
   int pf_tail;  // ... which stops reading once qtail moves past it (a task queued behind it)
-  int pf_own;               // ... reads the owned path's blocks (cfg.owned), of these experts:
-  int npf;
-  int32_t pf[KT_PF_MAX];
+  int pf_own;               // ... reads the owned path's blocks (cfg.owned)
+  const kt_task* pft;       // ... of this task's experts
   _Atomic int64_t pf_planned;  // bytes the prefetch tasks so far were to read
   _Atomic int64_t pf_read;     // ... and read before a task queued behind stopped them
   const kt_layer* l;
@@ -906,18 +906,15 @@ static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
 
 // ---------------------------------------------------------------- prefetch tasks
 
-// owned_block is the first row block of expert x that worker me of T owns
-// (cfg.owned; then every T-th): block blk of x belongs to (x*nb + blk) % T,
-// which depends on the expert's id only, so that a prefetch task of the
-// predicted experts reads each block on the core that will compute it.
+// block_owner is the worker (of T) that owns row block blk of expert x's
+// nb (cfg.owned): (x*nb + blk) % T, which depends on the expert's id only,
+// so that a prefetch task of the predicted experts reads each block on the
+// core that will compute it.
 static inline int block_owner(int x, int blk, int nb, int T) { return (int)(((int64_t)x * nb + blk) % T); }
 
-static inline int owned_block(int x, int nb, int T, int me) {
-  int o = (int)(((int64_t)x * nb) % T);
-  return ((me - o) % T + T) % T;
-}
-
-
+// owned_block is the first row block of expert x that worker me owns (then
+// every T-th).
+static inline int owned_block(int x, int nb, int T, int me) { return ((me - block_owner(x, 0, nb, T)) % T + T) % T; }
 
 // pf_add appends to pool p's regions the rows x rb bytes at base, stride
 // bytes apart (nothing when base is NULL or the region empty).
@@ -1011,9 +1008,10 @@ static void run_prefetch_owned(kt_worker* w) {
   int64_t planned = 0, got = 0;
   uint32_t acc = 0;
   int stop = 0;
-  for (int i = 0; i < e->npf; i++) {
-    const kt_expert* x = &l->ex[e->pf[i]];
-    for (int blk = owned_block(e->pf[i], nb, T, me); blk < nb; blk += T) {
+  const kt_task* t = e->pft;
+  for (int i = 0; i < t->npf; i++) {
+    const kt_expert* x = &l->ex[t->pf[i]];
+    for (int blk = owned_block(t->pf[i], nb, T, me); blk < nb; blk += T) {
       for (int g = 0; g < 2; g++) {
         kt_pfreg r[3];
         int64_t b = pf_block(l->fmt, g ? &x->up : &x->gate, blk * KT_NB, &r[0], &r[1], &r[2]);
@@ -1266,13 +1264,11 @@ static void run_job_fused(kt_worker* w) {
   // caches), then the other workers' left; otherwise in counter order.
   int nb = I / KT_NB;
   int items = na * nb;
-  if (e->cfg.owned && e->ntok == 1) {
+  if (e->owned) {
     // its own list first, then the others' in turn (a guest only steals)
-    int T = P->nthreads, me = w->local;
-    for (int v = me >= 0 ? 0 : 1; v <= T; v++) {
-      int o = ((me >= 0 ? me : 0) + v) % T;
-      if (v == T && me >= 0) break;
-      int j;
+    int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
+    for (int v = 0; v < T; v++) {
+      int o = (first + v) % T, j;
       while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
         fused_gate_up(e, w, P, e->oitems[e->ooff[o] + j], nb, asz);
         nitems++;
@@ -1553,7 +1549,8 @@ static void routed_setup(kt_engine* e) {
     int H = e->l->hidden;
     e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
-    if (e->cfg.owned && e->ntok == 1) owned_setup(e);
+    e->owned = e->cfg.owned && e->ntok == 1;
+    if (e->owned) owned_setup(e);
   }
 }
 
@@ -1567,6 +1564,16 @@ static inline int fused_fits(const kt_engine* e) {
 static inline void publish_job(kt_engine* e) {
   atomic_fetch_add_explicit(&e->job_gen, 1, memory_order_seq_cst);
   wake(&e->nsleep, &e->job_gen);
+}
+
+// wait_workers counts the queue thread (worker 0) out of the job and waits
+// for every other worker to leave it (dg: done_gen before the job began).
+static void wait_workers(kt_engine* e, int dg) {
+  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
+  while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
+    wait_change(e, &e->done_gen, dg);
+    dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
+  }
 }
 
 // run_task runs one task on every worker, the queue thread as worker 0. A
@@ -1623,11 +1630,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
   }
   run_job(&e->workers[0]);  // the queue thread is worker 0
   if (traced) e->workers[0].tr_end = now_ns();
-  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
-  while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
-    wait_change(e, &e->done_gen, dg);
-    dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
-  }
+  wait_workers(e, dg);
   if (e->guest_ok) {  // no guest joins any more; wait for the one inside to leave
     atomic_fetch_and_explicit(&e->jopen, ~JOPEN, memory_order_acq_rel);
     while (atomic_load_explicit(&e->jopen, memory_order_acquire) != 0) _mm_pause();
@@ -1643,7 +1646,12 @@ static void run_task(kt_engine* e, const kt_task* t) {
 // (qtail past head + 1) stops the reading.
 static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
   const kt_layer* l = t->l;
-  for (int p = 0; p < e->npools; p++) {
+  // the owned path reads each gate/up block on the core that will take it
+  // (one pool: only one-pool tasks run the fused path); otherwise each pool
+  // reads its slices of the experts in chunks
+  e->pf_own = e->cfg.owned && e->npools == 1;
+  int64_t planned = 0;
+  for (int p = 0; p < e->npools && !e->pf_own; p++) {
     kt_pool* P = &e->pools[p];
     P->npfreg = 0;
     P->npfch = 0;
@@ -1654,17 +1662,11 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
       pf_mat(P, l->fmt, &x->up);
       pf_mat(P, l->fmt, &x->down);
     }
+    for (int i = 0; i < P->npfreg; i++) planned += P->pfreg[i].rows * P->pfreg[i].rb;
   }
-  // the owned path reads each gate/up block on the core that will take it
-  // (one pool: only one-pool tasks run the fused path)
-  e->pf_own = e->cfg.owned && e->npools == 1;
-  e->npf = t->npf;
-  memcpy(e->pf, t->pf, sizeof(int32_t) * (size_t)t->npf);
-  int64_t planned = 0;
-  for (int p = 0; p < e->npools && !e->pf_own; p++)
-    for (int i = 0; i < e->pools[p].npfreg; i++) planned += e->pools[p].pfreg[i].rows * e->pools[p].pfreg[i].rb;
   atomic_fetch_add_explicit(&e->pf_planned, planned, memory_order_relaxed);
   e->l = l;
+  e->pft = t;
   e->pfjob = 1;
   e->pf_tail = head + 1;
   e->fused = 0;
@@ -1673,11 +1675,7 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   publish_job(e);
   run_job(&e->workers[0]);
-  atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel);
-  while (atomic_load_explicit(&e->job_done, memory_order_acquire) < e->nthreads) {
-    wait_change(e, &e->done_gen, dg);
-    dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
-  }
+  wait_workers(e, dg);
   e->pfjob = 0;
 }
 

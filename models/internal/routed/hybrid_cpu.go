@@ -235,7 +235,7 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		return nil, err
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
-	if g.pred, err = newPredictor(g, nLayers); err != nil {
+	if g.pred, err = newPredictor(g); err != nil {
 		g.close()
 		return nil, err
 	}
@@ -486,14 +486,20 @@ func (g *gpuLink) placement() string {
 
 // wait waits for the copies queued before the event (synchronous form).
 func (g *gpuLink) wait() error {
-	switch g.waitMode {
-	case "stream":
+	if g.waitMode == "stream" {
 		return g.be.Sync()
-	case "block":
-		return g.ev.Synchronize()
+	}
+	return g.waitEvent(g.ev)
+}
+
+// waitEvent waits for the work recorded before ev as WaitEnv says:
+// cuEventSynchronize (block) or polling (spin, and stream's events).
+func (g *gpuLink) waitEvent(ev *cuda.Event) error {
+	if g.waitMode == "block" {
+		return ev.Synchronize()
 	}
 	for {
-		done, err := g.ev.Done()
+		done, err := ev.Done()
 		if err != nil || done {
 			return err
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestOrder checks the first MoE layer and each layer's next one.
+// TestOrder checks the first MoE layer and each layer's next one (order).
 func TestOrder(t *testing.T) {
 	w := &Weights{}
 	for _, c := range []struct {
@@ -20,7 +20,7 @@ func TestOrder(t *testing.T) {
 		{"no MoE", []*Weights{nil, nil}, -1, []int{-1, -1}},
 		{"empty", nil, -1, []int{}},
 	} {
-		first, next := Order(c.layers)
+		first, next := order(c.layers)
 		if first != c.first || !slices.Equal(next, c.next) {
 			t.Errorf("%s: Order = %d, %v; want %d, %v", c.name, first, next, c.first, c.next)
 		}

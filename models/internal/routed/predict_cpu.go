@@ -61,8 +61,9 @@ const predictMaxTokens = 1
 type predictor struct {
 	slots                    [2]predSlot // atStart, next
 	h, x, logits, wts, idDev backend.Tensor
-	next, nextN              int   // the prediction queued since the last hand-off was made (nextN 0: none)
-	startN                   []int // per model layer: tokens of the at-start prediction its hand-off reads
+	// the predictions queued since the last hand-off was made: at a layer's
+	// start and for the next layer (the layer and its tokens; 0: none)
+	start, startN, next, nextN int
 }
 
 // predSlot is one prediction's pinned ids and the event recorded after
@@ -75,13 +76,13 @@ type predSlot struct {
 
 // newPredictor allocates the predictor's buffers (nil, nil when
 // prefetchOff says so; g.predOff then says why).
-func newPredictor(g *gpuLink, nLayers int) (*predictor, error) {
+func newPredictor(g *gpuLink) (*predictor, error) {
 	off, err := prefetchOff(g.x.eng.Config().Pools)
 	if err != nil || off != "" {
 		g.predOff = off
 		return nil, err
 	}
-	p := &predictor{startN: make([]int, nLayers)}
+	p := &predictor{}
 	be, T := g.be, predictMaxTokens
 	for i := range p.slots {
 		sl := &p.slots[i]
@@ -119,9 +120,6 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 	if p == nil {
 		return nil
 	}
-	if at == atStart {
-		p.startN[l] = 0
-	}
 	if n < 1 || n > predictMaxTokens || g.allGPU[l] || !g.pieceStep() {
 		return nil
 	}
@@ -144,7 +142,7 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 		return err
 	}
 	if at == atStart {
-		p.startN[l] = n
+		p.start, p.startN = l, n
 	} else {
 		p.next, p.nextN = l, n
 	}
@@ -155,20 +153,8 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 // queues the engine's prefetch of the predicted experts.
 func (g *gpuLink) prefetch(at, l, n int) error {
 	sl := &g.pred.slots[at]
-	if g.waitMode == "block" {
-		if err := sl.ev.Synchronize(); err != nil {
-			return err
-		}
-	} else {
-		for {
-			done, err := sl.ev.Done()
-			if err != nil {
-				return err
-			}
-			if done {
-				break
-			}
-		}
+	if err := g.waitEvent(sl.ev); err != nil {
+		return err
 	}
 	g.x.layers[l].Prefetch(sl.ids[:n*g.k])
 	return nil
@@ -176,13 +162,16 @@ func (g *gpuLink) prefetch(at, l, n int) error {
 
 // take returns, when a hand-off is made for layer l, the tokens of layer
 // l's at-start prediction (0: none) and the layer and tokens of the
-// next-layer prediction queued since the last hand-off (nn 0: none).
+// next-layer prediction (nn 0: none) queued since the last hand-off.
 func (p *predictor) take(l int) (sn, next, nn int) {
 	if p == nil {
 		return 0, 0, 0
 	}
-	sn, next, nn = p.startN[l], p.next, p.nextN
-	p.nextN = 0
+	if p.start == l {
+		sn = p.startN
+	}
+	next, nn = p.next, p.nextN
+	p.startN, p.nextN = 0, 0
 	if next <= l { // queued during a layer with no hand-off (all its experts on the GPU): too late now
 		nn = 0
 	}

@@ -220,6 +220,10 @@ type Experts struct {
 	path    string
 	idsHost []int32   // expert picks read back while recording
 	def     *deferral // expert deferral (Options.ExpertDeferral); nil when off
+	// the first MoE layer (-1: none) and, per layer, the next MoE layer
+	// after it (-1: none): where a model calls PredictAtStart and PredictNext
+	first int
+	next  []int
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -230,6 +234,7 @@ type Experts struct {
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
+	x.first, x.next = order(layers)
 	method := rb.Opts.Experts
 	if c.NumMoELayers() == 0 {
 		return x, nil
@@ -416,20 +421,27 @@ func (x *Experts) record(rec models.ExpertRecorder, l int, ids backend.Tensor, n
 	return nil
 }
 
-// Order returns the first MoE layer of layers (nil for dense ones; -1 when
-// there is none) and, per layer, the next MoE layer after it (-1: none):
-// where a model calls PredictAtStart and PredictNext.
-func Order(layers []*Weights) (first int, next []int) {
-	first, next = -1, make([]int, len(layers))
-	n := -1
+// order returns the first MoE layer of layers (nil for dense ones; -1 when
+// there is none) and, per layer, the next MoE layer after it (-1: none).
+func order(layers []*Weights) (first int, next []int) {
+	next = make([]int, len(layers))
+	first = -1
 	for l := len(layers) - 1; l >= 0; l-- {
-		next[l] = n
+		next[l] = first
 		if layers[l] != nil {
-			n = l
+			first = l
 		}
 	}
-	return n, next
+	return first, next
 }
+
+// FirstMoE is the model's first MoE layer (-1: none), which calls
+// PredictAtStart.
+func (x *Experts) FirstMoE() int { return x.first }
+
+// NextMoE is the next MoE layer after layer l (-1: none), whose picks
+// layer l predicts (PredictNext).
+func (x *Experts) NextMoE(l int) int { return x.next[l] }
 
 // Prediction points of the hybrid step's next-layer expert prefetch.
 const (
