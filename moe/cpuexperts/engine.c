@@ -516,7 +516,7 @@ static inline int y_ld(const kt_engine* e) { return e->pipe ? e->pr4 : e->l->hid
 // rows past the end): what a kernel call prefetches into L2 for the next.
 static const char* pair_bytes(const kt_engine* e, const kt_mat* W, int n0, int64_t* nb) {
   int64_t per16 = panel_bytes(e->l->fmt, W->k);
-  if (n0 < 0 || n0 + KT_NB > W->n || !e->pf_tiled || e->rm_pack || !per16 || e->l->fmt == KT_FMT_I4G_PK) return NULL;
+  if (n0 < 0 || n0 + KT_NB > W->n || !e->pf_tiled || e->rm_pack || !per16) return NULL;
   *nb = 2 * per16;
   return (const char*)W->w + (int64_t)(n0 / 16) * per16;
 }
@@ -1405,8 +1405,8 @@ static void trace_task(kt_engine* e, const kt_task* t) {
 // emulated: KT_ISA_AMX_EMU), which reads tile-order activations and needs
 // the tile state of its thread.
 static int amx_kernel(kt_kernel k) {
-  return k == kt_amx_bf16pk || k == kt_amx_i8pk || k == kt_amx_i4pk || k == kt_amx_emu_bf16pk ||
-         k == kt_amx_emu_i8pk || k == kt_amx_emu_i4pk;
+  return k == kt_amx_bf16pk || k == kt_amx_i8pk || k == kt_amx_i4pk || k == kt_amx_i4gpk || k == kt_amx_emu_bf16pk ||
+         k == kt_amx_emu_i8pk || k == kt_amx_emu_i4pk || k == kt_amx_emu_i4gpk;
 }
 
 // PIPE_RING is the default number of hidden blocks of slot outputs the

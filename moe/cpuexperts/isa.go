@@ -154,20 +154,19 @@ const (
 )
 
 // tileFormat reports whether method m's prefill runs on real AMX tiles
-// with these ISA bits (not the emulation, not INT4_KGROUP's vector
-// kernels), and whether its tile products are int8 (AMXINT8, AMXINT4) or
-// bf16 (BF16, AMXBF16, FP8): the prefill choice describe names.
+// with these ISA bits (not the emulation), and whether its tile products
+// are int8 (AMXINT8, AMXINT4, INT4_KGROUP) or bf16 (BF16, AMXBF16, FP8):
+// the prefill choice describe names.
 func tileFormat(m Method, bits int) (i8, ok bool) {
-	if !amxPrefill(m, bits) || bits&isaAMXEmu != 0 {
+	if !amxPrefill(bits) || bits&isaAMXEmu != 0 {
 		return false, false
 	}
-	return m == AMXINT8 || m == AMXINT4, true
+	return m == AMXINT8 || m == AMXINT4 || m == INT4KGroup, true
 }
 
-// amxPrefill reports whether method m's prefill runs on the AMX tile
-// kernels (real or emulated) with these ISA bits: every method but
-// INT4_KGROUP, whose kernels are vector ones.
-func amxPrefill(m Method, bits int) bool { return bits&isaAMX != 0 && m != INT4KGroup }
+// amxPrefill reports whether the prefill runs on the AMX tile kernels (real
+// or emulated) with these ISA bits: every method's does where AMX is.
+func amxPrefill(bits int) bool { return bits&isaAMX != 0 }
 
 // Describe names the kernels a method runs with the given capability bits,
 // for logs and kt bench ("avx512-vnni decode, amx prefill").
@@ -183,7 +182,7 @@ func describe(m Method, bits int) string {
 		}
 	}
 	pf := dec
-	if amxPrefill(m, bits) {
+	if amxPrefill(bits) {
 		pf = "amx"
 		if bits&isaAMXEmu != 0 {
 			pf = "amx-emulated"

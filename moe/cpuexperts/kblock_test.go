@@ -30,7 +30,7 @@ func TestAMXKBlockBitwise(t *testing.T) {
 		if isa == amxEmuLevel {
 			tokens = 140 // ~70 per expert: still 3 kernel calls an item with 32-token chunks
 		}
-		for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, BF16} {
+		for _, m := range []Method{AMXBF16, AMXINT8, AMXINT4, INT4KGroup, BF16} {
 			spec := small
 			spec.Method, spec.Experts = m, 8
 			src := srcs.get(m, spec)
@@ -50,7 +50,7 @@ func TestAMXKBlockBitwise(t *testing.T) {
 				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0, 0},
 					knobs{3, -1, 0, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0, 0},
 					knobs{-1, 0, 0, 0, 0, 4096, 0, 0}, knobs{1, 0, 2, 32, 0, 4096, 3, 0}, knobs{-1, 0, 1, 0, 1, 20000, 1, 0}, knobs{3, 0, 2, 64, 1, 4096, 2, 0})
-				if m == AMXINT4 {
+				if m == AMXINT4 || m == INT4KGroup {
 					configs = append(configs, knobs{-1, 0, 0, 0, 0, 0, 0, 2}, knobs{1, 0, 2, 32, 0, 0, 0, 3}, knobs{-1, 0, 1, 0, 1, 0, 0, 2},
 						knobs{-1, 0, 0, 0, 0, 4096, 0, 2}, knobs{3, 0, 2, 64, 0, 20000, 2, 2})
 				}

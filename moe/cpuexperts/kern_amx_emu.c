@@ -97,7 +97,13 @@ TEMU void kt_amx_emu_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int 
 TEMU void kt_amx_emu_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                           kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, 0);
+}
+
+TEMU void kt_amx_emu_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
+                           kt_scratch* s) {
+  atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, 1);
 }
 
 static uint32_t emu_rng(uint32_t* s) {

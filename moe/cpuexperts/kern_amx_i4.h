@@ -16,22 +16,83 @@
 // then the 16 of the high ones), each value q as q*16 (pack.c: the scales
 // are divided by 16).
 //
+// A KT_FMT_I4G_PK matrix (grouped, same nibble layout, a scale per row and
+// group of 64 or 128 columns) is requantized on the way to one int8 scale
+// per row: rmax (amx_i4g_rowmax) holds each row's largest group scale, and a
+// value q of group g becomes round(q*16 * sc[g]/rmax) (in [-112, 112]; exact
+// for the row's largest group), so the int8 core scales the row by rmax.
+// The factor sc[g]/rmax is applied in 16-bit fixed point (vpmulhrsw, 15
+// fraction bits): the int8 step rmax adds at most rmax/2 per weight, against
+// the int4 step sc[g] of the group itself (cpuexperts.md, "INT4_KGROUP on
+// AMX").
+//
 // With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
 // bounds) only that slab's columns are unpacked, at their places.
+static inline __attribute__((target("avx512f,avx512bw"))) __m512i amx_i4g_requant(__m512i v, __m512i flo,
+                                                                                __m512i fhi) {
+  __m256i lo = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)), flo));
+  __m256i hi = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(v, 1)), fhi));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// amx_i4g_factor is the fixed-point factor sc/rmax of 16 rows (0 where rmax
+// is 0), each row's factor as an int16 spread over the four bytes of its
+// k-quad: rows 0-7 in *lo (the low 32 bytes of a line), rows 8-15 in *hi.
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4g_factor(const float* sc, __m512 rmax,
+                                                                           __m512i* lo, __m512i* hi) {
+  __mmask16 nz = _mm512_cmp_ps_mask(rmax, _mm512_setzero_ps(), _CMP_GT_OQ);
+  __m512 f = _mm512_maskz_div_ps(nz, _mm512_loadu_ps(sc), rmax);
+  __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(f, _mm512_set1_ps(32768.0f))), _mm512_set1_epi32(32767));
+  // word i of *lo takes the low word of dword i/4 (row i/4), of *hi that of dword 8 + i/4
+  const __m512i rlo = _mm512_set_epi16(14, 14, 14, 14, 12, 12, 12, 12, 10, 10, 10, 10, 8, 8, 8, 8, 6, 6, 6, 6, 4, 4,
+                                       4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+  const __m512i rhi = _mm512_add_epi16(rlo, _mm512_set1_epi16(16));
+  *lo = _mm512_permutexvar_epi16(rlo, q);
+  *hi = _mm512_permutexvar_epi16(rhi, q);
+}
+
+// amx_i4g_rowmax stores at out the largest group scale of each of rows
+// [n0, n0+nn) of a KT_FMT_I4G_PK matrix (scales [N/16][K/G][16]): the
+// per-row scale of its int8 requantization, over the whole K whatever the
+// slab, so that every slab's panels share it.
+static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_mat* W, int n0, int nn, float* out) {
+  int ng = W->k / W->group;
+  for (int p = 0; p < nn / 16; p++) {
+    const float* sc = W->scale + (int64_t)(n0 / 16 + p) * ng * 16;
+    __m512 m = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) m = _mm512_max_ps(m, _mm512_loadu_ps(sc + g * 16));
+    _mm512_storeu_ps(out + p * 16, m);
+  }
+}
+
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(const kt_mat* W, int n0, int nn,
-                                                                             int8_t* dst, const kt_scratch* s) {
-  int k = W->k;
+                                                                             int8_t* dst, const float* rmax,
+                                                                             const kt_scratch* s) {
+  int k = W->k, ng = rmax ? k / W->group : 0;
   int cb = s->k_end > 0 ? s->k_beg / 2 : 0, ce = s->k_end > 0 ? (s->k_end + 1) / 2 : k / 128;
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   for (int p = 0; p < nn / 16; p++) {
     const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
     int8_t* d = dst + (int64_t)p * 16 * k;
-    for (int c = cb; c < ce; c++)
+    const float* sc = rmax ? W->scale + (int64_t)(n0 / 16 + p) * ng * 16 : NULL;
+    __m512 rm = rmax ? _mm512_loadu_ps(rmax + p * 16) : _mm512_setzero_ps();
+    for (int c = cb; c < ce; c++) {
+      __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
+      if (rmax) {  // the groups of the block's low (columns 0-63) and high (64-127) halves
+        amx_i4g_factor(sc + (int64_t)(c * 128 / W->group) * 16, rm, &f0l, &f0h);
+        amx_i4g_factor(sc + (int64_t)((c * 128 + 64) / W->group) * 16, rm, &f1l, &f1h);
+      }
       for (int r = 0; r < 16; r++) {
         __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, _mm512_and_si512(b, mask));
+        __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
+        if (rmax) {
+          lo = amx_i4g_requant(lo, f0l, f0h);
+          hi = amx_i4g_requant(hi, f1l, f1h);
+        }
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, lo);
+        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, hi);
       }
+    }
   }
 }
 
@@ -41,21 +102,29 @@ typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const
                               int ldc, int nn, kt_scratch* s);
 
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
-// int8 core. With s->i4_kch > 0 (even) it unpacks and runs that many int8
-// tile steps at a time, the sums parked between them as between K slabs (in
-// the caller's park when the call is itself a slab, else in s->ci), so each
-// unpacked piece is read by the tiles while it is still in L1; results are
-// bitwise those of one unpack (TestAMXKBlockBitwise).
+// int8 core. grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
+// row scales in s->wsc. With s->i4_kch > 0 (even) it unpacks and runs that
+// many int8 tile steps at a time, the sums parked between them as between K
+// slabs (in the caller's park when the call is itself a slab, else in
+// s->ci), so each unpacked piece is read by the tiles while it is still in
+// L1; results are bitwise those of one unpack (TestAMXKBlockBitwise).
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const kt_mat* W, int n0, int nn,
                                                                           const kt_act* A, int m, float* C, int ldc,
-                                                                          kt_scratch* s, kt_i8_core_fn core) {
+                                                                          kt_scratch* s, kt_i8_core_fn core,
+                                                                          int grouped) {
   int nkc = W->k / 64;
+  const float* rmax = NULL;
+  const float* ws = W->scale + n0;
+  if (grouped) {
+    amx_i4g_rowmax(W, n0, nn, s->wsc);
+    rmax = ws = s->wsc;
+  }
   int slab = s->k_end > 0;
   int b0 = slab ? s->k_beg : 0, b1 = slab ? s->k_end : nkc;
   int kb = s->i4_kch & ~1;
   if (kb <= 0 || kb >= b1 - b0) {
-    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
-    core((const char*)s->pack, nkc, W->scale + n0, A, 1, m, C, ldc, nn, s);
+    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, rmax, s);
+    core((const char*)s->pack, nkc, ws, A, 1, m, C, ldc, nn, s);
     return;
   }
   int f0 = slab ? s->k_first : 1, l0 = slab ? s->k_last : 1;
@@ -66,8 +135,8 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
     s->k_first = f0 && k0 == b0;
     s->k_last = l0 && s->k_end == b1;
     s->park = pk;
-    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, s);
-    core((const char*)s->pack, nkc, W->scale + n0, A, 1, m, C, ldc, nn, s);
+    amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, rmax, s);
+    core((const char*)s->pack, nkc, ws, A, 1, m, C, ldc, nn, s);
   }
   // the caller's slab, as it was
   s->k_beg = slab ? b0 : 0;

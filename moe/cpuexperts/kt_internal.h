@@ -91,6 +91,7 @@ typedef struct {
   int k_beg, k_end, k_first, k_last;
   void* park;
   int i4_kch;  // AMX int4 prefill: int8 tile steps unpacked and run at a time (even; <= 0: the whole K at once)
+  float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
@@ -156,10 +157,12 @@ int kt_amx_init_thread(void);
 void kt_amx_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+void kt_amx_i4gpk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 // The same kernels over emulated tiles (kern_amx_emu.c; KT_ISA_AMX_EMU, tests).
 void kt_amx_emu_bf16pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_emu_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_emu_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
+void kt_amx_emu_i4gpk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 
 // Portable packing of a row-major source slice into a bf16 panel (used on the fly).
 void kt_pack_rm_to_bf16pk(const kt_mat* W, int n0, int nn, uint16_t* dst);

@@ -290,7 +290,7 @@ kt_kernel kt_pick_kernel(int fmt, int level, int isa) {
       case KT_FMT_I4_PK: return emu ? kt_amx_emu_i4pk : kt_amx_i4pk;
       case KT_FMT_BF16_RM: return emu ? kt_amx_emu_bf16pk : kt_amx_bf16pk;
       case KT_FMT_FP8_RM: return emu ? kt_amx_emu_bf16pk : kt_amx_bf16pk;
-      case KT_FMT_I4G_PK: return vnni ? kt_vnni_i4gpk : kt_avx2_i4gpk;
+      case KT_FMT_I4G_PK: return emu ? kt_amx_emu_i4gpk : kt_amx_i4gpk;
     }
     return NULL;
   }

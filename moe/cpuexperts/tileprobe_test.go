@@ -24,7 +24,7 @@ func TestTileFormat(t *testing.T) {
 		{FP8, amx, false, true},
 		{AMXINT8, amx, true, true},
 		{AMXINT4, amx, true, true},
-		{INT4KGroup, amx, false, false},
+		{INT4KGroup, amx, true, true},
 		{AMXBF16, amx | isaAMXEmu, false, false},
 		{AMXINT8, isaAVX512 | isaVNNI | isaBF16, false, false},
 		{AMXBF16, isaAVX2, false, false},
