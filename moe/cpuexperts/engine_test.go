@@ -164,30 +164,33 @@ func TestMethodsAgainstReference(t *testing.T) {
 // TestRealShapeAccuracy states each method's error on Qwen3.5-35B-A3B shapes.
 func TestRealShapeAccuracy(t *testing.T) {
 	if testing.Short() || os.Getenv("KT_TEST_REAL_SHAPES") == "" {
-		t.Skip("set KT_TEST_REAL_SHAPES=1: real shapes take 10 s (minutes under -race)")
+		t.Skip("set KT_TEST_REAL_SHAPES=1: real shapes take 20 s (minutes under -race)")
 	}
 	spec := LayerSpec{Experts: 16, Hidden: 2048, Intermediate: 512}
-	const tokens, topK = 4, 8
-	for _, m := range Methods {
-		spec.Method = m
-		src := sourceFor(m, spec)
-		e := newEngine(t, spec, 1, 2, tokens, topK, ISAAuto)
-		l, err := e.NewLayer(spec, src)
-		if err != nil {
-			t.Fatal(err)
+	const topK = 8
+	// 4 tokens: 2 per expert, the decode kernels; 64: 32 per expert, the prefill kernels
+	for _, tokens := range []int{4, 64} {
+		for _, m := range Methods {
+			spec.Method = m
+			src := sourceFor(m, spec)
+			e := newEngine(t, spec, 1, 2, tokens, topK, ISAAuto)
+			l, err := e.NewLayer(spec, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, ids, w := RandomBatch(3, tokens, topK, spec.Hidden, spec.Experts)
+			out := make([]float32, tokens*spec.Hidden)
+			if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out}); err != nil {
+				t.Fatal(err)
+			}
+			ref, _ := Reference(src, spec, x, tokens, topK, ids, w, nil)
+			re := relErr(out, ref)
+			t.Logf("%-12s H=2048 I=512, %2d tokens (%s): relative error %.5f", m, tokens, e.Kernels(m), re)
+			if !(re < maxErr[m]) {
+				t.Errorf("%s, %d tokens: relative error %.5f, want < %.3f", m, tokens, re, maxErr[m])
+			}
+			l.Close()
 		}
-		x, ids, w := RandomBatch(3, tokens, topK, spec.Hidden, spec.Experts)
-		out := make([]float32, tokens*spec.Hidden)
-		if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out}); err != nil {
-			t.Fatal(err)
-		}
-		ref, _ := Reference(src, spec, x, tokens, topK, ids, w, nil)
-		re := relErr(out, ref)
-		t.Logf("%-12s H=2048 I=512: relative error %.5f", m, re)
-		if !(re < maxErr[m]) {
-			t.Errorf("%s: relative error %.5f, want < %.3f", m, re, maxErr[m])
-		}
-		l.Close()
 	}
 }
 
