@@ -202,15 +202,30 @@ INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
 INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 
 // Group-wise int4: integer sums per group, scaled per group into f32.
+// pf > 0 (one token): the panel is prefetched pf bytes ahead as in
+// i8pk_body, and its group scales and corrections (two more streams, 64
+// bytes per group each) two 128-column blocks ahead.
 INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
-                        const int32_t* const* x, __m512* f, const int MT) {
+                        const int32_t* const* x, __m512* f, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
+  if (MT == 1 && pf > 0)
+    for (int g = 0; g < 2 * gb && g < k / group; g++) {
+      _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
+      _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
+    }
   for (int c = 0; c < k / 128; c++) {
     __m512i alo[4], ahi[4];
     for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
+    if (MT == 1 && pf > 0 && c + 2 < k / 128)
+      for (int g = 0; g < gb; g++) {
+        _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
+        _mm_prefetch((const char*)(co + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
+      }
     for (int r = 0; r < 16; r++) {
+      if (MT == 1 && pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
       __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
       __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
       __m512i hi = _mm512_and_si512(b, mask);
@@ -237,8 +252,7 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
 
 TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                          kt_scratch* s) {
-  (void)s;
-  int k = W->k, ng = k / W->group;
+  int k = W->k, ng = k / W->group, pf = s->dec_pf;
   const int8_t* X = (const int8_t*)A->a;
   for (int p = 0; p < nn / 16; p++) {
     int pi = n0 / 16 + p;
@@ -251,11 +265,11 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
       __m512 f[4];
       for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
       if (mt == 1)
-        i4g_body(pan, k, W->group, sc, co, x, f, 1);
+        i4g_body(pan, k, W->group, sc, co, x, f, 1, pf);
       else if (mt == 2)
-        i4g_body(pan, k, W->group, sc, co, x, f, 2);
+        i4g_body(pan, k, W->group, sc, co, x, f, 2, pf);
       else
-        i4g_body(pan, k, W->group, sc, co, x, f, 4);
+        i4g_body(pan, k, W->group, sc, co, x, f, 4, pf);
       for (int t = 0; t < mt; t++)
         _mm512_storeu_ps(C + (int64_t)(t0 + t) * ldc + p * 16, _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[t0 + t])));
     }
