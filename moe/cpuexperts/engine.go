@@ -67,6 +67,10 @@ type Config struct {
 	// instead of unpacking its whole panel pair first (0 = the whole K).
 	// Results do not depend on it.
 	AMXInt4Block int
+	// AMXInt4Prefetch is how many bytes ahead the int4 AMX prefill's
+	// unpack (AMXINT4, INT4_KGROUP) prefetches the int4 panels it reads:
+	// 0 = DefaultAMXInt4Prefetch, < 0 = none. Results do not depend on it.
+	AMXInt4Prefetch int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
 	// hidden size): 0 = AMXKBlock, < 0 = no blocking. Results do not depend
@@ -356,6 +360,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
+	if cfg.AMXInt4Prefetch == 0 {
+		cfg.AMXInt4Prefetch = DefaultAMXInt4Prefetch
+	}
+	cc.amx_i4_pf = C.int(min(max(cfg.AMXInt4Prefetch, 0), 1<<20))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -432,6 +440,9 @@ const DefaultDecodeHeadPrefetch = -1
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048
+
+// DefaultAMXInt4Prefetch is the default Config.AMXInt4Prefetch.
+const DefaultAMXInt4Prefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).
 var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}

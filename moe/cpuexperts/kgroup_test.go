@@ -44,8 +44,8 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run := func(isa ISA, i4, slab int) ([]float32, string) {
-			e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Block: i4, AMXSlabBytes: int64(slab),
+		run := func(isa ISA, i4, slab, pf int) ([]float32, string) {
+			e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Block: i4, AMXSlabBytes: int64(slab), AMXInt4Prefetch: pf,
 				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 			if err != nil {
 				t.Fatal(err)
@@ -62,9 +62,9 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 			}
 			return out, e.Kernels(INT4KGroup)
 		}
-		vec, kv := run(ISAAVX512, 0, -1)
+		vec, kv := run(ISAAVX512, 0, -1, 0)
 		calls := emuAMXCalls()
-		tile, kt := run(amx, 0, -1)
+		tile, kt := run(amx, 0, -1, 0)
 		if !strings.HasSuffix(kt, "amx prefill") && !strings.HasSuffix(kt, "amx-emulated prefill") {
 			t.Fatalf("group %d: kernels %q, want an AMX prefill", group, kt)
 		}
@@ -79,12 +79,13 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 		if !(ea < ev*1.01) {
 			t.Errorf("group %d: AMX prefill error %.5f, vector %.5f: want within 1 %%", group, ea, ev)
 		}
-		// pieces and slabs run the same requantized products: bitwise equal
-		for _, c := range []struct{ i4, slab int }{{2, -1}, {0, 4096}, {2, 4096}} {
-			got, _ := run(amx, c.i4, c.slab)
+		// pieces, slabs and the unpack's prefetch run the same requantized
+		// products: bitwise equal
+		for _, c := range []struct{ i4, slab, pf int }{{2, -1, 0}, {0, 4096, 0}, {2, 4096, 0}, {0, -1, -1}, {2, 4096, 4096}} {
+			got, _ := run(amx, c.i4, c.slab, c.pf)
 			for i := range got {
 				if got[i] != tile[i] {
-					t.Fatalf("group %d, %s: element %d is %v, whole-K call %v", group, fmt.Sprintf("i4=%d slab=%d", c.i4, c.slab), i, got[i], tile[i])
+					t.Fatalf("group %d, %s: element %d is %v, whole-K call %v", group, fmt.Sprintf("i4=%d slab=%d prefetch=%d", c.i4, c.slab, c.pf), i, got[i], tile[i])
 				}
 			}
 		}

@@ -91,6 +91,7 @@ typedef struct {
   int k_beg, k_end, k_first, k_last;
   void* park;
   int i4_kch;  // AMX int4 prefill: int8 tile steps unpacked and run at a time (even; <= 0: the whole K at once)
+  int i4_pf;      // AMX int4 prefill: the unpack prefetches its int4 panels this many bytes ahead (<= 0: none)
   float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
 } kt_scratch;
 
