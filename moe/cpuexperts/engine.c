@@ -2160,6 +2160,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.amx_var = cfg->amx_var;
       w->s.i4_kch = cfg->amx_i4_kch;
       w->s.i4_pf = cfg->amx_i4_pf;
+      w->s.i4g_pf = cfg->amx_i4_pf != 0 ? cfg->amx_i4_pf : cfg->amx_i4g_pf;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));

@@ -69,7 +69,9 @@ type Config struct {
 	AMXInt4Block int
 	// AMXInt4Prefetch is how many bytes ahead the int4 AMX prefill's
 	// unpack (AMXINT4, INT4_KGROUP) prefetches the int4 panels it reads:
-	// 0 = DefaultAMXInt4Prefetch, < 0 = none. Results do not depend on it.
+	// 0 = the default (DefaultAMXInt4Prefetch for INT4_KGROUP, whose unpack
+	// also requantizes; none for AMXINT4, measured no faster with it), < 0 =
+	// none. Results do not depend on it.
 	AMXInt4Prefetch int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
@@ -360,10 +362,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
-	if cfg.AMXInt4Prefetch == 0 {
-		cfg.AMXInt4Prefetch = DefaultAMXInt4Prefetch
-	}
-	cc.amx_i4_pf = C.int(min(max(cfg.AMXInt4Prefetch, 0), 1<<20))
+	cc.amx_i4_pf = C.int(min(max(cfg.AMXInt4Prefetch, -1), 1<<20))
+	cc.amx_i4g_pf = C.int(DefaultAMXInt4Prefetch)
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -441,7 +441,9 @@ const DefaultDecodeHeadPrefetch = -1
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048
 
-// DefaultAMXInt4Prefetch is the default Config.AMXInt4Prefetch.
+// DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for
+// INT4_KGROUP (docs/notes/session17_run/run5.sh: faster at 256-1024 tokens
+// in 12 of 12 pairs against none; AMXINT4 slower in 9 of 12).
 const DefaultAMXInt4Prefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).

@@ -29,10 +29,10 @@
 // With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
 // bounds) only that slab's columns are unpacked, at their places.
 //
-// s->i4_pf > 0: each line is prefetched that many bytes ahead of its read
-// (a call's panels are one contiguous run, and an item's next call usually
-// follows it): where experts get few rows the unpack, not the tiles, reads
-// the weights from memory, one core's stream at a time.
+// s->i4_pf (s->i4g_pf for group-wise panels) > 0: each line is prefetched
+// that many bytes ahead of its read (a call's panels are one contiguous
+// run, and an item's next call usually follows it): where experts get few
+// rows the unpack, not the tiles, reads the weights from memory.
 static inline __attribute__((target("avx512f,avx512bw"))) __m512i amx_i4g_requant(__m512i v, __m512i flo,
                                                                                 __m512i fhi) {
   __m256i lo = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)), flo));
@@ -76,7 +76,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
   int k = W->k, ng = rmax ? k / W->group : 0;
   int cb = s->k_end > 0 ? s->k_beg / 2 : 0, ce = s->k_end > 0 ? (s->k_end + 1) / 2 : k / 128;
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
-  const int pf = s->i4_pf;
+  const int pf = rmax ? s->i4g_pf : s->i4_pf;
   for (int p = 0; p < nn / 16; p++) {
     const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
     int8_t* d = dst + (int64_t)p * 16 * k;
