@@ -95,8 +95,9 @@ type Config struct {
 	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
 	// with the A tile and the B pair double-buffered. Results do not depend on it.
 	AMXVariant int
-	// DecodePrefetch is how many bytes ahead the one-token int8/int4 decode
-	// kernels prefetch their weight panels: 0 = DefaultDecodePrefetch, < 0 = none.
+	// DecodePrefetch is how many bytes ahead the decode kernels over packed
+	// panels (int8, int4, group-wise int4, bf16) prefetch their weights, on a
+	// panel's first pass over the tokens: 0 = DefaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
 	// takes (rounded up to 32, at most 512; 0 = by activation format: 128

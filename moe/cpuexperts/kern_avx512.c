@@ -57,12 +57,13 @@ T512 void kt_avx512_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int
   }
 }
 
-// pf > 0: one token prefetches the panel pf bytes ahead (as the int kernels).
+// pf > 0: the panel is prefetched pf bytes ahead (as the int kernels); the
+// drivers pass it for a panel's first pass over the tokens only.
 INL TBF16 void bf16pk_bf(const uint32_t* pan, int k, const uint32_t* const* x, float* const* c, const int MT, int pf) {
   __m512 acc[8];
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k / 2; j++) {
-    if (MT == 1 && pf > 0) _mm_prefetch((const char*)(pan + (int64_t)j * 16) + pf, _MM_HINT_T0);
+    if (pf > 0) _mm_prefetch((const char*)(pan + (int64_t)j * 16) + pf, _MM_HINT_T0);
     __m512bh wv = (__m512bh)_mm512_loadu_si512(pan + (int64_t)j * 16);
     for (int t = 0; t < MT; t++) acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_set1_epi32((int)x[t][j]));
   }
@@ -84,14 +85,15 @@ TBF16 void kt_avx512bf16_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A
         x[t] = (const uint32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
         c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
       }
+      int pft = t0 == 0 ? pf : 0;  // later passes find the panel in the caches
       if (mt == 1)
-        bf16pk_bf(pan, k, x, c, 1, pf);
+        bf16pk_bf(pan, k, x, c, 1, pft);
       else if (mt == 2)
-        bf16pk_bf(pan, k, x, c, 2, pf);
+        bf16pk_bf(pan, k, x, c, 2, pft);
       else if (mt <= 4)
-        bf16pk_bf(pan, k, x, c, 4, pf);
+        bf16pk_bf(pan, k, x, c, 4, pft);
       else
-        bf16pk_bf(pan, k, x, c, 8, pf);
+        bf16pk_bf(pan, k, x, c, 8, pft);
     }
   }
 }
@@ -104,9 +106,9 @@ INL TVNNI void int_store(__m512i acc, __m512i corr, __m512 ws, float as, float* 
   _mm512_storeu_ps(c, _mm512_mul_ps(_mm512_mul_ps(f, ws), _mm512_set1_ps(as)));
 }
 
-// pf > 0: the one-token loops prefetch the panel pf bytes ahead (a panel is
-// one contiguous stream; a work item's panels are short streams for the
-// hardware prefetcher).
+// pf > 0: the panel is prefetched pf bytes ahead (a panel is one contiguous
+// stream; a work item's panels are short streams for the hardware
+// prefetcher); the drivers pass it for a panel's first pass only.
 INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   if (MT == 1) {
@@ -132,6 +134,7 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
   }
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
   for (int j = 0; j < k / 4; j++) {
+    if (pf > 0) _mm_prefetch((const char*)pan + (int64_t)j * 64 + pf, _MM_HINT_T0);
     __m512i wv = _mm512_loadu_si512(pan + (int64_t)j * 64);
     for (int t = 0; t < MT; t++)
       acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][j]), flip), wv);
@@ -158,6 +161,7 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
   for (int c = 0; c < k / 128; c++) {
     for (int r = 0; r < 16; r++) {
+      if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
       __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
       __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
       __m512i hi = _mm512_and_si512(b, mask);
@@ -184,14 +188,15 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
         const int32_t* x[8];                                                                            \
         __m512i acc[8];                                                                                 \
         for (int t = 0; t < 8; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
+        int pft = t0 == 0 ? pf : 0; /* later passes find the panel in the caches */                   \
         if (mt == 1)                                                                                    \
-          BODY(pan, k, x, acc, 1, pf);                                                                      \
+          BODY(pan, k, x, acc, 1, pft);                                                                 \
         else if (mt == 2)                                                                               \
-          BODY(pan, k, x, acc, 2, pf);                                                                      \
+          BODY(pan, k, x, acc, 2, pft);                                                                 \
         else if (mt <= 4)                                                                               \
-          BODY(pan, k, x, acc, 4, pf);                                                                      \
+          BODY(pan, k, x, acc, 4, pft);                                                                 \
         else                                                                                            \
-          BODY(pan, k, x, acc, 8, pf);                                                                      \
+          BODY(pan, k, x, acc, 8, pft);                                                                 \
         for (int t = 0; t < mt; t++)                                                                    \
           int_store(acc[t], corr, ws, A->as[t0 + t], C + (int64_t)(t0 + t) * ldc + p * 16);             \
       }                                                                                                 \
@@ -202,16 +207,16 @@ INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
 INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 
 // Group-wise int4: integer sums per group, scaled per group into f32.
-// pf > 0 (one token): the panel is prefetched pf bytes ahead as in
-// i8pk_body, and its group scales and corrections (two more streams, 64
-// bytes per group each) two 128-column blocks ahead.
+// pf > 0: the panel is prefetched pf bytes ahead as in i8pk_body, and its
+// group scales and corrections (two more streams, 64 bytes per group each)
+// two 128-column blocks ahead (the driver passes it for the first pass).
 INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
                         const int32_t* const* x, __m512* f, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
-  if (MT == 1 && pf > 0)
+  if (pf > 0)
     for (int g = 0; g < 2 * gb && g < k / group; g++) {
       _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
       _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
@@ -219,13 +224,13 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
   for (int c = 0; c < k / 128; c++) {
     __m512i alo[4], ahi[4];
     for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
-    if (MT == 1 && pf > 0 && c + 2 < k / 128)
+    if (pf > 0 && c + 2 < k / 128)
       for (int g = 0; g < gb; g++) {
         _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
         _mm_prefetch((const char*)(co + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
       }
     for (int r = 0; r < 16; r++) {
-      if (MT == 1 && pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
+      if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
       __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
       __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
       __m512i hi = _mm512_and_si512(b, mask);
@@ -264,12 +269,13 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
       const int32_t* x[4];
       __m512 f[4];
       for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
+      int pft = t0 == 0 ? pf : 0;  // later passes find the panel in the caches
       if (mt == 1)
-        i4g_body(pan, k, W->group, sc, co, x, f, 1, pf);
+        i4g_body(pan, k, W->group, sc, co, x, f, 1, pft);
       else if (mt == 2)
-        i4g_body(pan, k, W->group, sc, co, x, f, 2, pf);
+        i4g_body(pan, k, W->group, sc, co, x, f, 2, pft);
       else
-        i4g_body(pan, k, W->group, sc, co, x, f, 4, pf);
+        i4g_body(pan, k, W->group, sc, co, x, f, 4, pft);
       for (int t = 0; t < mt; t++)
         _mm512_storeu_ps(C + (int64_t)(t0 + t) * ldc + p * 16, _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[t0 + t])));
     }
