@@ -1461,7 +1461,7 @@ static int task_setup(kt_engine* e) {
   e->rm_pack = (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM) && (isa & (KT_ISA_AMX | KT_ISA_AVX512));
   if (isa & KT_ISA_AMX) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AMX, isa);
-    e->pf_min = AMX_MIN_M;
+    e->pf_min = e->cfg.amx_min_m > 0 ? e->cfg.amx_min_m : AMX_MIN_M;
   } else if ((isa & KT_ISA_AVX512) && (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM)) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AVX512 + 100, isa);
     e->pf_min = RMPF_MIN_M;

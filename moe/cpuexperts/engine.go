@@ -73,6 +73,11 @@ type Config struct {
 	// also requantizes; none for AMXINT4, measured no faster with it), < 0 =
 	// none. Results do not depend on it.
 	AMXInt4Prefetch int
+	// AMXMinTokens is the fewest tokens of one expert that run the AMX
+	// prefill kernels where the CPU has AMX (fewer run the vector decode
+	// kernels): 0 = 8. Integer methods give the same results either way
+	// but for INT4_KGROUP, whose AMX path requantizes.
+	AMXMinTokens int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
 	// hidden size): 0 = AMXKBlock, < 0 = no blocking. Results do not depend
@@ -362,6 +367,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
+	cc.amx_min_m = C.int(min(max(cfg.AMXMinTokens, 0), 1<<20))
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
 	cc.amx_i4_pf = C.int(min(max(cfg.AMXInt4Prefetch, -1), 1<<20))
 	cc.amx_i4g_pf = C.int(DefaultAMXInt4Prefetch)

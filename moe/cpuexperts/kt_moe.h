@@ -123,6 +123,7 @@ typedef struct {
   int64_t amx_slab;    // AMX prefill gate/up: activation bytes of one kernel call above which K runs in slabs
                        // of at most half this (engine.c gate_up_rows); 0 = default (1 MiB), < 0 = never
   int amx_slab_grp;    // ... row blocks of 32 per slab group; <= 0 = as many as KT_PARK holds the sums of
+  int amx_min_m;       // fewest tokens of an expert that take the AMX prefill kernels; <= 0 = AMX_MIN_M
   int amx_i4_kch;      // AMX int4 prefill: int8 tile steps unpacked and run at a time; <= 0 = the whole K
   int amx_i4_pf;       // AMX int4 prefill: the unpack prefetches its int4 panels this many bytes ahead; 0 = default, < 0 = none
   int amx_i4g_pf;      // ... the default for group-wise int4 (per-row int4: none)
