@@ -1,6 +1,7 @@
-// kern_amx_i4.h: the int4 -> int8 unpack of the AMX int4 kernel, shared by
-// the real kernel (kern_amx.c) and its emulation (kern_amx_emu.c) so that
-// the engine tests on CPUs without AMX run the same unpack.
+// kern_amx_i4.h: the int4 -> int8 unpack of the AMX int4 kernels (AMXINT4,
+// INT4_KGROUP), shared by the real kernels (kern_amx.c) and their emulation
+// (kern_amx_emu.c) so that the engine tests on CPUs without AMX run the same
+// unpack.
 #ifndef KERN_AMX_I4_H
 #define KERN_AMX_I4_H
 
@@ -8,31 +9,9 @@
 
 #include "kt_internal.h"
 
-// amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
-// (16-row panels; per 128 columns, 16 lines of 64 bytes, 16 rows x one
-// k-quad each, whose low nibbles hold columns 0-63 of the block and high
-// nibbles columns 64-127) into int8 panels at dst in the KT_FMT_I8_PK layout
-// the int8 kernel reads (per 128 columns, the 16 lines of the low nibbles,
-// then the 16 of the high ones), each value q as q*16 (pack.c: the scales
-// are divided by 16).
-//
-// A KT_FMT_I4G_PK matrix (grouped, same nibble layout, a scale per row and
-// group of 64 or 128 columns) is requantized on the way to one int8 scale
-// per row: rmax (amx_i4g_rowmax) holds each row's largest group scale, and a
-// value q of group g becomes round(q*16 * sc[g]/rmax) (in [-112, 112]; exact
-// for the row's largest group), so the int8 core scales the row by rmax.
-// The factor sc[g]/rmax is applied in 16-bit fixed point (vpmulhrsw, 15
-// fraction bits): the int8 step rmax adds at most rmax/2 per weight, against
-// the int4 step sc[g] of the group itself (cpuexperts.md, "INT4_KGROUP on
-// AMX").
-//
-// With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
-// bounds) only that slab's columns are unpacked, at their places.
-//
-// s->i4_pf (s->i4g_pf for group-wise panels) > 0: each line is prefetched
-// that many bytes ahead of its read (a call's panels are one contiguous
-// run, and an item's next call usually follows it): where experts get few
-// rows the unpack, not the tiles, reads the weights from memory.
+// amx_i4g_requant multiplies the 64 signed bytes of v (q*16 of one line:
+// 16 rows x one k-quad) by their row's fixed-point factor (amx_i4g_factor:
+// rows 0-7 in flo, 8-15 in fhi), rounded (vpmulhrsw).
 static inline __attribute__((target("avx512f,avx512bw"))) __m512i amx_i4g_requant(__m512i v, __m512i flo,
                                                                                 __m512i fhi) {
   __m256i lo = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)), flo));
@@ -70,6 +49,31 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
   }
 }
 
+// amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
+// (16-row panels; per 128 columns, 16 lines of 64 bytes, 16 rows x one
+// k-quad each, whose low nibbles hold columns 0-63 of the block and high
+// nibbles columns 64-127) into int8 panels at dst in the KT_FMT_I8_PK layout
+// the int8 kernel reads (per 128 columns, the 16 lines of the low nibbles,
+// then the 16 of the high ones), each value q as q*16 (pack.c: the scales
+// are divided by 16).
+//
+// A KT_FMT_I4G_PK matrix (grouped, same nibble layout, a scale per row and
+// group of 64 or 128 columns) is requantized on the way to one int8 scale
+// per row: rmax (amx_i4g_rowmax) holds each row's largest group scale, and a
+// value q of group g becomes round(q*16 * sc[g]/rmax) (in [-112, 112]; exact
+// for the row's largest group), so the int8 core scales the row by rmax.
+// The factor sc[g]/rmax is applied in 16-bit fixed point (vpmulhrsw, 15
+// fraction bits): the int8 step rmax adds at most rmax/2 per weight, against
+// the int4 step sc[g] of the group itself (docs/notes/cpuexperts.md,
+// "Session 17").
+//
+// With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
+// bounds) only that slab's columns are unpacked, at their places.
+//
+// s->i4_pf (s->i4g_pf for group-wise panels) > 0: each line is prefetched
+// that many bytes ahead of its read (a call's panels are one contiguous
+// run, and an item's next call usually follows it): where experts get few
+// rows the unpack, not the tiles, reads the weights from memory.
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(const kt_mat* W, int n0, int nn,
                                                                              int8_t* dst, const float* rmax,
                                                                              const kt_scratch* s) {
