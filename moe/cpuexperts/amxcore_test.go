@@ -123,7 +123,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 			}
 			for _, cs := range append(sets, cpus) {
 				b.Run(fmt.Sprintf("i8=%v/peak%d/threads=%d", i8, v, len(cs)), func(b *testing.B) {
-					kernelBench(b, i8, 256, 2048, amxKnobs{variant: v}, 20, 1<<20, cs)
+					kernelBench(b, kbOf(i8), 256, 2048, amxKnobs{variant: v}, 20, 1<<20, cs)
 				})
 			}
 		}
@@ -144,7 +144,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 				}
 				for _, c := range cfgs {
 					name := fmt.Sprintf("i8=%v/m=%d/k=%d/threads=%s/%s", i8, mk[0], mk[1], tn, c.name)
-					b.Run(name, func(b *testing.B) { kernelBench(b, i8, mk[0], mk[1], c.kn, reps, wb, cpus[:n]) })
+					b.Run(name, func(b *testing.B) { kernelBench(b, kbOf(i8), mk[0], mk[1], c.kn, reps, wb, cpus[:n]) })
 				}
 			}
 		}
@@ -178,8 +178,63 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 					// about 2000 kernel calls per thread either way
 					reps := int(max(1, 2000*pair/w.bytes))
 					b.Run(fmt.Sprintf("i8=%v/m=%d/k=%d/%s/threads=%d", i8, mk[0], mk[1], w.name, n), func(b *testing.B) {
-						kernelBench(b, i8, mk[0], mk[1], kn, reps, w.bytes, cpus[:n])
+						kernelBench(b, kbOf(i8), mk[0], mk[1], kn, reps, w.bytes, cpus[:n])
 					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkIntFewRows times the integer kernels where experts get few rows
+// (16 or 32 tokens: prefill chunks of 256-1024 tokens), each thread's
+// weights streamed (48 MiB) or resident in L2 (two 32-row pairs), on half
+// and on all physical cores: the AMX prefill kernels (int4 ones unpack each
+// call's panels first, INT4_KGROUP's requantizing; int4pf2048 with the
+// unpack's prefetch) beside the AVX-512 VNNI decode kernels (vnni) that
+// experts below Config.AMXMinTokens run. GB/s counts the weight bytes read
+// per second, the bound that matters at these sizes. Needs AMX:
+//
+//	moe.test -test.run XXX -test.bench IntFewRows -test.benchtime 1x
+func BenchmarkIntFewRows(b *testing.B) {
+	if !DetectFeatures().AMX {
+		b.Skip("no AMX")
+	}
+	cpus := WorkerCPUs(PhysicalCores())
+	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
+	perWeight := map[kbFormat]float64{kbInt8: 1, kbInt4: 0.5, kbInt4G: 0.5}
+	for _, f := range []kbFormat{kbInt8, kbInt4, kbInt4G} {
+		for _, mk := range [][2]int{{16, 2048}, {32, 2048}, {32, 768}} {
+			pair := int64(float64(32*mk[1]) * perWeight[f]) // one 32-row call
+			for _, w := range []struct {
+				name  string
+				bytes int64
+			}{{"streamed", 48 << 20}, {"resident", 2 * pair}} {
+				for _, n := range []int{len(cpus) / 2, len(cpus)} {
+					for _, v := range []struct {
+						name  string
+						noAMX bool
+						i4pf  int
+					}{{"amx", false, 0}, {"amx-int4pf2048", false, 2048}, {"vnni", true, 0}} {
+						if v.i4pf > 0 && f == kbInt8 {
+							continue
+						}
+						reps := int(max(1, 2000*pair/w.bytes))
+						k := kn
+						k.i4pf = v.i4pf
+						b.Run(fmt.Sprintf("%s/m=%d/k=%d/%s/threads=%d/%s", f, mk[0], mk[1], w.name, n, v.name), func(b *testing.B) {
+							var tf float64
+							for range b.N {
+								t, err := amxKernelBench(f, mk[0], mk[1], k, reps, w.bytes, cpus[:n], v.noAMX)
+								if err != nil {
+									b.Fatal(err)
+								}
+								tf = t
+							}
+							b.ReportMetric(tf, "TFLOPS")
+							b.ReportMetric(tf*1e12/float64(2*mk[0])*perWeight[f]/1e9, "GB/s")
+						})
+					}
 				}
 			}
 		}
@@ -213,7 +268,7 @@ func BenchmarkAMXPairs(b *testing.B) {
 			} else if len(cs) > 2 {
 				name += fmt.Sprintf("..all%d", len(cs))
 			}
-			b.Run(name, func(b *testing.B) { kernelBench(b, i8, 256, 2048, amxKnobs{variant: -1}, 20, 1<<20, cs) })
+			b.Run(name, func(b *testing.B) { kernelBench(b, kbOf(i8), 256, 2048, amxKnobs{variant: -1}, 20, 1<<20, cs) })
 		}
 	}
 }
@@ -236,7 +291,7 @@ func BenchmarkAMXRows(b *testing.B) {
 		for _, cs := range [][]int{cpus[:1], cpus} {
 			for _, rows := range []int{16, 12, 8, 4} {
 				b.Run(fmt.Sprintf("i8=%v/threads=%d/rows=%d", i8, len(cs), rows), func(b *testing.B) {
-					kernelBench(b, i8, rows, 64, amxKnobs{variant: -6}, 20, pairBytes(i8, 64), cs)
+					kernelBench(b, kbOf(i8), rows, 64, amxKnobs{variant: -6}, 20, pairBytes(i8, 64), cs)
 				})
 			}
 		}
@@ -245,10 +300,10 @@ func BenchmarkAMXRows(b *testing.B) {
 
 // kernelBench runs amxKernelBench on the AMX kernels b.N times over cpus
 // and reports the last run's TFLOPS, of all threads and per core.
-func kernelBench(b *testing.B, i8 bool, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) {
+func kernelBench(b *testing.B, f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int) {
 	var tf float64
 	for range b.N {
-		t, err := amxKernelBench(i8, m, k, kn, reps, wbytes, cpus, false)
+		t, err := amxKernelBench(f, m, k, kn, reps, wbytes, cpus, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -267,16 +322,19 @@ func TestKernelBenchHarness(t *testing.T) {
 	if !f.AVX512 || !f.VNNI {
 		t.Skip("needs AVX-512 with VNNI")
 	}
-	for _, i8 := range []bool{false, true} {
-		tf, err := amxKernelBench(i8, 40, 256, amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 4}, 1, 1<<20, []int{-1, -1}, true)
+	for _, f := range []kbFormat{kbBF16, kbInt8, kbInt4, kbInt4G} {
+		tf, err := amxKernelBench(f, 40, 256, amxKnobs{kch: -1, pf: 1, pfm: 3, nxl: 4, i4pf: 2048}, 1, 1<<20, []int{-1, -1}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !(tf > 0) {
-			t.Fatalf("i8=%v: %g TFLOPS, want > 0", i8, tf)
+			t.Fatalf("%s: %g TFLOPS, want > 0", f, tf)
 		}
 	}
-	if _, err := amxKernelBench(false, 40, 100, amxKnobs{}, 1, 1<<20, []int{-1}, true); err == nil {
+	if _, err := amxKernelBench(kbBF16, 40, 100, amxKnobs{}, 1, 1<<20, []int{-1}, true); err == nil {
 		t.Error("k = 100 accepted")
+	}
+	if _, err := amxKernelBench(kbInt4, 40, 192, amxKnobs{}, 1, 1<<20, []int{-1}, true); err == nil {
+		t.Error("int4 at k = 192 (not whole 128-column blocks) accepted")
 	}
 }

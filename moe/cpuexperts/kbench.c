@@ -36,13 +36,38 @@ static double kt_amx_peak_flops(int i8, int var, int m) {
 void kt_free(void* p, int64_t bytes);
 
 typedef struct {
-  int fmt, m, k, kch, pf, pfm, nxl, var, reps, cpu, nthreads, noamx;
+  int fmt, m, k, kch, pf, pfm, nxl, var, i4pf, reps, cpu, nthreads, noamx;
   int64_t wbytes;
   _Atomic int* ready;
   double secs;
   int err;
   float sink;  // the mixed variants' vector result (kept so it is computed)
 } kb_arg;
+
+// KB_GROUP is the group of the KT_FMT_I4G_PK weights the benchmark runs.
+#define KB_GROUP 128
+
+// kb_pair_bytes is the weight bytes of one 32-row kernel call of format fmt
+// at K k.
+static int64_t kb_pair_bytes(int fmt, int k) {
+  switch (fmt) {
+    case KT_FMT_I8_PK: return (int64_t)KT_NB * k;
+    case KT_FMT_I4_PK:
+    case KT_FMT_I4G_PK: return (int64_t)KT_NB * k / 2;
+  }
+  return (int64_t)KT_NB * k * 2;
+}
+
+// kb_kernel is the kernel the benchmark runs for fmt: the AMX prefill
+// kernel, or with noamx the AVX-512 kernel of the same weights.
+static kt_kernel kb_kernel(int fmt, int noamx) {
+  switch (fmt) {
+    case KT_FMT_I8_PK: return noamx ? kt_vnni_i8pk : kt_amx_i8pk;
+    case KT_FMT_I4_PK: return noamx ? kt_vnni_i4pk : kt_amx_i4pk;
+    case KT_FMT_I4G_PK: return noamx ? kt_vnni_i4gpk : kt_amx_i4gpk;
+  }
+  return noamx ? kt_avx512_bf16pk : kt_amx_bf16pk;
+}
 
 static double kb_now(void) {
   struct timespec ts;
@@ -58,29 +83,33 @@ static void* kb_thread(void* p) {
     CPU_SET(a->cpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
-  int i8 = a->fmt == KT_FMT_I8_PK;
+  int i8 = a->fmt != KT_FMT_BF16_PK;  // integer weights, int8 activations
+  int i4 = a->fmt == KT_FMT_I4_PK || a->fmt == KT_FMT_I4G_PK;
   int k = a->k, m = a->m, mp = (m + 31) / 32 * 32;
-  int64_t esz = i8 ? 1 : 2;
   // activations: bf16 for the AMX kernel, f32 for the AVX-512 bf16 kernel
   // the harness test runs instead (it reads m rows of k floats)
   int64_t xesz = i8 ? 1 : (a->noamx ? 4 : 2);
-  int64_t pairb = KT_NB * k * esz;
+  int64_t pairb = kb_pair_bytes(a->fmt, k);
   int64_t npairs = a->wbytes / pairb;
   if (npairs < 1) npairs = 1;
   int64_t wb = npairs * pairb;
+  // scales and corrections: one per row, or per row and group
+  int64_t nsc = npairs * KT_NB * (a->fmt == KT_FMT_I4G_PK ? k / KB_GROUP : 1);
   char* w = kt_alloc(wb, -1);
   char* x = kt_alloc(mp * k * xesz, -1);
-  float* sc = malloc(sizeof(float) * (size_t)(npairs * KT_NB));
-  int32_t* corr = calloc((size_t)(npairs * KT_NB), sizeof(int32_t));  // the VNNI kernels' u8 correction
+  float* sc = malloc(sizeof(float) * (size_t)nsc);
+  int32_t* corr = calloc((size_t)nsc, sizeof(int32_t));  // the VNNI kernels' u8 correction
   float* as = malloc(sizeof(float) * (size_t)mp);
   float* C = kt_alloc((int64_t)mp * KT_NB * 4, -1);
   int32_t* ci = kt_alloc((int64_t)KT_MCH * KT_NB * 4, -1);
-  int ok = w && x && sc && corr && as && C && ci && (a->noamx || kt_amx_init_thread() == 0);
+  char* pack = i4 ? kt_alloc((int64_t)KT_NB * k, -1) : NULL;  // the int4 kernels' unpacked panels
+  int ok = w && x && sc && corr && as && C && ci && (!i4 || pack) && (a->noamx || kt_amx_init_thread() == 0);
   if (ok) {
-    // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63)
-    for (int64_t i = 0; i < wb; i++) w[i] = i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
+    // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63 / int4 nibbles 0..7)
+    for (int64_t i = 0; i < wb; i++)
+      w[i] = i4 ? (char)((i * 7) & 0x77) : i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
     for (int64_t i = 0; i < mp * k * xesz; i++) x[i] = i8 ? (char)((i * 5) & 63) : (char)((i & 1) ? 0x3c : 0x00);
-    for (int64_t i = 0; i < npairs * KT_NB; i++) sc[i] = 1;
+    for (int64_t i = 0; i < nsc; i++) sc[i] = (float)(1 + (i & 3)) / 4;  // group scales that differ
     for (int i = 0; i < mp; i++) as[i] = 1;
   }
   kt_scratch s;
@@ -91,6 +120,8 @@ static void* kb_thread(void* p) {
   s.amx_pfm = a->pfm > 0 ? a->pfm : 3;
   s.amx_nxl = a->nxl;
   s.amx_var = a->var;
+  s.pack = pack;
+  s.i4_pf = s.i4g_pf = a->i4pf;
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
@@ -98,9 +129,9 @@ static void* kb_thread(void* p) {
   W.corr = corr;
   W.n = (int)(npairs * KT_NB);
   W.k = k;
+  W.group = a->fmt == KT_FMT_I4G_PK ? KB_GROUP : 0;
   kt_act A = {x, k, as, 1};
-  kt_kernel kern = i8 ? kt_amx_i8pk : kt_amx_bf16pk;
-  if (a->noamx) kern = i8 ? kt_vnni_i8pk : kt_avx512_bf16pk;  // the harness alone, on any AVX-512 CPU (tests)
+  kt_kernel kern = kb_kernel(a->fmt, a->noamx);  // noamx: the harness alone, on any AVX-512 CPU (tests)
   // start together (a thread that failed still counts itself in)
   atomic_fetch_add(a->ready, 1);
   while (atomic_load(a->ready) < a->nthreads) sched_yield();
@@ -131,19 +162,23 @@ static void* kb_thread(void* p) {
   free(as);
   kt_free(C, (int64_t)mp * KT_NB * 4);
   kt_free(ci, (int64_t)KT_MCH * KT_NB * 4);
+  if (pack) kt_free(pack, (int64_t)KT_NB * k);
   return NULL;
 }
 
-// kt_amx_kbench runs the AMX kernel of fmt (KT_FMT_BF16_PK or KT_FMT_I8_PK)
-// on nthreads threads (pinned to cpus[i]), each over its own wbytes of
-// weights, reps times, with m tokens of k columns and the given knobs. It
-// returns the slowest thread's seconds and the flops done in *flops, or -1
-// (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
-// same formats instead (a test of the harness on CPUs without AMX).
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int reps, int64_t wbytes,
-                     int nthreads, const int* cpus, int noamx, double* flops) {
-  if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK) || m < 1 || m > KT_MCH || k < 64 || k % 64 || nthreads < 1 ||
-      nthreads > 1024 || reps < 1)
+// kt_amx_kbench runs the AMX kernel of fmt (KT_FMT_BF16_PK, KT_FMT_I8_PK,
+// KT_FMT_I4_PK, KT_FMT_I4G_PK with groups of 128) on nthreads threads
+// (pinned to cpus[i]), each over its own wbytes of weights, reps times, with
+// m tokens of k columns and the given knobs (i4pf: the int4 unpack's
+// prefetch distance). It returns the slowest thread's seconds and the flops
+// done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the
+// AVX-512 kernels of the same formats instead (the decode kernels: a test
+// of the harness on CPUs without AMX, or the vector side of a comparison).
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int reps,
+                     int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
+  int i4 = fmt == KT_FMT_I4_PK || fmt == KT_FMT_I4G_PK;
+  if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK && !i4) || m < 1 || m > KT_MCH || k < 64 || k % (i4 ? 128 : 64) ||
+      nthreads < 1 || nthreads > 1024 || reps < 1 || (i4 && var < 0))
     return -1;
   kb_arg* args = calloc((size_t)nthreads, sizeof(kb_arg));
   pthread_t* th = calloc((size_t)nthreads, sizeof(pthread_t));
@@ -155,7 +190,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   }
   int bad = 0;
   for (int i = 0; i < nthreads; i++) {
-    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
+    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, i4pf, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
     if (pthread_create(&th[i], NULL, kb_thread, &args[i]) != 0) {
       args[i].cpu = -2;  // not started
       bad = 1;
@@ -169,8 +204,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
     if (args[i].err) bad = 1;
     if (args[i].secs > worst) worst = args[i].secs;
   }
-  int64_t esz = fmt == KT_FMT_I8_PK ? 1 : 2;
-  int64_t npairs = wbytes / (KT_NB * k * esz);
+  int64_t npairs = wbytes / kb_pair_bytes(fmt, k);
   if (npairs < 1) npairs = 1;
   *flops = 2.0 * m * KT_NB * (double)k * (double)npairs * reps * nthreads;
   if (var < 0 && !noamx)  // four 16x16 tile products per round, K 32 (bf16) or 64 (int8), plus the vector share

@@ -46,7 +46,7 @@ const tileProbeRounds = 1
 
 // measure runs the loop once on every core and returns all cores' TFLOPS.
 func (p *TileProbe) measure(i8 bool) (float64, error) {
-	tf, err := amxKernelBench(i8, 32, 64, amxKnobs{variant: -2}, tileProbeRounds, pairBytes(i8, 64), p.cpus, false)
+	tf, err := amxKernelBench(kbOf(i8), 32, 64, amxKnobs{variant: -2}, tileProbeRounds, pairBytes(i8, 64), p.cpus, false)
 	if err != nil {
 		return 0, fmt.Errorf("tile probe: %w", err)
 	}
