@@ -10,6 +10,7 @@ package cpuexperts
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
                    float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
+int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int reps,
                      int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
@@ -856,4 +857,17 @@ func b2i(b bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+// scale4Errs returns the candidate int4 scales kt_pack_i4g weighs for the
+// group x and their squared errors: the scalar loop, or (vec) its AVX-512
+// form (tests hold them to the same bits; the caller checks the CPU).
+func scale4Errs(x []float32, vec bool) (scales, errs []float32) {
+	var s9, e9 [9]C.float
+	n := int(C.kt_scale4_errs((*C.float)(unsafe.Pointer(&x[0])), C.int(len(x)), b2i(vec), &s9[0], &e9[0]))
+	for i := range n {
+		scales = append(scales, float32(s9[i]))
+		errs = append(errs, float32(e9[i]))
+	}
+	return scales, errs
 }

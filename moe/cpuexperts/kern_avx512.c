@@ -479,3 +479,37 @@ T512 uint64_t kt_avx512_sum_bytes(const void* p, int64_t bytes) {
   a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
   return (uint64_t)_mm512_reduce_add_epi64(a0);
 }
+
+// ---------------------------------------------------------------- int4 group scales (load time)
+
+// kt_avx512_scale4_errs is pack.c's scale4_errs with its nine candidate
+// scales (amax/7 shrunk by 0, 5, ..., 40 %) in the lanes of one vector: each
+// lane does the scalar loop's float operations in its order, with no fused
+// multiply-adds (fp-contract off), so scales and errors are bitwise the
+// scalar ones (TestScale4ErrsVector). kt_pack_i4g spends most of its time
+// here: nine passes over each group become one.
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) int kt_avx512_scale4_errs(const float* x, int n,
+                                                                                        float amax, float* s9,
+                                                                                        float* e9) {
+  const __m512 lane = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512 c = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(0.05f), lane));
+  __m512 s = _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(amax), c), _mm512_set1_ps(7.0f));
+  __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), s);
+  __m512 err = _mm512_setzero_ps();
+  const __m512 lo = _mm512_set1_ps(-7.0f), hi = _mm512_set1_ps(7.0f);
+  for (int j = 0; j < n; j++) {
+    __m512 xj = _mm512_set1_ps(x[j]);
+    __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(xj, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 q = _mm512_sub_ps(_mm512_mul_ps(_mm512_min_ps(_mm512_max_ps(r, lo), hi), s), xj);
+    err = _mm512_add_ps(err, _mm512_mul_ps(q, q));
+  }
+  float es[16], ss[16];
+  _mm512_storeu_ps(es, err);
+  _mm512_storeu_ps(ss, s);
+  int cnt = 0;
+  for (; cnt < 9 && ss[cnt] > 0; cnt++) {  // the scalar loop stops at its first s <= 0 (s falls with the lane)
+    s9[cnt] = ss[cnt];
+    e9[cnt] = es[cnt];
+  }
+  return cnt;
+}

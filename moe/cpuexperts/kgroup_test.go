@@ -4,6 +4,8 @@ package cpuexperts
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -138,5 +140,82 @@ func TestDecodePrefetchBitwise(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestScale4ErrsVector holds the AVX-512 search for INT4_KGROUP's group
+// scales to the scalar one, candidate scales and squared errors bit for
+// bit, on groups of 64 and 128 values: Gaussian, with outliers, constant,
+// all zero, tiny (below the vector form's 2^-100 floor), denormal-range
+// (where candidates underflow) and values on rounding boundaries.
+func TestScale4ErrsVector(t *testing.T) {
+	if !DetectFeatures().AVX512 {
+		t.Skip("needs AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	groups := [][]float32{}
+	for _, n := range []int{64, 128} {
+		for range 400 {
+			g := make([]float32, n)
+			for i := range g {
+				g[i] = float32(rng.NormFloat64())
+			}
+			groups = append(groups, g)
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(rng.NormFloat64() * 0.01)
+		}
+		out[n/3] = 5
+		c := make([]float32, n)
+		for i := range c {
+			c[i] = 0.75
+		}
+		tiny := make([]float32, n)
+		for i := range tiny {
+			tiny[i] = float32(rng.NormFloat64()) * 0x1p-120
+		}
+		edge := make([]float32, n) // multiples of half an amax/7 step: rounding ties
+		for i := range edge {
+			edge[i] = float32(i%15-7) * 0.5
+		}
+		sub := make([]float32, n)
+		sub[0] = 0x1p-148
+		groups = append(groups, out, c, make([]float32, n), tiny, edge, sub)
+	}
+	for i, g := range groups {
+		ss, se := scale4Errs(g, false)
+		vs, ve := scale4Errs(g, true)
+		if len(ss) != len(vs) {
+			t.Fatalf("group %d (%d values): %d scalar candidates, %d vector", i, len(g), len(ss), len(vs))
+		}
+		for c := range ss {
+			if math.Float32bits(ss[c]) != math.Float32bits(vs[c]) || math.Float32bits(se[c]) != math.Float32bits(ve[c]) {
+				t.Fatalf("group %d (%d values), candidate %d: scalar %v (err %v), vector %v (err %v)", i, len(g), c, ss[c], se[c], vs[c], ve[c])
+			}
+		}
+	}
+	if s, _ := scale4Errs(groups[0], true); len(s) != 9 {
+		t.Fatalf("%d candidates for a Gaussian group, want 9", len(s))
+	}
+}
+
+// BenchmarkNewLayerQuantize times building a layer that quantizes at load
+// (8 experts of the Qwen3.5 shape, from a random bf16 source, on every
+// core): INT4_KGROUP's scale search against the per-row methods.
+func BenchmarkNewLayerQuantize(b *testing.B) {
+	for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup} {
+		spec := LayerSpec{Method: m, Experts: 8, Hidden: 2048, Intermediate: 512}
+		src := sourceFor(m, spec)
+		e := newEngine(b, spec, 1, 2, 4, 8, ISAAuto)
+		b.Run(string(m), func(b *testing.B) {
+			for range b.N {
+				l, err := e.NewLayer(spec, src)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.Close()
+			}
+		})
 	}
 }

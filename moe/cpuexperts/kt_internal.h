@@ -166,6 +166,11 @@ void kt_amx_emu_i8pk(const kt_mat*, int, int, const kt_act*, int, float*, int, k
 void kt_amx_emu_i4pk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 void kt_amx_emu_i4gpk(const kt_mat*, int, int, const kt_act*, int, float*, int, kt_scratch*);
 
+// The candidate int4 group scales of kt_pack_i4g and their squared errors
+// (pack.c scale4_errs), the nine in the lanes of one vector: the same bits.
+int kt_avx512_scale4_errs(const float* x, int n, float amax, float* s9, float* e9);
+int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
+
 // Portable packing of a row-major source slice into a bf16 panel (used on the fly).
 void kt_pack_rm_to_bf16pk(const kt_mat* W, int n0, int nn, uint16_t* dst);
 

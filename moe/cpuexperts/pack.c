@@ -160,11 +160,15 @@ void kt_pack_i4(const float* src, int64_t ld, int n, int k, uint8_t* dst, float*
   }
 }
 
-// best_scale4 picks the int4 scale (among amax/7 shrunk by up to 40%) with
-// the least squared error: clipping a few outliers buys finer steps.
-static float best_scale4(const float* x, int n) {
-  float amax = row_amax(x, n);
-  float best = amax / 7.0f, best_err = INFINITY;
+// The int4 group scale: among the candidates amax/7 shrunk by 0, 5, ..., 40 %
+// the one with the least squared error (clipping a few outliers buys finer
+// steps). scale4_errs computes each candidate s[i] and its squared error
+// e[i] (amax is row_amax(x, n)) and returns how many candidates there are
+// (fewer than nine where s underflows to 0); kt_avx512_scale4_errs does the
+// same float operations in the order of this loop for all nine at once
+// (one vector's lanes, no fused multiply-adds), so both give the same bits.
+static int scale4_errs(const float* x, int n, float amax, float* s9, float* e9) {
+  int c = 0;
   for (int i = 0; i <= 8; i++) {
     float s = amax * (1.0f - 0.05f * (float)i) / 7.0f;
     if (s <= 0) break;
@@ -173,23 +177,48 @@ static float best_scale4(const float* x, int n) {
       float q = (float)clampi((int)lrintf(x[j] * inv), -7, 7) * s - x[j];
       err += q * q;
     }
-    if (err < best_err) {
-      best_err = err;
-      best = s;
-    }
+    s9[c] = s;
+    e9[c++] = err;
   }
+  return c;
+}
+
+// kt_scale4_errs (scale4_pick with the group's amax) is scale4_errs (vec 0)
+// or its AVX-512 form (vec 1; the caller checks the CPU). Groups whose
+// largest value is below 2^-100 take the scalar loop either way: there 1/s
+// can overflow, and lrintf's out-of-range results are no vector operation.
+static int scale4_pick(const float* x, int n, float amax, int vec, float* s9, float* e9) {
+  return vec && amax >= 0x1p-100f ? kt_avx512_scale4_errs(x, n, amax, s9, e9) : scale4_errs(x, n, amax, s9, e9);
+}
+
+int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9) {
+  return scale4_pick(x, n, row_amax(x, n), vec, s9, e9);
+}
+
+// best_scale4 is the candidate with the least error, the first on ties
+// (amax/7 where there is none: an all-zero group).
+static float best_scale4(const float* x, int n, int vec) {
+  float s9[9], e9[9], amax = row_amax(x, n);
+  int c = scale4_pick(x, n, amax, vec, s9, e9);
+  float best = amax / 7.0f, best_err = INFINITY;
+  for (int i = 0; i < c; i++)
+    if (e9[i] < best_err) {
+      best_err = e9[i];
+      best = s9[i];
+    }
   return best;
 }
 
 void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale,
                  int32_t* corr) {
   int ng = k / group;
+  int vec = __builtin_cpu_supports("avx512f");  // the scale search in vector lanes, same bits
   for (int row = 0; row < n; row++) {
     const float* r = src + (int64_t)row * ld;
     uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
     int p = row / 16, rr = row % 16;
     for (int g = 0; g < ng; g++) {
-      float s = best_scale4(r + g * group, group);
+      float s = best_scale4(r + g * group, group, vec);
       float inv = s > 0 ? 1.0f / s : 0.0f;
       int32_t sum = 0;
       for (int i = g * group; i < (g + 1) * group; i++) {
