@@ -1679,6 +1679,19 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
   e->pfjob = 0;
 }
 
+// task_done counts a task out of pending and wakes the kt_sync callers
+// that sleep for it. Every task, a prefetch task too: a caller that syncs
+// on a lone prefetch sleeps once its spin runs out (a prefetch that outlasts
+// it on a loaded machine), and would otherwise never wake.
+static void task_done(kt_engine* e) {
+  atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&e->nsyncw, memory_order_seq_cst) > 0) {
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_mutex_unlock(&e->mu);
+  }
+}
+
 static void* queue_main(void* arg) {
   kt_engine* e = (kt_engine*)arg;
   worker_init(&e->workers[0]);
@@ -1704,8 +1717,8 @@ static void* queue_main(void* arg) {
     atomic_store_explicit(&e->qhead, head + 1, memory_order_release);  // the slot may be reused
     if (t.npf > 0) {
       run_prefetch(e, &t, head);
-      atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
-      continue;  // no trace, and no kt_sync waits for a prefetch task alone
+      task_done(e);
+      continue;  // no trace
     }
     run_task(e, &t);
     if (e->trace) {
@@ -1713,12 +1726,7 @@ static void* queue_main(void* arg) {
       if (e->tr_last) atomic_fetch_add_explicit(&e->tr[KT_TR_DONE_COMPL], tc - e->tr_pub, memory_order_relaxed);
       atomic_store_explicit(&e->tr_compl, tc, memory_order_relaxed);
     }
-    atomic_fetch_sub_explicit(&e->pending, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&e->nsyncw, memory_order_seq_cst) > 0) {
-      pthread_mutex_lock(&e->mu);
-      pthread_cond_broadcast(&e->cv_done);
-      pthread_mutex_unlock(&e->mu);
-    }
+    task_done(e);
   }
   return NULL;
 }

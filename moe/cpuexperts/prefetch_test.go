@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestPrefetch checks what a prefetch task reads and that it changes no
@@ -148,6 +149,45 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 		}
 		if d := p1 - p0; d != gu || r1-r0 != d {
 			t.Errorf("%s: prefetch of 2 experts planned %d bytes and read %d; want %d (their gate and up)", m, d, r1-r0, gu)
+		}
+	}
+}
+
+// TestSyncAfterLonePrefetch syncs on a prefetch task alone with threads
+// that sleep at once (SpinWait < 0), so the caller sleeps before the
+// prefetch ends: the prefetch's completion must wake it (a loaded machine
+// gets there with the default spin too; the caller used to sleep forever).
+func TestSyncAfterLonePrefetch(t *testing.T) {
+	spec := small
+	spec.Method = AMXINT8
+	e, err := NewEngine(Config{Threads: 2, MaxTokens: 4, TopK: 4, SpinWait: -1, Experts: spec.Experts, Hidden: spec.Hidden,
+		Intermediate: spec.Intermediate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, err := e.NewLayer(spec, sourceFor(AMXINT8, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	all := make([]int32, spec.Experts)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	for rep := range 20 {
+		done := make(chan error, 1)
+		go func() {
+			l.Prefetch(all)
+			done <- e.Sync()
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rep %d: Sync after a lone prefetch did not return in 10 s", rep)
 		}
 	}
 }
