@@ -121,3 +121,22 @@ func BenchmarkDecodeHandoff(b *testing.B) {
 		})
 	}
 }
+
+// forwardOnce builds an engine of cfg and a layer of spec over src, runs b
+// once (its output in a fresh slice) and closes both: the output and the
+// engine's phase timers.
+func forwardOnce(cfg Config, spec LayerSpec, src Source, b Batch) ([]float32, PhaseTimes, error) {
+	e, err := NewEngine(cfg)
+	if err != nil {
+		return nil, PhaseTimes{}, err
+	}
+	defer e.Close()
+	l, err := e.NewLayer(spec, src)
+	if err != nil {
+		return nil, PhaseTimes{}, err
+	}
+	defer l.Close()
+	b.Out = make([]float32, b.Tokens*spec.Hidden)
+	err = l.Forward(&b)
+	return b.Out, e.Phases(), err
+}

@@ -57,22 +57,10 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			}
 			for _, c := range configs {
 				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4)
-				e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
+				out, ph, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
 					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
-					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
-				if err != nil {
-					t.Fatal(err)
-				}
-				l, err := e.NewLayer(spec, src)
-				if err != nil {
-					e.Close()
-					t.Fatal(err)
-				}
-				out := make([]float32, tokens*spec.Hidden)
-				err = l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out})
-				ph := e.Phases()
-				l.Close()
-				e.Close()
+					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa), spec, src,
+					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

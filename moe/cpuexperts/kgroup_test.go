@@ -112,20 +112,9 @@ func TestDecodePrefetchBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
 			var ref []float32
 			for _, pf := range []int{-1, 0, 64} {
-				e, err := NewEngine(Config{ISA: ISAAVX512, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
-					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
-				if err != nil {
-					t.Fatal(err)
-				}
-				l, err := e.NewLayer(spec, src)
-				if err != nil {
-					e.Close()
-					t.Fatal(err)
-				}
-				out := make([]float32, tokens*spec.Hidden)
-				err = l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out})
-				l.Close()
-				e.Close()
+				out, _, err := forwardOnce(Config{ISA: ISAAVX512, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
+					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, spec, src,
+					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 				if err != nil {
 					t.Fatal(err)
 				}
