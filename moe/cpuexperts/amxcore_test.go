@@ -133,7 +133,7 @@ func BenchmarkAMXKernel(b *testing.B) {
 			if i8 && mk[0] == 128 {
 				continue
 			}
-			pair := pairBytes(i8, mk[1])
+			pair := kbOf(i8).pairBytes(mk[1])
 			for _, n := range []int{1, len(cpus) / 2, len(cpus)} {
 				// one core: two pairs resident in its L2, 2000 calls (one
 				// core's share of memory bandwidth would bound the streamed
@@ -169,7 +169,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
 	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
 		for _, i8 := range []bool{false, true} {
-			pair := pairBytes(i8, mk[1])
+			pair := kbOf(i8).pairBytes(mk[1])
 			for _, w := range []struct {
 				name  string
 				bytes int64
@@ -202,10 +202,9 @@ func BenchmarkIntFewRows(b *testing.B) {
 	}
 	cpus := WorkerCPUs(PhysicalCores())
 	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
-	perWeight := map[kbFormat]float64{kbInt8: 1, kbInt4: 0.5, kbInt4G: 0.5}
 	for _, f := range []kbFormat{kbInt8, kbInt4, kbInt4G} {
 		for _, mk := range [][2]int{{16, 2048}, {32, 2048}, {32, 768}} {
-			pair := int64(float64(32*mk[1]) * perWeight[f]) // one 32-row call
+			pair := f.pairBytes(mk[1])
 			for _, w := range []struct {
 				name  string
 				bytes int64
@@ -232,7 +231,8 @@ func BenchmarkIntFewRows(b *testing.B) {
 								tf = t
 							}
 							b.ReportMetric(tf, "TFLOPS")
-							b.ReportMetric(tf*1e12/float64(2*mk[0])*perWeight[f]/1e9, "GB/s")
+							// weight bytes per second: flops / (2 m) weights, pair / (32 k) bytes each
+							b.ReportMetric(tf*1e12/float64(2*mk[0])*float64(pair)/float64(32*mk[1])/1e9, "GB/s")
 						})
 					}
 				}
@@ -291,7 +291,7 @@ func BenchmarkAMXRows(b *testing.B) {
 		for _, cs := range [][]int{cpus[:1], cpus} {
 			for _, rows := range []int{16, 12, 8, 4} {
 				b.Run(fmt.Sprintf("i8=%v/threads=%d/rows=%d", i8, len(cs), rows), func(b *testing.B) {
-					kernelBench(b, kbOf(i8), rows, 64, amxKnobs{variant: -6}, 20, pairBytes(i8, 64), cs)
+					kernelBench(b, kbOf(i8), rows, 64, amxKnobs{variant: -6}, 20, kbOf(i8).pairBytes(64), cs)
 				})
 			}
 		}

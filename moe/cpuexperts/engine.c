@@ -451,21 +451,6 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
 static void run_job_fused(kt_worker* w);
 static int amx_kernel(kt_kernel k);
 
-// panel_bytes is the bytes of one 16-row panel of a packed matrix of k
-// columns in format fmt (0: not a packed format).
-static inline int64_t panel_bytes(int fmt, int64_t k) {
-  switch (fmt) {
-    case KT_FMT_I4_PK:
-    case KT_FMT_I4G_PK:
-      return 8 * k;
-    case KT_FMT_I8_PK:
-      return 16 * k;
-    case KT_FMT_BF16_PK:
-      return 32 * k;
-  }
-  return 0;
-}
-
 // head_prefetch asks for the first bytes of the weight run of rows [n0,
 // n0+KT_NB) of a packed matrix (one contiguous run) and of their scales: the
 // kernel's own prefetch runs ahead of its reads and never covers the start,
@@ -2168,7 +2153,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.amx_var = cfg->amx_var;
       w->s.i4_kch = cfg->amx_i4_kch;
       w->s.i4_pf = cfg->amx_i4_pf;
-      w->s.i4g_pf = cfg->amx_i4_pf != 0 ? cfg->amx_i4_pf : cfg->amx_i4g_pf;
+      w->s.i4g_pf = cfg->amx_i4g_pf;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));

@@ -370,8 +370,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
 	cc.amx_min_m = C.int(min(max(cfg.AMXMinTokens, 0), 1<<20))
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
-	cc.amx_i4_pf = C.int(min(max(cfg.AMXInt4Prefetch, -1), 1<<20))
-	cc.amx_i4g_pf = C.int(DefaultAMXInt4Prefetch)
+	i4pf, i4gpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
+	if i4pf == 0 { // the default: INT4_KGROUP only
+		i4gpf = DefaultAMXInt4Prefetch
+	}
+	cc.amx_i4_pf = C.int(min(max(i4pf, 0), 1<<20))
+	cc.amx_i4g_pf = C.int(min(max(i4gpf, 0), 1<<20))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -821,6 +825,12 @@ func kbOf(i8 bool) kbFormat {
 // String names the format as the benchmarks' sub-benchmark names do.
 func (f kbFormat) String() string {
 	return [...]string{"bf16", "int8", "int4", "int4g"}[f]
+}
+
+// pairBytes is the weight bytes of one 32-row kernel call at K k (two
+// 16-row panels; C's panel_bytes).
+func (f kbFormat) pairBytes(k int) int64 {
+	return int64(k) * [...]int64{64, 32, 16, 16}[f]
 }
 
 // c is the format's KT_FMT_* value.

@@ -122,21 +122,27 @@ func BenchmarkDecodeHandoff(b *testing.B) {
 	}
 }
 
+// forwardRun is what forwardOnce returns besides an error.
+type forwardRun struct {
+	out     []float32
+	phases  PhaseTimes
+	kernels string // Engine.Kernels of the layer's method
+}
+
 // forwardOnce builds an engine of cfg and a layer of spec over src, runs b
-// once (its output in a fresh slice) and closes both: the output and the
-// engine's phase timers.
-func forwardOnce(cfg Config, spec LayerSpec, src Source, b Batch) ([]float32, PhaseTimes, error) {
+// once (its output in a fresh slice) and closes both.
+func forwardOnce(cfg Config, spec LayerSpec, src Source, b Batch) (forwardRun, error) {
 	e, err := NewEngine(cfg)
 	if err != nil {
-		return nil, PhaseTimes{}, err
+		return forwardRun{}, err
 	}
 	defer e.Close()
 	l, err := e.NewLayer(spec, src)
 	if err != nil {
-		return nil, PhaseTimes{}, err
+		return forwardRun{}, err
 	}
 	defer l.Close()
 	b.Out = make([]float32, b.Tokens*spec.Hidden)
 	err = l.Forward(&b)
-	return b.Out, e.Phases(), err
+	return forwardRun{b.Out, e.Phases(), e.Kernels(spec.Method)}, err
 }

@@ -47,28 +47,6 @@ typedef struct {
 // KB_GROUP is the group of the KT_FMT_I4G_PK weights the benchmark runs.
 #define KB_GROUP 128
 
-// kb_pair_bytes is the weight bytes of one 32-row kernel call of format fmt
-// at K k.
-static int64_t kb_pair_bytes(int fmt, int k) {
-  switch (fmt) {
-    case KT_FMT_I8_PK: return (int64_t)KT_NB * k;
-    case KT_FMT_I4_PK:
-    case KT_FMT_I4G_PK: return (int64_t)KT_NB * k / 2;
-  }
-  return (int64_t)KT_NB * k * 2;
-}
-
-// kb_kernel is the kernel the benchmark runs for fmt: the AMX prefill
-// kernel, or with noamx the AVX-512 kernel of the same weights.
-static kt_kernel kb_kernel(int fmt, int noamx) {
-  switch (fmt) {
-    case KT_FMT_I8_PK: return noamx ? kt_vnni_i8pk : kt_amx_i8pk;
-    case KT_FMT_I4_PK: return noamx ? kt_vnni_i4pk : kt_amx_i4pk;
-    case KT_FMT_I4G_PK: return noamx ? kt_vnni_i4gpk : kt_amx_i4gpk;
-  }
-  return noamx ? kt_avx512_bf16pk : kt_amx_bf16pk;
-}
-
 static double kb_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -89,7 +67,7 @@ static void* kb_thread(void* p) {
   // activations: bf16 for the AMX kernel, f32 for the AVX-512 bf16 kernel
   // the harness test runs instead (it reads m rows of k floats)
   int64_t xesz = i8 ? 1 : (a->noamx ? 4 : 2);
-  int64_t pairb = kb_pair_bytes(a->fmt, k);
+  int64_t pairb = 2 * panel_bytes(a->fmt, k);  // one 32-row call
   int64_t npairs = a->wbytes / pairb;
   if (npairs < 1) npairs = 1;
   int64_t wb = npairs * pairb;
@@ -131,7 +109,10 @@ static void* kb_thread(void* p) {
   W.k = k;
   W.group = a->fmt == KT_FMT_I4G_PK ? KB_GROUP : 0;
   kt_act A = {x, k, as, 1};
-  kt_kernel kern = kb_kernel(a->fmt, a->noamx);  // noamx: the harness alone, on any AVX-512 CPU (tests)
+  // the AMX prefill kernel, or (noamx: the harness alone, on any AVX-512 CPU)
+  // the VNNI decode kernel of the same weights (bf16: the f32-activation one)
+  kt_kernel kern = a->noamx ? kt_pick_kernel(a->fmt, KT_ISA_AVX512, KT_ISA_AVX512 | KT_ISA_VNNI)
+                            : kt_pick_kernel(a->fmt, KT_ISA_AMX, KT_ISA_AMX);
   // start together (a thread that failed still counts itself in)
   atomic_fetch_add(a->ready, 1);
   while (atomic_load(a->ready) < a->nthreads) sched_yield();
@@ -204,7 +185,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
     if (args[i].err) bad = 1;
     if (args[i].secs > worst) worst = args[i].secs;
   }
-  int64_t npairs = wbytes / kb_pair_bytes(fmt, k);
+  int64_t npairs = wbytes / (2 * panel_bytes(fmt, k));
   if (npairs < 1) npairs = 1;
   *flops = 2.0 * m * KT_NB * (double)k * (double)npairs * reps * nthreads;
   if (var < 0 && !noamx)  // four 16x16 tile products per round, K 32 (bf16) or 64 (int8), plus the vector share

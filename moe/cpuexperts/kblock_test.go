@@ -57,13 +57,14 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			}
 			for _, c := range configs {
 				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4)
-				out, ph, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
+				run, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
 					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa), spec, src,
 					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
+				out, ph := run.out, run.phases
 				if ph.Phased != 1 || ph.Fused != 0 || ph.Seconds[2] <= 0 {
 					t.Fatalf("%s: phase timers: %+v, want one phased task", name, ph)
 				}

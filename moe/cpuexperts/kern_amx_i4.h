@@ -89,8 +89,14 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
     for (int c = cb; c < ce; c++) {
       __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
       if (rmax) {  // the groups of the block's low (columns 0-63) and high (64-127) halves
-        amx_i4g_factor(sc + (int64_t)(c * 128 / W->group) * 16, rm, &f0l, &f0h);
-        amx_i4g_factor(sc + (int64_t)((c * 128 + 64) / W->group) * 16, rm, &f1l, &f1h);
+        int g0 = c * 128 / W->group, g1 = (c * 128 + 64) / W->group;
+        amx_i4g_factor(sc + (int64_t)g0 * 16, rm, &f0l, &f0h);
+        if (g1 == g0) {
+          f1l = f0l;
+          f1h = f0h;
+        } else {
+          amx_i4g_factor(sc + (int64_t)g1 * 16, rm, &f1l, &f1h);
+        }
       }
       for (int r = 0; r < 16; r++) {
         if (pf > 0) _mm_prefetch((const char*)src + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);

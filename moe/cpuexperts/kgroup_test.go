@@ -47,22 +47,13 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := func(isa ISA, i4, slab, pf int) ([]float32, string) {
-			e, err := NewEngine(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Block: i4, AMXSlabBytes: int64(slab), AMXInt4Prefetch: pf,
-				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
+			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Block: i4, AMXSlabBytes: int64(slab), AMXInt4Prefetch: pf,
+				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa), spec, src,
+				Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer e.Close()
-			l, err := e.NewLayer(spec, src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			out := make([]float32, tokens*spec.Hidden)
-			if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: out}); err != nil {
-				t.Fatal(err)
-			}
-			return out, e.Kernels(INT4KGroup)
+			return r.out, r.kernels
 		}
 		vec, kv := run(ISAAVX512, 0, -1, 0)
 		calls := emuAMXCalls()
@@ -112,12 +103,13 @@ func TestDecodePrefetchBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
 			var ref []float32
 			for _, pf := range []int{-1, 0, 64} {
-				out, _, err := forwardOnce(Config{ISA: ISAAVX512, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
+				run, err := forwardOnce(Config{ISA: ISAAVX512, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, spec, src,
 					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 				if err != nil {
 					t.Fatal(err)
 				}
+				out := run.out
 				if ref == nil {
 					ref = out
 					continue

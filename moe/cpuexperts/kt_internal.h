@@ -97,6 +97,21 @@ typedef struct {
 } kt_scratch;
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
+
+// panel_bytes is the bytes of one 16-row panel of a packed matrix of k
+// columns in format fmt (0: not a packed format).
+static inline int64_t panel_bytes(int fmt, int64_t k) {
+  switch (fmt) {
+    case KT_FMT_I4_PK:
+    case KT_FMT_I4G_PK:
+      return 8 * k;
+    case KT_FMT_I8_PK:
+      return 16 * k;
+    case KT_FMT_BF16_PK:
+      return 32 * k;
+  }
+  return 0;
+}
 #define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
 

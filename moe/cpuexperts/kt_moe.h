@@ -125,8 +125,8 @@ typedef struct {
   int amx_slab_grp;    // ... row blocks of 32 per slab group; <= 0 = as many as KT_PARK holds the sums of
   int amx_min_m;       // fewest tokens of an expert that take the AMX prefill kernels; <= 0 = AMX_MIN_M
   int amx_i4_kch;      // AMX int4 prefill: int8 tile steps unpacked and run at a time; <= 0 = the whole K
-  int amx_i4_pf;       // AMX int4 prefill: the unpack prefetches its int4 panels this many bytes ahead; 0 = default, < 0 = none
-  int amx_i4g_pf;      // ... the default for group-wise int4 (per-row int4: none)
+  int amx_i4_pf;       // AMX int4 prefill: the unpack prefetches its per-row int4 panels this many bytes ahead; <= 0 = none
+  int amx_i4g_pf;      // ... its group-wise int4 panels
   int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail

@@ -46,7 +46,7 @@ const tileProbeRounds = 1
 
 // measure runs the loop once on every core and returns all cores' TFLOPS.
 func (p *TileProbe) measure(i8 bool) (float64, error) {
-	tf, err := amxKernelBench(kbOf(i8), 32, 64, amxKnobs{variant: -2}, tileProbeRounds, pairBytes(i8, 64), p.cpus, false)
+	tf, err := amxKernelBench(kbOf(i8), 32, 64, amxKnobs{variant: -2}, tileProbeRounds, kbOf(i8).pairBytes(64), p.cpus, false)
 	if err != nil {
 		return 0, fmt.Errorf("tile probe: %w", err)
 	}
@@ -78,15 +78,6 @@ func (p *TileProbe) Cores() int { return len(p.cpus) }
 // than bf16 ones (BF16, AMXBF16, FP8): the format a TileProbe sample for
 // m's prefill rows takes.
 func (e *Engine) TileFormat(m Method) (i8, ok bool) { return tileFormat(m, e.bits) }
-
-// pairBytes is the weight bytes of one 32-row AMX kernel call at K k (two
-// 16-row panels of bf16 values, or int8 when i8).
-func pairBytes(i8 bool, k int) int64 {
-	if i8 {
-		return 32 * int64(k)
-	}
-	return 64 * int64(k)
-}
 
 // b2n indexes a pair of per-format values: 1 for int8, 0 for bf16.
 func b2n(b bool) int {
