@@ -17,11 +17,16 @@ INL T2 float hsum8(__m256 v) {
 
 // ---------------------------------------------------------------- bf16 panels
 
-INL T2 void bf16pk_body(const uint32_t* pan, int k, const float* const* x, float* const* c, const int MT) {
+// pf > 0 (every body below): the panel, one contiguous stream, is
+// prefetched pf bytes ahead; the drivers pass it for a panel's first pass
+// over the tokens only (later passes find it in the caches), as the AVX-512
+// kernels do.
+INL T2 void bf16pk_body(const uint32_t* pan, int k, const float* const* x, float* const* c, const int MT, int pf) {
   const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
   __m256 a0[4], a1[4];
   for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_ps();
   for (int j = 0; j < k / 2; j++) {
+    if (pf > 0) _mm_prefetch((const char*)(pan + (int64_t)j * 16) + pf, _MM_HINT_T0);
     __m256i v0 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 16));
     __m256i v1 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 16 + 8));
     __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), o0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi));
@@ -40,8 +45,7 @@ INL T2 void bf16pk_body(const uint32_t* pan, int k, const float* const* x, float
 
 T2 void kt_avx2_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                        kt_scratch* s) {
-  (void)s;
-  int k = W->k;
+  int k = W->k, pf = s->dec_pf;
   const float* X = (const float*)A->a;
   for (int p = 0; p < nn / 16; p++) {
     const uint32_t* pan = (const uint32_t*)W->w + (int64_t)(n0 / 16 + p) * 8 * k;
@@ -54,12 +58,13 @@ T2 void kt_avx2_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, 
         x[t] = X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld;
         c[t] = t < mt ? C + (int64_t)(t0 + t) * ldc + p * 16 : dummy;
       }
+      int pft = t0 == 0 ? pf : 0;
       if (mt == 1)
-        bf16pk_body(pan, k, x, c, 1);
+        bf16pk_body(pan, k, x, c, 1, pft);
       else if (mt == 2)
-        bf16pk_body(pan, k, x, c, 2);
+        bf16pk_body(pan, k, x, c, 2, pft);
       else
-        bf16pk_body(pan, k, x, c, 4);
+        bf16pk_body(pan, k, x, c, 4, pft);
     }
   }
 }
@@ -74,9 +79,11 @@ INL T2 __m256i dot4(__m256i w, int32_t xq) {
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-INL T2 void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT) {
+INL T2 void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT,
+                      int pf) {
   for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_si256();
   for (int j = 0; j < k / 4; j++) {
+    if (pf > 0) _mm_prefetch((const char*)pan + (int64_t)j * 64 + pf, _MM_HINT_T0);
     __m256i w0 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 64));
     __m256i w1 = _mm256_loadu_si256((const __m256i*)(pan + (int64_t)j * 64 + 32));
     for (int t = 0; t < MT; t++) {
@@ -86,12 +93,14 @@ INL T2 void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m256i
   }
 }
 
-INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT) {
+INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256i* a0, __m256i* a1, const int MT,
+                      int pf) {
   const __m256i mask = _mm256_set1_epi8((char)0xf0);
   for (int t = 0; t < MT; t++) a0[t] = a1[t] = _mm256_setzero_si256();
   for (int c = 0; c < k / 128; c++) {
     for (int r = 0; r < 16; r++) {
       const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
+      if (pf > 0) _mm_prefetch((const char*)l + pf, _MM_HINT_T0);
       __m256i b0 = _mm256_loadu_si256((const __m256i*)l), b1 = _mm256_loadu_si256((const __m256i*)(l + 32));
       __m256i lo0 = _mm256_and_si256(_mm256_slli_epi16(b0, 4), mask), hi0 = _mm256_and_si256(b0, mask);
       __m256i lo1 = _mm256_and_si256(_mm256_slli_epi16(b1, 4), mask), hi1 = _mm256_and_si256(b1, mask);
@@ -107,8 +116,7 @@ INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256
 #define INT2_DRIVER(NAME, BODY, PANEL_BYTES)                                                            \
   T2 void NAME(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,              \
                kt_scratch* s) {                                                                         \
-    (void)s;                                                                                            \
-    int k = W->k;                                                                                       \
+    int k = W->k, pf = s->dec_pf;                                                                       \
     const int8_t* X = (const int8_t*)A->a;                                                              \
     for (int p = 0; p < nn / 16; p++) {                                                                 \
       int row = n0 + p * 16;                                                                            \
@@ -119,12 +127,13 @@ INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256
         const int32_t* x[4];                                                                            \
         __m256i a0[4], a1[4];                                                                           \
         for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
+        int pft = t0 == 0 ? pf : 0;                                                                     \
         if (mt == 1)                                                                                    \
-          BODY(pan, k, x, a0, a1, 1);                                                                   \
+          BODY(pan, k, x, a0, a1, 1, pft);                                                              \
         else if (mt == 2)                                                                               \
-          BODY(pan, k, x, a0, a1, 2);                                                                   \
+          BODY(pan, k, x, a0, a1, 2, pft);                                                              \
         else                                                                                            \
-          BODY(pan, k, x, a0, a1, 4);                                                                   \
+          BODY(pan, k, x, a0, a1, 4, pft);                                                              \
         for (int t = 0; t < mt; t++) {                                                                  \
           __m256 as = _mm256_set1_ps(A->as[t0 + t]);                                                    \
           float* c = C + (int64_t)(t0 + t) * ldc + p * 16;                                              \
@@ -138,11 +147,13 @@ INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256
 INT2_DRIVER(kt_avx2_i8pk, i8pk_body, 16 * k)
 INT2_DRIVER(kt_avx2_i4pk, i4pk_body, 8 * k)
 
-// Group-wise int4 (AVX2): one token at a time per panel half-pair, groups flushed to f32.
+// Group-wise int4 (AVX2): one token at a time per panel half-pair, groups
+// flushed to f32. The first token's pass prefetches the panel dec_pf bytes
+// ahead and the group scales (64 bytes per group) two 128-column blocks
+// ahead, as the VNNI kernel does.
 T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                       kt_scratch* s) {
-  (void)s;
-  int k = W->k, ng = k / W->group;
+  int k = W->k, ng = k / W->group, gb = 128 / W->group;
   const __m256i mask = _mm256_set1_epi8((char)0xf0);
   const int8_t* X = (const int8_t*)A->a;
   for (int p = 0; p < nn / 16; p++) {
@@ -153,11 +164,17 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
     (void)co;
     for (int t = 0; t < m; t++) {
       const int32_t* x = (const int32_t*)(X + (int64_t)t * A->ld);
+      int pf = t == 0 ? s->dec_pf : 0;
       __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+      if (pf > 0)
+        for (int g = 0; g < 2 * gb && g < ng; g++) _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
       for (int c = 0; c < k / 128; c++) {
         __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
+        if (pf > 0 && c + 2 < k / 128)
+          for (int g = 0; g < gb; g++) _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
         for (int r = 0; r < 16; r++) {
           const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
+          if (pf > 0) _mm_prefetch((const char*)l + pf, _MM_HINT_T0);
           __m256i b0 = _mm256_loadu_si256((const __m256i*)l), b1 = _mm256_loadu_si256((const __m256i*)(l + 32));
           int32_t xl = x[32 * c + r], xh = x[32 * c + 16 + r];
           l0 = _mm256_add_epi32(l0, dot4(_mm256_and_si256(_mm256_slli_epi16(b0, 4), mask), xl));

@@ -86,38 +86,46 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 }
 
 // TestDecodePrefetchBitwise runs the decode kernels over packed panels
-// (int8, int4, group-wise int4, bf16) with their panel prefetch off, at the
-// default distance and at one line: prefetches change no result, at one
-// token or several per expert (40 tokens x top-4 over 16 experts: up to a
-// dozen each, so the kernels' multi-token passes run too).
+// (int8, int4, group-wise int4, bf16), AVX2 and AVX-512, with their panel
+// prefetch off, at the default distance and at one line: prefetches change
+// no result, at one token or several per expert (40 tokens x top-4 over 16
+// experts: up to a dozen each, so the kernels' multi-token passes run too).
 func TestDecodePrefetchBitwise(t *testing.T) {
-	if !DetectFeatures().AVX512 {
-		t.Skip("needs AVX-512")
-	}
 	const topK = 4
-	for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup, AMXBF16} {
-		spec := small
-		spec.Method = m
-		src := sourceFor(m, spec)
-		for _, tokens := range []int{1, 40} {
-			x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
-			var ref []float32
-			for _, pf := range []int{-1, 0, 64} {
-				run, err := forwardOnce(Config{ISA: ISAAVX512, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
-					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, spec, src,
-					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := run.out
-				if ref == nil {
-					ref = out
-					continue
-				}
-				for i := range out {
-					if out[i] != ref[i] {
-						t.Fatalf("%s, %d tokens, prefetch %d: element %d is %v, without prefetch %v", m, tokens, pf, i, out[i], ref[i])
-					}
+	for _, isa := range []ISA{ISAAVX2, ISAAVX512} {
+		if isa == ISAAVX512 && !DetectFeatures().AVX512 {
+			t.Log("no AVX-512: its kernels not run")
+			continue
+		}
+		for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup, AMXBF16} {
+			decodePrefetchBitwise(t, isa, m, topK)
+		}
+	}
+}
+
+func decodePrefetchBitwise(t *testing.T, isa ISA, m Method, topK int) {
+	t.Helper()
+	spec := small
+	spec.Method = m
+	src := sourceFor(m, spec)
+	for _, tokens := range []int{1, 40} {
+		x, ids, w := RandomBatch(9, tokens, topK, spec.Hidden, spec.Experts)
+		var ref []float32
+		for _, pf := range []int{-1, 0, 64} {
+			run, err := forwardOnce(Config{ISA: isa, Threads: 3, MaxTokens: tokens, TopK: topK, DecodePrefetch: pf,
+				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, spec, src,
+				Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := run.out
+			if ref == nil {
+				ref = out
+				continue
+			}
+			for i := range out {
+				if out[i] != ref[i] {
+					t.Fatalf("%s %s, %d tokens, prefetch %d: element %d is %v, without prefetch %v", isa, m, tokens, pf, i, out[i], ref[i])
 				}
 			}
 		}
@@ -200,3 +208,4 @@ func BenchmarkNewLayerQuantize(b *testing.B) {
 		})
 	}
 }
+
