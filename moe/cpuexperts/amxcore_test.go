@@ -191,7 +191,8 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 // weights streamed (48 MiB) or resident in L2 (two 32-row pairs), on half
 // and on all physical cores: the AMX prefill kernels (int4 ones unpack each
 // call's panels first, INT4_KGROUP's requantizing; int4pf2048 with the
-// unpack's prefetch) beside the AVX-512 VNNI decode kernels (vnni) that
+// unpack's prefetch; fused: the unpack inside the tile loop,
+// Config.AMXInt4Fused) beside the AVX-512 VNNI decode kernels (vnni) that
 // experts below Config.AMXMinTokens run. GB/s counts the weight bytes read
 // per second, the bound that matters at these sizes. Needs AMX:
 //
@@ -211,16 +212,19 @@ func BenchmarkIntFewRows(b *testing.B) {
 			}{{"streamed", 48 << 20}, {"resident", 2 * pair}} {
 				for _, n := range []int{len(cpus) / 2, len(cpus)} {
 					for _, v := range []struct {
-						name  string
-						noAMX bool
-						i4pf  int
-					}{{"amx", false, 0}, {"amx-int4pf2048", false, 2048}, {"vnni", true, 0}} {
-						if v.i4pf > 0 && f == kbInt8 {
+						name   string
+						noAMX  bool
+						i4pf   int
+						i4fuse bool
+					}{{"amx", false, 0, false}, {"amx-int4pf2048", false, 2048, false}, {"amx-fused-nopf", false, 0, true},
+						{"amx-fused-pf1024", false, 1024, true}, {"amx-fused-pf2048", false, 2048, true},
+						{"amx-fused-pf4096", false, 4096, true}, {"vnni", true, 0, false}} {
+						if (v.i4pf > 0 || v.i4fuse) && f == kbInt8 {
 							continue
 						}
 						reps := int(max(1, 2000*pair/w.bytes))
 						k := kn
-						k.i4pf = v.i4pf
+						k.i4pf, k.i4fuse = v.i4pf, v.i4fuse
 						b.Run(fmt.Sprintf("%s/m=%d/k=%d/%s/threads=%d/%s", f, mk[0], mk[1], w.name, n, v.name), func(b *testing.B) {
 							var tf float64
 							for range b.N {

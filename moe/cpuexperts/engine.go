@@ -10,8 +10,9 @@ package cpuexperts
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
                    float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
+int64_t kt_amx_emu_fused_calls(void);
 int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int reps,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
                      int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
@@ -70,10 +71,17 @@ type Config struct {
 	AMXInt4Block int
 	// AMXInt4Prefetch is how many bytes ahead the int4 AMX prefill's
 	// unpack (AMXINT4, INT4_KGROUP) prefetches the int4 panels it reads:
-	// 0 = the default (DefaultAMXInt4Prefetch for INT4_KGROUP, whose unpack
-	// also requantizes; none for AMXINT4, measured no faster with it), < 0 =
+	// 0 = the default, DefaultAMXInt4Prefetch where the unpack is fused
+	// (AMXInt4Fused) and for INT4_KGROUP's whole-panel unpack (which also
+	// requantizes), none for AMXINT4's (measured no faster with it); < 0 =
 	// none. Results do not depend on it.
 	AMXInt4Prefetch int
+	// AMXInt4Fused: the int4 AMX prefill (AMXINT4, INT4_KGROUP) unpacks the
+	// weights of calls of at most 32 tokens block by block inside the tile
+	// loop, overlapping the unpack's reads with the tile products (0, the
+	// default), or (< 0) unpacks a call's whole panels first. Results do not
+	// depend on it.
+	AMXInt4Fused int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
 	// kernels): 0 = 8. Integer methods give the same results either way
@@ -370,12 +378,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
 	cc.amx_min_m = C.int(min(max(cfg.AMXMinTokens, 0), 1<<20))
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
-	i4pf, i4gpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
-	if i4pf == 0 { // the default: INT4_KGROUP only
-		i4gpf = DefaultAMXInt4Prefetch
+	i4pf, i4gpf, i4fpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
+	if i4pf == 0 { // the default: fused calls and INT4_KGROUP's unpack
+		i4gpf, i4fpf = DefaultAMXInt4Prefetch, DefaultAMXInt4Prefetch
 	}
 	cc.amx_i4_pf = C.int(min(max(i4pf, 0), 1<<20))
 	cc.amx_i4g_pf = C.int(min(max(i4gpf, 0), 1<<20))
+	cc.amx_i4f_pf = C.int(min(max(i4fpf, 0), 1<<20))
+	cc.amx_i4_fuse = b2i(cfg.AMXInt4Fused >= 0)
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -453,9 +463,12 @@ const DefaultDecodeHeadPrefetch = -1
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048
 
-// DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for
-// INT4_KGROUP (docs/notes/session17_run/run5.sh: faster at 256-1024 tokens
-// in 12 of 12 pairs against none; AMXINT4 slower in 9 of 12).
+// DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
+// unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed
+// weights, 16 threads: faster than none in 6 of 6 int4 and int4g cases) and
+// for INT4_KGROUP's whole-panel unpack (session17_run/run5.sh: faster at
+// 256-1024 tokens in 12 of 12 pairs against none; AMXINT4's slower in 9 of
+// 12).
 const DefaultAMXInt4Prefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).
@@ -779,7 +792,8 @@ type amxKnobs struct {
 	kch, pf, pfm, nxl int
 	variant           int
 	nt, tiled         bool
-	i4pf              int // the int4 unpack's prefetch distance (kernel benchmark only)
+	i4pf              int  // the int4 unpack's prefetch distance (kernel benchmark only)
+	i4fuse            bool // int4 calls of <= 32 tokens: the fused unpack (kernel benchmark only)
 }
 
 // emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
@@ -803,6 +817,10 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 // emuAMXCalls counts the calls of the emulated AMX kernels the engine runs
 // with Config.amxEmu, in all engines of the process so far (tests).
 func emuAMXCalls() int64 { return int64(C.kt_amx_emu_calls()) }
+
+// emuAMXFusedCalls counts the calls of the emulated int4 kernel with the
+// fused unpack (Config.AMXInt4Fused).
+func emuAMXFusedCalls() int64 { return int64(C.kt_amx_emu_fused_calls()) }
 
 // kbFormat is the weight format of a kernel benchmark (kbench.c).
 type kbFormat int
@@ -854,7 +872,7 @@ func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, c
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(kn.i4pf), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
+		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}

@@ -308,4 +308,99 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
   }
 }
 
+#if CORE_INT && defined(CORE_FN4)
+// CORE_FN4 is the int4 prefill kernel for calls of at most 32 tokens (one
+// token block: each B tile is read by one pass only), with the unpack
+// fused into the tile loop. Where amx_i4_run unpacks the call's whole
+// panels (64 KiB at K 2048) and then runs the int8 core over them, with no
+// tile work while the unpack waits for memory and none of the unpack's
+// loads while the tiles run, this kernel unpacks one 128-column block of
+// the panel pair at a time (amx_i4_block: int8 tile steps 2c and 2c+1)
+// into a two-block ring in s->pack (8 KiB, stays in L1), one block ahead
+// of the tile products that read it, so the unpack's memory reads and
+// vector work overlap the products of the block before. Same products in
+// the same order on the same int8 values as the unpack-then-core path, so
+// the results are bitwise the same (TestAMXInt4Fused). K slabs as in
+// CORE_FN; K blocking (amx_kch) does not apply to one token block.
+// The unpack prefetches its int4 lines s->i4f_pf bytes ahead. rmax: grouped
+// panels' per-row requantization scale (NULL: per-row int4); wscale: the
+// int8 core's row scales.
+static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+  const char* X = (const char*)A->a;
+  kt_alayout L = kt_act_layout(A, 1);
+  const int k = W->k, nkc = k / 64, ng = rmax ? k / W->group : 0;
+  const int pfd = s->amx_pf, pfa = pfd > 0 && (s->amx_pfm & 1);
+  const int upf = s->i4f_pf;
+  int slab = s->k_end > 0;
+  int kbeg = slab ? s->k_beg : 0, kend = slab ? s->k_end : nkc;
+  int first = slab ? s->k_first : 1, last = slab ? s->k_last : 1;
+  char* acc = (char*)(slab ? s->park : s->ci);  // [m][KT_NB] int32
+  const int la = KT_NB * 4, i0 = 0, two_m = m > 16, rows = m;
+  char* t = acc;
+  int8_t* ring = (int8_t*)s->pack;  // [block & 1][panel][lo, hi][1 KiB]
+  const char* a0 = X;
+  const char* a1 = X + L.a1;
+  for (int p = 0; p < nn / 16; p += 2) {
+    int two_n = p + 1 < nn / 16;
+    const uint8_t* src[2];
+    const float* sc[2] = {NULL, NULL};
+    __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int q = 0; q < 1 + two_n; q++) {
+      src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
+      if (rmax) {
+        sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
+        rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
+      }
+    }
+    if (first) {
+      TZERO(0);
+      TZERO(1);
+      TZERO(2);
+      TZERO(3);
+    } else {
+      TLOAD(0, t, la);
+      if (two_n) TLOAD(1, t + 64, la);
+      if (two_m) {
+        TLOAD(2, t + 16 * la, la);
+        if (two_n) TLOAD(3, t + 16 * la + 64, la);
+      }
+    }
+    int cend = (kend + 1) / 2;  // blocks [kbeg/2, cend)
+    // each pass unpacks the block after its own into the other half of the
+    // ring, then runs its own block's tile steps (the first pass only unpacks)
+    for (int c = kbeg / 2 - 1; c < cend; c++) {
+      if (c + 1 < cend) {
+        int8_t* d = ring + ((c + 1) & 1) * 4096;
+        for (int q = 0; q < 1 + two_n; q++)
+          amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
+      }
+      if (c < kbeg / 2) continue;
+      const int8_t* b = ring + (c & 1) * 4096;
+      int s0 = 2 * c > kbeg ? 2 * c : kbeg, s1 = 2 * c + 2 < kend ? 2 * c + 2 : kend;
+      for (int kc = s0; kc < s1; kc++) {
+        const int8_t* bt = b + (kc & 1) * 1024;
+        if (pfa && kc + pfd < nkc) {
+          amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
+          if (two_m) amx_pf_tile(a1 + (kc + pfd) * L.step, L.stride);
+        }
+        TLOAD(4, a0 + kc * L.step, L.stride);
+        TLOAD(6, bt, 64);
+        TDP(0, 4, 6);
+        if (two_n) {
+          TLOAD(7, bt + 2048, 64);
+          TDP(1, 4, 7);
+        }
+        if (two_m) {
+          TLOAD(5, a1 + kc * L.step, L.stride);
+          TDP(2, 5, 6);
+          if (two_n) TDP(3, 5, 7);
+        }
+      }
+    }
+    CORE_STORE_BLOCK(two_m);
+  }
+}
+#endif
+
 #undef CORE_STORE_BLOCK

@@ -69,6 +69,7 @@ static void emu_dpbssd(int c, int a, int b) {
 #undef TDP
 
 #define CORE_FN emu_i8_core
+#define CORE_FN4 emu_i4f_core
 #define CORE_INT 1
 #define TDP(c, a, b) emu_dpbssd(c, a, b)
 #include "kern_amx_core.h"
@@ -78,9 +79,19 @@ static void emu_dpbssd(int c, int a, int b) {
 // so any number of engine workers may run them at once. kt_amx_emu_calls
 // counts their calls (tests: the engine did take its AMX prefill path).
 
-static _Atomic int64_t emu_calls;
+static _Atomic int64_t emu_calls, emu_fused_calls;
 
 int64_t kt_amx_emu_calls(void) { return atomic_load_explicit(&emu_calls, memory_order_relaxed); }
+
+// kt_amx_emu_fused_calls counts the calls of the emulated int4 kernel with
+// the fused unpack (tests: the engine did take it).
+int64_t kt_amx_emu_fused_calls(void) { return atomic_load_explicit(&emu_fused_calls, memory_order_relaxed); }
+
+static TEMU void emu_i4f_counted(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                                 const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+  atomic_fetch_add_explicit(&emu_fused_calls, 1, memory_order_relaxed);
+  emu_i4f_core(W, n0, nn, rmax, wscale, A, m, C, ldc, s);
+}
 
 TEMU void kt_amx_emu_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                             kt_scratch* s) {
@@ -97,13 +108,13 @@ TEMU void kt_amx_emu_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int 
 TEMU void kt_amx_emu_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                           kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, 0);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_i4f_counted, 0);
 }
 
 TEMU void kt_amx_emu_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                            kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, 1);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_i4f_counted, 1);
 }
 
 static uint32_t emu_rng(uint32_t* s) {

@@ -49,67 +49,80 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
   }
 }
 
-// amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
-// (16-row panels; per 128 columns, 16 lines of 64 bytes, 16 rows x one
-// k-quad each, whose low nibbles hold columns 0-63 of the block and high
-// nibbles columns 64-127) into int8 panels at dst in the KT_FMT_I8_PK layout
-// the int8 kernel reads (per 128 columns, the 16 lines of the low nibbles,
-// then the 16 of the high ones), each value q as q*16 (pack.c: the scales
-// are divided by 16).
+// amx_i4_block unpacks 128-column block c of one 16-row KT_FMT_I4_PK or
+// KT_FMT_I4G_PK panel (src: the panel's first line; per 128 columns, 16
+// lines of 64 bytes, 16 rows x one k-quad each, whose low nibbles hold
+// columns 0-63 of the block and high nibbles columns 64-127) into the two
+// int8 tile-step images of the KT_FMT_I8_PK layout the int8 core reads: lo
+// (columns 0-63) and hi (64-127), 16 lines of 64 bytes each, every value q
+// as q*16 (pack.c: the scales are divided by 16).
 //
-// A KT_FMT_I4G_PK matrix (grouped, same nibble layout, a scale per row and
-// group of 64 or 128 columns) is requantized on the way to one int8 scale
-// per row: rmax (amx_i4g_rowmax) holds each row's largest group scale, and a
-// value q of group g becomes round(q*16 * sc[g]/rmax) (in [-112, 112]; exact
-// for the row's largest group), so the int8 core scales the row by rmax.
-// The factor sc[g]/rmax is applied in 16-bit fixed point (vpmulhrsw, 15
-// fraction bits): the int8 step rmax adds at most rmax/2 per weight, against
-// the int4 step sc[g] of the group itself (docs/notes/cpuexperts.md,
-// "Session 17").
+// Group-wise panels (sc: the panel's group scales [K/G][16], rm: each row's
+// largest group scale, amx_i4g_rowmax) are requantized on the way to one
+// int8 scale per row: a value q of group g becomes round(q*16 * sc[g]/rm)
+// (in [-112, 112]; exact for the row's largest group), so the int8 core
+// scales the row by rm. The factor sc[g]/rm is applied in 16-bit fixed
+// point (vpmulhrsw, 15 fraction bits): the int8 step rm adds at most rm/2
+// per weight, against the int4 step sc[g] of the group itself
+// (docs/notes/cpuexperts.md, "Session 17").
+//
+// pf > 0: each line is prefetched that many bytes ahead of its read (a
+// call's panels are one contiguous run, and an item's next call usually
+// follows it): where experts get few rows the unpack, not the tiles, reads
+// the weights from memory.
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(const uint8_t* src, int c, const float* sc,
+                                                                            __m512 rm, int group, int pf, int8_t* lo_d,
+                                                                            int8_t* hi_d) {
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
+  if (sc) {  // the groups of the block's low (columns 0-63) and high (64-127) halves
+    int g0 = c * 128 / group, g1 = (c * 128 + 64) / group;
+    amx_i4g_factor(sc + (int64_t)g0 * 16, rm, &f0l, &f0h);
+    if (g1 == g0) {
+      f1l = f0l;
+      f1h = f0h;
+    } else {
+      amx_i4g_factor(sc + (int64_t)g1 * 16, rm, &f1l, &f1h);
+    }
+  }
+  const uint8_t* b0 = src + (int64_t)c * 16 * 64;
+  for (int r = 0; r < 16; r++) {
+    if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
+    __m512i b = _mm512_loadu_si512(b0 + r * 64);
+    __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
+    if (sc) {
+      lo = amx_i4g_requant(lo, f0l, f0h);
+      hi = amx_i4g_requant(hi, f1l, f1h);
+    }
+    _mm512_storeu_si512(lo_d + r * 64, lo);
+    _mm512_storeu_si512(hi_d + r * 64, hi);
+  }
+}
+
+// amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
+// into int8 panels at dst in the KT_FMT_I8_PK layout (per 128 columns, the
+// 16 lines of the low nibbles, then the 16 of the high ones: amx_i4_block).
+// A KT_FMT_I4G_PK matrix (grouped: a scale per row and group of 64 or 128
+// columns) is requantized per row as amx_i4_block says, rmax holding each
+// row's largest group scale.
 //
 // With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even
 // bounds) only that slab's columns are unpacked, at their places.
 //
-// s->i4_pf (s->i4g_pf for group-wise panels) > 0: each line is prefetched
-// that many bytes ahead of its read (a call's panels are one contiguous
-// run, and an item's next call usually follows it): where experts get few
-// rows the unpack, not the tiles, reads the weights from memory.
+// s->i4_pf (s->i4g_pf for group-wise panels): amx_i4_block's prefetch.
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(const kt_mat* W, int n0, int nn,
                                                                              int8_t* dst, const float* rmax,
                                                                              const kt_scratch* s) {
   int k = W->k, ng = rmax ? k / W->group : 0;
   int cb = s->k_end > 0 ? s->k_beg / 2 : 0, ce = s->k_end > 0 ? (s->k_end + 1) / 2 : k / 128;
-  const __m512i mask = _mm512_set1_epi8((char)0xf0);
   const int pf = rmax ? s->i4g_pf : s->i4_pf;
   for (int p = 0; p < nn / 16; p++) {
     const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
     int8_t* d = dst + (int64_t)p * 16 * k;
     const float* sc = rmax ? W->scale + (int64_t)(n0 / 16 + p) * ng * 16 : NULL;
     __m512 rm = rmax ? _mm512_loadu_ps(rmax + p * 16) : _mm512_setzero_ps();
-    for (int c = cb; c < ce; c++) {
-      __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
-      if (rmax) {  // the groups of the block's low (columns 0-63) and high (64-127) halves
-        int g0 = c * 128 / W->group, g1 = (c * 128 + 64) / W->group;
-        amx_i4g_factor(sc + (int64_t)g0 * 16, rm, &f0l, &f0h);
-        if (g1 == g0) {
-          f1l = f0l;
-          f1h = f0h;
-        } else {
-          amx_i4g_factor(sc + (int64_t)g1 * 16, rm, &f1l, &f1h);
-        }
-      }
-      for (int r = 0; r < 16; r++) {
-        if (pf > 0) _mm_prefetch((const char*)src + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
-        __m512i b = _mm512_loadu_si512(src + ((int64_t)c * 16 + r) * 64);
-        __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
-        if (rmax) {
-          lo = amx_i4g_requant(lo, f0l, f0h);
-          hi = amx_i4g_requant(hi, f1l, f1h);
-        }
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + r) * 64, lo);
-        _mm512_storeu_si512(d + ((int64_t)c * 32 + 16 + r) * 64, hi);
-      }
-    }
+    for (int c = cb; c < ce; c++)
+      amx_i4_block(src, c, sc, rm, W->group, pf, d + (int64_t)c * 32 * 64, d + ((int64_t)c * 32 + 16) * 64);
   }
 }
 
@@ -118,8 +131,14 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
 typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const kt_act* A, int esz, int m, float* C,
                               int ldc, int nn, kt_scratch* s);
 
+// kt_i4f_core_fn is the int4 kernel with the unpack fused into its tile
+// loop, for calls of at most 32 tokens (kern_amx_core.h CORE_FN4).
+typedef void (*kt_i4f_core_fn)(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s);
+
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
-// int8 core. grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
+// int8 core; or, for calls of at most 32 tokens with s->i4_fuse, the fused
+// kernel (the same products on the same int8 values: bitwise the same). grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
 // row scales in s->wsc. With s->i4_kch > 0 (even) it unpacks and runs that
 // many int8 tile steps at a time, the sums parked between them as between K
 // slabs (in the caller's park when the call is itself a slab, else in
@@ -128,13 +147,17 @@ typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const kt_mat* W, int n0, int nn,
                                                                           const kt_act* A, int m, float* C, int ldc,
                                                                           kt_scratch* s, kt_i8_core_fn core,
-                                                                          int grouped) {
+                                                                          kt_i4f_core_fn fused, int grouped) {
   int nkc = W->k / 64;
   const float* rmax = NULL;
   const float* ws = W->scale + n0;
   if (grouped) {
     amx_i4g_rowmax(W, n0, nn, s->wsc);
     rmax = ws = s->wsc;
+  }
+  if (s->i4_fuse && m <= 32) {
+    fused(W, n0, nn, rmax, ws, A, m, C, ldc, s);
+    return;
   }
   int slab = s->k_end > 0;
   int b0 = slab ? s->k_beg : 0, b1 = slab ? s->k_end : nkc;
