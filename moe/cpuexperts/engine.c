@@ -43,6 +43,11 @@
 #define DNX (LINE / (int)sizeof(int))  // ints between two experts' down-item counters (one line pair each)
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
+// AMXINT4 experts take the AMX kernels from 4 tokens: with the fused unpack
+// (kern_amx_core.h CORE_FN4) faster than the VNNI decode kernels at 4-7
+// (device, session 18 call 4: --amx-min-tokens 4 against 8 at 64-256 tokens,
+// alternated twice, faster in 11 of 12 pairs; INT4_KGROUP mixed, stays 8)
+#define AMX_MIN_M_I4 4
 #define RMPF_MIN_M 8
 // default kt_engine_config.amx_nxl by activation format: bf16 prefill calls
 // prefetch 4 lines of the next call's weights per tile step (device, session
@@ -1446,7 +1451,7 @@ static int task_setup(kt_engine* e) {
   e->rm_pack = (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM) && (isa & (KT_ISA_AMX | KT_ISA_AVX512));
   if (isa & KT_ISA_AMX) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AMX, isa);
-    e->pf_min = e->cfg.amx_min_m > 0 ? e->cfg.amx_min_m : AMX_MIN_M;
+    e->pf_min = e->cfg.amx_min_m > 0 ? e->cfg.amx_min_m : fmt == KT_FMT_I4_PK ? AMX_MIN_M_I4 : AMX_MIN_M;
   } else if ((isa & KT_ISA_AVX512) && (fmt == KT_FMT_BF16_RM || fmt == KT_FMT_FP8_RM)) {
     e->kpf = kt_pick_kernel(fmt, KT_ISA_AVX512 + 100, isa);
     e->pf_min = RMPF_MIN_M;

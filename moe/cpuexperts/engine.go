@@ -84,8 +84,9 @@ type Config struct {
 	AMXInt4Fused int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
-	// kernels): 0 = 8. Integer methods give the same results either way
-	// but for INT4_KGROUP, whose AMX path requantizes.
+	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
+	// methods give the same results either way but for INT4_KGROUP, whose
+	// AMX path requantizes.
 	AMXMinTokens int
 	// AMXKBlockDown is the K block of the down projection's AMX prefill
 	// calls (K = the pool's intermediate slice, shorter than gate/up's
