@@ -88,7 +88,7 @@ func init() {
 			f.IntVar(&moeOpts.amxSlabGroup, "amx-slab-group", 0, "32-row blocks per K-slab group (0 = as many as the 512 KiB park holds; Config.AMXSlabGroup)")
 			f.IntVar(&moeOpts.amxI4Prefetch, "amx-int4-prefetch", 0, "AMXINT4/INT4_KGROUP prefill: bytes ahead the int4 unpack prefetches its panels (0 = default: 2048 where the unpack is fused and for INT4_KGROUP, none for AMXINT4's whole-panel unpack; -1 = none; Config.AMXInt4Prefetch)")
 			f.IntVar(&moeOpts.amxMinTokens, "amx-min-tokens", 0, "fewest tokens of an expert that take the AMX prefill kernels (0 = default: 8, 4 for AMXINT4; Config.AMXMinTokens)")
-			f.IntVar(&moeOpts.amxI4Fused, "amx-int4-fused", 0, "AMXINT4/INT4_KGROUP prefill: calls of at most 32 tokens unpack inside the tile loop (0 = default, on; -1 = unpack first; Config.AMXInt4Fused)")
+			f.IntVar(&moeOpts.amxI4Fused, "amx-int4-fused", 0, "AMXINT4/INT4_KGROUP prefill: calls of at most this many tokens unpack inside the tile loop (0 = default 32; -1 = never; Config.AMXInt4Fused)")
 			f.IntVar(&moeOpts.amxI4Block, "amx-int4-block", 0, "AMXINT4 prefill: int8 tile steps (64 columns) unpacked and run at a time (0 = the whole K; Config.AMXInt4Block)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")

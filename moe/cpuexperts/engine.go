@@ -76,10 +76,11 @@ type Config struct {
 	// requantizes), none for AMXINT4's (measured no faster with it); < 0 =
 	// none. Results do not depend on it.
 	AMXInt4Prefetch int
-	// AMXInt4Fused: the int4 AMX prefill (AMXINT4, INT4_KGROUP) unpacks the
-	// weights of calls of at most 32 tokens block by block inside the tile
-	// loop, overlapping the unpack's reads with the tile products (0, the
-	// default), or (< 0) unpacks a call's whole panels first. Results do not
+	// AMXInt4Fused is the most tokens of an int4 AMX prefill call (AMXINT4,
+	// INT4_KGROUP) that unpack their weights block by block inside the tile
+	// loop, overlapping the unpack's reads with the tile products (each
+	// 32-token block unpacking again); longer calls unpack their whole
+	// panels first. 0 = DefaultAMXInt4Fused, < 0 = never. Results do not
 	// depend on it.
 	AMXInt4Fused int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
@@ -386,7 +387,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_i4_pf = C.int(min(max(i4pf, 0), 1<<20))
 	cc.amx_i4g_pf = C.int(min(max(i4gpf, 0), 1<<20))
 	cc.amx_i4f_pf = C.int(min(max(i4fpf, 0), 1<<20))
-	cc.amx_i4_fuse = b2i(cfg.AMXInt4Fused >= 0)
+	if cfg.AMXInt4Fused == 0 {
+		cfg.AMXInt4Fused = DefaultAMXInt4Fused
+	}
+	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -463,6 +467,11 @@ const DefaultDecodeHeadPrefetch = -1
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048
+
+// DefaultAMXInt4Fused is the default Config.AMXInt4Fused: calls of one
+// token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
+// faster than the whole-panel unpack in 16 of 16 pairs).
+const DefaultAMXInt4Fused = 32
 
 // DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
 // unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed
@@ -794,7 +803,7 @@ type amxKnobs struct {
 	variant           int
 	nt, tiled         bool
 	i4pf              int  // the int4 unpack's prefetch distance (kernel benchmark only)
-	i4fuse            bool // int4 calls of <= 32 tokens: the fused unpack (kernel benchmark only)
+	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
 }
 
 // emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;

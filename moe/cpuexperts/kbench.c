@@ -100,7 +100,7 @@ static void* kb_thread(void* p) {
   s.amx_var = a->var;
   s.pack = pack;
   s.i4_pf = s.i4g_pf = s.i4f_pf = a->i4pf;
-  s.i4_fuse = a->i4fuse;
+  s.i4_fuse = a->i4fuse ? KT_MCH : 0;
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
@@ -152,8 +152,7 @@ static void* kb_thread(void* p) {
 // KT_FMT_I4_PK, KT_FMT_I4G_PK with groups of 128) on nthreads threads
 // (pinned to cpus[i]), each over its own wbytes of weights, reps times, with
 // m tokens of k columns and the given knobs (i4pf: the int4 unpack's
-// prefetch distance; i4fuse: calls of <= 32 tokens unpack inside the tile
-// loop). It returns the slowest thread's seconds and the flops
+// prefetch distance; i4fuse: the unpack inside the tile loop). It returns the slowest thread's seconds and the flops
 // done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the
 // AVX-512 kernels of the same formats instead (the decode kernels: a test
 // of the harness on CPUs without AMX, or the vector side of a comparison).

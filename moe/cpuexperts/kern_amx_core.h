@@ -309,19 +309,21 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
 }
 
 #if CORE_INT && defined(CORE_FN4)
-// CORE_FN4 is the int4 prefill kernel for calls of at most 32 tokens (one
-// token block: each B tile is read by one pass only), with the unpack
-// fused into the tile loop. Where amx_i4_run unpacks the call's whole
-// panels (64 KiB at K 2048) and then runs the int8 core over them, with no
-// tile work while the unpack waits for memory and none of the unpack's
-// loads while the tiles run, this kernel unpacks one 128-column block of
-// the panel pair at a time (amx_i4_block: int8 tile steps 2c and 2c+1)
-// into a two-block ring in s->pack (8 KiB, stays in L1), one block ahead
-// of the tile products that read it, so the unpack's memory reads and
-// vector work overlap the products of the block before. Same products in
-// the same order on the same int8 values as the unpack-then-core path, so
-// the results are bitwise the same (TestAMXInt4Fused). K slabs as in
-// CORE_FN; K blocking (amx_kch) does not apply to one token block.
+// CORE_FN4 is the int4 prefill kernel with the unpack fused into the tile
+// loop, for calls of few tokens (amx_i4_run: at most s->i4_fuse). Where
+// amx_i4_run unpacks the call's whole panels (64 KiB at K 2048) and then
+// runs the int8 core over them, with no tile work while the unpack waits
+// for memory and none of the unpack's loads while the tiles run, this
+// kernel unpacks one 128-column block of the panel pair at a time
+// (amx_i4_block: int8 tile steps 2c and 2c+1) into a two-block ring in
+// s->pack (8 KiB, stays in L1), one block ahead of the tile products that
+// read it, so the unpack's memory reads and vector work overlap the
+// products of the block before. Each 32-token block of the call unpacks
+// the pair again (the later passes read the int4 panels from L2). Same
+// products in the same order on the same int8 values as the
+// unpack-then-core path, so the results are bitwise the same
+// (TestAMXInt4Fused). K slabs as in CORE_FN; K blocking (amx_kch) does
+// not apply.
 // The unpack prefetches its int4 lines s->i4f_pf bytes ahead. rmax: grouped
 // panels' per-row requantization scale (NULL: per-row int4); wscale: the
 // int8 core's row scales.
@@ -336,69 +338,71 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
   int kbeg = slab ? s->k_beg : 0, kend = slab ? s->k_end : nkc;
   int first = slab ? s->k_first : 1, last = slab ? s->k_last : 1;
   char* acc = (char*)(slab ? s->park : s->ci);  // [m][KT_NB] int32
-  const int la = KT_NB * 4, i0 = 0, two_m = m > 16, rows = m;
-  char* t = acc;
+  const int la = KT_NB * 4;
   int8_t* ring = (int8_t*)s->pack;  // [block & 1][panel][lo, hi][1 KiB]
-  const char* a0 = X;
-  const char* a1 = X + L.a1;
   for (int p = 0; p < nn / 16; p += 2) {
-    int two_n = p + 1 < nn / 16;
-    const uint8_t* src[2];
-    const float* sc[2] = {NULL, NULL};
-    __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int q = 0; q < 1 + two_n; q++) {
-      src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
-      if (rmax) {
-        sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
-        rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
-      }
-    }
-    if (first) {
-      TZERO(0);
-      TZERO(1);
-      TZERO(2);
-      TZERO(3);
-    } else {
-      TLOAD(0, t, la);
-      if (two_n) TLOAD(1, t + 64, la);
-      if (two_m) {
-        TLOAD(2, t + 16 * la, la);
-        if (two_n) TLOAD(3, t + 16 * la + 64, la);
-      }
-    }
-    int cend = (kend + 1) / 2;  // blocks [kbeg/2, cend)
-    // each pass unpacks the block after its own into the other half of the
-    // ring, then runs its own block's tile steps (the first pass only unpacks)
-    for (int c = kbeg / 2 - 1; c < cend; c++) {
-      if (c + 1 < cend) {
-        int8_t* d = ring + ((c + 1) & 1) * 4096;
-        for (int q = 0; q < 1 + two_n; q++)
-          amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
-      }
-      if (c < kbeg / 2) continue;
-      const int8_t* b = ring + (c & 1) * 4096;
-      int s0 = 2 * c > kbeg ? 2 * c : kbeg, s1 = 2 * c + 2 < kend ? 2 * c + 2 : kend;
-      for (int kc = s0; kc < s1; kc++) {
-        const int8_t* bt = b + (kc & 1) * 1024;
-        if (pfa && kc + pfd < nkc) {
-          amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
-          if (two_m) amx_pf_tile(a1 + (kc + pfd) * L.step, L.stride);
+    for (int i0 = 0; i0 < m; i0 += 32) {
+      int two_n = p + 1 < nn / 16, two_m = m - i0 > 16, rows = m - i0 < 32 ? m - i0 : 32;
+      char* t = acc + (int64_t)i0 * la;
+      const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
+      const char* a1 = a0 + L.a1;
+      const uint8_t* src[2];
+      const float* sc[2] = {NULL, NULL};
+      __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int q = 0; q < 1 + two_n; q++) {
+        src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
+        if (rmax) {
+          sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
+          rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
         }
-        TLOAD(4, a0 + kc * L.step, L.stride);
-        TLOAD(6, bt, 64);
-        TDP(0, 4, 6);
-        if (two_n) {
-          TLOAD(7, bt + 2048, 64);
-          TDP(1, 4, 7);
-        }
+      }
+      if (first) {
+        TZERO(0);
+        TZERO(1);
+        TZERO(2);
+        TZERO(3);
+      } else {
+        TLOAD(0, t, la);
+        if (two_n) TLOAD(1, t + 64, la);
         if (two_m) {
-          TLOAD(5, a1 + kc * L.step, L.stride);
-          TDP(2, 5, 6);
-          if (two_n) TDP(3, 5, 7);
+          TLOAD(2, t + 16 * la, la);
+          if (two_n) TLOAD(3, t + 16 * la + 64, la);
         }
       }
+      int cend = (kend + 1) / 2;  // blocks [kbeg/2, cend)
+      // each pass unpacks the block after its own into the other half of the
+      // ring, then runs its own block's tile steps (the first pass only unpacks)
+      for (int c = kbeg / 2 - 1; c < cend; c++) {
+        if (c + 1 < cend) {
+          int8_t* d = ring + ((c + 1) & 1) * 4096;
+          for (int q = 0; q < 1 + two_n; q++)
+            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
+        }
+        if (c < kbeg / 2) continue;
+        const int8_t* b = ring + (c & 1) * 4096;
+        int s0 = 2 * c > kbeg ? 2 * c : kbeg, s1 = 2 * c + 2 < kend ? 2 * c + 2 : kend;
+        for (int kc = s0; kc < s1; kc++) {
+          const int8_t* bt = b + (kc & 1) * 1024;
+          if (pfa && kc + pfd < nkc) {
+            amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
+            if (two_m) amx_pf_tile(a1 + (kc + pfd) * L.step, L.stride);
+          }
+          TLOAD(4, a0 + kc * L.step, L.stride);
+          TLOAD(6, bt, 64);
+          TDP(0, 4, 6);
+          if (two_n) {
+            TLOAD(7, bt + 2048, 64);
+            TDP(1, 4, 7);
+          }
+          if (two_m) {
+            TLOAD(5, a1 + kc * L.step, L.stride);
+            TDP(2, 5, 6);
+            if (two_n) TDP(3, 5, 7);
+          }
+        }
+      }
+      CORE_STORE_BLOCK(two_m);
     }
-    CORE_STORE_BLOCK(two_m);
   }
 }
 #endif

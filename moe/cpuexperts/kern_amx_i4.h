@@ -132,13 +132,13 @@ typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const
                               int ldc, int nn, kt_scratch* s);
 
 // kt_i4f_core_fn is the int4 kernel with the unpack fused into its tile
-// loop, for calls of at most 32 tokens (kern_amx_core.h CORE_FN4).
+// loop, for calls of few tokens (kern_amx_core.h CORE_FN4).
 typedef void (*kt_i4f_core_fn)(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
                                const kt_act* A, int m, float* C, int ldc, kt_scratch* s);
 
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
-// int8 core; or, for calls of at most 32 tokens with s->i4_fuse, the fused
-// kernel (the same products on the same int8 values: bitwise the same). grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
+// int8 core; or, for calls of at most s->i4_fuse tokens, the fused kernel
+// (the same products on the same int8 values: bitwise the same). grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
 // row scales in s->wsc. With s->i4_kch > 0 (even) it unpacks and runs that
 // many int8 tile steps at a time, the sums parked between them as between K
 // slabs (in the caller's park when the call is itself a slab, else in
@@ -155,7 +155,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
     amx_i4g_rowmax(W, n0, nn, s->wsc);
     rmax = ws = s->wsc;
   }
-  if (s->i4_fuse && m <= 32) {
+  if (m <= s->i4_fuse) {
     fused(W, n0, nn, rmax, ws, A, m, C, ldc, s);
     return;
   }

@@ -210,19 +210,20 @@ func BenchmarkNewLayerQuantize(b *testing.B) {
 }
 
 // TestAMXInt4Fused holds the int4 AMX prefill with the unpack fused into the
-// tile loop (calls of at most 32 tokens, Config.AMXInt4Fused) to the
-// unpack-then-core path, bitwise: AMXINT4 and INT4_KGROUP (groups 64 and
-// 128), an odd number of 128-column blocks (hidden 384), calls of 1-32
-// tokens (32-token chunks over ~50 tokens per expert: full, 17-31 and
-// under-16 blocks), with and without K slabs, the A-tile prefetch and the
-// unpack's prefetch. On the emulation it also checks that the fused kernel
+// tile loop (Config.AMXInt4Fused) to the unpack-then-core path, bitwise:
+// AMXINT4 and INT4_KGROUP (groups 64 and 128), an odd number of 128-column
+// blocks (hidden 384), calls of 1-32 tokens (32-token chunks over ~70
+// tokens per expert: full, 17-31 and under-16 blocks) and whole calls of
+// several token blocks (threshold 512), with and without K slabs, the
+// A-tile prefetch and the unpack's prefetch, in the phased task (the one
+// with K slabs). On the emulation it also checks that the fused kernel
 // ran.
 func TestAMXInt4Fused(t *testing.T) {
 	amx := kgroupAMXLevel()
 	if amx == "" || !DetectFeatures().VNNI {
 		t.Skip("needs AMX, or AVX-512 with VNNI and BF16 for the emulation")
 	}
-	const topK, tokens = 4, 100
+	const topK, tokens = 4, 140 // 560 slots: a phased task
 	for _, c := range []struct {
 		m     Method
 		group int
@@ -239,18 +240,22 @@ func TestAMXInt4Fused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if r.phases.Phased != 1 {
+				t.Fatalf("phase timers %+v: want one phased task", r.phases)
+			}
 			return r.out
 		}
 		ref := run(-1, 0, -1, 0, -1) // whole calls, unpacked first
 		for _, k := range []struct{ fused, chunk, slab, pf, i4pf int }{
 			{0, 32, -1, 0, -1}, {0, 32, -1, 1, 0}, {0, 32, 4096, 0, 2048}, {0, 32, 20000, 2, 64}, {-1, 32, 4096, 1, 0}, {0, 0, -1, 0, 0},
+			{512, 0, -1, 0, 0}, {512, 0, 4096, 1, 2048}, {512, 64, 20000, 0, -1},
 		} {
 			calls := emuAMXFusedCalls()
 			got := run(k.fused, k.chunk, k.slab, k.pf, k.i4pf)
 			name := fmt.Sprintf("%s group %d, %+v", c.m, c.group, k)
 			if amx == amxEmuLevel {
 				ran := emuAMXFusedCalls() > calls
-				if k.fused < 0 && ran || k.chunk == 32 && k.fused >= 0 && !ran {
+				if k.fused < 0 && ran || (k.chunk == 32 && k.fused == 0 || k.fused == 512) && !ran {
 					t.Fatalf("%s: fused kernel ran: %v", name, ran)
 				}
 			}
