@@ -191,10 +191,8 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 // weights streamed (48 MiB) or resident in L2 (two 32-row pairs), on half
 // and on all physical cores: the AMX prefill kernels (int4 ones unpack each
 // call's panels first, INT4_KGROUP's requantizing; int4pf2048 with the
-// unpack's prefetch; ring: the int4 unpack, or the int8 copy, through the L1
-// ring inside the tile loop, Config.AMXInt4Fused / AMXInt8Ring, with its
-// prefetch distance; tilepf: the int8 core's B-tile prefetch distance)
-// beside the AVX-512 VNNI decode kernels (vnni) that
+// unpack's prefetch; fused: the unpack inside the tile loop,
+// Config.AMXInt4Fused) beside the AVX-512 VNNI decode kernels (vnni) that
 // experts below Config.AMXMinTokens run. GB/s counts the weight bytes read
 // per second, the bound that matters at these sizes. Needs AMX:
 //
@@ -214,26 +212,19 @@ func BenchmarkIntFewRows(b *testing.B) {
 			}{{"streamed", 48 << 20}, {"resident", 2 * pair}} {
 				for _, n := range []int{len(cpus) / 2, len(cpus)} {
 					for _, v := range []struct {
-						name     string
-						noAMX    bool
-						i4pf     int  // the int4 unpack's / the ring's prefetch distance, bytes
-						ring     bool // weights staged through the L1 ring
-						tilePf   int  // the core's B-tile prefetch, steps (0: default)
-						int8Only bool
-					}{{"amx", false, 0, false, 0, false}, {"amx-int4pf2048", false, 2048, false, 0, false},
-						{"amx-tilepf2", false, 0, false, 2, true}, {"amx-tilepf4", false, 0, false, 4, true},
-						{"amx-ring-nopf", false, 0, true, 0, false}, {"amx-ring-pf1024", false, 1024, true, 0, false},
-						{"amx-ring-pf2048", false, 2048, true, 0, false}, {"amx-ring-pf4096", false, 4096, true, 0, false},
-						{"vnni", true, 0, false, 0, false}} {
-						if f == kbInt8 && v.i4pf > 0 && !v.ring || f != kbInt8 && v.int8Only {
+						name   string
+						noAMX  bool
+						i4pf   int
+						i4fuse bool
+					}{{"amx", false, 0, false}, {"amx-int4pf2048", false, 2048, false}, {"amx-fused-nopf", false, 0, true},
+						{"amx-fused-pf1024", false, 1024, true}, {"amx-fused-pf2048", false, 2048, true},
+						{"amx-fused-pf4096", false, 4096, true}, {"vnni", true, 0, false}} {
+						if (v.i4pf > 0 || v.i4fuse) && f == kbInt8 {
 							continue
 						}
 						reps := int(max(1, 2000*pair/w.bytes))
 						k := kn
-						k.i4pf, k.ring = v.i4pf, v.ring
-						if v.tilePf > 0 {
-							k.pf = v.tilePf
-						}
+						k.i4pf, k.i4fuse = v.i4pf, v.i4fuse
 						b.Run(fmt.Sprintf("%s/m=%d/k=%d/%s/threads=%d/%s", f, mk[0], mk[1], w.name, n, v.name), func(b *testing.B) {
 							var tf float64
 							for range b.N {

@@ -12,7 +12,7 @@ int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int 
 int64_t kt_amx_emu_calls(void);
 int64_t kt_amx_emu_fused_calls(void);
 int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int ring, int reps,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
                      int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
@@ -83,12 +83,6 @@ type Config struct {
 	// panels first. 0 = DefaultAMXInt4Fused, < 0 = never. Results do not
 	// depend on it.
 	AMXInt4Fused int
-	// AMXInt8Ring is the most tokens of an AMXINT8 prefill call that copy
-	// their int8 panels through the same L1 ring block by block inside the
-	// tile loop (its loads running ahead of the tiles as the int4 unpack's
-	// do) instead of loading the tiles from the panels: 0 =
-	// DefaultAMXInt8Ring, < 0 = never. Results do not depend on it.
-	AMXInt8Ring int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
 	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
@@ -397,10 +391,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
-	if cfg.AMXInt8Ring == 0 {
-		cfg.AMXInt8Ring = DefaultAMXInt8Ring
-	}
-	cc.amx_i8_fuse = C.int(min(max(cfg.AMXInt8Ring, 0), 1<<20))
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -482,10 +472,6 @@ const DefaultDecodePrefetch = 2048
 // token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
 // faster than the whole-panel unpack in 16 of 16 pairs).
 const DefaultAMXInt4Fused = 32
-
-// DefaultAMXInt8Ring is the default Config.AMXInt8Ring: never (not yet
-// measured faster).
-const DefaultAMXInt8Ring = -1
 
 // DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
 // unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed
@@ -817,7 +803,7 @@ type amxKnobs struct {
 	variant           int
 	nt, tiled         bool
 	i4pf              int  // the int4 unpack's prefetch distance (kernel benchmark only)
-	ring              bool // integer weights staged through the L1 ring (kernel benchmark only)
+	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
 }
 
 // emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
@@ -896,7 +882,7 @@ func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, c
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.ring), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
+		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}

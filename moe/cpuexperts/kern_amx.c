@@ -54,7 +54,7 @@ TAMX int kt_amx_init_thread(void) {
 #undef TDP
 
 #define CORE_FN amx_i8_core
-#define CORE_RING_FN amx_ring_core
+#define CORE_FN4 amx_i4f_core
 #define CORE_INT 1
 #define TDP(c, a, b) _tile_dpbssd(c, a, b)
 #include "kern_amx_core.h"
@@ -65,26 +65,21 @@ TAMX void kt_amx_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m,
   amx_bf16_core((const char*)W->w + (int64_t)(n0 / 16) * 32 * W->k, W->k / 32, NULL, A, 2, m, C, ldc, nn, s);
 }
 
-// int8 panels: s8 x s8 (tdpbssd), then scaled per row of W and per token;
-// calls of at most s->i8_fuse tokens stage the panels through the L1 ring.
+// int8 panels: s8 x s8 (tdpbssd), then scaled per row of W and per token.
 TAMX void kt_amx_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  if (m <= s->i8_fuse) {
-    amx_ring_core(W, n0, nn, 1, NULL, W->scale + n0, A, m, C, ldc, s);
-    return;
-  }
   amx_i8_core((const char*)W->w + (int64_t)n0 * W->k, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
 // int4 panels: unpack the nn rows to int8 panels in scratch once
 // (kern_amx_i4.h, shared with the emulated kernel), then the int8 core.
 TAMX void kt_amx_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, amx_i8_core, amx_ring_core, 0);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, amx_i8_core, amx_i4f_core, 0);
 }
 
 // group-wise int4 panels (INT4_KGROUP): requantized to int8 panels with one
 // scale per row as they are unpacked (kern_amx_i4.h), then the int8 core.
 TAMX void kt_amx_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, amx_i8_core, amx_ring_core, 1);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, amx_i8_core, amx_i4f_core, 1);
 }
 
 

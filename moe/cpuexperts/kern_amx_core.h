@@ -308,12 +308,9 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
   }
 }
 
-#if CORE_INT && defined(CORE_RING_FN)
-// CORE_RING_FN is the integer prefill kernel that stages its weights
-// through an L1 ring inside the tile loop, for calls of few tokens: int4
-// panels unpacked there (amx_i4_run: calls of at most s->i4_fuse tokens),
-// or (i8) int8 panels copied there (kt_amx_i8pk: at most s->i8_fuse), the
-// copy's loads running ahead of the tiles as the unpack's do. Where
+#if CORE_INT && defined(CORE_FN4)
+// CORE_FN4 is the int4 prefill kernel with the unpack fused into the tile
+// loop, for calls of few tokens (amx_i4_run: at most s->i4_fuse). Where
 // amx_i4_run unpacks the call's whole panels (64 KiB at K 2048) and then
 // runs the int8 core over them, with no tile work while the unpack waits
 // for memory and none of the unpack's loads while the tiles run, this
@@ -327,11 +324,11 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
 // unpack-then-core path, so the results are bitwise the same
 // (TestAMXInt4Fused). K slabs as in CORE_FN; K blocking (amx_kch) does
 // not apply.
-// The unpack (copy) prefetches its lines s->i4f_pf bytes ahead. rmax: grouped
+// The unpack prefetches its int4 lines s->i4f_pf bytes ahead. rmax: grouped
 // panels' per-row requantization scale (NULL: per-row int4); wscale: the
 // int8 core's row scales.
-static CORE_ATTR void CORE_RING_FN(const kt_mat* W, int n0, int nn, int i8, const float* rmax, const float* wscale,
-                                   const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
   const char* X = (const char*)A->a;
   kt_alayout L = kt_act_layout(A, 1);
   const int k = W->k, nkc = k / 64, ng = rmax ? k / W->group : 0;
@@ -353,7 +350,7 @@ static CORE_ATTR void CORE_RING_FN(const kt_mat* W, int n0, int nn, int i8, cons
       const float* sc[2] = {NULL, NULL};
       __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
       for (int q = 0; q < 1 + two_n; q++) {
-        src[q] = W->w + (int64_t)(n0 / 16 + p + q) * (i8 ? 16 : 8) * k;
+        src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
         if (rmax) {
           sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
           rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
@@ -378,12 +375,8 @@ static CORE_ATTR void CORE_RING_FN(const kt_mat* W, int n0, int nn, int i8, cons
       for (int c = kbeg / 2 - 1; c < cend; c++) {
         if (c + 1 < cend) {
           int8_t* d = ring + ((c + 1) & 1) * 4096;
-          for (int q = 0; q < 1 + two_n; q++) {
-            if (i8)
-              amx_i8_block(src[q], c + 1, nkc, upf, d + q * 2048);
-            else
-              amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
-          }
+          for (int q = 0; q < 1 + two_n; q++)
+            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
         }
         if (c < kbeg / 2) continue;
         const int8_t* b = ring + (c & 1) * 4096;

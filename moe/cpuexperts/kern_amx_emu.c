@@ -69,7 +69,7 @@ static void emu_dpbssd(int c, int a, int b) {
 #undef TDP
 
 #define CORE_FN emu_i8_core
-#define CORE_RING_FN emu_ring_core
+#define CORE_FN4 emu_i4f_core
 #define CORE_INT 1
 #define TDP(c, a, b) emu_dpbssd(c, a, b)
 #include "kern_amx_core.h"
@@ -83,14 +83,14 @@ static _Atomic int64_t emu_calls, emu_fused_calls;
 
 int64_t kt_amx_emu_calls(void) { return atomic_load_explicit(&emu_calls, memory_order_relaxed); }
 
-// kt_amx_emu_fused_calls counts the calls of the emulated integer kernel
-// that stages its weights through the L1 ring (tests: the engine took it).
+// kt_amx_emu_fused_calls counts the calls of the emulated int4 kernel with
+// the fused unpack (tests: the engine did take it).
 int64_t kt_amx_emu_fused_calls(void) { return atomic_load_explicit(&emu_fused_calls, memory_order_relaxed); }
 
-static TEMU void emu_ring_counted(const kt_mat* W, int n0, int nn, int i8, const float* rmax, const float* wscale,
-                                  const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+static TEMU void emu_i4f_counted(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                                 const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_fused_calls, 1, memory_order_relaxed);
-  emu_ring_core(W, n0, nn, i8, rmax, wscale, A, m, C, ldc, s);
+  emu_i4f_core(W, n0, nn, rmax, wscale, A, m, C, ldc, s);
 }
 
 TEMU void kt_amx_emu_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
@@ -102,23 +102,19 @@ TEMU void kt_amx_emu_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, in
 TEMU void kt_amx_emu_i8pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                           kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  if (m <= s->i8_fuse) {
-    emu_ring_counted(W, n0, nn, 1, NULL, W->scale + n0, A, m, C, ldc, s);
-    return;
-  }
   emu_i8_core((const char*)W->w + (int64_t)n0 * W->k, W->k / 64, W->scale + n0, A, 1, m, C, ldc, nn, s);
 }
 
 TEMU void kt_amx_emu_i4pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                           kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_ring_counted, 0);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_i4f_counted, 0);
 }
 
 TEMU void kt_amx_emu_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                            kt_scratch* s) {
   atomic_fetch_add_explicit(&emu_calls, 1, memory_order_relaxed);
-  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_ring_counted, 1);
+  amx_i4_run(W, n0, nn, A, m, C, ldc, s, emu_i8_core, emu_i4f_counted, 1);
 }
 
 static uint32_t emu_rng(uint32_t* s) {

@@ -99,21 +99,6 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(cons
   }
 }
 
-// amx_i8_block copies 128-column block c of one 16-row KT_FMT_I8_PK panel
-// (src: the panel's first tile step; nkc its 64-column tile steps) to dst:
-// tile steps 2c and 2c+1, 1 KiB each, side by side (the second only where
-// it exists: K may end half-way through a block). pf > 0: each line is
-// prefetched that many bytes ahead of its read, as in amx_i4_block.
-static inline __attribute__((target("avx512f"))) void amx_i8_block(const uint8_t* src, int c, int nkc, int pf,
-                                                                   int8_t* dst) {
-  const uint8_t* b0 = src + (int64_t)c * 2048;
-  int lines = 2 * c + 1 < nkc ? 32 : 16;
-  for (int r = 0; r < lines; r++) {
-    if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
-    _mm512_storeu_si512(dst + r * 64, _mm512_loadu_si512(b0 + r * 64));
-  }
-}
-
 // amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
 // into int8 panels at dst in the KT_FMT_I8_PK layout (per 128 columns, the
 // 16 lines of the low nibbles, then the 16 of the high ones: amx_i4_block).
@@ -146,11 +131,10 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
 typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const kt_act* A, int esz, int m, float* C,
                               int ldc, int nn, kt_scratch* s);
 
-// kt_ring_core_fn is the integer kernel that stages its weights through an
-// L1 ring inside its tile loop, for calls of few tokens (kern_amx_core.h
-// CORE_RING_FN; i8: int8 panels copied, else int4 panels unpacked).
-typedef void (*kt_ring_core_fn)(const kt_mat* W, int n0, int nn, int i8, const float* rmax, const float* wscale,
-                                const kt_act* A, int m, float* C, int ldc, kt_scratch* s);
+// kt_i4f_core_fn is the int4 kernel with the unpack fused into its tile
+// loop, for calls of few tokens (kern_amx_core.h CORE_FN4).
+typedef void (*kt_i4f_core_fn)(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s);
 
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
 // int8 core; or, for calls of at most s->i4_fuse tokens, the fused kernel
@@ -163,7 +147,7 @@ typedef void (*kt_ring_core_fn)(const kt_mat* W, int n0, int nn, int i8, const f
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const kt_mat* W, int n0, int nn,
                                                                           const kt_act* A, int m, float* C, int ldc,
                                                                           kt_scratch* s, kt_i8_core_fn core,
-                                                                          kt_ring_core_fn fused, int grouped) {
+                                                                          kt_i4f_core_fn fused, int grouped) {
   int nkc = W->k / 64;
   const float* rmax = NULL;
   const float* ws = W->scale + n0;
@@ -172,7 +156,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
     rmax = ws = s->wsc;
   }
   if (m <= s->i4_fuse) {
-    fused(W, n0, nn, 0, rmax, ws, A, m, C, ldc, s);
+    fused(W, n0, nn, rmax, ws, A, m, C, ldc, s);
     return;
   }
   int slab = s->k_end > 0;

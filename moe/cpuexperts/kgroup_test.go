@@ -209,18 +209,16 @@ func BenchmarkNewLayerQuantize(b *testing.B) {
 	}
 }
 
-// TestAMXRingKernel holds the integer AMX prefill that stages its weights
-// through an L1 ring inside the tile loop (int4 unpacked there,
-// Config.AMXInt4Fused; int8 copied there, Config.AMXInt8Ring) to the
-// int8 core over the panels, bitwise: AMXINT4, INT4_KGROUP (groups 64 and
-// 128) and AMXINT8 (down's K of 192: a block with one tile step), an odd
-// number of 128-column blocks (hidden 384), calls of 1-32 tokens (32-token chunks over ~70
+// TestAMXInt4Fused holds the int4 AMX prefill with the unpack fused into the
+// tile loop (Config.AMXInt4Fused) to the unpack-then-core path, bitwise:
+// AMXINT4 and INT4_KGROUP (groups 64 and 128), an odd number of 128-column
+// blocks (hidden 384), calls of 1-32 tokens (32-token chunks over ~70
 // tokens per expert: full, 17-31 and under-16 blocks) and whole calls of
 // several token blocks (threshold 512), with and without K slabs, the
 // A-tile prefetch and the unpack's prefetch, in the phased task (the one
 // with K slabs). On the emulation it also checks that the fused kernel
 // ran.
-func TestAMXRingKernel(t *testing.T) {
+func TestAMXInt4Fused(t *testing.T) {
 	amx := kgroupAMXLevel()
 	if amx == "" || !DetectFeatures().VNNI {
 		t.Skip("needs AMX, or AVX-512 with VNNI and BF16 for the emulation")
@@ -229,16 +227,13 @@ func TestAMXRingKernel(t *testing.T) {
 	for _, c := range []struct {
 		m     Method
 		group int
-	}{{AMXINT4, 0}, {INT4KGroup, 64}, {INT4KGroup, 128}, {AMXINT8, 0}} {
+	}{{AMXINT4, 0}, {INT4KGroup, 64}, {INT4KGroup, 128}} {
 		spec := LayerSpec{Method: c.m, Experts: 8, Hidden: 384, Intermediate: 256, GroupSize: c.group}
-		if c.m == AMXINT8 {
-			spec.Intermediate = 192
-		}
 		src := sourceFor(c.m, spec)
 		x, ids, w := RandomBatch(13, tokens, topK, spec.Hidden, spec.Experts)
 		ids[7] = -1
 		run := func(fused, chunk, slab, pf, i4pf int) []float32 {
-			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Fused: fused, AMXInt8Ring: fused, PrefillChunk: chunk,
+			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Fused: fused, PrefillChunk: chunk,
 				AMXSlabBytes: int64(slab), AMXPrefetch: pf, AMXInt4Prefetch: i4pf,
 				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, amx), spec, src,
 				Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
@@ -250,24 +245,23 @@ func TestAMXRingKernel(t *testing.T) {
 			}
 			return r.out
 		}
-		ref := run(-1, 0, -1, 0, -1) // whole calls, the int8 core over the panels
+		ref := run(-1, 0, -1, 0, -1) // whole calls, unpacked first
 		for _, k := range []struct{ fused, chunk, slab, pf, i4pf int }{
-			{32, 32, -1, 0, -1}, {32, 32, -1, 1, 0}, {32, 32, 4096, 0, 2048}, {32, 32, 20000, 2, 64}, {-1, 32, 4096, 1, 0},
-			{0, 32, -1, 0, 0}, {0, 0, -1, 0, 0}, {512, 0, -1, 0, 0}, {512, 0, 4096, 1, 2048}, {512, 64, 20000, 0, -1},
+			{0, 32, -1, 0, -1}, {0, 32, -1, 1, 0}, {0, 32, 4096, 0, 2048}, {0, 32, 20000, 2, 64}, {-1, 32, 4096, 1, 0}, {0, 0, -1, 0, 0},
+			{512, 0, -1, 0, 0}, {512, 0, 4096, 1, 2048}, {512, 64, 20000, 0, -1},
 		} {
 			calls := emuAMXFusedCalls()
 			got := run(k.fused, k.chunk, k.slab, k.pf, k.i4pf)
 			name := fmt.Sprintf("%s group %d, %+v", c.m, c.group, k)
 			if amx == amxEmuLevel {
 				ran := emuAMXFusedCalls() > calls
-				def := c.m != AMXINT8 // the ring by default: int4 calls of one token block
-				if k.fused < 0 && ran || (k.chunk == 32 && (k.fused == 32 || k.fused == 0 && def) || k.fused == 512) && !ran {
-					t.Fatalf("%s: ring kernel ran: %v", name, ran)
+				if k.fused < 0 && ran || (k.chunk == 32 && k.fused == 0 || k.fused == 512) && !ran {
+					t.Fatalf("%s: fused kernel ran: %v", name, ran)
 				}
 			}
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(ref[i]) {
-					t.Fatalf("%s: element %d is %v, whole calls over the panels %v", name, i, got[i], ref[i])
+					t.Fatalf("%s: element %d is %v, unfused whole calls %v", name, i, got[i], ref[i])
 				}
 			}
 		}

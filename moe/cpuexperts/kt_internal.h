@@ -93,9 +93,8 @@ typedef struct {
   int i4_kch;  // AMX int4 prefill: int8 tile steps unpacked and run at a time (even; <= 0: the whole K at once)
   int i4_pf;      // AMX int4 prefill: the unpack prefetches its int4 panels this many bytes ahead (<= 0: none)
   int i4g_pf;     // ... group-wise int4 panels
-  int i4f_pf;     // ... calls through the L1 ring (i4_fuse, i8_fuse), every integer format
-  int i4_fuse;    // AMX int4 prefill: calls of at most this many tokens unpack block by block inside the tile loop (CORE_RING_FN)
-  int i8_fuse;    // AMX int8 prefill: calls of at most this many tokens copy their panels through the ring (CORE_RING_FN)
+  int i4f_pf;     // ... calls with the fused unpack (i4_fuse), both formats
+  int i4_fuse;    // AMX int4 prefill: calls of at most this many tokens unpack block by block inside the tile loop (CORE_FN4)
   float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
 } kt_scratch;
 
