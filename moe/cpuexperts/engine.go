@@ -83,6 +83,12 @@ type Config struct {
 	// panels first. 0 = DefaultAMXInt4Fused, < 0 = never. Results do not
 	// depend on it.
 	AMXInt4Fused int
+	// AMXInt4FusedFirst: longer int4 AMX prefill calls fuse the unpack with
+	// their first 32 tokens' tile products, unpacking into the whole panels
+	// the int8 core then runs the other tokens over (> 0), or unpack the
+	// whole panels first (< 0); 0 = DefaultAMXInt4FusedFirst. Results do
+	// not depend on it.
+	AMXInt4FusedFirst int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
 	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
@@ -391,6 +397,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
+	if cfg.AMXInt4FusedFirst == 0 {
+		cfg.AMXInt4FusedFirst = DefaultAMXInt4FusedFirst
+	}
+	cc.amx_i4_fuse1 = b2i(cfg.AMXInt4FusedFirst > 0)
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -472,6 +482,9 @@ const DefaultDecodePrefetch = 2048
 // token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
 // faster than the whole-panel unpack in 16 of 16 pairs).
 const DefaultAMXInt4Fused = 32
+
+// DefaultAMXInt4FusedFirst is the default Config.AMXInt4FusedFirst.
+const DefaultAMXInt4FusedFirst = -1
 
 // DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
 // unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed

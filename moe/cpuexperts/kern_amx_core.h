@@ -324,11 +324,16 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
 // unpack-then-core path, so the results are bitwise the same
 // (TestAMXInt4Fused). K slabs as in CORE_FN; K blocking (amx_kch) does
 // not apply.
+//
+// full != NULL: the blocks are unpacked at their places in full (the
+// KT_FMT_I8_PK layout of amx_i4_unpack, 16*K bytes per panel) instead of
+// the ring, so that the int8 core can run the call's later token blocks
+// over them (amx_i4_run); the call then passes only its first 32 tokens.
 // The unpack prefetches its int4 lines s->i4f_pf bytes ahead. rmax: grouped
 // panels' per-row requantization scale (NULL: per-row int4); wscale: the
 // int8 core's row scales.
 static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
-                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s, int8_t* full) {
   const char* X = (const char*)A->a;
   kt_alayout L = kt_act_layout(A, 1);
   const int k = W->k, nkc = k / 64, ng = rmax ? k / W->group : 0;
@@ -340,6 +345,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
   char* acc = (char*)(slab ? s->park : s->ci);  // [m][KT_NB] int32
   const int la = KT_NB * 4;
   int8_t* ring = (int8_t*)s->pack;  // [block & 1][panel][lo, hi][1 KiB]
+  const int64_t pstr = full ? 16 * (int64_t)k : 2048;  // panel 1's tiles after panel 0's
   for (int p = 0; p < nn / 16; p += 2) {
     for (int i0 = 0; i0 < m; i0 += 32) {
       int two_n = p + 1 < nn / 16, two_m = m - i0 > 16, rows = m - i0 < 32 ? m - i0 : 32;
@@ -374,12 +380,12 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
       // ring, then runs its own block's tile steps (the first pass only unpacks)
       for (int c = kbeg / 2 - 1; c < cend; c++) {
         if (c + 1 < cend) {
-          int8_t* d = ring + ((c + 1) & 1) * 4096;
+          int8_t* d = full ? full + (int64_t)(c + 1) * 2048 : ring + ((c + 1) & 1) * 4096;
           for (int q = 0; q < 1 + two_n; q++)
-            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * 2048, d + q * 2048 + 1024);
+            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * pstr, d + q * pstr + 1024);
         }
         if (c < kbeg / 2) continue;
-        const int8_t* b = ring + (c & 1) * 4096;
+        const int8_t* b = full ? full + (int64_t)c * 2048 : ring + (c & 1) * 4096;
         int s0 = 2 * c > kbeg ? 2 * c : kbeg, s1 = 2 * c + 2 < kend ? 2 * c + 2 : kend;
         for (int kc = s0; kc < s1; kc++) {
           const int8_t* bt = b + (kc & 1) * 1024;
@@ -391,7 +397,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
           TLOAD(6, bt, 64);
           TDP(0, 4, 6);
           if (two_n) {
-            TLOAD(7, bt + 2048, 64);
+            TLOAD(7, bt + pstr, 64);
             TDP(1, 4, 7);
           }
           if (two_m) {

@@ -88,9 +88,9 @@ int64_t kt_amx_emu_calls(void) { return atomic_load_explicit(&emu_calls, memory_
 int64_t kt_amx_emu_fused_calls(void) { return atomic_load_explicit(&emu_fused_calls, memory_order_relaxed); }
 
 static TEMU void emu_i4f_counted(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
-                                 const kt_act* A, int m, float* C, int ldc, kt_scratch* s) {
+                                 const kt_act* A, int m, float* C, int ldc, kt_scratch* s, int8_t* full) {
   atomic_fetch_add_explicit(&emu_fused_calls, 1, memory_order_relaxed);
-  emu_i4f_core(W, n0, nn, rmax, wscale, A, m, C, ldc, s);
+  emu_i4f_core(W, n0, nn, rmax, wscale, A, m, C, ldc, s, full);
 }
 
 TEMU void kt_amx_emu_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,

@@ -134,7 +134,7 @@ typedef void (*kt_i8_core_fn)(const char* w, int nkc, const float* wscale, const
 // kt_i4f_core_fn is the int4 kernel with the unpack fused into its tile
 // loop, for calls of few tokens (kern_amx_core.h CORE_FN4).
 typedef void (*kt_i4f_core_fn)(const kt_mat* W, int n0, int nn, const float* rmax, const float* wscale,
-                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s);
+                               const kt_act* A, int m, float* C, int ldc, kt_scratch* s, int8_t* full);
 
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
 // int8 core; or, for calls of at most s->i4_fuse tokens, the fused kernel
@@ -156,12 +156,26 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
     rmax = ws = s->wsc;
   }
   if (m <= s->i4_fuse) {
-    fused(W, n0, nn, rmax, ws, A, m, C, ldc, s);
+    fused(W, n0, nn, rmax, ws, A, m, C, ldc, s, NULL);
     return;
   }
   int slab = s->k_end > 0;
   int b0 = slab ? s->k_beg : 0, b1 = slab ? s->k_end : nkc;
   int kb = s->i4_kch & ~1;
+  if (s->i4_fuse1 && m > 32 && (kb <= 0 || kb >= b1 - b0)) {
+    // the first 32 tokens with the unpack fused, into the whole panels; the
+    // rest over them (the same products: bitwise the other paths)
+    fused(W, n0, nn, rmax, ws, A, 32, C, ldc, s, (int8_t*)s->pack);
+    kt_act A2 = *A;
+    A2.a = (const char*)A->a + kt_act_layout(A, 1).blk32;
+    A2.as = A->as + 32;
+    float* C2 = s->c_bf16 ? (float*)((uint16_t*)C + 32 * (int64_t)ldc) : C + 32 * (int64_t)ldc;
+    void* pk = s->park;
+    if (slab) s->park = (char*)pk + 32 * KT_NB * 4;
+    core((const char*)s->pack, nkc, ws, &A2, 1, m - 32, C2, ldc, nn, s);
+    s->park = pk;
+    return;
+  }
   if (kb <= 0 || kb >= b1 - b0) {
     amx_i4_unpack(W, n0, nn, (int8_t*)s->pack, rmax, s);
     core((const char*)s->pack, nkc, ws, A, 1, m, C, ldc, nn, s);

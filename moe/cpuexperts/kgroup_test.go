@@ -216,8 +216,10 @@ func BenchmarkNewLayerQuantize(b *testing.B) {
 // tokens per expert: full, 17-31 and under-16 blocks) and whole calls of
 // several token blocks (threshold 512), with and without K slabs, the
 // A-tile prefetch and the unpack's prefetch, in the phased task (the one
-// with K slabs). On the emulation it also checks that the fused kernel
-// ran.
+// with K slabs); and longer calls with the unpack fused into their first
+// token block (Config.AMXInt4FusedFirst), the int8 core running the rest
+// over the unpacked panels, with bf16 and f32 outputs alike. On the
+// emulation it also checks that the fused kernel ran.
 func TestAMXInt4Fused(t *testing.T) {
 	amx := kgroupAMXLevel()
 	if amx == "" || !DetectFeatures().VNNI {
@@ -232,8 +234,8 @@ func TestAMXInt4Fused(t *testing.T) {
 		src := sourceFor(c.m, spec)
 		x, ids, w := RandomBatch(13, tokens, topK, spec.Hidden, spec.Experts)
 		ids[7] = -1
-		run := func(fused, chunk, slab, pf, i4pf int) []float32 {
-			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Fused: fused, PrefillChunk: chunk,
+		run := func(fused, first, chunk, slab, pf, i4pf int) []float32 {
+			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Fused: fused, AMXInt4FusedFirst: first, PrefillChunk: chunk,
 				AMXSlabBytes: int64(slab), AMXPrefetch: pf, AMXInt4Prefetch: i4pf,
 				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, amx), spec, src,
 				Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
@@ -245,17 +247,18 @@ func TestAMXInt4Fused(t *testing.T) {
 			}
 			return r.out
 		}
-		ref := run(-1, 0, -1, 0, -1) // whole calls, unpacked first
-		for _, k := range []struct{ fused, chunk, slab, pf, i4pf int }{
-			{0, 32, -1, 0, -1}, {0, 32, -1, 1, 0}, {0, 32, 4096, 0, 2048}, {0, 32, 20000, 2, 64}, {-1, 32, 4096, 1, 0}, {0, 0, -1, 0, 0},
-			{512, 0, -1, 0, 0}, {512, 0, 4096, 1, 2048}, {512, 64, 20000, 0, -1},
+		ref := run(-1, -1, 0, -1, 0, -1) // whole calls, unpacked first
+		for _, k := range []struct{ fused, first, chunk, slab, pf, i4pf int }{
+			{0, 0, 32, -1, 0, -1}, {0, 0, 32, -1, 1, 0}, {0, 0, 32, 4096, 0, 2048}, {0, 0, 32, 20000, 2, 64}, {-1, -1, 32, 4096, 1, 0},
+			{0, 0, 0, -1, 0, 0}, {512, 0, 0, -1, 0, 0}, {512, 0, 0, 4096, 1, 2048}, {512, 0, 64, 20000, 0, -1},
+			{0, 1, 0, -1, 0, 0}, {0, 1, 0, 4096, 1, 2048}, {-1, 1, 64, 20000, 0, -1}, {0, 1, 0, 20000, 2, 0},
 		} {
 			calls := emuAMXFusedCalls()
-			got := run(k.fused, k.chunk, k.slab, k.pf, k.i4pf)
+			got := run(k.fused, k.first, k.chunk, k.slab, k.pf, k.i4pf)
 			name := fmt.Sprintf("%s group %d, %+v", c.m, c.group, k)
 			if amx == amxEmuLevel {
 				ran := emuAMXFusedCalls() > calls
-				if k.fused < 0 && ran || (k.chunk == 32 && k.fused == 0 || k.fused == 512) && !ran {
+				if k.fused < 0 && k.first < 0 && ran || (k.chunk == 32 && k.fused == 0 || k.fused == 512 || k.first > 0) && !ran {
 					t.Fatalf("%s: fused kernel ran: %v", name, ran)
 				}
 			}
