@@ -89,7 +89,7 @@ func init() {
 			f.IntVar(&moeOpts.amxI4Prefetch, "amx-int4-prefetch", 0, "AMXINT4/INT4_KGROUP prefill: bytes ahead the int4 unpack prefetches its panels (0 = default: 2048 where the unpack is fused and for INT4_KGROUP, none for AMXINT4's whole-panel unpack; -1 = none; Config.AMXInt4Prefetch)")
 			f.IntVar(&moeOpts.amxMinTokens, "amx-min-tokens", 0, "fewest tokens of an expert that take the AMX prefill kernels (0 = default: 8, 4 for AMXINT4; Config.AMXMinTokens)")
 			f.IntVar(&moeOpts.amxI4Fused, "amx-int4-fused", 0, "AMXINT4/INT4_KGROUP prefill: calls of at most this many tokens unpack inside the tile loop (0 = default 32; -1 = never; Config.AMXInt4Fused)")
-			f.IntVar(&moeOpts.amxI4FusedFirst, "amx-int4-fused-first", 0, "AMXINT4/INT4_KGROUP prefill: longer calls fuse the unpack with their first 32 tokens (1) or unpack first (-1); 0 = default (Config.AMXInt4FusedFirst)")
+			f.IntVar(&moeOpts.amxI4FusedFirst, "amx-int4-fused-first", 0, "AMXINT4/INT4_KGROUP prefill: calls of more than 32 tokens fuse the unpack with their first 32 tokens: 0 = AMXINT4 only (default), 1 = both, -1 = neither (Config.AMXInt4FusedFirst)")
 			f.IntVar(&moeOpts.amxI4Block, "amx-int4-block", 0, "AMXINT4 prefill: int8 tile steps (64 columns) unpacked and run at a time (0 = the whole K; Config.AMXInt4Block)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")

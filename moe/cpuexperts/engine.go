@@ -85,9 +85,11 @@ type Config struct {
 	AMXInt4Fused int
 	// AMXInt4FusedFirst: longer int4 AMX prefill calls fuse the unpack with
 	// their first 32 tokens' tile products, unpacking into the whole panels
-	// the int8 core then runs the other tokens over (> 0), or unpack the
-	// whole panels first (< 0); 0 = DefaultAMXInt4FusedFirst. Results do
-	// not depend on it.
+	// the int8 core then runs the other tokens over: 0 = for AMXINT4 only
+	// (the default: faster in 8 of 8 pairs at 1024-2048 tokens,
+	// docs/notes/session18_run/run8.sh; INT4_KGROUP mixed, 4 of 8), > 0 =
+	// for both int4 methods, < 0 = neither (the whole panels unpacked
+	// first). Results do not depend on it.
 	AMXInt4FusedFirst int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
@@ -397,10 +399,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
-	if cfg.AMXInt4FusedFirst == 0 {
-		cfg.AMXInt4FusedFirst = DefaultAMXInt4FusedFirst
+	switch {
+	case cfg.AMXInt4FusedFirst == 0:
+		cc.amx_i4_fuse1 = 1 // AMXINT4
+	case cfg.AMXInt4FusedFirst > 0:
+		cc.amx_i4_fuse1 = 3 // AMXINT4 and INT4_KGROUP
 	}
-	cc.amx_i4_fuse1 = b2i(cfg.AMXInt4FusedFirst > 0)
 	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
 	cc.split_items = b2i(cfg.SplitItems)
@@ -482,9 +486,6 @@ const DefaultDecodePrefetch = 2048
 // token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
 // faster than the whole-panel unpack in 16 of 16 pairs).
 const DefaultAMXInt4Fused = 32
-
-// DefaultAMXInt4FusedFirst is the default Config.AMXInt4FusedFirst.
-const DefaultAMXInt4FusedFirst = -1
 
 // DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
 // unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed

@@ -162,7 +162,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
   int slab = s->k_end > 0;
   int b0 = slab ? s->k_beg : 0, b1 = slab ? s->k_end : nkc;
   int kb = s->i4_kch & ~1;
-  if (s->i4_fuse1 && m > 32 && (kb <= 0 || kb >= b1 - b0)) {
+  if (((s->i4_fuse1 >> grouped) & 1) && m > 32 && (kb <= 0 || kb >= b1 - b0)) {
     // the first 32 tokens with the unpack fused, into the whole panels; the
     // rest over them (the same products: bitwise the other paths)
     fused(W, n0, nn, rmax, ws, A, 32, C, ldc, s, (int8_t*)s->pack);
