@@ -128,6 +128,25 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
 }
 #endif
 
+// CORE_LOAD_BLOCK starts the accumulator tiles of a token block (tiles 0-1,
+// and 2-3 when tm): zero on the first K block, else the sums parked at t.
+#define CORE_LOAD_BLOCK(tm)                                                                                        \
+  do {                                                                                                             \
+    if (first) {                                                                                                   \
+      TZERO(0);                                                                                                    \
+      TZERO(1);                                                                                                    \
+      TZERO(2);                                                                                                    \
+      TZERO(3);                                                                                                    \
+    } else {                                                                                                       \
+      TLOAD(0, t, la);                                                                                             \
+      if (two_n) TLOAD(1, t + 64, la);                                                                             \
+      if (tm) {                                                                                                    \
+        TLOAD(2, t + 16 * la, la);                                                                                 \
+        if (two_n) TLOAD(3, t + 16 * la + 64, la);                                                                 \
+      }                                                                                                            \
+    }                                                                                                              \
+  } while (0)
+
 // CORE_STORE_BLOCK stores the accumulator tiles of the token block at i0
 // (tiles 0-1, and 2-3 when tm: its second 16 rows) into the parked
 // accumulators t, or after the last K block into C: int32 sums scaled per
@@ -262,19 +281,7 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
         const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
         const char* a1 = a0 + L.a1;
         char* t = acc + (int64_t)i0 * la;
-        if (first) {
-          TZERO(0);
-          TZERO(1);
-          TZERO(2);
-          TZERO(3);
-        } else {
-          TLOAD(0, t, la);
-          if (two_n) TLOAD(1, t + 64, la);
-          if (two_m) {
-            TLOAD(2, t + 16 * la, la);
-            if (two_n) TLOAD(3, t + 16 * la + 64, la);
-          }
-        }
+        CORE_LOAD_BLOCK(two_m);
         for (int kc = c0; kc < c1; kc++) {
           int kp = kc + pfd;
           if (kp < nkc) {
@@ -362,19 +369,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
           rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
         }
       }
-      if (first) {
-        TZERO(0);
-        TZERO(1);
-        TZERO(2);
-        TZERO(3);
-      } else {
-        TLOAD(0, t, la);
-        if (two_n) TLOAD(1, t + 64, la);
-        if (two_m) {
-          TLOAD(2, t + 16 * la, la);
-          if (two_n) TLOAD(3, t + 16 * la + 64, la);
-        }
-      }
+      CORE_LOAD_BLOCK(two_m);
       int cend = (kend + 1) / 2;  // blocks [kbeg/2, cend)
       // each pass unpacks the block after its own into the other half of the
       // ring, then runs its own block's tile steps (the first pass only unpacks)
@@ -414,3 +409,4 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
 #endif
 
 #undef CORE_STORE_BLOCK
+#undef CORE_LOAD_BLOCK
