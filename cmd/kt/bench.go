@@ -28,35 +28,35 @@ import (
 // ---------------------------------------------------------------- moe
 
 type moeBenchOpts struct {
-	models, methods, tokens                                                            string
-	modelPaths                                                                         []string
-	threads, pools                                                                     int
-	isa                                                                                string
-	minTime                                                                            time.Duration
-	compareTorch                                                                       bool
-	python, jsonOut                                                                    string
-	bwBytes                                                                            int64
-	amxKBlock, amxPrefetch                                                             int
-	amxKBlockDown                                                                      int
-	amxSlab                                                                            int64
-	amxSlabGroup, amxI4Block, amxI4Prefetch, amxI4Fused, amxI4FusedFirst, amxMinTokens int
-	amxPFTiles, amxNext                                                                int
-	amxVariant                                                                         int
-	decPrefetch, chunk                                                                 int
-	phases                                                                             bool
-	trace, syncHelp                                                                    bool
-	slotF32, splitItems                                                                bool
-	yCached, outCached, hF32                                                           bool
-	mergePipe, routeFirst                                                              bool
-	downF32                                                                            bool
-	mergeRing                                                                          int
-	fusedItems, decHead                                                                int
-	rounds                                                                             int
-	spinWait                                                                           time.Duration
-	gap, spinPure                                                                      time.Duration
-	f32IO                                                                              bool
-	prefetchHit                                                                        float64
-	ownedDecode                                                                        bool
+	models, methods, tokens                                                                           string
+	modelPaths                                                                                        []string
+	threads, pools                                                                                    int
+	isa                                                                                               string
+	minTime                                                                                           time.Duration
+	compareTorch                                                                                      bool
+	python, jsonOut                                                                                   string
+	bwBytes                                                                                           int64
+	amxKBlock, amxPrefetch                                                                            int
+	amxKBlockDown                                                                                     int
+	amxSlab                                                                                           int64
+	amxSlabGroup, amxI4Block, amxI4Prefetch, amxI4Fused, amxI4FusedFirst, amxI4GroupLUT, amxMinTokens int
+	amxPFTiles, amxNext                                                                               int
+	amxVariant                                                                                        int
+	decPrefetch, chunk                                                                                int
+	phases                                                                                            bool
+	trace, syncHelp                                                                                   bool
+	slotF32, splitItems                                                                               bool
+	yCached, outCached, hF32                                                                          bool
+	mergePipe, routeFirst                                                                             bool
+	downF32                                                                                           bool
+	mergeRing                                                                                         int
+	fusedItems, decHead                                                                               int
+	rounds                                                                                            int
+	spinWait                                                                                          time.Duration
+	gap, spinPure                                                                                     time.Duration
+	f32IO                                                                                             bool
+	prefetchHit                                                                                       float64
+	ownedDecode                                                                                       bool
 	// memAvail reports the memory benchLayers may still use (nil: no
 	// check; runMoEBench sets memAvailable).
 	memAvail func() int64
@@ -90,6 +90,7 @@ func init() {
 			f.IntVar(&moeOpts.amxMinTokens, "amx-min-tokens", 0, "fewest tokens of an expert that take the AMX prefill kernels (0 = default: 8, 4 for AMXINT4; Config.AMXMinTokens)")
 			f.IntVar(&moeOpts.amxI4Fused, "amx-int4-fused", 0, "AMXINT4/INT4_KGROUP prefill: calls of at most this many tokens unpack inside the tile loop (0 = default 32; -1 = never; Config.AMXInt4Fused)")
 			f.IntVar(&moeOpts.amxI4FusedFirst, "amx-int4-fused-first", 0, "AMXINT4/INT4_KGROUP prefill: calls of more than 32 tokens fuse the unpack with their first 32 tokens: 0 = AMXINT4 only (default), 1 = both, -1 = neither (Config.AMXInt4FusedFirst)")
+			f.IntVar(&moeOpts.amxI4GroupLUT, "amx-int4-group-lut", 0, "INT4_KGROUP prefill: requantize by table lookup (1; needs AVX-512 VBMI) or by multiplying (0, default; Config.AMXInt4GroupLUT)")
 			f.IntVar(&moeOpts.amxI4Block, "amx-int4-block", 0, "AMXINT4 prefill: int8 tile steps (64 columns) unpacked and run at a time (0 = the whole K; Config.AMXInt4Block)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
@@ -338,7 +339,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			return err
 		}
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
-			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXInt4GroupLUT: o.amxI4GroupLUT, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
 			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, OwnedDecode: o.ownedDecode, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,

@@ -2162,6 +2162,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.i4f_pf = cfg->amx_i4f_pf;
       w->s.i4_fuse = cfg->amx_i4_fuse;
       w->s.i4_fuse1 = cfg->amx_i4_fuse1;
+      w->s.i4g_lut = cfg->amx_i4g_lut;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));

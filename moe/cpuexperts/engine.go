@@ -11,8 +11,10 @@ int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int 
                    float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
 int64_t kt_amx_emu_fused_calls(void);
+int kt_i4g_lut_check(uint32_t seed, int group);
+double kt_i4g_unpack_time(int k, int lut, int reps);
 int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int lut, int reps,
                      int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
@@ -91,6 +93,11 @@ type Config struct {
 	// for both int4 methods, < 0 = neither (the whole panels unpacked
 	// first). Results do not depend on it.
 	AMXInt4FusedFirst int
+	// AMXInt4GroupLUT: INT4_KGROUP's AMX prefill requantizes its weights by
+	// table lookup (> 0; needs AVX-512 VBMI, which every AMX CPU has) instead
+	// of multiplying each value (0, the default, or < 0). The same bytes
+	// either way. Not yet measured on the AMX machine.
+	AMXInt4GroupLUT int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
 	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
@@ -399,6 +406,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
+	if cfg.AMXInt4GroupLUT > 0 {
+		if !feat.VBMI {
+			return nil, fmt.Errorf("AMXInt4GroupLUT needs AVX-512 VBMI, which this CPU lacks")
+		}
+		cc.amx_i4g_lut = 1
+	}
 	switch {
 	case cfg.AMXInt4FusedFirst == 0:
 		cc.amx_i4_fuse1 = 1 // AMXINT4
@@ -818,6 +831,7 @@ type amxKnobs struct {
 	nt, tiled         bool
 	i4pf              int  // the int4 unpack's prefetch distance (kernel benchmark only)
 	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
+	lut               bool // group-wise int4: the requantization by table lookup (kernel benchmark only)
 }
 
 // emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
@@ -841,6 +855,20 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 // emuAMXCalls counts the calls of the emulated AMX kernels the engine runs
 // with Config.amxEmu, in all engines of the process so far (tests).
 func emuAMXCalls() int64 { return int64(C.kt_amx_emu_calls()) }
+
+// i4gLUTCheck unpacks a random group-wise int4 panel (edge-case scales
+// included) by multiplying and by table lookup and returns how many bytes
+// differ (kt_i4g_lut_check; needs AVX-512 VBMI).
+func i4gLUTCheck(seed uint32, group int) int {
+	return int(C.kt_i4g_lut_check(C.uint32_t(seed), C.int(group)))
+}
+
+// i4gUnpackTime times reps whole-panel unpacks of a 32-row group-wise int4
+// panel pair of k columns, requantized by multiplying or (lut) by table
+// lookup (kt_i4g_unpack_time; lut needs AVX-512 VBMI).
+func i4gUnpackTime(k int, lut bool, reps int) float64 {
+	return float64(C.kt_i4g_unpack_time(C.int(k), b2i(lut), C.int(reps)))
+}
 
 // emuAMXFusedCalls counts the calls of the emulated int4 kernel with the
 // fused unpack (Config.AMXInt4Fused).
@@ -896,7 +924,7 @@ func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, c
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
+		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), b2i(kn.lut), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}

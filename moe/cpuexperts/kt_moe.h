@@ -129,6 +129,7 @@ typedef struct {
   int amx_i4g_pf;      // ... its group-wise int4 panels
   int amx_i4f_pf;      // ... the fused unpack's (amx_i4_fuse), both formats
   int amx_i4_fuse;     // AMX int4 prefill: calls of at most this many tokens fuse the unpack into the tile loop (0: none)
+  int amx_i4g_lut;     // AMX group-wise int4 prefill: requantize by table lookup (needs AVX-512 VBMI)
   int amx_i4_fuse1;    // ... longer calls fuse it with their first 32 tokens: bit 0 AMXINT4, bit 1 INT4_KGROUP (else unpack first)
   int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
