@@ -54,8 +54,10 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
 // table of every row's 16 requantized values, computed with the same
 // vpmulhrsw on the same operands as amx_i4g_requant (so bitwise the same
 // bytes), and each line's nibbles looked up with vpermi2b, rows 0-7 and
-// 8-15 from two 128-entry halves: about 5 operations per 64-byte line
-// against amx_i4g_requant's 9 per half line, most of them on one port.
+// 8-15 from two 128-entry halves: 9 vector operations per 64-byte line (two
+// index computations, four lookups, two blends) against about 20 for the
+// nibble split and amx_i4g_requant, most of those on one port; the tables
+// cost ~40 per panel and group.
 // g0, g1: the groups of the block's low and high halves (may be equal).
 static __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline)) void amx_i4g_lut_block(
     const uint8_t* b0, const float* sc, __m512 rm, int g0, int g1, int pf, int8_t* lo_d, int8_t* hi_d) {
@@ -201,13 +203,17 @@ typedef void (*kt_i4f_core_fn)(const kt_mat* W, int n0, int nn, const float* rma
                                const kt_act* A, int m, float* C, int ldc, kt_scratch* s, int8_t* full);
 
 // amx_i4_run is the int4 prefill kernel: unpack the call's panels, run the
-// int8 core; or, for calls of at most s->i4_fuse tokens, the fused kernel
-// (the same products on the same int8 values: bitwise the same). grouped: W is KT_FMT_I4G_PK, requantized per row (above), its
-// row scales in s->wsc. With s->i4_kch > 0 (even) it unpacks and runs that
-// many int8 tile steps at a time, the sums parked between them as between K
-// slabs (in the caller's park when the call is itself a slab, else in
-// s->ci), so each unpacked piece is read by the tiles while it is still in
-// L1; results are bitwise those of one unpack (TestAMXKBlockBitwise).
+// int8 core. Calls of at most s->i4_fuse tokens run the fused kernel
+// instead; longer ones where s->i4_fuse1 has the format's bit (0 AMXINT4,
+// 1 INT4_KGROUP) run it over their first 32 tokens, unpacking into the
+// whole panels, and the int8 core over the rest. All these run the same
+// products on the same int8 values: bitwise the same results. grouped: W
+// is KT_FMT_I4G_PK, requantized per row (above), its row scales in s->wsc.
+// With s->i4_kch > 0 (even) it unpacks and runs that many int8 tile steps
+// at a time, the sums parked between them as between K slabs (in the
+// caller's park when the call is itself a slab, else in s->ci), so each
+// unpacked piece is read by the tiles while it is still in L1; results are
+// bitwise those of one unpack (TestAMXKBlockBitwise).
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const kt_mat* W, int n0, int nn,
                                                                           const kt_act* A, int m, float* C, int ldc,
                                                                           kt_scratch* s, kt_i8_core_fn core,
