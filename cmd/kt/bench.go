@@ -28,35 +28,36 @@ import (
 // ---------------------------------------------------------------- moe
 
 type moeBenchOpts struct {
-	models, methods, tokens                                                                           string
-	modelPaths                                                                                        []string
-	threads, pools                                                                                    int
-	isa                                                                                               string
-	minTime                                                                                           time.Duration
-	compareTorch                                                                                      bool
-	python, jsonOut                                                                                   string
-	bwBytes                                                                                           int64
-	amxKBlock, amxPrefetch                                                                            int
-	amxKBlockDown                                                                                     int
-	amxSlab                                                                                           int64
-	amxSlabGroup, amxI4Block, amxI4Prefetch, amxI4Fused, amxI4FusedFirst, amxI4GroupLUT, amxMinTokens int
-	amxPFTiles, amxNext                                                                               int
-	amxVariant                                                                                        int
-	decPrefetch, chunk                                                                                int
-	phases                                                                                            bool
-	trace, syncHelp                                                                                   bool
-	slotF32, splitItems                                                                               bool
-	yCached, outCached, hF32                                                                          bool
-	mergePipe, routeFirst                                                                             bool
-	downF32                                                                                           bool
-	mergeRing                                                                                         int
-	fusedItems, decHead                                                                               int
-	rounds                                                                                            int
-	spinWait                                                                                          time.Duration
-	gap, spinPure                                                                                     time.Duration
-	f32IO                                                                                             bool
-	prefetchHit                                                                                       float64
-	ownedDecode                                                                                       bool
+	models, methods, tokens                               string
+	modelPaths                                            []string
+	threads, pools                                        int
+	isa                                                   string
+	minTime                                               time.Duration
+	compareTorch                                          bool
+	python, jsonOut                                       string
+	bwBytes                                               int64
+	amxKBlock, amxPrefetch                                int
+	amxKBlockDown                                         int
+	amxSlab                                               int64
+	amxSlabGroup, amxI4Block, amxI4Prefetch, amxMinTokens int
+	amxI4Fused, amxI4FusedFirst, amxI4GroupLUT            int
+	amxPFTiles, amxNext                                   int
+	amxVariant                                            int
+	decPrefetch, chunk                                    int
+	phases                                                bool
+	trace, syncHelp                                       bool
+	slotF32, splitItems                                   bool
+	yCached, outCached, hF32                              bool
+	mergePipe, routeFirst                                 bool
+	downF32                                               bool
+	mergeRing                                             int
+	fusedItems, decHead                                   int
+	rounds                                                int
+	spinWait                                              time.Duration
+	gap, spinPure                                         time.Duration
+	f32IO                                                 bool
+	prefetchHit                                           float64
+	ownedDecode                                           bool
 	// memAvail reports the memory benchLayers may still use (nil: no
 	// check; runMoEBench sets memAvailable).
 	memAvail func() int64

@@ -393,19 +393,19 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
 	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
-	cc.amx_min_m = C.int(min(max(cfg.AMXMinTokens, 0), 1<<20))
+	cc.amx_min_m = knob(cfg.AMXMinTokens)
 	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
 	i4pf, i4gpf, i4fpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
 	if i4pf == 0 { // the default: fused calls and INT4_KGROUP's unpack
 		i4gpf, i4fpf = DefaultAMXInt4Prefetch, DefaultAMXInt4Prefetch
 	}
-	cc.amx_i4_pf = C.int(min(max(i4pf, 0), 1<<20))
-	cc.amx_i4g_pf = C.int(min(max(i4gpf, 0), 1<<20))
-	cc.amx_i4f_pf = C.int(min(max(i4fpf, 0), 1<<20))
+	cc.amx_i4_pf = knob(i4pf)
+	cc.amx_i4g_pf = knob(i4gpf)
+	cc.amx_i4f_pf = knob(i4fpf)
 	if cfg.AMXInt4Fused == 0 {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
-	cc.amx_i4_fuse = C.int(min(max(cfg.AMXInt4Fused, 0), 1<<20))
+	cc.amx_i4_fuse = knob(cfg.AMXInt4Fused)
 	if cfg.AMXInt4GroupLUT > 0 {
 		if !feat.VBMI {
 			return nil, fmt.Errorf("AMXInt4GroupLUT needs AVX-512 VBMI, which this CPU lacks")
@@ -930,6 +930,10 @@ func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, c
 	}
 	return float64(flops) / float64(secs) / 1e12, nil
 }
+
+// knob is a non-negative engine knob for C, at most 1<<20 (negative
+// values, "none", become 0).
+func knob(v int) C.int { return C.int(min(max(v, 0), 1<<20)) }
 
 // b2i is a C flag: 1 for true.
 func b2i(b bool) C.int {

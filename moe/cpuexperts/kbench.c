@@ -154,13 +154,12 @@ static void* kb_thread(void* p) {
 // (pinned to cpus[i]), each over its own wbytes of weights, reps times, with
 // m tokens of k columns and the given knobs (i4pf: the int4 unpack's
 // prefetch distance; i4fuse: the unpack inside the tile loop; lut: the
-// group-wise requantization by table lookup, needs AVX-512 VBMI). It returns the slowest thread's seconds and the flops
-// done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the
+// group-wise requantization by table lookup, needs AVX-512 VBMI). It
+// returns the slowest thread's seconds and the flops done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the
 // AVX-512 kernels of the same formats instead (the decode kernels: a test
 // of the harness on CPUs without AMX, or the vector side of a comparison).
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int lut,
-                     int reps,
-                     int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
+                     int reps, int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
   int i4 = fmt == KT_FMT_I4_PK || fmt == KT_FMT_I4G_PK;
   if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK && !i4) || m < 1 || m > KT_MCH || k < 64 || k % (i4 ? 128 : 64) ||
       nthreads < 1 || nthreads > 1024 || reps < 1 || (i4 && var < 0))

@@ -354,21 +354,22 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
   int8_t* ring = (int8_t*)s->pack;  // [block & 1][panel][lo, hi][1 KiB]
   const int64_t pstr = full ? 16 * (int64_t)k : 2048;  // panel 1's tiles after panel 0's
   for (int p = 0; p < nn / 16; p += 2) {
+    int two_n = p + 1 < nn / 16;
+    const uint8_t* src[2];
+    const float* sc[2] = {NULL, NULL};
+    __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int q = 0; q < 1 + two_n; q++) {
+      src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
+      if (rmax) {
+        sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
+        rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
+      }
+    }
     for (int i0 = 0; i0 < m; i0 += 32) {
-      int two_n = p + 1 < nn / 16, two_m = m - i0 > 16, rows = m - i0 < 32 ? m - i0 : 32;
+      int two_m = m - i0 > 16, rows = m - i0 < 32 ? m - i0 : 32;
       char* t = acc + (int64_t)i0 * la;
       const char* a0 = X + (int64_t)(i0 / 32) * L.blk32;
       const char* a1 = a0 + L.a1;
-      const uint8_t* src[2];
-      const float* sc[2] = {NULL, NULL};
-      __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int q = 0; q < 1 + two_n; q++) {
-        src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
-        if (rmax) {
-          sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
-          rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
-        }
-      }
       CORE_LOAD_BLOCK(two_m);
       int cend = (kend + 1) / 2;  // blocks [kbeg/2, cend)
       // each pass unpacks the block after its own into the other half of the

@@ -160,8 +160,6 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
     int pi = n0 / 16 + p;
     const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
     const float* sc = W->scale + (int64_t)pi * ng * 16;
-    const int32_t* co = W->corr + (int64_t)pi * ng * 16;
-    (void)co;
     for (int t = 0; t < m; t++) {
       const int32_t* x = (const int32_t*)(X + (int64_t)t * A->ld);
       int pf = t == 0 ? s->dec_pf : 0;
