@@ -247,6 +247,50 @@ func BenchmarkIntFewRows(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeKernel runs the AVX-512 VNNI decode kernels alone at one
+// token (the hybrid decode step's shape) for int8 (AMXINT8), int4 (AMXINT4)
+// and group-wise int4 (INT4_KGROUP) panels of K 2048, on one worker core,
+// half and all of them: each thread either streams 48 MiB of its own weights
+// from memory or runs over 512 KiB of them resident in its L2 (about one
+// core's share of the experts a hybrid step's prefetch reads into the
+// caches before the task), with the engine's panel prefetch
+// (DefaultDecodePrefetch). GB/s counts the weight bytes read per second
+// over all threads; resident, the kernels' arithmetic sets the pace, not the
+// memory. Needs AVX-512 VNNI:
+//
+//	moe.test -test.run XXX -test.bench DecodeKernel -test.benchtime 1x
+func BenchmarkDecodeKernel(b *testing.B) {
+	if f := DetectFeatures(); !f.AVX512 || !f.VNNI {
+		b.Skip("no AVX-512 VNNI")
+	}
+	cpus := WorkerCPUs(PhysicalCores())
+	const k = 2048
+	for _, f := range []kbFormat{kbInt8, kbInt4, kbInt4G} {
+		pair := f.pairBytes(k)
+		for _, w := range []struct {
+			name  string
+			bytes int64
+		}{{"streamed", 48 << 20}, {"resident", 512 << 10}} {
+			for _, n := range []int{1, max(1, len(cpus)/2), len(cpus)} {
+				reps := int(max(1, 4000*pair/w.bytes))
+				kn := amxKnobs{i4pf: DefaultDecodePrefetch}
+				b.Run(fmt.Sprintf("%s/%s/threads=%d", f, w.name, n), func(b *testing.B) {
+					var tf float64
+					for range b.N {
+						t, err := amxKernelBench(f, 1, k, kn, reps, w.bytes, cpus[:n], true)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tf = t
+					}
+					// weight bytes per second: flops / 2 weights, pair / (32 k) bytes each
+					b.ReportMetric(tf*1e12/2*float64(pair)/float64(32*k)/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkAMXPairs runs the tile unit alone (operands resident, variant
 // -1) on the first worker core by itself and then together with each other
 // worker core in turn, then on all physical cores: a pair whose per-core rate

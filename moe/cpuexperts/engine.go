@@ -829,7 +829,7 @@ type amxKnobs struct {
 	kch, pf, pfm, nxl int
 	variant           int
 	nt, tiled         bool
-	i4pf              int  // the int4 unpack's prefetch distance (kernel benchmark only)
+	i4pf              int  // the int4 unpack's prefetch distance; the decode kernels' with noAMX (kernel benchmark only)
 	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
 	lut               bool // group-wise int4: the requantization by table lookup (kernel benchmark only)
 }

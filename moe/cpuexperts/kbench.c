@@ -100,6 +100,7 @@ static void* kb_thread(void* p) {
   s.amx_var = a->var;
   s.pack = pack;
   s.i4_pf = s.i4g_pf = s.i4f_pf = a->i4pf;
+  s.dec_pf = a->noamx ? a->i4pf : 0;  // the decode kernels' panel prefetch (noamx)
   s.i4_fuse = a->i4fuse ? KT_MCH : 0;
   s.i4g_lut = a->lut;
   kt_mat W;
@@ -155,9 +156,11 @@ static void* kb_thread(void* p) {
 // m tokens of k columns and the given knobs (i4pf: the int4 unpack's
 // prefetch distance; i4fuse: the unpack inside the tile loop; lut: the
 // group-wise requantization by table lookup, needs AVX-512 VBMI). It
-// returns the slowest thread's seconds and the flops done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the
-// AVX-512 kernels of the same formats instead (the decode kernels: a test
-// of the harness on CPUs without AMX, or the vector side of a comparison).
+// returns the slowest thread's seconds and the flops done in *flops, or -1
+// (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
+// same formats instead (the decode kernels: a test of the harness on CPUs
+// without AMX, or the vector side of a comparison), i4pf then being their
+// panel prefetch distance (Config.DecodePrefetch).
 double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int lut,
                      int reps, int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
   int i4 = fmt == KT_FMT_I4_PK || fmt == KT_FMT_I4G_PK;

@@ -106,30 +106,76 @@ INL TVNNI void int_store(__m512i acc, __m512i corr, __m512 ws, float as, float* 
   _mm512_storeu_ps(c, _mm512_mul_ps(_mm512_mul_ps(f, ws), _mm512_set1_ps(as)));
 }
 
+// flip_words stores 16 words of int8 activations as the unsigned bytes
+// vpdpbusd takes (each byte xor 0x80; the kernels subtract the row's
+// correction): the one-token loops then broadcast each word straight from
+// memory instead of spending a vector operation on it per 64-byte line.
+INL TVNNI void flip_words(const int32_t* x, int32_t* d) {
+  _mm512_storeu_si512(d, _mm512_xor_si512(_mm512_loadu_si512(x), _mm512_set1_epi32((int)0x80808080u)));
+  // the words are read back from memory: a broadcast from memory is a load
+  // alone, where the compiler would otherwise keep them in a register and
+  // spend a shuffle and a broadcast on each
+  __asm__ volatile("" : : "r"(d) : "memory");
+}
+
+// i4_one adds one 128-column block of an int4 panel (1 KiB at p: 16 lines,
+// each the low and high nibbles of 16 rows) times one token's activations
+// x[0..31] to the low- and high-nibble sums: four chains, two lines a step,
+// so that with the panel in the caches (the hybrid step's prefetch) the
+// 5-cycle multiply-add latency of two chains does not set the pace. Integer
+// sums are exact: the same sums as one chain per nibble. pf > 0 prefetches
+// the lines pf bytes ahead.
+INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, __m512i* lo, __m512i* hi) {
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  int32_t xf[32];
+  flip_words(x, xf);
+  flip_words(x + 16, xf + 16);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (int r = 0; r < 16; r += 2) {
+    const uint8_t* q = p + r * 64;
+    if (pf > 0) {
+      _mm_prefetch((const char*)q + pf, _MM_HINT_T0);
+      _mm_prefetch((const char*)q + 64 + pf, _MM_HINT_T0);
+    }
+    __m512i b0 = _mm512_loadu_si512(q), b1 = _mm512_loadu_si512(q + 64);
+    a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(xf[r]), _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask));
+    a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(xf[16 + r]), _mm512_and_si512(b0, mask));
+    a2 = _mm512_dpbusd_epi32(a2, _mm512_set1_epi32(xf[r + 1]), _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask));
+    a3 = _mm512_dpbusd_epi32(a3, _mm512_set1_epi32(xf[17 + r]), _mm512_and_si512(b1, mask));
+  }
+  *lo = _mm512_add_epi32(*lo, _mm512_add_epi32(a0, a2));
+  *hi = _mm512_add_epi32(*hi, _mm512_add_epi32(a1, a3));
+}
+
 // pf > 0: the panel is prefetched pf bytes ahead (a panel is one contiguous
 // stream; a work item's panels are short streams for the hardware
 // prefetcher); the drivers pass it for a panel's first pass only.
 INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   if (MT == 1) {
-    // one token: two independent chains (integer sums are exact, so the result
-    // is the same) keep the multiply-add latency off the load stream
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+    // one token: four chains over the words of a flipped block of 16
+    // (flip_words; integer sums are exact, so any grouping gives the same
+    // sums): with the panel in the caches the multiply-add latency, not the
+    // loads, would set the pace of fewer chains
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int32_t xf[16];
     int j = 0;
-    for (; j + 2 <= k / 4; j += 2) {
-      if (pf > 0) {
-        _mm_prefetch((const char*)pan + (int64_t)j * 64 + pf, _MM_HINT_T0);
-        _mm_prefetch((const char*)pan + (int64_t)j * 64 + 64 + pf, _MM_HINT_T0);
+    for (; j + 16 <= k / 4; j += 16) {
+      flip_words(x[0] + j, xf);
+      for (int q = 0; q < 16; q += 4) {
+        const int8_t* w = pan + (int64_t)(j + q) * 64;
+        if (pf > 0)
+          for (int l = 0; l < 4; l++) _mm_prefetch((const char*)w + l * 64 + pf, _MM_HINT_T0);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(xf[q]), _mm512_loadu_si512(w));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(xf[q + 1]), _mm512_loadu_si512(w + 64));
+        a2 = _mm512_dpbusd_epi32(a2, _mm512_set1_epi32(xf[q + 2]), _mm512_loadu_si512(w + 128));
+        a3 = _mm512_dpbusd_epi32(a3, _mm512_set1_epi32(xf[q + 3]), _mm512_loadu_si512(w + 192));
       }
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(x[0][j]), flip),
-                               _mm512_loadu_si512(pan + (int64_t)j * 64));
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_set1_epi32(x[0][j + 1]), flip),
-                               _mm512_loadu_si512(pan + (int64_t)(j + 1) * 64));
     }
     for (; j < k / 4; j++)
       a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(x[0][j]), flip),
                                _mm512_loadu_si512(pan + (int64_t)j * 64));
-    acc[0] = _mm512_add_epi32(a0, a1);
+    acc[0] = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
     return;
   }
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
@@ -144,18 +190,10 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
 INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
-  if (MT == 1) {  // one token: separate chains for the low and high nibbles (exact, as above)
-    __m512i alo = _mm512_setzero_si512(), ahi = alo;
-    for (int c = 0; c < k / 128; c++)
-      for (int r = 0; r < 16; r++) {
-        if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
-        __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
-        alo = _mm512_dpbusd_epi32(alo, _mm512_xor_si512(_mm512_set1_epi32(x[0][32 * c + r]), flip),
-                                  _mm512_and_si512(_mm512_slli_epi16(b, 4), mask));
-        ahi = _mm512_dpbusd_epi32(ahi, _mm512_xor_si512(_mm512_set1_epi32(x[0][32 * c + 16 + r]), flip),
-                                  _mm512_and_si512(b, mask));
-      }
-    acc[0] = _mm512_add_epi32(alo, ahi);
+  if (MT == 1) {  // one token: i4_one's four chains per 128-column block
+    __m512i lo = _mm512_setzero_si512(), hi = lo;
+    for (int c = 0; c < k / 128; c++) i4_one(pan + (int64_t)c * 1024, x[0] + 32 * c, pf, &lo, &hi);
+    acc[0] = _mm512_add_epi32(lo, hi);
     return;
   }
   for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
@@ -229,16 +267,19 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
         _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
         _mm_prefetch((const char*)(co + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
       }
-    for (int r = 0; r < 16; r++) {
-      if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
-      __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
-      __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
-      __m512i hi = _mm512_and_si512(b, mask);
-      for (int t = 0; t < MT; t++) {
-        alo[t] = _mm512_dpbusd_epi32(alo[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
-        ahi[t] = _mm512_dpbusd_epi32(ahi[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
+    if (MT == 1)  // one token: four chains (i4_one)
+      i4_one(pan + (int64_t)c * 1024, x[0] + 32 * c, pf, &alo[0], &ahi[0]);
+    else
+      for (int r = 0; r < 16; r++) {
+        if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
+        __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
+        __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+        __m512i hi = _mm512_and_si512(b, mask);
+        for (int t = 0; t < MT; t++) {
+          alo[t] = _mm512_dpbusd_epi32(alo[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
+          ahi[t] = _mm512_dpbusd_epi32(ahi[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
+        }
       }
-    }
     if (group == 128) {
       __m512i cg = _mm512_loadu_si512(co + c * 16);
       __m512 sg = _mm512_loadu_ps(sc + c * 16);

@@ -132,6 +132,50 @@ func decodePrefetchBitwise(t *testing.T, isa ISA, m Method, topK int) {
 	}
 }
 
+// TestDecodeOneTokenMatchesPair holds the one-token loops of the integer
+// decode kernels (their own loops: more chains, activations flipped once per
+// block) to the kernels' several-token loops: a task of one token and a task
+// of that token twice, routed the same, give the token the same bits, for
+// AMXINT8, AMXINT4 and INT4_KGROUP (groups of 64 and 128) on AVX2 and AVX-512,
+// at widths with an odd number of 128-column blocks.
+func TestDecodeOneTokenMatchesPair(t *testing.T) {
+	const topK = 4
+	for _, isa := range []ISA{ISAAVX2, ISAAVX512} {
+		if isa == ISAAVX512 && !DetectFeatures().AVX512 {
+			t.Log("no AVX-512: its kernels not run")
+			continue
+		}
+		for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup} {
+			for _, spec := range []LayerSpec{small, {Experts: 8, Hidden: 1152, Intermediate: 384}, {Experts: 8, Hidden: 512, Intermediate: 256, GroupSize: 64}} {
+				if spec.GroupSize != 0 && m != INT4KGroup {
+					continue
+				}
+				spec.Method = m
+				src := sourceFor(m, spec)
+				x, ids, w := RandomBatch(5, 1, topK, spec.Hidden, spec.Experts)
+				cfg := Config{ISA: isa, Threads: 3, MaxTokens: 2, TopK: topK, Experts: spec.Experts, Hidden: spec.Hidden,
+					Intermediate: spec.Intermediate}
+				one, err := forwardOnce(cfg, spec, src, Batch{Tokens: 1, TopK: topK, X: x, IDs: ids, Weights: w})
+				if err != nil {
+					t.Fatal(err)
+				}
+				two, err := forwardOnce(cfg, spec, src, Batch{Tokens: 2, TopK: topK, X: append(x[:len(x):len(x)], x...),
+					IDs: append(ids[:len(ids):len(ids)], ids...), Weights: append(w[:len(w):len(w)], w...)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for tok := range 2 {
+					for i, v := range one.out {
+						if got := two.out[tok*spec.Hidden+i]; got != v {
+							t.Fatalf("%s %s %+v: token %d of two, element %d is %v, alone %v", isa, m, spec, tok, i, got, v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestScale4ErrsVector holds the AVX-512 search for INT4_KGROUP's group
 // scales to the scalar one, candidate scales and squared errors bit for
 // bit, on groups of 64 and 128 values: Gaussian, with outliers, constant,
