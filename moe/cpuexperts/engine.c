@@ -185,12 +185,6 @@ struct kt_engine {
   int owned;  // the current fused task takes owned items (owned_setup)
   int *oitems, *ooff, *ocnt;
   kt_cursor* ocur;
-  // ... and owned down items (cfg.owned_down): per worker its items
-  // a * nhb + hb (active expert a, hidden block hb of r4f rows) in expert
-  // order (odi[odoff[w] .. odoff[w]+odcnt[w]), taken by the odcur cursors
-  int odown;
-  int *odi, *odoff, *odcnt;
-  kt_cursor* odcur;
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
@@ -1214,54 +1208,6 @@ static void owned_setup(kt_engine* e) {
       int w = block_owner(e->active[a], blk, nb, T);
       e->oitems[e->ooff[w] + e->ocnt[w]++] = a * nb + blk;
     }
-  if (!e->odown) return;
-  int nhb = e->l->hidden / e->r4f;
-  for (int w = 0; w < T; w++) {
-    e->odcnt[w] = 0;
-    atomic_store_explicit(&e->odcur[w].v, 0, memory_order_relaxed);
-  }
-  for (int a = 0; a < e->nactive; a++)
-    for (int hb = 0; hb < nhb; hb++) e->odcnt[block_owner(e->active[a], hb, nhb, T)]++;
-  for (int w = 0, o = 0; w < T; w++) {
-    e->odoff[w] = o;
-    o += e->odcnt[w];
-    e->odcnt[w] = 0;
-  }
-  for (int a = 0; a < e->nactive; a++)
-    for (int hb = 0; hb < nhb; hb++) {
-      int w = block_owner(e->active[a], hb, nhb, T);
-      e->odi[e->odoff[w] + e->odcnt[w]++] = a * nhb + hb;
-    }
-}
-
-// kt_dpf walks a worker's owned down items' weight runs (down_pf_step).
-typedef struct {
-  int j, end;   // the item in odi, and the end of the worker's list
-  int64_t off;  // bytes of item j's run already asked for
-} kt_dpf;
-
-// down_run gives the weight run (one contiguous piece: the item's 16-row
-// panels) of down item a * nhb + hb, and its bytes (0: not a packed format).
-static const char* down_run(const kt_engine* e, int item, int nhb, int64_t* bytes) {
-  int x = e->active[item / nhb], h0 = (item % nhb) * e->r4f;
-  const kt_mat* D = &e->l->ex[x].down;
-  int64_t pb = panel_bytes(e->l->fmt, D->k);
-  *bytes = (int64_t)(e->r4f / 16) * pb;
-  return (const char*)D->w + (int64_t)(h0 / 16) * pb;
-}
-
-// down_pf_step asks for the next `bytes` of the worker's owned down items'
-// weights into its L2 (prefetcht1), where it continues from.
-static void down_pf_step(const kt_engine* e, kt_dpf* it, int64_t bytes, int nhb) {
-  while (bytes > 0 && it->j < it->end) {
-    int64_t run;
-    const char* p = down_run(e, e->odi[it->j], nhb, &run);
-    for (; it->off < run && bytes > 0; it->off += 64, bytes -= 64) _mm_prefetch(p + it->off, _MM_HINT_T1);
-    if (it->off >= run) {
-      it->j++;
-      it->off = 0;
-    }
-  }
 }
 
 // fused_gate_up runs gate/up item `item` of the fused path; the last item
@@ -1282,16 +1228,6 @@ static void fused_gate_up(kt_engine* e, kt_worker* w, kt_pool* P, int item, int 
   }
 }
 
-// fused_down runs down item (expert x, hidden block hb of r4f rows) of the
-// fused path; the last item of a hidden block merges it for every token.
-static void fused_down(kt_engine* e, kt_worker* w, kt_pool* P, int x, int hb, int64_t asz) {
-  int H = e->l->hidden, I = e->l->inter_p[0], r4 = e->r4f, h0 = hb * r4;
-  down_block(e, w, P, &e->l->ex[x], x, h0, r4, H, I, asz);
-  if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != e->nactive) return;
-  // last expert of this hidden block: out[t][h0:h0+r4] for every token
-  for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
-}
-
 static void run_job_fused(kt_worker* w) {
   kt_engine* e = w->e;
   kt_pool* P = &e->pools[0];
@@ -1300,6 +1236,7 @@ static void run_job_fused(kt_worker* w) {
   int H = l->hidden, I = l->inter_p[0];
   int act = P->act;
   int64_t asz = act_size(act);
+  const kt_expert* ex = l->ex;
   int na = e->nactive;
   int item, nitems = 0;
 
@@ -1317,33 +1254,15 @@ static void run_job_fused(kt_worker* w) {
   // caches), then the other workers' left; otherwise in counter order.
   int nb = I / KT_NB;
   int items = na * nb;
-  int nhb = H / e->r4f;
   if (e->owned) {
-    // its own list first, then the others' in turn (a guest only steals);
-    // with owned down items, before each of its own gate/up items the worker
-    // asks for its share of its down items' weights (into L2: the memory is
-    // otherwise idle while gate/up runs on blocks a prefetch task read)
+    // its own list first, then the others' in turn (a guest only steals)
     int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
-    kt_dpf dpf = {0, 0, 0};
-    int64_t per = 0;
-    if (e->odown && w->local >= 0) {
-      dpf.j = e->odoff[w->local];
-      dpf.end = dpf.j + e->odcnt[w->local];
-      int64_t all = 0, run;
-      for (int j = dpf.j; j < dpf.end; j++) {
-        down_run(e, e->odi[j], nhb, &run);
-        all += run;
-      }
-      per = (all + e->ocnt[w->local]) / (e->ocnt[w->local] + 1);  // the last share after its last item
-    }
     for (int v = 0; v < T; v++) {
       int o = (first + v) % T, j;
       while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
-        if (per > 0) down_pf_step(e, &dpf, per, nhb);
         fused_gate_up(e, w, P, e->oitems[e->ooff[o] + j], nb, asz);
         nitems++;
       }
-      if (v == 0 && per > 0) down_pf_step(e, &dpf, per, nhb);
     }
   } else {
     while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
@@ -1357,23 +1276,7 @@ static void run_job_fused(kt_worker* w) {
   // takes the next item of the first expert whose h is complete, so a late
   // gate/up item (its thread preempted, say) holds back only its own
   // expert's down items while the others are done
-  if (e->odown) {
-    // owned down items: its own first (their weights asked for above), then
-    // the others'; an item waits for its expert's h. Every gate/up item is
-    // taken before any worker gets here, so the wait ends.
-    int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
-    for (int v = 0; v < T; v++) {
-      int o = (first + v) % T, j;
-      while ((j = atomic_fetch_add_explicit(&e->odcur[o].v, 1, memory_order_relaxed)) < e->odcnt[o]) {
-        int item = e->odi[e->odoff[o] + j], x = e->active[item / nhb];
-        for (int spins = 0; !atomic_load_explicit(&e->hqst[x], memory_order_acquire);) spin_pause(&spins);
-        nitems++;
-        fused_down(e, w, P, x, item % nhb, asz);
-      }
-    }
-    w->tr_items = nitems;
-    return;
-  }
+  int r4 = e->r4f, nhb = H / r4;
   for (int lo = 0, spins = 0;;) {
     int xa = -1, hb = 0;
     for (int a = lo; a < na; a++) {
@@ -1395,8 +1298,12 @@ static void run_job_fused(kt_worker* w) {
       spin_pause(&spins);  // every expert left waits for its gate/up
       continue;
     }
+    int x = e->active[xa], h0 = hb * r4;
     nitems++;
-    fused_down(e, w, P, e->active[xa], hb, asz);
+    down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
+    if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
+    // last expert of this hidden block: out[t][h0:h0+r4] for every token
+    for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
   }
   w->tr_items = nitems;
 }
@@ -1633,7 +1540,6 @@ static void routed_setup(kt_engine* e) {
     e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
     e->owned = e->cfg.owned && e->ntok == 1;
-    e->odown = e->owned && e->cfg.owned_down;
     if (e->owned) owned_setup(e);
   }
 }
@@ -2059,10 +1965,6 @@ static void free_engine(kt_engine* e) {
   free(e->ooff);
   free(e->ocnt);
   free(e->ocur);
-  free(e->odi);
-  free(e->odoff);
-  free(e->odcnt);
-  free(e->odcur);
   free(e->blk_tiled);
   free((void*)e->tr_wend);
   free((void*)e->tr_wseen);
@@ -2174,10 +2076,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->ooff = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
   e->ocnt = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
   e->ocur = (kt_cursor*)xalloc(sizeof(kt_cursor) * (size_t)(e->nthreads + 1));
-  e->odi = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->hidden / KT_NB + 1));
-  e->odoff = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
-  e->odcnt = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
-  e->odcur = (kt_cursor*)xalloc(sizeof(kt_cursor) * (size_t)(e->nthreads + 1));
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
   // a guest needs a core of its own: with as many workers as CPUs it would
@@ -2199,7 +2097,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->odi || !e->odoff || !e->odcnt || !e->odcur || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

@@ -199,14 +199,6 @@ type Config struct {
 	// core's L2 costs about a memory access on the device's Xeon). Tasks of
 	// more tokens keep the counter order.
 	OwnedDecode bool
-	// OwnedDown, with OwnedDecode, makes each worker of a one-token task
-	// also own down items (by expert id and hidden block), ask for their
-	// weights into its L2 while it runs its own gate/up items (blocks a
-	// prefetch task has read into its caches, so the memory is otherwise
-	// idle then), and take them first. 0 = the default (on), < 0 = off
-	// (down items in the order their experts' h is ready). Results do not
-	// depend on it.
-	OwnedDown int
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -437,7 +429,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
 	cc.owned = b2i(cfg.OwnedDecode)
-	cc.owned_down = b2i(cfg.OwnedDecode && cfg.OwnedDown >= 0)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))

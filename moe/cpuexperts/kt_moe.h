@@ -149,9 +149,6 @@ typedef struct {
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
   int owned;           // one-token decode: each worker first takes the gate/up blocks it owns, which a
                        // prefetch task reads on that worker (default: blocks in counter order)
-  int owned_down;      // with owned: each worker also owns down items (by expert and hidden block), prefetches
-                       // their weights into its L2 while it runs its gate/up items, and takes them first
-                       // (default: down items in the order their experts' h is ready)
   int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 

@@ -107,18 +107,10 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if err != nil {
 		return nil, err
 	}
-	ownedDown := 0
-	switch v := os.Getenv(OwnedDownEnv); v {
-	case "", "1":
-	case "0":
-		ownedDown = -1
-	default:
-		return nil, fmt.Errorf("%s=%s: want 1 (the default) or 0", OwnedDownEnv, v)
-	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
-		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == "", OwnedDown: ownedDown})
+		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == ""})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}

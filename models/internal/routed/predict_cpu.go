@@ -15,12 +15,6 @@ import (
 // the hybrid step's next-layer expert prefetch (predictor).
 const PrefetchEnv = "KT_HYBRID_PREFETCH"
 
-// OwnedDownEnv names the environment variable that, set to 0, turns off the
-// owned down items of the hybrid step's one-token tasks
-// (cpuexperts.Config.OwnedDown: each worker prefetches its down items'
-// weights while it runs the gate/up blocks the prefetch read for it).
-const OwnedDownEnv = "KT_HYBRID_OWNED_DOWN"
-
 // prefetchOff reports whether the hybrid step of an engine with pools
 // worker pools runs without the prefetch, and why: PrefetchEnv=0, or more
 // than one pool (the prefetch reads each block on the worker that computes
