@@ -147,6 +147,31 @@ INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, __m512i* lo, _
   *hi = _mm512_add_epi32(*hi, _mm512_add_epi32(a1, a3));
 }
 
+// i4_block adds 128-column block c of an int4 panel times MT tokens'
+// activations x[t] to the low- and high-nibble sums lo[t] and hi[t]: one
+// token through i4_one, several with each line unpacked once for all of
+// them. The integer sums do not depend on the grouping.
+INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, __m512i* lo,
+                        __m512i* hi) {
+  const uint8_t* p = pan + (int64_t)c * 1024;
+  if (MT == 1) {
+    i4_one(p, x[0] + 32 * c, pf, &lo[0], &hi[0]);
+    return;
+  }
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  for (int r = 0; r < 16; r++) {
+    if (pf > 0) _mm_prefetch((const char*)p + r * 64 + pf, _MM_HINT_T0);
+    __m512i b = _mm512_loadu_si512(p + r * 64);
+    __m512i bl = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+    __m512i bh = _mm512_and_si512(b, mask);
+    for (int t = 0; t < MT; t++) {
+      lo[t] = _mm512_dpbusd_epi32(lo[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), bl);
+      hi[t] = _mm512_dpbusd_epi32(hi[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), bh);
+    }
+  }
+}
+
 // pf > 0: the panel is prefetched pf bytes ahead (a panel is one contiguous
 // stream; a work item's panels are short streams for the hardware
 // prefetcher); the drivers pass it for a panel's first pass only.
@@ -188,27 +213,10 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
 }
 
 INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
-  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
-  const __m512i mask = _mm512_set1_epi8((char)0xf0);
-  if (MT == 1) {  // one token: i4_one's four chains per 128-column block
-    __m512i lo = _mm512_setzero_si512(), hi = lo;
-    for (int c = 0; c < k / 128; c++) i4_one(pan + (int64_t)c * 1024, x[0] + 32 * c, pf, &lo, &hi);
-    acc[0] = _mm512_add_epi32(lo, hi);
-    return;
-  }
-  for (int t = 0; t < MT; t++) acc[t] = _mm512_setzero_si512();
-  for (int c = 0; c < k / 128; c++) {
-    for (int r = 0; r < 16; r++) {
-      if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
-      __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
-      __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
-      __m512i hi = _mm512_and_si512(b, mask);
-      for (int t = 0; t < MT; t++) {
-        acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
-        acc[t] = _mm512_dpbusd_epi32(acc[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
-      }
-    }
-  }
+  __m512i lo[8], hi[8];
+  for (int t = 0; t < MT; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+  for (int c = 0; c < k / 128; c++) i4_block(pan, c, x, MT, pf, lo, hi);
+  for (int t = 0; t < MT; t++) acc[t] = _mm512_add_epi32(lo[t], hi[t]);
 }
 
 #define INT_PANEL_DRIVER(NAME, BODY, PANEL_BYTES)                                                       \
@@ -250,8 +258,6 @@ INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 // two 128-column blocks ahead (the driver passes it for the first pass).
 INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
                         const int32_t* const* x, __m512* f, const int MT, int pf) {
-  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
-  const __m512i mask = _mm512_set1_epi8((char)0xf0);
   const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
   if (pf > 0)
@@ -267,19 +273,7 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
         _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
         _mm_prefetch((const char*)(co + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
       }
-    if (MT == 1)  // one token: four chains (i4_one)
-      i4_one(pan + (int64_t)c * 1024, x[0] + 32 * c, pf, &alo[0], &ahi[0]);
-    else
-      for (int r = 0; r < 16; r++) {
-        if (pf > 0) _mm_prefetch((const char*)pan + ((int64_t)c * 16 + r) * 64 + pf, _MM_HINT_T0);
-        __m512i b = _mm512_loadu_si512(pan + ((int64_t)c * 16 + r) * 64);
-        __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
-        __m512i hi = _mm512_and_si512(b, mask);
-        for (int t = 0; t < MT; t++) {
-          alo[t] = _mm512_dpbusd_epi32(alo[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), lo);
-          ahi[t] = _mm512_dpbusd_epi32(ahi[t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), hi);
-        }
-      }
+    i4_block(pan, c, x, MT, pf, alo, ahi);
     if (group == 128) {
       __m512i cg = _mm512_loadu_si512(co + c * 16);
       __m512 sg = _mm512_loadu_ps(sc + c * 16);
