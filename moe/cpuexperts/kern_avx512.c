@@ -212,6 +212,8 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
   }
 }
 
+// i4pk_body gives each of MT tokens its integer sums over an int4 panel of
+// k columns, 128-column block by block (i4_block).
 INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
   __m512i lo[8], hi[8];
   for (int t = 0; t < MT; t++) lo[t] = hi[t] = _mm512_setzero_si512();
