@@ -96,7 +96,8 @@ type Config struct {
 	// AMXInt4GroupLUT: INT4_KGROUP's AMX prefill requantizes its weights by
 	// table lookup (> 0; needs AVX-512 VBMI, which every AMX CPU has) instead
 	// of multiplying each value (0, the default, or < 0). The same bytes
-	// either way. Not yet measured on the AMX machine.
+	// either way. On the AMX machine no faster (docs/notes/session19_run/run1.sh:
+	// 13 of 24 alternated pairs at 256-2048 tokens).
 	AMXInt4GroupLUT int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
@@ -392,9 +393,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.mch = C.int(cfg.PrefillChunk)
 	}
 	cc.amx_slab = C.int64_t(cfg.AMXSlabBytes)
-	cc.amx_slab_grp = C.int(max(cfg.AMXSlabGroup, 0))
+	cc.amx_slab_grp = knob(cfg.AMXSlabGroup)
 	cc.amx_min_m = knob(cfg.AMXMinTokens)
-	cc.amx_i4_kch = C.int(max(cfg.AMXInt4Block, 0))
+	cc.amx_i4_kch = knob(cfg.AMXInt4Block)
 	i4pf, i4gpf, i4fpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
 	if i4pf == 0 { // the default: fused calls and INT4_KGROUP's unpack
 		i4gpf, i4fpf = DefaultAMXInt4Prefetch, DefaultAMXInt4Prefetch

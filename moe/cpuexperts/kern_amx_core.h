@@ -147,6 +147,25 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
     }                                                                                                              \
   } while (0)
 
+// CORE_STEP runs tile step kc of a 2x2 block: the A tiles of its token
+// rows (a0, and a1 when two_m) times the B tiles bt0 (and bt1 when two_n)
+// into the accumulator tiles 0-3, each operand loaded once.
+#define CORE_STEP(kc, bt0, bt1)                                                                                    \
+  do {                                                                                                             \
+    TLOAD(4, a0 + (kc) * L.step, L.stride);                                                                        \
+    TLOAD(6, (bt0), 64);                                                                                           \
+    TDP(0, 4, 6);                                                                                                  \
+    if (two_n) {                                                                                                   \
+      TLOAD(7, (bt1), 64);                                                                                         \
+      TDP(1, 4, 7);                                                                                                \
+    }                                                                                                              \
+    if (two_m) {                                                                                                   \
+      TLOAD(5, a1 + (kc) * L.step, L.stride);                                                                      \
+      TDP(2, 5, 6);                                                                                                \
+      if (two_n) TDP(3, 5, 7);                                                                                     \
+    }                                                                                                              \
+  } while (0)
+
 // CORE_STORE_BLOCK stores the accumulator tiles of the token block at i0
 // (tiles 0-1, and 2-3 when tm: its second 16 rows) into the parked
 // accumulators t, or after the last K block into C: int32 sums scaled per
@@ -295,18 +314,7 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
             }
           }
           for (int q = 0; q < nper && nxp < nxe; q++, nxp += 64) _mm_prefetch(nxp, _MM_HINT_T1);
-          TLOAD(4, a0 + kc * L.step, L.stride);
-          TLOAD(6, b0 + (int64_t)kc * 1024, 64);
-          TDP(0, 4, 6);
-          if (two_n) {
-            TLOAD(7, b1 + (int64_t)kc * 1024, 64);
-            TDP(1, 4, 7);
-          }
-          if (two_m) {
-            TLOAD(5, a1 + kc * L.step, L.stride);
-            TDP(2, 5, 6);
-            if (two_n) TDP(3, 5, 7);
-          }
+          CORE_STEP(kc, b0 + (int64_t)kc * 1024, b1 + (int64_t)kc * 1024);
         }
         int rows = m - i0 < 32 ? m - i0 : 32;
         CORE_STORE_BLOCK(two_m);
@@ -389,18 +397,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
             amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
             if (two_m) amx_pf_tile(a1 + (kc + pfd) * L.step, L.stride);
           }
-          TLOAD(4, a0 + kc * L.step, L.stride);
-          TLOAD(6, bt, 64);
-          TDP(0, 4, 6);
-          if (two_n) {
-            TLOAD(7, bt + pstr, 64);
-            TDP(1, 4, 7);
-          }
-          if (two_m) {
-            TLOAD(5, a1 + kc * L.step, L.stride);
-            TDP(2, 5, 6);
-            if (two_n) TDP(3, 5, 7);
-          }
+          CORE_STEP(kc, bt, bt + pstr);
         }
       }
       CORE_STORE_BLOCK(two_m);
@@ -411,3 +408,4 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
 
 #undef CORE_STORE_BLOCK
 #undef CORE_LOAD_BLOCK
+#undef CORE_STEP

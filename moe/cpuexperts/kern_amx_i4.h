@@ -135,14 +135,15 @@ static __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline)) void amx
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(const uint8_t* src, int c, const float* sc,
                                                                             __m512 rm, int group, int lut, int pf,
                                                                             int8_t* lo_d, int8_t* hi_d) {
+  const uint8_t* b0 = src + (int64_t)c * 16 * 64;
+  int g0 = sc ? c * 128 / group : 0, g1 = sc ? (c * 128 + 64) / group : 0;  // the low and high halves' groups
   if (sc && lut) {
-    amx_i4g_lut_block(src + (int64_t)c * 16 * 64, sc, rm, c * 128 / group, (c * 128 + 64) / group, pf, lo_d, hi_d);
+    amx_i4g_lut_block(b0, sc, rm, g0, g1, pf, lo_d, hi_d);
     return;
   }
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
-  if (sc) {  // the groups of the block's low (columns 0-63) and high (64-127) halves
-    int g0 = c * 128 / group, g1 = (c * 128 + 64) / group;
+  if (sc) {
     amx_i4g_factor(sc + (int64_t)g0 * 16, rm, &f0l, &f0h);
     if (g1 == g0) {
       f1l = f0l;
@@ -151,7 +152,6 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(cons
       amx_i4g_factor(sc + (int64_t)g1 * 16, rm, &f1l, &f1h);
     }
   }
-  const uint8_t* b0 = src + (int64_t)c * 16 * 64;
   for (int r = 0; r < 16; r++) {
     if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
     __m512i b = _mm512_loadu_si512(b0 + r * 64);

@@ -164,12 +164,10 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
       const int32_t* x = (const int32_t*)(X + (int64_t)t * A->ld);
       int pf = t == 0 ? s->dec_pf : 0;
       __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-      if (pf > 0)
-        for (int g = 0; g < 2 * gb && g < ng; g++) _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
+      if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < ng ? 2 * gb : ng);
       for (int c = 0; c < k / 128; c++) {
         __m256i l0 = _mm256_setzero_si256(), l1 = l0, h0 = l0, h1 = l0;
-        if (pf > 0 && c + 2 < k / 128)
-          for (int g = 0; g < gb; g++) _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
+        if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
         for (int r = 0; r < 16; r++) {
           const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
           if (pf > 0) _mm_prefetch((const char*)l + pf, _MM_HINT_T0);

@@ -262,19 +262,11 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
                         const int32_t* const* x, __m512* f, const int MT, int pf) {
   const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
-  if (pf > 0)
-    for (int g = 0; g < 2 * gb && g < k / group; g++) {
-      _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
-      _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
-    }
+  if (pf > 0) kt_pf_groups(sc, co, 0, 2 * gb < k / group ? 2 * gb : k / group);
   for (int c = 0; c < k / 128; c++) {
     __m512i alo[4], ahi[4];
     for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
-    if (pf > 0 && c + 2 < k / 128)
-      for (int g = 0; g < gb; g++) {
-        _mm_prefetch((const char*)(sc + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
-        _mm_prefetch((const char*)(co + ((int64_t)(c + 2) * gb + g) * 16), _MM_HINT_T0);
-      }
+    if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, co, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
     i4_block(pan, c, x, MT, pf, alo, ahi);
     if (group == 128) {
       __m512i cg = _mm512_loadu_si512(co + c * 16);

@@ -92,15 +92,21 @@ func TestInt4KGroupAMXPrefill(t *testing.T) {
 // experts: up to a dozen each, so the kernels' multi-token passes run too).
 func TestDecodePrefetchBitwise(t *testing.T) {
 	const topK = 4
-	for _, isa := range []ISA{ISAAVX2, ISAAVX512} {
-		if isa == ISAAVX512 && !DetectFeatures().AVX512 {
-			t.Log("no AVX-512: its kernels not run")
-			continue
-		}
+	for _, isa := range decodeISAs(t) {
 		for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup, AMXBF16} {
 			decodePrefetchBitwise(t, isa, m, topK)
 		}
 	}
+}
+
+// decodeISAs is the vector ISAs whose decode kernels this CPU runs: AVX2,
+// and AVX-512 where it has it (logged where not).
+func decodeISAs(t *testing.T) []ISA {
+	if !DetectFeatures().AVX512 {
+		t.Log("no AVX-512: its kernels not run")
+		return []ISA{ISAAVX2}
+	}
+	return []ISA{ISAAVX2, ISAAVX512}
 }
 
 func decodePrefetchBitwise(t *testing.T, isa ISA, m Method, topK int) {
@@ -140,11 +146,7 @@ func decodePrefetchBitwise(t *testing.T, isa ISA, m Method, topK int) {
 // at widths with an odd number of 128-column blocks.
 func TestDecodeOneTokenMatchesPair(t *testing.T) {
 	const topK = 4
-	for _, isa := range []ISA{ISAAVX2, ISAAVX512} {
-		if isa == ISAAVX512 && !DetectFeatures().AVX512 {
-			t.Log("no AVX-512: its kernels not run")
-			continue
-		}
+	for _, isa := range decodeISAs(t) {
 		for _, m := range []Method{AMXINT8, AMXINT4, INT4KGroup} {
 			for _, spec := range []LayerSpec{small, {Experts: 8, Hidden: 1152, Intermediate: 384}, {Experts: 8, Hidden: 512, Intermediate: 256, GroupSize: 64}} {
 				if spec.GroupSize != 0 && m != INT4KGroup {

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <xmmintrin.h>
 
 #include "kt_moe.h"
 
@@ -115,6 +116,16 @@ static inline int64_t panel_bytes(int fmt, int64_t k) {
       return 32 * k;
   }
   return 0;
+}
+// kt_pf_groups asks for the 64-byte lines of groups [g0, g1) of a
+// group-wise int4 panel's scales sc and (when co is not NULL) corrections,
+// [group][16] each: the decode kernels' prefetch of the groups two
+// 128-column blocks ahead of their reads.
+static inline void kt_pf_groups(const float* sc, const int32_t* co, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; g++) {
+    _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
+    if (co) _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
+  }
 }
 #define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
