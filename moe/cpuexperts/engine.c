@@ -125,6 +125,7 @@ typedef struct {
   int started;
   // trace of the current fused task (kt_engine_config.trace)
   int64_t tr_seen, tr_gu, tr_end;
+  int64_t tr_guw, tr_dnw;  // ns inside gate/up and down blocks (fused task, trace)
   int tr_items;
   uint32_t pf_sink;  // prefetch tasks: a value of the loaded lines (keeps the loads)
 } kt_worker;
@@ -1218,7 +1219,9 @@ static void fused_gate_up(kt_engine* e, kt_worker* w, kt_pool* P, int item, int 
   int m = e->cnt[x], off = e->off[x];
   int pf = m >= e->pf_min;
   fused_gather(e, x, asz);
+  int64_t t0 = e->trace ? now_ns() : 0;
   gate_up_block(e, w, P, &e->l->ex[x], x, n0, H, I, asz, 0);
+  if (e->trace) w->tr_guw += now_ns() - t0;
   if (atomic_fetch_add_explicit(&e->gud[x], 1, memory_order_acq_rel) + 1 == nb) {
     // last gate/up item of x: every h row of x is complete; quantize them for down
     // (bf16: gate/up stored h already)
@@ -1300,7 +1303,9 @@ static void run_job_fused(kt_worker* w) {
     }
     int x = e->active[xa], h0 = hb * r4;
     nitems++;
+    int64_t t0 = e->trace ? now_ns() : 0;
     down_block(e, w, P, &ex[x], x, h0, r4, H, I, asz);
+    if (e->trace) w->tr_dnw += now_ns() - t0;
     if (atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel) + 1 != na) continue;
     // last expert of this hidden block: out[t][h0:h0+r4] for every token
     for (int t = 0; t < e->ntok; t++) merge_token(e, w, t, h0, r4, H);
@@ -1334,7 +1339,7 @@ static void* worker_main(void* arg) {
     wait_change(e, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
-    if (e->trace) w->tr_seen = now_ns();
+    if (e->trace) w->tr_seen = now_ns(), w->tr_guw = w->tr_dnw = 0;
     run_job(w);
     if (e->trace) w->tr_end = now_ns();
     if (atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel) + 1 == e->nthreads) {
@@ -1348,12 +1353,14 @@ static void* worker_main(void* arg) {
 // trace_task adds the current fused task's per-thread times to the sums.
 static void trace_task(kt_engine* e, const kt_task* t) {
   int64_t now = now_ns(), pub = e->tr_pub, n = e->nthreads;
-  int64_t seen = 0, seenmax = 0, gu = 0, endmin = INT64_MAX, end = 0, endmax = 0;
+  int64_t seen = 0, seenmax = 0, gu = 0, endmin = INT64_MAX, end = 0, endmax = 0, guw = 0, dnw = 0;
   int imin = INT_MAX, imax = 0;
   for (int i = 0; i < n; i++) {
     kt_worker* w = &e->workers[i];
     int64_t s = w->tr_seen - pub, d = w->tr_end - pub, g = w->tr_gu - pub;
     seen += s;
+    guw += w->tr_guw;
+    dnw += w->tr_dnw;
     seenmax = s > seenmax ? s : seenmax;
     gu = g > gu ? g : gu;
     end += d;
@@ -1379,6 +1386,8 @@ static void trace_task(kt_engine* e, const kt_task* t) {
   add[KT_TR_SEEN_AVG] = seen / n;
   add[KT_TR_SEEN_MAX] = seenmax;
   add[KT_TR_GU_MAX] = gu;
+  add[KT_TR_GU_WORK] = guw / n;
+  add[KT_TR_DN_WORK] = dnw / n;
   add[KT_TR_END_MIN] = endmin;
   add[KT_TR_END_AVG] = end / n;
   add[KT_TR_END_MAX] = endmax;
@@ -1608,6 +1617,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
     if (traced) {
       e->tr_pub = now_ns();
       e->workers[0].tr_seen = e->tr_pub;
+      e->workers[0].tr_guw = e->workers[0].tr_dnw = 0;
       e->guest->tr_items = -1;  // set when a guest joins
     }
     if (e->guest_ok) {
@@ -1805,6 +1815,7 @@ static int help(kt_engine* e, int* last) {
         unsigned csr = _mm_getcsr();
         _mm_setcsr(0x1f80);  // as the workers (fp8 decode relies on denormals)
         int64_t t0 = e->trace ? now_ns() : 0;
+        g->tr_guw = g->tr_dnw = 0;
         run_job_fused(g);
         if (e->trace) {
           g->tr_seen = t0;

@@ -552,6 +552,10 @@ type TaskTrace struct {
 	SeenMean    float64 // published -> a worker starts (mean over workers)
 	SeenMax     float64 // ... the last worker to start
 	GateUpEnd   float64 // published -> the last gate/up item done
+	// GateUpWork and DownWork are a worker's time inside its gate/up and
+	// down blocks (the kernels and their stores; mean over the workers): the
+	// rest of its time to EndMean is starting, claiming items and waiting.
+	GateUpWork, DownWork float64
 	EndMin      float64 // published -> the first worker out of items
 	EndMean     float64 // ... mean over workers
 	EndMax      float64 // ... the last worker done
@@ -595,6 +599,7 @@ func (e *Engine) Trace() TaskTrace {
 	t.SubmitPick, t.PickPublish = per(C.KT_TR_SUB_PICK, tasks), per(C.KT_TR_PICK_PUB, tasks)
 	t.SeenMean, t.SeenMax = per(C.KT_TR_SEEN_AVG, tasks), per(C.KT_TR_SEEN_MAX, tasks)
 	t.GateUpEnd = per(C.KT_TR_GU_MAX, tasks)
+	t.GateUpWork, t.DownWork = per(C.KT_TR_GU_WORK, tasks), per(C.KT_TR_DN_WORK, tasks)
 	t.EndMin, t.EndMean, t.EndMax = per(C.KT_TR_END_MIN, tasks), per(C.KT_TR_END_AVG, tasks), per(C.KT_TR_END_MAX, tasks)
 	t.AllDone, t.DoneCompl = per(C.KT_TR_ALLDONE, tasks), per(C.KT_TR_DONE_COMPL, tasks)
 	t.ComplReturn = per(C.KT_TR_COMPL_RET, int64(s[C.KT_TR_SYNCS]))

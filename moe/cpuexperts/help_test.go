@@ -146,3 +146,30 @@ func forwardOnce(cfg Config, spec LayerSpec, src Source, b Batch) (forwardRun, e
 	err = l.Forward(&b)
 	return forwardRun{b.Out, e.Phases(), e.Kernels(spec.Method)}, err
 }
+
+// TestTraceWork checks the traced decode tasks' work times: every worker
+// runs gate/up and down blocks in a one-token task on one thread, so both
+// are positive, and together they fit inside the worker's published ->
+// done time.
+func TestTraceWork(t *testing.T) {
+	spec := small
+	spec.Method = AMXINT8
+	e := newEngineCfg(t, Config{Threads: 1, MaxTokens: 4, TopK: 4, Experts: spec.Experts, Hidden: spec.Hidden,
+		Intermediate: spec.Intermediate, Trace: true, NoPin: true})
+	l, err := e.NewLayer(spec, sourceFor(spec.Method, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	x, ids, w := RandomBatch(9, 1, 4, spec.Hidden, spec.Experts)
+	for range 5 {
+		if err := l.Forward(&Batch{Tokens: 1, TopK: 4, X: x, IDs: ids, Weights: w, Out: make([]float32, spec.Hidden)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := e.Trace()
+	if tr.Tasks != 5 || tr.GateUpWork <= 0 || tr.DownWork <= 0 || tr.GateUpWork+tr.DownWork > tr.EndMean {
+		t.Errorf("%d tasks: gate/up work %.2g s + down work %.2g s against %.2g s published -> done",
+			tr.Tasks, tr.GateUpWork, tr.DownWork, tr.EndMean)
+	}
+}

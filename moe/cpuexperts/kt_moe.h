@@ -188,6 +188,8 @@ enum {
   KT_TR_SEEN_AVG,    // pub -> a worker starts on it (mean over the workers)
   KT_TR_SEEN_MAX,    // ... the last worker to start
   KT_TR_GU_MAX,      // pub -> the last gate/up item done
+  KT_TR_GU_WORK,     // time inside gate/up blocks (kernels, SiLU, h store; mean over the workers)
+  KT_TR_DN_WORK,     // time inside down blocks (kernels, slot outputs; mean over the workers)
   KT_TR_END_MIN,     // pub -> the first worker out of items
   KT_TR_END_AVG,     // ... mean over the workers
   KT_TR_END_MAX,     // ... the last worker done (the task's work is done)
