@@ -556,15 +556,15 @@ type TaskTrace struct {
 	// down blocks (the kernels and their stores; mean over the workers): the
 	// rest of its time to EndMean is starting, claiming items and waiting.
 	GateUpWork, DownWork float64
-	EndMin      float64 // published -> the first worker out of items
-	EndMean     float64 // ... mean over workers
-	EndMax      float64 // ... the last worker done
-	AllDone     float64 // published -> the runner saw every worker and the guest done
-	DoneCompl   float64 // all done -> completion published
-	ComplReturn float64 // completion -> Sync returned (per waiting sync)
-	ReturnSub   float64 // Sync returned -> next submit: the caller's own time (per gap)
-	ItemsMin    float64 // fewest items one worker ran in a task
-	ItemsMax    float64 // most items one worker ran in a task
+	EndMin               float64 // published -> the first worker out of items
+	EndMean              float64 // ... mean over workers
+	EndMax               float64 // ... the last worker done
+	AllDone              float64 // published -> the runner saw every worker and the guest done
+	DoneCompl            float64 // all done -> completion published
+	ComplReturn          float64 // completion -> Sync returned (per waiting sync)
+	ReturnSub            float64 // Sync returned -> next submit: the caller's own time (per gap)
+	ItemsMin             float64 // fewest items one worker ran in a task
+	ItemsMax             float64 // most items one worker ran in a task
 	// GuestShare is the share of tasks a waiting caller joined; GuestJoin,
 	// GuestEnd and GuestItems are means over those tasks.
 	GuestShare, GuestJoin, GuestEnd, GuestItems float64
