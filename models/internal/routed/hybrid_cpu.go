@@ -434,6 +434,7 @@ func (g *gpuLink) handoff(l, n int) func() error {
 		err := g.runCPU(l, n, d, pending)
 		if g.timing != nil {
 			g.timing.add(l, t0, t1, time.Now())
+			g.scorePrediction(l, n) // the picks stay in the pinned buffers until the next piece's copies
 		}
 		if err == nil && nn > 0 { // while the next pieces run
 			err = g.prefetch(atNext, next, nn)

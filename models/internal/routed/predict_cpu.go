@@ -64,6 +64,9 @@ type predictor struct {
 	// the predictions queued since the last hand-off was made: at a layer's
 	// start and for the next layer (the layer and its tokens; 0: none)
 	start, startN, next, nextN int
+	// prefetched holds, with TimingEnv=1, each layer's last prefetched ids
+	// until its hand-off compares them with the picks (empty: none)
+	prefetched [][]int32
 }
 
 // predSlot is one prediction's pinned ids and the event recorded after
@@ -157,7 +160,25 @@ func (g *gpuLink) prefetch(at, l, n int) error {
 		return err
 	}
 	g.x.layers[l].Prefetch(sl.ids[:n*g.k])
+	if g.timing != nil { // the slot is rewritten before layer l's hand-off reads its picks
+		p := g.pred
+		if p.prefetched == nil {
+			p.prefetched = make([][]int32, len(g.x.layers))
+		}
+		p.prefetched[l] = append(p.prefetched[l][:0], sl.ids[:n*g.k]...)
+	}
 	return nil
+}
+
+// scorePrediction counts, with TimingEnv=1, how many of layer l's picks
+// (n tokens, on the host after the layer's copies) its prefetched
+// prediction named, and forgets the prediction.
+func (g *gpuLink) scorePrediction(l, n int) {
+	if g.timing == nil || g.pred == nil || l >= len(g.pred.prefetched) || len(g.pred.prefetched[l]) == 0 {
+		return
+	}
+	g.timing.predicted(l, g.k, g.pred.prefetched[l], g.ids[:n*g.k])
+	g.pred.prefetched[l] = g.pred.prefetched[l][:0]
 }
 
 // take returns, when a hand-off is made for layer l, the tokens of layer

@@ -24,10 +24,34 @@ type handoffTiming struct {
 	// one's start in a step: the next piece's launch (cuGraphLaunch)
 	launch  time.Duration
 	prevEnd time.Time // the last hand-off's end in this step
+	// hits and picks count, per model layer, the prefetched predictions'
+	// experts that the layer's tokens then picked, and all their picks
+	// (hand-offs with a prediction only)
+	hits, picks []int
 }
 
 func newHandoffTiming(layers, first int) *handoffTiming {
-	return &handoffTiming{first: first, wait: make([]time.Duration, layers), work: make([]time.Duration, layers)}
+	return &handoffTiming{first: first, wait: make([]time.Duration, layers), work: make([]time.Duration, layers),
+		hits: make([]int, layers), picks: make([]int, layers)}
+}
+
+// predicted counts layer l's picks (k per token) that the prefetched
+// prediction pred (the same layout) named for the same token.
+func (h *handoffTiming) predicted(l, k int, pred, picks []int32) {
+	for t := 0; t+k <= len(picks) && t+k <= len(pred); t += k {
+		for _, id := range picks[t : t+k] {
+			if id < 0 {
+				continue
+			}
+			h.picks[l]++
+			for _, q := range pred[t : t+k] {
+				if q == id {
+					h.hits[l]++
+					break
+				}
+			}
+		}
+	}
 }
 
 // add records layer l's hand-off: entered at t0, the GPU piece done at t1,
@@ -61,6 +85,19 @@ func (h *handoffTiming) String() string {
 		pw, pc = append(pw, per(h.wait[l])), append(pc, per(h.work[l]))
 	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(h.steps) }
-	return fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s), %.3f ms launching the pieces between hand-offs",
+	s := fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s), %.3f ms launching the pieces between hand-offs",
 		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "), ms(h.launch))
+	var hits, picks int
+	var ph []string
+	for l := range h.picks {
+		if h.picks[l] > 0 {
+			hits, picks = hits+h.hits[l], picks+h.picks[l]
+			ph = append(ph, fmt.Sprintf("%.0f", 100*float64(h.hits[l])/float64(h.picks[l])))
+		}
+	}
+	if picks > 0 {
+		s += fmt.Sprintf("\nprediction: %.0f%% of the picks of hand-offs with a prefetch were predicted (%% per MoE layer %s)",
+			100*float64(hits)/float64(picks), strings.Join(ph, " "))
+	}
+	return s
 }
