@@ -17,8 +17,8 @@ import (
 // and op by op) with the next-layer expert prefetch and without it: the
 // logprobs must be the same bits (a prefetch only reads weights), the path
 // must say which, and with it the engine must have been handed predicted
-// experts to read (the timing report's prefetch line). It skips without a
-// GPU.
+// experts to read (the timing report's prefetch line) and scored them
+// against the picks (its prediction line). It skips without a GPU.
 func TestHybridPrefetch(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 5)
@@ -28,6 +28,7 @@ func TestHybridPrefetch(t *testing.T) {
 	}
 	t.Setenv(routed.TimingEnv, "1")
 	mbRe := regexp.MustCompile(`prefetch \(` + routed.PrefetchEnv + `\): ([0-9.]+) MB`)
+	predRe := regexp.MustCompile(`prediction: ([0-9]+)% of the picks`)
 	run := func(name, prefetch, graph string) [][]float64 {
 		t.Helper()
 		t.Setenv(routed.PrefetchEnv, prefetch)
@@ -51,6 +52,11 @@ func TestHybridPrefetch(t *testing.T) {
 		}
 		if (!on || graph != "") && m != nil {
 			t.Fatalf("%s: prefetched (%s=%s, %s=%s): %q", name, routed.PrefetchEnv, prefetch, routed.GraphEnv, graph, m[0])
+		}
+		// the prefetched predictions are scored against the picks (0-100 %)
+		if p := predRe.FindStringSubmatch(timing); (p != nil) != (m != nil) ||
+			p != nil && func() bool { v, _ := strconv.Atoi(p[1]); return v < 0 || v > 100 }() {
+			t.Fatalf("%s: prediction score %q with prefetch line %q", name, p, m)
 		}
 		return lps
 	}
