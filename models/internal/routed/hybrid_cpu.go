@@ -429,18 +429,27 @@ func (g *gpuLink) handoff(l, n int) func() error {
 			return err
 		}
 		if g.timing != nil {
+			g.scorePrediction(l, n) // before the deferral split rewrites the picks
 			t1 = time.Now()
 		}
 		err := g.runCPU(l, n, d, pending)
 		if g.timing != nil {
 			g.timing.add(l, t0, t1, time.Now())
-			g.scorePrediction(l, n) // the picks stay in the pinned buffers until the next piece's copies
 		}
 		if err == nil && nn > 0 { // while the next pieces run
 			err = g.prefetch(atNext, next, nn)
 		}
 		return err
 	}
+}
+
+// picks returns layer l's expert ids for n tokens once the layer's copies
+// landed: the pinned ids, or with deferral the slot layer l uses.
+func (g *gpuLink) picks(l, n int) []int32 {
+	if f := g.def; f != nil {
+		return g.slots[f.order[l]&1].is[:n*g.k]
+	}
+	return g.ids[:n*g.k]
 }
 
 // runCPU runs layer l's CPU experts on the pinned buffers once the

@@ -171,13 +171,13 @@ func (g *gpuLink) prefetch(at, l, n int) error {
 }
 
 // scorePrediction counts, with TimingEnv=1, how many of layer l's picks
-// (n tokens, on the host after the layer's copies) its prefetched
+// (n tokens, on the host after the layer's copies: picks) its prefetched
 // prediction named, and forgets the prediction.
 func (g *gpuLink) scorePrediction(l, n int) {
 	if g.timing == nil || g.pred == nil || l >= len(g.pred.prefetched) || len(g.pred.prefetched[l]) == 0 {
 		return
 	}
-	g.timing.predicted(l, g.k, g.pred.prefetched[l], g.ids[:n*g.k])
+	g.timing.predicted(l, g.k, g.pred.prefetched[l], g.picks(l, n))
 	g.pred.prefetched[l] = g.pred.prefetched[l][:0]
 }
 
