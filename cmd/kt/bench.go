@@ -41,7 +41,7 @@ type moeBenchOpts struct {
 	amxSlab                                               int64
 	amxSlabGroup, amxI4Block, amxI4Prefetch, amxMinTokens int
 	amxI4Fused, amxI4FusedFirst, amxI4GroupLUT            int
-	amxPFTiles, amxNext                                   int
+	amxPFTiles, amxNext, amxT1                            int
 	amxVariant                                            int
 	decPrefetch, chunk                                    int
 	phases                                                bool
@@ -96,6 +96,7 @@ func init() {
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
+			f.IntVar(&moeOpts.amxT1, "amx-tile-t1", 0, "AMX prefill tiles loaded with the T1 hint (tileloaddt1): 1 = A, 2 = B, 3 = both, 0 = none")
 			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = by format: 4 bf16, none int8; -1 = none)")
 			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")
@@ -341,7 +342,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXInt4GroupLUT: o.amxI4GroupLUT, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
-			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
+			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
 			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, OwnedDecode: o.ownedDecode, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})

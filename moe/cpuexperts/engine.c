@@ -2166,6 +2166,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->xas = (float*)xalloc(sizeof(float) * 2 * KT_XA_ROWS);  // a scale per int8 row xa can hold
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
+      w->s.amx_t1 = cfg->amx_t1;
       w->s.amx_var = cfg->amx_var;
       w->s.i4_kch = cfg->amx_i4_kch;
       w->s.i4_pf = cfg->amx_i4_pf;

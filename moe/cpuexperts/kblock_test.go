@@ -44,20 +44,22 @@ func TestAMXKBlockBitwise(t *testing.T) {
 				kb, kbDown, pf, chunk, v int
 				slab                     int64
 				grp, i4                  int
+				t1                       int // AMXTileT1
 			}
-			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0, 0}, {-1, 0, 1, 32, 0, 0, 0, 0}}
+			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0, 0, 0}, {-1, 0, 1, 32, 0, 0, 0, 0, 0}}
 			if isa == ISAAMX || isa == amxEmuLevel {
-				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0, 0},
-					knobs{3, -1, 0, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0, 0},
-					knobs{-1, 0, 0, 0, 0, 4096, 0, 0}, knobs{1, 0, 2, 32, 0, 4096, 3, 0}, knobs{-1, 0, 1, 0, 1, 20000, 1, 0}, knobs{3, 0, 2, 64, 1, 4096, 2, 0})
+				configs = append(configs, knobs{1, 0, 2, 0, 0, 0, 0, 0, 0}, knobs{3, 0, 0, 64, 0, 0, 0, 0, 0}, knobs{-1, 0, 1, 0, 1, 0, 0, 0, 0}, knobs{3, 0, 2, 64, 1, 0, 0, 0, 0},
+					knobs{3, -1, 0, 0, 0, 0, 0, 0, 0}, knobs{-1, 2, 0, 0, 0, 0, 0, 0, 0},
+					knobs{-1, 0, 0, 0, 0, 4096, 0, 0, 0}, knobs{1, 0, 2, 32, 0, 4096, 3, 0, 0}, knobs{-1, 0, 1, 0, 1, 20000, 1, 0, 0}, knobs{3, 0, 2, 64, 1, 4096, 2, 0, 0},
+					knobs{-1, 0, 0, 0, 0, 0, 0, 0, 1}, knobs{-1, 0, 0, 0, 0, 0, 0, 0, 2}, knobs{1, 0, 2, 0, 0, 4096, 2, 0, 3})
 				if m == AMXINT4 || m == INT4KGroup {
-					configs = append(configs, knobs{-1, 0, 0, 0, 0, 0, 0, 2}, knobs{1, 0, 2, 32, 0, 0, 0, 3}, knobs{-1, 0, 1, 0, 1, 0, 0, 2},
-						knobs{-1, 0, 0, 0, 0, 4096, 0, 2}, knobs{3, 0, 2, 64, 0, 20000, 2, 2})
+					configs = append(configs, knobs{-1, 0, 0, 0, 0, 0, 0, 2, 0}, knobs{1, 0, 2, 32, 0, 0, 0, 3, 0}, knobs{-1, 0, 1, 0, 1, 0, 0, 2, 0},
+						knobs{-1, 0, 0, 0, 0, 4096, 0, 2, 0}, knobs{3, 0, 2, 64, 0, 20000, 2, 2, 0}, knobs{-1, 0, 0, 0, 0, 0, 0, 2, 3})
 				}
 			}
 			for _, c := range configs {
-				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4)
-				run, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4,
+				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d/t1=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4, c.t1)
+				run, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4, AMXTileT1: c.t1,
 					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa), spec, src,
 					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})

@@ -42,6 +42,7 @@ TAMX int kt_amx_init_thread(void) {
 #define KT_CORE_HELPER_ATTR TAMX
 #define TZERO(t) _tile_zero(t)
 #define TLOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TLOAD_T1(t, p, stride) _tile_stream_loadd(t, p, stride)
 #define TSTORE(t, p, stride) _tile_stored(t, p, stride)
 #define CORE_ATTR TAMX
 

@@ -8,7 +8,8 @@
 //   CORE_ATTR  its attributes (target)
 //   CORE_INT   1: int8 x int8 -> int32 tiles, scaled per row of W and per
 //              token at the end; 0: bf16 x bf16 -> f32 tiles
-//   TZERO(t), TLOAD(t, p, stride), TSTORE(t, p, stride), TDP(c, a, b)
+//   TZERO(t), TLOAD(t, p, stride), TLOAD_T1(t, p, stride) (a load with the
+//   T1 hint, tileloaddt1), TSTORE(t, p, stride), TDP(c, a, b)
 // and once per file, before the first inclusion, KT_CORE_HELPER_ATTR.
 //
 // Tiles 0-3 are the accumulators (C), 4-5 A (tokens), 6-7 B (weights).
@@ -147,20 +148,32 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
     }                                                                                                              \
   } while (0)
 
+// CORE_LOAD loads tile t from p with the T1 hint where hint is set
+// (s->amx_t1: operands streamed through the caches, which the hint asks
+// the core not to keep close), else plainly. The hint changes no value.
+#define CORE_LOAD(hint, t, p, stride)                                                                              \
+  do {                                                                                                             \
+    if (hint)                                                                                                      \
+      TLOAD_T1(t, p, stride);                                                                                      \
+    else                                                                                                           \
+      TLOAD(t, p, stride);                                                                                         \
+  } while (0)
+
 // CORE_STEP runs tile step kc of a 2x2 block: the A tiles of its token
 // rows (a0, and a1 when two_m) times the B tiles bt0 (and bt1 when two_n)
-// into the accumulator tiles 0-3, each operand loaded once.
+// into the accumulator tiles 0-3, each operand loaded once (t1a, t1b: with
+// the T1 hint).
 #define CORE_STEP(kc, bt0, bt1)                                                                                    \
   do {                                                                                                             \
-    TLOAD(4, a0 + (kc) * L.step, L.stride);                                                                        \
-    TLOAD(6, (bt0), 64);                                                                                           \
+    CORE_LOAD(t1a, 4, a0 + (kc) * L.step, L.stride);                                                               \
+    CORE_LOAD(t1b, 6, (bt0), 64);                                                                                  \
     TDP(0, 4, 6);                                                                                                  \
     if (two_n) {                                                                                                   \
-      TLOAD(7, (bt1), 64);                                                                                         \
+      CORE_LOAD(t1b, 7, (bt1), 64);                                                                                \
       TDP(1, 4, 7);                                                                                                \
     }                                                                                                              \
     if (two_m) {                                                                                                   \
-      TLOAD(5, a1 + (kc) * L.step, L.stride);                                                                      \
+      CORE_LOAD(t1a, 5, a1 + (kc) * L.step, L.stride);                                                             \
       TDP(2, 5, 6);                                                                                                \
       if (two_n) TDP(3, 5, 7);                                                                                     \
     }                                                                                                              \
@@ -214,6 +227,7 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
   kt_alayout L = kt_act_layout(A, esz);
   int kb = amx_kblock(s, nkc), pfd = s->amx_pf;
   int pfa = pfd > 0 && (s->amx_pfm & 1), pfb = pfd > 0 && (s->amx_pfm & 2);
+  const int t1a = s->amx_t1 & 1, t1b = s->amx_t1 & 2;
   const int64_t pst = (int64_t)nkc * 1024;  // bytes per 16-row panel
   // the K range of this call: a slab of it (s->k_end > 0) or all of it
   int slab = s->k_end > 0;
@@ -353,6 +367,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
   kt_alayout L = kt_act_layout(A, 1);
   const int k = W->k, nkc = k / 64, ng = rmax ? k / W->group : 0;
   const int pfd = s->amx_pf, pfa = pfd > 0 && (s->amx_pfm & 1);
+  const int t1a = s->amx_t1 & 1, t1b = s->amx_t1 & 2;
   const int upf = s->i4f_pf;
   int slab = s->k_end > 0;
   int kbeg = slab ? s->k_beg : 0, kend = slab ? s->k_end : nkc;
@@ -409,3 +424,4 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
 #undef CORE_STORE_BLOCK
 #undef CORE_LOAD_BLOCK
 #undef CORE_STEP
+#undef CORE_LOAD

@@ -58,6 +58,7 @@ static void emu_dpbssd(int c, int a, int b) {
 #define KT_CORE_HELPER_ATTR TEMU
 #define TZERO(t) emu_zero(t)
 #define TLOAD(t, p, stride) emu_load(t, p, stride)
+#define TLOAD_T1(t, p, stride) emu_load(t, p, stride)
 #define TSTORE(t, p, stride) emu_store(t, p, stride)
 #define CORE_ATTR TEMU
 
