@@ -96,7 +96,7 @@ func init() {
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
-			f.IntVar(&moeOpts.amxT1, "amx-tile-t1", 0, "AMX prefill tiles loaded with the T1 hint (tileloaddt1): 1 = A, 2 = B, 3 = both, 0 = none")
+			f.IntVar(&moeOpts.amxT1, "amx-tile-t1", 0, "AMX prefill tiles loaded with the T1 hint (tileloaddt1): 1 = A, 2 = B, 3 = both, -1 = none, 0 = default (bf16 B)")
 			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = by format: 4 bf16, none int8; -1 = none)")
 			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")

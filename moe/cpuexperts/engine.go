@@ -118,8 +118,10 @@ type Config struct {
 	AMXPrefetchTiles int
 	// AMXTileT1 picks the AMX prefill tiles loaded with the T1 hint
 	// (tileloaddt1: the core need not keep their lines close, as for data
-	// streamed once): 1 = A (activations), 2 = B (weights), 3 = both, 0 =
-	// none (plain tileloadd). Results do not depend on it.
+	// streamed once): 1 = A (activations), 2 = B (weights), 3 = both, for
+	// every AMX kernel; -1 = none (plain tileloadd); 0 = the default, the
+	// bf16 kernels' B tiles (CORE_T1 in kern_amx_core.h says what the device
+	// measured). Results do not depend on it.
 	AMXTileT1 int
 	// AMXNextLines is how many cache lines of the next kernel call's weights
 	// (the up projection after the gate, the next 32 rows) an AMX prefill
@@ -379,8 +381,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
 		return nil, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
 	}
-	if cfg.AMXTileT1 < 0 || cfg.AMXTileT1 > 3 {
-		return nil, fmt.Errorf("cpu expert engine: AMXTileT1 %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXTileT1)
+	if cfg.AMXTileT1 < -1 || cfg.AMXTileT1 > 3 {
+		return nil, fmt.Errorf("cpu expert engine: AMXTileT1 %d: want -1 (none), 0 (default), 1 (A), 2 (B) or 3 (both)", cfg.AMXTileT1)
 	}
 	cc.amx_t1 = C.int(cfg.AMXTileT1)
 	if cfg.AMXVariant < 0 || cfg.AMXVariant > 1 {

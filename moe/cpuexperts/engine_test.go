@@ -460,6 +460,11 @@ func TestRefusals(t *testing.T) {
 	if _, err := NewEngine(Config{Pools: 2, NUMANodes: []int{0}, MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128}); err == nil {
 		t.Error("2 pools with 1 NUMA node accepted")
 	}
+	for _, t1 := range []int{-2, 4} {
+		if _, err := NewEngine(Config{AMXTileT1: t1, MaxTokens: 1, TopK: 1, Experts: 1, Hidden: 128, Intermediate: 128}); err == nil {
+			t.Errorf("AMXTileT1 %d accepted", t1)
+		}
+	}
 	spec := small
 	spec.Method = AMXINT4
 	e := newEngine(t, spec, 1, 1, 4, 2, ISAAuto)

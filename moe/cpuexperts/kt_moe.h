@@ -115,7 +115,7 @@ typedef struct {
   int amx_kch_down;    // the down projection's AMX prefill K block; <= 0 = the whole K in one pass
   int amx_pf;          // AMX prefill: prefetch tiles this many steps ahead; <= 0 = none
   int amx_pfm;         // AMX prefill: tiles amx_pf prefetches, bit 0 = A, bit 1 = B; 0 = both
-  int amx_t1;          // AMX prefill: tile loads with the T1 hint (tileloaddt1), bit 0 = A, bit 1 = B; 0 = none
+  int amx_t1;          // AMX prefill: tile loads with the T1 hint (tileloaddt1), bit 0 = A, bit 1 = B; 0 = default, -1 = none
   int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
                        // per tile step; 0 = default, < 0 = none
   int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
