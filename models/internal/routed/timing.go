@@ -10,7 +10,8 @@ import (
 // hybrid step time its piecewise hand-offs (SGLang-KT's
 // SGLANG_KT_HYBRID_TIMING): per MoE layer, how long the host waited for the
 // GPU piece before it (its kernels up to the layer's copies, the piece's
-// launch included) and how long the layer's CPU experts took. Off by
+// launch included) and how long the layer's CPU experts took, and how many
+// of each layer's picks its prefetched next-layer prediction named. Off by
 // default: it reads the clock three times per layer.
 const TimingEnv = "KT_HYBRID_TIMING"
 
