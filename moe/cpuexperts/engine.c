@@ -1242,6 +1242,7 @@ static void run_job_fused(kt_worker* w) {
   const kt_expert* ex = l->ex;
   int na = e->nactive;
   int item, nitems = 0;
+  w->tr_guw = w->tr_dnw = 0;  // this task's block times (trace)
 
   // convert each token's row once (tokst[t] = seq publishes it); with few
   // tokens most threads skip straight to gate/up
@@ -1339,7 +1340,7 @@ static void* worker_main(void* arg) {
     wait_change(e, &e->job_gen, seen);
     seen = atomic_load_explicit(&e->job_gen, memory_order_acquire);
     if (atomic_load(&e->quit)) break;
-    if (e->trace) w->tr_seen = now_ns(), w->tr_guw = w->tr_dnw = 0;
+    if (e->trace) w->tr_seen = now_ns();
     run_job(w);
     if (e->trace) w->tr_end = now_ns();
     if (atomic_fetch_add_explicit(&e->job_done, 1, memory_order_acq_rel) + 1 == e->nthreads) {
@@ -1617,7 +1618,6 @@ static void run_task(kt_engine* e, const kt_task* t) {
     if (traced) {
       e->tr_pub = now_ns();
       e->workers[0].tr_seen = e->tr_pub;
-      e->workers[0].tr_guw = e->workers[0].tr_dnw = 0;
       e->guest->tr_items = -1;  // set when a guest joins
     }
     if (e->guest_ok) {
@@ -1815,7 +1815,6 @@ static int help(kt_engine* e, int* last) {
         unsigned csr = _mm_getcsr();
         _mm_setcsr(0x1f80);  // as the workers (fp8 decode relies on denormals)
         int64_t t0 = e->trace ? now_ns() : 0;
-        g->tr_guw = g->tr_dnw = 0;
         run_job_fused(g);
         if (e->trace) {
           g->tr_seen = t0;

@@ -444,12 +444,10 @@ func (g *gpuLink) handoff(l, n int) func() error {
 }
 
 // picks returns layer l's expert ids for n tokens once the layer's copies
-// landed: the pinned ids, or with deferral the slot layer l uses.
+// landed, from the buffers slot says the layer uses.
 func (g *gpuLink) picks(l, n int) []int32 {
-	if f := g.def; f != nil {
-		return g.slots[f.order[l]&1].is[:n*g.k]
-	}
-	return g.ids[:n*g.k]
+	_, _, ids, _ := g.slot(l)
+	return cuda.HostSlice[int32](ids)[:n*g.k]
 }
 
 // runCPU runs layer l's CPU experts on the pinned buffers once the
