@@ -67,6 +67,7 @@ static char load_err[512];
 DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
 static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
+static CUresult (*p_cuStreamWaitValue32) (CUstream, CUdeviceptr, unsigned, unsigned); /* optional (_v2: CUDA >= 11.7) */
 
 /* cuLaunchKernelEx (CUDA >= 11.8, optional) and the parts of cuda.h's
  * launch configuration it reads: a launch attribute is an 8-byte id slot and
@@ -126,6 +127,8 @@ const char *kt_load_driver(const char *path) {
 		goto fail;
 	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
 	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx");
+	p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32_v2");
+	if (!p_cuStreamWaitValue32) p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32");
 	h_driver = h;
 	return NULL;
 fail:
@@ -175,6 +178,11 @@ CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigne
 	SETCTX
 	if (!p_cuEventRecordWithFlags) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
 	return p_cuEventRecordWithFlags(e, s, flags);
+}
+CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, unsigned value, unsigned flags) {
+	SETCTX
+	if (!p_cuStreamWaitValue32) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	return p_cuStreamWaitValue32(s, addr, value, flags);
 }
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e) { SETCTX return p_cuEventSynchronize(e); }
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e) { SETCTX return p_cuEventQuery(e); }

@@ -81,6 +81,7 @@ CUresult kt_cuEventCreate(CUcontext ctx, CUevent *e, unsigned flags);
 CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e);
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
 CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags);
+CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, unsigned value, unsigned flags);
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e);
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b);

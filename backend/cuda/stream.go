@@ -47,6 +47,23 @@ func (s *Stream) Synchronize() error {
 	return cuErr(C.kt_cuStreamSynchronize(s.d.ctx, s.s), "cuStreamSynchronize")
 }
 
+// WaitValue makes future work on s wait until the uint32 at byte off of the
+// pinned buffer h reaches v (cuStreamWaitValue32, CU_STREAM_WAIT_VALUE_GEQ:
+// the cyclic comparison (int32)(*addr - v) >= 0, so a counter may wrap):
+// the host lets work it queued ahead run by storing a value there, without
+// a launch or a call on the stream. Drivers without stream memory
+// operations answer CUDA_ERROR_NOT_SUPPORTED.
+func (s *Stream) WaitValue(h *HostBuffer, off int64, v uint32) error {
+	if off < 0 || off%4 != 0 || off+4 > h.Size {
+		return fmt.Errorf("cuda: stream wait on byte %d of a %d-byte pinned buffer", off, h.Size)
+	}
+	dp, err := h.DevicePtr()
+	if err != nil {
+		return err
+	}
+	return cuErr(C.kt_cuStreamWaitValue32(s.d.ctx, s.s, C.CUdeviceptr(dp+uint64(off)), C.uint(v), 0), "cuStreamWaitValue32")
+}
+
 // Wait makes future work on s wait for e's last record.
 func (s *Stream) Wait(e *Event) error {
 	return cuErr(C.kt_cuStreamWaitEvent(s.d.ctx, s.s, e.e), "cuStreamWaitEvent")

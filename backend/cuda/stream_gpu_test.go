@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -514,6 +515,66 @@ func TestKernelCopy(t *testing.T) {
 			if err := Upload(d, dev[i], src[i]); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// TestStreamWaitValue checks Stream.WaitValue: work queued behind a wait
+// for a pinned counter does not run while the counter is short of the
+// value (polled for 50 ms), runs once the host stores it, and a later wait
+// for the next value holds again; a counter that wrapped past the value
+// still lets the work through (the cyclic comparison). Out-of-range
+// offsets are refused.
+func TestStreamWaitValue(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	flag, err := d.AllocHost(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flag.Free()
+	ctr := HostSlice[uint32](flag)
+	ev, err := d.NewEvent(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	buf := poisoned(t, d, 4096)
+	held := func(v uint32, fill byte, set uint32) {
+		t.Helper()
+		if err := s.WaitValue(flag, 4, v); err != nil {
+			if strings.Contains(err.Error(), "NOT_SUPPORTED") || strings.Contains(err.Error(), "801") {
+				t.Skipf("the driver queues no stream waits: %v", err)
+			}
+			t.Fatal(err)
+		}
+		if err := s.Memset(buf, fill); err != nil {
+			t.Fatal(err)
+		}
+		if err := ev.Record(s); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+			if done, err := ev.Done(); err != nil || done {
+				t.Fatalf("work behind a wait for %d ran with the counter at %d (err %v)", v, atomic.LoadUint32(&ctr[1]), err)
+			}
+		}
+		atomic.StoreUint32(&ctr[1], set)
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if got := download[byte](t, d, s, buf, 4096); got[0] != fill || got[4095] != fill {
+			t.Fatalf("after the store of %d: bytes %#x %#x, want %#x", set, got[0], got[4095], fill)
+		}
+	}
+	ctr[1] = 0
+	held(1, 0x11, 1)
+	held(2, 0x22, 2)
+	ctr[1] = 0xfffffffe
+	held(0xffffffff, 0x33, 1) // 1 is past 0xffffffff once the counter wraps
+	for _, off := range []int64{-4, 2, 64} {
+		if err := s.WaitValue(flag, off, 1); err == nil {
+			t.Errorf("a wait at byte %d of a 64-byte buffer was queued", off)
 		}
 	}
 }

@@ -34,8 +34,11 @@ import (
 // layer on the GPU (the GPU MoE op between the copies and the hand-off);
 // piecewise also with expert deferral D = 1 (the deferred task runs on
 // while the next piece does; padding rows take part in the batch-wide
-// protection, so there it is not compared with unpadded steps). It skips
-// without a GPU.
+// protection, so there it is not compared with unpadded steps), each with
+// the next piece launched ahead of the CPU experts' end (the default,
+// KT_HYBRID_AHEAD: its stream waits for a pinned counter; the path must say
+// it is taken) and after it (KT_HYBRID_AHEAD=0).
+// It skips without a GPU.
 func TestHybridGraphDecode(t *testing.T) {
 	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
 	if err != nil {
@@ -48,17 +51,23 @@ func TestHybridGraphDecode(t *testing.T) {
 		req                      placement.Request
 		defer1                   bool
 		segments                 int // graphs per step; 1: one graph
+		ahead                    string
 	}{
-		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1},
-		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1},
-		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1},
-		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1},
-		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1},
-		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1},
+		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "0"},
+		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0"},
+		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1, "0"},
+		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0"},
+		{"piecewise ahead, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, ""},
+		{"piecewise ahead, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, ""},
+		{"piecewise ahead, D=1 (plain hand-offs)", "", "", placement.Request{}, true, shape.Layers + 1, ""},
+		{"piecewise ahead, event after launch", "", "after", placement.Request{}, false, shape.Layers + 1, ""},
+		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1, ""},
+		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv(routed.GraphEnv, c.graphEnv)
 			t.Setenv(routed.PieceEventEnv, c.eventEnv)
+			t.Setenv(routed.AheadEnv, c.ahead)
 			d := 0
 			if c.defer1 {
 				d = 1
@@ -81,6 +90,10 @@ func TestHybridGraphDecode(t *testing.T) {
 				}
 				if mode == "on" {
 					t.Logf("experts: %s", r.ExpertPath())
+					want := c.ahead == "" && c.graphEnv == ""
+					if ahead := strings.Contains(r.ExpertPath(), routed.AheadEnv+"=1;"); ahead != want {
+						t.Fatalf("path %q: ahead hand-offs %v, want %v", r.ExpertPath(), ahead, want)
+					}
 				}
 				return r
 			}

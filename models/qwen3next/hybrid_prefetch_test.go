@@ -18,7 +18,10 @@ import (
 // logprobs must be the same bits (a prefetch only reads weights), the path
 // must say which, and with it the engine must have been handed predicted
 // experts to read (the timing report's prefetch line) and scored them
-// against the picks (its prediction line). It skips without a GPU.
+// against the picks (its prediction line). With the next piece launched
+// ahead of the CPU experts' end (the default) and after it
+// (KT_HYBRID_AHEAD=0) the same predictions must be read: the same score,
+// per layer. It skips without a GPU.
 func TestHybridPrefetch(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 5)
@@ -29,10 +32,11 @@ func TestHybridPrefetch(t *testing.T) {
 	t.Setenv(routed.TimingEnv, "1")
 	mbRe := regexp.MustCompile(`prefetch \(` + routed.PrefetchEnv + `\): ([0-9.]+) MB`)
 	predRe := regexp.MustCompile(`prediction: ([0-9]+)% of the picks`)
-	run := func(name, prefetch, graph string) [][]float64 {
+	run := func(name, prefetch, graph, ahead string) ([][]float64, string) {
 		t.Helper()
 		t.Setenv(routed.PrefetchEnv, prefetch)
 		t.Setenv(routed.GraphEnv, graph)
+		t.Setenv(routed.AheadEnv, ahead)
 		r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "AMXINT8"})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -58,12 +62,18 @@ func TestHybridPrefetch(t *testing.T) {
 			p != nil && func() bool { v, _ := strconv.Atoi(p[1]); return v < 0 || v > 100 }() {
 			t.Fatalf("%s: prediction score %q with prefetch line %q", name, p, m)
 		}
-		return lps
+		score := ""
+		if i := strings.Index(timing, "prediction: "); i >= 0 {
+			score, _, _ = strings.Cut(timing[i:], "\n") // the line, not the prefetch's read share after it
+		}
+		return lps, score
 	}
-	base := run("no prefetch", "0", "")
-	for _, c := range []struct{ name, mode, graph string }{{"prefetch, piecewise graphs", "", ""},
-		{"prefetch, op by op", "1", "0"}} {
-		got := run(c.name, c.mode, c.graph)
+	base, _ := run("no prefetch", "0", "", "")
+	scores := map[string]string{}
+	for _, c := range []struct{ name, mode, graph, ahead string }{{"prefetch, piecewise graphs", "", "", "0"},
+		{"prefetch, op by op", "1", "0", ""}, {"prefetch, piecewise graphs, ahead", "", "", ""}} {
+		got, score := run(c.name, c.mode, c.graph, c.ahead)
+		scores[c.name] = score
 		for i := range base {
 			for v := range base[i] {
 				if math.Float64bits(got[i][v]) != math.Float64bits(base[i][v]) {
@@ -71,5 +81,8 @@ func TestHybridPrefetch(t *testing.T) {
 				}
 			}
 		}
+	}
+	if a, b := scores["prefetch, piecewise graphs, ahead"], scores["prefetch, piecewise graphs"]; a != b || a == "" {
+		t.Fatalf("ahead hand-offs scored %q, plain ones %q: not the same predictions read", a, b)
 	}
 }

@@ -55,6 +55,19 @@ const GraphEnv = "KT_HYBRID_GRAPH"
 // GPU experts of a split layer) instead of overlapping it.
 const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 
+// AheadEnv names the environment variable that chooses when the piecewise
+// form launches the piece after a hand-off. Unset or 1 (the default):
+// before the layer's CPU experts finish (runbase.Base.CutAhead): the
+// hand-off submits the task, queues a wait for a pinned counter
+// (cuda.Stream.WaitValue) and returns; the piece is launched; the counter
+// is stored once the task is done, so the GPU goes on a counter store after
+// the CPU instead of a graph launch after it (on the H100 machine the GPU
+// wait and launches per step 0.624-0.661 -> 0.605-0.629 ms in nine pairs,
+// decode faster in seven; docs/notes/hybrid.md, session 21). 0: after the
+// task. Steps with expert deferral, and drivers without stream waits, keep
+// the plain hand-off.
+const AheadEnv = "KT_HYBRID_AHEAD"
+
 // CopyEnv names the environment variable that chooses how the hybrid step
 // moves a layer's input rows, ids and weights to the pinned buffers and the
 // experts' output back: "kernel" (the default: one small kernel each way
@@ -140,6 +153,12 @@ type gpuLink struct {
 	lwStep  bool
 	pred    *predictor // next-layer expert prefetch (nil when off; predOff says why)
 	predOff string
+	// ahead hand-offs (AheadEnv): the pinned counter the next piece waits
+	// for (uint32 at byte 0) and the value of the last hand-off (nil: plain
+	// hand-offs)
+	flag     *cuda.HostBuffer
+	seq      uint32
+	aheadOff string // why the ahead hand-off was not taken (the driver's answer)
 }
 
 // pinSlot is one slot of pinned buffers of the hybrid step with expert
@@ -235,6 +254,10 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		return nil, err
 	}
 	g.tasks = map[int][]*cpuexperts.HostTask{}
+	if err := g.aheadSetup(); err != nil {
+		g.close()
+		return nil, err
+	}
 	if g.pred, err = newPredictor(g); err != nil {
 		g.close()
 		return nil, err
@@ -391,6 +414,12 @@ func (g *gpuLink) graphForm() string {
 		if g.evAfter {
 			ev = "waiting on an event after each piece (" + PieceEventEnv + "=after)"
 		}
+		switch {
+		case g.flag != nil:
+			ev += "; the next piece launched before the CPU experts end, waiting for a pinned counter (" + AheadEnv + "=1; not with deferral)"
+		case g.aheadOff != "":
+			ev += "; " + AheadEnv + " not taken: " + g.aheadOff
+		}
 		return "decode steps may run as piecewise CUDA graphs (one per stretch between MoE hand-offs; CPU experts on this thread between launches, " + ev + ")"
 	case g.graphs:
 		return "decode steps may run as CUDA graphs (CPU experts as C host functions)"
@@ -411,36 +440,133 @@ func (g *gpuLink) handoff(l, n int) func() error {
 			}
 			d, pending = f.begin(l)
 		}
-		if g.evAfter {
-			if err := g.ev.Record(g.s); err != nil {
-				return err
-			}
-		}
-		var t0, t1 time.Time // read only with TimingEnv=1
-		if g.timing != nil {
-			t0 = time.Now()
-		}
-		if sn > 0 {
-			if err := g.prefetch(atStart, l, sn); err != nil {
-				return err
-			}
-		}
-		if err := g.wait(); err != nil {
+		t0, t1, err := g.handoffWait(l, n, sn)
+		if err != nil {
 			return err
 		}
-		if g.timing != nil {
-			g.scorePrediction(l, n) // before the deferral split rewrites the picks
-			t1 = time.Now()
+		err = g.runCPU(l, n, d, pending)
+		return g.handoffDone(l, t0, t1, next, nn, err)
+	}
+}
+
+// handoffWait is a hand-off's first part: the at-start prefetch of layer l
+// (sn tokens; 0: none), then the wait for the layer's copies to host; with
+// TimingEnv=1 it scores the prediction and returns when it began (t0) and
+// when the copies were in (t1).
+func (g *gpuLink) handoffWait(l, n, sn int) (t0, t1 time.Time, err error) {
+	if g.evAfter {
+		if err := g.ev.Record(g.s); err != nil {
+			return t0, t1, err
 		}
-		err := g.runCPU(l, n, d, pending)
-		if g.timing != nil {
-			g.timing.add(l, t0, t1, time.Now())
+	}
+	if g.timing != nil {
+		t0 = time.Now()
+	}
+	if sn > 0 {
+		if err := g.prefetch(atStart, l, sn); err != nil {
+			return t0, t1, err
 		}
-		if err == nil && nn > 0 { // while the next pieces run
-			err = g.prefetch(atNext, next, nn)
+	}
+	if err := g.wait(); err != nil {
+		return t0, t1, err
+	}
+	if g.timing != nil {
+		g.scorePrediction(l, n) // before the deferral split rewrites the picks
+		t1 = time.Now()
+	}
+	return t0, t1, nil
+}
+
+// handoffDone is a hand-off's last part, once layer l's CPU experts ended
+// with err: the timing (TimingEnv=1) and, after a task that succeeded, the
+// prefetch of the next MoE layer's predicted experts (nn tokens; 0: none),
+// which reads while the next pieces run.
+func (g *gpuLink) handoffDone(l int, t0, t1 time.Time, next, nn int, err error) error {
+	if g.timing != nil {
+		g.timing.add(l, t0, t1, time.Now())
+	}
+	if err == nil && nn > 0 {
+		err = g.prefetch(atNext, next, nn)
+	}
+	return err
+}
+
+// handoffAhead is handoff in the two parts of runbase.Base.CutAhead
+// (AheadEnv, no deferral): after waits for the layer's copies, submits
+// its CPU experts, keeps the next layer's prediction and queues the next
+// piece's wait for the counter's next value; finish waits for the task and
+// stores that value, which lets the piece (launched in between) go on,
+// whatever the task's outcome, then queues the prefetch. The prediction is
+// read in after: once the next piece is launched, the prediction slot's
+// event stands for that piece's record of it, which waits for the counter.
+func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
+	sn, next, nn := g.pred.take(l)
+	var t0, t1 time.Time
+	after = func() error {
+		var err error
+		if t0, t1, err = g.handoffWait(l, n, sn); err != nil {
+			return err
+		}
+		if err := g.x.layers[l].Submit(g.batchFor(n)); err != nil {
+			return err
+		}
+		if nn > 0 { // while the task runs: the GPU computes it after the layer's copies
+			var ids []int32
+			if ids, err = g.predicted(atNext, nn); err == nil {
+				g.pred.held = append(g.pred.held[:0], ids...)
+			}
+		}
+		if err == nil {
+			err = g.s.WaitValue(g.flag, 0, g.seq+1)
+		}
+		if err != nil {
+			_ = g.x.eng.Sync()
+			return err
+		}
+		g.seq++
+		return nil
+	}
+	finish = func() error {
+		err := g.x.eng.Sync()
+		var t2 time.Time
+		if g.timing != nil {
+			t2 = time.Now()
+		}
+		atomic.StoreUint32(&cuda.HostSlice[uint32](g.flag)[0], g.seq) // the outputs are in: the piece may read them
+		if err == nil && nn > 0 {
+			g.prefetchIDs(next, g.pred.held)
+		}
+		if g.timing != nil {
+			g.timing.add(l, t0, t1, t2)
 		}
 		return err
 	}
+	return after, finish
+}
+
+// aheadSetup reads AheadEnv and, when it asks for the ahead hand-off in
+// the piecewise form, allocates its counter and checks that the driver
+// queues stream waits (else the plain hand-off stays, said by Path).
+func (g *gpuLink) aheadSetup() error {
+	off, err := envChoice(AheadEnv, "1", "0")
+	if err != nil || off || !g.piece {
+		return err
+	}
+	f, err := g.be.Device().AllocHost(64)
+	if err != nil {
+		return fmt.Errorf("hybrid step: %s counter: %w", AheadEnv, err)
+	}
+	cuda.HostSlice[uint32](f)[0] = 0 // g.seq's start: pinned memory comes uninitialised
+	if err := g.s.WaitValue(f, 0, 0); err == nil {
+		err = g.s.Synchronize()
+	}
+	if err != nil {
+		_ = f.Free()
+		g.aheadOff = err.Error()
+		return nil
+	}
+	g.flag = f
+	return nil
 }
 
 // picks returns layer l's expert ids for n tokens once the layer's copies
@@ -459,10 +585,16 @@ func (g *gpuLink) runCPU(l, n, d int, pending bool) error {
 	if g.def != nil {
 		return g.deferredRun(l, n, d, pending)
 	}
+	return g.x.layers[l].Forward(g.batchFor(n))
+}
+
+// batchFor sets the engine's batch to n tokens of the step's pinned
+// buffers (no deferral) and returns it.
+func (g *gpuLink) batchFor(n int) *cpuexperts.Batch {
 	b := &g.x.batch
 	*b = cpuexperts.Batch{Tokens: n, TopK: g.k, X: g.xs[:n*g.hid], IDs: g.ids[:n*g.k],
 		Weights: g.wts[:n*g.k], Out: g.outs[:n*g.hid]}
-	return g.x.layers[l].Forward(b)
+	return b
 }
 
 // mode says how the CPU work is scheduled, for Path.
@@ -673,7 +805,13 @@ func (g *gpuLink) join(l int, out backend.Tensor, n int) error {
 	if g.pieceStep() {
 		// the piece ends after the shared expert the model queued since
 		// start: the CPU experts overlap it; the next begins with the copy back
-		if err := g.rb.Cut(g.handoff(l, n)); err != nil {
+		var err error
+		if g.flag != nil && g.def == nil {
+			err = g.rb.CutAhead(g.handoffAhead(l, n))
+		} else {
+			err = g.rb.Cut(g.handoff(l, n))
+		}
+		if err != nil {
 			return err
 		}
 	} else if g.graphStep() {
@@ -712,6 +850,9 @@ func (g *gpuLink) fromHost(dst cuda.Buffer, src *cuda.HostBuffer, n int) error {
 }
 
 func (g *gpuLink) close() {
+	if g.flag != nil { // a piece queued behind an ahead hand-off whose finish never ran must not hold the stream
+		atomic.StoreUint32(&cuda.HostSlice[uint32](g.flag)[0], g.seq)
+	}
 	if g.s != nil {
 		_ = g.s.Synchronize() // no host function may still run
 	}
@@ -736,7 +877,7 @@ func (g *gpuLink) close() {
 		_ = g.ev.Destroy()
 	}
 	g.pred.close()
-	free := []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts}
+	free := []*cuda.HostBuffer{g.pinX, g.pinOut, g.pinIDs, g.pinWts, g.flag}
 	for _, sl := range g.slots {
 		free = append(free, sl.defIDs)
 		if sl.owned {

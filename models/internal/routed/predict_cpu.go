@@ -67,6 +67,9 @@ type predictor struct {
 	// prefetched holds, with TimingEnv=1, each layer's last prefetched ids
 	// until its hand-off compares them with the picks (empty: none)
 	prefetched [][]int32
+	// held keeps the next layer's predicted ids from an ahead hand-off's
+	// first part to its second (AheadEnv=1)
+	held []int32
 }
 
 // predSlot is one prediction's pinned ids and the event recorded after
@@ -155,19 +158,35 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 // prefetch waits for the prediction at point at of layer l (n tokens) and
 // queues the engine's prefetch of the predicted experts.
 func (g *gpuLink) prefetch(at, l, n int) error {
-	sl := &g.pred.slots[at]
-	if err := g.waitEvent(sl.ev); err != nil {
+	ids, err := g.predicted(at, n)
+	if err != nil {
 		return err
 	}
-	g.x.layers[l].Prefetch(sl.ids[:n*g.k])
+	g.prefetchIDs(l, ids)
+	return nil
+}
+
+// predicted waits for the prediction at point at (n tokens) and returns
+// its ids: the slot's pinned memory, which the next piece that records
+// the slot's event rewrites (read them before that piece may run).
+func (g *gpuLink) predicted(at, n int) ([]int32, error) {
+	sl := &g.pred.slots[at]
+	if err := g.waitEvent(sl.ev); err != nil {
+		return nil, err
+	}
+	return sl.ids[:n*g.k], nil
+}
+
+// prefetchIDs queues the engine's prefetch of layer l's experts ids.
+func (g *gpuLink) prefetchIDs(l int, ids []int32) {
+	g.x.layers[l].Prefetch(ids)
 	if g.timing != nil { // the slot is rewritten before layer l's hand-off reads its picks
 		p := g.pred
 		if p.prefetched == nil {
 			p.prefetched = make([][]int32, len(g.x.layers))
 		}
-		p.prefetched[l] = append(p.prefetched[l][:0], sl.ids[:n*g.k]...)
+		p.prefetched[l] = append(p.prefetched[l][:0], ids...)
 	}
-	return nil
 }
 
 // scorePrediction counts, with TimingEnv=1, how many of layer l's picks

@@ -62,8 +62,8 @@ type graphState struct {
 	capturing   bool         // a step's ops are being recorded (Capturing)
 	replayCheck func() error // OnReplay's hook
 
-	piecewise bool                           // steps are captured in pieces (PiecewiseGraphs)
-	cut       func(after func() error) error // Cut, while a piecewise step is recorded
+	piecewise bool                                   // steps are captured in pieces (PiecewiseGraphs)
+	cut       func(after, finish func() error) error // Cut and CutAhead, while a piecewise step is recorded
 }
 
 type stepGraph struct {
@@ -75,10 +75,11 @@ type stepGraph struct {
 }
 
 // segment is one graph of a piecewise step and the host work that runs
-// after it is launched, before the next one is (nil for the last).
+// after it is launched, before the next one is (nil for the last), and the
+// work that runs after the next one is launched (CutAhead; nil: none).
 type segment struct {
-	g     backend.StepGraph
-	after func() error
+	g             backend.StepGraph
+	after, finish func() error
 }
 
 // segmentCapturer is a GraphBackend that can record a step as several
@@ -102,34 +103,47 @@ func (sg *stepGraph) destroy() {
 }
 
 // replay queues the bucket's graphs: one graph, or the pieces with their
-// host work in between (which waits for what it needs of the GPU). A
-// hand-off that fails stops the step there.
+// host work in between (which waits for what it needs of the GPU): a
+// piece's after, then the next piece's launch, then the piece's finish. A
+// hand-off that fails stops the step there; a finish whose after returned
+// nil runs whatever follows (it is what lets the queued piece go on).
 func (sg *stepGraph) replay(gb backend.GraphBackend) error {
 	if sg.g != nil {
 		gb.ReplayStep(sg.g)
 		return nil
 	}
+	var finish func() error // the previous piece's, once this one is launched
 	for _, s := range sg.segs {
 		gb.ReplayStep(s.g)
+		if finish != nil {
+			if err := finish(); err != nil {
+				return err
+			}
+			finish = nil
+		}
 		if s.after != nil {
 			if err := s.after(); err != nil {
 				return err
 			}
 		}
+		finish = s.finish
+	}
+	if finish != nil { // the last piece has none: a hand-off ends every other
+		return finish()
 	}
 	return nil
 }
 
 // capturePieces records queue's ops as the pieces its Cut calls delimit.
 func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]segment, error) {
-	var afters []func() error
+	var afters, finishes []func() error
 	var qerr error
 	graphs, err := sc.CaptureSegments(func(cut func() error) {
-		g.cut = func(after func() error) error {
+		g.cut = func(after, finish func() error) error {
 			if err := cut(); err != nil {
 				return err
 			}
-			afters = append(afters, after)
+			afters, finishes = append(afters, after), append(finishes, finish)
 			return nil
 		}
 		qerr = queue()
@@ -151,7 +165,7 @@ func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]se
 	for i, gr := range graphs {
 		segs[i].g = gr
 		if i < len(afters) {
-			segs[i].after = afters[i]
+			segs[i].after, segs[i].finish = afters[i], finishes[i]
 		}
 	}
 	return segs, nil
@@ -265,11 +279,21 @@ func (b *Base) CapturingPieces() bool { return b.gr.cut != nil }
 // after runs on the calling thread before the next graph is launched (the
 // hybrid step: wait for the layer's copies to host, run the CPU experts).
 // After an error the model must stop queueing the step and return it.
-func (b *Base) Cut(after func() error) error {
+func (b *Base) Cut(after func() error) error { return b.CutAhead(after, nil) }
+
+// CutAhead is Cut with the hand-off in two parts: at every replay after
+// runs once the graph that ends here is launched, then the next graph is
+// launched, then finish runs. after may so start host work and queue on
+// the stream what holds the next graph back until finish lets it go (the
+// hybrid step: submit the CPU experts, queue a wait for a value finish
+// stores once they are done), and the next graph's launch costs no time
+// after the host work. Once after returned nil, finish runs even if the
+// next launch is the step's last.
+func (b *Base) CutAhead(after, finish func() error) error {
 	if b.gr.cut == nil {
 		return fmt.Errorf("runbase: Cut outside the recording of a piecewise step")
 	}
-	return b.gr.cut(after)
+	return b.gr.cut(after, finish)
 }
 
 // OnReplay sets fn to run after every decode step of the graph path

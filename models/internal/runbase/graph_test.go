@@ -99,23 +99,33 @@ func TestPiecewiseCaptureReplay(t *testing.T) {
 	after := func(f *fakePieces, name string, err error) func() error {
 		return func() error { f.log = append(f.log, name); return err }
 	}
-	// queue is a step of 3 pieces: 2 hand-offs
-	queue := func(g *graphState, f *fakePieces, err1 error) func() error {
+	// queueAhead is a step of 3 pieces: 2 hand-offs, each as after and
+	// finish (CutAhead) where finish is set (its name, and its error)
+	queueAhead := func(g *graphState, f *fakePieces, err1 error, finish [2]string, ferr error) func() error {
+		fin := func(i int) func() error {
+			if finish[i] == "" {
+				return nil
+			}
+			return after(f, finish[i], ferr)
+		}
 		return func() error {
 			f.op("attn0")
 			f.op("router0")
-			if err := g.cut(after(f, "cpu0", err1)); err != nil {
+			if err := g.cut(after(f, "cpu0", err1), fin(0)); err != nil {
 				return err
 			}
 			f.op("add0")
 			f.op("attn1")
-			if err := g.cut(after(f, "cpu1", nil)); err != nil {
+			if err := g.cut(after(f, "cpu1", nil), fin(1)); err != nil {
 				return err
 			}
 			f.op("add1")
 			f.op("head")
 			return nil
 		}
+	}
+	queue := func(g *graphState, f *fakePieces, err1 error) func() error {
+		return queueAhead(g, f, err1, [2]string{}, nil)
 	}
 	t.Run("replay order", func(t *testing.T) {
 		f, g := &fakePieces{}, &graphState{}
@@ -150,6 +160,36 @@ func TestPiecewiseCaptureReplay(t *testing.T) {
 			t.Error("destroyed bucket still live")
 		}
 	})
+	// CutAhead: a hand-off's finish runs once the next piece is launched
+	// (also after the last); a finish error stops the step there
+	for _, c := range []struct {
+		name   string
+		finish [2]string
+		ferr   error
+		want   []string
+	}{
+		{"ahead, first hand-off", [2]string{"done0", ""}, nil,
+			[]string{"attn0", "router0", "cpu0", "add0", "attn1", "done0", "cpu1", "add1", "head"}},
+		{"ahead, both", [2]string{"done0", "done1"}, nil,
+			[]string{"attn0", "router0", "cpu0", "add0", "attn1", "done0", "cpu1", "add1", "head", "done1"}},
+		{"ahead, finish error", [2]string{"done0", "done1"}, errors.New("task failed"),
+			[]string{"attn0", "router0", "cpu0", "add0", "attn1", "done0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, g := &fakePieces{}, &graphState{}
+			segs, err := g.capturePieces(f, queueAhead(g, f, nil, c.finish, c.ferr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = (&stepGraph{segs: segs}).replay(f)
+			if (err != nil) != (c.ferr != nil) {
+				t.Fatalf("replay error %v, want %v", err, c.ferr)
+			}
+			if !slices.Equal(f.log, c.want) {
+				t.Fatalf("replay ran %v, want %v", f.log, c.want)
+			}
+		})
+	}
 	t.Run("hand-off error stops the step", func(t *testing.T) {
 		f, g := &fakePieces{}, &graphState{}
 		segs, err := g.capturePieces(f, queue(g, f, errors.New("engine failed")))
