@@ -62,7 +62,7 @@ const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 // (cuda.Stream.WaitValue) and returns; the piece is launched; the counter
 // is stored once the task is done, so the GPU goes on a counter store after
 // the CPU instead of a graph launch after it (on the H100 machine the GPU
-// wait and launches per step 0.624-0.661 -> 0.605-0.629 ms in nine pairs,
+// wait and launches per step 0.624-0.661 -> 0.610-0.629 ms in nine pairs,
 // decode faster in seven; docs/notes/hybrid.md, session 21). 0: after the
 // task. Steps with expert deferral, and drivers without stream waits, keep
 // the plain hand-off.
