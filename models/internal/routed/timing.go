@@ -22,7 +22,10 @@ type handoffTiming struct {
 	steps      int
 	wait, work []time.Duration // per model layer
 	// launch sums the host time between one hand-off's end and the next
-	// one's start in a step: the next piece's launch (cuGraphLaunch)
+	// one's start in a step: the next piece's launch (cuGraphLaunch), or,
+	// with the ahead hand-off (AheadEnv, the default), next to nothing: the
+	// launch then runs while the CPU experts do, and the wait for the next
+	// piece includes the GPU's reading of the counter
 	launch  time.Duration
 	prevEnd time.Time // the last hand-off's end in this step
 	// hits and picks count, per model layer, the prefetched predictions'
