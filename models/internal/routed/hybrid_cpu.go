@@ -154,9 +154,10 @@ type gpuLink struct {
 	pred    *predictor // next-layer expert prefetch (nil when off; predOff says why)
 	predOff string
 	// ahead hand-offs (AheadEnv): the pinned counter the next piece waits
-	// for (uint32 at byte 0) and the value of the last hand-off (nil: plain
-	// hand-offs)
+	// for (ctr, the uint32 at byte 0 of flag) and the value of the last
+	// hand-off (flag nil: plain hand-offs)
 	flag     *cuda.HostBuffer
+	ctr      *uint32
 	seq      uint32
 	aheadOff string // why the ahead hand-off was not taken (the driver's answer)
 }
@@ -532,7 +533,7 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 		if g.timing != nil {
 			t2 = time.Now()
 		}
-		atomic.StoreUint32(&cuda.HostSlice[uint32](g.flag)[0], g.seq) // the outputs are in: the piece may read them
+		g.release() // the outputs are in: the piece may read them
 		if err == nil && nn > 0 {
 			g.prefetchIDs(next, g.pred.held)
 		}
@@ -556,7 +557,8 @@ func (g *gpuLink) aheadSetup() error {
 	if err != nil {
 		return fmt.Errorf("hybrid step: %s counter: %w", AheadEnv, err)
 	}
-	cuda.HostSlice[uint32](f)[0] = 0 // g.seq's start: pinned memory comes uninitialised
+	ctr := &cuda.HostSlice[uint32](f)[0]
+	*ctr = 0 // g.seq's start: pinned memory comes uninitialised
 	if err := g.s.WaitValue(f, 0, 0); err == nil {
 		err = g.s.Synchronize()
 	}
@@ -565,9 +567,13 @@ func (g *gpuLink) aheadSetup() error {
 		g.aheadOff = err.Error()
 		return nil
 	}
-	g.flag = f
+	g.flag, g.ctr = f, ctr
 	return nil
 }
+
+// release stores the last ahead hand-off's value into the counter: the
+// piece queued behind it goes on.
+func (g *gpuLink) release() { atomic.StoreUint32(g.ctr, g.seq) }
 
 // picks returns layer l's expert ids for n tokens once the layer's copies
 // landed, from the buffers slot says the layer uses.
@@ -851,7 +857,7 @@ func (g *gpuLink) fromHost(dst cuda.Buffer, src *cuda.HostBuffer, n int) error {
 
 func (g *gpuLink) close() {
 	if g.flag != nil { // a piece queued behind an ahead hand-off whose finish never ran must not hold the stream
-		atomic.StoreUint32(&cuda.HostSlice[uint32](g.flag)[0], g.seq)
+		g.release()
 	}
 	if g.s != nil {
 		_ = g.s.Synchronize() // no host function may still run

@@ -119,7 +119,6 @@ func (sg *stepGraph) replay(gb backend.GraphBackend) error {
 			if err := finish(); err != nil {
 				return err
 			}
-			finish = nil
 		}
 		if s.after != nil {
 			if err := s.after(); err != nil {
@@ -133,14 +132,14 @@ func (sg *stepGraph) replay(gb backend.GraphBackend) error {
 
 // capturePieces records queue's ops as the pieces its Cut calls delimit.
 func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]segment, error) {
-	var afters, finishes []func() error
+	var hands []segment // each cut's host work, the graph ending there set below
 	var qerr error
 	graphs, err := sc.CaptureSegments(func(cut func() error) {
 		g.cut = func(after, finish func() error) error {
 			if err := cut(); err != nil {
 				return err
 			}
-			afters, finishes = append(afters, after), append(finishes, finish)
+			hands = append(hands, segment{after: after, finish: finish})
 			return nil
 		}
 		qerr = queue()
@@ -149,8 +148,8 @@ func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]se
 	if err == nil {
 		err = qerr
 	}
-	if err == nil && len(graphs) != len(afters)+1 {
-		err = fmt.Errorf("%d graphs recorded for %d cuts", len(graphs), len(afters))
+	if err == nil && len(graphs) != len(hands)+1 {
+		err = fmt.Errorf("%d graphs recorded for %d cuts", len(graphs), len(hands))
 	}
 	if err != nil {
 		for _, gr := range graphs {
@@ -158,12 +157,9 @@ func (g *graphState) capturePieces(sc segmentCapturer, queue func() error) ([]se
 		}
 		return nil, err
 	}
-	segs := make([]segment, len(graphs))
+	segs := append(hands, segment{}) // the last graph ends with no cut
 	for i, gr := range graphs {
 		segs[i].g = gr
-		if i < len(afters) {
-			segs[i].after, segs[i].finish = afters[i], finishes[i]
-		}
 	}
 	return segs, nil
 }
