@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime/cgo"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -54,14 +55,39 @@ func (s *Stream) Synchronize() error {
 // a launch or a call on the stream. Drivers without stream memory
 // operations answer CUDA_ERROR_NOT_SUPPORTED.
 func (s *Stream) WaitValue(h *HostBuffer, off int64, v uint32) error {
-	if off < 0 || off%4 != 0 || off+4 > h.Size {
-		return fmt.Errorf("cuda: stream wait on byte %d of a %d-byte pinned buffer", off, h.Size)
-	}
-	dp, err := h.DevicePtr()
+	dp, err := hostWord(h, off)
 	if err != nil {
 		return err
 	}
-	return cuErr(C.kt_cuStreamWaitValue32(s.d.ctx, s.s, C.CUdeviceptr(dp+uint64(off)), C.uint(v), 0), "cuStreamWaitValue32")
+	return cuErr(C.kt_cuStreamWaitValue32(s.d.ctx, s.s, C.CUdeviceptr(dp), C.uint(v), 0), "cuStreamWaitValue32")
+}
+
+// WaitHostTimeout is how long a WaitHost kernel waits for its value before
+// it traps (the context fails: an error on every later call, not a hang).
+const WaitHostTimeout = 60 * time.Second
+
+// WaitHost makes future work on s wait, as WaitValue does, until the uint32
+// at byte off of the pinned buffer h reaches v (the same cyclic
+// comparison), with a one-thread kernel that reads the word over the bus
+// instead of a stream memory operation: any driver runs it, and the work
+// behind starts about one bus read and one kernel boundary after the
+// store. The kernel occupies one block while it waits; past
+// WaitHostTimeout it traps.
+func (s *Stream) WaitHost(h *HostBuffer, off int64, v uint32) error {
+	dp, err := hostWord(h, off)
+	if err != nil {
+		return err
+	}
+	return s.d.launch(s, "m_wait_host", grid1(1), grid1(1), 0, dp, v, int64(WaitHostTimeout))
+}
+
+// hostWord is the device address of the uint32 at byte off of h.
+func hostWord(h *HostBuffer, off int64) (uint64, error) {
+	if off < 0 || off%4 != 0 || off+4 > h.Size {
+		return 0, fmt.Errorf("cuda: stream wait on byte %d of a %d-byte pinned buffer", off, h.Size)
+	}
+	dp, err := h.DevicePtr()
+	return dp + uint64(off), err
 }
 
 // Wait makes future work on s wait for e's last record.

@@ -519,30 +519,48 @@ func TestKernelCopy(t *testing.T) {
 	}
 }
 
-// TestStreamWaitValue checks Stream.WaitValue: work queued behind a wait
-// for a pinned counter does not run while the counter is short of the
-// value (polled for 50 ms), runs once the host stores it, and a later wait
-// for the next value holds again; a counter that wrapped past the value
-// still lets the work through (the cyclic comparison). Out-of-range
-// offsets are refused.
+// TestStreamWaitValue checks Stream.WaitValue and Stream.WaitHost: work
+// queued behind a wait for a pinned counter does not run while the counter
+// is short of the value (polled for 50 ms), runs once the host stores it
+// and reads what the host wrote before the store (copies from pinned
+// memory queued behind the wait, by kernel and by the copy engines), and a later wait for the next value
+// holds again; a counter that wrapped past the value still lets the work
+// through (the cyclic comparison). Out-of-range offsets are refused.
 func TestStreamWaitValue(t *testing.T) {
 	d := testDevice(t)
 	s := testStream(t, d)
+	for _, c := range []struct {
+		name string
+		wait func(h *HostBuffer, off int64, v uint32) error
+	}{{"WaitValue", s.WaitValue}, {"WaitHost", s.WaitHost}} {
+		t.Run(c.name, func(t *testing.T) { testStreamWait(t, d, s, c.wait) })
+	}
+}
+
+func testStreamWait(t *testing.T, d *Device, s *Stream, wait func(h *HostBuffer, off int64, v uint32) error) {
 	flag, err := d.AllocHost(64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer flag.Free()
-	ctr := HostSlice[uint32](flag)
+	data, err := d.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Free()
+	ctr, src := HostSlice[uint32](flag), HostSlice[byte](data)
 	ev, err := d.NewEvent(false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ev.Destroy()
-	buf := poisoned(t, d, 4096)
+	buf, got, got2 := poisoned(t, d, 4096), poisoned(t, d, 4096), poisoned(t, d, 4096)
 	held := func(v uint32, fill byte, set uint32) {
 		t.Helper()
-		if err := s.WaitValue(flag, 4, v); err != nil {
+		for i := range src {
+			src[i] = 0
+		}
+		if err := wait(flag, 4, v); err != nil {
 			if strings.Contains(err.Error(), "NOT_SUPPORTED") || strings.Contains(err.Error(), "801") {
 				t.Skipf("the driver queues no stream waits: %v", err)
 			}
@@ -550,6 +568,11 @@ func TestStreamWaitValue(t *testing.T) {
 		}
 		if err := s.Memset(buf, fill); err != nil {
 			t.Fatal(err)
+		}
+		for i, dst := range []Buffer{got, got2} {
+			if err := d.CopyHost(s, false, i == 1, HostCopy{Host: data, Dev: dst, N: 4096}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := ev.Record(s); err != nil {
 			t.Fatal(err)
@@ -559,12 +582,20 @@ func TestStreamWaitValue(t *testing.T) {
 				t.Fatalf("work behind a wait for %d ran with the counter at %d (err %v)", v, atomic.LoadUint32(&ctr[1]), err)
 			}
 		}
+		for i := range src {
+			src[i] = fill
+		}
 		atomic.StoreUint32(&ctr[1], set)
 		if err := s.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
-		if got := download[byte](t, d, s, buf, 4096); got[0] != fill || got[4095] != fill {
-			t.Fatalf("after the store of %d: bytes %#x %#x, want %#x", set, got[0], got[4095], fill)
+		if b := download[byte](t, d, s, buf, 4096); b[0] != fill || b[4095] != fill {
+			t.Fatalf("after the store of %d: bytes %#x %#x, want %#x", set, b[0], b[4095], fill)
+		}
+		for i, dst := range []Buffer{got, got2} {
+			if b := download[byte](t, d, s, dst, 4096); b[0] != fill || b[4095] != fill {
+				t.Fatalf("after the store of %d: host bytes copied (engines %v) %#x %#x, want %#x (written before the store)", set, i == 1, b[0], b[4095], fill)
+			}
 		}
 	}
 	ctr[1] = 0
@@ -573,7 +604,7 @@ func TestStreamWaitValue(t *testing.T) {
 	ctr[1] = 0xfffffffe
 	held(0xffffffff, 0x33, 1) // 1 is past 0xffffffff once the counter wraps
 	for _, off := range []int64{-4, 2, 64} {
-		if err := s.WaitValue(flag, off, 1); err == nil {
+		if err := wait(flag, off, 1); err == nil {
 			t.Errorf("a wait at byte %d of a 64-byte buffer was queued", off)
 		}
 	}

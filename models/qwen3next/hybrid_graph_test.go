@@ -3,6 +3,7 @@
 package qwen3next
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -37,7 +38,9 @@ import (
 // protection, so there it is not compared with unpadded steps), each with
 // the next piece launched ahead of the CPU experts' end (the default,
 // KT_HYBRID_AHEAD: its stream waits for a pinned counter; the path must say
-// it is taken) and after it (KT_HYBRID_AHEAD=0).
+// it is taken; the piece resumed by a polling kernel after the engine's
+// store, KT_HYBRID_RESUME's default, and by a stream memory wait after the
+// engine's or this thread's store) and after it (KT_HYBRID_AHEAD=0).
 // It skips without a GPU.
 func TestHybridGraphDecode(t *testing.T) {
 	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
@@ -51,23 +54,26 @@ func TestHybridGraphDecode(t *testing.T) {
 		req                      placement.Request
 		defer1                   bool
 		segments                 int // graphs per step; 1: one graph
-		ahead                    string
+		ahead, resume            string
 	}{
-		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "0"},
-		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0"},
-		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1, "0"},
-		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0"},
-		{"piecewise ahead, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, ""},
-		{"piecewise ahead, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, ""},
-		{"piecewise ahead, D=1 (plain hand-offs)", "", "", placement.Request{}, true, shape.Layers + 1, ""},
-		{"piecewise ahead, event after launch", "", "after", placement.Request{}, false, shape.Layers + 1, ""},
-		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1, ""},
-		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1, ""},
+		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "0", ""},
+		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0", ""},
+		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1, "0", ""},
+		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0", ""},
+		{"piecewise ahead, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "", ""},
+		{"piecewise ahead, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "", ""},
+		{"piecewise ahead, D=1 (plain hand-offs)", "", "", placement.Request{}, true, shape.Layers + 1, "", ""},
+		{"piecewise ahead, event after launch", "", "after", placement.Request{}, false, shape.Layers + 1, "", ""},
+		{"piecewise ahead, engine store and stream wait", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "", "engine"},
+		{"piecewise ahead, host store and stream wait", "", "", placement.Request{}, false, shape.Layers + 1, "", "host"},
+		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1, "", ""},
+		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv(routed.GraphEnv, c.graphEnv)
 			t.Setenv(routed.PieceEventEnv, c.eventEnv)
 			t.Setenv(routed.AheadEnv, c.ahead)
+			t.Setenv(routed.ResumeEnv, c.resume)
 			d := 0
 			if c.defer1 {
 				d = 1
@@ -93,6 +99,10 @@ func TestHybridGraphDecode(t *testing.T) {
 					want := c.ahead == "" && c.graphEnv == ""
 					if ahead := strings.Contains(r.ExpertPath(), routed.AheadEnv+"=1;"); ahead != want {
 						t.Fatalf("path %q: ahead hand-offs %v, want %v", r.ExpertPath(), ahead, want)
+					}
+					resume := routed.ResumeEnv + "=" + cmp.Or(c.resume, "poll")
+					if want && !strings.Contains(r.ExpertPath(), resume) {
+						t.Fatalf("path %q does not say %s", r.ExpertPath(), resume)
 					}
 				}
 				return r

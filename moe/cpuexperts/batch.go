@@ -47,6 +47,14 @@ type Batch struct {
 	OutBF16      []uint16
 	// Incremental adds onto Out instead of overwriting it.
 	Incremental bool
+	// Release, for Submit: when set, the engine stores ReleaseValue into
+	// *Release (a release store) as soon as the task ends, its outputs
+	// complete or the task failed, before its completion is counted and
+	// any Sync returns. A GPU stream waiting on that word of pinned host
+	// memory (cuda.Stream.WaitValue, cuda.Device.WaitHost) goes on without
+	// a round trip through the caller. Forward ignores it.
+	Release      *uint32
+	ReleaseValue uint32
 }
 
 func (l *Layer) check(b *Batch) error {
@@ -118,6 +126,10 @@ func (l *Layer) Submit(b *Batch) error {
 	cb.wts = (*C.float)(pin(unsafe.Pointer(&b.Weights[0])))
 	if b.Incremental {
 		cb.incremental = 1
+	}
+	if b.Release != nil {
+		cb.release = (*C.uint32_t)(pin(unsafe.Pointer(b.Release)))
+		cb.release_value = C.uint32_t(b.ReleaseValue)
 	}
 	for C.kt_submit(e.c, l.c, &cb) != 0 {
 		C.kt_sync(e.c, 0)
@@ -304,6 +316,14 @@ type HostTaskMem struct {
 	IDs, Weights unsafe.Pointer
 	// Incremental adds onto Out instead of overwriting it.
 	Incremental bool
+	// Release, for Submit: when set, the engine stores ReleaseValue into
+	// *Release (a release store) as soon as the task ends, its outputs
+	// complete or the task failed, before its completion is counted and
+	// any Sync returns. A GPU stream waiting on that word of pinned host
+	// memory (cuda.Stream.WaitValue, cuda.Device.WaitHost) goes on without
+	// a round trip through the caller. Forward ignores it.
+	Release      *uint32
+	ReleaseValue uint32
 }
 
 // HostTask is a layer's forward over caller-owned memory, prebuilt as the

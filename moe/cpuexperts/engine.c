@@ -69,6 +69,12 @@ typedef struct {
 } kt_pfreg;
 
 #define PF_CHUNK 8192  // bytes a prefetching worker claims at a time (and checks for a newer task)
+// PF_STEP is how many bytes an owned prefetch reads between two checks for a
+// newer task: the forward task queued behind starts once every worker has
+// left the prefetch, so its start waits for the slowest worker's step
+// (4 KiB: ~0.5 us at a core's share of the read bandwidth, where a whole
+// 32-row int4 block took ~4 us).
+#define PF_STEP 4096
 #define PF_REGS (KT_PF_MAX * 9)  // regions per pool: weights, scales, corrections of three matrices
 
 typedef struct {
@@ -991,7 +997,8 @@ static int64_t pf_block(int fmt, const kt_mat* W, int n0, kt_pfreg* r, kt_pfreg*
 
 // run_prefetch_owned is a worker's part of a prefetch task on the owned
 // path (cfg.owned): the gate and up row blocks of the listed experts that
-// it owns (owned_block), expert by expert, until a task is queued behind.
+// it owns (owned_block), expert by expert, until a task is queued behind
+// (checked every PF_STEP bytes).
 static void run_prefetch_owned(kt_worker* w) {
   kt_engine* e = w->e;
   const kt_layer* l = e->l;
@@ -1007,10 +1014,13 @@ static void run_prefetch_owned(kt_worker* w) {
         kt_pfreg r[3];
         int64_t b = pf_block(l->fmt, g ? &x->up : &x->gate, blk * KT_NB, &r[0], &r[1], &r[2]);
         planned += b;
-        if (stop || (stop = atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail)) continue;
-        for (int j = 0; j < 3; j++)
-          if (r[j].rows) acc += pf_read(&r[j], 0, r[j].rows * r[j].rb);
-        got += b;
+        for (int j = 0; j < 3 && !stop; j++)
+          for (int64_t lo = 0, n = r[j].rows * r[j].rb; lo < n; lo += PF_STEP) {
+            if ((stop = atomic_load_explicit(&e->qtail, memory_order_relaxed) != e->pf_tail)) break;
+            int64_t hi = lo + PF_STEP < n ? lo + PF_STEP : n;
+            acc += pf_read(&r[j], lo, hi);
+            got += hi - lo;
+          }
       }
     }
   }
@@ -1576,6 +1586,14 @@ static void wait_workers(kt_engine* e, int dg) {
   }
 }
 
+// task_release stores the batch's release value (kt_batch.release) once
+// the task's outputs are complete or it failed: the first thing after its
+// end, so that a GPU stream waiting on the word goes on without waiting for
+// the completion, the caller's sync and its own store.
+static inline void task_release(const kt_batch* b) {
+  if (b->release) atomic_store_explicit((_Atomic uint32_t*)b->release, b->release_value, memory_order_release);
+}
+
 // run_task runs one task on every worker, the queue thread as worker 0. A
 // task that is phased whatever its routing (several pools, or more pairs
 // than the fused path takes) starts the workers before it is routed
@@ -1588,7 +1606,10 @@ static void run_task(kt_engine* e, const kt_task* t) {
   e->ph_t = now_ns();
   e->tr_pick = e->ph_t;
   e->tr_last = 0;
-  if (task_setup(e) != 0) return;
+  if (task_setup(e) != 0) {
+    task_release(&e->b);
+    return;
+  }
   e->pipe = 0;
   e->early = !e->cfg.route_first && !fused_fits(e);
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
@@ -1635,6 +1656,7 @@ static void run_task(kt_engine* e, const kt_task* t) {
     atomic_fetch_and_explicit(&e->jopen, ~JOPEN, memory_order_acq_rel);
     while (atomic_load_explicit(&e->jopen, memory_order_acquire) != 0) _mm_pause();
   }
+  task_release(&e->b);
   ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
   e->ph_tasks[e->fused ? 1 : 0]++;
   if (traced) trace_task(e, t);

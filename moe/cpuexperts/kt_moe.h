@@ -96,6 +96,8 @@ typedef struct {
   void* out;               // [ntok][hidden], bf16 if out_bf16 else f32
   int32_t x_bf16, out_bf16;
   int32_t incremental;     // add onto out instead of overwriting it
+  uint32_t* release;       // kt_submit: if set, release_value is stored here (release order) as soon as the
+  uint32_t release_value;  // task ends, failed or not: a GPU stream waiting on the word goes on at once
 } kt_batch;
 
 typedef struct kt_engine kt_engine;

@@ -68,6 +68,27 @@ const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 // the plain hand-off.
 const AheadEnv = "KT_HYBRID_AHEAD"
 
+// ResumeEnv names the environment variable that chooses how the piece
+// launched ahead (AheadEnv) goes on once the layer's CPU experts end:
+// "poll" (the default): the engine stores the counter as the task ends
+// (cpuexperts.Batch.Release) and a one-thread kernel reading it over the
+// bus holds the piece (cuda.Stream.WaitHost; any driver); "engine": the
+// engine stores it and a stream memory wait holds the piece
+// (cuda.Stream.WaitValue); "host": a stream memory wait, the counter stored
+// by this thread after its sync (session 21's form).
+const ResumeEnv = "KT_HYBRID_RESUME"
+
+// resumeForm is how an ahead hand-off's piece goes on (ResumeEnv).
+type resumeForm int
+
+const (
+	resumePoll   resumeForm = iota // engine store, polling kernel
+	resumeEngine                   // engine store, stream memory wait
+	resumeHost                     // host store after sync, stream memory wait
+)
+
+var resumeNames = []string{"poll", "engine", "host"}
+
 // CopyEnv names the environment variable that chooses how the hybrid step
 // moves a layer's input rows, ids and weights to the pinned buffers and the
 // experts' output back: "kernel" (the default: one small kernel each way
@@ -159,6 +180,7 @@ type gpuLink struct {
 	flag     *cuda.HostBuffer
 	ctr      *uint32
 	seq      uint32
+	resume   resumeForm
 	aheadOff string // why the ahead hand-off was not taken (the driver's answer)
 }
 
@@ -417,7 +439,8 @@ func (g *gpuLink) graphForm() string {
 		}
 		switch {
 		case g.flag != nil:
-			ev += "; the next piece launched before the CPU experts end, waiting for a pinned counter (" + AheadEnv + "=1; not with deferral)"
+			ev += "; the next piece launched before the CPU experts end, waiting for a pinned counter (" + AheadEnv + "=1; not with deferral; " +
+				ResumeEnv + "=" + resumeNames[g.resume] + ")"
 		case g.aheadOff != "":
 			ev += "; " + AheadEnv + " not taken: " + g.aheadOff
 		}
@@ -496,8 +519,9 @@ func (g *gpuLink) handoffDone(l int, t0, t1 time.Time, next, nn int, err error) 
 // (AheadEnv, no deferral): after waits for the layer's copies, submits
 // its CPU experts, keeps the next layer's prediction and queues the next
 // piece's wait for the counter's next value; finish waits for the task and
-// stores that value, which lets the piece (launched in between) go on,
-// whatever the task's outcome, then queues the prefetch. The prediction is
+// stores that value (unless ResumeEnv=host, the engine stored it as the
+// task ended), which lets the piece (launched in between) go on, whatever
+// the task's outcome, then queues the prefetch. The prediction is
 // read in after: once the next piece is launched, the prediction slot's
 // event stands for that piece's record of it, which waits for the counter.
 func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
@@ -508,9 +532,16 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 		if t0, t1, err = g.handoffWait(l, n, sn); err != nil {
 			return err
 		}
-		if err := g.x.layers[l].Submit(g.batchFor(n)); err != nil {
+		b, v := g.batchFor(n), g.seq+1
+		if g.resume != resumeHost { // the engine lets the piece go on as the task ends
+			b.Release, b.ReleaseValue = g.ctr, v
+		}
+		err = g.x.layers[l].Submit(b)
+		b.Release = nil // the batch is reused by plain hand-offs
+		if err != nil {
 			return err
 		}
+		g.seq = v // the engine or finish stores it: the next hand-off waits for the one after
 		if nn > 0 { // while the task runs: the GPU computes it after the layer's copies
 			var ids []int32
 			if ids, err = g.predicted(atNext, nn); err == nil {
@@ -518,13 +549,13 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 			}
 		}
 		if err == nil {
-			err = g.s.WaitValue(g.flag, 0, g.seq+1)
+			err = g.wait4(v)
 		}
 		if err != nil {
 			_ = g.x.eng.Sync()
+			g.release()
 			return err
 		}
-		g.seq++
 		return nil
 	}
 	finish = func() error {
@@ -545,13 +576,33 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 	return after, finish
 }
 
-// aheadSetup reads AheadEnv and, when it asks for the ahead hand-off in
-// the piecewise form, allocates its counter and checks that the driver
-// queues stream waits (else the plain hand-off stays, said by Path).
+// wait4 queues the ahead hand-off's wait for the counter to reach v
+// (ResumeEnv's form).
+func (g *gpuLink) wait4(v uint32) error {
+	if g.resume == resumePoll {
+		return g.s.WaitHost(g.flag, 0, v)
+	}
+	return g.s.WaitValue(g.flag, 0, v)
+}
+
+// aheadSetup reads AheadEnv and ResumeEnv and, when they ask for the ahead
+// hand-off in the piecewise form, allocates its counter and checks that
+// the wait can be queued (stream memory waits need the driver's support;
+// else the plain hand-off stays, said by Path).
 func (g *gpuLink) aheadSetup() error {
 	off, err := envChoice(AheadEnv, "1", "0")
 	if err != nil || off || !g.piece {
 		return err
+	}
+	switch v := os.Getenv(ResumeEnv); v {
+	case "", "poll":
+		g.resume = resumePoll
+	case "engine":
+		g.resume = resumeEngine
+	case "host":
+		g.resume = resumeHost
+	default:
+		return fmt.Errorf("%s=%s: want poll (the default), engine or host", ResumeEnv, v)
 	}
 	f, err := g.be.Device().AllocHost(64)
 	if err != nil {
@@ -559,7 +610,10 @@ func (g *gpuLink) aheadSetup() error {
 	}
 	ctr := &cuda.HostSlice[uint32](f)[0]
 	*ctr = 0 // g.seq's start: pinned memory comes uninitialised
-	if err := g.s.WaitValue(f, 0, 0); err == nil {
+	g.flag = f
+	err = g.wait4(0)
+	g.flag = nil
+	if err == nil {
 		err = g.s.Synchronize()
 	}
 	if err != nil {
