@@ -541,7 +541,7 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 		if err != nil {
 			return err
 		}
-		g.seq = v // the engine or finish stores it: the next hand-off waits for the one after
+		g.seq = v   // the engine or finish stores it: the next hand-off waits for the one after
 		if nn > 0 { // while the task runs: the GPU computes it after the layer's copies
 			var ids []int32
 			if ids, err = g.predicted(atNext, nn); err == nil {
