@@ -72,7 +72,9 @@ const WaitHostTimeout = 60 * time.Second
 // instead of a stream memory operation: any driver runs it, and the work
 // behind starts about one bus read and one kernel boundary after the
 // store. The kernel occupies one block while it waits; past
-// WaitHostTimeout it traps.
+// WaitHostTimeout it traps. Make the first call while no stream waits on
+// the host: it loads the kernel's module, which may wait for the work
+// queued on the device.
 func (s *Stream) WaitHost(h *HostBuffer, off int64, v uint32) error {
 	dp, err := hostWord(h, off)
 	if err != nil {

@@ -555,6 +555,18 @@ func testStreamWait(t *testing.T, d *Device, s *Stream, wait func(h *HostBuffer,
 	}
 	defer ev.Destroy()
 	buf, got, got2 := poisoned(t, d, 4096), poisoned(t, d, 4096), poisoned(t, d, 4096)
+	// Load the kernels first: a module's first load may wait for the work
+	// queued on the device, here behind a wait only this thread releases.
+	ctr[1] = 0
+	if err := wait(flag, 4, 0); err == nil {
+		err = d.CopyHost(s, false, false, HostCopy{Host: data, Dev: got, N: 4096})
+		if err == nil {
+			err = s.Synchronize()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	held := func(v uint32, fill byte, set uint32) {
 		t.Helper()
 		for i := range src {

@@ -610,6 +610,8 @@ func (g *gpuLink) aheadSetup() error {
 	}
 	ctr := &cuda.HostSlice[uint32](f)[0]
 	*ctr = 0 // g.seq's start: pinned memory comes uninitialised
+	// a wait that passes at once: the driver queues it (or says why not),
+	// and WaitHost's kernel is loaded now, while nothing waits on this thread
 	g.flag = f
 	err = g.wait4(0)
 	g.flag = nil
