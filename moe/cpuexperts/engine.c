@@ -192,6 +192,16 @@ struct kt_engine {
   int owned;  // the current fused task takes owned items (owned_setup)
   int *oitems, *ooff, *ocnt;
   kt_cursor* ocur;
+  // cfg.miss_pf: the experts of the owned prefetch task run last (pfmark[x]
+  // == pfgen for layer pflayer), each worker's first item of the others
+  // (mfirst[w], an index into its list) and the byte ranges of every listed
+  // item's weights, scales and corrections (mrng: MISS_RNG pairs per item,
+  // in oitems' order; the worker's side stream from mfirst on)
+  uint32_t* pfmark;
+  uint32_t pfgen;
+  const kt_layer* pflayer;
+  int* mfirst;
+  int64_t* mrng;
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
@@ -1199,10 +1209,52 @@ static void fused_gather(kt_engine* e, int x, int64_t asz) {
   for (int spins = 0; atomic_load_explicit(st, memory_order_acquire) != 2;) spin_pause(&spins);
 }
 
+// MISS_RNG is how many byte ranges miss_ranges lists per gate/up item:
+// the gate and up blocks' weights, scales and corrections.
+#define MISS_RNG 6
+
+// miss_ranges writes the MISS_RNG byte ranges [lo, hi) that gate/up item
+// blk of expert xe reads (format fmt) to r; empty ones are [0, 0).
+static void miss_ranges(int fmt, const kt_expert* xe, int blk, int64_t* r) {
+  for (int g = 0; g < 2; g++) {
+    kt_pfreg q[3];
+    pf_block(fmt, g ? &xe->up : &xe->gate, blk * KT_NB, &q[0], &q[1], &q[2]);
+    for (int j = 0; j < 3; j++, r += 2) {
+      int whole = q[j].rows == 1 && q[j].p;  // packed formats: one contiguous run
+      r[0] = whole ? (int64_t)(intptr_t)q[j].p : 0;
+      r[1] = whole ? r[0] + q[j].rb : 0;
+    }
+  }
+}
+
+// miss_stream sets worker w (of the pool, local index me) to prefetch the
+// weights, scales and corrections of its items past mfirst[me] as its
+// one-token kernels run (kt_side_pf; packed int formats, whose AVX-512
+// kernels do it): it lists their byte ranges in its part of mrng.
+static void miss_stream(kt_engine* e, kt_worker* w, int me) {
+  const kt_layer* l = e->l;
+  int nb = l->inter_p[0] / KT_NB, n = 0, i0 = e->ooff[me] + e->mfirst[me];
+  w->s.sd = w->s.sd_end = NULL;
+  w->s.sd_i = w->s.sd_n = 0;
+  if (l->fmt != KT_FMT_I8_PK && l->fmt != KT_FMT_I4_PK && l->fmt != KT_FMT_I4G_PK) return;
+  int64_t* r = e->mrng + (int64_t)i0 * 2 * MISS_RNG;
+  for (int i = i0; i < e->ooff[me] + e->ocnt[me]; i++, n += MISS_RNG) {
+    int item = e->oitems[i];
+    miss_ranges(l->fmt, &l->ex[e->active[item / nb]], item % nb, r + 2 * n);
+  }
+  w->s.sd_rng = r;
+  w->s.sd_n = n;
+}
+
 // owned_setup lists each worker's gate/up items of the fused task in
 // expert order (cfg.owned): item a*nb + blk goes to its block's owner.
+// With cfg.miss_pf the experts the last owned prefetch of this layer read
+// come first in every list; the others' items, from mfirst[w] on, are the
+// worker's side stream (miss_stream).
 static void owned_setup(kt_engine* e) {
-  int T = e->pools[0].nthreads, nb = e->l->inter_p[0] / KT_NB;
+  const kt_layer* l = e->l;
+  int T = e->pools[0].nthreads, nb = l->inter_p[0] / KT_NB;
+  int miss = e->cfg.miss_pf;
   for (int w = 0; w < T; w++) {
     e->ocnt[w] = 0;
     atomic_store_explicit(&e->ocur[w].v, 0, memory_order_relaxed);
@@ -1213,12 +1265,21 @@ static void owned_setup(kt_engine* e) {
     e->ooff[w] = o;
     o += e->ocnt[w];
     e->ocnt[w] = 0;
+    e->mfirst[w] = 0;
   }
-  for (int a = 0; a < e->nactive; a++)
-    for (int blk = 0; blk < nb; blk++) {
-      int w = block_owner(e->active[a], blk, nb, T);
-      e->oitems[e->ooff[w] + e->ocnt[w]++] = a * nb + blk;
+  // pass 0: the prefetched experts (all of them without miss); pass 1: the others
+  for (int pass = 0; pass < 1 + miss; pass++) {
+    for (int a = 0; a < e->nactive; a++) {
+      int x = e->active[a];
+      if (miss && (e->pflayer == l && e->pfmark[x] == e->pfgen) != (pass == 0)) continue;
+      for (int blk = 0; blk < nb; blk++) {
+        int w = block_owner(x, blk, nb, T);
+        e->oitems[e->ooff[w] + e->ocnt[w]++] = a * nb + blk;
+      }
     }
+    if (pass == 0)
+      for (int w = 0; w < T; w++) e->mfirst[w] = e->ocnt[w];
+  }
 }
 
 // fused_gate_up runs gate/up item `item` of the fused path; the last item
@@ -1269,8 +1330,10 @@ static void run_job_fused(kt_worker* w) {
   int nb = I / KT_NB;
   int items = na * nb;
   if (e->owned) {
-    // its own list first, then the others' in turn (a guest only steals)
+    // its own list first, then the others' in turn (a guest only steals);
+    // with cfg.miss_pf its kernels prefetch its items past mfirst (miss_stream)
     int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
+    if (e->cfg.miss_pf && w->local >= 0) miss_stream(e, w, first);
     for (int v = 0; v < T; v++) {
       int o = (first + v) % T, j;
       while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
@@ -1278,6 +1341,8 @@ static void run_job_fused(kt_worker* w) {
         nitems++;
       }
     }
+    w->s.sd = w->s.sd_end = NULL;  // no side stream for the down items
+    w->s.sd_n = 0;
   } else {
     while ((item = atomic_fetch_add_explicit(&P->next[2].v, 1, memory_order_relaxed)) < items) {
       fused_gate_up(e, w, P, item, nb, asz);
@@ -1672,6 +1737,11 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
   // (one pool: only one-pool tasks run the fused path); otherwise each pool
   // reads its slices of the experts in chunks
   e->pf_own = e->cfg.owned && e->npools == 1;
+  if (e->pf_own && e->cfg.miss_pf) {  // what a task of this layer finds in the caches (owned_setup)
+    if (++e->pfgen == 0) e->pfgen = 1;  // marks start zeroed
+    e->pflayer = l;
+    for (int i = 0; i < t->npf; i++) e->pfmark[t->pf[i]] = e->pfgen;
+  }
   int64_t planned = 0;
   for (int p = 0; p < e->npools && !e->pf_own; p++) {
     kt_pool* P = &e->pools[p];
@@ -1994,6 +2064,9 @@ static void free_engine(kt_engine* e) {
   free((void*)e->hbm);
   free((void*)e->tokst);
   free(e->oitems);
+  free(e->pfmark);
+  free(e->mfirst);
+  free(e->mrng);
   free(e->ooff);
   free(e->ocnt);
   free(e->ocur);
@@ -2108,6 +2181,9 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->ooff = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
   e->ocnt = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
   e->ocur = (kt_cursor*)xalloc(sizeof(kt_cursor) * (size_t)(e->nthreads + 1));
+  e->pfmark = (uint32_t*)xalloc(sizeof(uint32_t) * (size_t)cfg->nexp);
+  e->mfirst = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
+  e->mrng = cfg->miss_pf ? (int64_t*)xalloc(sizeof(int64_t) * 2 * MISS_RNG * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1)) : NULL;
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
   // a guest needs a core of its own: with as many workers as CPUs it would
@@ -2129,7 +2205,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->pfmark || !e->mfirst || (cfg->miss_pf && !e->mrng) || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

@@ -207,6 +207,14 @@ type Config struct {
 	// core's L2 costs about a memory access on the device's Xeon). Tasks of
 	// more tokens keep the counter order.
 	OwnedDecode bool
+	// DecodeMissStream makes each worker of an owned one-token decode task
+	// (OwnedDecode) run its blocks of the experts the layer's last prefetch
+	// read first, while its kernels (the AVX-512 int8 and int4 one-token
+	// ones) prefetch its blocks of the other experts, the prediction's
+	// misses, into its L2 as a side stream, a line per 128 bytes of their
+	// own: the misses' reads overlap the cached blocks' arithmetic instead
+	// of following it. Results do not depend on it.
+	DecodeMissStream bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -441,6 +449,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
 	cc.owned = b2i(cfg.OwnedDecode)
+	cc.miss_pf = b2i(cfg.DecodeMissStream)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))

@@ -124,8 +124,8 @@ INL TVNNI void flip_words(const int32_t* x, int32_t* d) {
 // so that with the panel in the caches (the hybrid step's prefetch) the
 // 5-cycle multiply-add latency of two chains does not set the pace. Integer
 // sums are exact: the same sums as one chain per nibble. pf > 0 prefetches
-// the lines pf bytes ahead.
-INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, __m512i* lo, __m512i* hi) {
+// the lines pf bytes ahead; a line of s's side stream per step (kt_side_pf).
+INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, kt_scratch* s, __m512i* lo, __m512i* hi) {
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   int32_t xf[32];
   flip_words(x, xf);
@@ -137,6 +137,7 @@ INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, __m512i* lo, _
       _mm_prefetch((const char*)q + pf, _MM_HINT_T0);
       _mm_prefetch((const char*)q + 64 + pf, _MM_HINT_T0);
     }
+    kt_side_pf(s);
     __m512i b0 = _mm512_loadu_si512(q), b1 = _mm512_loadu_si512(q + 64);
     a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(xf[r]), _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask));
     a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(xf[16 + r]), _mm512_and_si512(b0, mask));
@@ -151,11 +152,11 @@ INL TVNNI void i4_one(const uint8_t* p, const int32_t* x, int pf, __m512i* lo, _
 // activations x[t] to the low- and high-nibble sums lo[t] and hi[t]: one
 // token through i4_one, several with each line unpacked once for all of
 // them. The integer sums do not depend on the grouping.
-INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, __m512i* lo,
-                        __m512i* hi) {
+INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, kt_scratch* s,
+                        __m512i* lo, __m512i* hi) {
   const uint8_t* p = pan + (int64_t)c * 1024;
   if (MT == 1) {
-    i4_one(p, x[0] + 32 * c, pf, &lo[0], &hi[0]);
+    i4_one(p, x[0] + 32 * c, pf, s, &lo[0], &hi[0]);
     return;
   }
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
@@ -175,7 +176,8 @@ INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, cons
 // pf > 0: the panel is prefetched pf bytes ahead (a panel is one contiguous
 // stream; a work item's panels are short streams for the hardware
 // prefetcher); the drivers pass it for a panel's first pass only.
-INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
+INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf,
+                         kt_scratch* s) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   if (MT == 1) {
     // one token: four chains over the words of a flipped block of 16
@@ -191,6 +193,8 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
         const int8_t* w = pan + (int64_t)(j + q) * 64;
         if (pf > 0)
           for (int l = 0; l < 4; l++) _mm_prefetch((const char*)w + l * 64 + pf, _MM_HINT_T0);
+        kt_side_pf(s);
+        kt_side_pf(s);
         a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(xf[q]), _mm512_loadu_si512(w));
         a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(xf[q + 1]), _mm512_loadu_si512(w + 64));
         a2 = _mm512_dpbusd_epi32(a2, _mm512_set1_epi32(xf[q + 2]), _mm512_loadu_si512(w + 128));
@@ -214,10 +218,11 @@ INL TVNNI void i8pk_body(const int8_t* pan, int k, const int32_t* const* x, __m5
 
 // i4pk_body gives each of MT tokens its integer sums over an int4 panel of
 // k columns, 128-column block by block (i4_block).
-INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf) {
+INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m512i* acc, const int MT, int pf,
+                         kt_scratch* s) {
   __m512i lo[8], hi[8];
   for (int t = 0; t < MT; t++) lo[t] = hi[t] = _mm512_setzero_si512();
-  for (int c = 0; c < k / 128; c++) i4_block(pan, c, x, MT, pf, lo, hi);
+  for (int c = 0; c < k / 128; c++) i4_block(pan, c, x, MT, pf, s, lo, hi);
   for (int t = 0; t < MT; t++) acc[t] = _mm512_add_epi32(lo[t], hi[t]);
 }
 
@@ -238,13 +243,13 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
         for (int t = 0; t < 8; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld); \
         int pft = t0 == 0 ? pf : 0; /* later passes find the panel in the caches */                   \
         if (mt == 1)                                                                                    \
-          BODY(pan, k, x, acc, 1, pft);                                                                 \
+          BODY(pan, k, x, acc, 1, pft, s);                                                              \
         else if (mt == 2)                                                                               \
-          BODY(pan, k, x, acc, 2, pft);                                                                 \
+          BODY(pan, k, x, acc, 2, pft, s);                                                              \
         else if (mt <= 4)                                                                               \
-          BODY(pan, k, x, acc, 4, pft);                                                                 \
+          BODY(pan, k, x, acc, 4, pft, s);                                                              \
         else                                                                                            \
-          BODY(pan, k, x, acc, 8, pft);                                                                 \
+          BODY(pan, k, x, acc, 8, pft, s);                                                              \
         for (int t = 0; t < mt; t++)                                                                    \
           int_store(acc[t], corr, ws, A->as[t0 + t], C + (int64_t)(t0 + t) * ldc + p * 16);             \
       }                                                                                                 \
@@ -259,7 +264,7 @@ INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 // group scales and corrections (two more streams, 64 bytes per group each)
 // two 128-column blocks ahead (the driver passes it for the first pass).
 INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
-                        const int32_t* const* x, __m512* f, const int MT, int pf) {
+                        const int32_t* const* x, __m512* f, const int MT, int pf, kt_scratch* s) {
   const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
   if (pf > 0) kt_pf_groups(sc, co, 0, 2 * gb < k / group ? 2 * gb : k / group);
@@ -267,7 +272,7 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
     __m512i alo[4], ahi[4];
     for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
     if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, co, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
-    i4_block(pan, c, x, MT, pf, alo, ahi);
+    i4_block(pan, c, x, MT, pf, s, alo, ahi);
     if (group == 128) {
       __m512i cg = _mm512_loadu_si512(co + c * 16);
       __m512 sg = _mm512_loadu_ps(sc + c * 16);
@@ -300,11 +305,11 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
       for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
       int pft = t0 == 0 ? pf : 0;  // later passes find the panel in the caches
       if (mt == 1)
-        i4g_body(pan, k, W->group, sc, co, x, f, 1, pft);
+        i4g_body(pan, k, W->group, sc, co, x, f, 1, pft, s);
       else if (mt == 2)
-        i4g_body(pan, k, W->group, sc, co, x, f, 2, pft);
+        i4g_body(pan, k, W->group, sc, co, x, f, 2, pft, s);
       else
-        i4g_body(pan, k, W->group, sc, co, x, f, 4, pft);
+        i4g_body(pan, k, W->group, sc, co, x, f, 4, pft, s);
       for (int t = 0; t < mt; t++)
         _mm512_storeu_ps(C + (int64_t)(t0 + t) * ldc + p * 16, _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[t0 + t])));
     }

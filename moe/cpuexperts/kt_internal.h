@@ -100,7 +100,28 @@ typedef struct {
   int i4g_lut;    // AMX group-wise int4 prefill: requantize by table lookup (amx_i4g_lut_block; needs AVX-512 VBMI)
   int i4_fuse1;   // ... longer calls: the unpack fused with their first 32 tokens, into the whole panels (amx_i4_run); bit 0 AMXINT4, bit 1 INT4_KGROUP
   float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
+  // One-token decode side stream (cfg.miss_pf): the AVX-512 int8/int4 panel
+  // kernels prefetch into L2 one line of it per 128 weight bytes they read
+  // (kt_side_pf), so the blocks a worker runs later (the experts the
+  // prediction missed) come from memory while it runs the prefetched ones
+  // from the caches. The lines [sd, sd_end), then the ranges sd_rng[2i] ..
+  // sd_rng[2i+1] for sd_i <= i < sd_n.
+  const char *sd, *sd_end;
+  const int64_t* sd_rng;
+  int sd_i, sd_n;
 } kt_scratch;
+
+// kt_side_pf prefetches the next line of s's side stream into L2, if any.
+static inline void kt_side_pf(kt_scratch* s) {
+  if (s->sd >= s->sd_end) {
+    if (s->sd_i >= s->sd_n) return;
+    s->sd = (const char*)(intptr_t)s->sd_rng[2 * s->sd_i];
+    s->sd_end = (const char*)(intptr_t)s->sd_rng[2 * s->sd_i + 1];
+    s->sd_i++;
+  }
+  _mm_prefetch(s->sd, _MM_HINT_T1);
+  s->sd += 64;
+}
 
 #define KT_NB 32     // weight rows per work item (two 16-row panels)
 

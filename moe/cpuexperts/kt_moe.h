@@ -152,6 +152,8 @@ typedef struct {
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
   int owned;           // one-token decode: each worker first takes the gate/up blocks it owns, which a
                        // prefetch task reads on that worker (default: blocks in counter order)
+  int miss_pf;         // owned one-token decode: each worker runs its blocks of the prefetched experts first,
+                       // its kernels prefetching its others (kt_side_pf) (default: expert order, no side stream)
   int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 

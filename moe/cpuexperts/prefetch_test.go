@@ -5,6 +5,7 @@ package cpuexperts
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -79,9 +80,10 @@ func TestPrefetch(t *testing.T) {
 	}
 }
 
-// TestPrefetchOwnedDecode checks the owned decode path (Config.OwnedDecode):
-// one- and three-token tasks give the
-// bits of the default path, before and after prefetches of their experts;
+// TestPrefetchOwnedDecode checks the owned decode path (Config.OwnedDecode,
+// alone and with DecodeMissStream): one- and three-token tasks give the
+// bits of the default path, before and after prefetches of all their
+// experts or some of them (and one they do not use);
 // a prefetch with nothing queued behind reads all it plans, and the plan is
 // the listed experts' gate and up blocks.
 func TestPrefetchOwnedDecode(t *testing.T) {
@@ -108,28 +110,37 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 		}
 		base := newLayer(Config{})
 		l := newLayer(Config{OwnedDecode: true})
+		lm := newLayer(Config{OwnedDecode: true, DecodeMissStream: true})
 		for _, tokens := range []int{1, 3} {
 			x, ids, w := RandomBatch(uint64(tokens), tokens, topK, spec.Hidden, spec.Experts)
 			want := make([]float32, tokens*spec.Hidden)
 			if err := base.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: want}); err != nil {
 				t.Fatal(err)
 			}
-			for rep := 0; rep < 3; rep++ {
-				if rep > 0 {
-					l.Prefetch(ids)
-					if rep == 2 {
-						if err := l.e.Sync(); err != nil {
+			// a prediction right for half the experts and wrong for one more
+			half := append(slices.Clone(ids[:topK/2]), (ids[0]+1)%int32(spec.Experts))
+			for _, c := range []struct {
+				l    *Layer
+				name string
+			}{{l, "owned"}, {lm, "owned, misses streamed"}} {
+				for rep := 0; rep < 4; rep++ {
+					switch rep {
+					case 1: // stopped by the task
+						c.l.Prefetch(ids)
+					case 2, 3: // read whole
+						c.l.Prefetch(map[bool][]int32{true: ids, false: half}[rep == 2])
+						if err := c.l.e.Sync(); err != nil {
 							t.Fatal(err)
 						}
 					}
-				}
-				got := make([]float32, tokens*spec.Hidden)
-				if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: got}); err != nil {
-					t.Fatal(err)
-				}
-				for i := range got {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%s, %d tokens, rep %d: out[%d] = %g, the default path gave %g", m, tokens, rep, i, got[i], want[i])
+					got := make([]float32, tokens*spec.Hidden)
+					if err := c.l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w, Out: got}); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s, %s, %d tokens, rep %d: out[%d] = %g, the default path gave %g", m, c.name, tokens, rep, i, got[i], want[i])
+						}
 					}
 				}
 			}

@@ -110,7 +110,8 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
-		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == ""})
+		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == "",
+		DecodeMissStream: !isCPU && pfOff == "" && os.Getenv(MissStreamEnv) == "1"})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
