@@ -247,7 +247,7 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if l == r.routed.FirstMoE() { // the hybrid step's prefetch: see routed.Experts.PredictNext
+		if L.moe { // the hybrid step's prefetch: see routed.Experts.PredictNext and PredictAtStart
 			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
 				return err
 			}

@@ -21,7 +21,10 @@ import (
 // against the picks (its prediction line). With the next piece launched
 // ahead of the CPU experts' end (the default) and after it
 // (KT_HYBRID_AHEAD=0) the same predictions must be read: the same score,
-// per layer. It skips without a GPU.
+// per layer. With each layer predicted again at its start
+// (KT_HYBRID_PREDICT=refine) the first predictions score the same and the
+// second ones are scored too; with the misses streamed
+// (KT_HYBRID_MISS_STREAM=1) the bits stay the same. It skips without a GPU.
 func TestHybridPrefetch(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 5)
@@ -32,11 +35,13 @@ func TestHybridPrefetch(t *testing.T) {
 	t.Setenv(routed.TimingEnv, "1")
 	mbRe := regexp.MustCompile(`prefetch \(` + routed.PrefetchEnv + `\): ([0-9.]+) MB`)
 	predRe := regexp.MustCompile(`prediction: ([0-9]+)% of the picks`)
-	run := func(name, prefetch, graph, ahead string) ([][]float64, string) {
+	run := func(name, prefetch, graph, ahead, predict, miss string) ([][]float64, string) {
 		t.Helper()
 		t.Setenv(routed.PrefetchEnv, prefetch)
 		t.Setenv(routed.GraphEnv, graph)
 		t.Setenv(routed.AheadEnv, ahead)
+		t.Setenv(routed.PredictEnv, predict)
+		t.Setenv(routed.MissStreamEnv, miss)
 		r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "AMXINT8"})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -68,11 +73,12 @@ func TestHybridPrefetch(t *testing.T) {
 		}
 		return lps, score
 	}
-	base, _ := run("no prefetch", "0", "", "")
+	base, _ := run("no prefetch", "0", "", "", "", "")
 	scores := map[string]string{}
-	for _, c := range []struct{ name, mode, graph, ahead string }{{"prefetch, piecewise graphs", "", "", "0"},
-		{"prefetch, op by op", "1", "0", ""}, {"prefetch, piecewise graphs, ahead", "", "", ""}} {
-		got, score := run(c.name, c.mode, c.graph, c.ahead)
+	for _, c := range []struct{ name, mode, graph, ahead, predict, miss string }{{"prefetch, piecewise graphs", "", "", "0", "", ""},
+		{"prefetch, op by op", "1", "0", "", "", ""}, {"prefetch, piecewise graphs, ahead", "", "", "", "", ""},
+		{"refined prefetch, misses streamed", "", "", "", "refine", "1"}} {
+		got, score := run(c.name, c.mode, c.graph, c.ahead, c.predict, c.miss)
 		scores[c.name] = score
 		for i := range base {
 			for v := range base[i] {
@@ -84,5 +90,10 @@ func TestHybridPrefetch(t *testing.T) {
 	}
 	if a, b := scores["prefetch, piecewise graphs, ahead"], scores["prefetch, piecewise graphs"]; a != b || a == "" {
 		t.Fatalf("ahead hand-offs scored %q, plain ones %q: not the same predictions read", a, b)
+	}
+	r := scores["refined prefetch, misses streamed"]
+	first, second, ok := strings.Cut(r, "; predicted again at the layer's start")
+	if !ok || first != scores["prefetch, piecewise graphs, ahead"] || !regexp.MustCompile(`: [0-9]+% \(`).MatchString(second) {
+		t.Fatalf("refined prefetch scored %q; want the first predictions' %q and a score of the second", r, scores["prefetch, piecewise graphs, ahead"])
 	}
 }

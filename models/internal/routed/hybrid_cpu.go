@@ -474,7 +474,8 @@ func (g *gpuLink) handoff(l, n int) func() error {
 }
 
 // handoffWait is a hand-off's first part: the at-start prefetch of layer l
-// (sn tokens; 0: none), then the wait for the layer's copies to host; with
+// (sn tokens; 0: none; after the first MoE layer, PredictEnv=refine's
+// second prediction), then the wait for the layer's copies to host; with
 // TimingEnv=1 it scores the prediction and returns when it began (t0) and
 // when the copies were in (t1).
 func (g *gpuLink) handoffWait(l, n, sn int) (t0, t1 time.Time, err error) {
@@ -487,7 +488,11 @@ func (g *gpuLink) handoffWait(l, n, sn int) (t0, t1 time.Time, err error) {
 		t0 = time.Now()
 	}
 	if sn > 0 {
-		if err := g.prefetch(atStart, l, sn); err != nil {
+		pf := g.prefetch
+		if l != g.pred.first { // PredictEnv=refine: the second prediction
+			pf = func(_, l, n int) error { return g.refine(l, n) }
+		}
+		if err := pf(atStart, l, sn); err != nil {
 			return t0, t1, err
 		}
 	}

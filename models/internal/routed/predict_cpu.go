@@ -70,6 +70,13 @@ type predictor struct {
 	// held keeps the next layer's predicted ids from an ahead hand-off's
 	// first part to its second (AheadEnv=1)
 	held []int32
+	// refine (PredictEnv=refine): layers after first are predicted again
+	// at their start; early holds each layer's last prefetched earlier
+	// prediction, refinedIDs (TimingEnv=1) the second one until scored
+	refine            bool
+	first             int
+	early, refinedIDs [][]int32
+	merged            []int32 // the refined prefetch's ids
 }
 
 // predSlot is one prediction's pinned ids and the event recorded after
@@ -89,6 +96,17 @@ func newPredictor(g *gpuLink) (*predictor, error) {
 		return nil, err
 	}
 	p := &predictor{}
+	switch v := os.Getenv(PredictEnv); v {
+	case "", "next":
+	case "refine":
+		p.refine = true
+	default:
+		return nil, fmt.Errorf("%s=%s: want next (the default) or refine", PredictEnv, v)
+	}
+	for p.first < len(g.x.layers) && g.x.layers[p.first] == nil {
+		p.first++
+	}
+	p.early, p.refinedIDs = make([][]int32, len(g.x.layers)), make([][]int32, len(g.x.layers))
 	be, T := g.be, predictMaxTokens
 	for i := range p.slots {
 		sl := &p.slots[i]
@@ -126,7 +144,7 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 	if p == nil {
 		return nil
 	}
-	if n < 1 || n > predictMaxTokens || g.allGPU[l] || !g.pieceStep() {
+	if n < 1 || n > predictMaxTokens || g.allGPU[l] || !g.pieceStep() || (at == atStart && l != p.first && !p.refine) {
 		return nil
 	}
 	if add != nil {
@@ -177,9 +195,30 @@ func (g *gpuLink) predicted(at, n int) ([]int32, error) {
 	return sl.ids[:n*g.k], nil
 }
 
+// refine waits for layer l's second prediction (at its start, n tokens)
+// and requeues its prefetch with both (refined): the new task stops the
+// earlier one, whose blocks it reads again from the caches.
+func (g *gpuLink) refine(l, n int) error {
+	ids, err := g.predicted(atStart, n)
+	if err != nil {
+		return err
+	}
+	p := g.pred
+	p.merged = refined(p.merged[:0], ids, p.early[l])
+	p.early[l] = p.early[l][:0] // this step's only
+	g.x.layers[l].Prefetch(p.merged)
+	if g.timing != nil {
+		p.refinedIDs[l] = append(p.refinedIDs[l][:0], ids...)
+	}
+	return nil
+}
+
 // prefetchIDs queues the engine's prefetch of layer l's experts ids.
 func (g *gpuLink) prefetchIDs(l int, ids []int32) {
 	g.x.layers[l].Prefetch(ids)
+	if p := g.pred; p.refine {
+		p.early[l] = append(p.early[l][:0], ids...)
+	}
 	if g.timing != nil { // the slot is rewritten before layer l's hand-off reads its picks
 		p := g.pred
 		if p.prefetched == nil {
@@ -196,8 +235,13 @@ func (g *gpuLink) scorePrediction(l, n int) {
 	if g.timing == nil || g.pred == nil || l >= len(g.pred.prefetched) || len(g.pred.prefetched[l]) == 0 {
 		return
 	}
-	g.timing.predicted(l, g.k, g.pred.prefetched[l], g.picks(l, n))
-	g.pred.prefetched[l] = g.pred.prefetched[l][:0]
+	p := g.pred
+	g.timing.predicted(l, g.k, p.prefetched[l], g.picks(l, n), false)
+	p.prefetched[l] = p.prefetched[l][:0]
+	if len(p.refinedIDs[l]) > 0 {
+		g.timing.predicted(l, g.k, p.refinedIDs[l], g.picks(l, n), true)
+		p.refinedIDs[l] = p.refinedIDs[l][:0]
+	}
 }
 
 // take returns, when a hand-off is made for layer l, the tokens of layer

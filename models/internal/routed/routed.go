@@ -14,6 +14,7 @@ package routed
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
@@ -226,10 +227,9 @@ type Experts struct {
 	path    string
 	idsHost []int32   // expert picks read back while recording
 	def     *deferral // expert deferral (Options.ExpertDeferral); nil when off
-	// the first MoE layer (-1: none) and, per layer, the next MoE layer
-	// after it (-1: none): where a model calls PredictAtStart and PredictNext
-	first int
-	next  []int
+	// per layer, the next MoE layer after it (-1: none): where a model
+	// calls PredictNext
+	next []int
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -240,7 +240,7 @@ type Experts struct {
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
-	x.first, x.next = order(layers)
+	_, x.next = order(layers)
 	method := rb.Opts.Experts
 	if c.NumMoELayers() == 0 {
 		return x, nil
@@ -441,13 +441,41 @@ func order(layers []*Weights) (first int, next []int) {
 	return first, next
 }
 
-// FirstMoE is the model's first MoE layer (-1: none), which calls
-// PredictAtStart.
-func (x *Experts) FirstMoE() int { return x.first }
-
 // NextMoE is the next MoE layer after layer l (-1: none), whose picks
 // layer l predicts (PredictNext).
 func (x *Experts) NextMoE(l int) int { return x.next[l] }
+
+// PredictEnv names the environment variable that chooses the hybrid step's
+// expert prediction: "next" (the default): each MoE layer's picks are
+// predicted once, during the MoE layer before it (PredictNext; the first
+// MoE layer at its start, PredictAtStart); "refine": every later MoE layer
+// is predicted again at its start, from the residual entering it (the
+// earlier layer's routed experts included), and its hand-off requeues the
+// prefetch with both predictions (refined). The second prediction's
+// kernels run ahead of the layer's attention on the GPU.
+const PredictEnv = "KT_HYBRID_PREDICT"
+
+// refined appends to dst the experts of two predictions of one layer in
+// the order its prefetch reads them: those both name (in later's order),
+// later's others, then earlier's others.
+func refined(dst, later, earlier []int32) []int32 {
+	for _, id := range later {
+		if slices.Contains(earlier, id) {
+			dst = append(dst, id)
+		}
+	}
+	for _, id := range later {
+		if !slices.Contains(earlier, id) {
+			dst = append(dst, id)
+		}
+	}
+	for _, id := range earlier {
+		if !slices.Contains(later, id) {
+			dst = append(dst, id)
+		}
+	}
+	return dst
+}
 
 // Prediction points of the hybrid step's next-layer expert prefetch.
 const (
@@ -468,9 +496,12 @@ func (x *Experts) PredictNext(l int, xres, add, norm, router backend.Tensor, eps
 	return x.predict(l, atNext, xres, add, norm, router, eps, n)
 }
 
-// PredictAtStart is PredictNext for the first MoE layer, which has no MoE
-// layer before it: called before its attention, with the residual entering
-// it; its hand-off waits for the prediction before it waits for the layer.
+// PredictAtStart is PredictNext at the start of MoE layer l, before its
+// attention, from the residual entering it: for the first MoE layer, which
+// has no MoE layer before it, the only prediction; for later ones, with
+// PredictEnv=refine, a second one, from an input that holds the earlier
+// layer's routed experts (otherwise nothing is queued). The hand-off waits
+// for it before it waits for the layer. Models call it for every MoE layer.
 func (x *Experts) PredictAtStart(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
 	return x.predict(l, atStart, xres, nil, norm, router, eps, n)
 }

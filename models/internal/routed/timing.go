@@ -30,27 +30,33 @@ type handoffTiming struct {
 	prevEnd time.Time // the last hand-off's end in this step
 	// hits and picks count, per model layer, the prefetched predictions'
 	// experts that the layer's tokens then picked, and all their picks
-	// (hand-offs with a prediction only)
-	hits, picks []int
+	// (hand-offs with a prediction only); hits2 and picks2 the same for the
+	// second prediction at the layer's start (PredictEnv=refine)
+	hits, picks, hits2, picks2 []int
 }
 
 func newHandoffTiming(layers, first int) *handoffTiming {
 	return &handoffTiming{first: first, wait: make([]time.Duration, layers), work: make([]time.Duration, layers),
-		hits: make([]int, layers), picks: make([]int, layers)}
+		hits: make([]int, layers), picks: make([]int, layers), hits2: make([]int, layers), picks2: make([]int, layers)}
 }
 
 // predicted counts layer l's picks (k per token) that the prefetched
-// prediction pred (the same layout) named for the same token.
-func (h *handoffTiming) predicted(l, k int, pred, picks []int32) {
+// prediction pred (the same layout) named for the same token; second:
+// PredictEnv=refine's prediction at the layer's start.
+func (h *handoffTiming) predicted(l, k int, pred, picks []int32, second bool) {
+	hits, all := h.hits, h.picks
+	if second {
+		hits, all = h.hits2, h.picks2
+	}
 	for t := 0; t+k <= len(picks) && t+k <= len(pred); t += k {
 		for _, id := range picks[t : t+k] {
 			if id < 0 {
 				continue
 			}
-			h.picks[l]++
+			all[l]++
 			for _, q := range pred[t : t+k] {
 				if q == id {
-					h.hits[l]++
+					hits[l]++
 					break
 				}
 			}
@@ -91,17 +97,27 @@ func (h *handoffTiming) String() string {
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(h.steps) }
 	s := fmt.Sprintf("hand-off timing over %d piecewise steps: per step %.3f ms waiting for the GPU pieces (µs per MoE layer %s), %.3f ms in the CPU experts (%s), %.3f ms launching the pieces between hand-offs",
 		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "), ms(h.launch))
-	var hits, picks int
-	var ph []string
-	for l := range h.picks {
-		if h.picks[l] > 0 {
-			hits, picks = hits+h.hits[l], picks+h.picks[l]
-			ph = append(ph, fmt.Sprintf("%.0f", 100*float64(h.hits[l])/float64(h.picks[l])))
-		}
+	if pct, per := predShare(h.hits, h.picks); per != "" {
+		s += fmt.Sprintf("\nprediction: %.0f%% of the picks of hand-offs with a prefetch were predicted (%% per MoE layer %s)", pct, per)
 	}
-	if picks > 0 {
-		s += fmt.Sprintf("\nprediction: %.0f%% of the picks of hand-offs with a prefetch were predicted (%% per MoE layer %s)",
-			100*float64(hits)/float64(picks), strings.Join(ph, " "))
+	if pct, per := predShare(h.hits2, h.picks2); per != "" {
+		s += fmt.Sprintf("; predicted again at the layer's start (%s=refine): %.0f%% (%s)", PredictEnv, pct, per)
 	}
 	return s
+}
+
+// predShare is the share of picks hit in all (%) and per layer with picks.
+func predShare(hits, picks []int) (float64, string) {
+	var h, n int
+	var per []string
+	for l := range picks {
+		if picks[l] > 0 {
+			h, n = h+hits[l], n+picks[l]
+			per = append(per, fmt.Sprintf("%.0f", 100*float64(hits[l])/float64(picks[l])))
+		}
+	}
+	if n == 0 {
+		return 0, ""
+	}
+	return 100 * float64(h) / float64(n), strings.Join(per, " ")
 }

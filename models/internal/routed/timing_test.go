@@ -1,6 +1,7 @@
 package routed
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +41,34 @@ func TestHandoffPrediction(t *testing.T) {
 	h.add(1, now, now.Add(time.Microsecond), now.Add(2*time.Microsecond))
 	h.add(2, now, now.Add(time.Microsecond), now.Add(2*time.Microsecond))
 	// layer 1, two tokens of k = 2: token 0 both picks predicted (swapped), token 1 one
-	h.predicted(1, 2, []int32{5, 7, 1, 2}, []int32{7, 5, 2, 9})
+	h.predicted(1, 2, []int32{5, 7, 1, 2}, []int32{7, 5, 2, 9}, false)
 	// layer 2: one token, no pick predicted; a padding row's -1 picks are not counted
-	h.predicted(2, 2, []int32{3, 4, 3, 4}, []int32{1, 2, -1, -1})
+	h.predicted(2, 2, []int32{3, 4, 3, 4}, []int32{1, 2, -1, -1}, false)
 	s := h.String()
 	want := "prediction: 50% of the picks of hand-offs with a prefetch were predicted (% per MoE layer 75 0)"
 	if !strings.HasSuffix(s, "\n"+want) {
 		t.Errorf("got %q\nwant it to end with %q", s, want)
+	}
+	// the second prediction (PredictEnv=refine) of layer 2: one of its two picks
+	h.predicted(2, 2, []int32{1, 4}, []int32{1, 2}, true)
+	want += "; predicted again at the layer's start (KT_HYBRID_PREDICT=refine): 50% (50)"
+	if s := h.String(); !strings.HasSuffix(s, "\n"+want) {
+		t.Errorf("got %q\nwant it to end with %q", s, want)
+	}
+}
+
+// TestRefined checks the order of a refined prefetch: the experts both
+// predictions name (in the later one's order), the later one's others,
+// the earlier one's others.
+func TestRefined(t *testing.T) {
+	for _, c := range []struct{ later, earlier, want []int32 }{
+		{[]int32{1, 2, 3, 4}, []int32{4, 9, 2, 8}, []int32{2, 4, 1, 3, 9, 8}},
+		{[]int32{1, 2}, []int32{1, 2}, []int32{1, 2}},
+		{[]int32{1, 2}, nil, []int32{1, 2}},
+		{nil, []int32{5}, []int32{5}},
+	} {
+		if got := refined(nil, c.later, c.earlier); !slices.Equal(got, c.want) {
+			t.Errorf("refined(%v, %v) = %v, want %v", c.later, c.earlier, got, c.want)
+		}
 	}
 }
