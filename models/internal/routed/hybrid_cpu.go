@@ -281,15 +281,15 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		g.close()
 		return nil, err
 	}
-	if g.pred, err = newPredictor(g); err != nil {
+	first := 0 // the first MoE layer
+	for first < nLayers && layers[first] == nil {
+		first++
+	}
+	if g.pred, err = newPredictor(g, first); err != nil {
 		g.close()
 		return nil, err
 	}
 	if os.Getenv(TimingEnv) == "1" {
-		first := 0
-		for first < nLayers && layers[first] == nil {
-			first++
-		}
 		g.timing = newHandoffTiming(nLayers, first)
 	}
 	return g, nil

@@ -87,9 +87,10 @@ type predSlot struct {
 	ids []int32
 }
 
-// newPredictor allocates the predictor's buffers (nil, nil when
-// prefetchOff says so; g.predOff then says why).
-func newPredictor(g *gpuLink) (*predictor, error) {
+// newPredictor allocates the predictor's buffers for a model whose first
+// MoE layer is first (nil, nil when prefetchOff says so; g.predOff then
+// says why).
+func newPredictor(g *gpuLink, first int) (*predictor, error) {
 	off, err := prefetchOff(g.x.eng.Config().Pools)
 	if err != nil || off != "" {
 		g.predOff = off
@@ -103,9 +104,7 @@ func newPredictor(g *gpuLink) (*predictor, error) {
 	default:
 		return nil, fmt.Errorf("%s=%s: want next (the default) or refine", PredictEnv, v)
 	}
-	for p.first < len(g.x.layers) && g.x.layers[p.first] == nil {
-		p.first++
-	}
+	p.first = first
 	p.early, p.refinedIDs = make([][]int32, len(g.x.layers)), make([][]int32, len(g.x.layers))
 	be, T := g.be, predictMaxTokens
 	for i := range p.slots {
