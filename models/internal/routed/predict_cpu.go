@@ -60,7 +60,7 @@ const predictMaxTokens = 1
 // is idle, and the prefetch stops as soon as the layer's task is queued.
 type predictor struct {
 	slots                    [2]predSlot // atStart, next
-	h, x, logits, wts, idDev backend.Tensor
+	h, x, logits             backend.Tensor
 	// the predictions queued since the last hand-off was made: at a layer's
 	// start and for the next layer (the layer and its tokens; 0: none)
 	start, startN, next, nextN int
@@ -79,12 +79,13 @@ type predictor struct {
 	merged            []int32 // the refined prefetch's ids
 }
 
-// predSlot is one prediction's pinned ids and the event recorded after
-// their copy.
+// predSlot is one prediction's pinned router logits, the event recorded
+// after their copy, and the ids the host picks from them.
 type predSlot struct {
-	ev  *cuda.Event
-	pin *cuda.HostBuffer // i32 [predictMaxTokens][k]
-	ids []int32
+	ev     *cuda.Event
+	pin    *cuda.HostBuffer // f32 [predictMaxTokens][experts]
+	logits []float32
+	ids    []int32
 }
 
 // newPredictor allocates the predictor's buffers for a model whose first
@@ -110,13 +111,13 @@ func newPredictor(g *gpuLink, first int) (*predictor, error) {
 	for i := range p.slots {
 		sl := &p.slots[i]
 		if sl.ev, err = be.Device().NewEvent(false); err == nil {
-			sl.pin, err = be.Device().AllocHost(int64(T * g.k * 4))
+			sl.pin, err = be.Device().AllocHost(int64(T * g.experts * 4))
 		}
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("hybrid step prefetch: %w", err)
 		}
-		sl.ids = cuda.HostSlice[int32](sl.pin)
+		sl.logits, sl.ids = cuda.HostSlice[float32](sl.pin), make([]int32, T*g.k)
 	}
 	for _, a := range []struct {
 		dst   *backend.Tensor
@@ -124,7 +125,6 @@ func newPredictor(g *gpuLink, first int) (*predictor, error) {
 		shape []int
 	}{
 		{&p.h, tensor.F32, []int{T, g.hid}}, {&p.x, tensor.F32, []int{T, g.hid}}, {&p.logits, tensor.F32, []int{T, g.experts}},
-		{&p.wts, tensor.F32, []int{T, g.k}}, {&p.idDev, tensor.I32, []int{T, g.k}},
 	} {
 		if *a.dst, err = be.Alloc(a.dt, a.shape...); err != nil {
 			p.close()
@@ -152,13 +152,15 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 	}
 	g.be.RMSNorm(p.h, x, norm, eps, n)
 	g.be.MatMul(p.logits, p.h, router, n)
-	g.be.RouterTopK(p.wts, p.idDev, p.logits, g.k, false, n)
-	ib, err := g.buf(p.idDev, "predicted expert ids", n*g.k*4)
+	// the logits go to the host, which picks the top k (topK): a GPU top-k
+	// is a few µs of one warp's serial rounds, ahead of the attention for a
+	// prediction at a layer's start
+	lb, err := g.buf(p.logits, "predicted router logits", n*g.experts*4)
 	if err != nil {
 		return err
 	}
 	sl := &p.slots[at]
-	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: sl.pin, Dev: ib, N: int64(n * g.k * 4)}); err != nil {
+	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: sl.pin, Dev: lb, N: int64(n * g.experts * 4)}); err != nil {
 		return err
 	}
 	if err := sl.ev.RecordExternal(g.s); err != nil {
@@ -184,12 +186,16 @@ func (g *gpuLink) prefetch(at, l, n int) error {
 }
 
 // predicted waits for the prediction at point at (n tokens) and returns
-// its ids: the slot's pinned memory, which the next piece that records
-// the slot's event rewrites (read them before that piece may run).
+// its ids, the top k of each token's logits in the slot's pinned memory,
+// which the next piece that records the slot's event rewrites (call it
+// before that piece may run); the ids stay until the slot's next call.
 func (g *gpuLink) predicted(at, n int) ([]int32, error) {
 	sl := &g.pred.slots[at]
 	if err := g.waitEvent(sl.ev); err != nil {
 		return nil, err
+	}
+	for t := 0; t < n; t++ {
+		topK(sl.ids[t*g.k:(t+1)*g.k], sl.logits[t*g.experts:(t+1)*g.experts])
 	}
 	return sl.ids[:n*g.k], nil
 }

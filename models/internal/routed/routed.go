@@ -477,6 +477,35 @@ func refined(dst, later, earlier []int32) []int32 {
 	return dst
 }
 
+// topK writes to ids the indices of the len(ids) largest logits, largest
+// first, ties to the lower index (the GPU router's order), in one pass; a
+// NaN is never picked, and ids past the non-NaN logits are -1.
+func topK(ids []int32, logits []float32) {
+	var buf [64]float32
+	vals := buf[:0]
+	if len(ids) > len(buf) {
+		vals = make([]float32, 0, len(ids))
+	}
+	for e, v := range logits {
+		if v != v || (len(vals) == len(ids) && !(v > vals[len(vals)-1])) {
+			continue
+		}
+		p := len(vals)
+		for p > 0 && vals[p-1] < v {
+			p--
+		}
+		if len(vals) < len(ids) {
+			vals = append(vals, 0)
+		}
+		copy(vals[p+1:], vals[p:len(vals)-1])
+		copy(ids[p+1:len(vals)], ids[p:len(vals)-1])
+		vals[p], ids[p] = v, int32(e)
+	}
+	for j := len(vals); j < len(ids); j++ {
+		ids[j] = -1
+	}
+}
+
 // Prediction points of the hybrid step's next-layer expert prefetch.
 const (
 	atStart = iota // at the layer's start, read before its hand-off
