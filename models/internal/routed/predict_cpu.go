@@ -59,8 +59,8 @@ const predictMaxTokens = 1
 // session 16); a wrong prediction costs memory bandwidth in time the engine
 // is idle, and the prefetch stops as soon as the layer's task is queued.
 type predictor struct {
-	slots                    [2]predSlot // atStart, next
-	h, x, logits             backend.Tensor
+	slots        [2]predSlot // atStart, next
+	h, x, logits backend.Tensor
 	// the predictions queued since the last hand-off was made: at a layer's
 	// start and for the next layer (the layer and its tokens; 0: none)
 	start, startN, next, nextN int
