@@ -1,0 +1,29 @@
+#!/bin/bash
+# Session 22, call 4: (a) every model test of both families (PredictAtStart now called for every MoE layer;
+# TestHybridPrefetch with KT_HYBRID_PREDICT=refine and KT_HYBRID_MISS_STREAM=1); (b) hybrid decode on the synthetic
+# 8-layer Qwen3.5 (AMXINT4, D = 0, 512 tokens), three configurations rotated five times: predict next / misses not
+# streamed (main's behaviour), next / streamed, refine / streamed; the prediction scores of both predictions.
+set -o pipefail
+C=$PWD/.carry/s22d; D=/tmp/b; mkdir -p $D
+for f in kt qwen3next.test qwen3moe.test; do xz -dc $C/$f.xz > $D/$f; chmod +x $D/$f; done
+L=$OUT/log.txt
+for m in qwen3next qwen3moe; do
+  (cd models/$m && KT_TESTDATA_MODELS=$PWD/../../testdata/models timeout 150 $D/$m.test -test.v -test.timeout 140s > $OUT/$m.txt 2>&1; echo "$m rc=$?" | tee -a $L; grep -E -- '^(--- FAIL|FAIL|ok|PASS)|panic' $OUT/$m.txt | head -10 | tee -a $L; echo "$m passed: $(grep -c -- '^--- PASS' $OUT/$m.txt)" | tee -a $L)
+done
+grep -E "refined prefetch.*prediction" $OUT/qwen3next.txt | cut -c1-400 | tee -a $L
+echo "== synth ($SECONDS s)" | tee -a $L
+KT_SYNTH_OUT=/tmp/q35 KT_SYNTH_LAYERS=8 timeout 240 $D/qwen3next.test -test.run TestMakeSynthetic -test.timeout 0 2>&1 | tail -1 | tee -a $L; sync
+gen() { local tag=$1 pr=$2 ms=$3
+  KT_HYBRID_PREDICT=$pr KT_HYBRID_MISS_STREAM=$ms KT_HYBRID_TIMING=1 timeout 100 $D/kt generate --model-path /tmp/q35 --input-ids 615,892,721,286,283,347,17,99 --ignore-eos --device cuda \
+    --max-new-tokens 512 --kt-weight-path /tmp/q35 --kt-method AMXINT4 --kt-cpuinfer 15 > $D/out.txt 2> $D/err.txt
+  echo "$tag ids $(md5sum < $D/out.txt | cut -c1-8)" | tee -a $L
+  grep -E 'hand-off timing|new tokens|^hybrid  |prediction:|rror' $D/err.txt | sed -E 's/8 prompt tokens in [^,]*, //' | cut -c1-400 | sed "s/^/$tag: /" | tee -a $L; }
+echo "== hybrid ($SECONDS s)" | tee -a $L
+cfgs=("next 0" "next 1" "refine 1")
+for r in 0 1 2 3 4; do
+  for i in 0 1 2; do
+    set -- ${cfgs[$(((i + r) % 3))]}
+    gen "r$r $1 $2" $1 $2
+  done
+done
+echo "end $SECONDS s" | tee -a $L
