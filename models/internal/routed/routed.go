@@ -51,11 +51,11 @@ const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
 // steps) costs the next task a futex wake-up of every thread.
 const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
 
-// MissStreamEnv names the environment variable that, set to 1, makes the
-// hybrid step's one-token tasks run each worker's blocks of the prefetched
-// experts first while its kernels prefetch its blocks of the others
-// (cpuexperts.Config.DecodeMissStream); 0, the default, keeps expert order.
-const MissStreamEnv = "KT_HYBRID_MISS_STREAM"
+// MissesEnv names the environment variable that says how the hybrid step's
+// one-token tasks take the blocks of the experts the prefetch did not read
+// (cpuexperts.Config.DecodeMisses, by cpuexperts.MissModes name): "owned"
+// (the default), "stream" or "shared".
+const MissesEnv = "KT_HYBRID_MISSES"
 
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
