@@ -57,8 +57,7 @@ type moeBenchOpts struct {
 	gap, spinPure                                         time.Duration
 	f32IO                                                 bool
 	prefetchHit                                           float64
-	ownedDecode                                           bool
-	decodeMisses                                          string
+	ownedDecode, missStream                               bool
 	// memAvail reports the memory benchLayers may still use (nil: no
 	// check; runMoEBench sets memAvailable).
 	memAvail func() int64
@@ -118,7 +117,7 @@ func init() {
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.Float64Var(&moeOpts.prefetchHit, "prefetch-hit", -1, "with --gap: as each gap begins, prefetch the next task's predicted experts, this fraction of them right (as the hybrid step's next-layer prediction; < 0 = no prefetch)")
 			f.BoolVar(&moeOpts.ownedDecode, "owned-decode", false, "one-token tasks: workers take the gate/up blocks they own first, which the prefetch reads on them (Config.OwnedDecode)")
-			f.StringVar(&moeOpts.decodeMisses, "decode-misses", "owned", "with --owned-decode, the blocks of experts the prefetch did not read: owned (in expert order), stream (last, their owners' kernels prefetching them) or shared (one list any worker takes) (Config.DecodeMisses)")
+			f.BoolVar(&moeOpts.missStream, "decode-miss-stream", false, "with --owned-decode: workers run the prefetched experts' blocks first while their kernels prefetch the others' (Config.DecodeMissStream)")
 			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
@@ -315,10 +314,6 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	misses, err := cpuexperts.ParseMissMode(o.decodeMisses)
-	if err != nil {
-		return err
-	}
 	var methods []cpuexperts.Method
 	for _, s := range strings.Split(o.methods, ",") {
 		m, err := cpuexperts.ParseMethod(strings.TrimSpace(s))
@@ -349,7 +344,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXInt4GroupLUT: o.amxI4GroupLUT, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, OwnedDecode: o.ownedDecode, DecodeMisses: misses, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

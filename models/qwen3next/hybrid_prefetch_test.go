@@ -23,8 +23,9 @@ import (
 // (KT_HYBRID_AHEAD=0) the same predictions must be read: the same score,
 // per layer. With each layer predicted again at its start
 // (KT_HYBRID_PREDICT=refine) the first predictions score the same and the
-// second ones are scored too; with the misses streamed or shared
-// (KT_HYBRID_MISSES) the bits stay the same. It skips without a GPU.
+// second ones are scored too; with the prediction's misses streamed (the
+// default) and in expert order (KT_HYBRID_MISS_STREAM=0, the plain
+// piecewise case) the bits stay the same. It skips without a GPU.
 func TestHybridPrefetch(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 5)
@@ -41,7 +42,7 @@ func TestHybridPrefetch(t *testing.T) {
 		t.Setenv(routed.GraphEnv, graph)
 		t.Setenv(routed.AheadEnv, ahead)
 		t.Setenv(routed.PredictEnv, predict)
-		t.Setenv(routed.MissesEnv, miss)
+		t.Setenv(routed.MissStreamEnv, miss)
 		r, err := Load(dir, models.Options{Backend: gpu, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "AMXINT8"})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -75,9 +76,9 @@ func TestHybridPrefetch(t *testing.T) {
 	}
 	base, _ := run("no prefetch", "0", "", "", "", "")
 	scores := map[string]string{}
-	for _, c := range []struct{ name, mode, graph, ahead, predict, miss string }{{"prefetch, piecewise graphs", "", "", "0", "", ""},
+	for _, c := range []struct{ name, mode, graph, ahead, predict, miss string }{{"prefetch, piecewise graphs", "", "", "0", "", "0"},
 		{"prefetch, op by op", "1", "0", "", "", ""}, {"prefetch, piecewise graphs, ahead", "", "", "", "", ""},
-		{"refined prefetch, misses streamed", "", "", "", "refine", "stream"}, {"prefetch, misses shared", "", "", "", "", "shared"}} {
+		{"refined prefetch, misses streamed", "", "", "", "refine", "1"}} {
 		got, score := run(c.name, c.mode, c.graph, c.ahead, c.predict, c.miss)
 		scores[c.name] = score
 		for i := range base {

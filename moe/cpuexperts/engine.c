@@ -192,20 +192,16 @@ struct kt_engine {
   int owned;  // the current fused task takes owned items (owned_setup)
   int *oitems, *ooff, *ocnt;
   kt_cursor* ocur;
-  // cfg.miss_pf (KT_MISS_*): the experts of the owned prefetch task run
-  // first (pfmark[x] == pfgen for layer pflayer); each worker's first item
-  // of the others (mfirst[w], an index into its list) and the byte ranges
-  // of every listed item's weights, scales and corrections (mrng: MISS_RNG
-  // pairs per item, in oitems' order; the worker's side stream from mfirst
-  // on: KT_MISS_STREAM), or the others' items in one shared list (sitems,
-  // scnt, taken by scur: KT_MISS_SHARED)
+  // cfg.miss_pf: the experts of the owned prefetch task run last (pfmark[x]
+  // == pfgen for layer pflayer), each worker's first item of the others
+  // (mfirst[w], an index into its list) and the byte ranges of every listed
+  // item's weights, scales and corrections (mrng: MISS_RNG pairs per item,
+  // in oitems' order; the worker's side stream from mfirst on)
   uint32_t* pfmark;
   uint32_t pfgen;
   const kt_layer* pflayer;
   int* mfirst;
   int64_t* mrng;
-  int *sitems, scnt;
-  kt_cursor scur;
   int seq;            // task number (wraps; a stale tokst equal to it would need 2^32 tasks)
 
   // current task, written by the queue thread before a job starts
@@ -1253,11 +1249,8 @@ static void miss_stream(kt_engine* e, kt_worker* w, int me) {
 // owned_setup lists each worker's gate/up items of the fused task in
 // expert order (cfg.owned): item a*nb + blk goes to its block's owner.
 // With cfg.miss_pf the experts the last owned prefetch of this layer read
-// come first; the others' items are, after mfirst[w], the worker's side
-// stream (KT_MISS_STREAM, miss_stream), or one shared list that every
-// worker takes from once its own list is done (KT_MISS_SHARED: they are in
-// no worker's caches, so whoever is free reads them, and the workers end
-// together whatever the misses' spread over the owners).
+// come first in every list; the others' items, from mfirst[w] on, are the
+// worker's side stream (miss_stream).
 static void owned_setup(kt_engine* e) {
   const kt_layer* l = e->l;
   int T = e->pools[0].nthreads, nb = l->inter_p[0] / KT_NB;
@@ -1266,13 +1259,8 @@ static void owned_setup(kt_engine* e) {
     e->ocnt[w] = 0;
     atomic_store_explicit(&e->ocur[w].v, 0, memory_order_relaxed);
   }
-  e->scnt = 0;
-  atomic_store_explicit(&e->scur.v, 0, memory_order_relaxed);
-  for (int a = 0; a < e->nactive; a++) {
-    int x = e->active[a];
-    if (miss == KT_MISS_SHARED && !(e->pflayer == l && e->pfmark[x] == e->pfgen)) continue;
-    for (int blk = 0; blk < nb; blk++) e->ocnt[block_owner(x, blk, nb, T)]++;
-  }
+  for (int a = 0; a < e->nactive; a++)
+    for (int blk = 0; blk < nb; blk++) e->ocnt[block_owner(e->active[a], blk, nb, T)]++;
   for (int w = 0, o = 0; w < T; w++) {
     e->ooff[w] = o;
     o += e->ocnt[w];
@@ -1280,15 +1268,11 @@ static void owned_setup(kt_engine* e) {
     e->mfirst[w] = 0;
   }
   // pass 0: the prefetched experts (all of them without miss); pass 1: the others
-  for (int pass = 0; pass < 1 + (miss != 0); pass++) {
+  for (int pass = 0; pass < 1 + miss; pass++) {
     for (int a = 0; a < e->nactive; a++) {
       int x = e->active[a];
       if (miss && (e->pflayer == l && e->pfmark[x] == e->pfgen) != (pass == 0)) continue;
       for (int blk = 0; blk < nb; blk++) {
-        if (pass == 1 && miss == KT_MISS_SHARED) {
-          e->sitems[e->scnt++] = a * nb + blk;
-          continue;
-        }
         int w = block_owner(x, blk, nb, T);
         e->oitems[e->ooff[w] + e->ocnt[w]++] = a * nb + blk;
       }
@@ -1349,16 +1333,11 @@ static void run_job_fused(kt_worker* w) {
     // its own list first, then the others' in turn (a guest only steals);
     // with cfg.miss_pf its kernels prefetch its items past mfirst (miss_stream)
     int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
-    if (e->cfg.miss_pf == KT_MISS_STREAM && w->local >= 0) miss_stream(e, w, first);
+    if (e->cfg.miss_pf && w->local >= 0) miss_stream(e, w, first);
     for (int v = 0; v < T; v++) {
       int o = (first + v) % T, j;
       while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
         fused_gate_up(e, w, P, e->oitems[e->ooff[o] + j], nb, asz);
-        nitems++;
-      }
-      // after its own list: the shared misses (KT_MISS_SHARED), then the others' lists
-      while (v == 0 && (j = atomic_fetch_add_explicit(&e->scur.v, 1, memory_order_relaxed)) < e->scnt) {
-        fused_gate_up(e, w, P, e->sitems[j], nb, asz);
         nitems++;
       }
     }
@@ -2088,7 +2067,6 @@ static void free_engine(kt_engine* e) {
   free(e->pfmark);
   free(e->mfirst);
   free(e->mrng);
-  free(e->sitems);
   free(e->ooff);
   free(e->ocnt);
   free(e->ocur);
@@ -2205,8 +2183,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->ocur = (kt_cursor*)xalloc(sizeof(kt_cursor) * (size_t)(e->nthreads + 1));
   e->pfmark = (uint32_t*)xalloc(sizeof(uint32_t) * (size_t)cfg->nexp);
   e->mfirst = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
-  e->mrng = cfg->miss_pf == KT_MISS_STREAM ? (int64_t*)xalloc(sizeof(int64_t) * 2 * MISS_RNG * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1)) : NULL;
-  e->sitems = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1));
+  e->mrng = cfg->miss_pf ? (int64_t*)xalloc(sizeof(int64_t) * 2 * MISS_RNG * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1)) : NULL;
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
   // a guest needs a core of its own: with as many workers as CPUs it would
@@ -2228,7 +2205,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->pfmark || !e->mfirst || (cfg->miss_pf == KT_MISS_STREAM && !e->mrng) || !e->sitems || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->pfmark || !e->mfirst || (cfg->miss_pf && !e->mrng) || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {

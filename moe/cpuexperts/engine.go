@@ -33,44 +33,6 @@ import (
 	"github.com/ktserve/kt/sysinfo"
 )
 
-// MissMode is how an owned one-token decode task takes the gate/up blocks
-// of the experts its layer's last prefetch did not read (Config.DecodeMisses).
-type MissMode int
-
-const (
-	// MissesOwned leaves them with their owners, in expert order (the
-	// default).
-	MissesOwned MissMode = iota
-	// MissesStreamed puts them last in each owner's list, the prefetched
-	// experts' blocks first, and the worker's kernels (the AVX-512 int8 and
-	// int4 one-token ones) prefetch them into its L2 as a side stream, a
-	// line per 128 bytes of their own: the misses' reads overlap the cached
-	// blocks' arithmetic instead of following it.
-	MissesStreamed
-	// MissesShared puts them in one list that every worker takes from once
-	// its own list (the prefetched experts' blocks) is done: they are in no
-	// worker's caches, so whoever is free reads them, and the workers end
-	// together however the misses fall on the owners.
-	MissesShared
-)
-
-// MissModes names the MissMode values, as KT_HYBRID_MISSES and kt bench's
-// --decode-misses take them.
-var MissModes = []string{"owned", "stream", "shared"}
-
-// ParseMissMode reads a MissModes name ("" is MissesOwned).
-func ParseMissMode(s string) (MissMode, error) {
-	if s == "" {
-		return MissesOwned, nil
-	}
-	for i, n := range MissModes {
-		if s == n {
-			return MissMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("decode misses %q: want one of %v", s, MissModes)
-}
-
 // Config sizes and places an Engine. Zero values pick defaults.
 type Config struct {
 	// Threads is the total worker count (--kt-cpuinfer); 0 = physical cores.
@@ -245,10 +207,14 @@ type Config struct {
 	// core's L2 costs about a memory access on the device's Xeon). Tasks of
 	// more tokens keep the counter order.
 	OwnedDecode bool
-	// DecodeMisses says how an owned one-token decode task (OwnedDecode)
-	// takes the blocks of the experts the layer's last prefetch did not read
-	// (the prediction's misses). Results do not depend on it.
-	DecodeMisses MissMode
+	// DecodeMissStream makes each worker of an owned one-token decode task
+	// (OwnedDecode) run its blocks of the experts the layer's last prefetch
+	// read first, while its kernels (the AVX-512 int8 and int4 one-token
+	// ones) prefetch its blocks of the other experts, the prediction's
+	// misses, into its L2 as a side stream, a line per 128 bytes of their
+	// own: the misses' reads overlap the cached blocks' arithmetic instead
+	// of following it. Results do not depend on it.
+	DecodeMissStream bool
 	// SyncHelp lets the thread that waits in Sync or Forward for a running
 	// decode task (one that needs no AMX tiles) join it as one more worker:
 	// it would spin anyway, so the task gets another core and no extra
@@ -483,10 +449,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.route_first = b2i(cfg.RouteFirst)
 	cc.down_f32 = b2i(cfg.DownViaF32)
 	cc.owned = b2i(cfg.OwnedDecode)
-	if cfg.DecodeMisses < MissesOwned || cfg.DecodeMisses > MissesShared {
-		return nil, fmt.Errorf("cpu expert engine: decode misses mode %d", cfg.DecodeMisses)
-	}
-	cc.miss_pf = C.int(cfg.DecodeMisses)
+	cc.miss_pf = b2i(cfg.DecodeMissStream)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))

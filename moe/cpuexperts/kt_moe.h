@@ -102,10 +102,6 @@ typedef struct {
 
 typedef struct kt_engine kt_engine;
 
-// kt_engine_config.miss_pf
-#define KT_MISS_STREAM 1
-#define KT_MISS_SHARED 2
-
 typedef struct {
   int npools;
   int threads[8];   // worker threads per pool
@@ -156,9 +152,8 @@ typedef struct {
   int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
   int owned;           // one-token decode: each worker first takes the gate/up blocks it owns, which a
                        // prefetch task reads on that worker (default: blocks in counter order)
-  int miss_pf;         // owned one-token decode, the blocks of experts the last prefetch did not read (KT_MISS_*):
-                       // owned in expert order (0, the default), last in each worker's list with its kernels
-                       // prefetching them (KT_MISS_STREAM), or in one list any worker takes (KT_MISS_SHARED)
+  int miss_pf;         // owned one-token decode: each worker runs its blocks of the prefetched experts first,
+                       // its kernels prefetching its others (kt_side_pf) (default: expert order, no side stream)
   int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 

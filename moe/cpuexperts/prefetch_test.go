@@ -81,7 +81,7 @@ func TestPrefetch(t *testing.T) {
 }
 
 // TestPrefetchOwnedDecode checks the owned decode path (Config.OwnedDecode,
-// with each DecodeMisses mode): one- and three-token tasks give the
+// alone and with DecodeMissStream): one- and three-token tasks give the
 // bits of the default path, before and after prefetches of all their
 // experts or some of them (and one they do not use);
 // a prefetch with nothing queued behind reads all it plans, and the plan is
@@ -110,8 +110,7 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 		}
 		base := newLayer(Config{})
 		l := newLayer(Config{OwnedDecode: true})
-		lm := newLayer(Config{OwnedDecode: true, DecodeMisses: MissesStreamed})
-		ls := newLayer(Config{OwnedDecode: true, DecodeMisses: MissesShared})
+		lm := newLayer(Config{OwnedDecode: true, DecodeMissStream: true})
 		for _, tokens := range []int{1, 3} {
 			x, ids, w := RandomBatch(uint64(tokens), tokens, topK, spec.Hidden, spec.Experts)
 			want := make([]float32, tokens*spec.Hidden)
@@ -123,7 +122,7 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 			for _, c := range []struct {
 				l    *Layer
 				name string
-			}{{l, "owned"}, {lm, "owned, misses streamed"}, {ls, "owned, misses shared"}} {
+			}{{l, "owned"}, {lm, "owned, misses streamed"}} {
 				for rep := 0; rep < 4; rep++ {
 					switch rep {
 					case 1: // stopped by the task

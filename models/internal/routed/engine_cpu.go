@@ -107,18 +107,15 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if err != nil {
 		return nil, err
 	}
-	misses, err := cpuexperts.ParseMissMode(os.Getenv(MissesEnv))
+	noStream, err := envChoice(MissStreamEnv, "1", "0")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", MissesEnv, err)
-	}
-	if isCPU || pfOff != "" { // no prefetch: every block is a miss, owned is the counter order's equal
-		misses = cpuexperts.MissesOwned
+		return nil, err
 	}
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
 		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
 		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == "",
-		DecodeMisses: misses})
+		DecodeMissStream: !isCPU && pfOff == "" && !noStream})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}

@@ -51,11 +51,15 @@ const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
 // steps) costs the next task a futex wake-up of every thread.
 const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
 
-// MissesEnv names the environment variable that says how the hybrid step's
-// one-token tasks take the blocks of the experts the prefetch did not read
-// (cpuexperts.Config.DecodeMisses, by cpuexperts.MissModes name): "owned"
-// (the default), "stream" or "shared".
-const MissesEnv = "KT_HYBRID_MISSES"
+// MissStreamEnv names the environment variable that, set to 0, makes the
+// hybrid step's one-token tasks take their blocks in expert order. Unset or
+// 1 (the default): each worker runs its blocks of the prefetched experts
+// first while its kernels prefetch its blocks of the others, the
+// prediction's misses (cpuexperts.Config.DecodeMissStream; on the H100
+// machine the engine alone took 0.105-0.107 against 0.109-0.132 ms per
+// Qwen3.5 layer at a 0.6 hit rate and the hybrid decode was faster in 9 of
+// 12 rotated runs; docs/notes/hybrid.md, session 22).
+const MissStreamEnv = "KT_HYBRID_MISS_STREAM"
 
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
