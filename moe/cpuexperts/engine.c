@@ -192,7 +192,7 @@ struct kt_engine {
   int owned;  // the current fused task takes owned items (owned_setup)
   int *oitems, *ooff, *ocnt;
   kt_cursor* ocur;
-  // cfg.miss_pf: the experts of the owned prefetch task run last (pfmark[x]
+  // cfg.miss_pf: the experts of the owned prefetch task run first (pfmark[x]
   // == pfgen for layer pflayer), each worker's first item of the others
   // (mfirst[w], an index into its list) and the byte ranges of every listed
   // item's weights, scales and corrections (mrng: MISS_RNG pairs per item,
