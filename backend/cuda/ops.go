@@ -495,6 +495,19 @@ func (d *Device) KernelCopy(s *Stream, cs ...WordCopy) error {
 		c[0].Dst, c[0].Src, c[0].N/4, c[1].Dst, c[1].Src, c[1].N/4, c[2].Dst, c[2].Src, c[2].N/4)
 }
 
+// RouteLogits queues out[t][e] = Σ_h w[e][h]·g[h]·x[t][h] for n rows of x
+// (f32 [n][H]) and E experts (w: bf16 router weights [E][H], g: f32 norm
+// weights [H]): the router's logits of the RMS-normed rows up to each row's
+// positive 1/rms factor, which no top-k depends on, in one launch
+// (kernels/predict.cu). out is a device address, a Buffer's or pinned host
+// memory's (HostBuffer.DevicePtr) with n·E floats.
+func (d *Device) RouteLogits(s *Stream, out uint64, x, g, w Buffer, n, E, H int) error {
+	if n < 0 || E < 1 || H < 1 || out == 0 || x.Size < int64(n)*int64(H)*4 || g.Size < int64(H)*4 || w.Size < int64(E)*int64(H)*2 {
+		return fmt.Errorf("cuda: RouteLogits of %d rows, %d experts, hidden %d: buffers of %d, %d and %d bytes", n, E, H, x.Size, g.Size, w.Size)
+	}
+	return d.launch(s, "m_route_logits", grid1(int(blocks64(int64(n)*int64(E)*32, 256))), grid1(256), 0, out, x, g, w, n, E, H)
+}
+
 // HostCopy is one transfer of CopyHost: N bytes between the device buffer
 // Dev and the pinned buffer Host at offset HostOff.
 type HostCopy struct {

@@ -950,3 +950,61 @@ func TestFP8Dequant(t *testing.T) {
 	}
 	checkClose(t, "fp8", bfSlice(download[uint16](t, d, s, out, N*K)), ref, 1e-6)
 }
+
+// TestRouteLogits checks Device.RouteLogits against a float64 reference
+// (Σ_h w·g·x, no 1/rms) on real router shapes, into device memory and into
+// pinned host memory through its device address, for one and three rows.
+// Bad sizes are refused.
+func TestRouteLogits(t *testing.T) {
+	d := testDevice(t)
+	s := testStream(t, d)
+	rng := rand.New(rand.NewPCG(9, 1))
+	for _, c := range []struct{ n, E, H int }{{1, 256, 2048}, {3, 128, 2048}, {1, 60, 1408}} {
+		x := make([]float32, c.n*c.H)
+		g := make([]float32, c.H)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		for i := range g {
+			g[i] = float32(1 + 0.3*rng.NormFloat64())
+		}
+		w := randBF16(rng, c.E*c.H, 0.05)
+		xb, gb, wb := upload(t, d, x), upload(t, d, g), upload(t, d, w)
+		want := make([]float64, c.n*c.E)
+		for r := 0; r < c.n; r++ {
+			for e := 0; e < c.E; e++ {
+				for h := 0; h < c.H; h++ {
+					want[r*c.E+e] += bf(w[e*c.H+h]) * float64(g[h]) * float64(x[r*c.H+h])
+				}
+			}
+		}
+		host, err := d.AllocHost(int64(c.n * c.E * 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp, err := host.DevicePtr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := poisoned(t, d, int64(c.n*c.E*4))
+		for _, out := range []uint64{dev.Ptr, hp} {
+			if err := d.RouteLogits(s, out, xb, gb, wb, c.n, c.E, c.H); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range [][]float32{download[float32](t, d, s, dev, c.n*c.E), HostSlice[float32](host)} {
+			for j, v := range got {
+				if math.Abs(float64(v)-want[j]) > 1e-4*(1+math.Abs(want[j])) {
+					t.Fatalf("%v, out %d: logit %d = %g, want %g", c, i, j, v, want[j])
+				}
+			}
+		}
+		_ = host.Free()
+	}
+	if err := d.RouteLogits(s, 1, Buffer{}, Buffer{}, Buffer{}, 1, 8, 64); err == nil {
+		t.Error("RouteLogits over empty buffers was queued")
+	}
+}

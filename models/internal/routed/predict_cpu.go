@@ -150,17 +150,11 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 		g.be.Add(p.x, x, add, n)
 		x = p.x
 	}
-	g.be.RMSNorm(p.h, x, norm, eps, n)
-	g.be.MatMul(p.logits, p.h, router, n)
 	// the logits go to the host, which picks the top k (topK): a GPU top-k
 	// is a few µs of one warp's serial rounds, ahead of the attention for a
 	// prediction at a layer's start
-	lb, err := g.buf(p.logits, "predicted router logits", n*g.experts*4)
-	if err != nil {
-		return err
-	}
 	sl := &p.slots[at]
-	if err := g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: sl.pin, Dev: lb, N: int64(n * g.experts * 4)}); err != nil {
+	if err := g.routeLogits(sl, x, norm, router, eps, n); err != nil {
 		return err
 	}
 	if err := sl.ev.RecordExternal(g.s); err != nil {
@@ -172,6 +166,41 @@ func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps fl
 		p.next, p.nextN = l, n
 	}
 	return nil
+}
+
+// routeLogits queues the router logits of x's n rows normed with norm into
+// slot sl's pinned memory: with bf16 router weights and an f32 norm (what
+// the models load) one kernel writes them there (cuda.Device.RouteLogits:
+// no 1/rms factor, which the top k does not depend on); otherwise the
+// backend's norm and product and a copy.
+func (g *gpuLink) routeLogits(sl *predSlot, x, norm, router backend.Tensor, eps float32, n int) error {
+	if router.DType() == tensor.BF16 && norm.DType() == tensor.F32 && x.DType() == tensor.F32 {
+		xb, err := g.buf(x, "prediction input", n*g.hid*4)
+		if err != nil {
+			return err
+		}
+		nb, err := g.buf(norm, "prediction norm", g.hid*4)
+		if err != nil {
+			return err
+		}
+		wb, err := g.buf(router, "router weights", g.experts*g.hid*2)
+		if err != nil {
+			return err
+		}
+		hp, err := sl.pin.DevicePtr()
+		if err != nil {
+			return err
+		}
+		return g.be.Device().RouteLogits(g.s, hp, xb, nb, wb, n, g.experts, g.hid)
+	}
+	p := g.pred
+	g.be.RMSNorm(p.h, x, norm, eps, n)
+	g.be.MatMul(p.logits, p.h, router, n)
+	lb, err := g.buf(p.logits, "predicted router logits", n*g.experts*4)
+	if err != nil {
+		return err
+	}
+	return g.be.Device().CopyHost(g.s, true, g.memcpy, cuda.HostCopy{Host: sl.pin, Dev: lb, N: int64(n * g.experts * 4)})
 }
 
 // prefetch waits for the prediction at point at of layer l (n tokens) and
