@@ -959,7 +959,7 @@ func TestRouteLogits(t *testing.T) {
 	d := testDevice(t)
 	s := testStream(t, d)
 	rng := rand.New(rand.NewPCG(9, 1))
-	for _, c := range []struct{ n, E, H int }{{1, 256, 2048}, {3, 128, 2048}, {1, 60, 1408}} {
+	for _, c := range []struct{ n, E, H int }{{1, 256, 2048}, {3, 128, 2048}, {1, 60, 1408}, {2, 5, 1001}} { // 1001: the scalar loop
 		x := make([]float32, c.n*c.H)
 		g := make([]float32, c.H)
 		for i := range x {
