@@ -5,6 +5,7 @@ package routed
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -599,16 +600,11 @@ func (g *gpuLink) aheadSetup() error {
 	if err != nil || off || !g.piece {
 		return err
 	}
-	switch v := os.Getenv(ResumeEnv); v {
-	case "", "poll":
-		g.resume = resumePoll
-	case "engine":
-		g.resume = resumeEngine
-	case "host":
-		g.resume = resumeHost
-	default:
-		return fmt.Errorf("%s=%s: want poll (the default), engine or host", ResumeEnv, v)
+	r, err := envEnum(ResumeEnv, resumeNames...)
+	if err != nil {
+		return err
 	}
+	g.resume = resumeForm(r)
 	f, err := g.be.Device().AllocHost(64)
 	if err != nil {
 		return fmt.Errorf("hybrid step: %s counter: %w", AheadEnv, err)
@@ -961,12 +957,20 @@ func (g *gpuLink) close() {
 // envChoice reads a two-way knob from the environment variable name: unset
 // or def is false, alt is true, anything else an error naming both.
 func envChoice(name, def, alt string) (bool, error) {
-	switch v := os.Getenv(name); v {
-	case "", def:
-		return false, nil
-	case alt:
-		return true, nil
-	default:
-		return false, fmt.Errorf("%s=%s: want %s (the default) or %s", name, v, def, alt)
+	i, err := envEnum(name, def, alt)
+	return i == 1, err
+}
+
+// envEnum reads a knob of several values from the environment variable
+// name: the index of its value among values, unset being values[0] (the
+// default); anything else is an error naming them all.
+func envEnum(name string, values ...string) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
 	}
+	if i := slices.Index(values, v); i >= 0 {
+		return i, nil
+	}
+	return 0, fmt.Errorf("%s=%s: want %s (the default) or %s", name, v, values[0], strings.Join(values[1:], " or "))
 }

@@ -98,12 +98,8 @@ func newPredictor(g *gpuLink, first int) (*predictor, error) {
 		return nil, err
 	}
 	p := &predictor{}
-	switch v := os.Getenv(PredictEnv); v {
-	case "", "next":
-	case "refine":
-		p.refine = true
-	default:
-		return nil, fmt.Errorf("%s=%s: want next (the default) or refine", PredictEnv, v)
+	if p.refine, err = envChoice(PredictEnv, "next", "refine"); err != nil {
+		return nil, err
 	}
 	p.first = first
 	p.early, p.refinedIDs = make([][]int32, len(g.x.layers)), make([][]int32, len(g.x.layers))
