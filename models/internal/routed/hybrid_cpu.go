@@ -59,14 +59,14 @@ const PieceEventEnv = "KT_HYBRID_PGRAPH_EVENT"
 // AheadEnv names the environment variable that chooses when the piecewise
 // form launches the piece after a hand-off. Unset or 1 (the default):
 // before the layer's CPU experts finish (runbase.Base.CutAhead): the
-// hand-off submits the task, queues a wait for a pinned counter
-// (cuda.Stream.WaitValue) and returns; the piece is launched; the counter
-// is stored once the task is done, so the GPU goes on a counter store after
-// the CPU instead of a graph launch after it (on the H100 machine the GPU
-// wait and launches per step 0.624-0.661 -> 0.610-0.629 ms in nine pairs,
-// decode faster in seven; docs/notes/hybrid.md, session 21). 0: after the
-// task. Steps with expert deferral, and drivers without stream waits, keep
-// the plain hand-off.
+// hand-off submits the task, queues a wait for a pinned counter (ResumeEnv
+// says which) and returns; the piece is launched; the counter is stored
+// once the task is done, so the GPU goes on a counter store after the CPU
+// instead of a graph launch after it (on the H100 machine the GPU wait and
+// launches per step 0.624-0.661 -> 0.610-0.629 ms in nine pairs, decode
+// faster in seven; docs/notes/hybrid.md, session 21). 0: after the task.
+// Steps with expert deferral, and drivers that refuse the chosen wait
+// (stream memory waits, ResumeEnv=engine or host), keep the plain hand-off.
 const AheadEnv = "KT_HYBRID_AHEAD"
 
 // ResumeEnv names the environment variable that chooses how the piece
@@ -282,10 +282,7 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights) (*gpuLink, error
 		g.close()
 		return nil, err
 	}
-	first := 0 // the first MoE layer
-	for first < nLayers && layers[first] == nil {
-		first++
-	}
+	first, _ := order(layers)
 	if g.pred, err = newPredictor(g, first); err != nil {
 		g.close()
 		return nil, err
@@ -489,11 +486,13 @@ func (g *gpuLink) handoffWait(l, n, sn int) (t0, t1 time.Time, err error) {
 		t0 = time.Now()
 	}
 	if sn > 0 {
-		pf := g.prefetch
-		if l != g.pred.first { // PredictEnv=refine: the second prediction
-			pf = func(_, l, n int) error { return g.refine(l, n) }
+		var err error
+		if l == g.pred.first {
+			err = g.prefetch(atStart, l, sn)
+		} else { // PredictEnv=refine: the second prediction
+			err = g.refine(l, sn)
 		}
-		if err := pf(atStart, l, sn); err != nil {
+		if err != nil {
 			return t0, t1, err
 		}
 	}

@@ -246,11 +246,11 @@ func (g *gpuLink) refine(l, n int) error {
 // prefetchIDs queues the engine's prefetch of layer l's experts ids.
 func (g *gpuLink) prefetchIDs(l int, ids []int32) {
 	g.x.layers[l].Prefetch(ids)
-	if p := g.pred; p.refine {
+	p := g.pred
+	if p.refine {
 		p.early[l] = append(p.early[l][:0], ids...)
 	}
 	if g.timing != nil { // the slot is rewritten before layer l's hand-off reads its picks
-		p := g.pred
 		if p.prefetched == nil {
 			p.prefetched = make([][]int32, len(g.x.layers))
 		}
