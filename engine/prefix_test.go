@@ -7,11 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
+	_ "github.com/ktserve/kt/arch/all"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
-	_ "github.com/ktserve/kt/models/all"
 )
 
 // The prefix cache tests serve real fixtures (testdata/models) on the CPU
@@ -31,7 +31,7 @@ func loadFixtureRunner(t testing.TB, fixture string, maxTotal int) model.Runner 
 func loadFixtureSnaps(t testing.TB, fixture string, maxTotal, snaps int) model.Runner {
 	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2})
-	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: maxTotal, MaxBatchTokens: 256, PageSize: 16, Backend: be, PrefixSnapshots: snaps})
+	r, err := arch.Load(fixtures.Dir(fixture), arch.Options{MaxSeqs: 4, MaxTotalTokens: maxTotal, MaxBatchTokens: 256, PageSize: 16, Backend: be, PrefixSnapshots: snaps})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)

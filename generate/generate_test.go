@@ -5,15 +5,15 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fixtures"
-	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/qwen3moe"
 )
 
 func fixture(t *testing.T, name string) (*qwen3moe.Runner, []fixtures.Case) {
 	t.Helper()
-	r, err := qwen3moe.Load(fixtures.Dir(name), models.Options{MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
+	r, err := qwen3moe.Load(fixtures.Dir(name), arch.Options{MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,13 @@ import (
 	"math"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/qwen3moe"
 )
 
 // pickingCPU is the CPU backend with backend.Picker, made on the host the
@@ -53,7 +53,7 @@ func (b *pickingCPU) Pick(out, logits backend.Tensor, rows int) {
 // are stored in; top logprobs still read rows.
 func TestRunnerPicks(t *testing.T) {
 	load := func(be backend.Backend) *qwen3moe.Runner {
-		r, err := qwen3moe.Load(fixtures.Dir("qwen3moe-a"), models.Options{Backend: be, Experts: "backend", MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
+		r, err := qwen3moe.Load(fixtures.Dir("qwen3moe-a"), arch.Options{Backend: be, Experts: "backend", MaxSeqs: 2, MaxTotalTokens: 1024, MaxBatchTokens: 64, Threads: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,12 +8,12 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ktserve/kt/arch"
+	_ "github.com/ktserve/kt/arch/all"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/internal/fakemodel"
 	"github.com/ktserve/kt/internal/fixtures"
-	"github.com/ktserve/kt/models"
-	_ "github.com/ktserve/kt/models/all"
 )
 
 // newFixtureServer serves the qwen3moe-a test checkpoint (a real model on
@@ -28,7 +28,7 @@ func newFixtureServer(t *testing.T, report bool) (*openai.Client, *httptest.Serv
 func newFixtureServerOf(t *testing.T, fixture string, report bool) (*openai.Client, *httptest.Server, *engine.Engine) {
 	t.Helper()
 	be := cpu.New(cpu.Options{Threads: 2})
-	r, err := models.Load(fixtures.Dir(fixture), models.Options{MaxSeqs: 4, MaxTotalTokens: 4096, MaxBatchTokens: 512, PageSize: 16, Backend: be, PrefixSnapshots: 4})
+	r, err := arch.Load(fixtures.Dir(fixture), arch.Options{MaxSeqs: 4, MaxTotalTokens: 4096, MaxBatchTokens: 512, PageSize: 16, Backend: be, PrefixSnapshots: 4})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)

@@ -7,11 +7,11 @@ import (
 	"math"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend/cuda"
 	testfixtures "github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
 )
 
 // loadGraphMode loads fixture on the GPU with the decode graph path in
@@ -24,7 +24,7 @@ func loadGraphMode(t *testing.T, name, mode string) model.Runner {
 		t.Fatal(err)
 	}
 	t.Setenv("KT_CUDA_GRAPH", map[string]string{"on": "", "eager": "eager", "off": "0"}[mode])
-	r, err := models.Load(fixtureDir(name), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g})
+	r, err := arch.Load(fixtureDir(name), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g})
 	if err != nil {
 		g.Close()
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestModelGraphDecode(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)
 			}
-			st, _ := models.GraphStatsOf(on)
+			st, _ := arch.GraphStatsOf(on)
 			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 70 {
 				t.Fatalf("graph stats: %s; want at least 3 captures and 70 replays", st)
 			}

@@ -10,14 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
+	_ "github.com/ktserve/kt/arch/all"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/engine/sample"
 	testfixtures "github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
-	_ "github.com/ktserve/kt/models/all"
 )
 
 // The whole model on the GPU through the same model definitions, against
@@ -88,7 +88,7 @@ func loadMode(t *testing.T, name string, onGPU, fast bool) *runner {
 	} else {
 		be = cpu.New(cpu.Options{})
 	}
-	r, err := models.Load(fixtureDir(name), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be})
+	r, err := arch.Load(fixtureDir(name), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)

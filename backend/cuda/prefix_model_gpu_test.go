@@ -6,9 +6,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
 )
 
 // TestPrefixCacheModel runs the prefix cache through whole models on the
@@ -167,7 +167,7 @@ func loadPrefixModel(t *testing.T, fx string) model.Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := models.Load(fixtureDir(fx), models.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
+	r, err := arch.Load(fixtureDir(fx), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g, PrefixSnapshots: 2})
 	if err != nil {
 		g.Close()
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ktserve/kt/models/qwen3moe"
+	"github.com/ktserve/kt/arch/qwen3moe"
 )
 
 // TestServeDeferral serves a synthetic model with

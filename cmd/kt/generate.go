@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ktserve/kt/arch"
+	_ "github.com/ktserve/kt/arch/all" // register every architecture
 	"github.com/ktserve/kt/generate"
-	"github.com/ktserve/kt/models"
-	_ "github.com/ktserve/kt/models/all" // register every architecture
 	"github.com/ktserve/kt/tokenizer"
 )
 
@@ -120,8 +120,8 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if f.chunk <= 0 || f.maxNew < 0 {
 		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
 	}
-	if !slices.Contains(models.Devices, f.device) {
-		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(models.Devices, ", "))
+	if !slices.Contains(arch.Devices, f.device) {
+		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(arch.Devices, ", "))
 	}
 	if f.memFraction < 0 || f.memFraction > 1 {
 		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
@@ -181,7 +181,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		total = len(ids) + f.maxNew + 16
 	}
 	t0 := time.Now()
-	r, err := models.Load(f.modelPath, models.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
+	r, err := arch.Load(f.modelPath, arch.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, GPUPrefillThreshold: f.ktPrefillThresh, DynamicExpertUpdate: f.ktDynamicUpdate, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		DisableCUDAGraph: f.noGraph,
@@ -191,7 +191,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	}
 	defer r.Close()
 	loadSec := time.Since(t0).Seconds()
-	if p := models.ExpertPath(r); p != "" {
+	if p := arch.ExpertPath(r); p != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: routed experts:", p)
 	}
 	if f.cpuProfile != "" {
@@ -216,13 +216,13 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if err != nil {
 		return err
 	}
-	if s, ok := models.GraphStatsOf(r); ok {
+	if s, ok := arch.GraphStatsOf(r); ok {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
 	}
-	if s := models.HybridTiming(r); s != "" {
+	if s := arch.HybridTiming(r); s != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
 	}
-	if s := models.LayerwiseSummary(r); s != "" {
+	if s := arch.LayerwiseSummary(r); s != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
 	}
 	if n := len(res.Output) - 1; n > 0 {

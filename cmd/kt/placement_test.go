@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ktserve/kt/models"
+	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/serveconfig"
 )
@@ -30,7 +30,7 @@ func TestGPUExpertRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var o models.Options
+		var o arch.Options
 		if err := ktExpertOptions(cfg, &o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 			t.Fatal(err)
 		}

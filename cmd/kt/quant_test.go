@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ktserve/kt/models/qwen3moe"
+	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"

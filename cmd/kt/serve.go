@@ -18,11 +18,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ktserve/kt/arch"
+	_ "github.com/ktserve/kt/arch/all" // register every architecture
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/modelconfig"
-	"github.com/ktserve/kt/models"
-	_ "github.com/ktserve/kt/models/all" // register every architecture
 	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/serveconfig"
@@ -55,7 +55,7 @@ func newServeCmd() *cobra.Command {
 // serving is not there yet, so its flags are refused by name.
 func serveFeatures() serveconfig.Features {
 	methods := cpuExpertMethods()
-	gpus := models.GPUCount()
+	gpus := arch.GPUCount()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
@@ -133,7 +133,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		threads = runtime.NumCPU()
 	}
 
-	opts := models.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
+	opts := arch.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if !cfg.DisableRadixCache {
@@ -162,7 +162,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	t0 := time.Now()
 	where := ""
 	opts.Notify = func(m string) { where = m }
-	runner, err := models.Load(cfg.ModelPath, opts)
+	runner, err := arch.Load(cfg.ModelPath, opts)
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
@@ -172,7 +172,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		"context_length", info.ContextLen, "layers", mcfg.Layers, "experts", mcfg.Experts, "dtype", mcfg.DType,
 		"seconds", time.Since(t0).Round(time.Millisecond).Seconds())
 	log.Info("placement", "whole_model", where, "threads", threads)
-	if p := models.ExpertPath(runner); p != "" {
+	if p := arch.ExpertPath(runner); p != "" {
 		log.Info("routed experts", "where", p)
 	}
 	log.Info("memory budget", "kv_tokens", runner.FreeTokens(), "max_running_requests", maxRunning,
@@ -308,7 +308,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err := hs.Shutdown(shutCtx); err != nil {
 		_ = hs.Close()
 	}
-	if t := models.HybridTiming(runner); t != "" {
+	if t := arch.HybridTiming(runner); t != "" {
 		log.Info("hybrid step", "timing", t) // KT_HYBRID_TIMING=1
 	}
 	return nil
@@ -321,7 +321,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 // --kt-method or startup fails saying why. On the GPU (--device cuda, or
 // auto with a usable GPU) that is the hybrid step: routed experts on the
 // CPU engine, everything else on the GPU.
-func ktExpertOptions(cfg *serveconfig.Config, o *models.Options, log *slog.Logger) error {
+func ktExpertOptions(cfg *serveconfig.Config, o *arch.Options, log *slog.Logger) error {
 	if cfg.KTWeightPath == "" {
 		return nil
 	}

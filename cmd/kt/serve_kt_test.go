@@ -14,9 +14,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/generate"
-	"github.com/ktserve/kt/models"
-	"github.com/ktserve/kt/models/qwen3moe"
 	"github.com/ktserve/kt/serveconfig"
 )
 
@@ -123,7 +123,7 @@ func TestServeKTMethods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var o models.Options
+		var o arch.Options
 		o.Device = cfg.Device
 		err = ktExpertOptions(cfg, &o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil || o.Device != dev || o.Experts != "BF16" || o.ExpertWeightPath != dir {
@@ -173,7 +173,7 @@ func TestGenerateKTFlags(t *testing.T) {
 // D and prefill chunks of chunk tokens, and returns the output ids.
 func backendReference(t *testing.T, dir string, deferral, chunk int) [][]int32 {
 	t.Helper()
-	r, err := models.Load(dir, models.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Threads: 2, Experts: "backend", Device: "cpu", ExpertDeferral: deferral})
+	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Threads: 2, Experts: "backend", Device: "cpu", ExpertDeferral: deferral})
 	if err != nil {
 		t.Fatal(err)
 	}

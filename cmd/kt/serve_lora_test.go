@@ -17,9 +17,9 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
-	"github.com/ktserve/kt/models"
 	"github.com/ktserve/kt/tokenizer"
 )
 
@@ -34,7 +34,7 @@ func loraReference(t *testing.T, modelDir, adapterDir string, prompts [][]int32,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := models.Load(modelDir, models.Options{MaxSeqs: 1, MaxTotalTokens: 128, MaxBatchTokens: 64, Threads: 2, Device: "cpu", LoRA: set})
+	r, err := arch.Load(modelDir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 128, MaxBatchTokens: 64, Threads: 2, Device: "cpu", LoRA: set})
 	if err != nil {
 		t.Fatal(err)
 	}

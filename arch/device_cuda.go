@@ -1,0 +1,33 @@
+//go:build cgo
+
+package arch
+
+import (
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cuda"
+)
+
+// openGPU opens the CUDA backend on o.BaseGPUID.
+func openGPU(o Options) (backend.Backend, error) {
+	g, err := cuda.NewBackend(cuda.Options{Ordinal: o.BaseGPUID, MemFractionStatic: o.MemFractionStatic})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// onGPU reports whether be is the CUDA backend.
+func onGPU(be backend.Backend) bool {
+	_, ok := be.(*cuda.Backend)
+	return ok
+}
+
+// GPUCount is the number of GPUs the CUDA backend can see (0 when the
+// driver or GPUs are missing).
+func GPUCount() int {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return 0
+	}
+	return n
+}

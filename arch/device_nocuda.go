@@ -1,0 +1,19 @@
+//go:build !cgo
+
+package arch
+
+import (
+	"errors"
+
+	"github.com/ktserve/kt/backend"
+)
+
+// errNoCUDA says why this build never uses a GPU.
+var errNoCUDA = errors.New("CUDA unavailable: this kt was built without cgo (CGO_ENABLED=0), so it has no CUDA backend")
+
+func openGPU(Options) (backend.Backend, error) { return nil, errNoCUDA }
+
+func onGPU(backend.Backend) bool { return false }
+
+// GPUCount is 0: this build has no CUDA backend.
+func GPUCount() int { return 0 }

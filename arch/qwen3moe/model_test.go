@@ -1,0 +1,80 @@
+package qwen3moe
+
+import (
+	"testing"
+
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/internal/modeltest"
+)
+
+// fixtures are the transformers reference checkpoints (testdata/models).
+var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3moe-fp8-a", "qwen3moe-fp8-b"}
+
+var fixtureDir = modeltest.FixtureDir
+
+// testRunner lets modeltest read slot lengths.
+type testRunner struct{ *Runner }
+
+func (r testRunner) SlotLen(slot int) int { return r.rb.Pool.Len(slot) }
+
+func load(t *testing.T, name string, simd bool) testRunner {
+	t.Helper()
+	return testRunner{modeltest.LoadFixture(t, name, simd, "backend", Load)}
+}
+
+// TestMatchesTransformers checks every prompt logprob and, teacher-forcing
+// the reference's greedy continuation through the KV cache, every greedy
+// token (where the reference's top-2 margin exceeds 1e-3), its logprob and
+// the top-8 logprobs, for the SIMD and the portable kernels.
+func TestMatchesTransformers(t *testing.T) {
+	modeltest.MatchesTransformersAll(t, fixtures, nil, func(t *testing.T, fx string, simd bool) modeltest.Runner {
+		return load(t, fx, simd)
+	})
+}
+
+// TestChunkedPrefillIdentical prefills the longest prompt in chunks of
+// several sizes and checks the logits are bit-identical to one prefill.
+func TestChunkedPrefillIdentical(t *testing.T) {
+	for _, fx := range fixtures {
+		modeltest.ChunkedPrefillIdentical(t, load(t, fx, true), fx, 0, []int{1, 5, 16, 17, 64, 100})
+	}
+}
+
+// TestMixedBatchIdentical runs several sequences at different positions in
+// one step (a decode, a prefill chunk starting mid-prompt, a fresh prompt)
+// and checks each row against the sequence run alone.
+func TestMixedBatchIdentical(t *testing.T) {
+	for _, fx := range fixtures {
+		modeltest.MixedBatchIdentical(t, load(t, fx, true), fx)
+	}
+}
+
+// TestForwardRejectsBadBatches checks misuse is an error, not a panic, and
+// leaves the slot unchanged.
+func TestForwardRejectsBadBatches(t *testing.T) {
+	modeltest.RejectsBadBatches(t, load(t, "qwen3moe-a", true))
+}
+
+func TestLoadErrors(t *testing.T) {
+	modeltest.LoadErrors(t, func(dir string) error {
+		_, err := Load(dir, arch.Options{})
+		return err
+	}, "qwen3moe-a", "qwen3moe-b")
+}
+
+func TestRegistry(t *testing.T) {
+	r, err := arch.Load(fixtureDir("qwen3moe-b"), arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if info := r.Info(); info.Architecture != Architecture || info.VocabSize != 1000 || len(info.EOSTokenIDs) == 0 {
+		t.Fatalf("info %+v", info)
+	}
+}
+
+// TestGraphDecodeIdentical checks the decode graph path against op-by-op
+// steps, bit for bit (modeltest.GraphDecodeIdentical).
+func TestGraphDecodeIdentical(t *testing.T) {
+	modeltest.GraphDecodeIdentical(t, "qwen3moe-a", Load)
+}

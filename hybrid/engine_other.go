@@ -1,0 +1,40 @@
+//go:build !(linux && amd64 && cgo)
+
+package hybrid
+
+import (
+	"errors"
+
+	"github.com/ktserve/kt/arch/runbase"
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
+)
+
+// engine is unavailable in this build: the backend's MoE op runs.
+type engine struct{}
+
+func newEngine(*runbase.Base, string, *modelconfig.Config, []*Weights) (*engine, error) {
+	return nil, errors.New("the CPU expert engine needs linux/amd64 with cgo")
+}
+
+func (*engine) start(*runbase.Base, int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, int) error {
+	return errors.New("no CPU expert engine")
+}
+
+func (*engine) join(int, backend.Tensor, int) error { return errors.New("no CPU expert engine") }
+
+func (*engine) predict(int, int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, float32, int) error {
+	return nil
+}
+
+func (*engine) describe() string { return "" }
+
+func (*engine) timing() string { return "" }
+
+func (*engine) setDeferral(*deferral) error { return nil }
+
+func (*engine) hybridGraphs(*runbase.Base) {}
+
+func (*engine) close() {}
+
+func (*engine) layerwiseStats() LayerwiseStats { return LayerwiseStats{} }

@@ -1,0 +1,590 @@
+//go:build linux && amd64 && cgo
+
+package hybrid
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/moe/cpuexperts"
+)
+
+// layerwise is the hybrid step's layerwise GPU prefill (see layerwise.go):
+// two shadow layer buffers on the GPU (each holds every routed expert of
+// one MoE layer; the MoE layers use them in turn, so the next layer's
+// upload on a copy stream overlaps this layer's compute), fed from host
+// memory through two pinned staging slots of stageTarget bytes or one
+// expert, whichever is larger (the host fills one with a group of experts,
+// on several goroutines, while the other's copy to the GPU runs; the next
+// layer's upload as a whole runs on its own goroutine while this layer's
+// MoE is queued); with dynamic expert update, the per-layer GPU expert
+// slots it refills.
+type layerwise struct {
+	g         *gpuLink
+	threshold int
+	layers    []*Weights
+	order     []int        // per model layer: its index among the MoE layers, −1 for a dense one
+	next      []int        // per model layer: the next MoE layer, −1 for none
+	sets      []*shadowSet // 2 (the default), or 1 with BuffersEnv=1 (no overlap)
+	cs        *cuda.Stream // the uploads' stream
+	stage     [2]*cuda.HostBuffer
+	stageEv   [2]*cuda.Event
+	stageUsed [2]bool
+	stageNext int        // the slot the next group of experts fills
+	parts     []copyPart // scratch: one group's host copies
+	// pending is the next MoE layer's upload running on its own goroutine
+	// while this layer's MoE is queued (nil: none); join waits for it.
+	// Only that goroutine touches the upload state (the staging slots,
+	// the other set, the upload counters) until then.
+	pending chan error
+	logged  []bool // per model layer: its load time was logged
+	stats   LayerwiseStats
+	dyn     *dynamicUpdate // nil unless --kt-enable-dynamic-expert-update
+}
+
+// shadowSet is one shadow layer buffer: E experts' device tensors at fixed
+// addresses, refilled per layer.
+type shadowSet struct {
+	ex    backend.Experts
+	dst   [][3]devWeight // per expert: gate, up, down
+	layer int            // model layer whose weights it holds; −1 none
+	ready *cuda.Event    // recorded on the copy stream after the upload
+	free  *cuda.Event    // recorded on the compute stream after its last read
+	used  bool           // free was recorded
+}
+
+// devWeight is the device memory of one expert matrix and the number of
+// bytes its host form fills (data; FP8 scales widened to float32).
+type devWeight struct {
+	data, scale   cuda.Buffer
+	nData, nScale int64
+}
+
+// dynamicUpdate is --kt-enable-dynamic-expert-update's state: per model
+// layer, which expert each GPU expert slot holds and the slot's device
+// tensors (the ones Load uploaded for the placement).
+type dynamicUpdate struct {
+	layers         []*Weights
+	slots          [][]int               // per model layer: slot → expert
+	slotT          [][][3]backend.Tensor // per model layer, per slot: gate, up, down
+	counts         []int                 // scratch: picks per expert
+	ids            []int32               // scratch: the step's picks read back
+	updates, moved int                   // layers whose slots changed so far
+}
+
+// stageTarget is the size of a pinned staging slot, unless one expert is
+// larger: a group of experts fills it in one parallel copy, so the host copy
+// runs on every copy goroutine (one expert's matrices are a few MiB) and
+// the wait for the slot's previous transfer comes once per group.
+const stageTarget = 64 << 20
+
+// BuffersEnv names the environment variable that sets how many shadow
+// layer buffers layerwise prefill keeps on the GPU: 2 (the default: the
+// next MoE layer's upload overlaps this layer's compute) or 1 (half the
+// VRAM — one MoE layer, as KT's — and each layer's upload waits for the
+// previous layer's compute).
+const BuffersEnv = "KT_LAYERWISE_BUFFERS"
+
+// shadowSets returns the number of shadow layer buffers BuffersEnv asks for.
+func shadowSets() (int, error) {
+	switch v := os.Getenv(BuffersEnv); v {
+	case "", "2":
+		return 2, nil
+	case "1":
+		return 1, nil
+	default:
+		return 0, fmt.Errorf("%s=%s: want 1 or 2", BuffersEnv, v)
+	}
+}
+
+// newLayerwise sets up layerwise prefill over layers for threshold t,
+// with dynamic expert update when dynamic.
+func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method string) (*layerwise, error) {
+	if err := CheckLayerwiseSource(layers, method); err != nil {
+		return nil, err
+	}
+	for _, w := range layers {
+		if w != nil && w.LoRA != nil {
+			return nil, errors.New("--kt-gpu-prefill-token-threshold cannot be used with KT expert LoRA (the GPU MoE op has no expert LoRA); set it to 0")
+		}
+	}
+	nsets, err := shadowSets()
+	if err != nil {
+		return nil, err
+	}
+	lw := &layerwise{g: g, threshold: t, layers: layers, order: make([]int, len(layers)), next: make([]int, len(layers)),
+		logged: make([]bool, len(layers)), sets: make([]*shadowSet, nsets)}
+	first, n, prev := -1, 0, -1
+	for l, w := range layers {
+		lw.order[l], lw.next[l] = -1, -1
+		if w == nil {
+			continue
+		}
+		if first < 0 {
+			first = l
+		}
+		if prev >= 0 {
+			lw.next[prev] = l
+		}
+		lw.order[l], prev = n, l
+		n++
+	}
+	if first < 0 {
+		return nil, nil
+	}
+	if err := lw.alloc(layers[first]); err != nil {
+		lw.close()
+		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
+	}
+	lw.sets[0].layer = first // alloc uploaded its weights (synchronously); it uses set 0
+	if err := g.be.ReserveMoE(g.maxTok*g.k, len(layers[first].HostGate), layers[first].Hidden, layers[first].Inter); err != nil {
+		lw.close()
+		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
+	}
+	if mt := g.rb.Opts.MaxBatchTokens; t > mt {
+		slog.Warn("layerwise prefill never runs: the threshold is above the largest forward pass (--chunked-prefill-size)",
+			"model", g.rb.Name, "threshold", t, "max_batch_tokens", mt)
+	}
+	if dynamic {
+		lw.dyn = newDynamicUpdate(g, layers)
+	}
+	return lw, nil
+}
+
+// alloc makes the copy stream, the two shadow sets (each from the experts
+// of w, the first MoE layer, which it then holds) and the staging slots.
+func (lw *layerwise) alloc(w *Weights) error {
+	be, dev := lw.g.be, lw.g.be.Device()
+	var err error
+	if lw.cs, err = dev.NewStream(); err != nil {
+		return err
+	}
+	var stageBytes int64
+	for i := range lw.sets {
+		s := &shadowSet{layer: -1, ex: backend.Experts{Hidden: w.Hidden, Inter: w.Inter}}
+		lw.sets[i] = s
+		if s.ready, err = dev.NewEvent(false); err != nil {
+			return err
+		}
+		if s.free, err = dev.NewEvent(false); err != nil {
+			return err
+		}
+		E := len(w.HostGate)
+		s.ex.Gate, s.ex.Up, s.ex.Down = make([]backend.Tensor, E), make([]backend.Tensor, E), make([]backend.Tensor, E)
+		s.dst = make([][3]devWeight, E)
+		for e := range E {
+			var per int64
+			for j, h := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
+				t, err := be.Weight(h)
+				if err != nil {
+					return fmt.Errorf("shadow layer buffer: %w", err)
+				}
+				[3][]backend.Tensor{s.ex.Gate, s.ex.Up, s.ex.Down}[j][e] = t
+				data, scale, ok := be.WeightBuffers(t)
+				if !ok {
+					return fmt.Errorf("shadow layer buffer: %s is not a tensor of %s", h.Name, be.Name())
+				}
+				hd, hs, err := cuda.WeightBytes(h)
+				if err != nil {
+					return err
+				}
+				s.dst[e][j] = devWeight{data: data, scale: scale, nData: int64(len(hd)), nScale: int64(len(hs))}
+				per += int64(len(hd) + len(hs))
+			}
+			stageBytes = max(stageBytes, per)
+		}
+	}
+	stageBytes = max(stageBytes, stageTarget)
+	for i := range lw.stage {
+		if lw.stage[i], err = dev.AllocHost(stageBytes); err != nil {
+			return fmt.Errorf("pinned staging of %d bytes: %w", stageBytes, err)
+		}
+		if lw.stageEv[i], err = dev.NewEvent(false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// use reports whether a step of n rows runs its routed experts layer by
+// layer on the GPU.
+func (lw *layerwise) use(n int) bool {
+	return lw != nil && UseLayerwise(lw.threshold, n, lw.g.rb.DecodeGraphStep())
+}
+
+// forward is layer l's routed experts in a layerwise step of n rows: its
+// weights in a shadow set (uploaded now unless the previous layer's call
+// did), the next MoE layer's upload into the other set started on its own
+// goroutine, the GPU MoE op over every pick, the dynamic update.
+func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) error {
+	if err := lw.join(); err != nil { // the previous call's upload of this layer
+		return err
+	}
+	i := lw.order[l] % len(lw.sets)
+	s := lw.sets[i]
+	if err := lw.upload(l, s); err != nil {
+		return err
+	}
+	// the next layer's upload goes into the other set on its own goroutine
+	// while this layer's MoE is queued (the GPU MoE op may wait for the
+	// GPU and queue many GEMMs: the host copy runs meanwhile); with one
+	// set it waits for this layer's compute, in the next call
+	nx := lw.next[l]
+	if nx >= 0 && len(lw.sets) > 1 {
+		other := lw.sets[1-i]
+		ch := make(chan error, 1)
+		lw.pending = ch
+		go func() { ch <- lw.upload(nx, other) }()
+	}
+	g := lw.g
+	if err := g.s.Wait(s.ready); err != nil {
+		return err
+	}
+	g.be.MoE(out, h, &s.ex, wts, ids, n)
+	lw.stats.Layers++
+	if nx < 0 {
+		lw.stats.Steps++
+	}
+	if lw.dyn != nil {
+		if err := lw.dyn.update(g, l, s, ids, n); err != nil {
+			return fmt.Errorf("dynamic expert update: %w", err)
+		}
+	}
+	if err := s.free.Record(g.s); err != nil {
+		return err
+	}
+	s.used = true
+	return nil
+}
+
+// upload queues layer l's expert weights into s on the copy stream, after
+// the last read of s, through the staging slots; nothing when s holds
+// them already (weights never change).
+func (lw *layerwise) upload(l int, s *shadowSet) error {
+	if s.layer == l {
+		return nil
+	}
+	t0 := time.Now()
+	s.layer = -1
+	if s.used {
+		if err := lw.cs.Wait(s.free); err != nil {
+			return err
+		}
+	}
+	var bytes int64
+	for e0 := 0; e0 < len(s.dst); {
+		k := lw.stageNext
+		lw.stageNext ^= 1
+		if lw.stageUsed[k] {
+			if err := lw.stageEv[k].Synchronize(); err != nil { // its last copy to the GPU is done
+				return err
+			}
+		}
+		buf := lw.stage[k].Bytes()
+		e, n, err := lw.stageGroup(l, s, e0, int64(len(buf)))
+		if err != nil {
+			return err
+		}
+		parallelCopy(buf, lw.parts)
+		for _, p := range lw.parts {
+			if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], p.off, int64(len(p.src))); err != nil {
+				return err
+			}
+		}
+		if err := lw.stageEv[k].Record(lw.cs); err != nil {
+			return err
+		}
+		lw.stageUsed[k] = true
+		bytes += n
+		e0 = e
+	}
+	if err := s.ready.Record(lw.cs); err != nil {
+		return err
+	}
+	s.layer = l
+	dt := time.Since(t0)
+	lw.stats.Uploads++
+	lw.stats.UploadBytes += bytes
+	lw.stats.UploadTime += dt
+	if !lw.logged[l] {
+		lw.logged[l] = true
+		slog.Info(fmt.Sprintf("layerwise prefill: layer %d prepare weight = %.2f ms", l, float64(dt.Microseconds())/1000),
+			"model", lw.g.rb.Name, "bytes", bytes)
+	}
+	return nil
+}
+
+// stageGroup lists in lw.parts the host copies of layer l's experts e0..
+// that fit a staging slot of slot bytes (at least one expert), each at its
+// offset in the slot and bound for its matrix in s; it returns the expert
+// after the group and the group's bytes.
+func (lw *layerwise) stageGroup(l int, s *shadowSet, e0 int, slot int64) (int, int64, error) {
+	w := lw.layers[l]
+	lw.parts = lw.parts[:0]
+	var off int64
+	e := e0
+	for ; e < len(s.dst); e++ {
+		var need int64
+		for _, d := range s.dst[e] {
+			need += d.nData + d.nScale
+		}
+		if e > e0 && off+need > slot {
+			break
+		}
+		for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
+			d := s.dst[e][j]
+			data, scale, err := cuda.WeightBytes(hm)
+			if err != nil {
+				return 0, 0, err
+			}
+			if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
+				return 0, 0, fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
+			}
+			for _, p := range []copyPart{{dst: d.data, src: data}, {dst: d.scale, src: scale}} {
+				if len(p.src) > 0 {
+					p.off = off
+					lw.parts = append(lw.parts, p)
+					off += int64(len(p.src))
+				}
+			}
+		}
+	}
+	return e, off, nil
+}
+
+// copyPart is one host copy into a staging slot: src to the slot's bytes
+// at off, bound for dst on the GPU.
+type copyPart struct {
+	dst cuda.Buffer
+	off int64
+	src []byte
+}
+
+// parallelCopy copies every part's src into dst at its off, on up to 8
+// goroutines that split the parts' bytes evenly, in pieces of at least
+// 1 MiB whatever the part boundaries: one thread copies page-cache bytes
+// into pinned memory at ~8 GB/s on the GPU machine, a third of what the
+// host-to-device copy behind it moves.
+func parallelCopy(dst []byte, parts []copyPart) {
+	parallelCopyOn(dst, parts, min(8, runtime.GOMAXPROCS(0)))
+}
+
+// parallelCopyOn is parallelCopy on up to maxWorkers goroutines.
+func parallelCopyOn(dst []byte, parts []copyPart, maxWorkers int) {
+	const piece = 1 << 20
+	var total int
+	for _, p := range parts {
+		total += len(p.src)
+	}
+	workers := min(maxWorkers, (total+piece-1)/piece)
+	if workers <= 1 {
+		for _, p := range parts {
+			copy(dst[p.off:], p.src)
+		}
+		return
+	}
+	per := (total + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < total; lo += per {
+		hi := min(lo+per, total)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copyRange(dst, parts, lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// copyRange copies bytes [lo, hi) of the parts' concatenated sources.
+func copyRange(dst []byte, parts []copyPart, lo, hi int) {
+	at := 0 // where the part starts in the concatenation
+	for _, p := range parts {
+		n := len(p.src)
+		if at+n > lo && at < hi {
+			a, b := max(lo-at, 0), min(hi-at, n)
+			copy(dst[p.off+int64(a):], p.src[a:b])
+		}
+		at += n
+		if at >= hi {
+			return
+		}
+	}
+}
+
+// join waits for the upload forward started on its own goroutine, if
+// any, and returns its error.
+func (lw *layerwise) join() error {
+	if lw.pending == nil {
+		return nil
+	}
+	err := <-lw.pending
+	lw.pending = nil
+	return err
+}
+
+// close waits for the uploads and frees what alloc made (the shadow
+// tensors belong to the backend, freed with it).
+func (lw *layerwise) close() {
+	if lw == nil {
+		return
+	}
+	_ = lw.join()
+	if lw.cs != nil {
+		_ = lw.cs.Synchronize()
+	}
+	for _, s := range lw.sets {
+		if s == nil {
+			continue
+		}
+		for _, ev := range []*cuda.Event{s.ready, s.free} {
+			if ev != nil {
+				_ = ev.Destroy()
+			}
+		}
+	}
+	for i := range lw.stage {
+		if lw.stage[i] != nil {
+			_ = lw.stage[i].Free()
+		}
+		if lw.stageEv[i] != nil {
+			_ = lw.stageEv[i].Destroy()
+		}
+	}
+	if lw.cs != nil {
+		_ = lw.cs.Destroy()
+	}
+}
+
+// newDynamicUpdate records the GPU expert slots of layers: the experts
+// Load placed, in id order, and their device tensors.
+func newDynamicUpdate(g *gpuLink, layers []*Weights) *dynamicUpdate {
+	d := &dynamicUpdate{layers: layers, slots: make([][]int, len(layers)), slotT: make([][][3]backend.Tensor, len(layers))}
+	for _, w := range layers {
+		if w != nil {
+			d.counts = make([]int, len(w.Gate)) // every MoE layer has the same experts
+			break
+		}
+	}
+	for l, w := range layers {
+		if w == nil || w.NGPU == 0 || w.NGPU == len(w.Gate) {
+			continue // nothing to choose: no slot, or every expert has one
+		}
+		d.slots[l] = SlotsFromMask(w.GPU)
+		for _, e := range d.slots[l] {
+			d.slotT[l] = append(d.slotT[l], [3]backend.Tensor{w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e]})
+		}
+	}
+	d.ids = make([]int32, g.maxTok*g.k)
+	return d
+}
+
+// update refills layer l's GPU expert slots with the step's most picked
+// experts (ids, n rows), copied device to device from s (which holds the
+// layer), and rewrites the GPU MoE op's expert table and the CPU engine's
+// skip mask in place.
+func (d *dynamicUpdate) update(g *gpuLink, l int, s *shadowSet, ids backend.Tensor, n int) error {
+	slots := d.slots[l]
+	if slots == nil {
+		return nil
+	}
+	picks := d.ids[:n*g.k]
+	if err := g.be.ReadI32(picks, ids, n*g.k); err != nil {
+		return fmt.Errorf("layer %d: reading the picks: %w", l, err)
+	}
+	clear(d.counts)
+	CountPicks(d.counts, picks)
+	next, copies, err := AssignSlots(slots, HottestExperts(d.counts, len(slots)))
+	if err != nil {
+		return fmt.Errorf("layer %d: %w", l, err)
+	}
+	if len(copies) == 0 {
+		return nil
+	}
+	for _, c := range copies {
+		if err := d.copySlot(g, d.slotT[l][c.Slot], s.dst[c.Expert]); err != nil {
+			return fmt.Errorf("layer %d expert %d into slot %d: %w", l, c.Expert, c.Slot, err)
+		}
+	}
+	d.slots[l] = next
+	w := d.rebind(l, next)
+	if err := g.be.RefreshMoETable(&w.OnGPU); err != nil { // waits for the copies
+		return fmt.Errorf("layer %d: %w", l, err)
+	}
+	d.updates++
+	d.moved += len(copies)
+	return setSkip(g.x.layers[l], w.GPU)
+}
+
+// copySlot queues the device-to-device copies of one expert's matrices
+// from the shadow set into a GPU expert slot.
+func (d *dynamicUpdate) copySlot(g *gpuLink, slot [3]backend.Tensor, src [3]devWeight) error {
+	for j, t := range slot {
+		data, scale, ok := g.be.WeightBuffers(t)
+		if !ok {
+			return fmt.Errorf("slot tensor %d is not a tensor of %s", j, g.be.Name())
+		}
+		if data.Size < src[j].nData || scale.Size < src[j].nScale {
+			return fmt.Errorf("slot tensor %d holds %d+%d bytes, the expert %d+%d", j, data.Size, scale.Size, src[j].nData, src[j].nScale)
+		}
+		if err := g.s.CopyDtoD(data, src[j].data, src[j].nData); err != nil {
+			return err
+		}
+		if src[j].nScale > 0 {
+			if err := g.s.CopyDtoD(scale, src[j].scale, src[j].nScale); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rebind points layer l's GPU experts at the slots' new experts
+// (RebindSlots); it returns the layer's Weights.
+func (d *dynamicUpdate) rebind(l int, slots []int) *Weights {
+	w := d.layers[l]
+	RebindSlots(w, d.slotT[l], slots)
+	return w
+}
+
+// setSkip gives the CPU engine's layer its new skip mask (the experts on
+// the GPU), written in place.
+func setSkip(L *cpuexperts.Layer, gpu []bool) error {
+	if err := L.SetSkip(gpu); err != nil {
+		return fmt.Errorf("CPU expert skip mask: %w", err)
+	}
+	return nil
+}
+
+// describe says what layerwise prefill does, for Path ("" when off).
+func (lw *layerwise) describe() string {
+	if lw == nil {
+		return ""
+	}
+	s := fmt.Sprintf("; layerwise prefill: forward passes of ≥ %d tokens run every routed expert on the GPU (%d shadow layer buffer(s), uploads on a copy stream)", lw.threshold, len(lw.sets))
+	if lw.dyn != nil {
+		s += "; dynamic expert update: after each layerwise layer its GPU expert slots take the batch's most picked experts"
+	}
+	return s
+}
+
+// layerwiseStats reports what layerwise prefill and the dynamic update
+// did so far (zero when off).
+func (g *gpuLink) layerwiseStats() LayerwiseStats {
+	if g == nil || g.lw == nil {
+		return LayerwiseStats{}
+	}
+	_ = g.lw.join() // a step that failed part-way may have left one running
+	st := g.lw.stats
+	if d := g.lw.dyn; d != nil {
+		st.Updates, st.Moved = d.updates, d.moved
+	}
+	return st
+}

@@ -1,0 +1,600 @@
+// Package hybrid is the routed-expert part of a MoE block, shared by every
+// model family in arch/: binding one layer's experts (per-expert keys as
+// published, or transformers 5's fused 3-D tensors sliced per expert
+// without a copy) and computing them, on the CPU expert engine
+// (moe/cpuexperts, bf16 weights in place) when the backend is the CPU and
+// the engine serves the shapes, else with the backend's MoE op. On the GPU
+// backend with a CPU expert method named (--kt-weight-path, --kt-method)
+// it is the hybrid step: the routed experts stay in host memory and run on
+// the engine, the layer input, ids and weights go to pinned host buffers
+// and the result comes back to the GPU (Hybrid). A shared expert, where a
+// family has one, stays with the model.
+package hybrid
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/runbase"
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/placement"
+	"github.com/ktserve/kt/tensor"
+)
+
+// ISAEnv names the environment variable that caps the CPU expert engine's
+// kernel level (auto, amx, avx512, avx2; default auto): for comparing
+// kernel levels on one machine, or avoiding one.
+const ISAEnv = "KT_CPUEXPERTS_ISA"
+
+// SyncHelpEnv names the environment variable that, set to 1, lets the
+// thread waiting for a CPU expert task join it as one more worker
+// (cpuexperts.Config.SyncHelp): in the hybrid step the calling thread
+// waits for every layer's task. Off by default: no gain measured
+// (docs/notes/session4_run, call 6).
+const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
+
+// SpinPureEnv names the environment variable that sets how long the CPU
+// expert engine's threads spin pausing only before they start yielding
+// (cpuexperts.Config.SpinPure; a Go duration such as 300us): in the hybrid
+// step they wait through each GPU piece (~70 µs) between layer tasks.
+const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
+
+// SpinWaitEnv names the environment variable that sets how long the CPU
+// expert engine's threads spin before they sleep (cpuexperts.Config.SpinWait;
+// a Go duration; default cpuexperts.HybridSpinWait in the hybrid step,
+// DefaultSpinWait with the rest of the model on the CPU): a gap between two
+// tasks longer than it (the lm head and the sampler between two decode
+// steps) costs the next task a futex wake-up of every thread.
+const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
+
+// MissStreamEnv names the environment variable that, set to 0, makes the
+// hybrid step's one-token tasks take their blocks in expert order. Unset or
+// 1 (the default): each worker runs its blocks of the prefetched experts
+// first while its kernels prefetch its blocks of the others, the
+// prediction's misses (cpuexperts.Config.DecodeMissStream; on the H100
+// machine the engine alone took 0.105-0.107 against 0.109-0.132 ms per
+// Qwen3.5 layer at a 0.6 hit rate and the hybrid decode was faster in 9 of
+// 12 rotated runs; docs/notes/hybrid.md, session 22).
+const MissStreamEnv = "KT_HYBRID_MISS_STREAM"
+
+// Hybrid reports whether rb's model runs its routed experts on the CPU
+// expert engine while the rest runs on another backend (the GPU): the
+// backend is not the CPU and Opts.Experts names a CPU expert method (what
+// --kt-weight-path with --kt-method asks for). "auto" and "backend" keep
+// every expert on the model's backend.
+func Hybrid(rb *runbase.Base) bool {
+	if _, isCPU := rb.BE.(*cpu.Backend); isCPU {
+		return false
+	}
+	switch rb.Opts.Experts {
+	case "", "auto", "backend":
+		return false
+	}
+	return true
+}
+
+// hostTensor stands for an expert matrix that stays in host memory (the
+// CPU expert engine reads it there): it has the checkpoint tensor's dtype
+// and shape but no backend copy.
+type hostTensor struct{ h backend.Host }
+
+func (t hostTensor) DType() tensor.DType { return t.h.DType }
+func (t hostTensor) Shape() []int        { return t.h.Shape }
+
+// Weights are one layer's routed experts: the backend's tensors and the
+// checkpoint bytes they were made from (what the CPU expert engine reads).
+type Weights struct {
+	backend.Experts
+	HostGate, HostUp, HostDown []backend.Host // per expert
+	// In the hybrid step with GPU experts (Options.GPUExperts): GPU[e] is
+	// true for the experts uploaded to the GPU, NGPU counts them, and
+	// OnGPU holds their tensors (nil entries for the CPU's: the GPU MoE op
+	// skips those). GPU is nil when the layer has none.
+	GPU   []bool
+	NGPU  int
+	OnGPU backend.Experts
+}
+
+// Placement returns the GPU expert mask of the model of config c for
+// rb.Opts.GPUExperts in the hybrid step, with the number of GPU experts
+// over all MoE layers; nil when no routed expert goes to the GPU.
+func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, error) {
+	if !Hybrid(rb) || !rb.Opts.GPUExperts.Active() {
+		return nil, 0, nil
+	}
+	moe := make([]bool, len(c.Layers))
+	for l, L := range c.Layers {
+		moe[l] = L.IsMoE
+	}
+	m, n, err := placement.Compute(moe, c.NumExperts, rb.Opts.GPUExperts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", rb.Name, err)
+	}
+	return m, n, nil
+}
+
+// Load binds the E experts of layer l under p (a layer's "...mlp.experts.")
+// from per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the
+// fused p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj"
+// [E, H, I]. In the hybrid step (Hybrid) the experts stay in host memory
+// for the CPU expert engine, except those the placement (Placement of c)
+// puts on the GPU: only those are uploaded.
+func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int) (*Weights, error) {
+	hybrid := Hybrid(rb)
+	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
+		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
+		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
+	mask, _, err := Placement(rb, c)
+	if err != nil {
+		return nil, err
+	}
+	if l < len(mask) && mask.Count(l) > 0 {
+		if len(mask[l]) != E {
+			return nil, fmt.Errorf("%s: layer %d: placement for %d experts, the layer has %d", rb.Name, l, len(mask[l]), E)
+		}
+		w.GPU, w.NGPU = mask[l], mask.Count(l)
+		w.OnGPU = backend.Experts{Hidden: H, Inter: I,
+			Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
+	}
+	// e is the expert a bind call serves (set by the loops below)
+	e := 0
+	bind := func(dst *backend.Tensor, host *backend.Host, h backend.Host) error {
+		*host = h
+		if hybrid && (w.GPU == nil || !w.GPU[e]) {
+			if err := h.Check(); err != nil {
+				return err
+			}
+			*dst = hostTensor{h}
+			return nil
+		}
+		var err error
+		*dst, err = rb.BE.Weight(h)
+		return err
+	}
+	// onGPU copies expert e's backend tensors to OnGPU for a GPU expert.
+	onGPU := func() {
+		if w.GPU != nil && w.GPU[e] {
+			w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = w.Gate[e], w.Up[e], w.Down[e]
+		}
+	}
+	if _, fused := rb.Ckpt.Info(p + "gate_up_proj"); fused {
+		gu, err := rb.Host(p+"gate_up_proj", E, 2*I, H)
+		if err != nil {
+			return nil, err
+		}
+		dn, err := rb.Host(p+"down_proj", E, H, I)
+		if err != nil {
+			return nil, err
+		}
+		// part is rows [first, first+rows) of expert e of src (FP8: with
+		// their block scales, backend.ExpertRows)
+		part := func(src backend.Host, e int, name string, first, rows int) (backend.Host, error) {
+			return backend.ExpertRows(src, fmt.Sprintf("%s[%d].%s", src.Name, e, name), e, first, rows)
+		}
+		for e = 0; e < E; e++ {
+			for _, x := range []struct {
+				dst         *backend.Tensor
+				host        *backend.Host
+				src         backend.Host
+				name        string
+				first, rows int
+			}{
+				{&w.Gate[e], &w.HostGate[e], gu, "gate", 0, I},
+				{&w.Up[e], &w.HostUp[e], gu, "up", I, I},
+				{&w.Down[e], &w.HostDown[e], dn, "down", 0, H},
+			} {
+				h, err := part(x.src, e, x.name, x.first, x.rows)
+				if err != nil {
+					return nil, err
+				}
+				if err := bind(x.dst, x.host, h); err != nil {
+					return nil, err
+				}
+			}
+			onGPU()
+		}
+		return w, nil
+	}
+	for e = 0; e < E; e++ {
+		q := fmt.Sprintf("%s%d.", p, e)
+		for _, x := range []struct {
+			dst  *backend.Tensor
+			host *backend.Host
+			name string
+			r, c int
+		}{
+			{&w.Gate[e], &w.HostGate[e], "gate_proj.weight", I, H},
+			{&w.Up[e], &w.HostUp[e], "up_proj.weight", I, H},
+			{&w.Down[e], &w.HostDown[e], "down_proj.weight", H, I},
+		} {
+			h, err := rb.Host(q+x.name, x.r, x.c)
+			if err != nil {
+				return nil, err
+			}
+			if err := bind(x.dst, x.host, h); err != nil {
+				return nil, err
+			}
+		}
+		onGPU()
+	}
+	return w, nil
+}
+
+// Experts computes the routed experts of a model's MoE layers.
+type Experts struct {
+	rb      *runbase.Base
+	engine  *engine // nil: the backend's MoE op
+	path    string
+	idsHost []int32   // expert picks read back while recording
+	def     *deferral // expert deferral (Options.ExpertDeferral); nil when off
+	// per layer, the next MoE layer after it (-1: none): where a model
+	// calls PredictNext
+	next []int
+}
+
+// New chooses what computes the routed experts of layers (indexed by model
+// layer, nil for a dense one) of the model of config c as rb.Opts.Experts
+// says: "backend" is the
+// backend's MoE op; "auto" the CPU expert engine with bf16 weights in place
+// when it can serve the model, else the op (Path says why); a method name
+// (BF16, AMXINT8, ...) the engine with that method, or an error.
+func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
+	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
+	_, x.next = order(layers)
+	method := rb.Opts.Experts
+	if c.NumMoELayers() == 0 {
+		return x, nil
+	}
+	if err := attachLoRA(rb, c, layers); err != nil {
+		return nil, fmt.Errorf("%s: %w", rb.Name, err)
+	}
+	var eng *engine
+	err := errors.New("the backend's MoE op is asked for")
+	if method != "backend" {
+		eng, err = newEngine(rb, method, c, layers)
+	}
+	switch {
+	case method == "backend":
+	case err == nil:
+		x.engine = eng
+	case method != "auto" && method != "":
+		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
+	default:
+		x.path += "; CPU expert engine not used: " + err.Error()
+	}
+	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
+		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
+	}
+	if err := x.checkLayerwise(); err != nil {
+		if x.engine != nil {
+			x.engine.close()
+		}
+		return nil, err
+	}
+	if err := x.setDeferral(c, layers); err != nil {
+		if x.engine != nil {
+			x.engine.close()
+		}
+		return nil, err
+	}
+	if x.engine != nil {
+		if err := x.engine.setDeferral(x.def); err != nil {
+			x.engine.close()
+			return nil, fmt.Errorf("%s: %w", rb.Name, err)
+		}
+		x.path = x.engine.describe() + x.def.describe()
+		if Hybrid(rb) {
+			x.engine.hybridGraphs(rb)
+		}
+	} else if x.def != nil {
+		x.path += "; reference path" + x.def.describe()
+	}
+	return x, nil
+}
+
+// checkLayerwise refuses layerwise prefill and dynamic expert update
+// where they cannot apply: they belong to the hybrid step (the CPU expert
+// engine with the rest on the GPU), and the update runs only inside
+// layerwise prefill.
+func (x *Experts) checkLayerwise() error {
+	o := x.rb.Opts
+	switch {
+	case o.DynamicExpertUpdate && o.GPUPrefillThreshold <= 0:
+		return fmt.Errorf("%s: --kt-enable-dynamic-expert-update works only inside layerwise GPU prefill: set --kt-gpu-prefill-token-threshold too", x.rb.Name)
+	case o.GPUPrefillThreshold > 0 && (x.engine == nil || !Hybrid(x.rb)):
+		return fmt.Errorf("%s: --kt-gpu-prefill-token-threshold %d: layerwise GPU prefill belongs to the hybrid step (a GPU and a CPU expert method, --kt-method); here the routed experts run on %s", x.rb.Name, o.GPUPrefillThreshold, x.path)
+	}
+	return nil
+}
+
+// setDeferral sets up rb.Opts.ExpertDeferral over layers: on the CPU
+// expert engine (the CPU backend or the hybrid step; a layer whose experts
+// are all on the GPU runs no CPU task and defers nothing, nor does the MoE
+// layer before it) or, on the CPU backend, the backend's MoE op (the
+// reference). The backend's op on the GPU has no CPU task to defer.
+func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
+	d := x.rb.Opts.ExpertDeferral
+	if d == 0 {
+		return nil
+	}
+	_, isCPU := x.rb.BE.(*cpu.Backend)
+	if x.engine == nil && !isCPU {
+		return fmt.Errorf("%s: --kt-max-deferred-experts-per-token %d: deferral applies to routed experts on the CPU expert engine (--kt-weight-path with --kt-method); here they run on %s", x.rb.Name, d, x.rb.BE.Name())
+	}
+	onCPU := make([]bool, len(layers))
+	for l, w := range layers {
+		onCPU[l] = w != nil && !(x.engine != nil && w.NGPU > 0 && w.NGPU == len(w.Gate))
+	}
+	f, err := newDeferral(layers, onCPU, d, c.TopK, c.NumExperts, x.rb.Opts.MaxBatchTokens)
+	if err != nil {
+		return fmt.Errorf("%s: %w", x.rb.Name, err)
+	}
+	x.def = f
+	return nil
+}
+
+// Deferred returns the number of routed experts per token that layer l
+// defers to the next MoE layer (0 without deferral, on a dense layer and
+// on the last MoE layer).
+func (x *Experts) Deferred(l int) int {
+	if x.def == nil || l < 0 || l >= len(x.def.plan) {
+		return 0
+	}
+	return x.def.plan[l]
+}
+
+// LayerwiseStats reports what layerwise GPU prefill and the dynamic
+// expert update did so far (zero when they are off).
+func (x *Experts) LayerwiseStats() LayerwiseStats {
+	if x == nil || x.engine == nil {
+		return LayerwiseStats{}
+	}
+	return x.engine.layerwiseStats()
+}
+
+// Path says what computes the routed experts (the CPU expert engine and
+// its kernels, or the backend's MoE op and why).
+func (x *Experts) Path() string { return x.path }
+
+// Timing reports the hybrid step's hand-off times when TimingEnv asks for
+// them (what the decode steps so far spent waiting for the GPU pieces and
+// in the CPU experts), else "".
+func (x *Experts) Timing() string {
+	if x.engine == nil {
+		return ""
+	}
+	return x.engine.timing()
+}
+
+// Forward computes layer l's routed experts w for the first n rows of h
+// with router weights wts and expert ids ids (top-k per row) into out: Start
+// then Join.
+func (x *Experts) Forward(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	if err := x.Start(l, out, h, w, wts, ids, n); err != nil {
+		return err
+	}
+	return x.Join(l, out, n)
+}
+
+// Start begins layer l's routed experts (as Forward). Until Join(l, out, n)
+// returns, out is not valid and h, wts and ids must not be overwritten;
+// ops queued in between (a shared expert on the GPU) run while the CPU
+// computes the routed experts of the hybrid step. Every other path
+// completes the work in Start.
+func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	if rec := x.rb.Opts.ExpertRecorder; rec != nil && rec.Recording() {
+		if err := x.record(rec, l, ids, n); err != nil {
+			return err
+		}
+	}
+	if x.engine == nil {
+		if x.def != nil {
+			if err := x.refStart(l, out, h, w, wts, ids, n); err != nil {
+				return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+			}
+			return nil
+		}
+		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
+		return nil
+	}
+	if err := x.engine.start(x.rb, l, h, out, wts, ids, n); err != nil {
+		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
+// record hands layer l's expert picks (the first n rows of ids) to rec.
+// It waits for the router: only while recording.
+func (x *Experts) record(rec arch.ExpertRecorder, l int, ids backend.Tensor, n int) error {
+	rd, ok := x.rb.BE.(interface {
+		ReadI32(dst []int32, t backend.Tensor, n int) error
+	})
+	if !ok {
+		return fmt.Errorf("%s: layer %d: recording expert picks needs a backend that reads I32 tensors", x.rb.Name, l)
+	}
+	k := 1
+	if sh := ids.Shape(); len(sh) == 2 {
+		k = sh[1]
+	}
+	if cap(x.idsHost) < n*k {
+		x.idsHost = make([]int32, n*k)
+	}
+	x.idsHost = x.idsHost[:n*k]
+	if err := rd.ReadI32(x.idsHost, ids, n*k); err != nil {
+		return fmt.Errorf("%s: layer %d: reading expert picks: %w", x.rb.Name, l, err)
+	}
+	rec.Add(l, x.idsHost)
+	return nil
+}
+
+// order returns the first MoE layer of layers (nil for dense ones; -1 when
+// there is none) and, per layer, the next MoE layer after it (-1: none).
+func order(layers []*Weights) (first int, next []int) {
+	next = make([]int, len(layers))
+	first = -1
+	for l := len(layers) - 1; l >= 0; l-- {
+		next[l] = first
+		if layers[l] != nil {
+			first = l
+		}
+	}
+	return first, next
+}
+
+// NextMoE is the next MoE layer after layer l (-1: none), whose picks
+// layer l predicts (PredictNext).
+func (x *Experts) NextMoE(l int) int { return x.next[l] }
+
+// PredictEnv names the environment variable that chooses the hybrid step's
+// expert prediction: "next" (the default): each MoE layer's picks are
+// predicted once, during the MoE layer before it (PredictNext; the first
+// MoE layer at its start, PredictAtStart); "refine": every later MoE layer
+// is predicted again at its start, from the residual entering it (the
+// earlier layer's routed experts included), and its hand-off requeues the
+// prefetch with both predictions (refined). The second prediction's
+// kernels run ahead of the layer's attention on the GPU.
+const PredictEnv = "KT_HYBRID_PREDICT"
+
+// refined appends to dst the experts of two predictions of one layer in
+// the order its prefetch reads them: those both name (in later's order),
+// later's others, then earlier's others.
+func refined(dst, later, earlier []int32) []int32 {
+	for _, id := range later {
+		if slices.Contains(earlier, id) {
+			dst = append(dst, id)
+		}
+	}
+	for _, id := range later {
+		if !slices.Contains(earlier, id) {
+			dst = append(dst, id)
+		}
+	}
+	for _, id := range earlier {
+		if !slices.Contains(later, id) {
+			dst = append(dst, id)
+		}
+	}
+	return dst
+}
+
+// topK writes to ids the indices of the len(ids) largest logits, largest
+// first, ties to the lower index (the GPU router's order), in one pass; a
+// NaN is never picked, and ids past the non-NaN logits are -1.
+func topK(ids []int32, logits []float32) {
+	var buf [64]float32
+	vals := buf[:0]
+	if len(ids) > len(buf) {
+		vals = make([]float32, 0, len(ids))
+	}
+	for e, v := range logits {
+		if v != v || (len(vals) == len(ids) && !(v > vals[len(vals)-1])) {
+			continue
+		}
+		p := len(vals)
+		for p > 0 && vals[p-1] < v {
+			p--
+		}
+		if len(vals) < len(ids) {
+			vals = append(vals, 0)
+		}
+		copy(vals[p+1:], vals[p:len(vals)-1])
+		copy(ids[p+1:len(vals)], ids[p:len(vals)-1])
+		vals[p], ids[p] = v, int32(e)
+	}
+	for j := len(vals); j < len(ids); j++ {
+		ids[j] = -1
+	}
+}
+
+// Prediction points of the hybrid step's next-layer expert prefetch.
+const (
+	atStart = iota // at the layer's start, read before its hand-off
+	atNext         // during the previous MoE layer's CPU experts, read after its hand-off
+)
+
+// PredictNext queues, in the hybrid step, between the Start and the Join of
+// the MoE layer before MoE layer l, the prediction of layer l's expert
+// picks for its n rows: its router applied to xres + add (add may be nil;
+// the residual after the earlier layer's attention plus its shared expert)
+// normed with norm (the norm its router's input takes). The GPU computes it
+// while the CPU computes the earlier layer's routed experts, and the CPU
+// then reads the predicted experts' weights into its caches while the GPU
+// runs layer l's attention (routed's predictor). On every other path it
+// does nothing.
+func (x *Experts) PredictNext(l int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
+	return x.predict(l, atNext, xres, add, norm, router, eps, n)
+}
+
+// PredictAtStart is PredictNext at the start of MoE layer l, before its
+// attention, from the residual entering it: for the first MoE layer, which
+// has no MoE layer before it, the only prediction; for later ones, with
+// PredictEnv=refine, a second one, from an input that holds the earlier
+// layer's routed experts (otherwise nothing is queued). The hand-off waits
+// for it before it waits for the layer. Models call it for every MoE layer.
+func (x *Experts) PredictAtStart(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
+	return x.predict(l, atStart, xres, nil, norm, router, eps, n)
+}
+
+func (x *Experts) predict(l, at int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
+	if x.engine == nil {
+		return nil
+	}
+	if err := x.engine.predict(l, at, xres, add, norm, router, eps, n); err != nil {
+		return fmt.Errorf("%s: layer %d expert prediction: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
+// Join makes out, the output of the Start of layer l, valid for the ops
+// queued after it.
+func (x *Experts) Join(l int, out backend.Tensor, n int) error {
+	if x.engine == nil {
+		return nil
+	}
+	if err := x.engine.join(l, out, n); err != nil {
+		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
+// Close releases the engine's layers and threads.
+func (x *Experts) Close() {
+	if x != nil && x.engine != nil {
+		x.engine.close()
+		x.engine = nil
+	}
+}
+
+// attachLoRA checks the served expert LoRA (rb.Opts.LoRA.Expert) against
+// the model and hands each MoE layer its factors (Weights.LoRA), which the
+// CPU expert engine and the CPU backend's MoE op apply to every token.
+// GPU-resident experts with expert LoRA are refused, as SGLang-KT does.
+func attachLoRA(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) error {
+	set := rb.Opts.LoRA
+	if set == nil || set.Expert == nil {
+		return nil
+	}
+	moe := make([]bool, len(layers))
+	for l, w := range layers {
+		moe[l] = w != nil
+		if w != nil && w.NGPU > 0 {
+			return errors.New("--kt-expert-lora-path first supports CPU experts only. Set --kt-num-gpu-experts 0 (KT expert LoRA serving keeps every routed expert on the CPU)")
+		}
+	}
+	a := set.Expert
+	if err := a.CheckExperts(moe, c.NumExperts, c.HiddenSize, c.MoEIntermediateSize); err != nil {
+		return err
+	}
+	for l, w := range layers {
+		if w == nil {
+			continue
+		}
+		el := a.Experts[l]
+		w.LoRA = &backend.ExpertLoRA{Rank: el.Rank, Scale: a.Scale, GateA: el.GateA, GateB: el.GateB, UpA: el.UpA, UpB: el.UpB, DownA: el.DownA, DownB: el.DownB}
+	}
+	return nil
+}

@@ -1,8 +1,0 @@
-// Package all links every model definition into the binary: import it for
-// its side effect of registering them with package models.
-package all
-
-import (
-	_ "github.com/ktserve/kt/models/qwen3moe"  // Qwen3MoeForCausalLM
-	_ "github.com/ktserve/kt/models/qwen3next" // Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM
-)
