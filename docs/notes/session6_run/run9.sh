@@ -1,8 +1,0 @@
-#!/bin/bash
-# session 6 call 9 (final main, the same warm host as call 8): the full table, both shapes, 5 rounds against PyTorch.
-set -o pipefail
-C=$PWD/.carry/s6c8; D=/tmp/b; mkdir -p $D
-[ -x $D/kt ] || { xz -dc $C/kt.xz > $D/kt; chmod +x $D/kt; }
-L=$OUT/log.txt
-for m in qwen3-30b-a3b qwen3.5-35b-a3b; do echo "== table $m ($SECONDS s)" | tee -a $L; timeout 240 $D/kt bench --type moe --model $m --methods AMXINT4,AMXINT8,AMXBF16,BF16 --tokens 1,4,32,512,4096 --min-time 200ms --rounds 5 --compare-torch --phases --json $OUT/table_$m.json 2>&1 | grep -vE "^\s*$|^#" | tee -a $L; done
-echo "end $SECONDS s" | tee -a $L
