@@ -20,6 +20,7 @@ PKGS=${PKGS:-cuda qwen3next qwen3moe hybrid cpuexperts kt}
 RUN=${RUN:-.}
 TIMEOUT=${TIMEOUT:-20m}
 OUTDIR=${OUTDIR:-$(mktemp -d)}
+mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 
 dir_of() {
   case $1 in
