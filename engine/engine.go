@@ -157,6 +157,8 @@ type seq struct {
 	// when the chunk asked the runner to draw (model.Chunk.Draw); the host
 	// draws with it when the runner hands rows back instead. -1: none.
 	u float64
+	// decodeStepTime sums the forward time of the steps that decoded s.
+	decodeStepTime time.Duration
 }
 
 // New prepares an engine for r. It reads the runner's KV budget, so it must
@@ -501,6 +503,7 @@ func (e *Engine) finish(s *seq, f Finish) {
 	f.OutputTokens = s.generated
 	f.Preemptions = s.preempted
 	f.CachedTokens = s.cached
+	f.DecodeStepTime = s.decodeStepTime
 	s.stream.end(f)
 	e.st.RequestsFinished++
 }
@@ -816,6 +819,9 @@ func (e *Engine) step() error {
 	var ended []*seq
 	for i, ch := range e.batch.Chunks {
 		s := e.chunkSeq[i]
+		if s.generated > 0 && len(ch.Tokens) == 1 {
+			s.decodeStepTime += dur
+		}
 		if picked {
 			// every chunk asked for its pick only (decode steps)
 			s.computed += len(ch.Tokens)

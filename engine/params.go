@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/ktserve/kt/engine/sample"
 )
@@ -137,4 +138,8 @@ type Finish struct {
 	// supplied when the sequence was first admitted (usage's
 	// prompt_tokens_details.cached_tokens).
 	CachedTokens int
+	// DecodeStepTime is the forward-pass time of the steps that decoded
+	// the sequence's tokens after its first (each step's whole time, shared
+	// with the sequences decoded beside it).
+	DecodeStepTime time.Duration
 }

@@ -1,18 +1,17 @@
-// Package generate runs one prompt through a model.Runner offline: chunked
-// prefill, then decode with greedy or temperature/top-k/top-p sampling
-// (the engine's sampler, engine/sample), recording each output token's
-// logprob and the top-N alternatives. It is what `kt generate` and the model
-// tests drive; the server uses the engine's scheduler instead.
+// Package generate runs one prompt to completion offline on the engine's
+// scheduler (package engine, the loop kt serve uses: chunked prefill, the
+// same sampling and stop handling) and collects what `kt generate` prints:
+// the output tokens with their logprobs and top-N alternatives, the prompt
+// logprobs, and prefill and decode timings.
 package generate
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
-	"github.com/ktserve/kt/engine/sample"
-	"github.com/ktserve/kt/internal/vecmath"
+	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/model"
 )
 
@@ -27,10 +26,9 @@ type Params struct {
 	PromptLogprobs bool    // also score every prompt token
 	IgnoreEOS      bool    // keep going past an EOS token
 	ChunkSize      int     // prefill chunk (<= the runner's batch tokens); default 512
-	Slot           int     // runner slot to use (freed afterwards)
-	// NoLogprobs leaves each sampled token's Logprob 0: one pass over the
+	// NoLogprobs leaves each token's Logprob 0: one pass over the
 	// vocabulary less per token (kt generate without --json prints ids
-	// only). Greedy picks still carry theirs, which cost nothing extra.
+	// only).
 	NoLogprobs bool
 }
 
@@ -53,11 +51,13 @@ type Result struct {
 	PromptLogprobs []*float64 `json:"prompt_logprobs,omitempty"` // [0] is null
 	Output         []Token    `json:"output"`
 	Finish         string     `json:"finish_reason"` // "length" or "stop"
-	PrefillSeconds float64    `json:"prefill_seconds"`
-	DecodeSeconds  float64    `json:"decode_seconds"` // after the first token
+	// PrefillSeconds runs from submitting the prompt to its first output
+	// token.
+	PrefillSeconds float64 `json:"prefill_seconds"`
+	DecodeSeconds  float64 `json:"decode_seconds"` // after the first token
 	// DecodeHostSeconds is the part of DecodeSeconds spent outside the
-	// runner's Forward: picking each token, its logprob and alternatives,
-	// reserving its KV slot.
+	// runner's forward passes: scheduling, picking each token, its
+	// logprob and alternatives, reserving its KV slot.
 	DecodeHostSeconds float64 `json:"decode_host_seconds"`
 }
 
@@ -70,173 +70,120 @@ func (r *Result) OutputIDs() []int32 {
 	return ids
 }
 
-// Run generates from prompt on runner slot p.Slot.
+// Run generates from prompt on r, which must hold no sequence: an engine
+// with one sequence slot and no prefix cache runs it and is stopped before
+// Run returns.
 func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
-	if len(prompt) == 0 {
-		return nil, errors.New("generate: empty prompt")
+	req, err := p.request(prompt)
+	if err != nil {
+		return nil, err
 	}
-	if p.MaxNewTokens < 0 || p.Temperature < 0 || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 || p.TopLogprobs < 0 {
-		return nil, fmt.Errorf("generate: invalid parameters %+v", p)
+	chunk := p.ChunkSize
+	if chunk <= 0 {
+		chunk = 512
 	}
-	if p.ChunkSize <= 0 {
-		p.ChunkSize = 512
+	e, err := engine.New(r, engine.Config{MaxRunningRequests: 1, ChunkedPrefillSize: chunk, MaxPrefillTokens: chunk, DisableRadixCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
 	}
-	info := r.Info()
-	eos := map[int32]bool{}
-	for _, e := range info.EOSTokenIDs {
-		eos[e] = !p.IgnoreEOS
-	}
-	res := &Result{PromptIDs: prompt, Finish: "length"}
-	if p.PromptLogprobs {
-		res.PromptLogprobs = make([]*float64, len(prompt))
-	}
-	r.Free(p.Slot)
-	defer r.Free(p.Slot)
-	topP := p.TopP
-	if topP == 0 {
-		topP = 1
-	}
-	seq := sample.NewSequence(sample.Params{Temperature: p.Temperature, TopP: topP, TopK: p.TopK, RepetitionPenalty: 1}, prompt, p.Seed)
-	var sm sample.Sampler
-	var out model.Logits
-	var last []float32
+	ctx, stop := context.WithCancel(context.Background())
+	defer func() {
+		stop()
+		<-e.Done()
+	}()
+	go e.Run(ctx) //nolint:errcheck // a runner failure ends the sequence with its error
 	start := time.Now()
-	for i := 0; i < len(prompt); i += p.ChunkSize {
-		chunk := prompt[i:min(i+p.ChunkSize, len(prompt))]
-		if err := r.Reserve(p.Slot, len(chunk)); err != nil {
-			return nil, fmt.Errorf("generate: prompt of %d tokens: %w", len(prompt), err)
-		}
-		b := model.Batch{Chunks: []model.Chunk{{Slot: p.Slot, Pos: i, Tokens: chunk, AllLogits: p.PromptLogprobs}}}
-		if err := r.Forward(&b, &out); err != nil {
-			return nil, fmt.Errorf("generate: prefill at %d: %w", i, err)
-		}
-		rows := out.Rows[0]
-		if p.PromptLogprobs {
-			for j, row := range rows {
-				if k := i + j + 1; k < len(prompt) {
-					lp := sample.LogSoftmax(row, nil)[prompt[k]]
-					res.PromptLogprobs[k] = &lp
-				}
-			}
-		}
-		last = rows[len(rows)-1]
+	st, err := e.Submit(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
 	}
-	res.PrefillSeconds = time.Since(start).Seconds()
-	start = time.Now()
-	pos := len(prompt)
-	// plain greedy decoding (no penalty, ban or constraint: Params has
-	// none) picks what the sampler's greedy path would, without its copy
-	// of the row and its scalar scan (greedyPick)
-	greedy := seq.Greedy()
-	// without top logprobs a decode step needs only the pick, which a GPU
-	// runner makes beside the logits (model.Chunk.PickOnly): greedy, or
-	// drawn (model.Chunk.Draw) with the uniform value the sequence's stream
-	// gives next, so that the host's draw, should the runner hand the row
-	// back, takes the same value (u)
-	pickOnly := p.TopLogprobs == 0 && seq.Plain()
-	var pick model.Pick // the runner's pick for the last step, if it made one (picked)
-	picked := false
-	u := -1.0 // the value taken for the last step's draw, if one was
-	var host time.Duration
-	for n := 0; n < p.MaxNewTokens; n++ {
-		th := time.Now()
-		// one pass over the vocabulary (the engine's way), not a float64
-		// log-softmax of every entry: at batch 1 on the GPU that pass is
-		// host time between two decode steps
-		var id int32
-		var mx, lse float64
-		var err error
-		switch {
-		case picked:
-			id = pick.ID
-			if id < 0 {
-				err = sample.ErrNoToken
-			}
-		case greedy:
-			id, mx, lse, err = greedyPick(last)
-		default:
-			if !p.NoLogprobs || p.TopLogprobs > 0 {
-				mx, lse = sample.LogSumExp(last)
-			}
-			if u >= 0 {
-				id, err = sm.SampleAt(seq, last, u)
-			} else {
-				id, err = sm.Sample(seq, last)
-			}
-		}
-		lp := func(id int32) float64 { return float64(last[id]) - mx - lse }
-		if err != nil {
-			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
-		}
-		seq.Accept(id)
-		t := Token{ID: id, Logprob: pick.Logprob}
-		if !picked && (greedy || !p.NoLogprobs) {
-			t.Logprob = lp(id)
-		}
-		if p.TopLogprobs > 0 {
-			for _, c := range sm.Largest(last, p.TopLogprobs) {
-				t.Top = append(t.Top, TokenLogprob{ID: c, Logprob: lp(c)})
-			}
-		}
-		res.Output = append(res.Output, t)
-		if n == 0 {
-			start = time.Now()
-		}
-		if eos[id] {
-			res.Finish = "stop"
-			break
-		}
-		if n+1 == p.MaxNewTokens {
-			break
-		}
-		if err := r.Reserve(p.Slot, 1); err != nil {
-			return nil, fmt.Errorf("generate: at %d tokens: %w", pos, err)
-		}
-		if n > 0 { // the first token's time is not in DecodeSeconds
-			host += time.Since(th)
-		}
-		ch := model.Chunk{Slot: p.Slot, Pos: pos, Tokens: []int32{id}, PickOnly: pickOnly}
-		if pickOnly && !greedy {
-			ch.Draw = seq.NextDraw()
-			u = ch.Draw.U
-		}
-		b := model.Batch{Chunks: []model.Chunk{ch}}
-		if err := r.Forward(&b, &out); err != nil {
-			return nil, fmt.Errorf("generate: decode at %d: %w", pos, err)
-		}
-		pos++
-		if picked = len(out.Picks) > 0; picked {
-			pick, last = out.Picks[0], nil
-		} else {
-			last = out.Rows[0][0]
-		}
+	res, err := collect(ctx, st, start, p)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
 	}
-	res.DecodeSeconds = time.Since(start).Seconds()
-	res.DecodeHostSeconds = host.Seconds()
+	res.PromptIDs = prompt
 	return res, nil
 }
 
-// greedyPick returns the greedy sampler's pick from a logits row — the
-// first index of the largest value, NaNs skipped; sample.ErrNoToken when
-// every value is -Inf or NaN — and sample.LogSumExp's results, from the
-// same maximum: one vectorised pass for the maximum, a scan that stops at
-// its first occurrence and one for the sum of exponentials. The row is
-// not copied (the sampler copies it to apply penalties, which plain greedy
-// decoding has none of).
-func greedyPick(row []float32) (id int32, mx, lse float64, err error) {
-	m := vecmath.Max(row)
-	if math.IsInf(float64(m), -1) || len(row) == 0 {
-		return 0, 0, 0, sample.ErrNoToken
+// request checks p and makes the engine's request for prompt.
+func (p Params) request(prompt []int32) (engine.Request, error) {
+	if len(prompt) == 0 {
+		return engine.Request{}, errors.New("generate: empty prompt")
 	}
-	id = -1
-	for i, v := range row {
-		if v == m {
-			id = int32(i)
-			break
+	if p.MaxNewTokens < 0 || p.Temperature < 0 || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 || p.TopLogprobs < 0 {
+		return engine.Request{}, fmt.Errorf("generate: invalid parameters %+v", p)
+	}
+	sp := engine.DefaultSamplingParams()
+	sp.Temperature, sp.TopK = p.Temperature, p.TopK
+	if p.TopP > 0 {
+		sp.TopP = p.TopP
+	}
+	sp.Seed, sp.HasSeed = p.Seed, true
+	// the engine takes 0 for "up to the context length": with none asked
+	// for, one token is drawn and dropped (collect)
+	sp.MaxNewTokens = max(p.MaxNewTokens, 1)
+	sp.IgnoreEOS = p.IgnoreEOS
+	sp.Logprobs = !p.NoLogprobs
+	sp.TopLogprobs = p.TopLogprobs
+	sp.PromptLogprobs = p.PromptLogprobs
+	return engine.Request{ID: "generate", Prompt: prompt, Params: sp}, nil
+}
+
+// collect reads st to its end and converts what it delivers into a Result
+// (all but PromptIDs), timing the prefill from start to the first token and
+// the decode from there to the last.
+func collect(ctx context.Context, st *engine.Stream, start time.Time, p Params) (*Result, error) {
+	res := &Result{}
+	var first time.Time
+	for {
+		u, err := st.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(u.Tokens) > 0 && first.IsZero() {
+			first = time.Now()
+			res.PrefillSeconds = first.Sub(start).Seconds()
+		}
+		for _, t := range u.Tokens {
+			res.Output = append(res.Output, token(t))
+		}
+		if u.PromptLogprobs != nil {
+			res.PromptLogprobs = make([]*float64, 1, len(u.PromptLogprobs)+1)
+			for _, lp := range u.PromptLogprobs {
+				v := float64(lp.Logprob)
+				res.PromptLogprobs = append(res.PromptLogprobs, &v)
+			}
+		}
+		if f := u.Finish; f != nil {
+			if f.Err != nil || f.Reason == engine.FinishAbort {
+				return nil, fmt.Errorf("after %d tokens: %w", len(res.Output), abortCause(f.Err))
+			}
+			if !first.IsZero() {
+				res.DecodeSeconds = time.Since(first).Seconds()
+				res.DecodeHostSeconds = max(res.DecodeSeconds-f.DecodeStepTime.Seconds(), 0)
+			}
+			res.Finish = string(f.Reason)
+			if p.MaxNewTokens == 0 {
+				res.Output, res.Finish = nil, string(engine.FinishLength)
+			}
+			return res, nil
 		}
 	}
-	if id < 0 { // unreachable: m is an element of row
-		return 0, 0, 0, sample.ErrNoToken
+}
+
+// abortCause is err, or a plain cause for an abort without one.
+func abortCause(err error) error {
+	if err == nil {
+		return errors.New("the engine aborted the sequence")
 	}
-	return id, float64(m), math.Log(vecmath.SumExpShifted(row, m)), nil
+	return err
+}
+
+// token converts an engine token to the Result's form.
+func token(t engine.Token) Token {
+	out := Token{ID: t.ID, Logprob: float64(t.Logprob)}
+	for _, c := range t.Top {
+		out.Top = append(out.Top, TokenLogprob{ID: c.ID, Logprob: float64(c.Logprob)})
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/qwen3moe"
-	"github.com/ktserve/kt/engine/sample"
 	"github.com/ktserve/kt/internal/fixtures"
 )
 
@@ -127,64 +126,3 @@ func TestStopsAtEOS(t *testing.T) {
 	}
 }
 
-// TestGreedyPickMatchesSampler checks the greedy fast path against the
-// sampler's greedy path and sample.LogSumExp on rows with ties, NaNs,
-// infinities and every entry -Inf.
-func TestGreedyPickMatchesSampler(t *testing.T) {
-	inf, nan := float32(math.Inf(1)), float32(math.NaN())
-	long := make([]float32, 1000)
-	for i := range long {
-		long[i] = float32(math.Sin(float64(i)*0.37)) * 5
-	}
-	long[701], long[703] = 9, 9
-	for _, c := range []struct {
-		name string
-		row  []float32
-	}{
-		{"single", []float32{0.5}},
-		{"tie: first wins", []float32{1, 3, 2, 3}},
-		{"NaN skipped", []float32{nan, 1, nan, 2, nan}},
-		{"+Inf", []float32{1, inf, 2, inf}},
-		{"-Inf entries", []float32{-inf, -1, -inf}},
-		{"every entry -Inf", []float32{-inf, -inf}},
-		{"every entry NaN", []float32{nan, nan}},
-		{"long row with a late tie", long},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var sm sample.Sampler
-			seq := sample.NewSequence(sample.Params{TopP: 1, RepetitionPenalty: 1}, nil, 1)
-			want, werr := sm.Sample(seq, c.row)
-			id, mx, lse, err := greedyPick(c.row)
-			if (err != nil) != (werr != nil) || (err == nil && id != want) {
-				t.Fatalf("greedyPick = %d, %v; sampler = %d, %v", id, err, want, werr)
-			}
-			if err != nil {
-				return
-			}
-			wmx, wlse := sample.LogSumExp(c.row)
-			if mx != wmx || !(lse == wlse || math.IsNaN(lse) && math.IsNaN(wlse)) {
-				t.Errorf("max, lse = %v, %v; LogSumExp = %v, %v", mx, lse, wmx, wlse)
-			}
-		})
-	}
-}
-
-func BenchmarkGreedyPick(b *testing.B) {
-	row := make([]float32, 248320)
-	for i := range row {
-		row[i] = float32(math.Sin(float64(i)*0.001)) * 3
-	}
-	b.Run("fast", func(b *testing.B) {
-		for b.Loop() {
-			greedyPick(row)
-		}
-	})
-	b.Run("sampler", func(b *testing.B) {
-		var sm sample.Sampler
-		seq := sample.NewSequence(sample.Params{TopP: 1, RepetitionPenalty: 1}, nil, 1)
-		for b.Loop() {
-			sample.LogSumExp(row)
-			sm.Sample(seq, row)
-		}
-	})
-}

@@ -226,7 +226,7 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
 	}
 	if n := len(res.Output) - 1; n > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (picking the token, logprobs)\n",
+		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (scheduling, picking the token, logprobs)\n",
 			res.DecodeSeconds*1e3/float64(n), res.DecodeHostSeconds*1e3/float64(n))
 	}
 	w := cmd.OutOrStdout()

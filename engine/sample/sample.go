@@ -3,8 +3,8 @@
 // top-p (nucleus) and min-p filtering, a per-sequence seeded random stream,
 // banned tokens, and an optional constraint on which tokens may come next
 // (rejection sampling, then filtering). It also computes log-probabilities
-// and the most likely tokens. The engine's scheduler and kt generate both
-// use it.
+// and the most likely tokens. The engine's scheduler uses it, and runners
+// that pick beside the logits are held to it (Sampler.Pick).
 package sample
 
 import (
@@ -288,15 +288,32 @@ func (sm *Sampler) SampleAt(s *Sequence, row []float32, u float64) (int32, error
 // sample is Sample with the first draw's uniform value given (u >= 0) or
 // taken from s's stream (u < 0).
 func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) {
+	if s.p.greedy() && s.Plain() {
+		// nothing adjusts the row: pick from it as it is, uncopied
+		return greedyPick(row)
+	}
+	w := sm.adjusted(s, row)
+	c := applyConstraintMask(w, s.p.Constraint)
+	if s.p.greedy() {
+		return greedyAllowed(w, c)
+	}
+	total, blocks, err := sm.probabilities(w, s.p.Temperature)
+	if err != nil {
+		return 0, err
+	}
+	cs := sm.candidates(w, &s.p, c != nil, total)
+	return sm.drawAllowed(s, row, w, c, cs, blocks, total, u)
+}
+
+// adjusted copies row into the sampler's scratch and applies s's
+// penalties and bans to the copy.
+func (sm *Sampler) adjusted(s *Sequence, row []float32) []float32 {
 	p := &s.p
 	if cap(sm.work) < len(row) {
 		sm.work = make([]float32, len(row))
 	}
 	w := sm.work[:len(row)]
 	copy(w, row)
-	negInf := float32(math.Inf(-1))
-
-	// Penalties on logits.
 	if s.seen != nil {
 		rp := float32(p.RepetitionPenalty)
 		for t := range s.seen {
@@ -316,56 +333,81 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 			}
 		}
 	}
+	negInf := float32(math.Inf(-1))
 	for t := range s.Ban {
 		if int(t) < len(w) {
 			w[t] = negInf
 		}
 	}
-	c := p.Constraint
+	return w
+}
+
+// applyConstraintMask filters w by c's mask when c gives one (Masker) and
+// returns the constraint still to consult: nil when the mask said it all.
+func applyConstraintMask(w []float32, c Constraint) Constraint {
 	if m, ok := c.(Masker); ok {
 		if bits := m.Mask(); bits != nil {
 			applyMask(w, bits)
-			c = nil // every token left is allowed
+			return nil // every token left is allowed
 		}
 	}
+	return c
+}
 
-	greedy := p.greedy()
-	if greedy {
-		for try := 0; ; try++ {
-			best := argmax(w)
-			if best < 0 {
-				return 0, ErrNoToken
-			}
-			if c == nil || c.Allow(best) {
-				return best, nil
-			}
-			w[best] = negInf
-			if try == constraintTries {
-				maskDisallowed(w, c)
-			}
+// greedyAllowed is the first index of w's largest value that c (nil: no
+// constraint) allows.
+func greedyAllowed(w []float32, c Constraint) (int32, error) {
+	negInf := float32(math.Inf(-1))
+	for try := 0; ; try++ {
+		best := argmax(w)
+		if best < 0 {
+			return 0, ErrNoToken
+		}
+		if c == nil || c.Allow(best) {
+			return best, nil
+		}
+		w[best] = negInf
+		if try == constraintTries {
+			maskDisallowed(w, c)
 		}
 	}
+}
 
-	// Temperature, then probabilities relative to the max, with their
-	// sums per block of drawBlock for drawing from the whole vocabulary.
+// probabilities applies the temperature to w and turns it into
+// probabilities relative to its maximum (w's maximum becomes 1), with
+// their sums per block of drawBlock (for drawing from the whole
+// vocabulary) and their total.
+func (sm *Sampler) probabilities(w []float32, temperature float64) (total float64, blocks []float64, err error) {
 	var mx float32
-	if inv := float32(1 / p.Temperature); inv == 1 {
+	if inv := float32(1 / temperature); inv == 1 {
 		mx = vecmath.Max(w)
 	} else {
 		mx = vecmath.ScaleMax(w, inv)
 	}
 	if math.IsInf(float64(mx), -1) {
-		return 0, ErrNoToken
+		return 0, nil, ErrNoToken
 	}
 	nb := vecmath.Blocks(len(w), drawBlock)
 	if cap(sm.blocks) < nb {
 		sm.blocks = make([]float64, nb)
 	}
-	blocks := sm.blocks[:nb]
-	total := vecmath.ExpShiftedBlocks(w, mx, drawBlock, blocks)
+	blocks = sm.blocks[:nb]
+	total = vecmath.ExpShiftedBlocks(w, mx, drawBlock, blocks)
+	return total, blocks, nil
+}
 
-	// Candidate set; nil means the whole vocabulary (or nuc's set). w's
-	// maximum is 1.
+// candidateSet is the set a sampled draw picks from: cand in vocabulary
+// order, or nuc's implicit top-p set (among sm.pre), or, both nil, the
+// whole vocabulary.
+type candidateSet struct {
+	cand []int32
+	nuc  *nucleusSet
+}
+
+// candidates applies p's top-k, top-p and min-p filters to the
+// probabilities w (maximum 1, summing to total). constrained says a
+// constraint will refuse some draws, which needs the set listed.
+func (sm *Sampler) candidates(w []float32, p *Params, constrained bool, total float64) candidateSet {
 	var cand []int32
 	var nuc *nucleusSet
 	byRank := false // cand is best first, not in vocabulary order
@@ -390,7 +432,7 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 			}
 			sm.pre = vecmath.Above(w, t0, sm.pre)
 			ns := sm.nucleusCut(w, sm.pre, p.TopP, total)
-			if p.MinP > 0 || c != nil {
+			if p.MinP > 0 || constrained {
 				cand = ns.members(w, sm.pre, nil)
 			} else {
 				nuc = &ns // drawn from as it is: no list of most of the vocabulary
@@ -411,10 +453,18 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 			cand = sm.pre
 		}
 	}
-
 	if byRank {
 		slices.Sort(cand) // every draw scans its set in vocabulary order
 	}
+	return candidateSet{cand: cand, nuc: nuc}
+}
+
+// drawAllowed draws from cs at u (u < 0, and every draw after a refused
+// one: the next value of s's stream) until c (nil: no constraint) allows
+// the token; after constraintTries refusals the set is filtered by c, and
+// where c allows none of it, the best allowed token of row wins.
+func (sm *Sampler) drawAllowed(s *Sequence, row, w []float32, c Constraint, cs candidateSet, blocks []float64, total, u float64) (int32, error) {
+	cand := cs.cand
 	for try := 0; ; try++ {
 		r := u
 		if try > 0 || r < 0 {
@@ -422,8 +472,8 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 		}
 		var t int32
 		switch {
-		case nuc != nil: // no constraint: one draw
-			t = nuc.draw(r, w, sm.pre)
+		case cs.nuc != nil: // no constraint: one draw
+			t = cs.nuc.draw(r, w, sm.pre)
 		case cand == nil && try == 0:
 			t = drawBlocks(r, w, blocks, total)
 		default:
@@ -433,41 +483,61 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 			if c == nil {
 				return 0, ErrNoToken
 			}
-			// Every candidate was refused before the filtering below:
-			// the best allowed token of the whole vocabulary.
-			copy(w, row)
-			maskDisallowed(w, c)
-			if b := argmax(w); b >= 0 {
-				return b, nil
-			}
-			return 0, ErrNoToken
+			// Every candidate was refused before the filtering below.
+			return bestAllowed(w, row, c)
 		}
 		if c == nil || c.Allow(t) {
 			return t, nil
 		}
 		w[t] = 0
-		if try == constraintTries {
-			if cand == nil {
-				for i := range w {
-					if w[i] > 0 && !c.Allow(int32(i)) {
-						w[i] = 0
-					}
-				}
-			} else {
-				cand = slices.DeleteFunc(cand, func(i int32) bool { return !c.Allow(i) })
-				if len(cand) == 0 {
-					// Nothing allowed in the filtered set: fall back to
-					// the best allowed token of the whole vocabulary.
-					copy(w, row)
-					maskDisallowed(w, c)
-					if b := argmax(w); b >= 0 {
-						return b, nil
-					}
-					return 0, ErrNoToken
+		if try != constraintTries {
+			continue
+		}
+		if cand == nil {
+			for i := range w {
+				if w[i] > 0 && !c.Allow(int32(i)) {
+					w[i] = 0
 				}
 			}
+			continue
+		}
+		cand = slices.DeleteFunc(cand, func(i int32) bool { return !c.Allow(i) })
+		if len(cand) == 0 {
+			// Nothing allowed in the filtered set.
+			return bestAllowed(w, row, c)
 		}
 	}
+}
+
+// bestAllowed is the best token of the whole vocabulary (row) that c
+// allows, found in w as scratch.
+func bestAllowed(w, row []float32, c Constraint) (int32, error) {
+	copy(w, row)
+	maskDisallowed(w, c)
+	if b := argmax(w); b >= 0 {
+		return b, nil
+	}
+	return 0, ErrNoToken
+}
+
+// greedyPick is the greedy pick from a row nothing adjusts: the first
+// index of its largest value, NaNs skipped (ErrNoToken when every value is
+// -Inf or NaN), as argmax finds in a copy, from one vectorised pass for the
+// maximum and a scan that stops at its first occurrence.
+func greedyPick(row []float32) (int32, error) {
+	if len(row) == 0 {
+		return 0, ErrNoToken
+	}
+	m := vecmath.Max(row)
+	if math.IsInf(float64(m), -1) {
+		return 0, ErrNoToken
+	}
+	for i, v := range row {
+		if v == m {
+			return int32(i), nil
+		}
+	}
+	return 0, ErrNoToken // every value NaN
 }
 
 // nucleus keeps the shortest prefix of cand (sorted best first) whose
