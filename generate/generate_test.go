@@ -125,4 +125,3 @@ func TestStopsAtEOS(t *testing.T) {
 		}
 	}
 }
-
