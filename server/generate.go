@@ -103,221 +103,266 @@ func (ns *nativeSampling) toParams() (engine.SamplingParams, []string, int, erro
 	return p, stops, n, nil
 }
 
+// nativeItem is one sequence a /generate call runs: prompt prompt of the
+// call, with its own seed and constraint when n > 1.
+type nativeItem struct {
+	spec     genSpec
+	prompt   int
+	logprobs bool
+}
+
+// nativeCall is a parsed /generate request.
+type nativeCall struct {
+	req      generateRequest
+	prompts  [][]int32
+	adapters []int            // LoRA adapter of each prompt
+	sps      []nativeSampling // sampling_params of each prompt
+	logprob  []bool           // return_logprob of each prompt
+	batch    bool             // answer with a list
+	items    []nativeItem     // set by planGenerate
+	start    time.Time        // when the request arrived
+}
+
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	var req generateRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	call, err := s.parseGenerate(w, r)
+	if err == nil {
+		err = s.planGenerate(call)
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if len(req.Image) > 0 && string(req.Image) != "null" {
-		writeError(w, badRequest("image_data", "image inputs are not supported: kt serves text-only models"))
+	s.met.requests.Inc()
+	defer func() { s.met.e2e.Observe(time.Since(call.start).Seconds()) }()
+	if call.req.Stream {
+		s.streamGenerate(w, r, call)
 		return
 	}
-	var prompts [][]int32
+	s.answerGenerate(w, r, call)
+}
+
+// parseGenerate reads a /generate body: its prompts, their adapters,
+// sampling parameters and logprob requests.
+func (s *Server) parseGenerate(w http.ResponseWriter, r *http.Request) (*nativeCall, error) {
+	call := &nativeCall{start: time.Now()}
+	req := &call.req
+	if err := decodeJSON(w, r, req); err != nil {
+		return nil, err
+	}
+	if present(req.Image) {
+		return nil, badRequest("image_data", "image inputs are not supported: kt serves text-only models")
+	}
 	var err error
-	batch := false
+	if call.prompts, call.batch, err = s.nativePrompts(req); err != nil {
+		return nil, err
+	}
+	n := len(call.prompts)
+	if call.adapters, err = s.loraPathIDs(req.LoRAPath, n); err != nil {
+		return nil, err
+	}
+	if call.sps, err = nativeSamplings(req.SamplingParams, n); err != nil {
+		return nil, err
+	}
+	if call.logprob, err = parseBoolOrList(req.ReturnLogprob, n); err != nil {
+		return nil, err
+	}
+	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > engine.MaxTopLogprobs {
+		return nil, badRequest("top_logprobs_num", "top_logprobs_num must be in [0, %d], got %d", engine.MaxTopLogprobs, req.TopLogprobsNum)
+	}
+	return call, nil
+}
+
+// present reports whether a JSON field was given and is not null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// nativePrompts reads the prompts of a /generate body (text or input_ids)
+// and whether they came as a list (batch).
+func (s *Server) nativePrompts(req *generateRequest) (prompts [][]int32, batch bool, err error) {
 	switch {
-	case len(req.Text) > 0 && string(req.Text) != "null" && len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
-		err = badRequest("text", "give either text or input_ids, not both")
-	case len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
+	case present(req.Text) && present(req.InputIDs):
+		return nil, false, badRequest("text", "give either text or input_ids, not both")
+	case present(req.InputIDs):
 		prompts, err = s.parsePrompts(req.InputIDs, "input_ids")
 		var nested [][]int32
-		batch = json.Unmarshal(req.InputIDs, &nested) == nil
-	case len(req.Text) > 0 && string(req.Text) != "null":
+		return prompts, json.Unmarshal(req.InputIDs, &nested) == nil, err
+	case present(req.Text):
 		var str string
 		if json.Unmarshal(req.Text, &str) != nil {
 			var list []string
 			if json.Unmarshal(req.Text, &list) != nil {
-				err = badRequest("text", "field \"text\": expected a string or an array of strings")
-				break
+				return nil, false, badRequest("text", "field \"text\": expected a string or an array of strings")
 			}
 			batch = true
 		}
 		prompts, err = s.parsePrompts(req.Text, "text")
-	default:
-		err = badRequest("text", "give the prompt as text or input_ids")
+		return prompts, batch, err
 	}
-	if err != nil {
-		writeError(w, err)
-		return
+	return nil, false, badRequest("text", "give the prompt as text or input_ids")
+}
+
+// nativeSamplings reads sampling_params: one object for all n prompts, or
+// one per prompt.
+func nativeSamplings(raw json.RawMessage, n int) ([]nativeSampling, error) {
+	sps := make([]nativeSampling, n)
+	if !present(raw) {
+		return sps, nil
 	}
-	adapters, err := s.loraPathIDs(req.LoRAPath, len(prompts))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	// sampling_params: one object for all prompts, or one per prompt.
-	sps := make([]nativeSampling, len(prompts))
-	if len(req.SamplingParams) > 0 && string(req.SamplingParams) != "null" {
-		var one nativeSampling
-		if err := json.Unmarshal(req.SamplingParams, &one); err == nil {
-			for i := range sps {
-				sps[i] = one
-			}
-		} else {
-			var list []nativeSampling
-			if json.Unmarshal(req.SamplingParams, &list) != nil {
-				writeError(w, samplingTypeError(err))
-				return
-			}
-			if len(list) != len(prompts) {
-				writeError(w, badRequest("sampling_params", "%d sampling_params for %d prompts", len(list), len(prompts)))
-				return
-			}
-			sps = list
+	var one nativeSampling
+	err := json.Unmarshal(raw, &one)
+	if err == nil {
+		for i := range sps {
+			sps[i] = one
 		}
+		return sps, nil
 	}
-	retLogprob, err := parseBoolOrList(req.ReturnLogprob, len(prompts))
-	if err != nil {
-		writeError(w, err)
-		return
+	var list []nativeSampling
+	if json.Unmarshal(raw, &list) != nil {
+		return nil, samplingTypeError(err)
 	}
-	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > engine.MaxTopLogprobs {
-		writeError(w, badRequest("top_logprobs_num", "top_logprobs_num must be in [0, %d], got %d", engine.MaxTopLogprobs, req.TopLogprobsNum))
-		return
+	if len(list) != n {
+		return nil, badRequest("sampling_params", "%d sampling_params for %d prompts", len(list), n)
 	}
-	type item struct {
-		spec     genSpec
-		prompt   int
-		logprobs bool
-	}
-	var items []item
-	for i, pr := range prompts {
-		p, stops, n, err := sps[i].toParams()
+	return list, nil
+}
+
+// planGenerate checks each prompt's sampling parameters against the server
+// and the engine and lists the sequences to run (call.items).
+func (s *Server) planGenerate(call *nativeCall) error {
+	req := &call.req
+	for i, pr := range call.prompts {
+		sp := &call.sps[i]
+		p, stops, n, err := sp.toParams()
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		if len(stops) > 0 && s.tok == nil {
-			writeError(w, badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)"))
-			return
+			return badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)")
 		}
-		g, err := s.nativeGrammar(&sps[i])
+		g, err := s.nativeGrammar(sp)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
-		if retLogprob[i] {
+		if call.logprob[i] {
 			p.Logprobs = true
 			p.TopLogprobs = req.TopLogprobsNum
 			p.PromptLogprobs = req.LogprobStartLen != nil && *req.LogprobStartLen >= 0
 		}
 		if err := s.precheck(pr, p); err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		if n > 1 {
-			batch = true
+			call.batch = true
 		}
-		skip := sps[i].SkipSpecialTokens == nil || *sps[i].SkipSpecialTokens
+		skip := sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens
 		for j := range n {
 			pj := seedFor(p, j)
 			if g != nil {
 				pj.Constraint = g.NewConstraint()
 			}
-			items = append(items, item{
-				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj},
-					stops: stops, skipSpecial: skip, noStopTrim: sps[i].NoStopTrim},
-				prompt: i, logprobs: retLogprob[i],
+			call.items = append(call.items, nativeItem{
+				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj, Adapter: call.adapters[i]},
+					stops: stops, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
+				prompt: i, logprobs: call.logprob[i],
 			})
 		}
 	}
-	for k := range items {
-		items[k].spec.req.Adapter = adapters[items[k].prompt]
+	if req.Stream && len(call.items) > 1 {
+		return badRequest("stream", "streaming several prompts (or n > 1) from /generate is not supported yet in kt; send one request per prompt")
 	}
-	if req.Stream && len(items) > 1 {
-		writeError(w, badRequest("stream", "streaming several prompts (or n > 1) from /generate is not supported yet in kt; send one request per prompt"))
+	return nil
+}
+
+// nativeOutput is one item's answer object (a stream chunk unless final).
+func (s *Server) nativeOutput(call *nativeCall, it nativeItem, res *genResult, ids []int32, text string, final bool) map[string]any {
+	req := &call.req
+	meta := map[string]any{
+		"id":                it.spec.req.ID,
+		"prompt_tokens":     len(call.prompts[it.prompt]),
+		"completion_tokens": len(ids),
+		"cached_tokens":     res.CachedTokens,
+		"weight_version":    "default",
+		"e2e_latency":       time.Since(call.start).Seconds(),
+		"finish_reason":     nil,
+	}
+	if final {
+		meta["finish_reason"] = nativeFinish(res, len(ids))
+	}
+	if it.logprobs {
+		meta["output_token_logprobs"] = s.nativeLogprobs(res.Tokens, req.ReturnTextInLogprob)
+		if req.TopLogprobsNum > 0 {
+			tops := make([]any, len(res.Tokens))
+			for k, t := range res.Tokens {
+				tops[k] = s.nativeTop(t.Top, req.ReturnTextInLogprob)
+			}
+			meta["output_top_logprobs"] = tops
+		}
+		if it.spec.req.Params.PromptLogprobs {
+			startLen := 0
+			if req.LogprobStartLen != nil {
+				startLen = *req.LogprobStartLen
+			}
+			meta["input_token_logprobs"] = s.nativeInput(call.prompts[it.prompt], res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
+		}
+	}
+	out := map[string]any{"output_ids": ids, "meta_info": meta}
+	if s.tok != nil {
+		out["text"] = text
+	}
+	return out
+}
+
+// streamGenerate runs the call's one item, sending each delta as an event.
+func (s *Server) streamGenerate(w http.ResponseWriter, r *http.Request, call *nativeCall) {
+	it := call.items[0]
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ev := newSSE(w)
+	var ids []int32
+	var text string
+	acc := genResult{}
+	res, err := s.run(ctx, it.spec, func(d genDelta) error {
+		for _, t := range d.Tokens {
+			ids = append(ids, t.ID)
+		}
+		acc.Tokens = append(acc.Tokens, d.Tokens...)
+		if d.PromptLogprobs != nil {
+			acc.PromptLogprobs = d.PromptLogprobs
+		}
+		text += d.Text
+		if len(d.Tokens) == 0 && d.Text == "" {
+			return nil
+		}
+		return ev.send(s.nativeOutput(call, it, &acc, ids, text, false))
+	})
+	if err != nil {
+		if ev.err == nil {
+			ev.errorEvent(engineError(err))
+		}
 		return
 	}
-	s.met.requests.Inc()
-	defer func() { s.met.e2e.Observe(time.Since(start).Seconds()) }()
-	startLen := 0
-	if req.LogprobStartLen != nil {
-		startLen = *req.LogprobStartLen
-	}
-	build := func(it item, res *genResult, ids []int32, text string, final bool) map[string]any {
-		meta := map[string]any{
-			"id":                fmt.Sprintf("%s", it.spec.req.ID),
-			"prompt_tokens":     len(prompts[it.prompt]),
-			"completion_tokens": len(ids),
-			"cached_tokens":     res.CachedTokens,
-			"weight_version":    "default",
-			"e2e_latency":       time.Since(start).Seconds(),
-			"finish_reason":     nil,
-		}
-		if final {
-			meta["finish_reason"] = nativeFinish(res, len(ids))
-		}
-		if it.logprobs {
-			meta["output_token_logprobs"] = s.nativeLogprobs(res.Tokens, req.ReturnTextInLogprob)
-			if req.TopLogprobsNum > 0 {
-				tops := make([]any, len(res.Tokens))
-				for k, t := range res.Tokens {
-					tops[k] = s.nativeTop(t.Top, req.ReturnTextInLogprob)
-				}
-				meta["output_top_logprobs"] = tops
-			}
-			if it.spec.req.Params.PromptLogprobs {
-				meta["input_token_logprobs"] = s.nativeInput(prompts[it.prompt], res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
-			}
-		}
-		out := map[string]any{"output_ids": ids, "meta_info": meta}
-		if s.tok != nil {
-			out["text"] = text
-		}
-		return out
-	}
-
-	if req.Stream {
-		it := items[0]
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		ev := newSSE(w)
-		var ids []int32
-		var text string
-		acc := genResult{}
-		res, err := s.run(ctx, it.spec, func(d genDelta) error {
-			for _, t := range d.Tokens {
-				ids = append(ids, t.ID)
-			}
-			acc.Tokens = append(acc.Tokens, d.Tokens...)
-			if d.PromptLogprobs != nil {
-				acc.PromptLogprobs = d.PromptLogprobs
-			}
-			text += d.Text
-			if len(d.Tokens) == 0 && d.Text == "" {
-				return nil
-			}
-			return ev.send(build(it, &acc, ids, text, false))
-		})
-		if err != nil {
-			if ev.err == nil {
-				ev.errorEvent(engineError(err))
-			}
-			return
-		}
-		s.met.genTok.Add(float64(res.OutputTokens))
-		if res.Err != nil {
-			ev.errorEvent(fmt.Errorf("generation aborted: %w", res.Err))
-			return
-		}
-		_ = ev.send(build(it, &res, tokenIDs(res.Tokens[:res.OutputTokens]), res.Text, true))
-		ev.done()
+	s.met.genTok.Add(float64(res.OutputTokens))
+	if res.Err != nil {
+		ev.errorEvent(fmt.Errorf("generation aborted: %w", res.Err))
 		return
 	}
+	_ = ev.send(s.nativeOutput(call, it, &res, tokenIDs(res.Tokens[:res.OutputTokens]), res.Text, true))
+	ev.done()
+}
 
-	results := make([]genResult, len(items))
-	errs := make([]error, len(items))
+// answerGenerate runs the call's items at once and answers with their
+// outputs (a list for a batch).
+func (s *Server) answerGenerate(w http.ResponseWriter, r *http.Request, call *nativeCall) {
+	results := make([]genResult, len(call.items))
+	errs := make([]error, len(call.items))
 	var wg sync.WaitGroup
-	for i, it := range items {
+	for i, it := range call.items {
 		wg.Go(func() {
 			results[i], errs[i] = s.run(r.Context(), it.spec, func(genDelta) error { return nil })
 		})
 	}
 	wg.Wait()
-	outs := make([]any, len(items))
-	for i, it := range items {
+	outs := make([]any, len(call.items))
+	for i, it := range call.items {
 		if errs[i] != nil {
 			writeError(w, engineError(errs[i]))
 			return
@@ -327,9 +372,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.met.genTok.Add(float64(results[i].OutputTokens))
-		outs[i] = build(it, &results[i], tokenIDs(results[i].Tokens), results[i].Text, true)
+		outs[i] = s.nativeOutput(call, it, &results[i], tokenIDs(results[i].Tokens), results[i].Text, true)
 	}
-	if batch {
+	if call.batch {
 		writeJSON(w, http.StatusOK, outs)
 		return
 	}
