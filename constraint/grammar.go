@@ -1,11 +1,18 @@
-// Package constraint keeps generated text inside a regular language: a
-// regex (SGLang's sampling_params.regex) or a JSON Schema (response_format
-// json_schema, sampling_params.json_schema) compiles to a DFA over bytes,
-// and a Constraint allows a token when its bytes keep the output a prefix
-// of some match, and an end-of-sequence token only on a full match. Each
-// DFA state's token mask is computed once, by one pass over the
-// vocabulary's byte trie, and cached in the Grammar that every request
-// with the same regex or schema shares.
+// Package constraint keeps generated text inside what a request asked for
+// (structured output); its Constraints implement engine.Constraint.
+//
+// This package handles regular languages: a regex (SGLang's
+// sampling_params.regex, regex.go) or a JSON Schema (response_format
+// json_schema, sampling_params.json_schema; schema.go, which turns the
+// schema into a regex) compiles to a DFA over bytes, and a Constraint
+// (grammar.go) allows a token when its bytes keep the output a prefix of
+// some match, and an end-of-sequence token only on a full match. Each DFA
+// state's token mask is computed once, by one pass over the vocabulary's
+// byte trie (vocab.go), and cached in the Grammar that every request with
+// the same regex or schema shares.
+//
+// Subpackage jsonobject handles response_format json_object (any JSON
+// object, which no regex describes) with a byte-level pushdown automaton.
 package constraint
 
 import (

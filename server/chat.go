@@ -12,7 +12,7 @@ import (
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/constraint"
 	"github.com/ktserve/kt/engine"
-	"github.com/ktserve/kt/jsonconstraint"
+	"github.com/ktserve/kt/constraint/jsonobject"
 )
 
 // chatInput is a chat request's template input: the messages and tools as
@@ -373,7 +373,7 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 	p := seedFor(plan.params, i)
 	if plan.jsonMode {
-		p.Constraint = jsonconstraint.New(s.tok, s.eng.EOSTokenIDs())
+		p.Constraint = jsonobject.New(s.tok, s.eng.EOSTokenIDs())
 	}
 	if plan.grammar != nil {
 		p.Constraint = plan.grammar.NewConstraint()

@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ktserve/kt/constraint"
+	"github.com/ktserve/kt/constraint/jsonobject"
 	"github.com/ktserve/kt/engine"
-	"github.com/ktserve/kt/jsonconstraint"
 )
 
 // parsePrompts accepts a string, an array of strings, an array of token
@@ -50,169 +51,232 @@ func (s *Server) parsePrompts(raw json.RawMessage, field string) ([][]int32, err
 	return nil, badRequest(field, "field %q: expected a string, an array of strings, an array of token ids or an array of arrays of token ids", field)
 }
 
+// completionCall is a parsed and checked /v1/completions request: n
+// choices per prompt, choice i from prompt i/n.
+type completionCall struct {
+	req        completionRequest
+	prompts    [][]int32
+	n          int
+	p          engine.SamplingParams
+	stops      []string
+	grammar    *constraint.Grammar // nil: none
+	jsonObject bool                // response_format json_object
+	adapter    int
+	id         string
+	created    int64
+	specs      []genSpec // set by planCompletion
+	start      time.Time // when the request arrived
+}
+
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	var req completionRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+	call, err := s.parseCompletion(w, r)
+	if err == nil {
+		err = s.checkCompletion(call)
 	}
-	adapter, err := s.adapterOf(req.Model)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	prompts, err := s.parsePrompts(req.Prompt, "prompt")
-	if err != nil {
-		writeError(w, err)
+	s.met.requests.Inc()
+	defer func() { s.met.e2e.Observe(time.Since(call.start).Seconds()) }()
+	s.planCompletion(call)
+	if call.req.Stream {
+		s.streamCompletion(w, r, call)
 		return
+	}
+	s.answerCompletion(w, r, call)
+}
+
+// parseCompletion reads a /v1/completions body into a call: its prompts
+// and sampling parameters.
+func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*completionCall, error) {
+	call := &completionCall{start: time.Now()}
+	req := &call.req
+	if err := decodeJSON(w, r, req); err != nil {
+		return nil, err
+	}
+	var err error
+	if call.adapter, err = s.adapterOf(req.Model); err != nil {
+		return nil, err
+	}
+	if call.prompts, err = s.parsePrompts(req.Prompt, "prompt"); err != nil {
+		return nil, err
 	}
 	if req.Suffix != "" {
-		writeError(w, badRequest("suffix", "suffix is not supported yet in kt"))
-		return
+		return nil, badRequest("suffix", "suffix is not supported yet in kt")
 	}
-	p, n, err := req.toParams(16) // OpenAI's default max_tokens for completions
-	if err != nil {
-		writeError(w, err)
-		return
+	if call.p, call.n, err = req.toParams(16); err != nil { // OpenAI's default max_tokens for completions
+		return nil, err
 	}
-	if req.BestOf != nil && *req.BestOf != n {
-		writeError(w, badRequest("best_of", "best_of other than n is not supported yet in kt"))
-		return
+	if req.BestOf != nil && *req.BestOf != call.n {
+		return nil, badRequest("best_of", "best_of other than n is not supported yet in kt")
 	}
-	stops, err := parseStop(req.Stop)
-	if err != nil {
-		writeError(w, err)
-		return
+	if call.stops, err = parseStop(req.Stop); err != nil {
+		return nil, err
 	}
-	if (len(stops) > 0 || req.Echo) && s.tok == nil {
-		writeError(w, s.needTokenizer())
-		return
+	return call, nil
+}
+
+// checkCompletion checks what the call asks of the server (a tokenizer,
+// logprobs, a grammar) and each prompt against the engine's limits.
+func (s *Server) checkCompletion(call *completionCall) error {
+	req := &call.req
+	if (len(call.stops) > 0 || req.Echo) && s.tok == nil {
+		return s.needTokenizer()
 	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > engine.MaxTopLogprobs {
-			writeError(w, badRequest("logprobs", "logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, *req.Logprobs))
-			return
+			return badRequest("logprobs", "logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, *req.Logprobs)
 		}
-		p.Logprobs = true
-		p.TopLogprobs = *req.Logprobs
-		p.PromptLogprobs = req.Echo
+		call.p.Logprobs = true
+		call.p.TopLogprobs = *req.Logprobs
+		call.p.PromptLogprobs = req.Echo
 	}
-	g, jsonObject, err := s.routeGrammar(&req.samplingFields, req.ResponseFormat, req.JSONSchema)
-	if err != nil {
+	var err error
+	if call.grammar, call.jsonObject, err = s.routeGrammar(&req.samplingFields, req.ResponseFormat, req.JSONSchema); err != nil {
+		return err
+	}
+	for _, pr := range call.prompts {
+		if err := s.precheck(pr, call.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planCompletion makes the call's sequences (call.specs), each with its
+// seed and constraint, and counts their prompt tokens.
+func (s *Server) planCompletion(call *completionCall) {
+	req := &call.req
+	call.id, call.created = "cmpl-"+newID(), time.Now().Unix()
+	skip := req.SkipSpecialTokens == nil || *req.SkipSpecialTokens
+	call.specs = make([]genSpec, len(call.prompts)*call.n)
+	for i := range call.specs {
+		pr := call.prompts[i/call.n]
+		s.met.promptTok.Add(float64(len(pr)))
+		pi := seedFor(call.p, i%call.n)
+		switch {
+		case call.grammar != nil:
+			pi.Constraint = call.grammar.NewConstraint()
+		case call.jsonObject:
+			pi.Constraint = jsonobject.New(s.tok, s.eng.EOSTokenIDs())
+		}
+		call.specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", call.id, i), Prompt: pr, Params: pi, Adapter: call.adapter},
+			stops: call.stops, skipSpecial: skip, noStopTrim: req.NoStopTrim}
+	}
+}
+
+// echo is the prompt text choice i starts with (echo: true), else "".
+func (s *Server) echo(call *completionCall, i int) string {
+	if !call.req.Echo || s.tok == nil {
+		return ""
+	}
+	return s.tok.Decode(call.prompts[i/call.n])
+}
+
+// completionChoiceOf is choice i with text and, when asked, the logprobs
+// of toks (and of the prompt, withPrompt and echo).
+func (s *Server) completionChoiceOf(call *completionCall, i int, text string, toks []engine.Token, res *genResult, withPrompt bool) completionChoice {
+	c := completionChoice{Index: i, Text: text, MatchedStop: json.RawMessage("null")}
+	if call.p.Logprobs {
+		c.Logprobs = s.completionLogprobs(call.prompts[i/call.n], res, toks, withPrompt && call.req.Echo, text)
+	}
+	return c
+}
+
+// completionUsage counts the call's tokens (each prompt once) from its
+// results.
+func (s *Server) completionUsage(call *completionCall, results []genResult) *usage {
+	u := usage{}
+	for i := range results {
+		if i%call.n == 0 {
+			u.PromptTokens += len(call.prompts[i/call.n])
+			u.cached += results[i].CachedTokens
+		}
+		u.CompletionTokens += results[i].OutputTokens
+	}
+	u.total(s.opt.CacheReport)
+	return &u
+}
+
+// tally counts the generated tokens of the results, in order, in the
+// metrics up to the first failure (an engine error, or an aborted
+// generation), which it returns; nil if none failed.
+func (s *Server) tally(results []genResult, errs []error) error {
+	for i := range results {
+		if errs[i] != nil {
+			return engineError(errs[i])
+		}
+		if results[i].Err != nil {
+			return fmt.Errorf("generation aborted: %w", results[i].Err)
+		}
+		s.met.genTok.Add(float64(results[i].OutputTokens))
+	}
+	return nil
+}
+
+// answerCompletion runs the call's sequences at once and answers with
+// every choice.
+func (s *Server) answerCompletion(w http.ResponseWriter, r *http.Request, call *completionCall) {
+	results := make([]genResult, len(call.specs))
+	errs := make([]error, len(call.specs))
+	var wg sync.WaitGroup
+	for i := range call.specs {
+		wg.Go(func() {
+			results[i], errs[i] = s.run(r.Context(), call.specs[i], func(genDelta) error { return nil })
+		})
+	}
+	wg.Wait()
+	if err := s.tally(results, errs); err != nil {
 		writeError(w, err)
 		return
 	}
-	for _, pr := range prompts {
-		if err := s.precheck(pr, p); err != nil {
-			writeError(w, err)
-			return
-		}
+	resp := completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName}
+	for i := range results {
+		res := &results[i]
+		c := s.completionChoiceOf(call, i, s.echo(call, i)+res.Text, res.Tokens, res, true)
+		fr := res.finishReason()
+		c.FinishReason = &fr
+		c.MatchedStop = nullIfEmpty(res.MatchedStop)
+		resp.Choices = append(resp.Choices, c)
 	}
-	s.met.requests.Inc()
-	defer func() { s.met.e2e.Observe(time.Since(start).Seconds()) }()
-	id, created := "cmpl-"+newID(), time.Now().Unix()
-	skip := req.SkipSpecialTokens == nil || *req.SkipSpecialTokens
-	total := len(prompts) * n
-	specs := make([]genSpec, total)
-	for i := range total {
-		pr := prompts[i/n]
-		s.met.promptTok.Add(float64(len(pr)))
-		pi := seedFor(p, i%n)
-		switch {
-		case g != nil:
-			pi.Constraint = g.NewConstraint()
-		case jsonObject:
-			pi.Constraint = jsonconstraint.New(s.tok, s.eng.EOSTokenIDs())
-		}
-		specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", id, i), Prompt: pr, Params: pi, Adapter: adapter},
-			stops: stops, skipSpecial: skip, noStopTrim: req.NoStopTrim}
-	}
-	echo := func(i int) string {
-		if !req.Echo || s.tok == nil {
-			return ""
-		}
-		return s.tok.Decode(prompts[i/n])
-	}
-	mkChoice := func(i int, text string, toks []engine.Token, res *genResult, withPrompt bool) completionChoice {
-		c := completionChoice{Index: i, Text: text, MatchedStop: json.RawMessage("null")}
-		if p.Logprobs {
-			c.Logprobs = s.completionLogprobs(prompts[i/n], res, toks, withPrompt && req.Echo, text)
-		}
-		return c
-	}
+	resp.Usage = s.completionUsage(call, results)
+	writeJSON(w, http.StatusOK, resp)
+}
 
-	if !req.Stream {
-		results := make([]genResult, total)
-		errs := make([]error, total)
-		var wg sync.WaitGroup
-		for i := range total {
-			wg.Go(func() {
-				results[i], errs[i] = s.run(r.Context(), specs[i], func(genDelta) error { return nil })
-			})
-		}
-		wg.Wait()
-		resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.opt.ModelName}
-		u := usage{}
-		for i := range total {
-			if errs[i] != nil {
-				writeError(w, engineError(errs[i]))
-				return
-			}
-			res := &results[i]
-			if res.Err != nil {
-				writeError(w, fmt.Errorf("generation aborted: %w", res.Err))
-				return
-			}
-			s.met.genTok.Add(float64(res.OutputTokens))
-			c := mkChoice(i, echo(i)+res.Text, res.Tokens, res, true)
-			fr := res.finishReason()
-			c.FinishReason = &fr
-			c.MatchedStop = nullIfEmpty(res.MatchedStop)
-			resp.Choices = append(resp.Choices, c)
-			if i%n == 0 {
-				u.PromptTokens += len(prompts[i/n])
-				u.cached += res.CachedTokens
-			}
-			u.CompletionTokens += res.OutputTokens
-		}
-		u.total(s.opt.CacheReport)
-		resp.Usage = &u
-		writeJSON(w, http.StatusOK, resp)
-		return
-	}
-
+// streamCompletion runs the call's sequences at once, sending each delta
+// as an event, then each choice's finish, then the usage when asked.
+func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *completionCall) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	ev := newSSE(w)
 	events := make(chan completionResponse, 16)
-	results := make([]genResult, total)
-	errs := make([]error, total)
+	results := make([]genResult, len(call.specs))
+	errs := make([]error, len(call.specs))
 	var wg sync.WaitGroup
-	for i := range total {
+	for i := range call.specs {
 		wg.Go(func() {
 			send := func(c completionChoice) error {
 				select {
-				case events <- completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.opt.ModelName, Choices: []completionChoice{c}}:
+				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{c}}:
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()
 				}
 			}
 			first := true
-			res, err := s.run(ctx, specs[i], func(d genDelta) error {
+			res, err := s.run(ctx, call.specs[i], func(d genDelta) error {
 				text := d.Text
 				if first {
-					text = echo(i) + text
+					text = s.echo(call, i) + text
 				}
 				withPrompt := first
 				first = false
-				return send(mkChoice(i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs}, withPrompt))
+				return send(s.completionChoiceOf(call, i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs}, withPrompt))
 			})
 			if err == nil && res.Err == nil {
 				fr := res.finishReason()
-				c := completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)}
-				err = send(c)
+				err = send(completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)})
 			}
 			results[i], errs[i] = res, err
 		})
@@ -229,26 +293,13 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if ev.err != nil {
 		return
 	}
-	u := usage{}
-	for i := range total {
-		if errs[i] != nil {
-			ev.errorEvent(engineError(errs[i]))
-			return
-		}
-		if results[i].Err != nil {
-			ev.errorEvent(fmt.Errorf("generation aborted: %w", results[i].Err))
-			return
-		}
-		s.met.genTok.Add(float64(results[i].OutputTokens))
-		if i%n == 0 {
-			u.PromptTokens += len(prompts[i/n])
-			u.cached += results[i].CachedTokens
-		}
-		u.CompletionTokens += results[i].OutputTokens
+	if err := s.tally(results, errs); err != nil {
+		ev.errorEvent(err)
+		return
 	}
-	u.total(s.opt.CacheReport)
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		_ = ev.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: &u})
+	u := s.completionUsage(call, results)
+	if call.req.StreamOptions != nil && call.req.StreamOptions.IncludeUsage {
+		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: u})
 	}
 	ev.done()
 }

@@ -361,17 +361,12 @@ func (s *Server) answerGenerate(w http.ResponseWriter, r *http.Request, call *na
 		})
 	}
 	wg.Wait()
+	if err := s.tally(results, errs); err != nil {
+		writeError(w, err)
+		return
+	}
 	outs := make([]any, len(call.items))
 	for i, it := range call.items {
-		if errs[i] != nil {
-			writeError(w, engineError(errs[i]))
-			return
-		}
-		if results[i].Err != nil {
-			writeError(w, fmt.Errorf("generation aborted: %w", results[i].Err))
-			return
-		}
-		s.met.genTok.Add(float64(results[i].OutputTokens))
 		outs[i] = s.nativeOutput(call, it, &results[i], tokenIDs(results[i].Tokens), results[i].Text, true)
 	}
 	if call.batch {

@@ -273,7 +273,7 @@ func (t *thinkFirst) Advance(tok int32) {
 // routeGrammar compiles the constraint of an OpenAI-route request: its
 // response_format, and SGLang's regex, ebnf and (on /v1/completions)
 // json_schema fields, of which at most one may be set. jsonObject reports
-// response_format json_object (the jsonconstraint automaton).
+// response_format json_object (the constraint/jsonobject automaton).
 func (s *Server) routeGrammar(sf *samplingFields, rf *responseFormat, schema json.RawMessage) (g *constraint.Grammar, jsonObject bool, err error) {
 	set := 0
 	if sf.Regex != "" {

@@ -1,9 +1,10 @@
-// Package jsonconstraint keeps generated text a valid JSON object, for
-// response_format {"type": "json_object"}. It is a byte-level pushdown
-// automaton: a token is allowed when its bytes keep the output a prefix of
-// some JSON object, and the end-of-sequence token only once the object is
-// complete. It implements engine.Constraint.
-package jsonconstraint
+// Package jsonobject is the part of package constraint that keeps
+// generated text a valid JSON object, for response_format {"type":
+// "json_object"}: no schema, so no regular language, but a byte-level
+// pushdown automaton. A token is allowed when its bytes keep the output a
+// prefix of some JSON object, and the end-of-sequence token only once the
+// object is complete. Constraint implements engine.Constraint.
+package jsonobject
 
 // Vocab gives the bytes of each token.
 type Vocab interface {

@@ -1,4 +1,4 @@
-package jsonconstraint
+package jsonobject
 
 import (
 	"encoding/json"
