@@ -314,6 +314,8 @@ type chatPlan struct {
 	usage      bool
 }
 
+// planChat checks a chat request and renders its prompt: everything its
+// choices need to run (specFor, newChatState).
 func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, error) {
 	adapter, err := s.adapterOf(req.Model)
 	if err != nil {
@@ -387,6 +389,8 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 	}
 }
 
+// newChatState is choice i's output parser: reasoning and tool calls
+// apart when the server's parsers and the request ask for it.
 func (s *Server) newChatState(plan *chatPlan, i int) *chatState {
 	c := &chatState{idx: i, wantLogprobs: plan.params.Logprobs}
 	if s.opt.ReasoningParser != "none" && plan.separate {
@@ -401,6 +405,7 @@ func (s *Server) newChatState(plan *chatPlan, i int) *chatState {
 	return c
 }
 
+// handleChat answers /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req chatRequest
@@ -420,12 +425,41 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.streamChat(w, r, plan)
 		return
 	}
-	type out struct {
-		st  *chatState
-		res genResult
-		err error
+	s.answerChat(w, r, plan)
+}
+
+// chatOutcome is one choice's end: its result, parser state and error.
+type chatOutcome struct {
+	res genResult
+	st  *chatState
+	err error
+}
+
+// chatTally counts the outcomes' tokens in usage (and the generated ones
+// in the metrics) up to the first failure, which it returns.
+func (s *Server) chatTally(plan *chatPlan, outs []chatOutcome) (*usage, error) {
+	u := usage{PromptTokens: len(plan.prompt)}
+	for i, o := range outs {
+		if o.err != nil {
+			return nil, engineError(o.err)
+		}
+		if o.res.Err != nil {
+			return nil, fmt.Errorf("generation aborted: %w", o.res.Err)
+		}
+		s.met.genTok.Add(float64(o.res.OutputTokens))
+		if i == 0 {
+			u.cached = o.res.CachedTokens
+		}
+		u.CompletionTokens += o.res.OutputTokens
+		u.ReasoningTokens += o.st.reasoningTokens
 	}
-	outs := make([]out, plan.n)
+	u.total(s.opt.CacheReport)
+	return &u, nil
+}
+
+// answerChat runs the plan's choices at once and answers with all of them.
+func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, plan *chatPlan) {
+	outs := make([]chatOutcome, plan.n)
 	var wg sync.WaitGroup
 	for i := range plan.n {
 		wg.Go(func() {
@@ -437,59 +471,54 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			if err == nil {
 				st.feed(s, genDelta{}, true)
 			}
-			outs[i] = out{st, res, err}
+			outs[i] = chatOutcome{res, st, err}
 		})
 	}
 	wg.Wait()
-	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: s.opt.ModelName,
-		Metadata: metadata{WeightVersion: "default"}}
-	u := usage{PromptTokens: len(plan.prompt)}
-	for i, o := range outs {
-		if o.err != nil {
-			writeError(w, engineError(o.err))
-			return
-		}
-		if o.res.Err != nil {
-			writeError(w, fmt.Errorf("generation aborted: %w", o.res.Err))
-			return
-		}
-		s.met.genTok.Add(float64(o.res.OutputTokens))
-		if i == 0 {
-			u.cached = o.res.CachedTokens
-		}
-		u.CompletionTokens += o.res.OutputTokens
-		u.ReasoningTokens += o.st.reasoningTokens
-		msg := chatMessageOut{Role: "assistant", Content: strPtr(o.st.content.String())}
-		if o.st.rs != nil && o.st.reasoning.Len() > 0 {
-			msg.ReasoningContent = strPtr(o.st.reasoning.String())
-		}
-		fr := o.res.finishReason()
-		if o.st.te != nil && len(o.st.te.calls) > 0 {
-			msg.ToolCalls = o.st.te.calls
-			for j := range msg.ToolCalls {
-				msg.ToolCalls[j].Index = nil
-			}
-			if fr == "stop" {
-				fr = "tool_calls"
-			}
-			if strings.TrimSpace(*msg.Content) == "" {
-				msg.Content = nil
-			}
-		}
-		ch := chatChoice{Index: i, Message: msg, FinishReason: &fr, MatchedStop: nullIfEmpty(o.res.MatchedStop)}
-		if plan.params.Logprobs {
-			ch.Logprobs = &chatLogprobs{Content: o.st.logprobs}
-			if ch.Logprobs.Content == nil {
-				ch.Logprobs.Content = []chatTokenLogprob{}
-			}
-		}
-		resp.Choices = append(resp.Choices, ch)
+	u, err := s.chatTally(plan, outs)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
-	u.total(s.opt.CacheReport)
-	resp.Usage = &u
+	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: s.opt.ModelName,
+		Metadata: metadata{WeightVersion: "default"}, Usage: u}
+	for i, o := range outs {
+		resp.Choices = append(resp.Choices, chatChoiceOf(plan, i, o))
+	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// chatChoiceOf is choice i's answer: its message (reasoning and tool calls
+// apart when parsed), finish reason and logprobs.
+func chatChoiceOf(plan *chatPlan, i int, o chatOutcome) chatChoice {
+	msg := chatMessageOut{Role: "assistant", Content: strPtr(o.st.content.String())}
+	if o.st.rs != nil && o.st.reasoning.Len() > 0 {
+		msg.ReasoningContent = strPtr(o.st.reasoning.String())
+	}
+	fr := o.res.finishReason()
+	if o.st.te != nil && len(o.st.te.calls) > 0 {
+		msg.ToolCalls = o.st.te.calls
+		for j := range msg.ToolCalls {
+			msg.ToolCalls[j].Index = nil
+		}
+		if fr == "stop" {
+			fr = "tool_calls"
+		}
+		if strings.TrimSpace(*msg.Content) == "" {
+			msg.Content = nil
+		}
+	}
+	ch := chatChoice{Index: i, Message: msg, FinishReason: &fr, MatchedStop: nullIfEmpty(o.res.MatchedStop)}
+	if plan.params.Logprobs {
+		ch.Logprobs = &chatLogprobs{Content: o.st.logprobs}
+		if ch.Logprobs.Content == nil {
+			ch.Logprobs.Content = []chatTokenLogprob{}
+		}
+	}
+	return ch
+}
+
+// nullIfEmpty is m, or JSON null when m is empty.
 func nullIfEmpty(m json.RawMessage) json.RawMessage {
 	if len(m) == 0 {
 		return json.RawMessage("null")
@@ -512,61 +541,18 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: s.opt.ModelName, Choices: choices}
 	}
 	events := make(chan any, 16)
-	type fin struct {
-		res genResult
-		st  *chatState
-		err error
-	}
-	fins := make([]fin, plan.n)
+	outs := make([]chatOutcome, plan.n)
 	var wg sync.WaitGroup
 	for i := range plan.n {
 		wg.Go(func() {
-			st := s.newChatState(plan, i)
-			send := func(c chatChunkChoice) error {
+			outs[i] = s.streamChatChoice(ctx, plan, i, func(c chatChunkChoice) error {
 				select {
 				case events <- chunk([]chatChunkChoice{c}):
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-			}
-			if err := send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: strPtr("")}, MatchedStop: json.RawMessage("null")}); err != nil {
-				fins[i] = fin{err: err}
-				return
-			}
-			emit := func(reasoning, content string, lps []chatTokenLogprob) error {
-				if reasoning == "" && content == "" && len(lps) == 0 {
-					return nil
-				}
-				c := chatChunkChoice{Index: i, MatchedStop: json.RawMessage("null")}
-				if reasoning != "" {
-					c.Delta.ReasoningContent = &reasoning
-				}
-				if content != "" {
-					c.Delta.Content = &content
-				}
-				if lps != nil {
-					c.Logprobs = &chatLogprobs{Content: lps}
-				}
-				return send(c)
-			}
-			res, err := s.run(ctx, s.specFor(plan, i), func(d genDelta) error {
-				return emit(st.feed(s, d, false))
 			})
-			if err == nil && res.Err == nil {
-				if err = emit(st.feed(s, genDelta{}, true)); err == nil {
-					fr := res.finishReason()
-					c := chatChunkChoice{Index: i, MatchedStop: nullIfEmpty(res.MatchedStop), FinishReason: &fr}
-					if st.te != nil && len(st.te.calls) > 0 {
-						c.Delta.ToolCalls = st.te.calls
-						if fr == "stop" {
-							fr = "tool_calls"
-						}
-					}
-					err = send(c)
-				}
-			}
-			fins[i] = fin{res, st, err}
 		})
 	}
 	go func() {
@@ -581,30 +567,59 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 	if ev.err != nil {
 		return
 	}
-	u := usage{PromptTokens: len(plan.prompt)}
-	for i, f := range fins {
-		if f.err != nil {
-			ev.errorEvent(engineError(f.err))
-			return
-		}
-		if f.res.Err != nil {
-			ev.errorEvent(fmt.Errorf("generation aborted: %w", f.res.Err))
-			return
-		}
-		s.met.genTok.Add(float64(f.res.OutputTokens))
-		if i == 0 {
-			u.cached = f.res.CachedTokens
-		}
-		u.CompletionTokens += f.res.OutputTokens
-		u.ReasoningTokens += f.st.reasoningTokens
+	u, err := s.chatTally(plan, outs)
+	if err != nil {
+		ev.errorEvent(err)
+		return
 	}
-	u.total(s.opt.CacheReport)
 	if plan.usage {
 		c := chunk([]chatChunkChoice{})
-		c.Usage = &u
+		c.Usage = u
 		_ = ev.send(c)
 	}
 	ev.done()
+}
+
+// streamChatChoice runs choice i, sending its role, each delta (reasoning,
+// content, logprobs) and its finish (with the tool calls) through send.
+func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, send func(chatChunkChoice) error) chatOutcome {
+	st := s.newChatState(plan, i)
+	if err := send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: strPtr("")}, MatchedStop: json.RawMessage("null")}); err != nil {
+		return chatOutcome{err: err}
+	}
+	emit := func(reasoning, content string, lps []chatTokenLogprob) error {
+		if reasoning == "" && content == "" && len(lps) == 0 {
+			return nil
+		}
+		c := chatChunkChoice{Index: i, MatchedStop: json.RawMessage("null")}
+		if reasoning != "" {
+			c.Delta.ReasoningContent = &reasoning
+		}
+		if content != "" {
+			c.Delta.Content = &content
+		}
+		if lps != nil {
+			c.Logprobs = &chatLogprobs{Content: lps}
+		}
+		return send(c)
+	}
+	res, err := s.run(ctx, s.specFor(plan, i), func(d genDelta) error {
+		return emit(st.feed(s, d, false))
+	})
+	if err == nil && res.Err == nil {
+		if err = emit(st.feed(s, genDelta{}, true)); err == nil {
+			fr := res.finishReason()
+			c := chatChunkChoice{Index: i, MatchedStop: nullIfEmpty(res.MatchedStop), FinishReason: &fr}
+			if st.te != nil && len(st.te.calls) > 0 {
+				c.Delta.ToolCalls = st.te.calls
+				if fr == "stop" {
+					fr = "tool_calls"
+				}
+			}
+			err = send(c)
+		}
+	}
+	return chatOutcome{res, st, err}
 }
 
 // precheck validates a request against the engine's limits without

@@ -68,6 +68,7 @@ type completionCall struct {
 	start      time.Time // when the request arrived
 }
 
+// handleCompletions answers /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	call, err := s.parseCompletion(w, r)
 	if err == nil {

@@ -123,6 +123,7 @@ type nativeCall struct {
 	start    time.Time        // when the request arrived
 }
 
+// handleGenerate answers SGLang's native /generate.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	call, err := s.parseGenerate(w, r)
 	if err == nil {
