@@ -11,8 +11,8 @@ import (
 
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/constraint"
-	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/constraint/jsonobject"
+	"github.com/ktserve/kt/engine"
 )
 
 // chatInput is a chat request's template input: the messages and tools as

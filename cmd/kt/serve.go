@@ -22,6 +22,8 @@ import (
 	_ "github.com/ktserve/kt/arch/all" // register every architecture
 	"github.com/ktserve/kt/chattemplate"
 	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/lora"
+	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
@@ -102,172 +104,240 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	for _, n := range notes {
 		log.Info("flag accepted without effect", "flag", "--"+n.Flag, "why", n.Message)
 	}
-	maxRunning := cfg.MaxRunningRequests
-	if maxRunning == 0 {
-		maxRunning = 32
-	}
 	mcfg, err := readModelConfig(cfg.ModelPath)
 	if err != nil {
 		return err
 	}
-	ctxLen := mcfg.MaxPositions
-	if cfg.ContextLength > 0 {
-		if ctxLen > 0 && cfg.ContextLength > ctxLen {
-			return fmt.Errorf("--context-length %d exceeds the model's max_position_embeddings %d (%s)", cfg.ContextLength, ctxLen, filepath.Join(cfg.ModelPath, "config.json"))
-		}
-		ctxLen = cfg.ContextLength
+	sz, err := servingSizes(cfg, mcfg)
+	if err != nil {
+		return err
 	}
-	maxTotal := cfg.MaxTotalTokens
-	if maxTotal == 0 {
+	m, err := loadServedModel(cfg, mcfg, sz, log)
+	if err != nil {
+		return err
+	}
+	defer m.runner.Close()
+	text, err := loadTextInput(cfg, m.runner.Info(), mcfg.EOS, log)
+	if err != nil {
+		return err
+	}
+	reasoning, tools := outputParsers(cfg, text.templateSource)
+	log.Info("output parsers", "reasoning", reasoning, "tool_calls", tools)
+	eng, err := newServeEngine(cfg, m.runner, sz, text.eos, log)
+	if err != nil {
+		return err
+	}
+	sopt := server.Options{
+		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: text.tok, TokenizerPath: cfg.TokenizerPath,
+		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
+		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
+		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
+	}
+	sopt.LoRAPaths = m.loras.Paths() // /v1/models lists each adapter with its path
+	if m.recorder != nil {
+		sopt.Experts = m.recorder
+	}
+	srv, err := server.New(sopt)
+	if err != nil {
+		return err
+	}
+	if err := serveHTTP(ctx, cfg, srv, eng, log, ready); err != nil {
+		return err
+	}
+	if t := arch.HybridTiming(m.runner); t != "" {
+		log.Info("hybrid step", "timing", t) // KT_HYBRID_TIMING=1
+	}
+	return nil
+}
+
+// serveSizes are the scheduler's and the runner's sizes, from the flags
+// and the model's config.
+type serveSizes struct {
+	maxRunning  int // sequences in flight
+	ctxLen      int // context length served
+	maxTotal    int // KV budget in tokens
+	batchTokens int // tokens of one forward step
+	threads     int // CPU threads
+}
+
+// servingSizes works out the sizes the flags leave to kt and checks
+// --context-length against the model's.
+func servingSizes(cfg *serveconfig.Config, mcfg modelSummary) (serveSizes, error) {
+	sz := serveSizes{maxRunning: cfg.MaxRunningRequests, ctxLen: mcfg.MaxPositions, maxTotal: cfg.MaxTotalTokens, threads: cfg.KTCPUInfer}
+	if sz.maxRunning == 0 {
+		sz.maxRunning = 32
+	}
+	if cfg.ContextLength > 0 {
+		if sz.ctxLen > 0 && cfg.ContextLength > sz.ctxLen {
+			return sz, fmt.Errorf("--context-length %d exceeds the model's max_position_embeddings %d (%s)", cfg.ContextLength, sz.ctxLen, filepath.Join(cfg.ModelPath, "config.json"))
+		}
+		sz.ctxLen = cfg.ContextLength
+	}
+	if sz.maxTotal == 0 {
 		// No memory model for the CPU runners yet: room for every slot to
 		// hold a 2K-token sequence, at most the context length each.
-		maxTotal = maxRunning * min(max(ctxLen, 1), 2048)
+		sz.maxTotal = sz.maxRunning * min(max(sz.ctxLen, 1), 2048)
 	}
-	batchTokens := cfg.ChunkedPrefillSize
-	if batchTokens <= 0 {
-		batchTokens = max(ctxLen, 1)
+	sz.batchTokens = cfg.ChunkedPrefillSize
+	if sz.batchTokens <= 0 {
+		sz.batchTokens = max(sz.ctxLen, 1)
 	}
-	batchTokens += maxRunning // decode tokens in mixed steps
-	threads := cfg.KTCPUInfer
-	if threads == 0 {
-		threads = runtime.NumCPU()
+	sz.batchTokens += sz.maxRunning // decode tokens in mixed steps
+	if sz.threads == 0 {
+		sz.threads = runtime.NumCPU()
 	}
+	return sz, nil
+}
 
-	opts := arch.Options{MaxSeqs: maxRunning, MaxTotalTokens: maxTotal, MaxBatchTokens: batchTokens, Threads: threads,
+// servedModel is the loaded model with what was loaded beside it.
+type servedModel struct {
+	runner   model.Runner
+	loras    *lora.Set
+	recorder *expertdist.Recorder // nil: not recording
+}
+
+// loadServedModel loads the model with its LoRA adapters and expert
+// recorder as the flags ask, and logs where it runs.
+func loadServedModel(cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, log *slog.Logger) (*servedModel, error) {
+	opts := arch.Options{MaxSeqs: sz.maxRunning, MaxTotalTokens: sz.maxTotal, MaxBatchTokens: sz.batchTokens, Threads: sz.threads,
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if !cfg.DisableRadixCache {
 		// hybrid models: recurrent-state snapshots the prefix cache keeps
 		// (plus one rolling state per slot); docs/notes/prefix.md
-		opts.PrefixSnapshots = min(maxRunning, 8)
+		opts.PrefixSnapshots = min(sz.maxRunning, 8)
 	}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
-		return err
+		return nil, err
 	}
-	loras, err := openLoRA(cfg, log)
-	if err != nil {
-		return err
+	m := &servedModel{}
+	var err error
+	if m.loras, err = openLoRA(cfg, log); err != nil {
+		return nil, err
 	}
-	opts.LoRA = loras
-	var recorder *expertdist.Recorder
+	opts.LoRA = m.loras
 	if cfg.ExpertDistributionRecorderMode == "stat" {
 		if mcfg.Experts == 0 {
-			return fmt.Errorf("--expert-distribution-recorder-mode: %s has no routed experts to record", cfg.ModelPath)
+			return nil, fmt.Errorf("--expert-distribution-recorder-mode: %s has no routed experts to record", cfg.ModelPath)
 		}
-		if recorder, err = expertdist.New(mcfg.Layers, mcfg.Experts, cfg.ExpertDistributionRecorderBufferSize, ""); err != nil {
-			return fmt.Errorf("--expert-distribution-recorder-mode: %w", err)
+		if m.recorder, err = expertdist.New(mcfg.Layers, mcfg.Experts, cfg.ExpertDistributionRecorderBufferSize, ""); err != nil {
+			return nil, fmt.Errorf("--expert-distribution-recorder-mode: %w", err)
 		}
-		opts.ExpertRecorder = recorder
+		opts.ExpertRecorder = m.recorder
 	}
 	t0 := time.Now()
 	where := ""
 	opts.Notify = func(m string) { where = m }
-	runner, err := arch.Load(cfg.ModelPath, opts)
-	if err != nil {
-		return fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
+	if m.runner, err = arch.Load(cfg.ModelPath, opts); err != nil {
+		return nil, fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
-	defer runner.Close()
-	info := runner.Info()
+	info := m.runner.Info()
 	log.Info("model loaded", "path", cfg.ModelPath, "architecture", info.Architecture, "vocab", info.VocabSize,
 		"context_length", info.ContextLen, "layers", mcfg.Layers, "experts", mcfg.Experts, "dtype", mcfg.DType,
 		"seconds", time.Since(t0).Round(time.Millisecond).Seconds())
-	log.Info("placement", "whole_model", where, "threads", threads)
-	if p := arch.ExpertPath(runner); p != "" {
+	log.Info("placement", "whole_model", where, "threads", sz.threads)
+	if p := arch.ExpertPath(m.runner); p != "" {
 		log.Info("routed experts", "where", p)
 	}
-	log.Info("memory budget", "kv_tokens", runner.FreeTokens(), "max_running_requests", maxRunning,
+	log.Info("memory budget", "kv_tokens", m.runner.FreeTokens(), "max_running_requests", sz.maxRunning,
 		"chunked_prefill_size", cfg.ChunkedPrefillSize, "mixed_chunk", cfg.EnableMixedChunk,
 		"weights_bytes", mcfg.WeightBytes)
+	return m, nil
+}
 
-	// Tokenizer and chat template.
-	var tok server.Tokenizer
-	var tmpl server.ChatTemplate
-	tmplSource := ""
-	eos := mcfg.EOS
-	if !cfg.SkipTokenizerInit {
-		t, err := tokenizer.Load(cfg.TokenizerPath)
-		if err != nil {
-			return fmt.Errorf("loading the tokenizer from %s: %w (give --tokenizer-path DIR, or --skip-tokenizer-init to serve token ids only)", cfg.TokenizerPath, err)
-		}
-		if t.VocabSize() > info.VocabSize {
-			log.Warn("the tokenizer has more tokens than the model's vocabulary; prompts with those tokens are refused",
-				"tokenizer_vocab", t.VocabSize(), "model_vocab", info.VocabSize)
-		}
-		tok = t
-		log.Info("tokenizer loaded", "path", cfg.TokenizerPath, "vocab", t.VocabSize())
-		special, err := chattemplate.LoadSpecialTokens(cfg.TokenizerPath)
-		if err != nil {
-			return err
-		}
-		if special.EOS != "" {
-			if id, ok := t.TokenID(special.EOS); ok {
-				eos = append(eos, id)
-			}
-		}
-		jt, err := loadChatTemplate(cfg)
-		switch {
-		case err == nil:
-			tmpl, tmplSource = jt, jt.Source
-			source := cfg.ChatTemplate
-			if source == "" {
-				source = cfg.TokenizerPath
-			}
-			log.Info("chat template", "source", source)
-		case errors.Is(err, chattemplate.ErrNoTemplate):
-			// As SGLang: no template, no chat API (it would be a guess).
-			log.Warn("no chat template: /v1/chat/completions will answer 400; give --chat-template FILE.jinja", "looked_in", cfg.TokenizerPath)
-		default:
-			return fmt.Errorf("%w (give --chat-template FILE.jinja to use another template)", err)
-		}
-	} else {
+// textInput is the tokenizer side of the server: none with
+// --skip-tokenizer-init, and the chat template only when one is found.
+type textInput struct {
+	tok            server.Tokenizer
+	template       server.ChatTemplate
+	templateSource string
+	eos            []int32 // the model's stop ids and the tokenizer's EOS
+}
+
+// loadTextInput loads the tokenizer, its EOS token and the chat template.
+func loadTextInput(cfg *serveconfig.Config, info model.Info, eos []int32, log *slog.Logger) (textInput, error) {
+	in := textInput{eos: eos}
+	if cfg.SkipTokenizerInit {
 		log.Info("no tokenizer (--skip-tokenizer-init): /generate takes and returns token ids only")
+		return in, nil
 	}
-	reasoning, tools := cfg.ReasoningParser, cfg.ToolCallParser
+	t, err := tokenizer.Load(cfg.TokenizerPath)
+	if err != nil {
+		return in, fmt.Errorf("loading the tokenizer from %s: %w (give --tokenizer-path DIR, or --skip-tokenizer-init to serve token ids only)", cfg.TokenizerPath, err)
+	}
+	if t.VocabSize() > info.VocabSize {
+		log.Warn("the tokenizer has more tokens than the model's vocabulary; prompts with those tokens are refused",
+			"tokenizer_vocab", t.VocabSize(), "model_vocab", info.VocabSize)
+	}
+	in.tok = t
+	log.Info("tokenizer loaded", "path", cfg.TokenizerPath, "vocab", t.VocabSize())
+	special, err := chattemplate.LoadSpecialTokens(cfg.TokenizerPath)
+	if err != nil {
+		return in, err
+	}
+	if special.EOS != "" {
+		if id, ok := t.TokenID(special.EOS); ok {
+			in.eos = append(in.eos, id)
+		}
+	}
+	jt, err := loadChatTemplate(cfg)
+	switch {
+	case err == nil:
+		in.template, in.templateSource = jt, jt.Source
+		source := cfg.ChatTemplate
+		if source == "" {
+			source = cfg.TokenizerPath
+		}
+		log.Info("chat template", "source", source)
+	case errors.Is(err, chattemplate.ErrNoTemplate):
+		// As SGLang: no template, no chat API (it would be a guess).
+		log.Warn("no chat template: /v1/chat/completions will answer 400; give --chat-template FILE.jinja", "looked_in", cfg.TokenizerPath)
+	default:
+		return in, fmt.Errorf("%w (give --chat-template FILE.jinja to use another template)", err)
+	}
+	return in, nil
+}
+
+// outputParsers resolves --reasoning-parser and --tool-call-parser auto
+// from the chat template's source.
+func outputParsers(cfg *serveconfig.Config, templateSource string) (reasoning, tools string) {
+	reasoning, tools = cfg.ReasoningParser, cfg.ToolCallParser
 	if reasoning == "auto" {
 		reasoning = "none"
-		if strings.Contains(tmplSource, "<think>") {
+		if strings.Contains(templateSource, "<think>") {
 			reasoning = "qwen3"
 		}
 	}
 	if tools == "auto" {
 		tools = "none"
-		if strings.Contains(tmplSource, "<tool_call>") || strings.Contains(tmplSource, "<function=") {
+		if strings.Contains(templateSource, "<tool_call>") || strings.Contains(templateSource, "<function=") {
 			tools = "qwen25"
 		}
 	}
-	log.Info("output parsers", "reasoning", reasoning, "tool_calls", tools)
+	return reasoning, tools
+}
 
+// newServeEngine makes the scheduler with the flags' settings; its
+// watchdog exits the process.
+func newServeEngine(cfg *serveconfig.Config, runner model.Runner, sz serveSizes, eos []int32, log *slog.Logger) (*engine.Engine, error) {
 	seed := uint64(0)
 	if cfg.RandomSeedSet {
 		seed = uint64(cfg.RandomSeed)
 	}
-	eng, err := engine.New(runner, engine.Config{
-		MaxRunningRequests: maxRunning, ChunkedPrefillSize: cfg.ChunkedPrefillSize, MaxPrefillTokens: cfg.MaxPrefillTokens,
-		EnableMixedChunk: cfg.EnableMixedChunk, ContextLength: ctxLen, EOSTokenIDs: eos, Seed: seed, RandomSeed: !cfg.RandomSeedSet,
+	return engine.New(runner, engine.Config{
+		MaxRunningRequests: sz.maxRunning, ChunkedPrefillSize: cfg.ChunkedPrefillSize, MaxPrefillTokens: cfg.MaxPrefillTokens,
+		EnableMixedChunk: cfg.EnableMixedChunk, ContextLength: sz.ctxLen, EOSTokenIDs: eos, Seed: seed, RandomSeed: !cfg.RandomSeedSet,
 		WatchdogTimeout: cfg.WatchdogTimeout, Logger: log, DisableRadixCache: cfg.DisableRadixCache,
 		OnHang: func(d time.Duration) {
 			log.Error("watchdog: a forward step has run longer than --watchdog-timeout; exiting", "elapsed", d, "timeout", cfg.WatchdogTimeout)
 			os.Exit(2)
 		},
 	})
-	if err != nil {
-		return err
-	}
-	sopt := server.Options{
-		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: tok, TokenizerPath: cfg.TokenizerPath,
-		Template: tmpl, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
-		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
-		LoRANames: loras.Names(), CacheReport: cfg.EnableCacheReport,
-	}
-	sopt.LoRAPaths = loras.Paths() // /v1/models lists each adapter with its path
-	if recorder != nil {
-		sopt.Experts = recorder
-	}
-	srv, err := server.New(sopt)
-	if err != nil {
-		return err
-	}
+}
 
+// serveHTTP runs the engine and answers HTTP requests until ctx ends (then
+// it stops both), the listener fails or the engine stops.
+func serveHTTP(ctx context.Context, cfg *serveconfig.Config, srv *server.Server, eng *engine.Engine, log *slog.Logger, ready func(addr string)) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
@@ -307,9 +377,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	stopEngine() // ends running streams so their handlers return
 	if err := hs.Shutdown(shutCtx); err != nil {
 		_ = hs.Close()
-	}
-	if t := arch.HybridTiming(runner); t != "" {
-		log.Info("hybrid step", "timing", t) // KT_HYBRID_TIMING=1
 	}
 	return nil
 }
