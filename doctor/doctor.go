@@ -41,7 +41,7 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Result is one line of the report.
 type Result struct {
-	Section string `json:"section"` // "cpu", "memory", "gpu", "model", "perf"
+	Section string `json:"section"` // "cpu", "memory", "gpu", "model", "perf", "settings"
 	Name    string `json:"name"`    // stable identifier, e.g. "cpu.isa"
 	Status  Status `json:"status"`
 	Detail  string `json:"detail"`         // what was found
@@ -81,6 +81,7 @@ func Checks() []Check {
 	cs = append(cs, gpuChecks()...)
 	cs = append(cs, modelChecks()...)
 	cs = append(cs, perfChecks()...)
+	cs = append(cs, settingsChecks()...)
 	return cs
 }
 
@@ -112,21 +113,25 @@ func Worst(results []Result) Status {
 	return w
 }
 
-// WriteText renders results as aligned lines, hints indented below.
+// WriteText renders results as lines aligned within each section, hints
+// indented below.
 func WriteText(w io.Writer, results []Result) error {
-	width := 0
-	for _, r := range results {
-		width = max(width, len(r.Name))
-	}
 	var b strings.Builder
-	section := ""
-	for _, r := range results {
-		if r.Section != section {
-			if section != "" {
+	section, width := "", 0
+	for i, r := range results {
+		if r.Section != section || i == 0 {
+			if i > 0 {
 				b.WriteByte('\n')
 			}
 			section = r.Section
 			fmt.Fprintf(&b, "%s\n", strings.ToUpper(section))
+			width = 0
+			for _, o := range results[i:] {
+				if o.Section != section {
+					break
+				}
+				width = max(width, len(o.Name))
+			}
 		}
 		fmt.Fprintf(&b, "  [%s] %-*s  %s\n", strings.ToUpper(r.Status.String()), width, r.Name, r.Detail)
 		if r.Hint != "" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/sysinfo"
 )
 
@@ -231,5 +232,57 @@ func TestJSONAndPanics(t *testing.T) {
 	}
 	if got.Status != "fail" || len(got.Results) != 2 || got.Results[0].Status != "pass" {
 		t.Errorf("json = %s", b.String())
+	}
+}
+
+// TestSettingsSection checks that the settings section lists every
+// setting with its type, default, value and meaning, and never shows the
+// API key.
+func TestSettingsSection(t *testing.T) {
+	t.Setenv(settings.CUDAPDL.Name, "0")
+	t.Setenv(settings.APIKey.Name, "secret-key")
+	t.Setenv(settings.CUDACache.Name, "")
+	rs := runSections(&Env{}, "settings")
+	all := settings.All()
+	if len(rs) != len(all) {
+		t.Fatalf("%d results for %d settings", len(rs), len(all))
+	}
+	for i, s := range all {
+		r := rs[i]
+		if r.Section != "settings" || r.Name != s.Name || r.Status != Pass {
+			t.Errorf("result %d: %+v, want setting %s", i, r, s.Name)
+		}
+		for _, want := range []string{s.Type, s.Help} {
+			if !strings.Contains(r.Detail, want) {
+				t.Errorf("%s: detail %q lacks %q", s.Name, r.Detail, want)
+			}
+		}
+		if r.Data["default"] != s.Default || r.Data["type"] != s.Type {
+			t.Errorf("%s: data %v", s.Name, r.Data)
+		}
+	}
+	for _, c := range []struct{ name, want string }{
+		{settings.CUDAPDL.Name, `default 1, now "0"`},
+		{settings.CUDACache.Name, "now unset"},
+		{settings.APIKey.Name, "now set:"},
+		{settings.RealShapes.Name, "[tests] bool"},
+	} {
+		if r := find(t, rs, c.name); !strings.Contains(r.Detail, c.want) {
+			t.Errorf("%s: detail %q lacks %q", c.name, r.Detail, c.want)
+		}
+	}
+	var b bytes.Buffer
+	if err := WriteText(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "secret-key") {
+		t.Errorf("the API key is shown:\n%s", b.String())
+	}
+	var j bytes.Buffer
+	if err := WriteJSON(&j, rs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(j.String(), "secret-key") {
+		t.Errorf("the API key is in the JSON:\n%s", j.String())
 	}
 }

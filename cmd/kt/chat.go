@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ktserve/kt/internal/settings"
 )
 
 func init() { addCommand(newChatCmd) }
@@ -58,7 +60,7 @@ again), /history (show the conversation), /save [FILE] (write it as JSON),
 	fl.StringVar(&o.host, "host", "127.0.0.1", "server host")
 	fl.IntVar(&o.port, "port", 30000, "server port")
 	fl.StringVar(&o.url, "url", "", "server base URL (overrides --host and --port), e.g. http://10.0.0.2:30000")
-	fl.StringVar(&o.apiKey, "api-key", os.Getenv("KT_API_KEY"), "API key of the server (default $KT_API_KEY)")
+	fl.StringVar(&o.apiKey, "api-key", settings.APIKey.Get(), "API key of the server (default $KT_API_KEY)")
 	fl.StringVar(&o.model, "model", "", "model name (default: the server's first model)")
 	fl.StringVar(&o.system, "system", "", "system prompt")
 	fl.Float64Var(&o.temperature, "temperature", 0.7, "sampling temperature (0 = greedy)")

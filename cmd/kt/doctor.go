@@ -27,8 +27,9 @@ model directory: config.json, every tensor the config implies, disk space and
 whether the routed experts fit in RAM. With --measure it also measures the
 memory read bandwidth (the bound of CPU decode), the AMX tile rate (the bound
 of the AMX prefill) and, with --model-path, the decode rate the bandwidth
-allows for the model's routed experts in each CPU format (a few seconds). It
-exits with status 1 if any check fails.`,
+allows for the model's routed experts in each CPU format (a few seconds).
+Last it lists every environment variable kt reads, with its type, default,
+value now and meaning. It exits with status 1 if any check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env := &doctor.Env{Sys: sysinfo.Detect(), ModelPath: modelPath, Measure: measure}
