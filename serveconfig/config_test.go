@@ -248,7 +248,7 @@ func TestUsageGolden(t *testing.T) {
 	if got != string(want) {
 		t.Errorf("usage changed; run go test ./serveconfig -update and review the diff\n%s", got)
 	}
-	// Every flag of the issue appears in the help.
+	// Every SGLang flag kt takes appears in the help.
 	for _, f := range []string{"host", "port", "model-path", "tokenizer-path", "served-model-name", "trust-remote-code",
 		"tensor-parallel-size", "base-gpu-id", "mem-fraction-static", "chunked-prefill-size", "max-running-requests", "max-total-tokens",
 		"enable-mixed-chunk", "attention-backend", "disable-cuda-graph", "enable-p2p-check", "disable-custom-all-reduce",
