@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -17,6 +18,8 @@ import (
 	"github.com/ktserve/kt/arch"
 	_ "github.com/ktserve/kt/arch/all" // register every architecture
 	"github.com/ktserve/kt/generate"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/tokenizer"
 )
 
@@ -110,72 +113,18 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	return c
 }
 
+// runGenerate is kt generate: check the flags, read the prompt, load the
+// model, run the prompt on the engine and print the result.
 func runGenerate(cmd *cobra.Command, f *generateFlags) error {
-	if f.modelPath == "" {
-		return errors.New("generate: --model-path is required")
-	}
-	if (f.prompt == "") == (f.inputIDs == "") {
-		return errors.New("generate: give exactly one of --prompt and --input-ids")
-	}
-	if f.chunk <= 0 || f.maxNew < 0 {
-		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
-	}
-	if !slices.Contains(arch.Devices, f.device) {
-		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(arch.Devices, ", "))
-	}
-	if f.memFraction < 0 || f.memFraction > 1 {
-		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
-	}
-	experts := f.experts
-	switch {
-	case f.ktMethod != "" && cmd.Flags().Changed("experts") && !strings.EqualFold(f.ktMethod, f.experts):
-		return fmt.Errorf("generate: --kt-method %s and --experts %s disagree; give one", f.ktMethod, f.experts)
-	case f.ktMethod != "":
-		experts = f.ktMethod
-	case f.ktWeightPath != "":
-		return errors.New("generate: --kt-weight-path needs --kt-method (BF16, AMXINT8, ...)")
-	}
-	if f.ktCPUInfer < 0 || f.ktPools < 0 {
-		return errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
-	}
-	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, cmd.Flags().Changed("kt-gpu-experts-ratio"), f.ktPlacement, f.initExpertLoc)
-	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
-		return errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
-	}
-	if err := deferralAllowed(f.ktDeferred, f.device, experts); err != nil {
+	experts, gpuExperts, err := f.validate(cmd.Flags().Changed)
+	if err != nil {
 		return err
 	}
-	if err := layerwiseAllowed(f.ktPrefillThresh, f.ktDynamicUpdate, f.device, experts); err != nil {
+	ids, tok, err := f.promptIDs()
+	if err != nil {
 		return err
 	}
-	var ids []int32
-	var err error
-	var tok *tokenizer.Tokenizer
-	tokDir := f.tokenizerPath
-	if tokDir == "" {
-		tokDir = f.modelPath
-	}
-	if _, serr := os.Stat(filepath.Join(tokDir, "tokenizer.json")); serr == nil {
-		if tok, err = tokenizer.Load(tokDir); err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-	}
-	if f.prompt != "" {
-		if tok == nil {
-			return fmt.Errorf("generate: --prompt needs %s (or --tokenizer-path); use --input-ids", filepath.Join(tokDir, "tokenizer.json"))
-		}
-		ids = tok.Encode(f.prompt)
-		if len(ids) == 0 {
-			return errors.New("generate: --prompt encodes to no tokens")
-		}
-	} else {
-		if ids, err = parseIDs(f.inputIDs); err != nil {
-			return fmt.Errorf("--input-ids: %w", err)
-		}
-		if len(ids) == 0 {
-			return errors.New("--input-ids: no ids")
-		}
-	}
+	stderr := cmd.ErrOrStderr()
 	total := f.maxTotal
 	if total <= 0 {
 		total = len(ids) + f.maxNew + 16
@@ -185,88 +134,201 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, GPUPrefillThreshold: f.ktPrefillThresh, DynamicExpertUpdate: f.ktDynamicUpdate, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
 		DisableCUDAGraph: f.noGraph,
-		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
+		Notify:           func(msg string) { fmt.Fprintln(stderr, "generate:", msg) }})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	loadSec := time.Since(t0).Seconds()
 	if p := arch.ExpertPath(r); p != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), "generate: routed experts:", p)
+		fmt.Fprintln(stderr, "generate: routed experts:", p)
 	}
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			pf.Close()
-		}()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
 	}
 	res, err := generate.Run(r, ids, generate.Params{
 		MaxNewTokens: f.maxNew, Temperature: f.temperature, TopP: f.topP, TopK: f.topK, Seed: f.seed,
 		TopLogprobs: f.topLogprobs, PromptLogprobs: f.promptLogprobs, IgnoreEOS: f.ignoreEOS, ChunkSize: f.chunk,
 		NoLogprobs: !f.jsonOut, // printed only with --json
 	})
+	stopProfile()
 	if err != nil {
 		return err
 	}
+	printRunnerSummary(stderr, r, res)
+	if f.jsonOut {
+		return writeGenerateJSON(cmd.OutOrStdout(), res, tok, loadSec)
+	}
+	printGenerateText(cmd.OutOrStdout(), stderr, res, tok, loadSec)
+	return nil
+}
+
+// validate checks the flags and resolves the routed experts' method
+// (--experts or --kt-method) and the GPU experts request. changed reports
+// whether a flag was given.
+func (f *generateFlags) validate(changed func(string) bool) (string, placement.Request, error) {
+	var none placement.Request
+	if f.modelPath == "" {
+		return "", none, errors.New("generate: --model-path is required")
+	}
+	if (f.prompt == "") == (f.inputIDs == "") {
+		return "", none, errors.New("generate: give exactly one of --prompt and --input-ids")
+	}
+	if f.chunk <= 0 || f.maxNew < 0 {
+		return "", none, errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
+	}
+	if !slices.Contains(arch.Devices, f.device) {
+		return "", none, fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(arch.Devices, ", "))
+	}
+	if f.memFraction < 0 || f.memFraction > 1 {
+		return "", none, fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
+	}
+	experts := f.experts
+	switch {
+	case f.ktMethod != "" && changed("experts") && !strings.EqualFold(f.ktMethod, f.experts):
+		return "", none, fmt.Errorf("generate: --kt-method %s and --experts %s disagree; give one", f.ktMethod, f.experts)
+	case f.ktMethod != "":
+		experts = f.ktMethod
+	case f.ktWeightPath != "":
+		return "", none, errors.New("generate: --kt-weight-path needs --kt-method (BF16, AMXINT8, ...)")
+	}
+	if f.ktCPUInfer < 0 || f.ktPools < 0 {
+		return "", none, errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
+	}
+	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, changed("kt-gpu-experts-ratio"), f.ktPlacement, f.initExpertLoc)
+	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
+		return "", none, errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
+	}
+	if err := deferralAllowed(f.ktDeferred, f.device, experts); err != nil {
+		return "", none, err
+	}
+	if err := layerwiseAllowed(f.ktPrefillThresh, f.ktDynamicUpdate, f.device, experts); err != nil {
+		return "", none, err
+	}
+	return experts, gpuExperts, nil
+}
+
+// promptIDs is the prompt's token ids (--prompt encoded, or --input-ids)
+// and the tokenizer, nil where the tokenizer directory has none.
+func (f *generateFlags) promptIDs() ([]int32, *tokenizer.Tokenizer, error) {
+	var tok *tokenizer.Tokenizer
+	tokDir := f.tokenizerPath
+	if tokDir == "" {
+		tokDir = f.modelPath
+	}
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err == nil {
+		if tok, err = tokenizer.Load(tokDir); err != nil {
+			return nil, nil, fmt.Errorf("generate: %w", err)
+		}
+	}
+	if f.prompt != "" {
+		if tok == nil {
+			return nil, nil, fmt.Errorf("generate: --prompt needs %s (or --tokenizer-path); use --input-ids", filepath.Join(tokDir, "tokenizer.json"))
+		}
+		ids := tok.Encode(f.prompt)
+		if len(ids) == 0 {
+			return nil, nil, errors.New("generate: --prompt encodes to no tokens")
+		}
+		return ids, tok, nil
+	}
+	ids, err := parseIDs(f.inputIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--input-ids: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil, errors.New("--input-ids: no ids")
+	}
+	return ids, tok, nil
+}
+
+// startCPUProfile starts --cpuprofile's profile (none for "") and returns
+// its stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
+}
+
+// printRunnerSummary prints what the runner reports after a generation:
+// its decode graphs, the hybrid step's timing (KT_HYBRID_TIMING=1), the
+// layerwise prefill and the decode's time per token.
+func printRunnerSummary(w io.Writer, r model.Runner, res *generate.Result) {
 	if s, ok := arch.GraphStatsOf(r); ok {
-		fmt.Fprintln(cmd.ErrOrStderr(), "generate: decode CUDA graphs:", s)
+		fmt.Fprintln(w, "generate: decode CUDA graphs:", s)
 	}
 	if s := arch.HybridTiming(r); s != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
+		fmt.Fprintln(w, "generate:", s)
 	}
 	if s := arch.LayerwiseSummary(r); s != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), "generate:", s)
+		fmt.Fprintln(w, "generate:", s)
 	}
 	if n := len(res.Output) - 1; n > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (scheduling, picking the token, logprobs)\n",
+		fmt.Fprintf(w, "generate: decode %.3f ms per token, of which %.3f ms on the host outside Forward (scheduling, picking the token, logprobs)\n",
 			res.DecodeSeconds*1e3/float64(n), res.DecodeHostSeconds*1e3/float64(n))
 	}
-	w := cmd.OutOrStdout()
-	decodeTPS := 0.0
+}
+
+// decodeRate is the decode's tokens per second (the first token is the
+// prefill's).
+func decodeRate(res *generate.Result) float64 {
 	if n := len(res.Output) - 1; n > 0 && res.DecodeSeconds > 0 {
-		decodeTPS = float64(n) / res.DecodeSeconds
+		return float64(n) / res.DecodeSeconds
 	}
-	if f.jsonOut {
-		text := ""
-		if tok != nil {
-			text = tok.Decode(res.OutputIDs())
-		}
-		out := struct {
-			OutputIDs []int32 `json:"output_ids"`
-			Text      string  `json:"text,omitempty"`
-			*generate.Result
-			Memory          map[string]int64 `json:"memory_kib,omitempty"`
-			LoadSeconds     float64          `json:"load_seconds"`
-			PrefillTokPerS  float64          `json:"prefill_tokens_per_second"`
-			DecodeTokPerSec float64          `json:"decode_tokens_per_second"`
-		}{res.OutputIDs(), text, res, procMemory(), loadSec, float64(len(ids)) / res.PrefillSeconds, decodeTPS}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", " ")
-		return enc.Encode(out)
-	}
-	parts := make([]string, len(res.Output))
-	for i, t := range res.Output {
-		parts[i] = strconv.Itoa(int(t.ID))
-	}
+	return 0
+}
+
+// writeGenerateJSON prints --json's answer: the result with its text,
+// memory, load time and rates.
+func writeGenerateJSON(w io.Writer, res *generate.Result, tok *tokenizer.Tokenizer, loadSec float64) error {
+	text := ""
 	if tok != nil {
-		fmt.Fprintln(w, tok.Decode(res.OutputIDs()))
+		text = tok.Decode(res.OutputIDs())
+	}
+	out := struct {
+		OutputIDs []int32 `json:"output_ids"`
+		Text      string  `json:"text,omitempty"`
+		*generate.Result
+		Memory          map[string]int64 `json:"memory_kib,omitempty"`
+		LoadSeconds     float64          `json:"load_seconds"`
+		PrefillTokPerS  float64          `json:"prefill_tokens_per_second"`
+		DecodeTokPerSec float64          `json:"decode_tokens_per_second"`
+	}{res.OutputIDs(), text, res, procMemory(), loadSec, float64(len(res.PromptIDs)) / res.PrefillSeconds, decodeRate(res)}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(out)
+}
+
+// printGenerateText prints the continuation (text, or ids without a
+// tokenizer) on stdout and the timing and memory lines on stderr.
+func printGenerateText(stdout, stderr io.Writer, res *generate.Result, tok *tokenizer.Tokenizer, loadSec float64) {
+	if tok != nil {
+		fmt.Fprintln(stdout, tok.Decode(res.OutputIDs()))
 	} else {
-		fmt.Fprintln(w, strings.Join(parts, ","))
+		parts := make([]string, len(res.Output))
+		for i, t := range res.Output {
+			parts[i] = strconv.Itoa(int(t.ID))
+		}
+		fmt.Fprintln(stdout, strings.Join(parts, ","))
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "%d prompt tokens in %.3fs (%.1f tok/s), %d new tokens, decode %.2f tok/s, finish %s, load %.2fs\n",
-		len(ids), res.PrefillSeconds, float64(len(ids))/res.PrefillSeconds, len(res.Output), decodeTPS, res.Finish, loadSec)
+	n := len(res.PromptIDs)
+	fmt.Fprintf(stderr, "%d prompt tokens in %.3fs (%.1f tok/s), %d new tokens, decode %.2f tok/s, finish %s, load %.2fs\n",
+		n, res.PrefillSeconds, float64(n)/res.PrefillSeconds, len(res.Output), decodeRate(res), res.Finish, loadSec)
 	if m := procMemory(); m != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "memory: peak RSS %d MiB (now: anonymous %d MiB, file-backed %d MiB)\n", m["VmHWM"]/1024, m["RssAnon"]/1024, m["RssFile"]/1024)
+		fmt.Fprintf(stderr, "memory: peak RSS %d MiB (now: anonymous %d MiB, file-backed %d MiB)\n", m["VmHWM"]/1024, m["RssAnon"]/1024, m["RssFile"]/1024)
 	}
-	return nil
 }
 
 // procMemory reads the process's peak and current resident memory (KiB)
