@@ -1,9 +1,10 @@
-// Package engine is the scheduler between the HTTP server and a model
-// runner. One goroutine (Run) owns all engine state and the runner: it
-// admits requests within --max-running-requests and the KV budget, builds
-// each forward step from prefill chunks (bounded by --chunked-prefill-size)
-// and decode tokens (mixed in one step with --enable-mixed-chunk), samples,
-// and hands tokens to each request's Stream. When the KV budget runs out
+// Package engine is the scheduler between a model runner and the requests
+// of the HTTP server (and kt generate's one prompt). One goroutine (Run)
+// owns all engine state and the runner: it admits requests within
+// --max-running-requests and the KV budget, builds each forward step from
+// prefill chunks (bounded by --chunked-prefill-size) and decode tokens
+// (mixed in one step with --enable-mixed-chunk), samples, and hands tokens
+// to each request's Stream. When the KV budget runs out
 // mid-decode the most recently admitted sequences are preempted: their
 // memory is freed and they are recomputed later from their tokens, so the
 // answer is the same as if they had never been interrupted.

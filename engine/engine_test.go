@@ -527,3 +527,24 @@ func TestBatchedSeededSamplingEqualsSolo(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStepTime checks that a sequence's finish reports the forward
+// time of its decode steps only: none for a single token, which the
+// prefill step makes.
+func TestDecodeStepTime(t *testing.T) {
+	r := fakemodel.New(fakemodel.Config{})
+	e := startEngine(t, r, Config{})
+	for _, c := range []struct {
+		maxNew int
+		some   bool
+	}{{1, false}, {6, true}} {
+		s, err := e.Submit(context.Background(), Request{Prompt: prompt(1, 8), Params: greedy(c.maxNew)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := collect(t, s)
+		if got := res.fin.DecodeStepTime > 0; got != c.some {
+			t.Errorf("max_new_tokens %d: decode step time %v", c.maxNew, res.fin.DecodeStepTime)
+		}
+	}
+}
