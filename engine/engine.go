@@ -4,10 +4,10 @@
 // --max-running-requests and the KV budget, builds each forward step from
 // prefill chunks (bounded by --chunked-prefill-size) and decode tokens
 // (mixed in one step with --enable-mixed-chunk), samples, and hands tokens
-// to each request's Stream. When the KV budget runs out
-// mid-decode the most recently admitted sequences are preempted: their
-// memory is freed and they are recomputed later from their tokens, so the
-// answer is the same as if they had never been interrupted.
+// to each request's Stream. When the KV budget runs out mid-decode the
+// most recently admitted sequences are preempted: their memory is freed
+// and they are recomputed later from their tokens, so the answer is the
+// same as if they had never been interrupted.
 //
 // With a runner that implements model.PrefixCache (unless
 // Config.DisableRadixCache), the KV pages of every sequence that ends or is
