@@ -103,6 +103,10 @@ type Options struct {
 	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
 	// (--cuda-graph-max-bs); 0 means MaxSeqs.
 	CUDAGraphMaxBS int
+	// EagerGraphSteps pads decode steps to their graph bucket exactly as
+	// the graph path does but runs them op by op: the reference the tests
+	// hold graph replays to, bit for bit.
+	EagerGraphSteps bool
 	// PrefixSnapshots is the number of recurrent-state snapshots the
 	// prefix cache may keep for a model with linear-attention layers
 	// (kvcache/radix); each takes one sequence's state of memory, and the
