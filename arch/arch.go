@@ -59,14 +59,14 @@ type Options struct {
 	// another token of the step protects them) run as a second CPU task
 	// whose output is added to the next MoE layer's, so it may finish
 	// while the GPU runs that layer's attention (SGLang-KT's deferred
-	// experts; models/internal/routed). 0 (default) is off; the last MoE
+	// experts; package hybrid). 0 (default) is off; the last MoE
 	// layer never defers.
 	ExpertDeferral int
 	// GPUPrefillThreshold is --kt-gpu-prefill-token-threshold: in the
 	// hybrid step, a forward pass of at least this many tokens runs every
 	// MoE layer's routed experts on the GPU, the layer's weights streamed
 	// from host memory into one shared device layer buffer (layerwise
-	// prefill; models/internal/routed). 0 (default) is off. Decode steps
+	// prefill; package hybrid). 0 (default) is off. Decode steps
 	// on the CUDA graph path never take it.
 	GPUPrefillThreshold int
 	// DynamicExpertUpdate is --kt-enable-dynamic-expert-update: after a

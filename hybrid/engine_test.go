@@ -71,8 +71,7 @@ func perRowScales(t *testing.T, h backend.Host) backend.Host {
 }
 
 // TestHostMatrixFP8: the CPU expert engine reads a block-scaled FP8
-// checkpoint's experts with their scales (it refused them for want of
-// weight_scale_inv before): a converting method gives bit for bit the layer
+// checkpoint's experts with their scales: a converting method gives bit for bit the layer
 // of the dequantized weights, whether the scales come in 128 x 128 blocks
 // or one row at a time; the in-place FP8 method takes 128 x 128 blocks and
 // matches the float64 reference of the dequantized weights.

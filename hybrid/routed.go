@@ -8,7 +8,25 @@
 // it is the hybrid step: the routed experts stay in host memory and run on
 // the engine, the layer input, ids and weights go to pinned host buffers
 // and the result comes back to the GPU (Hybrid). A shared expert, where a
-// family has one, stays with the model.
+// family has one, stays with the model; a model makes one call per MoE
+// layer (Experts.Layer).
+//
+// The parts, in the order a MoE layer's data meets them:
+//
+//   - routed.go: binding a layer's experts (Load) and the per-layer call;
+//   - engine.go: the CPU expert engine that computes them (engine_other.go
+//     where the engine is not built);
+//   - gpulink.go: the hybrid step's pinned buffers and copies between the
+//     GPU and the engine, op by op and in piecewise CUDA graphs;
+//   - handoff.go: the hand-off between two graph pieces (the next piece
+//     launched ahead, held by a polling kernel until the engine is done);
+//   - prefetch.go: the next MoE layer's picks predicted on the GPU and its
+//     experts' weights prefetched by the engine;
+//   - deferral.go, deferral_gpu.go: expert deferral to the next MoE layer;
+//   - gpuexperts.go, gpuexperts_gpu.go: GPU-resident experts, their
+//     placement and dynamic update;
+//   - layerwise.go, layerwise_gpu.go: layerwise GPU prefill;
+//   - timing.go: the hand-offs' timing report.
 package hybrid
 
 import (
