@@ -15,11 +15,11 @@ import (
 // applies the next MoE layer's router to what it has of that layer's input
 // (the residual after layer l's attention plus its shared expert: all but
 // the routed experts' share) and copies the router logits to pinned memory;
-// as soon as layer l's task is submitted the host picks the top k of them,
-// and once the task is done it queues an engine prefetch task
-// (cpuexperts.Layer.Prefetch) of those experts, which reads their weights
-// into the caches of the workers that will compute them while the GPU runs
-// the next layer's attention; in the next layer's task each worker runs
+// the host picks their top k while layer l's task runs (after it, with
+// expert deferral), and once the task is done it queues an engine prefetch
+// task (cpuexperts.Layer.Prefetch) of those experts, which reads their
+// weights into the caches of the workers that will compute them while the
+// GPU runs the next layer's attention; in the next layer's task each worker runs
 // its blocks of the prefetched experts first while its kernels stream its
 // other blocks, the prediction's misses, into L2
 // (cpuexperts.Config.DecodeMissStream). A wrong prediction costs memory
