@@ -59,14 +59,14 @@ type Options struct {
 	// another token of the step protects them) run as a second CPU task
 	// whose output is added to the next MoE layer's, so it may finish
 	// while the GPU runs that layer's attention (SGLang-KT's deferred
-	// experts; models/internal/routed). 0 (default) is off; the last MoE
+	// experts; package hybrid). 0 (default) is off; the last MoE
 	// layer never defers.
 	ExpertDeferral int
 	// GPUPrefillThreshold is --kt-gpu-prefill-token-threshold: in the
 	// hybrid step, a forward pass of at least this many tokens runs every
 	// MoE layer's routed experts on the GPU, the layer's weights streamed
 	// from host memory into one shared device layer buffer (layerwise
-	// prefill; models/internal/routed). 0 (default) is off. Decode steps
+	// prefill; package hybrid). 0 (default) is off. Decode steps
 	// on the CUDA graph path never take it.
 	GPUPrefillThreshold int
 	// DynamicExpertUpdate is --kt-enable-dynamic-expert-update: after a
@@ -103,6 +103,10 @@ type Options struct {
 	// CUDAGraphMaxBS is the largest decode batch replayed as a graph
 	// (--cuda-graph-max-bs); 0 means MaxSeqs.
 	CUDAGraphMaxBS int
+	// EagerGraphSteps pads decode steps to their graph bucket exactly as
+	// the graph path does but runs them op by op: the reference the tests
+	// hold graph replays to, bit for bit.
+	EagerGraphSteps bool
 	// PrefixSnapshots is the number of recurrent-state snapshots the
 	// prefix cache may keep for a model with linear-attention layers
 	// (kvcache/radix); each takes one sequence's state of memory, and the

@@ -23,7 +23,7 @@ func (*engine) start(*runbase.Base, int, backend.Tensor, backend.Tensor, backend
 
 func (*engine) join(int, backend.Tensor, int) error { return errors.New("no CPU expert engine") }
 
-func (*engine) predict(int, int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, float32, int) error {
+func (*engine) predict(int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, float32, int) error {
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -60,124 +59,6 @@ func (s LayerwiseStats) String() string {
 // threshold, and not a padded decode step of the graph path (graphStep).
 func UseLayerwise(threshold, tokens int, graphStep bool) bool {
 	return threshold > 0 && tokens >= threshold && !graphStep
-}
-
-// CountPicks adds to counts (one per expert) the expert picks in ids;
-// ids outside [0, len(counts)) (masked picks) are not counted.
-func CountPicks(counts []int, ids []int32) {
-	for _, id := range ids {
-		if id >= 0 && int(id) < len(counts) {
-			counts[id]++
-		}
-	}
-}
-
-// HottestExperts returns the n experts with the most picks in counts,
-// ties to the lower id (torch.topk over SGLang-KT's index_add counts, as
-// select_top_experts_from_batch), in increasing id order. n is clamped to
-// [0, len(counts)].
-func HottestExperts(counts []int, n int) []int {
-	n = min(max(n, 0), len(counts))
-	order := make([]int, len(counts))
-	for e := range order {
-		order[e] = e
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(counts[b], counts[a]) })
-	top := order[:n]
-	slices.Sort(top)
-	return top
-}
-
-// SlotCopy is one expert to copy into a GPU expert slot.
-type SlotCopy struct {
-	Slot, Expert int
-}
-
-// AssignSlots places the experts of want (distinct ids) into GPU expert
-// slots whose current experts are slots (slot → expert id, −1 empty;
-// len(want) ≤ len(slots)): an expert already in a slot stays there, the
-// others take the slots freed, lowest slot first. It returns the new
-// slot → expert table and the copies to make.
-func AssignSlots(slots, want []int) ([]int, []SlotCopy, error) {
-	if len(want) > len(slots) {
-		return nil, nil, fmt.Errorf("%d experts for %d GPU expert slots", len(want), len(slots))
-	}
-	in := make(map[int]bool, len(want))
-	for _, e := range want {
-		if e < 0 || in[e] {
-			return nil, nil, fmt.Errorf("expert %d listed twice or negative in %v", e, want)
-		}
-		in[e] = true
-	}
-	next := slices.Clone(slots)
-	placed := make(map[int]bool, len(want))
-	var free []int
-	for s, e := range next {
-		if e >= 0 && in[e] && !placed[e] {
-			placed[e] = true
-			continue
-		}
-		next[s] = -1
-		free = append(free, s)
-	}
-	var copies []SlotCopy
-	for _, e := range want {
-		if placed[e] {
-			continue
-		}
-		s := free[0]
-		free = free[1:]
-		next[s] = e
-		copies = append(copies, SlotCopy{Slot: s, Expert: e})
-	}
-	return next, copies, nil
-}
-
-// MaskFromSlots returns the GPU expert mask (true: on the GPU) of E
-// experts for the slot → expert table slots, into mask (len E).
-func MaskFromSlots(mask []bool, slots []int) {
-	clear(mask)
-	for _, e := range slots {
-		if e >= 0 && e < len(mask) {
-			mask[e] = true
-		}
-	}
-}
-
-// RebindSlots points w's GPU experts at new places after a dynamic
-// update: slot i (tensors slotT[i]: gate, up, down) now holds expert
-// slots[i] (−1: none). w.GPU (updated in place: the CPU engine's skip
-// mask is set from it), w.OnGPU (what the GPU MoE op reads; nil for the
-// CPU's experts) and w.Experts (device tensors for GPU experts, host
-// stand-ins for the others, as Load binds them) follow.
-func RebindSlots(w *Weights, slotT [][3]backend.Tensor, slots []int) {
-	MaskFromSlots(w.GPU, slots)
-	for e := range w.Gate {
-		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = nil, nil, nil
-		if !w.GPU[e] {
-			w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
-		}
-	}
-	for i, e := range slots {
-		if e < 0 {
-			continue
-		}
-		t := slotT[i]
-		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = t[0], t[1], t[2]
-		w.Gate[e], w.Up[e], w.Down[e] = t[0], t[1], t[2]
-	}
-}
-
-// SlotsFromMask returns the slot → expert table of a placement mask: slot
-// i holds the i-th expert on the GPU, in id order (how Load uploads them).
-func SlotsFromMask(mask []bool) []int {
-	var slots []int
-	for e, on := range mask {
-		if on {
-			slots = append(slots, e)
-		}
-	}
-	return slots
 }
 
 // CheckLayerwiseSource checks that every routed expert of layers (nil for

@@ -8,58 +8,38 @@
 // it is the hybrid step: the routed experts stay in host memory and run on
 // the engine, the layer input, ids and weights go to pinned host buffers
 // and the result comes back to the GPU (Hybrid). A shared expert, where a
-// family has one, stays with the model.
+// family has one, stays with the model; a model makes one call per MoE
+// layer (Experts.Layer).
+//
+// The parts, in the order a MoE layer's data meets them:
+//
+//   - routed.go: binding a layer's experts (Load) and the per-layer call;
+//   - engine.go: the CPU expert engine that computes them (engine_other.go
+//     where the engine is not built);
+//   - gpulink.go: the hybrid step's pinned buffers and copies between the
+//     GPU and the engine, op by op and in piecewise CUDA graphs;
+//   - handoff.go: the hand-off between two graph pieces (the next piece
+//     launched ahead, held by a polling kernel until the engine is done);
+//   - prefetch.go: the next MoE layer's picks predicted on the GPU and its
+//     experts' weights prefetched by the engine;
+//   - deferral.go, deferral_gpu.go: expert deferral to the next MoE layer;
+//   - gpuexperts.go, gpuexperts_gpu.go: GPU-resident experts, their
+//     placement and dynamic update;
+//   - layerwise.go, layerwise_gpu.go: layerwise GPU prefill;
+//   - timing.go: the hand-offs' timing report.
 package hybrid
 
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
-	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/tensor"
 )
-
-// ISAEnv names the environment variable that caps the CPU expert engine's
-// kernel level (auto, amx, avx512, avx2; default auto): for comparing
-// kernel levels on one machine, or avoiding one.
-const ISAEnv = "KT_CPUEXPERTS_ISA"
-
-// SyncHelpEnv names the environment variable that, set to 1, lets the
-// thread waiting for a CPU expert task join it as one more worker
-// (cpuexperts.Config.SyncHelp): in the hybrid step the calling thread
-// waits for every layer's task. Off by default: no gain measured
-// (docs/notes/session4_run, call 6).
-const SyncHelpEnv = "KT_CPUEXPERTS_SYNC_HELP"
-
-// SpinPureEnv names the environment variable that sets how long the CPU
-// expert engine's threads spin pausing only before they start yielding
-// (cpuexperts.Config.SpinPure; a Go duration such as 300us): in the hybrid
-// step they wait through each GPU piece (~70 µs) between layer tasks.
-const SpinPureEnv = "KT_CPUEXPERTS_SPIN_PURE"
-
-// SpinWaitEnv names the environment variable that sets how long the CPU
-// expert engine's threads spin before they sleep (cpuexperts.Config.SpinWait;
-// a Go duration; default cpuexperts.HybridSpinWait in the hybrid step,
-// DefaultSpinWait with the rest of the model on the CPU): a gap between two
-// tasks longer than it (the lm head and the sampler between two decode
-// steps) costs the next task a futex wake-up of every thread.
-const SpinWaitEnv = "KT_CPUEXPERTS_SPIN_WAIT"
-
-// MissStreamEnv names the environment variable that, set to 0, makes the
-// hybrid step's one-token tasks take their blocks in expert order. Unset or
-// 1 (the default): each worker runs its blocks of the prefetched experts
-// first while its kernels prefetch its blocks of the others, the
-// prediction's misses (cpuexperts.Config.DecodeMissStream; on the H100
-// machine the engine alone took 0.105-0.107 against 0.109-0.132 ms per
-// Qwen3.5 layer at a 0.6 hit rate and the hybrid decode was faster in 9 of
-// 12 rotated runs; docs/notes/hybrid.md, session 22).
-const MissStreamEnv = "KT_HYBRID_MISS_STREAM"
 
 // Hybrid reports whether rb's model runs its routed experts on the CPU
 // expert engine while the rest runs on another backend (the GPU): the
@@ -97,24 +77,11 @@ type Weights struct {
 	GPU   []bool
 	NGPU  int
 	OnGPU backend.Experts
-}
-
-// Placement returns the GPU expert mask of the model of config c for
-// rb.Opts.GPUExperts in the hybrid step, with the number of GPU experts
-// over all MoE layers; nil when no routed expert goes to the GPU.
-func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, error) {
-	if !Hybrid(rb) || !rb.Opts.GPUExperts.Active() {
-		return nil, 0, nil
-	}
-	moe := make([]bool, len(c.Layers))
-	for l, L := range c.Layers {
-		moe[l] = L.IsMoE
-	}
-	m, n, err := placement.Compute(moe, c.NumExperts, rb.Opts.GPUExperts)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", rb.Name, err)
-	}
-	return m, n, nil
+	// Router is the layer's router weight and RouterNorm the norm weight
+	// of the router's input (the layer's post-attention norm), set by the
+	// model after Load: the hybrid step predicts the layer's picks with
+	// them during the MoE layer before it (prefetch.go).
+	Router, RouterNorm backend.Tensor
 }
 
 // Load binds the E experts of layer l under p (a layer's "...mlp.experts.")
@@ -229,11 +196,11 @@ type Experts struct {
 	rb      *runbase.Base
 	engine  *engine // nil: the backend's MoE op
 	path    string
-	idsHost []int32   // expert picks read back while recording
-	def     *deferral // expert deferral (Options.ExpertDeferral); nil when off
-	// per layer, the next MoE layer after it (-1: none): where a model
-	// calls PredictNext
-	next []int
+	idsHost []int32    // expert picks read back while recording
+	def     *deferral  // expert deferral (Options.ExpertDeferral); nil when off
+	layers  []*Weights // per model layer; nil for a dense one
+	next    []int      // per model layer, the next MoE layer after it (-1: none)
+	eps     float32    // the epsilon of the routers' input norm
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -243,7 +210,7 @@ type Experts struct {
 // when it can serve the model, else the op (Path says why); a method name
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
-	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")"}
+	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")", layers: layers, eps: float32(c.RMSNormEps)}
 	_, x.next = order(layers)
 	method := rb.Opts.Experts
 	if c.NumMoELayers() == 0 {
@@ -286,10 +253,10 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 			x.engine.close()
 			return nil, fmt.Errorf("%s: %w", rb.Name, err)
 		}
-		x.path = x.engine.describe() + x.def.describe()
 		if Hybrid(rb) {
 			x.engine.hybridGraphs(rb)
 		}
+		x.path = x.engine.describe() + x.def.describe()
 	} else if x.def != nil {
 		x.path += "; reference path" + x.def.describe()
 	}
@@ -360,8 +327,8 @@ func (x *Experts) LayerwiseStats() LayerwiseStats {
 // its kernels, or the backend's MoE op and why).
 func (x *Experts) Path() string { return x.path }
 
-// Timing reports the hybrid step's hand-off times when TimingEnv asks for
-// them (what the decode steps so far spent waiting for the GPU pieces and
+// Timing reports the hybrid step's hand-off times when
+// settings.HybridTiming asks for them (what the decode steps so far spent waiting for the GPU pieces and
 // in the CPU experts), else "".
 func (x *Experts) Timing() string {
 	if x.engine == nil {
@@ -370,22 +337,55 @@ func (x *Experts) Timing() string {
 	return x.engine.timing()
 }
 
-// Forward computes layer l's routed experts w for the first n rows of h
-// with router weights wts and expert ids ids (top-k per row) into out: Start
-// then Join.
-func (x *Experts) Forward(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
-	if err := x.Start(l, out, h, w, wts, ids, n); err != nil {
-		return err
-	}
-	return x.Join(l, out, n)
+// Block is what a model hands its MoE layers: the step's activation
+// buffers (the same tensors at every call) and its shared expert.
+type Block struct {
+	In           backend.Tensor // the layer's normed input rows, which the router read
+	Out          backend.Tensor // the layer's MLP output: the routed experts' plus the shared expert's
+	RouteWeights backend.Tensor // the router's top-k weights per row
+	RouteIDs     backend.Tensor // the router's top-k expert ids per row (I32)
+	Residual     backend.Tensor // the residual stream the layer's MLP output is added to
+	// Shared, for a family with a shared expert, queues layer l's shared
+	// expert over the first n rows of In and returns its output; nil: none.
+	Shared func(l, n int) backend.Tensor
 }
 
-// Start begins layer l's routed experts (as Forward). Until Join(l, out, n)
-// returns, out is not valid and h, wts and ids must not be overwritten;
-// ops queued in between (a shared expert on the GPU) run while the CPU
-// computes the routed experts of the hybrid step. Every other path
-// completes the work in Start.
-func (x *Experts) Start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+// Layer computes MoE layer l's routed experts over the first n rows of
+// b.In with the router's picks in b into b.Out, and adds the shared
+// expert's output where the family has one. In the hybrid step the CPU
+// computes the routed experts while the GPU runs the shared expert and
+// predicts the next MoE layer's picks, which the CPU then prefetches
+// (prefetch.go). It is the one call a model makes per MoE layer.
+func (x *Experts) Layer(l int, b *Block, n int) error {
+	if err := x.start(l, b.Out, b.In, x.layers[l], b.RouteWeights, b.RouteIDs, n); err != nil {
+		return err
+	}
+	var shared backend.Tensor
+	if b.Shared != nil {
+		shared = b.Shared(l, n)
+	}
+	if next := x.next[l]; next >= 0 && x.engine != nil {
+		nw := x.layers[next]
+		if err := x.engine.predict(next, b.Residual, shared, nw.RouterNorm, nw.Router, x.eps, n); err != nil {
+			return fmt.Errorf("%s: layer %d expert prediction: %w", x.rb.Name, next, err)
+		}
+	}
+	if err := x.join(l, b.Out, n); err != nil {
+		return err
+	}
+	if shared != nil {
+		x.rb.BE.Add(b.Out, b.Out, shared, n)
+	}
+	return nil
+}
+
+// start begins layer l's routed experts w for the first n rows of h with
+// router weights wts and expert ids ids (top-k per row) into out. Until
+// join(l, out, n) returns, out is not valid and h, wts and ids must not be
+// overwritten; ops queued in between (a shared expert on the GPU) run
+// while the CPU computes the routed experts of the hybrid step. Every
+// other path completes the work in start.
+func (x *Experts) start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
 	if rec := x.rb.Opts.ExpertRecorder; rec != nil && rec.Recording() {
 		if err := x.record(rec, l, ids, n); err != nil {
 			return err
@@ -445,113 +445,9 @@ func order(layers []*Weights) (first int, next []int) {
 	return first, next
 }
 
-// NextMoE is the next MoE layer after layer l (-1: none), whose picks
-// layer l predicts (PredictNext).
-func (x *Experts) NextMoE(l int) int { return x.next[l] }
-
-// PredictEnv names the environment variable that chooses the hybrid step's
-// expert prediction: "next" (the default): each MoE layer's picks are
-// predicted once, during the MoE layer before it (PredictNext; the first
-// MoE layer at its start, PredictAtStart); "refine": every later MoE layer
-// is predicted again at its start, from the residual entering it (the
-// earlier layer's routed experts included), and its hand-off requeues the
-// prefetch with both predictions (refined). The second prediction's
-// kernels run ahead of the layer's attention on the GPU.
-const PredictEnv = "KT_HYBRID_PREDICT"
-
-// refined appends to dst the experts of two predictions of one layer in
-// the order its prefetch reads them: those both name (in later's order),
-// later's others, then earlier's others.
-func refined(dst, later, earlier []int32) []int32 {
-	for _, id := range later {
-		if slices.Contains(earlier, id) {
-			dst = append(dst, id)
-		}
-	}
-	for _, id := range later {
-		if !slices.Contains(earlier, id) {
-			dst = append(dst, id)
-		}
-	}
-	for _, id := range earlier {
-		if !slices.Contains(later, id) {
-			dst = append(dst, id)
-		}
-	}
-	return dst
-}
-
-// topK writes to ids the indices of the len(ids) largest logits, largest
-// first, ties to the lower index (the GPU router's order), in one pass; a
-// NaN is never picked, and ids past the non-NaN logits are -1.
-func topK(ids []int32, logits []float32) {
-	var buf [64]float32
-	vals := buf[:0]
-	if len(ids) > len(buf) {
-		vals = make([]float32, 0, len(ids))
-	}
-	for e, v := range logits {
-		if v != v || (len(vals) == len(ids) && !(v > vals[len(vals)-1])) {
-			continue
-		}
-		p := len(vals)
-		for p > 0 && vals[p-1] < v {
-			p--
-		}
-		if len(vals) < len(ids) {
-			vals = append(vals, 0)
-		}
-		copy(vals[p+1:], vals[p:len(vals)-1])
-		copy(ids[p+1:len(vals)], ids[p:len(vals)-1])
-		vals[p], ids[p] = v, int32(e)
-	}
-	for j := len(vals); j < len(ids); j++ {
-		ids[j] = -1
-	}
-}
-
-// Prediction points of the hybrid step's next-layer expert prefetch.
-const (
-	atStart = iota // at the layer's start, read before its hand-off
-	atNext         // during the previous MoE layer's CPU experts, read after its hand-off
-)
-
-// PredictNext queues, in the hybrid step, between the Start and the Join of
-// the MoE layer before MoE layer l, the prediction of layer l's expert
-// picks for its n rows: its router applied to xres + add (add may be nil;
-// the residual after the earlier layer's attention plus its shared expert)
-// normed with norm (the norm its router's input takes). The GPU computes it
-// while the CPU computes the earlier layer's routed experts, and the CPU
-// then reads the predicted experts' weights into its caches while the GPU
-// runs layer l's attention (routed's predictor). On every other path it
-// does nothing.
-func (x *Experts) PredictNext(l int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
-	return x.predict(l, atNext, xres, add, norm, router, eps, n)
-}
-
-// PredictAtStart is PredictNext at the start of MoE layer l, before its
-// attention, from the residual entering it: for the first MoE layer, which
-// has no MoE layer before it, the only prediction; for later ones, with
-// PredictEnv=refine, a second one, from an input that holds the earlier
-// layer's routed experts (otherwise nothing is queued). The hand-off waits
-// for it before it waits for the layer. Models call it for every MoE layer.
-func (x *Experts) PredictAtStart(l int, xres, norm, router backend.Tensor, eps float32, n int) error {
-	return x.predict(l, atStart, xres, nil, norm, router, eps, n)
-}
-
-func (x *Experts) predict(l, at int, xres, add, norm, router backend.Tensor, eps float32, n int) error {
-	if x.engine == nil {
-		return nil
-	}
-	if err := x.engine.predict(l, at, xres, add, norm, router, eps, n); err != nil {
-		return fmt.Errorf("%s: layer %d expert prediction: %w", x.rb.Name, l, err)
-	}
-	return nil
-}
-
-// Join makes out, the output of the Start of layer l, valid for the ops
+// join makes out, the output of the start of layer l, valid for the ops
 // queued after it.
-func (x *Experts) Join(l int, out backend.Tensor, n int) error {
+func (x *Experts) join(l int, out backend.Tensor, n int) error {
 	if x.engine == nil {
 		return nil
 	}

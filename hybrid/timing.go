@@ -6,48 +6,39 @@ import (
 	"time"
 )
 
-// TimingEnv names the environment variable that, set to 1, makes the
-// hybrid step time its piecewise hand-offs (SGLang-KT's
-// SGLANG_KT_HYBRID_TIMING): per MoE layer, how long the host waited for the
-// GPU piece before it (its kernels up to the layer's copies, the piece's
-// launch included) and how long the layer's CPU experts took, and how many
-// of each layer's picks its prefetched next-layer prediction named. Off by
-// default: it reads the clock three times per layer.
-const TimingEnv = "KT_HYBRID_TIMING"
-
 // handoffTiming sums the hand-off times of piecewise decode steps, per
-// model layer.
+// model layer, when settings.HybridTiming asks for them (SGLang-KT's
+// SGLANG_KT_HYBRID_TIMING): per MoE layer, how long the host waited for
+// the GPU piece before it (its kernels up to the layer's copies, the
+// piece's launch included) and how long the layer's CPU experts took, and
+// how many of each layer's picks its prefetched next-layer prediction
+// named. Off by default: it reads the clock three times per layer.
 type handoffTiming struct {
 	first      int // the first MoE layer: a step starts there
 	steps      int
 	wait, work []time.Duration // per model layer
 	// launch sums the host time between one hand-off's end and the next
-	// one's start in a step: the next piece's launch (cuGraphLaunch), or,
-	// with the ahead hand-off (AheadEnv, the default), next to nothing: the
+	// one's start in a step: next to nothing with the ahead hand-off (the
 	// launch then runs while the CPU experts do, and the wait for the next
-	// piece includes the GPU's reading of the counter
+	// piece includes the GPU's reading of the counter), the next piece's
+	// launch (cuGraphLaunch) with the plain one (expert deferral)
 	launch  time.Duration
 	prevEnd time.Time // the last hand-off's end in this step
 	// hits and picks count, per model layer, the prefetched predictions'
 	// experts that the layer's tokens then picked, and all their picks
-	// (hand-offs with a prediction only); hits2 and picks2 the same for the
-	// second prediction at the layer's start (PredictEnv=refine)
-	hits, picks, hits2, picks2 []int
+	// (hand-offs with a prediction only)
+	hits, picks []int
 }
 
 func newHandoffTiming(layers, first int) *handoffTiming {
 	return &handoffTiming{first: first, wait: make([]time.Duration, layers), work: make([]time.Duration, layers),
-		hits: make([]int, layers), picks: make([]int, layers), hits2: make([]int, layers), picks2: make([]int, layers)}
+		hits: make([]int, layers), picks: make([]int, layers)}
 }
 
 // predicted counts layer l's picks (k per token) that the prefetched
-// prediction pred (the same layout) named for the same token; second:
-// PredictEnv=refine's prediction at the layer's start.
-func (h *handoffTiming) predicted(l, k int, pred, picks []int32, second bool) {
+// prediction pred (the same layout) named for the same token.
+func (h *handoffTiming) predicted(l, k int, pred, picks []int32) {
 	hits, all := h.hits, h.picks
-	if second {
-		hits, all = h.hits2, h.picks2
-	}
 	for t := 0; t+k <= len(picks) && t+k <= len(pred); t += k {
 		for _, id := range picks[t : t+k] {
 			if id < 0 {
@@ -99,9 +90,6 @@ func (h *handoffTiming) String() string {
 		h.steps, ms(wait), strings.Join(pw, " "), ms(work), strings.Join(pc, " "), ms(h.launch))
 	if pct, per := predShare(h.hits, h.picks); per != "" {
 		s += fmt.Sprintf("\nprediction: %.0f%% of the picks of hand-offs with a prefetch were predicted (%% per MoE layer %s)", pct, per)
-	}
-	if pct, per := predShare(h.hits2, h.picks2); per != "" {
-		s += fmt.Sprintf("; predicted again at the layer's start (%s=refine): %.0f%% (%s)", PredictEnv, pct, per)
 	}
 	return s
 }

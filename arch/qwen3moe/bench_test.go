@@ -1,12 +1,12 @@
 package qwen3moe
 
 import (
-	"os"
 	"testing"
 	"time"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/model"
 )
 
@@ -15,7 +15,7 @@ import (
 // probe run in the same benchmark: tok/s, weight GB/s (decode weight bytes
 // x tok/s), stream GB/s and their ratio (fraction of the bandwidth bound).
 func BenchmarkDecodeSynthetic(b *testing.B) {
-	dir := os.Getenv("KT_SYNTH_DIR")
+	dir := settings.SynthDir.Get()
 	if dir == "" {
 		b.Skip("set KT_SYNTH_DIR to a checkpoint (e.g. one written by TestMakeSynthetic)")
 	}

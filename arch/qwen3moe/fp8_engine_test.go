@@ -17,8 +17,7 @@ import (
 // model with the weights dequantized to F32 (within the float32 rounding of
 // the non-expert FP8 MatMuls), and the in-place FP8 method those of the
 // backend's MoE op over the same FP8 experts within the engine's bf16
-// activations. Before session 15 the engine got the experts without their
-// scales and refused them at load.
+// activations (the engine reads the experts with their block scales).
 func TestFP8CheckpointCPUExperts(t *testing.T) {
 	src := t.TempDir()
 	shape := SynthShape{Layers: 2, Hidden: 128, Heads: 2, KVHeads: 1, HeadDim: 64, Experts: 4, TopK: 2, MoEInter: 128, Vocab: 256, Exp: 123}

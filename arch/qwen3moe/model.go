@@ -60,6 +60,7 @@ type Runner struct {
 	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed *hybrid.Experts   // what computes the routed experts
 	moe    []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
+	blk    hybrid.Block      // what the MoE layers hand the routed experts
 
 	// activations, sized at load from MaxBatchTokens
 	x, h, tmp, gate, up backend.Tensor
@@ -167,6 +168,7 @@ func (r *Runner) loadWeights() error {
 		if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
+		r.moe[l].Router, r.moe[l].RouterNorm = L.router, L.postNorm
 	}
 	return r.lo.Unused()
 }
@@ -205,6 +207,7 @@ func (r *Runner) allocate() error {
 			return fmt.Errorf("allocating activations: %w", err)
 		}
 	}
+	r.blk = hybrid.Block{In: r.h, Out: r.tmp, RouteWeights: r.rw, RouteIDs: r.rids, Residual: r.x}
 	return nil
 }
 
@@ -247,27 +250,13 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe { // the hybrid step's prefetch: see hybrid.Experts.PredictNext and PredictAtStart
-			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
-				return err
-			}
-		}
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
-				return err
-			}
-			if next := r.routed.NextMoE(l); next >= 0 {
-				N := &r.layers[next]
-				if err := r.routed.PredictNext(next, r.x, nil, N.postNorm, N.router, eps, n); err != nil {
-					return err
-				}
-			}
-			if err := r.routed.Join(l, r.tmp, n); err != nil {
+			if err := r.routed.Layer(l, &r.blk, n); err != nil {
 				return err
 			}
 		} else {

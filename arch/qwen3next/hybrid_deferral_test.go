@@ -10,7 +10,6 @@ import (
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
 	"github.com/ktserve/kt/backend"
-	"github.com/ktserve/kt/hybrid"
 	"github.com/ktserve/kt/moe/placement"
 )
 
@@ -20,22 +19,20 @@ import (
 // same deferral wholly on the CPU, for D = 1 and 2 of top-2, over a
 // 3-token prompt and 8 teacher-forced decode steps; with GPU experts (3
 // per layer), which are never deferred, the run must move from its own
-// D = 0. The host-node graph form asked for (KT_HYBRID_GRAPH=1) falls
-// back to op by op, saying so; the piecewise graph form (the default) runs
-// deferral and must give the op-by-op run's logprobs bit for bit, with and
-// without GPU experts; the overlapped form is refused. It skips without a
-// GPU.
+// D = 0. These runs are op by op (CUDA graphs off); the piecewise graph
+// form runs deferral too and must give the op-by-op run's logprobs bit for
+// bit, with and without GPU experts. It skips without a GPU.
 func TestHybridDeferral(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 3)
-	load := func(be backend.Backend, d int, gpuExperts placement.Request) (*Runner, error) {
+	load := func(be backend.Backend, d int, gpuExperts placement.Request, graphs bool) (*Runner, error) {
 		return Load(dir, arch.Options{Backend: be, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2,
-			Experts: "BF16", ExpertDeferral: d, GPUExperts: gpuExperts})
+			Experts: "BF16", ExpertDeferral: d, GPUExperts: gpuExperts, DisableCUDAGraph: !graphs})
 	}
 	var decode []int32
 	run := func(name string, be backend.Backend, d int, gpuExperts placement.Request, want string) [][]float64 {
 		t.Helper()
-		r, err := load(be, d, gpuExperts)
+		r, err := load(be, d, gpuExperts, false)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -52,7 +49,6 @@ func TestHybridDeferral(t *testing.T) {
 	}
 	none, three := placement.Request{}, placement.Request{PerLayer: 3}
 	cpu0 := run("cpu, D=0", nil, 0, none, "cpuexperts BF16")
-	t.Setenv(hybrid.GraphEnv, "1") // asked for; deferral runs op by op
 	for _, d := range []int{1, 2} {
 		cpuD := run("cpu", nil, d, none, "deferral:")
 		hyb := run("hybrid", gpu, d, none, "deferral:")
@@ -73,17 +69,16 @@ func TestHybridDeferral(t *testing.T) {
 				t.Errorf("D=%d: %s: logprobs differ by %g", d, c.name, worst)
 			}
 		}
-		// the piecewise graph form (the default): decode steps replayed as
-		// 5 graphs with the hand-offs between, the deferred task running on
-		// while the next piece does
-		t.Setenv(hybrid.GraphEnv, "")
+		// piecewise graphs: decode steps replayed as 5 graphs with the
+		// hand-offs between, the deferred task running on while the next
+		// piece does
 		for _, pc := range []struct {
 			name    string
 			req     placement.Request
 			opByOp  [][]float64
 			wantSeg int
 		}{{"hybrid piecewise", none, hyb, shape.Layers + 1}, {"hybrid piecewise, 3 GPU experts per layer", three, hyb3, shape.Layers + 1}} {
-			r, err := load(gpu, d, pc.req)
+			r, err := load(gpu, d, pc.req, true)
 			if err != nil {
 				t.Fatalf("%s: %v", pc.name, err)
 			}
@@ -103,7 +98,6 @@ func TestHybridDeferral(t *testing.T) {
 				t.Errorf("D=%d: %s differs from the op-by-op hybrid step by %g, want bit-identical", d, pc.name, worst)
 			}
 		}
-		t.Setenv(hybrid.GraphEnv, "1")
 		if moved := modeltest.WorstDiff(hyb, hyb0); moved < 10*modeltest.Tol {
 			t.Errorf("D=%d: hybrid moved from D=0 by only %g: is deferral applied?", d, moved)
 		} else {
@@ -119,23 +113,5 @@ func TestHybridDeferral(t *testing.T) {
 		} else {
 			t.Logf("D=%d: hybrid with 3 GPU experts/layer moved from its D=0 by %.3g", d, moved)
 		}
-	}
-	r, err := load(gpu, 1, none)
-	if err != nil {
-		t.Fatal(err)
-	}
-	modeltest.DeferralRows(t, testRunner{r}, shape.Vocab, decode)
-	st, _ := arch.GraphStatsOf(r)
-	r.Close()
-	if !strings.Contains(st.Off, "deferral") || st.Captures != 0 {
-		t.Errorf("graph form with deferral: stats %s; want off, saying deferral", st)
-	}
-	t.Setenv(hybrid.GraphEnv, "")
-	t.Setenv(hybrid.OverlapEnv, "1")
-	if r, err := load(gpu, 1, none); err == nil || !strings.Contains(err.Error(), hybrid.OverlapEnv) {
-		if r != nil {
-			r.Close()
-		}
-		t.Errorf("overlapped form with deferral: %v, want a refusal naming %s", err, hybrid.OverlapEnv)
 	}
 }

@@ -3,7 +3,6 @@
 package qwen3next
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
 	"github.com/ktserve/kt/backend/cuda"
-	"github.com/ktserve/kt/hybrid"
 	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/moe/placement"
@@ -22,26 +20,20 @@ import (
 // expert engine) on a synthetic Qwen3.5 model with 4 sequences: prompts,
 // decode steps of 1, 2, 3 (padded to 4) and 4 sequences, 60 more steps of
 // 4, a mixed step and more decode steps, on three hybrid runners: decode
-// graphs on, the same padded steps op by op (KT_CUDA_GRAPH=eager: the
-// synchronous hand-off), graphs off. Graph replays must equal the op-by-op
+// graphs on, the same padded steps op by op (Options.EagerGraphSteps: the
+// op-by-op hand-off), graphs off. Graph replays must equal the op-by-op
 // padded steps bit for bit (same GPU kernels on the same rows, the same
 // engine task on the same f32 rows); against unpadded steps they must stay
-// within hybridTol (padding changes the GPU GEMMs' row count). Both graph
-// forms run: piecewise (the default: one graph per stretch between MoE
-// hand-offs, 5 for the 4 MoE layers, the CPU experts on the calling thread
-// between launches; also with the event recorded after each launch,
-// KT_HYBRID_PGRAPH_EVENT=after) and one graph with C host nodes
-// (KT_HYBRID_GRAPH=1). Each runs with no GPU experts and with 3 of 8 per
-// layer on the GPU (the GPU MoE op between the copies and the hand-off);
-// piecewise also with expert deferral D = 1 (the deferred task runs on
-// while the next piece does; padding rows take part in the batch-wide
-// protection, so there it is not compared with unpadded steps), each with
-// the next piece launched ahead of the CPU experts' end (the default,
-// KT_HYBRID_AHEAD: its stream waits for a pinned counter; the path must say
-// it is taken; the piece resumed by a polling kernel after the engine's
-// store, KT_HYBRID_RESUME's default, and by a stream memory wait after the
-// engine's or this thread's store) and after it (KT_HYBRID_AHEAD=0).
-// It skips without a GPU.
+// within hybridTol (padding changes the GPU GEMMs' row count). Decode
+// steps run as piecewise graphs (one per stretch between MoE hand-offs, 5
+// for the 4 MoE layers, the CPU experts on the calling thread between
+// launches, the next piece launched ahead of their end and held by a
+// kernel polling a pinned counter, which the path must say), with no GPU
+// experts and with 3 of 8 per layer on the GPU (the GPU MoE op between
+// the copies and the hand-off), and with expert deferral D = 1 (plain
+// hand-offs: the deferred task runs on while the next piece does; padding
+// rows take part in the batch-wide protection, so there it is not
+// compared with unpadded steps). It skips without a GPU.
 func TestHybridGraphDecode(t *testing.T) {
 	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.3})
 	if err != nil {
@@ -49,44 +41,31 @@ func TestHybridGraphDecode(t *testing.T) {
 	}
 	defer dev.Close()
 	dir, shape := writeEngineSynth(t, 5)
+	const ahead = "the next piece launched before the CPU experts end"
 	for _, c := range []struct {
-		name, graphEnv, eventEnv string
-		req                      placement.Request
-		defer1                   bool
-		segments                 int // graphs per step; 1: one graph
-		ahead, resume            string
+		name   string
+		req    placement.Request
+		defer1 bool
 	}{
-		{"piecewise, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "0", ""},
-		{"piecewise, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0", ""},
-		{"piecewise, D=1", "", "", placement.Request{}, true, shape.Layers + 1, "0", ""},
-		{"piecewise, event after launch", "", "after", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "0", ""},
-		{"piecewise ahead, no GPU experts", "", "", placement.Request{}, false, shape.Layers + 1, "", ""},
-		{"piecewise ahead, 3 GPU experts per layer", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "", ""},
-		{"piecewise ahead, D=1 (plain hand-offs)", "", "", placement.Request{}, true, shape.Layers + 1, "", ""},
-		{"piecewise ahead, event after launch", "", "after", placement.Request{}, false, shape.Layers + 1, "", ""},
-		{"piecewise ahead, engine store and stream wait", "", "", placement.Request{PerLayer: 3}, false, shape.Layers + 1, "", "engine"},
-		{"piecewise ahead, host store and stream wait", "", "", placement.Request{}, false, shape.Layers + 1, "", "host"},
-		{"host nodes, no GPU experts", "1", "", placement.Request{}, false, 1, "", ""},
-		{"host nodes, 3 GPU experts per layer", "1", "", placement.Request{PerLayer: 3}, false, 1, "", ""},
+		{"no GPU experts", placement.Request{}, false},
+		{"3 GPU experts per layer", placement.Request{PerLayer: 3}, false},
+		{"D=1", placement.Request{}, true},
+		{"D=1, 3 GPU experts per layer", placement.Request{PerLayer: 3}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv(hybrid.GraphEnv, c.graphEnv)
-			t.Setenv(hybrid.PieceEventEnv, c.eventEnv)
-			t.Setenv(hybrid.AheadEnv, c.ahead)
-			t.Setenv(hybrid.ResumeEnv, c.resume)
 			d := 0
 			if c.defer1 {
 				d = 1
 			}
 			load := func(mode string) model.Runner {
-				t.Setenv("KT_CUDA_GRAPH", map[string]string{"on": "", "eager": "eager", "off": "0"}[mode])
 				gpu, err := cuda.NewBackendOn(dev) // one backend each: a graph keeps its backend's buffers
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { gpu.Close() })
 				r, err := Load(dir, arch.Options{Backend: gpu, MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64,
-					Threads: 2, Experts: "BF16", GPUExperts: c.req, ExpertDeferral: d})
+					Threads: 2, Experts: "BF16", GPUExperts: c.req, ExpertDeferral: d,
+					EagerGraphSteps: mode == "eager", DisableCUDAGraph: mode == "off"})
 				if err != nil {
 					t.Fatalf("%s: %v", mode, err)
 				}
@@ -96,13 +75,8 @@ func TestHybridGraphDecode(t *testing.T) {
 				}
 				if mode == "on" {
 					t.Logf("experts: %s", r.ExpertPath())
-					want := c.ahead == "" && c.graphEnv == ""
-					if ahead := strings.Contains(r.ExpertPath(), hybrid.AheadEnv+"=1;"); ahead != want {
-						t.Fatalf("path %q: ahead hand-offs %v, want %v", r.ExpertPath(), ahead, want)
-					}
-					resume := hybrid.ResumeEnv + "=" + cmp.Or(c.resume, "poll")
-					if want && !strings.Contains(r.ExpertPath(), resume) {
-						t.Fatalf("path %q does not say %s", r.ExpertPath(), resume)
+					if got := strings.Contains(r.ExpertPath(), ahead); got != !c.defer1 {
+						t.Fatalf("path %q: ahead hand-offs %v, want %v", r.ExpertPath(), got, !c.defer1)
 					}
 				}
 				return r
@@ -156,8 +130,8 @@ func TestHybridGraphDecode(t *testing.T) {
 				step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)
 			}
 			st, _ := arch.GraphStatsOf(on)
-			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 60 || st.Segments != c.segments {
-				t.Fatalf("graph stats: %s (segments %d); want at least 3 captures and 60 replays, %d graphs per step", st, st.Segments, c.segments)
+			if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 60 || st.Segments != shape.Layers+1 {
+				t.Fatalf("graph stats: %s (segments %d); want at least 3 captures and 60 replays, %d graphs per step", st, st.Segments, shape.Layers+1)
 			}
 			t.Logf("RESULT hybrid decode graph (%s): %d steps, %s; replays bit-identical to op-by-op padded hybrid steps; vs unpadded worst logprob %.3g",
 				c.name, steps, st, padDiff)

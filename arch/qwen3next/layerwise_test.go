@@ -12,6 +12,7 @@ import (
 	"github.com/ktserve/kt/arch/internal/modeltest"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/hybrid"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/moe/placement"
 )
 
@@ -220,9 +221,9 @@ func TestLayerwisePrefill(t *testing.T) {
 	lwGrouped := run("layerwise 16, grouped MoE", big, gpu, arch.Options{GPUPrefillThreshold: 16}, "layerwise prefill")
 	groupedRuns := gpu.MoEGroupedRuns() - grouped0
 	gpu.SetMoEGroupedMin(0)
-	t.Setenv(hybrid.BuffersEnv, "1")
+	t.Setenv(settings.LayerwiseBuffers.Name, "1")
 	lwOne := run("layerwise 16, one shadow buffer", big, gpu, arch.Options{GPUPrefillThreshold: 16}, "1 shadow layer buffer(s)")
-	t.Setenv(hybrid.BuffersEnv, "")
+	t.Setenv(settings.LayerwiseBuffers.Name, "")
 	cpuRefSmall := run("cpu, small first prefill", small, nil, arch.Options{}, "cpuexperts BF16")
 	cpuDef := run("cpu, deferral 1", small, nil, arch.Options{ExpertDeferral: 1}, "deferral")
 	lwDef := run("layerwise 16, deferral 1", small, gpu, arch.Options{GPUPrefillThreshold: 16, ExpertDeferral: 1}, "deferral")

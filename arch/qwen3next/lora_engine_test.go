@@ -18,7 +18,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/backend/cuda"
-	"github.com/ktserve/kt/hybrid"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/safetensors"
@@ -281,7 +281,7 @@ func TestLoRAEngineAndHybrid(t *testing.T) {
 			if !strings.Contains(p, "cpuexperts "+experts) {
 				t.Fatalf("experts run on %q, want the CPU expert engine", p)
 			}
-			t.Logf("%s=%q: %s", hybrid.ISAEnv, os.Getenv(hybrid.ISAEnv), p)
+			t.Logf("%s=%q: %s", settings.ExpertISA.Name, settings.ExpertISA.Value(), p)
 		}
 		return r
 	}
@@ -289,10 +289,10 @@ func TestLoRAEngineAndHybrid(t *testing.T) {
 	t.Cleanup(func() { cpuBE.Close() })
 	refRec := &pickRecorder{}
 	ref := load(cpuBE, "backend", refRec)
-	isa := os.Getenv(hybrid.ISAEnv)
-	t.Setenv(hybrid.ISAEnv, "avx2") // the engine with f32 activations
+	isa := settings.ExpertISA.Value()
+	t.Setenv(settings.ExpertISA.Name, "avx2") // the engine with f32 activations
 	engF32 := load(cpuBE, "BF16", nil)
-	t.Setenv(hybrid.ISAEnv, isa)
+	t.Setenv(settings.ExpertISA.Name, isa)
 	engRec := &pickRecorder{}
 	eng := load(cpuBE, "BF16", engRec) // this machine's kernel level
 	run := func(r model.Runner, rec *pickRecorder, ads []int) routedRun {

@@ -85,6 +85,7 @@ type Runner struct {
 	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
 	routed         *hybrid.Experts   // what computes the routed experts
 	moe            []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
+	blk            hybrid.Block      // what the MoE layers hand the routed experts
 	la             backend.LinearAttention
 	prefix         string // "model." or "model.language_model."
 	state          backend.LinearState
@@ -418,8 +419,11 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	r.moe[l], err = hybrid.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize)
-	return err
+	if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		return err
+	}
+	r.moe[l].Router, r.moe[l].RouterNorm = L.router, L.postNorm
+	return nil
 }
 
 // allocate sizes activations, the KV cache of the attention layers and the
@@ -482,6 +486,7 @@ func (r *Runner) allocate() error {
 		}
 	}
 	r.inOut = [4]backend.Tensor{inQKV: r.mixed, inZ: r.z, inB: r.gb, inA: r.ga}
+	r.blk = hybrid.Block{In: r.h, Out: r.tmp, RouteWeights: r.rw, RouteIDs: r.rids, Residual: r.x, Shared: r.sharedExpert}
 	return nil
 }
 
@@ -538,11 +543,6 @@ func (r *Runner) layersForward(n int) error {
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	for l := range r.layers {
 		L := &r.layers[l]
-		if L.moe { // the hybrid step's prefetch: see hybrid.Experts.PredictNext and PredictAtStart
-			if err := r.routed.PredictAtStart(l, r.x, L.postNorm, L.router, eps, n); err != nil {
-				return err
-			}
-		}
 		if L.linear {
 			backend.MatMulGroup(be, r.h, n, r.inOut[:], L.inProj[:])
 			r.lo.Apply(&L.lqkv, r.mixed, r.h, n)
@@ -565,24 +565,12 @@ func (r *Runner) layersForward(n int) error {
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
-			// routed experts start (on the CPU in the hybrid step) while
-			// the shared expert runs on the backend
-			if err := r.routed.Start(l, r.tmp, r.h, r.moe[l], r.rw, r.rids, n); err != nil {
+			// routed experts plus the shared expert (sharedExpert), which
+			// runs on the backend while the CPU computes the routed
+			// experts in the hybrid step
+			if err := r.routed.Layer(l, &r.blk, n); err != nil {
 				return err
 			}
-			L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
-			be.MatMul(r.seS, r.h, L.seScale, n)
-			la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
-			if next := r.routed.NextMoE(l); next >= 0 {
-				N := &r.layers[next]
-				if err := r.routed.PredictNext(next, r.x, r.tmp2, N.postNorm, N.router, eps, n); err != nil {
-					return err
-				}
-			}
-			if err := r.routed.Join(l, r.tmp, n); err != nil {
-				return err
-			}
-			be.Add(r.tmp, r.tmp, r.tmp2, n)
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.mlpG, r.mlpU, n)
 		}
@@ -595,4 +583,14 @@ func (r *Runner) layersForward(n int) error {
 		}
 	}
 	return nil
+}
+
+// sharedExpert queues MoE layer l's shared expert over the first n rows of
+// r.h, scaled by its sigmoid gate, into r.tmp2 (hybrid.Block.Shared).
+func (r *Runner) sharedExpert(l, n int) backend.Tensor {
+	be, L := r.rb.BE, &r.layers[l]
+	L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
+	be.MatMul(r.seS, r.h, L.seScale, n)
+	r.la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
+	return r.tmp2
 }

@@ -1,11 +1,11 @@
 package qwen3next
 
 import (
-	"os"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/model"
 )
 
@@ -45,7 +45,7 @@ func TestMakeSynthetic(t *testing.T) {
 // tokens/s and the effective weight-read bandwidth. Skipped without the
 // variable.
 func BenchmarkDecodeSynthetic(b *testing.B) {
-	dir := os.Getenv("KT_SYNTH_DIR")
+	dir := settings.SynthDir.Get()
 	if dir == "" {
 		b.Skip("set KT_SYNTH_DIR to a checkpoint written by TestMakeSynthetic")
 	}

@@ -3,8 +3,6 @@ package runbase
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/ktserve/kt/arch"
@@ -41,9 +39,9 @@ import (
 // the last graph ends with the lm head. Buckets, padding, warm-up steps,
 // epochs and the switches below apply unchanged.
 //
-// KT_CUDA_GRAPH=0 (or Options.DisableCUDAGraph) turns graphs off;
-// KT_CUDA_GRAPH=eager pads decode steps exactly as the graph path does but
-// runs them op by op (the reference the graph path is tested against).
+// Options.DisableCUDAGraph turns graphs off; Options.EagerGraphSteps pads
+// decode steps exactly as the graph path does but runs them op by op (the
+// reference the graph path is tested against).
 
 type graphState struct {
 	gb       backend.GraphBackend // nil: every step runs op by op
@@ -58,9 +56,6 @@ type graphState struct {
 
 	key  int // bucket of the step begun last; 0: op by op
 	real int // chunks of the step begun last
-
-	capturing   bool         // a step's ops are being recorded (Capturing)
-	replayCheck func() error // OnReplay's hook
 
 	piecewise bool                                   // steps are captured in pieces (PiecewiseGraphs)
 	cut       func(after, finish func() error) error // Cut and CutAhead, while a piecewise step is recorded
@@ -169,7 +164,6 @@ func (b *Base) initGraphs() {
 	g := &b.gr
 	g.dummy = -1
 	gb, ok := b.BE.(backend.GraphBackend)
-	env := strings.ToLower(strings.TrimSpace(os.Getenv("KT_CUDA_GRAPH")))
 	switch {
 	case !ok:
 		g.off = "the backend " + b.BE.Name() + " does not record graphs"
@@ -177,15 +171,13 @@ func (b *Base) initGraphs() {
 		g.off = "--disable-cuda-graph"
 	case !b.Opts.LoRA.Empty():
 		g.off = "LoRA adapters are served (as SGLang, graphs are off with LoRA)"
-	case env == "0" || env == "off" || env == "false":
-		g.off = "KT_CUDA_GRAPH=" + env
 	}
 	if g.off != "" {
 		g.stats.Off = g.off
 		return
 	}
 	g.gb = gb
-	g.eagerPad = env == "eager"
+	g.eagerPad = b.Opts.EagerGraphSteps
 	g.maxBS = b.Opts.MaxSeqs
 	if m := b.Opts.CUDAGraphMaxBS; m > 0 {
 		g.maxBS = min(m, b.Opts.MaxSeqs)
@@ -236,12 +228,6 @@ func (b *Base) DisableGraphs(why string) {
 	g.gb, g.off, g.stats.Off = nil, why, why
 }
 
-// Capturing reports whether the ops queued now are being recorded into a
-// decode step graph rather than run: code that would wait for the GPU
-// inside the step (the hybrid step's CPU experts) must then queue its work
-// on the stream instead (host functions), as the graph replays it.
-func (b *Base) Capturing() bool { return b.gr.capturing }
-
 // PiecewiseGraphs asks for decode steps to be captured in pieces that the
 // model delimits with Cut (see the comment at the top of this file). It
 // reports false, and why, when graphs are off or the backend cannot record
@@ -288,12 +274,6 @@ func (b *Base) CutAhead(after, finish func() error) error {
 	}
 	return b.gr.cut(after, finish)
 }
-
-// OnReplay sets fn to run after every decode step of the graph path
-// (replayed, captured or its bucket's op-by-op first step), once its
-// logits are read back and the stream is idle: work a graph ran outside
-// the GPU (the hybrid step's CPU expert tasks) reports its errors there.
-func (b *Base) OnReplay(fn func() error) { b.gr.replayCheck = fn }
 
 // GraphStats reports what the decode graph path did so far.
 func (b *Base) GraphStats() arch.GraphStats { return b.gr.stats }
@@ -379,9 +359,6 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 		}
 	} else if err = b.decodeStep(n, h, body); err == nil {
 		err = b.deliver(bt, out, len(b.Step.OutRows))
-		if fn := b.gr.replayCheck; err == nil && fn != nil {
-			err = fn()
-		}
 	}
 	if b.gr.key != 0 || n == len(bt.Chunks) { // every chunk one token: a decode step
 		b.gr.stats.DecodeSteps++
@@ -391,7 +368,7 @@ func (b *Base) Forward(bt *model.Batch, out *model.Logits, h Head, body func(n i
 }
 
 // decodeStep queues a padded decode step of n rows: eagerly the first time
-// its bucket is seen (and always with KT_CUDA_GRAPH=eager), captured the
+// its bucket is seen (and always with Options.EagerGraphSteps), captured the
 // second time, replayed afterwards.
 func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 	g := &b.gr
@@ -424,7 +401,6 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		return nil
 	}
 	var err error
-	g.capturing = true
 	if sc, ok := g.gb.(segmentCapturer); ok && g.piecewise {
 		var segs []segment
 		if segs, err = g.capturePieces(sc, queue); err == nil && g.gb.GraphEpoch() != epoch {
@@ -453,7 +429,6 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 			}
 		}
 	}
-	g.capturing = false
 	if err == nil {
 		sg.epoch = epoch
 		g.stats.Captures++

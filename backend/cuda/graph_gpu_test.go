@@ -15,16 +15,16 @@ import (
 )
 
 // loadGraphMode loads fixture on the GPU with the decode graph path in
-// mode: "on" (captured and replayed), "eager" (KT_CUDA_GRAPH=eager: the
-// same padded steps op by op) or "off".
+// mode: "on" (captured and replayed), "eager" (Options.EagerGraphSteps:
+// the same padded steps op by op) or "off".
 func loadGraphMode(t *testing.T, name, mode string) model.Runner {
 	t.Helper()
 	g, err := cuda.NewBackendOn(gpu(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("KT_CUDA_GRAPH", map[string]string{"on": "", "eager": "eager", "off": "0"}[mode])
-	r, err := arch.Load(fixtureDir(name), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g})
+	r, err := arch.Load(fixtureDir(name), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: g,
+		EagerGraphSteps: mode == "eager", DisableCUDAGraph: mode == "off"})
 	if err != nil {
 		g.Close()
 		t.Fatal(err)

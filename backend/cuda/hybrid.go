@@ -5,7 +5,7 @@ package cuda
 import "github.com/ktserve/kt/backend"
 
 // Stream returns the stream every op of b is queued on, for callers that
-// interleave their own copies and host functions with the ops (the hybrid
+// interleave their own copies, events and waits with the ops (the hybrid
 // step: routed experts on the CPU between the GPU's ops).
 func (b *Backend) Stream() *Stream { return b.s }
 

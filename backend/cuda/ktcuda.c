@@ -67,7 +67,6 @@ static char load_err[512];
 DRIVER_FUNCS(DECL)
 static CUresult (*p_cuEventElapsedTime) (float *, CUevent, CUevent);
 static CUresult (*p_cuEventRecordWithFlags) (CUevent, CUstream, unsigned); /* optional (CUDA >= 11.1) */
-static CUresult (*p_cuStreamWaitValue32) (CUstream, CUdeviceptr, unsigned, unsigned); /* optional (_v2: CUDA >= 11.7) */
 
 /* cuLaunchKernelEx (CUDA >= 11.8, optional) and the parts of cuda.h's
  * launch configuration it reads: a launch attribute is an 8-byte id slot and
@@ -127,8 +126,6 @@ const char *kt_load_driver(const char *path) {
 		goto fail;
 	p_cuEventRecordWithFlags = dlsym(h, "cuEventRecordWithFlags");
 	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx");
-	p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32_v2");
-	if (!p_cuStreamWaitValue32) p_cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32");
 	h_driver = h;
 	return NULL;
 fail:
@@ -179,11 +176,6 @@ CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigne
 	if (!p_cuEventRecordWithFlags) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
 	return p_cuEventRecordWithFlags(e, s, flags);
 }
-CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, unsigned value, unsigned flags) {
-	SETCTX
-	if (!p_cuStreamWaitValue32) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
-	return p_cuStreamWaitValue32(s, addr, value, flags);
-}
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e) { SETCTX return p_cuEventSynchronize(e); }
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e) { SETCTX return p_cuEventQuery(e); }
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b) { SETCTX return p_cuEventElapsedTime(ms, a, b); }
@@ -212,14 +204,6 @@ CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsign
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
 }
 
-extern void ktHostCallback(uintptr_t handle);
-static void host_trampoline(void *ud) { ktHostCallback((uintptr_t)ud); }
-
-CUresult kt_launch_host_func(CUcontext ctx, CUstream s, uintptr_t handle) {
-	SETCTX
-	return p_cuLaunchHostFunc(s, host_trampoline, (void *)handle);
-}
-
 typedef struct { volatile int64_t *flag; int64_t value; } flag_arg;
 static void host_flag(void *ud) {
 	flag_arg *a = (flag_arg *)ud;
@@ -238,11 +222,6 @@ CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, 
 	flag_ring[i].flag = flag;
 	flag_ring[i].value = value;
 	return p_cuLaunchHostFunc(s, host_flag, &flag_ring[i]);
-}
-
-CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg) {
-	SETCTX
-	return p_cuLaunchHostFunc(s, fn, arg);
 }
 
 CUresult kt_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode) { SETCTX return p_cuStreamBeginCapture_v2(s, mode); }

@@ -81,7 +81,6 @@ CUresult kt_cuEventCreate(CUcontext ctx, CUevent *e, unsigned flags);
 CUresult kt_cuEventDestroy(CUcontext ctx, CUevent e);
 CUresult kt_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
 CUresult kt_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned flags);
-CUresult kt_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr addr, unsigned value, unsigned flags);
 CUresult kt_cuEventSynchronize(CUcontext ctx, CUevent e);
 CUresult kt_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult kt_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent a, CUevent b);
@@ -99,14 +98,9 @@ CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsign
 		   const uint64_t *args, int nargs, int early);
 // kt_has_launch_ex says whether the loaded driver has cuLaunchKernelEx.
 int kt_has_launch_ex(void);
-// kt_launch_host_func enqueues the Go callback registered under handle.
-CUresult kt_launch_host_func(CUcontext ctx, CUstream s, uintptr_t handle);
 // kt_launch_host_flag enqueues a C host function that stores value into
 // *flag (release order): a signal the CPU side can wait on without Go.
 CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, int64_t value);
-// kt_launch_host_cfn enqueues the C function fn(arg) (no Go on the driver's
-// thread; capturable into a graph, where every replay runs it again).
-CUresult kt_launch_host_cfn(CUcontext ctx, CUstream s, void (*fn)(void *), void *arg);
 CUresult kt_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode);
 CUresult kt_cuStreamEndCapture(CUcontext ctx, CUstream s, CUgraph *g);
 CUresult kt_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g);

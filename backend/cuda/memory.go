@@ -65,7 +65,7 @@ func Download[T any](d *Device, dst []T, src Buffer) error {
 
 // HostBuffer is page-locked host memory mapped for the device: copies from
 // and to it run asynchronously, and its address never changes, so CUDA
-// graphs and host functions may refer to it (the hybrid step's staging
+// graphs and kernels may refer to it (the hybrid step's staging
 // buffers).
 type HostBuffer struct {
 	d    *Device

@@ -527,14 +527,14 @@ const KernelCopyMax = 2 << 20
 // CopyHost queues up to three transfers between device memory and pinned
 // host memory, all to the host (toHost) or all from it: as one kernel over
 // the pinned buffers' device addresses (KernelCopy) when they total at
-// most KernelCopyMax bytes and engines is not set, else one copy-engine
-// transfer each (Stream.CopyDtoH, Stream.CopyHtoD).
-func (d *Device) CopyHost(s *Stream, toHost, engines bool, cs ...HostCopy) error {
+// most KernelCopyMax bytes, else one copy-engine transfer each
+// (Stream.CopyDtoH, Stream.CopyHtoD).
+func (d *Device) CopyHost(s *Stream, toHost bool, cs ...HostCopy) error {
 	total := int64(0)
 	for _, c := range cs {
 		total += c.N
 	}
-	if engines || total > KernelCopyMax || len(cs) > 3 {
+	if total > KernelCopyMax || len(cs) > 3 {
 		var errs []error
 		for _, c := range cs {
 			if toHost {

@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime/cgo"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -48,29 +47,16 @@ func (s *Stream) Synchronize() error {
 	return cuErr(C.kt_cuStreamSynchronize(s.d.ctx, s.s), "cuStreamSynchronize")
 }
 
-// WaitValue makes future work on s wait until the uint32 at byte off of the
-// pinned buffer h reaches v (cuStreamWaitValue32, CU_STREAM_WAIT_VALUE_GEQ:
-// the cyclic comparison (int32)(*addr - v) >= 0, so a counter may wrap):
-// the host lets work it queued ahead run by storing a value there, without
-// a launch or a call on the stream. Drivers without stream memory
-// operations answer CUDA_ERROR_NOT_SUPPORTED.
-func (s *Stream) WaitValue(h *HostBuffer, off int64, v uint32) error {
-	dp, err := hostWord(h, off)
-	if err != nil {
-		return err
-	}
-	return cuErr(C.kt_cuStreamWaitValue32(s.d.ctx, s.s, C.CUdeviceptr(dp), C.uint(v), 0), "cuStreamWaitValue32")
-}
-
 // WaitHostTimeout is how long a WaitHost kernel waits for its value before
 // it traps (the context fails: an error on every later call, not a hang).
 const WaitHostTimeout = 60 * time.Second
 
-// WaitHost makes future work on s wait, as WaitValue does, until the uint32
-// at byte off of the pinned buffer h reaches v (the same cyclic
-// comparison), with a one-thread kernel that reads the word over the bus
-// instead of a stream memory operation: any driver runs it, and the work
-// behind starts about one bus read and one kernel boundary after the
+// WaitHost makes future work on s wait until the uint32 at byte off of the
+// pinned buffer h reaches v in cyclic order ((int32)(*addr - v) >= 0, so a
+// counter may wrap), with a one-thread kernel that reads the word over the
+// bus: the host lets work it queued ahead run by storing a value there,
+// without a launch or a call on the stream. Any driver runs it, and the
+// work behind starts about one bus read and one kernel boundary after the
 // store. The kernel occupies one block while it waits; past
 // WaitHostTimeout it traps. Make the first call while no stream waits on
 // the host: it loads the kernel's module, which may wait for the work
@@ -208,32 +194,6 @@ func (e *Event) Destroy() error {
 	err := cuErr(C.kt_cuEventDestroy(e.d.ctx, e.e), "cuEventDestroy")
 	e.e = nil
 	return err
-}
-
-// HostFunc is a Go function registered to run on a CUDA stream
-// (cuLaunchHostFunc): it runs on a driver thread once all earlier work on
-// the stream is done, and the stream's later work waits for it to return.
-// It must not call CUDA. Registration is separate from launching so that
-// a graph captured with the function can be replayed many times; Release
-// it when no stream or graph can run it any more.
-type HostFunc struct {
-	h cgo.Handle
-}
-
-// NewHostFunc registers fn.
-func NewHostFunc(fn func()) *HostFunc { return &HostFunc{h: cgo.NewHandle(fn)} }
-
-// Release unregisters the function.
-func (f *HostFunc) Release() { f.h.Delete() }
-
-//export ktHostCallback
-func ktHostCallback(h C.uintptr_t) {
-	cgo.Handle(h).Value().(func())()
-}
-
-// LaunchHostFunc queues f on s.
-func (s *Stream) LaunchHostFunc(f *HostFunc) error {
-	return cuErr(C.kt_launch_host_func(s.d.ctx, s.s, C.uintptr_t(f.h)), "cuLaunchHostFunc")
 }
 
 // HostFlag is a 64-bit word in pinned host memory that a stream sets from

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/ktserve/kt/hybrid"
+	"github.com/ktserve/kt/internal/settings"
 )
 
 // DeferralRuns is the number of decode steps DeferralRows runs after its
@@ -83,20 +83,20 @@ func DeferralMatchesReference(t *testing.T, vocab int, ds []int, load func(exper
 		refs[d], _, _ = run("backend", d, decode)
 	}
 	for _, level := range EngineLevels() {
-		t.Setenv(hybrid.ISAEnv, level)
+		t.Setenv(settings.ExpertISA.Name, level)
 		eng0, _, path := run("BF16", 0, decode)
 		tol := EngineTol(path)
-		t.Logf("%s=%q, D=0: engine vs reference %.3g (bound %g)", hybrid.ISAEnv, level, WorstDiff(eng0, base), tol)
+		t.Logf("%s=%q, D=0: engine vs reference %.3g (bound %g)", settings.ExpertISA.Name, level, WorstDiff(eng0, base), tol)
 		for _, d := range ds {
 			ref := refs[d]
 			eng, _, _ := run("BF16", d, decode)
 			diff, moved, engMoved := WorstDiff(eng, ref), WorstDiff(ref, base), WorstDiff(eng, eng0)
-			t.Logf("%s=%q, D=%d: engine vs reference %.3g; reference moved from D=0 by %.3g, engine by %.3g", hybrid.ISAEnv, level, d, diff, moved, engMoved)
+			t.Logf("%s=%q, D=%d: engine vs reference %.3g; reference moved from D=0 by %.3g, engine by %.3g", settings.ExpertISA.Name, level, d, diff, moved, engMoved)
 			if diff > tol {
-				t.Errorf("%s=%q, D=%d: engine and reference differ by %g > %g", hybrid.ISAEnv, level, d, diff, tol)
+				t.Errorf("%s=%q, D=%d: engine and reference differ by %g > %g", settings.ExpertISA.Name, level, d, diff, tol)
 			}
 			if moved < 10*Tol || engMoved < 10*Tol {
-				t.Errorf("%s=%q, D=%d: logprobs moved from D=0 by only %g (reference) / %g (engine): is deferral applied?", hybrid.ISAEnv, level, d, moved, engMoved)
+				t.Errorf("%s=%q, D=%d: logprobs moved from D=0 by only %g (reference) / %g (engine): is deferral applied?", settings.ExpertISA.Name, level, d, moved, engMoved)
 			}
 		}
 	}

@@ -10,15 +10,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/engine/sample"
-	"github.com/ktserve/kt/hybrid"
 	"github.com/ktserve/kt/internal/fixtures"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/model"
 )
 
@@ -140,13 +139,16 @@ func MatchesTransformersAll(t *testing.T, fixtureNames []string, portable func(f
 // set.
 func MakeSynthetic(t *testing.T, what string, write func(dir string, layers int) error) {
 	t.Helper()
-	dir := os.Getenv("KT_SYNTH_OUT")
+	dir := settings.SynthOut.Get()
 	if dir == "" {
-		t.Skipf("set KT_SYNTH_OUT=DIR (and KT_SYNTH_LAYERS) to write a %s-shaped checkpoint", what)
+		t.Skipf("set %s=DIR (and %s) to write a %s-shaped checkpoint", settings.SynthOut.Name, settings.SynthLayers.Name, what)
 	}
-	layers := 8
-	if v, err := strconv.Atoi(os.Getenv("KT_SYNTH_LAYERS")); err == nil && v > 0 {
-		layers = v
+	layers, err := settings.SynthLayers.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layers == 0 {
+		layers = 8
 	}
 	if err := write(dir, layers); err != nil {
 		t.Fatal(err)
@@ -362,23 +364,23 @@ func EngineMatchesReference(t *testing.T, vocab int, load func(experts string) (
 		t.Fatalf("synthetic model too flat to compare (spread %g)", spread)
 	}
 	for _, level := range EngineLevels() {
-		t.Setenv(hybrid.ISAEnv, level)
+		t.Setenv(settings.ExpertISA.Name, level)
 		eng, path := run("BF16")
 		worst, tol := WorstDiff(ref, eng), EngineTol(path)
-		t.Logf("%s=%q: worst logprob difference %.3g (logprob spread %.3g, bound %g)", hybrid.ISAEnv, level, worst, spread, tol)
+		t.Logf("%s=%q: worst logprob difference %.3g (logprob spread %.3g, bound %g)", settings.ExpertISA.Name, level, worst, spread, tol)
 		if worst > tol {
-			t.Errorf("%s=%q: engine and reference differ by %g > %g", hybrid.ISAEnv, level, worst, tol)
+			t.Errorf("%s=%q: engine and reference differ by %g > %g", settings.ExpertISA.Name, level, worst, tol)
 		}
 	}
 }
 
 // EngineLevels returns the CPU expert engine's kernel levels the engine
 // tests compare with the backend's reference MoE op, as values of
-// KT_CPUEXPERTS_ISA (hybrid.ISAEnv): "avx2", where the engine's activations
+// KT_CPUEXPERTS_ISA (settings.ExpertISA): "avx2", where the engine's activations
 // are f32 like the reference's, then the level the environment asks for
 // (default auto: the machine's best) unless that is avx2 too.
 func EngineLevels() []string {
-	own := os.Getenv(hybrid.ISAEnv)
+	own := settings.ExpertISA.Value()
 	if own == "avx2" {
 		return []string{"avx2"}
 	}

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
 )
@@ -92,36 +92,34 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if threads == 0 {
 		threads = o.Threads
 	}
-	spinPure, err := envDuration(SpinPureEnv)
-	if err != nil {
-		return nil, err
-	}
-	spinWait, err := envDuration(SpinWaitEnv)
+	spinWait, err := settings.ExpertSpinWait.Get()
 	if err != nil {
 		return nil, err
 	}
 	if spinWait == 0 && !isCPU {
 		spinWait = cpuexperts.HybridSpinWait // nothing else runs on the workers' cores
 	}
-	pfOff, err := prefetchOff(pools)
+	isa, err := settings.ExpertISA.Get()
 	if err != nil {
 		return nil, err
 	}
-	noStream, err := envChoice(MissStreamEnv, "1", "0")
+	timed, err := settings.HybridTiming.Get()
 	if err != nil {
 		return nil, err
 	}
+	// the hybrid step's next-layer prefetch (prefetch.go): decode tasks
+	// take their blocks on the workers that prefetched them, the
+	// prediction's misses streamed into L2 meanwhile
+	prefetch := !isCPU && prefetchOff(pools) == ""
 	eng, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: threads, Pools: pools, NUMANodes: o.ExpertNUMANodes,
 		MaxTokens: o.MaxBatchTokens, TopK: c.TopK, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize,
-		ISA: cpuexperts.ISA(os.Getenv(ISAEnv)), SyncHelp: os.Getenv(SyncHelpEnv) == "1", SpinPure: spinPure, SpinWait: spinWait,
-		Trace: os.Getenv(TimingEnv) == "1", OwnedDecode: !isCPU && pfOff == "",
-		DecodeMissStream: !isCPU && pfOff == "" && !noStream})
+		ISA: cpuexperts.ISA(isa), SpinWait: spinWait, Trace: timed, OwnedDecode: prefetch, DecodeMissStream: prefetch})
 	if err != nil {
 		return nil, fmt.Errorf("CPU expert engine: %w", err)
 	}
 	x := &engine{eng: eng, layers: make([]*cpuexperts.Layer, len(layers)), k: c.TopK, hid: c.HiddenSize, from: "the checkpoint"}
 	if !isCPU {
-		if x.gpu, err = newGPULink(rb, x, layers); err != nil {
+		if x.gpu, err = newGPULink(rb, x, layers, timed); err != nil {
 			eng.Close()
 			return nil, err
 		}
@@ -305,11 +303,11 @@ func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []flo
 
 // predict queues the prediction of layer l's expert picks in the hybrid
 // step (gpuLink.predict; a no-op otherwise).
-func (x *engine) predict(l, at int, h, add, norm, router backend.Tensor, eps float32, n int) error {
+func (x *engine) predict(l int, h, add, norm, router backend.Tensor, eps float32, n int) error {
 	if x.gpu == nil {
 		return nil
 	}
-	return x.gpu.predict(l, at, h, add, norm, router, eps, n)
+	return x.gpu.predict(l, h, add, norm, router, eps, n)
 }
 
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).
@@ -320,24 +318,12 @@ func (x *engine) join(l int, out backend.Tensor, n int) error {
 	return nil
 }
 
-// hybridGraphs tells runbase how the hybrid step's decode steps may be
-// captured (gpuLink.graphSetup: piecewise by default, one graph with C host
-// nodes when asked for) and turns graphs off otherwise (the Go host
-// functions of the overlapped form, like the synchronous hand-off, cannot
-// be replayed).
+// hybridGraphs asks runbase for piecewise decode graphs for the hybrid
+// step (gpuLink.graphSetup) and turns graphs off where it cannot have them
+// (the op-by-op hand-off waits for the GPU inside the step).
 func (x *engine) hybridGraphs(rb *runbase.Base) {
-	if x.gpu == nil {
-		rb.DisableGraphs("hybrid step (routed experts on the CPU expert engine)")
-		return
-	}
-	off, collect := x.gpu.graphSetup(rb)
-	if off != "" {
+	if off := x.gpu.graphSetup(rb); off != "" {
 		rb.DisableGraphs(off)
-		return
-	}
-	if collect {
-		// a replayed step's CPU tasks report their errors once it is done
-		rb.OnReplay(x.eng.Sync)
 	}
 }
 
@@ -350,7 +336,7 @@ func (x *engine) describe() string {
 			cfg := x.eng.Config()
 			where := ""
 			if x.gpu != nil {
-				where = fmt.Sprintf("; hybrid: the rest on %s, %s; %s", x.gpu.be.Name(), x.gpu.mode(), x.gpu.placement())
+				where = fmt.Sprintf("; hybrid: the rest on %s, CPU experts between the GPU's ops; %s", x.gpu.be.Name(), x.gpu.placement())
 				where += "; " + x.gpu.graphForm() + x.gpu.lw.describe() + x.gpu.describePrefetch()
 			}
 			return fmt.Sprintf("cpuexperts %s (%s; %d threads in %d pool(s); weights from %s%s)", m, x.eng.Kernels(m), cfg.Threads, cfg.Pools, x.from, where)
@@ -359,7 +345,7 @@ func (x *engine) describe() string {
 	return "cpuexperts"
 }
 
-// timing reports the hybrid hand-off times (TimingEnv), or "".
+// timing reports the hybrid hand-off times (settings.HybridTiming), or "".
 func (x *engine) timing() string {
 	if x.gpu == nil {
 		return ""
@@ -369,10 +355,10 @@ func (x *engine) timing() string {
 		return ""
 	}
 	if planned, read := x.eng.Prefetched(); planned > 0 {
-		s += fmt.Sprintf("\nprefetch (%s): %.0f MB of predicted experts' weights, %.0f%% read while the GPU ran", PrefetchEnv,
+		s += fmt.Sprintf("\nprefetch: %.0f MB of predicted experts' weights, %.0f%% read while the GPU ran",
 			float64(planned)/1e6, 100*float64(read)/float64(planned))
 	}
-	if t := x.eng.Trace(); t.Tasks > 0 { // the decode tasks' own split (TimingEnv turns the trace on)
+	if t := x.eng.Trace(); t.Tasks > 0 { // the decode tasks' own split (settings.HybridTiming turns the trace on)
 		s += "\n" + cpuexperts.TraceHeader + "\n" + t.Row("hybrid", 1)
 	}
 	return s
@@ -392,17 +378,3 @@ func (x *engine) close() {
 
 // layerwiseStats reports layerwise prefill's counts (the hybrid step).
 func (x *engine) layerwiseStats() LayerwiseStats { return x.gpu.layerwiseStats() }
-
-// envDuration reads a non-negative Go duration from the environment
-// variable name (0 where it is unset: the engine's default).
-func envDuration(name string) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s=%s: want a duration such as 300us", name, v)
-	}
-	return d, nil
-}

@@ -7,61 +7,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
-
-// TestEnvDuration: the engine's duration knobs from the environment: unset
-// is the default (0), a Go duration is taken, a negative or malformed one is
-// refused with the variable's name.
-func TestEnvDuration(t *testing.T) {
-	const name = "KT_TEST_ENV_DURATION"
-	for _, tc := range []struct {
-		v    string
-		want time.Duration
-		bad  bool
-	}{{"", 0, false}, {"300us", 300 * time.Microsecond, false}, {"1.5ms", 1500 * time.Microsecond, false}, {"-1s", 0, true}, {"soon", 0, true}} {
-		t.Setenv(name, tc.v)
-		d, err := envDuration(name)
-		if (err != nil) != tc.bad || d != tc.want {
-			t.Errorf("%s=%q: %v, %v", name, tc.v, d, err)
-		}
-		if err != nil && !strings.Contains(err.Error(), name) {
-			t.Errorf("%s=%q: error %q does not name the variable", name, tc.v, err)
-		}
-	}
-}
-
-// TestEnvEnum: the hybrid step's named knobs (KT_HYBRID_RESUME and the
-// two-way ones): unset is the first value, each value its index, anything
-// else an error naming the variable and every value.
-func TestEnvEnum(t *testing.T) {
-	const name = "KT_TEST_ENV_ENUM"
-	for _, tc := range []struct {
-		v    string
-		want int
-		bad  bool
-	}{{"", 0, false}, {"poll", 0, false}, {"engine", 1, false}, {"host", 2, false}, {"Host", 0, true}, {"1", 0, true}} {
-		t.Setenv(name, tc.v)
-		i, err := envEnum(name, resumeNames...)
-		if (err != nil) != tc.bad || i != tc.want {
-			t.Errorf("%s=%q: %d, %v", name, tc.v, i, err)
-		}
-		if err != nil && (!strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "poll (the default) or engine or host")) {
-			t.Errorf("%s=%q: error %q does not name the variable and its values", name, tc.v, err)
-		}
-	}
-	t.Setenv(name, "0")
-	if off, err := envChoice(name, "1", "0"); !off || err != nil {
-		t.Errorf("envChoice(%s=0, 1, 0) = %v, %v", name, off, err)
-	}
-}
 
 // fp8Weights is a layer of E experts quantized to block-scaled FP8 as FP8
 // checkpoints are (backend.QuantizeFP8, 128 x 128 blocks), and the same
@@ -119,8 +71,7 @@ func perRowScales(t *testing.T, h backend.Host) backend.Host {
 }
 
 // TestHostMatrixFP8: the CPU expert engine reads a block-scaled FP8
-// checkpoint's experts with their scales (it refused them for want of
-// weight_scale_inv before): a converting method gives bit for bit the layer
+// checkpoint's experts with their scales: a converting method gives bit for bit the layer
 // of the dequantized weights, whether the scales come in 128 x 128 blocks
 // or one row at a time; the in-place FP8 method takes 128 x 128 blocks and
 // matches the float64 reference of the dequantized weights.

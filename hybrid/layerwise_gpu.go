@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
-	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/internal/settings"
 )
 
 // layerwise is the hybrid step's layerwise GPU prefill (see layerwise.go):
@@ -32,7 +31,7 @@ type layerwise struct {
 	layers    []*Weights
 	order     []int        // per model layer: its index among the MoE layers, −1 for a dense one
 	next      []int        // per model layer: the next MoE layer, −1 for none
-	sets      []*shadowSet // 2 (the default), or 1 with BuffersEnv=1 (no overlap)
+	sets      []*shadowSet // 2 (the default), or 1 with settings.LayerwiseBuffers=1 (no overlap)
 	cs        *cuda.Stream // the uploads' stream
 	stage     [2]*cuda.HostBuffer
 	stageEv   [2]*cuda.Event
@@ -67,42 +66,11 @@ type devWeight struct {
 	nData, nScale int64
 }
 
-// dynamicUpdate is --kt-enable-dynamic-expert-update's state: per model
-// layer, which expert each GPU expert slot holds and the slot's device
-// tensors (the ones Load uploaded for the placement).
-type dynamicUpdate struct {
-	layers         []*Weights
-	slots          [][]int               // per model layer: slot → expert
-	slotT          [][][3]backend.Tensor // per model layer, per slot: gate, up, down
-	counts         []int                 // scratch: picks per expert
-	ids            []int32               // scratch: the step's picks read back
-	updates, moved int                   // layers whose slots changed so far
-}
-
 // stageTarget is the size of a pinned staging slot, unless one expert is
 // larger: a group of experts fills it in one parallel copy, so the host copy
 // runs on every copy goroutine (one expert's matrices are a few MiB) and
 // the wait for the slot's previous transfer comes once per group.
 const stageTarget = 64 << 20
-
-// BuffersEnv names the environment variable that sets how many shadow
-// layer buffers layerwise prefill keeps on the GPU: 2 (the default: the
-// next MoE layer's upload overlaps this layer's compute) or 1 (half the
-// VRAM — one MoE layer, as KT's — and each layer's upload waits for the
-// previous layer's compute).
-const BuffersEnv = "KT_LAYERWISE_BUFFERS"
-
-// shadowSets returns the number of shadow layer buffers BuffersEnv asks for.
-func shadowSets() (int, error) {
-	switch v := os.Getenv(BuffersEnv); v {
-	case "", "2":
-		return 2, nil
-	case "1":
-		return 1, nil
-	default:
-		return 0, fmt.Errorf("%s=%s: want 1 or 2", BuffersEnv, v)
-	}
-}
 
 // newLayerwise sets up layerwise prefill over layers for threshold t,
 // with dynamic expert update when dynamic.
@@ -115,7 +83,7 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 			return nil, errors.New("--kt-gpu-prefill-token-threshold cannot be used with KT expert LoRA (the GPU MoE op has no expert LoRA); set it to 0")
 		}
 	}
-	nsets, err := shadowSets()
+	nsets, err := settings.LayerwiseBuffers.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -461,106 +429,6 @@ func (lw *layerwise) close() {
 	if lw.cs != nil {
 		_ = lw.cs.Destroy()
 	}
-}
-
-// newDynamicUpdate records the GPU expert slots of layers: the experts
-// Load placed, in id order, and their device tensors.
-func newDynamicUpdate(g *gpuLink, layers []*Weights) *dynamicUpdate {
-	d := &dynamicUpdate{layers: layers, slots: make([][]int, len(layers)), slotT: make([][][3]backend.Tensor, len(layers))}
-	for _, w := range layers {
-		if w != nil {
-			d.counts = make([]int, len(w.Gate)) // every MoE layer has the same experts
-			break
-		}
-	}
-	for l, w := range layers {
-		if w == nil || w.NGPU == 0 || w.NGPU == len(w.Gate) {
-			continue // nothing to choose: no slot, or every expert has one
-		}
-		d.slots[l] = SlotsFromMask(w.GPU)
-		for _, e := range d.slots[l] {
-			d.slotT[l] = append(d.slotT[l], [3]backend.Tensor{w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e]})
-		}
-	}
-	d.ids = make([]int32, g.maxTok*g.k)
-	return d
-}
-
-// update refills layer l's GPU expert slots with the step's most picked
-// experts (ids, n rows), copied device to device from s (which holds the
-// layer), and rewrites the GPU MoE op's expert table and the CPU engine's
-// skip mask in place.
-func (d *dynamicUpdate) update(g *gpuLink, l int, s *shadowSet, ids backend.Tensor, n int) error {
-	slots := d.slots[l]
-	if slots == nil {
-		return nil
-	}
-	picks := d.ids[:n*g.k]
-	if err := g.be.ReadI32(picks, ids, n*g.k); err != nil {
-		return fmt.Errorf("layer %d: reading the picks: %w", l, err)
-	}
-	clear(d.counts)
-	CountPicks(d.counts, picks)
-	next, copies, err := AssignSlots(slots, HottestExperts(d.counts, len(slots)))
-	if err != nil {
-		return fmt.Errorf("layer %d: %w", l, err)
-	}
-	if len(copies) == 0 {
-		return nil
-	}
-	for _, c := range copies {
-		if err := d.copySlot(g, d.slotT[l][c.Slot], s.dst[c.Expert]); err != nil {
-			return fmt.Errorf("layer %d expert %d into slot %d: %w", l, c.Expert, c.Slot, err)
-		}
-	}
-	d.slots[l] = next
-	w := d.rebind(l, next)
-	if err := g.be.RefreshMoETable(&w.OnGPU); err != nil { // waits for the copies
-		return fmt.Errorf("layer %d: %w", l, err)
-	}
-	d.updates++
-	d.moved += len(copies)
-	return setSkip(g.x.layers[l], w.GPU)
-}
-
-// copySlot queues the device-to-device copies of one expert's matrices
-// from the shadow set into a GPU expert slot.
-func (d *dynamicUpdate) copySlot(g *gpuLink, slot [3]backend.Tensor, src [3]devWeight) error {
-	for j, t := range slot {
-		data, scale, ok := g.be.WeightBuffers(t)
-		if !ok {
-			return fmt.Errorf("slot tensor %d is not a tensor of %s", j, g.be.Name())
-		}
-		if data.Size < src[j].nData || scale.Size < src[j].nScale {
-			return fmt.Errorf("slot tensor %d holds %d+%d bytes, the expert %d+%d", j, data.Size, scale.Size, src[j].nData, src[j].nScale)
-		}
-		if err := g.s.CopyDtoD(data, src[j].data, src[j].nData); err != nil {
-			return err
-		}
-		if src[j].nScale > 0 {
-			if err := g.s.CopyDtoD(scale, src[j].scale, src[j].nScale); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// rebind points layer l's GPU experts at the slots' new experts
-// (RebindSlots); it returns the layer's Weights.
-func (d *dynamicUpdate) rebind(l int, slots []int) *Weights {
-	w := d.layers[l]
-	RebindSlots(w, d.slotT[l], slots)
-	return w
-}
-
-// setSkip gives the CPU engine's layer its new skip mask (the experts on
-// the GPU), written in place.
-func setSkip(L *cpuexperts.Layer, gpu []bool) error {
-	if err := L.SetSkip(gpu); err != nil {
-		return fmt.Errorf("CPU expert skip mask: %w", err)
-	}
-	return nil
 }
 
 // describe says what layerwise prefill does, for Path ("" when off).

@@ -1,0 +1,157 @@
+package hybrid
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/ktserve/kt/arch/runbase"
+	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/placement"
+)
+
+// GPU experts (--kt-num-gpu-experts and its placement options): in the
+// hybrid step some routed experts of each MoE layer are uploaded to the
+// GPU (Placement; Load binds them), the GPU MoE op computes their share of
+// the layer while the CPU expert engine, which skips them, computes the
+// rest, and the two shares are summed on the GPU. With dynamic expert
+// update (--kt-enable-dynamic-expert-update) the GPU expert slots of each
+// layer are refilled after its layerwise prefill with the step's most
+// picked experts (HottestExperts, AssignSlots, RebindSlots).
+
+// Placement returns the GPU expert mask of the model of config c for
+// rb.Opts.GPUExperts in the hybrid step, with the number of GPU experts
+// over all MoE layers; nil when no routed expert goes to the GPU.
+func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, error) {
+	if !Hybrid(rb) || !rb.Opts.GPUExperts.Active() {
+		return nil, 0, nil
+	}
+	moe := make([]bool, len(c.Layers))
+	for l, L := range c.Layers {
+		moe[l] = L.IsMoE
+	}
+	m, n, err := placement.Compute(moe, c.NumExperts, rb.Opts.GPUExperts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", rb.Name, err)
+	}
+	return m, n, nil
+}
+
+// CountPicks adds to counts (one per expert) the expert picks in ids;
+// ids outside [0, len(counts)) (masked picks) are not counted.
+func CountPicks(counts []int, ids []int32) {
+	for _, id := range ids {
+		if id >= 0 && int(id) < len(counts) {
+			counts[id]++
+		}
+	}
+}
+
+// HottestExperts returns the n experts with the most picks in counts,
+// ties to the lower id (torch.topk over SGLang-KT's index_add counts, as
+// select_top_experts_from_batch), in increasing id order. n is clamped to
+// [0, len(counts)].
+func HottestExperts(counts []int, n int) []int {
+	n = min(max(n, 0), len(counts))
+	order := make([]int, len(counts))
+	for e := range order {
+		order[e] = e
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(counts[b], counts[a]) })
+	top := order[:n]
+	slices.Sort(top)
+	return top
+}
+
+// SlotCopy is one expert to copy into a GPU expert slot.
+type SlotCopy struct {
+	Slot, Expert int
+}
+
+// AssignSlots places the experts of want (distinct ids) into GPU expert
+// slots whose current experts are slots (slot → expert id, −1 empty;
+// len(want) ≤ len(slots)): an expert already in a slot stays there, the
+// others take the slots freed, lowest slot first. It returns the new
+// slot → expert table and the copies to make.
+func AssignSlots(slots, want []int) ([]int, []SlotCopy, error) {
+	if len(want) > len(slots) {
+		return nil, nil, fmt.Errorf("%d experts for %d GPU expert slots", len(want), len(slots))
+	}
+	in := make(map[int]bool, len(want))
+	for _, e := range want {
+		if e < 0 || in[e] {
+			return nil, nil, fmt.Errorf("expert %d listed twice or negative in %v", e, want)
+		}
+		in[e] = true
+	}
+	next := slices.Clone(slots)
+	placed := make(map[int]bool, len(want))
+	var free []int
+	for s, e := range next {
+		if e >= 0 && in[e] && !placed[e] {
+			placed[e] = true
+			continue
+		}
+		next[s] = -1
+		free = append(free, s)
+	}
+	var copies []SlotCopy
+	for _, e := range want {
+		if placed[e] {
+			continue
+		}
+		s := free[0]
+		free = free[1:]
+		next[s] = e
+		copies = append(copies, SlotCopy{Slot: s, Expert: e})
+	}
+	return next, copies, nil
+}
+
+// MaskFromSlots returns the GPU expert mask (true: on the GPU) of E
+// experts for the slot → expert table slots, into mask (len E).
+func MaskFromSlots(mask []bool, slots []int) {
+	clear(mask)
+	for _, e := range slots {
+		if e >= 0 && e < len(mask) {
+			mask[e] = true
+		}
+	}
+}
+
+// RebindSlots points w's GPU experts at new places after a dynamic
+// update: slot i (tensors slotT[i]: gate, up, down) now holds expert
+// slots[i] (−1: none). w.GPU (updated in place: the CPU engine's skip
+// mask is set from it), w.OnGPU (what the GPU MoE op reads; nil for the
+// CPU's experts) and w.Experts (device tensors for GPU experts, host
+// stand-ins for the others, as Load binds them) follow.
+func RebindSlots(w *Weights, slotT [][3]backend.Tensor, slots []int) {
+	MaskFromSlots(w.GPU, slots)
+	for e := range w.Gate {
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = nil, nil, nil
+		if !w.GPU[e] {
+			w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
+		}
+	}
+	for i, e := range slots {
+		if e < 0 {
+			continue
+		}
+		t := slotT[i]
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = t[0], t[1], t[2]
+		w.Gate[e], w.Up[e], w.Down[e] = t[0], t[1], t[2]
+	}
+}
+
+// SlotsFromMask returns the slot → expert table of a placement mask: slot
+// i holds the i-th expert on the GPU, in id order (how Load uploads them).
+func SlotsFromMask(mask []bool) []int {
+	var slots []int
+	for e, on := range mask {
+		if on {
+			slots = append(slots, e)
+		}
+	}
+	return slots
+}
