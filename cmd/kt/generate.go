@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +22,7 @@ import (
 func init() { addCommand(newGenerateCmd) }
 
 type generateFlags struct {
-	modelPath      string
+	loadFlags
 	prompt         string
 	inputIDs       string
 	maxNew         int
@@ -35,29 +34,9 @@ type generateFlags struct {
 	topLogprobs    int
 	promptLogprobs bool
 	ignoreEOS      bool
-	threads        int
 	maxTotal       int
 	chunk          int
-	tokenizerPath  string
-	experts        string
-	ktMethod       string
-	ktWeightPath   string
-	ktCPUInfer     int
-	ktPools        int
-	ktNUMANodes    []int
-	// GPU experts of the hybrid step
-	ktNumGPUExperts   int
-	ktPrefillThresh   int
-	ktDynamicUpdate   bool
-	ktGPUExpertsRatio float64
-	ktPlacement       string
-	initExpertLoc     string
-	ktDeferred        int // --kt-max-deferred-experts-per-token
-	device            string
-	baseGPUID         int
-	memFraction       float64
-	noGraph           bool
-	cpuProfile        string
+	cpuProfile     string
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -73,7 +52,7 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 		RunE: func(cmd *cobra.Command, _ []string) error { return runGenerate(cmd, &f) },
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.modelPath, "model-path", "", "checkpoint directory (config.json + *.safetensors)")
+	f.register(fl)
 	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs a tokenizer in the model directory)")
 	fl.StringVar(&f.inputIDs, "input-ids", "", "prompt as comma-separated token ids")
 	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate")
@@ -85,34 +64,16 @@ prints the continuation. Greedy by default; --temperature > 0 samples (with
 	fl.IntVar(&f.topLogprobs, "top-logprobs", 0, "alternatives with logprobs per output token (--json)")
 	fl.BoolVar(&f.promptLogprobs, "prompt-logprobs", false, "also score every prompt token (--json)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "do not stop at an end-of-sequence token")
-	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0 = all cores)")
 	fl.IntVar(&f.maxTotal, "max-total-tokens", 0, "KV cache budget in tokens (default: prompt + new tokens)")
 	fl.IntVar(&f.chunk, "chunked-prefill-size", 512, "prefill chunk size in tokens")
-	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
-	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
-	fl.StringVar(&f.ktMethod, "kt-method", "", "CPU expert method, as kt serve's flag (same as --experts METHOD)")
-	fl.StringVar(&f.ktWeightPath, "kt-weight-path", "", "CPU expert weights: the model directory, a kt quant output, or a KTransformers-converted AMXINT8/AMXINT4 directory (needs --kt-method)")
-	fl.IntVar(&f.ktCPUInfer, "kt-cpuinfer", 0, "CPU expert engine threads (0 = --threads)")
-	fl.IntVar(&f.ktPools, "kt-threadpool-count", 0, "CPU expert thread pools, one per NUMA node (0 = as the kt quant output was converted, else 1)")
-	fl.IntSliceVar(&f.ktNUMANodes, "kt-numa-nodes", nil, "NUMA node of each CPU expert thread pool (comma-separated)")
-	fl.IntVar(&f.ktNumGPUExperts, "kt-num-gpu-experts", -1, "routed experts per MoE layer kept on the GPU in the hybrid step (--device cuda --kt-method M)")
-	fl.Float64Var(&f.ktGPUExpertsRatio, "kt-gpu-experts-ratio", 0, "fraction of all routed experts kept on the GPU; overrides --kt-num-gpu-experts")
-	fl.StringVar(&f.ktPlacement, "kt-expert-placement-strategy", "uniform", "GPU expert placement: "+strings.Join(placementStrategies, ", "))
-	fl.StringVar(&f.initExpertLoc, "init-expert-location", "trivial", "expert statistics (SGLang's torch.save file, FILE.pt) for --kt-expert-placement-strategy frequency")
-	fl.IntVar(&f.ktPrefillThresh, "kt-gpu-prefill-token-threshold", 0, "hybrid step: forward passes of at least this many tokens run every routed expert on the GPU, layer by layer (0 off; as kt serve's flag)")
-	fl.BoolVar(&f.ktDynamicUpdate, "kt-enable-dynamic-expert-update", false, "hybrid step: after a layerwise prefill, refill each layer's GPU expert slots with the batch's most picked experts (needs --kt-gpu-prefill-token-threshold)")
-	fl.IntVar(&f.ktDeferred, "kt-max-deferred-experts-per-token", 0, "routed experts per token whose CPU work may finish during the next MoE layer (0 off, 1-4 recommended; CPU experts only)")
-	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
-	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
-	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the generation (prefill and decode, not the load) to this file (go tool pprof)")
-	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 	return c
 }
 
 func runGenerate(cmd *cobra.Command, f *generateFlags) error {
-	if f.modelPath == "" {
-		return errors.New("generate: --model-path is required")
+	opts, err := f.options(cmd)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
 	if (f.prompt == "") == (f.inputIDs == "") {
 		return errors.New("generate: give exactly one of --prompt and --input-ids")
@@ -120,41 +81,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 	if f.chunk <= 0 || f.maxNew < 0 {
 		return errors.New("generate: --chunked-prefill-size must be positive and --max-new-tokens non-negative")
 	}
-	if !slices.Contains(arch.Devices, f.device) {
-		return fmt.Errorf("generate: --device %q: want one of %s", f.device, strings.Join(arch.Devices, ", "))
-	}
-	if f.memFraction < 0 || f.memFraction > 1 {
-		return fmt.Errorf("generate: --mem-fraction-static %v outside (0, 1]", f.memFraction)
-	}
-	experts := f.experts
-	switch {
-	case f.ktMethod != "" && cmd.Flags().Changed("experts") && !strings.EqualFold(f.ktMethod, f.experts):
-		return fmt.Errorf("generate: --kt-method %s and --experts %s disagree; give one", f.ktMethod, f.experts)
-	case f.ktMethod != "":
-		experts = f.ktMethod
-	case f.ktWeightPath != "":
-		return errors.New("generate: --kt-weight-path needs --kt-method (BF16, AMXINT8, ...)")
-	}
-	if f.ktCPUInfer < 0 || f.ktPools < 0 {
-		return errors.New("generate: --kt-cpuinfer and --kt-threadpool-count must not be negative")
-	}
-	gpuExperts := gpuExpertRequest(f.ktNumGPUExperts, f.ktGPUExpertsRatio, cmd.Flags().Changed("kt-gpu-experts-ratio"), f.ktPlacement, f.initExpertLoc)
-	if gpuExperts.Active() && (f.device == "cpu" || experts == "auto" || experts == "backend") {
-		return errors.New("generate: GPU experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio) belong to the hybrid step: give --device cuda (or auto) and --kt-method")
-	}
-	if err := deferralAllowed(f.ktDeferred, f.device, experts); err != nil {
-		return err
-	}
-	if err := layerwiseAllowed(f.ktPrefillThresh, f.ktDynamicUpdate, f.device, experts); err != nil {
-		return err
-	}
 	var ids []int32
-	var err error
 	var tok *tokenizer.Tokenizer
-	tokDir := f.tokenizerPath
-	if tokDir == "" {
-		tokDir = f.modelPath
-	}
+	tokDir := f.tokenizerDir()
 	if _, serr := os.Stat(filepath.Join(tokDir, "tokenizer.json")); serr == nil {
 		if tok, err = tokenizer.Load(tokDir); err != nil {
 			return fmt.Errorf("generate: %w", err)
@@ -181,11 +110,9 @@ func runGenerate(cmd *cobra.Command, f *generateFlags) error {
 		total = len(ids) + f.maxNew + 16
 	}
 	t0 := time.Now()
-	r, err := arch.Load(f.modelPath, arch.Options{MaxSeqs: 1, MaxTotalTokens: total, MaxBatchTokens: f.chunk, Threads: f.threads, Experts: experts,
-		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
-		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, GPUPrefillThreshold: f.ktPrefillThresh, DynamicExpertUpdate: f.ktDynamicUpdate, Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction,
-		DisableCUDAGraph: f.noGraph,
-		Notify:           func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }})
+	opts.MaxSeqs, opts.MaxTotalTokens, opts.MaxBatchTokens = 1, total, f.chunk
+	opts.Notify = func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "generate:", msg) }
+	r, err := arch.Load(f.modelPath, opts)
 	if err != nil {
 		return err
 	}
@@ -293,47 +220,4 @@ func procMemory() map[string]int64 {
 		}
 	}
 	return m
-}
-
-// deferralAllowed refuses --kt-max-deferred-experts-per-token d where kt
-// does not implement it: deferral splits the routed experts' CPU task, so
-// it needs the CPU expert engine (a cgo build) and, on the GPU, the hybrid
-// step (--kt-method). On --device cpu the engine (or, where its shapes do
-// not fit, the backend's reference op) runs it.
-func deferralAllowed(d int, device, experts string) error {
-	const flag = "generate: --kt-max-deferred-experts-per-token"
-	switch {
-	case d < 0:
-		return fmt.Errorf("%s %d: must not be negative", flag, d)
-	case d == 0:
-		return nil
-	case len(cpuExpertMethods()) == 0:
-		return fmt.Errorf("%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64), so there is no CPU task to defer", flag)
-	case device == "cuda" && (experts == "auto" || experts == "backend"):
-		return fmt.Errorf("%s: on the GPU, deferral applies to routed experts on the CPU expert engine: give --kt-method (the hybrid step)", flag)
-	}
-	return nil
-}
-
-// layerwiseAllowed checks --kt-gpu-prefill-token-threshold t and
-// --kt-enable-dynamic-expert-update: both belong to the hybrid step (a GPU
-// in use and --kt-method), and the update runs only inside layerwise
-// prefill, so it needs the threshold (as SGLang's server arguments say).
-func layerwiseAllowed(t int, dynamic bool, device, experts string) error {
-	const flag = "generate: --kt-gpu-prefill-token-threshold"
-	switch {
-	case t < 0:
-		return fmt.Errorf("%s %d: must not be negative", flag, t)
-	case dynamic && t == 0:
-		return errors.New("generate: --kt-enable-dynamic-expert-update works only inside layerwise GPU prefill; set --kt-gpu-prefill-token-threshold too")
-	case t == 0:
-		return nil
-	case device == "cpu":
-		return fmt.Errorf("%s: layerwise GPU prefill needs a GPU; --device cpu runs every expert on the CPU", flag)
-	case experts == "auto" || experts == "backend":
-		return fmt.Errorf("%s: layerwise GPU prefill belongs to the hybrid step: give --kt-method (on the GPU alone every expert is already there)", flag)
-	case len(cpuExpertMethods()) == 0:
-		return fmt.Errorf("%s: this kt has no CPU expert engine (it needs a cgo build for linux/amd64), so there is no hybrid step", flag)
-	}
-	return nil
 }
