@@ -357,8 +357,8 @@ def heldout_nll(model, ids, ctx, device, autocast, n_experts=None, top_k=None):
         tgt = x[:, 1:]
         nll -= float(lp[:, :-1].gather(-1, tgt[..., None]).sum(dtype=torch.float64))
         n += tgt.numel()
-        if n_experts is not None:
-            rl = out.router_logits
+        rl = getattr(out, "router_logits", None) if n_experts is not None else None
+        if rl:
             if counts is None:
                 counts = [torch.zeros(n_experts, dtype=torch.long) for _ in rl]
             for li, r in enumerate(rl):
@@ -370,7 +370,7 @@ def heldout_nll(model, ids, ctx, device, autocast, n_experts=None, top_k=None):
 def routing_summary(counts, n_experts):
     top = max(1, n_experts // 4)
     out = []
-    for li, c in enumerate(counts):
+    for li, c in enumerate(counts or []):
         s = sorted(c.tolist(), reverse=True)
         tot = sum(s)
         out.append(dict(layer=li, top25_share=sum(s[:top]) / tot, max_share=s[0] / tot, min_share=s[-1] / tot,
