@@ -301,13 +301,23 @@ func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []flo
 	return x.eng.Sync()
 }
 
-// predict queues the prediction of layer l's expert picks in the hybrid
-// step (gpuLink.predict; a no-op otherwise).
+// predict queues the prediction of layer l's expert picks during the MoE
+// layer before it in the hybrid step (gpuLink.predict; a no-op otherwise).
 func (x *engine) predict(l int, h, add, norm, router backend.Tensor, eps float32, n int) error {
 	if x.gpu == nil {
 		return nil
 	}
-	return x.gpu.predict(l, h, add, norm, router, eps, n)
+	return x.gpu.predict(l, atNext, h, add, norm, router, eps, n)
+}
+
+// predictStart queues the prediction of the first MoE layer l's expert
+// picks at the step's start in the hybrid step (gpuLink.predict; a no-op
+// otherwise).
+func (x *engine) predictStart(l int, h, norm, router backend.Tensor, eps float32, n int) error {
+	if x.gpu == nil {
+		return nil
+	}
+	return x.gpu.predict(l, atStart, h, nil, norm, router, eps, n)
 }
 
 // join makes layer l's output valid (the hybrid step; a no-op otherwise).

@@ -27,6 +27,10 @@ func (*engine) predict(int, backend.Tensor, backend.Tensor, backend.Tensor, back
 	return nil
 }
 
+func (*engine) predictStart(int, backend.Tensor, backend.Tensor, backend.Tensor, float32, int) error {
+	return nil
+}
+
 func (*engine) describe() string { return "" }
 
 func (*engine) timing() string { return "" }

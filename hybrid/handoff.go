@@ -26,7 +26,7 @@ import (
 // step of n rows (expert deferral): wait for the layer's copies to host,
 // run its CPU experts, queue the prefetch of the next MoE layer.
 func (g *gpuLink) handoff(l, n int) func() error {
-	next, nn := g.pred.take(l) // this step's prediction of the next MoE layer
+	sn, next, nn := g.pred.take(l) // this step's predictions: layer l's at the step's start, the next layer's
 	return func() error {
 		var d int
 		var pending bool
@@ -36,7 +36,7 @@ func (g *gpuLink) handoff(l, n int) func() error {
 			}
 			d, pending = f.begin(l)
 		}
-		t0, t1, err := g.handoffWait(l, n)
+		t0, t1, err := g.handoffWait(l, n, sn)
 		if err != nil {
 			return err
 		}
@@ -45,19 +45,25 @@ func (g *gpuLink) handoff(l, n int) func() error {
 			g.timing.add(l, t0, t1, time.Now())
 		}
 		if err == nil && nn > 0 {
-			err = g.prefetch(next, nn)
+			err = g.prefetch(atNext, next, nn)
 		}
 		return err
 	}
 }
 
-// handoffWait is a hand-off's first part: the wait for layer l's copies to
-// host; with settings.HybridTiming it scores the layer's prefetched
-// prediction and returns when the wait began (t0) and when the copies
-// were in (t1).
-func (g *gpuLink) handoffWait(l, n int) (t0, t1 time.Time, err error) {
+// handoffWait is a hand-off's first part: the prefetch of layer l's
+// prediction at the step's start (sn tokens; 0: none; the first MoE layer
+// only), then the wait for the layer's copies to host; with
+// settings.HybridTiming it scores the layer's prefetched prediction and
+// returns when the hand-off began (t0) and when the copies were in (t1).
+func (g *gpuLink) handoffWait(l, n, sn int) (t0, t1 time.Time, err error) {
 	if g.timing != nil {
 		t0 = time.Now()
+	}
+	if sn > 0 {
+		if err := g.prefetch(atStart, l, sn); err != nil {
+			return t0, t1, err
+		}
 	}
 	if err := spin(g.ev); err != nil {
 		return t0, t1, err
@@ -70,20 +76,21 @@ func (g *gpuLink) handoffWait(l, n int) (t0, t1 time.Time, err error) {
 }
 
 // handoffAhead is layer l's hand-off in the two parts of
-// runbase.Base.CutAhead: after waits for the layer's copies, submits its
-// CPU experts with the counter's next value for the engine to store as
-// the task ends, reads the next layer's prediction and queues the next
-// piece's wait for that value; finish waits for the task, stores the value
-// (again, or for a task that failed) and queues the prefetch. The
-// prediction is read in after: once the next piece is launched, the
-// prediction's event stands for that piece's record of it, which waits
-// for the counter.
+// runbase.Base.CutAhead: after (handoffWait: the first MoE layer's
+// prefetch of its prediction at the step's start, then the wait for the
+// layer's copies) submits its CPU experts with the counter's next value
+// for the engine to store as the task ends, reads the next layer's
+// prediction and queues the next piece's wait for that value; finish
+// waits for the task, stores the value (again, or for a task that failed)
+// and queues the next layer's prefetch. The next layer's prediction is
+// read in after: once the next piece is launched, its slot's event stands
+// for that piece's record of it, which waits for the counter.
 func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
-	next, nn := g.pred.take(l)
+	sn, next, nn := g.pred.take(l)
 	var t0, t1 time.Time
 	after = func() error {
 		var err error
-		if t0, t1, err = g.handoffWait(l, n); err != nil {
+		if t0, t1, err = g.handoffWait(l, n, sn); err != nil {
 			return err
 		}
 		b, v := g.batchFor(n), g.seq+1
@@ -96,7 +103,7 @@ func (g *gpuLink) handoffAhead(l, n int) (after, finish func() error) {
 		g.seq = v   // the engine or finish stores it: the next hand-off waits for the one after
 		if nn > 0 { // while the task runs: the GPU computed it after the layer's copies
 			var ids []int32
-			if ids, err = g.predicted(nn); err == nil {
+			if ids, err = g.predicted(atNext, nn); err == nil {
 				g.pred.held = append(g.pred.held[:0], ids...)
 			}
 		}

@@ -10,38 +10,57 @@ import (
 	"github.com/ktserve/kt/tensor"
 )
 
-// predictor is the hybrid step's next-layer expert prefetch. While the CPU
-// computes MoE layer l's routed experts, the GPU, otherwise idle then,
-// applies the next MoE layer's router to what it has of that layer's input
-// (the residual after layer l's attention plus its shared expert: all but
-// the routed experts' share) and copies the router logits to pinned memory;
+// predictor is the hybrid step's expert prefetch. While the CPU computes
+// MoE layer l's routed experts, the GPU, otherwise idle then, applies the
+// next MoE layer's router to what it has of that layer's input (the
+// residual after layer l's attention plus its shared expert: all but the
+// routed experts' share) and copies the router logits to pinned memory;
 // the host picks their top k while layer l's task runs (after it, with
 // expert deferral), and once the task is done it queues an engine prefetch
 // task (cpuexperts.Layer.Prefetch) of those experts, which reads their
 // weights into the caches of the workers that will compute them while the
-// GPU runs the next layer's attention; in the next layer's task each worker runs
-// its blocks of the prefetched experts first while its kernels stream its
-// other blocks, the prediction's misses, into L2
-// (cpuexperts.Config.DecodeMissStream). A wrong prediction costs memory
-// bandwidth in time the engine is idle, and the prefetch stops as soon as
-// the layer's task is queued. The step's first MoE layer has no layer
-// before it and no prefetch.
+// GPU runs the next layer's attention; in the next layer's task each
+// worker runs its blocks of the prefetched experts first while its kernels
+// stream its other blocks, the prediction's misses, into L2
+// (cpuexperts.Config.DecodeMissStream). The step's first MoE layer has no
+// MoE layer before it: when it is layer 0 its prediction is made at the
+// step's start (Experts.StepStart), from the residual entering it, before
+// its attention, and its hand-off reads it and queues the prefetch before
+// it waits for the layer's copies, so that the engine reads the predicted
+// weights while the GPU runs the rest of that piece. A wrong prediction
+// costs memory bandwidth in time the engine is idle, and the prefetch
+// stops as soon as the layer's task is queued.
 type predictor struct {
-	ev           *cuda.Event      // recorded after the logits' copy
-	pin          *cuda.HostBuffer // f32 [predictMaxTokens][experts]: the router logits
-	logits       []float32
-	ids          []int32 // the host's top k of them
+	slots        [2]predSlot // atStart, atNext
 	h, x, scores backend.Tensor
-	// the prediction queued since the last hand-off was made: its layer
-	// and tokens (0: none)
-	next, nextN int
-	// held keeps the predicted ids from an ahead hand-off's first part to
-	// its second
+	// the predictions queued since the last hand-off was made: at the
+	// step's start and for the next layer (the layer and its tokens; 0:
+	// none)
+	start, startN, next, nextN int
+	// held keeps the next layer's predicted ids from an ahead hand-off's
+	// first part to its second
 	held []int32
 	// prefetched holds, with settings.HybridTiming, each layer's last
 	// prefetched ids until its hand-off compares them with the picks
 	// (empty: none)
 	prefetched [][]int32
+}
+
+// Prediction points of the hybrid step's expert prefetch, each with its
+// own slot (predSlot): both predictions of a step's first piece are in
+// flight together.
+const (
+	atStart = iota // at the step's start, for the first MoE layer: read before its hand-off waits for the layer
+	atNext         // during the previous MoE layer's CPU experts: read after its hand-off submitted them
+)
+
+// predSlot is one prediction's pinned router logits, the event recorded
+// after their copy, and the ids the host picks from them.
+type predSlot struct {
+	ev     *cuda.Event      // recorded after the logits' copy
+	pin    *cuda.HostBuffer // f32 [predictMaxTokens][experts]: the router logits
+	logits []float32
+	ids    []int32 // the host's top k of them
 }
 
 // predictMaxTokens is the most tokens a step may have for the hybrid step
@@ -74,14 +93,17 @@ func newPredictor(g *gpuLink) (*predictor, error) {
 	p := &predictor{}
 	be, T := g.be, predictMaxTokens
 	var err error
-	if p.ev, err = be.Device().NewEvent(false); err == nil {
-		p.pin, err = be.Device().AllocHost(int64(T * g.experts * 4))
+	for i := range p.slots {
+		sl := &p.slots[i]
+		if sl.ev, err = be.Device().NewEvent(false); err == nil {
+			sl.pin, err = be.Device().AllocHost(int64(T * g.experts * 4))
+		}
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("hybrid step prefetch: %w", err)
+		}
+		sl.logits, sl.ids = cuda.HostSlice[float32](sl.pin), make([]int32, T*g.k)
 	}
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("hybrid step prefetch: %w", err)
-	}
-	p.logits, p.ids = cuda.HostSlice[float32](p.pin), make([]int32, T*g.k)
 	for _, a := range []struct {
 		dst   *backend.Tensor
 		dt    tensor.DType
@@ -97,12 +119,13 @@ func newPredictor(g *gpuLink) (*predictor, error) {
 	return p, nil
 }
 
-// predict queues, in a piecewise decode step of n tokens, between the
-// start and the join of the MoE layer before MoE layer l, the prediction
-// of layer l's picks: its router applied to x + add (add may be nil)
-// normed with norm. Other steps predict nothing: their CPU experts run
-// between the GPU's ops, with no idle time to fill.
-func (g *gpuLink) predict(l int, x, add, norm, router backend.Tensor, eps float32, n int) error {
+// predict queues, in a piecewise decode step of n tokens, the prediction
+// of MoE layer l's picks at point at: its router applied to x + add (add
+// may be nil) normed with norm; atNext between the start and the join of
+// the MoE layer before layer l, atStart at the step's start for the first
+// MoE layer (Experts.StepStart). Other steps predict nothing: their CPU
+// experts run between the GPU's ops, with no idle time to fill.
+func (g *gpuLink) predict(l, at int, x, add, norm, router backend.Tensor, eps float32, n int) error {
 	p := g.pred
 	if p == nil || n < 1 || n > predictMaxTokens || g.allGPU[l] || !g.pieceStep() {
 		return nil
@@ -112,23 +135,29 @@ func (g *gpuLink) predict(l int, x, add, norm, router backend.Tensor, eps float3
 		x = p.x
 	}
 	// the logits go to the host, which picks the top k (topK): a GPU top-k
-	// is a few µs of one warp's serial rounds
-	if err := g.routeLogits(x, norm, router, eps, n); err != nil {
+	// is a few µs of one warp's serial rounds, ahead of the attention for
+	// the prediction at the step's start
+	sl := &p.slots[at]
+	if err := g.routeLogits(sl, x, norm, router, eps, n); err != nil {
 		return err
 	}
-	if err := p.ev.RecordExternal(g.s); err != nil {
+	if err := sl.ev.RecordExternal(g.s); err != nil {
 		return err
 	}
-	p.next, p.nextN = l, n
+	if at == atStart {
+		p.start, p.startN = l, n
+	} else {
+		p.next, p.nextN = l, n
+	}
 	return nil
 }
 
 // routeLogits queues the router logits of x's n rows normed with norm into
-// the predictor's pinned memory: with bf16 router weights and an f32 norm
+// slot sl's pinned memory: with bf16 router weights and an f32 norm
 // (what the models load) one kernel writes them there
 // (cuda.Device.RouteLogits: no 1/rms factor, which the top k does not
 // depend on); otherwise the backend's norm and product and a copy.
-func (g *gpuLink) routeLogits(x, norm, router backend.Tensor, eps float32, n int) error {
+func (g *gpuLink) routeLogits(sl *predSlot, x, norm, router backend.Tensor, eps float32, n int) error {
 	p := g.pred
 	if router.DType() == tensor.BF16 && norm.DType() == tensor.F32 && x.DType() == tensor.F32 {
 		xb, err := g.buf(x, "prediction input", n*g.hid*4)
@@ -143,7 +172,7 @@ func (g *gpuLink) routeLogits(x, norm, router backend.Tensor, eps float32, n int
 		if err != nil {
 			return err
 		}
-		hp, err := p.pin.DevicePtr()
+		hp, err := sl.pin.DevicePtr()
 		if err != nil {
 			return err
 		}
@@ -155,13 +184,13 @@ func (g *gpuLink) routeLogits(x, norm, router backend.Tensor, eps float32, n int
 	if err != nil {
 		return err
 	}
-	return g.be.Device().CopyHost(g.s, true, cuda.HostCopy{Host: p.pin, Dev: lb, N: int64(n * g.experts * 4)})
+	return g.be.Device().CopyHost(g.s, true, cuda.HostCopy{Host: sl.pin, Dev: lb, N: int64(n * g.experts * 4)})
 }
 
-// prefetch waits for the prediction of layer l (n tokens) and queues the
-// engine's prefetch of the predicted experts.
-func (g *gpuLink) prefetch(l, n int) error {
-	ids, err := g.predicted(n)
+// prefetch waits for the prediction at point at of layer l (n tokens)
+// and queues the engine's prefetch of the predicted experts.
+func (g *gpuLink) prefetch(at, l, n int) error {
+	ids, err := g.predicted(at, n)
 	if err != nil {
 		return err
 	}
@@ -169,19 +198,19 @@ func (g *gpuLink) prefetch(l, n int) error {
 	return nil
 }
 
-// predicted waits for the prediction (n tokens) and returns its ids, the
-// top k of each token's logits in the pinned memory, which the next piece
-// that records the prediction's event rewrites (call it before that piece
-// may run); the ids stay until the next call.
-func (g *gpuLink) predicted(n int) ([]int32, error) {
-	p := g.pred
-	if err := spin(p.ev); err != nil {
+// predicted waits for the prediction at point at (n tokens) and returns
+// its ids, the top k of each token's logits in the slot's pinned memory,
+// which the next piece that records the slot's event rewrites (call it
+// before that piece may run); the ids stay until the slot's next call.
+func (g *gpuLink) predicted(at, n int) ([]int32, error) {
+	sl := &g.pred.slots[at]
+	if err := spin(sl.ev); err != nil {
 		return nil, err
 	}
 	for t := 0; t < n; t++ {
-		topK(p.ids[t*g.k:(t+1)*g.k], p.logits[t*g.experts:(t+1)*g.experts])
+		topK(sl.ids[t*g.k:(t+1)*g.k], sl.logits[t*g.experts:(t+1)*g.experts])
 	}
-	return p.ids[:n*g.k], nil
+	return sl.ids[:n*g.k], nil
 }
 
 // prefetchIDs queues the engine's prefetch of layer l's experts ids.
@@ -209,18 +238,23 @@ func (g *gpuLink) scorePrediction(l, n int) {
 	p.prefetched[l] = p.prefetched[l][:0]
 }
 
-// take returns, when a hand-off is made for layer l, the layer and tokens
-// of the prediction queued since the last hand-off (nn 0: none).
-func (p *predictor) take(l int) (next, nn int) {
+// take returns, when a hand-off is made for layer l, the tokens of layer
+// l's prediction at the step's start (sn 0: none) and the layer and tokens
+// of the next-layer prediction (nn 0: none) queued since the last
+// hand-off.
+func (p *predictor) take(l int) (sn, next, nn int) {
 	if p == nil {
-		return 0, 0
+		return 0, 0, 0
+	}
+	if p.start == l {
+		sn = p.startN
 	}
 	next, nn = p.next, p.nextN
-	p.nextN = 0
+	p.startN, p.nextN = 0, 0
 	if next <= l { // queued during a layer with no hand-off (all its experts on the GPU): too late now
 		nn = 0
 	}
-	return next, nn
+	return sn, next, nn
 }
 
 // describePrefetch says whether the step prefetches, for the expert path.
@@ -231,17 +265,19 @@ func (g *gpuLink) describePrefetch() string {
 	return fmt.Sprintf("; next-layer expert prefetch in decode steps of up to %d token(s)", predictMaxTokens)
 }
 
-// close frees the predictor's event and pinned buffer (the device tensors
-// go with the backend).
+// close frees the predictor's events and pinned buffers (the device
+// tensors go with the backend).
 func (p *predictor) close() {
 	if p == nil {
 		return
 	}
-	if p.ev != nil {
-		_ = p.ev.Destroy()
-	}
-	if p.pin != nil {
-		_ = p.pin.Free()
+	for _, sl := range p.slots {
+		if sl.ev != nil {
+			_ = sl.ev.Destroy()
+		}
+		if sl.pin != nil {
+			_ = sl.pin.Free()
+		}
 	}
 }
 

@@ -46,3 +46,39 @@ func TestTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictorTake checks what a hand-off takes of the predictions queued
+// since the last one: the first MoE layer's prediction at the step's start
+// only at that layer's hand-off, the next layer's only for a layer after
+// the hand-off's, and each at most once.
+func TestPredictorTake(t *testing.T) {
+	type want struct{ sn, next, nn int }
+	tests := []struct {
+		name   string
+		p      *predictor
+		takes  []int // hand-off layers, in order
+		wanted []want
+	}{
+		{name: "prefetch off", takes: []int{0}, wanted: []want{{}}},
+		{name: "nothing queued", p: &predictor{}, takes: []int{0}, wanted: []want{{}}},
+		{name: "at start and next", p: &predictor{start: 0, startN: 1, next: 1, nextN: 1},
+			takes: []int{0, 1}, wanted: []want{{1, 1, 1}, {0, 1, 0}}},
+		{name: "at start only", p: &predictor{start: 0, startN: 1},
+			takes: []int{0, 0}, wanted: []want{{1, 0, 0}, {}}},
+		{name: "at start for another layer", p: &predictor{start: 0, startN: 1, next: 3, nextN: 1},
+			takes: []int{2}, wanted: []want{{0, 3, 1}}},
+		{name: "next too late", p: &predictor{next: 2, nextN: 1},
+			takes: []int{2}, wanted: []want{{0, 2, 0}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, l := range tc.takes {
+				var got want
+				got.sn, got.next, got.nn = tc.p.take(l)
+				if got != tc.wanted[i] {
+					t.Fatalf("take %d (layer %d) = %+v, want %+v", i, l, got, tc.wanted[i])
+				}
+			}
+		})
+	}
+}

@@ -8,12 +8,14 @@
 // it is the hybrid step: the routed experts stay in host memory and run on
 // the engine, the layer input, ids and weights go to pinned host buffers
 // and the result comes back to the GPU (Hybrid). A shared expert, where a
-// family has one, stays with the model; a model makes one call per MoE
-// layer (Experts.Layer).
+// family has one, stays with the model; a model makes one call per step
+// before its layers (Experts.StepStart) and one per MoE layer
+// (Experts.Layer).
 //
 // The parts, in the order a MoE layer's data meets them:
 //
-//   - routed.go: binding a layer's experts (Load) and the per-layer call;
+//   - routed.go: binding a layer's experts (Load), the per-step and the
+//     per-layer calls;
 //   - engine.go: the CPU expert engine that computes them (engine_other.go
 //     where the engine is not built);
 //   - gpulink.go: the hybrid step's pinned buffers and copies between the
@@ -80,7 +82,8 @@ type Weights struct {
 	// Router is the layer's router weight and RouterNorm the norm weight
 	// of the router's input (the layer's post-attention norm), set by the
 	// model after Load: the hybrid step predicts the layer's picks with
-	// them during the MoE layer before it (prefetch.go).
+	// them during the MoE layer before it, or at the step's start for a
+	// first MoE layer that is layer 0 (prefetch.go).
 	Router, RouterNorm backend.Tensor
 }
 
@@ -199,6 +202,7 @@ type Experts struct {
 	idsHost []int32    // expert picks read back while recording
 	def     *deferral  // expert deferral (Options.ExpertDeferral); nil when off
 	layers  []*Weights // per model layer; nil for a dense one
+	first   int        // the first MoE layer (-1: none)
 	next    []int      // per model layer, the next MoE layer after it (-1: none)
 	eps     float32    // the epsilon of the routers' input norm
 }
@@ -211,7 +215,7 @@ type Experts struct {
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")", layers: layers, eps: float32(c.RMSNormEps)}
-	_, x.next = order(layers)
+	x.first, x.next = order(layers)
 	method := rb.Opts.Experts
 	if c.NumMoELayers() == 0 {
 		return x, nil
@@ -348,6 +352,30 @@ type Block struct {
 	// Shared, for a family with a shared expert, queues layer l's shared
 	// expert over the first n rows of In and returns its output; nil: none.
 	Shared func(l, n int) backend.Tensor
+}
+
+// StepStart is the hook a model calls once per step, before its first
+// layer, with residual the residual stream entering layer 0 (after the
+// embedding) and n the step's rows. In the hybrid step's one-token
+// piecewise decode steps, when the model's first MoE layer is layer 0, it
+// queues the prediction of that layer's expert picks: the layer's router
+// over residual normed with its router's input norm, on the GPU ahead of
+// the layer's attention. The first MoE layer has no MoE layer before it
+// to predict it during (Layer), so this is its only prediction: its
+// hand-off reads it and has the CPU expert engine prefetch the predicted
+// experts' weights, which the engine reads while the GPU runs the
+// attention, before it waits for the layer (prefetch.go). A model whose
+// first MoE layer comes after dense layers gets no prediction for it;
+// every other path, and every other step, queues nothing.
+func (x *Experts) StepStart(residual backend.Tensor, n int) error {
+	if x.engine == nil || x.first != 0 {
+		return nil
+	}
+	w := x.layers[0]
+	if err := x.engine.predictStart(0, residual, w.RouterNorm, w.Router, x.eps, n); err != nil {
+		return fmt.Errorf("%s: layer 0 expert prediction: %w", x.rb.Name, err)
+	}
+	return nil
 }
 
 // Layer computes MoE layer l's routed experts over the first n rows of

@@ -11,8 +11,9 @@ import (
 // SGLANG_KT_HYBRID_TIMING): per MoE layer, how long the host waited for
 // the GPU piece before it (its kernels up to the layer's copies, the
 // piece's launch included) and how long the layer's CPU experts took, and
-// how many of each layer's picks its prefetched next-layer prediction
-// named. Off by default: it reads the clock three times per layer.
+// how many of each layer's picks its prefetched prediction (made during
+// the MoE layer before it, or at the step's start for the first) named.
+// Off by default: it reads the clock three times per layer.
 type handoffTiming struct {
 	first      int // the first MoE layer: a step starts there
 	steps      int

@@ -248,6 +248,10 @@ func (r *Runner) layersForward(n int) error {
 	eps := float32(c.RMSNormEps)
 	be.Embed(r.x, r.embed)
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
+	// the hybrid step predicts the first MoE layer's picks from here
+	if err := r.routed.StepStart(r.x, n); err != nil {
+		return err
+	}
 	for l := range r.layers {
 		L := &r.layers[l]
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)

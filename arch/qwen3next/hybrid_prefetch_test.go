@@ -20,7 +20,8 @@ import (
 // padding), the path must name the prefetch, and in the graph run the
 // engine must have been handed predicted experts to read (the timing
 // report's prefetch line) and have scored them against the picks (its
-// prediction line, 0-100 %). It skips without a GPU.
+// prediction line, 0-100 %, with a share for every MoE layer: the first
+// one's prediction is made at the step's start). It skips without a GPU.
 func TestHybridPrefetch(t *testing.T) {
 	gpu := openTestGPU(t)
 	dir, shape := writeEngineSynth(t, 5)
@@ -30,7 +31,7 @@ func TestHybridPrefetch(t *testing.T) {
 	}
 	t.Setenv(settings.HybridTiming.Name, "1")
 	mbRe := regexp.MustCompile(`prefetch: ([0-9.]+) MB`)
-	predRe := regexp.MustCompile(`prediction: ([0-9]+)% of the picks`)
+	predRe := regexp.MustCompile(`prediction: ([0-9]+)% of the picks.*per MoE layer ([0-9 ]+)\)`)
 	run := func(name string, graphs bool) [][]float64 {
 		t.Helper()
 		r, err := Load(dir, arch.Options{Backend: gpu, MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "AMXINT8",
@@ -52,9 +53,12 @@ func TestHybridPrefetch(t *testing.T) {
 		if !graphs && m != nil {
 			t.Fatalf("%s: prefetched op by op: %q", name, m[0])
 		}
-		if p := predRe.FindStringSubmatch(timing); (p != nil) != graphs ||
-			p != nil && func() bool { v, _ := strconv.Atoi(p[1]); return v < 0 || v > 100 }() {
+		p := predRe.FindStringSubmatch(timing)
+		if (p != nil) != graphs || p != nil && func() bool { v, _ := strconv.Atoi(p[1]); return v < 0 || v > 100 }() {
 			t.Fatalf("%s: prediction score %q (graphs %v)", name, p, graphs)
+		}
+		if p != nil && len(strings.Fields(p[2])) != shape.Layers {
+			t.Fatalf("%s: prediction scored for MoE layers %q, want all %d", name, p[2], shape.Layers)
 		}
 		return lps
 	}
