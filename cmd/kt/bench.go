@@ -40,21 +40,15 @@ type moeBenchOpts struct {
 	amxKBlockDown                                         int
 	amxSlab                                               int64
 	amxSlabGroup, amxI4Block, amxI4Prefetch, amxMinTokens int
-	amxI4Fused, amxI4FusedFirst, amxI4GroupLUT            int
+	amxI4Fused, amxI4FusedFirst                           int
 	amxPFTiles, amxNext, amxT1                            int
 	amxVariant                                            int
 	decPrefetch, chunk                                    int
-	phases                                                bool
-	trace, syncHelp                                       bool
-	slotF32, splitItems                                   bool
-	yCached, outCached, hF32                              bool
-	mergePipe, routeFirst                                 bool
-	downF32                                               bool
-	mergeRing                                             int
+	phases, trace                                         bool
+	slotF32, yCached, outCached, hF32                     bool
 	fusedItems, decHead                                   int
 	rounds                                                int
-	spinWait                                              time.Duration
-	gap, spinPure                                         time.Duration
+	spinWait, gap                                         time.Duration
 	f32IO                                                 bool
 	prefetchHit                                           float64
 	ownedDecode, missStream                               bool
@@ -91,7 +85,6 @@ func init() {
 			f.IntVar(&moeOpts.amxMinTokens, "amx-min-tokens", 0, "fewest tokens of an expert that take the AMX prefill kernels (0 = default: 8, 4 for AMXINT4; Config.AMXMinTokens)")
 			f.IntVar(&moeOpts.amxI4Fused, "amx-int4-fused", 0, "AMXINT4/INT4_KGROUP prefill: calls of at most this many tokens unpack inside the tile loop (0 = default 32; -1 = never; Config.AMXInt4Fused)")
 			f.IntVar(&moeOpts.amxI4FusedFirst, "amx-int4-fused-first", 0, "AMXINT4/INT4_KGROUP prefill: calls of more than 32 tokens fuse the unpack with their first 32 tokens: 0 = AMXINT4 only (default), 1 = both, -1 = neither (Config.AMXInt4FusedFirst)")
-			f.IntVar(&moeOpts.amxI4GroupLUT, "amx-int4-group-lut", 0, "INT4_KGROUP prefill: requantize by table lookup (1; needs AVX-512 VBMI) or by multiplying (0, default; Config.AMXInt4GroupLUT)")
 			f.IntVar(&moeOpts.amxI4Block, "amx-int4-block", 0, "AMXINT4 prefill: int8 tile steps (64 columns) unpacked and run at a time (0 = the whole K; Config.AMXInt4Block)")
 			f.IntVar(&moeOpts.amxPrefetch, "amx-prefetch", 0, "AMX prefill tile prefetch distance in tile steps (0 = default, -1 = none)")
 			f.IntVar(&moeOpts.decPrefetch, "decode-prefetch", 0, "int8/int4 one-token decode prefetch distance in bytes (0 = default, -1 = none)")
@@ -102,23 +95,16 @@ func init() {
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
-			f.BoolVar(&moeOpts.splitItems, "split-items", false, "every gate/up and down item a fixed slice of one expert's rows (default: whole experts first; Config.SplitItems)")
 			f.BoolVar(&moeOpts.hF32, "intermediate-f32", false, "int8 methods: keep h in f32 until quantized (default bf16; Config.IntermediateF32)")
 			f.BoolVar(&moeOpts.yCached, "slot-outputs-cached", false, "store the per-slot down outputs through the caches (Config.SlotOutputsCached)")
 			f.BoolVar(&moeOpts.outCached, "output-cached", false, "store the layer's output rows through the caches (Config.OutputCached)")
-			f.BoolVar(&moeOpts.mergePipe, "merge-pipeline", false, "pipeline the down items and the merge by hidden block (default: merge after a barrier; Config.MergePipeline)")
-			f.BoolVar(&moeOpts.routeFirst, "route-first", false, "route a large task before its workers start (default: they convert the rows meanwhile; Config.RouteFirst)")
-			f.BoolVar(&moeOpts.downF32, "down-via-f32", false, "AMX down kernels write f32 rows that a second pass rounds to the bf16 slot outputs (Config.DownViaF32)")
-			f.IntVar(&moeOpts.mergeRing, "merge-ring", 0, "hidden blocks of slot outputs --merge-pipeline keeps (0 = default 3; Config.MergeRing)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
-			f.BoolVar(&moeOpts.syncHelp, "sync-help", false, "the waiting caller joins a running decode task as a worker (Config.SyncHelp)")
 			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
 			f.BoolVar(&moeOpts.f32IO, "f32-io", false, "moe: f32 activations in and out, as the hybrid step hands its pinned rows over (default bf16)")
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.Float64Var(&moeOpts.prefetchHit, "prefetch-hit", -1, "with --gap: as each gap begins, prefetch the next task's predicted experts, this fraction of them right (as the hybrid step's next-layer prediction; < 0 = no prefetch)")
 			f.BoolVar(&moeOpts.ownedDecode, "owned-decode", false, "one-token tasks: workers take the gate/up blocks they own first, which the prefetch reads on them (Config.OwnedDecode)")
 			f.BoolVar(&moeOpts.missStream, "decode-miss-stream", false, "with --owned-decode: workers run the prefetched experts' blocks first while their kernels prefetch the others' (Config.DecodeMissStream)")
-			f.DurationVar(&moeOpts.spinPure, "spin-pure", 0, "engine threads only pause (no yields) for this long of a spin (0 = default)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
 			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
@@ -342,9 +328,9 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 			return err
 		}
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
-			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXInt4GroupLUT: o.amxI4GroupLUT, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
+			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SyncHelp: o.syncHelp, SlotOutputsF32: o.slotF32, SplitItems: o.splitItems, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, MergePipeline: o.mergePipe, MergeRing: o.mergeRing, RouteFirst: o.routeFirst, DownViaF32: o.downF32, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait, SpinPure: o.spinPure,
+			Trace: o.trace, SlotOutputsF32: o.slotF32, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

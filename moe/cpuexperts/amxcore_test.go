@@ -192,8 +192,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 // and on all physical cores: the AMX prefill kernels (int4 ones unpack each
 // call's panels first, INT4_KGROUP's requantizing; int4pf2048 with the
 // unpack's prefetch; fused: the unpack inside the tile loop,
-// Config.AMXInt4Fused; lut: INT4_KGROUP requantized by table lookup,
-// Config.AMXInt4GroupLUT) beside the AVX-512 VNNI decode kernels (vnni) that
+// Config.AMXInt4Fused) beside the AVX-512 VNNI decode kernels (vnni) that
 // experts below Config.AMXMinTokens run. GB/s counts the weight bytes read
 // per second, the bound that matters at these sizes. Needs AMX:
 //
@@ -213,20 +212,19 @@ func BenchmarkIntFewRows(b *testing.B) {
 			}{{"streamed", 48 << 20}, {"resident", 2 * pair}} {
 				for _, n := range []int{len(cpus) / 2, len(cpus)} {
 					for _, v := range []struct {
-						name        string
-						noAMX       bool
-						i4pf        int
-						i4fuse, lut bool
-					}{{"amx", false, 0, false, false}, {"amx-int4pf2048", false, 2048, false, false}, {"amx-fused-nopf", false, 0, true, false},
-						{"amx-fused-pf1024", false, 1024, true, false}, {"amx-fused-pf2048", false, 2048, true, false},
-						{"amx-fused-pf4096", false, 4096, true, false}, {"amx-fused-pf2048-lut", false, 2048, true, true},
-						{"vnni", true, 0, false, false}} {
-						if (v.i4pf > 0 || v.i4fuse) && f == kbInt8 || v.lut && f != kbInt4G {
+						name   string
+						noAMX  bool
+						i4pf   int
+						i4fuse bool
+					}{{"amx", false, 0, false}, {"amx-int4pf2048", false, 2048, false}, {"amx-fused-nopf", false, 0, true},
+						{"amx-fused-pf1024", false, 1024, true}, {"amx-fused-pf2048", false, 2048, true},
+						{"amx-fused-pf4096", false, 4096, true}, {"vnni", true, 0, false}} {
+						if (v.i4pf > 0 || v.i4fuse) && f == kbInt8 {
 							continue
 						}
 						reps := int(max(1, 2000*pair/w.bytes))
 						k := kn
-						k.i4pf, k.i4fuse, k.lut = v.i4pf, v.i4fuse, v.lut
+						k.i4pf, k.i4fuse = v.i4pf, v.i4fuse
 						b.Run(fmt.Sprintf("%s/m=%d/k=%d/%s/threads=%d/%s", f, mk[0], mk[1], w.name, n, v.name), func(b *testing.B) {
 							var tf float64
 							for range b.N {

@@ -159,8 +159,7 @@ func (l *Layer) Prefetch(ids []int32) {
 
 // Forward runs the layer on b and waits for it (and for every task
 // submitted before). It is one call into C: the batch's memory is used only
-// during the call, so nothing is pinned, and the calling thread joins the
-// task as a worker while it waits when Config.SyncHelp is set.
+// during the call, so nothing is pinned.
 func (l *Layer) Forward(b *Batch) error {
 	if err := l.check(b); err != nil {
 		return err

@@ -39,7 +39,6 @@
 #define SPIN_PURE_NS 30000  // the first part of a spin only pauses
 #define SYNC_SPIN_NS 5000000  // kt_sync spins this much longer
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
-#define JOPEN (1 << 30)  // jopen: a guest may join the running job (low bits: guests inside)
 #define DNX (LINE / (int)sizeof(int))  // ints between two experts' down-item counters (one line pair each)
 #define FUSED_MAX_SLOTS 512
 #define AMX_MIN_M 8
@@ -152,8 +151,7 @@ struct kt_engine {
   kt_pool pools[8];
   kt_worker* workers;
 
-  kt_worker* guest;  // the kt_sync caller that joins a running fused task (workers[nthreads])
-  int no_help, trace;
+  int trace;
   int dec_head;  // decode items prefetch the first dec_head bytes of their weight runs
   int64_t spin_ns, spin_pure_ns;  // spin_step's budget and its pause-only start
   _Atomic int* dnx;  // fused down items claimed per active expert, one line pair each (DNX ints apart)
@@ -166,15 +164,9 @@ struct kt_engine {
   _Alignas(LINE) _Atomic int gbar_gen;
   _Alignas(LINE) _Atomic int gnext;
   _Alignas(LINE) _Atomic int nsleep;  // threads sleeping in futex_wait
-  _Alignas(LINE) _Atomic int jopen;   // JOPEN while a guest may join; low bits: guests inside
-  _Atomic int jseq;                   // task number of the open job (a guest joins each once)
-  _Atomic int guest_busy;             // a thread is using the guest worker
   _Alignas(LINE) _Atomic int quit;
   _Atomic int ready;       // threads that finished their start-up
   _Atomic int amx_failed;  // a thread could not configure AMX tiles
-  int guest_ok;            // the current job is fused and needs no AMX tiles
-  int wcpus_set;           // the workers are pinned to the CPUs in wcpus
-  cpu_set_t wcpus;
 
   // fused (decode) path: per-expert progress, reset for the active experts of each task
   int fused, fused_max, r4f;
@@ -183,8 +175,7 @@ struct kt_engine {
   _Atomic int* xst;   // activations of the expert's slots: 0 = not converted, 1 = converting, 2 = ready
   _Atomic int* gud;   // gate/up items finished
   _Atomic int* hqst;  // 1 = h of the expert quantized (down may run)
-  _Atomic int* hbd;   // per hidden block: down items finished (fused path; phased pipeline: of every pool)
-  _Atomic int* hbm;   // phased pipeline, per hidden block: merge items finished (all pools)
+  _Atomic int* hbd;   // per hidden block: down items finished (fused path)
   _Atomic int* tokst; // [max_tokens]: = seq once the token's row is converted
   // owned path (cfg.owned): the gate/up items of each worker in expert
   // order (oitems[ooff[w] .. ooff[w]+ocnt[w]), set by owned_setup) and the
@@ -221,10 +212,6 @@ struct kt_engine {
   int rm_pack;  // prefill packs row-major weights into panels first
   int pf_tiled;  // prefill kernels are AMX: prefill experts' activations are stored in tile order
   int ybf16;     // the slot outputs Y are bf16 (down_block, merge_token)
-  // phased down and merge as one pipeline (down_merge): hidden blocks of
-  // pr4 rows, pnhb of them; Y holds pring blocks of [nslots][pr4] (y_at);
-  // merge items of pmc tokens, pnmc per block over all pools
-  int pipe, pr4, pnhb, pring, pmc, pnmc;
   int early;  // the workers convert the rows while the queue thread routes (run_task)
   int hbf16;     // int8 activations: h waits for its quantization as bf16 in Hf's memory (h_row)
   uint8_t* blk_tiled;  // per 16-slot block: 0 row-major, 1 tile order (kt_act.tiled), 2 tile order in the workers' xa
@@ -507,16 +494,13 @@ static inline const void* h_row(const kt_engine* e, const kt_pool* P, int64_t s,
 }
 
 // y_at is where slot s's down output for hidden row h lies in P->Y, whose
-// rows are y_ld(e) elements apart: [slot][hidden], or on the phased
-// pipeline (down_merge) a ring of pring hidden blocks of [nslots][pr4].
+// rows ([slot][hidden]) are y_ld(e) elements apart.
 static inline char* y_at(const kt_engine* e, const kt_pool* P, int64_t s, int h) {
   int64_t ysz = e->ybf16 ? 2 : 4;
-  if (!e->pipe) return (char*)P->Y + (s * e->l->hidden + h) * ysz;
-  int hb = h / e->pr4;
-  return (char*)P->Y + (((int64_t)(hb % e->pring) * e->nslots + s) * e->pr4 + h % e->pr4) * ysz;
+  return (char*)P->Y + (s * e->l->hidden + h) * ysz;
 }
 
-static inline int y_ld(const kt_engine* e) { return e->pipe ? e->pr4 : e->l->hidden; }
+static inline int y_ld(const kt_engine* e) { return e->l->hidden; }
 
 // pair_bytes returns where weight rows [n0, n0+32) of W start in the packed
 // formats the AMX kernels read, and their length, or NULL (other formats,
@@ -746,15 +730,15 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   int pf = m >= e->pf_min;
   kt_kernel kern = pf ? e->kpfd : e->kdec;
   // phased path after a barrier: the slot outputs bypass the caches (the
-  // fused path and the pipeline merge them soon and want them cached); f32
+  // fused path merges them soon and wants them cached); f32
   // outputs only from the AMX prefill kernels, which store through their
   // parked accumulators
   int ldy = y_ld(e);
-  int ynt = !e->fused && !e->pipe && !e->cfg.y_cached &&
+  int ynt = !e->fused && !e->cfg.y_cached &&
             (e->ybf16 || (pf && e->pf_tiled && (H * 4) % 64 == 0 && !e->l->lora));
   // bf16 outputs: the AMX kernels round their sums straight into Y; the
   // others write f32 rows into the worker's cd, which rows_bf16 rounds
-  int kbf16 = e->ybf16 && pf && amx_kernel(kern) && !e->cfg.down_f32;
+  int kbf16 = e->ybf16 && pf && amx_kernel(kern);
   w->s.c_nt = kbf16 ? ynt : ynt && !e->ybf16;
   w->s.c_bf16 = kbf16;
   w->s.amx_kch = e->cfg.amx_kch_down;
@@ -824,11 +808,10 @@ static int item_block(const kt_engine* e, int n, int rmax, int64_t want) {
 // of r. Where the experts are compute-bound (64 tokens or more on average),
 // the first experts are whole items (their activation rows read, or
 // gathered, once instead of once per slice) and only the last 2 * nth are
-// split, so that the threads still finish together (unless
-// cfg.split_items; the split does not change results). whole_items is how
-// many items are whole.
+// split, so that the threads still finish together (the split does not
+// change results). whole_items is how many items are whole.
 static int whole_items(const kt_engine* e, int nth, int nb) {
-  if (e->cfg.split_items || nb < 2 || e->nslots < 64 * e->nactive || e->nactive <= 2 * nth) return 0;
+  if (nb < 2 || e->nslots < 64 * e->nactive || e->nactive <= 2 * nth) return 0;
   return e->nactive - 2 * nth;
 }
 
@@ -842,73 +825,6 @@ static inline int item_rows(const kt_engine* e, int item, int whole, int nb, int
   int j = item - whole;
   *x = e->active[whole + j / nb], *r0 = j % nb * r, *r1 = *r0 + r;
   return nb;
-}
-
-// The phased down and merge as one pipeline (cfg.merge_pipe): down
-// items are (hidden block hb, expert), block-major, and the weighted sums
-// of block hb are merge items that follow block hb+1's down items in each
-// pool's sequence:
-//   D(0) D(1) M(0) D(2) M(1) ... D(nhb-1) M(nhb-2) M(nhb-1)
-// A merge item of block hb waits until every pool's down items of hb are
-// done (hbd), and reads the slot outputs soon after they were written,
-// from the caches, instead of from memory after a barrier (134 MB at 4096
-// tokens of Qwen3-30B). Y holds only pring blocks: a down item of block
-// hb >= pring waits until every merge item of hb - pring is done (hbm), so
-// the outputs are written into lines the caches still hold. Every wait is
-// for items earlier in every pool's sequence (pring >= 2 puts M(hb - pring)
-// before D(hb)), which running threads have claimed or will: nothing can
-// deadlock. Each output element has the same kernel call and summation
-// order as after a barrier: results do not change.
-//
-// pipe_item maps item i of a pool's sequence (na down items and mp merge
-// items per block) to its block and index; it returns 1 for a merge item.
-static int pipe_item(int i, int na, int mp, int nhb, int* hb, int* j) {
-  int lead = nhb > 1 ? 2 : 1;  // D(0), D(1)
-  if (i < lead * na) {
-    *hb = i / na, *j = i % na;
-    return 0;
-  }
-  i -= lead * na;
-  int pairs = nhb - lead, pr = mp + na;  // M(q) D(q+2)
-  if (i < pairs * pr) {
-    int q = i / pr, r = i % pr;
-    if (r < mp) {
-      *hb = q, *j = r;
-      return 1;
-    }
-    *hb = q + lead, *j = r - mp;
-    return 0;
-  }
-  i -= pairs * pr;  // the last merges
-  *hb = pairs + i / mp, *j = i % mp;
-  return 1;
-}
-
-// wait_count waits until *c reaches n (items other threads have claimed).
-static inline void wait_count(_Atomic int* c, int n) {
-  for (int spins = 0; atomic_load_explicit(c, memory_order_acquire) < n;) spin_pause(&spins);
-}
-
-// down_merge runs a pool's share of the pipeline. Merge item j of block hb
-// in pool p sums tokens [c * pmc, (c+1) * pmc) with c = p + j * npools.
-static void down_merge(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* ex, int H, int I, int64_t asz) {
-  int na = e->nactive, nhb = e->pnhb, r4 = e->pr4, np = e->npools;
-  int mp = (e->pnmc - w->pool + np - 1) / np;
-  int items = nhb * (na + mp), item;
-  while ((item = atomic_fetch_add_explicit(&P->next[4].v, 1, memory_order_relaxed)) < items) {
-    int hb, j;
-    if (!pipe_item(item, na, mp, nhb, &hb, &j)) {
-      if (hb >= e->pring) wait_count(&e->hbm[hb - e->pring], e->pnmc);  // its Y block is merged
-      int x = e->active[j];
-      down_block(e, w, P, &ex[x], x, hb * r4, r4, H, I, asz);
-      atomic_fetch_add_explicit(&e->hbd[hb], 1, memory_order_acq_rel);
-      continue;
-    }
-    wait_count(&e->hbd[hb], np * na);
-    int t0 = (w->pool + j * np) * e->pmc, t1 = t0 + e->pmc < e->ntok ? t0 + e->pmc : e->ntok;
-    for (int t = t0; t < t1; t++) merge_token(e, w, t, hb * r4, r4, H);
-    atomic_fetch_add_explicit(&e->hbm[hb], 1, memory_order_acq_rel);
-  }
 }
 
 // ---------------------------------------------------------------- prefetch tasks
@@ -1044,7 +960,7 @@ static void run_prefetch_owned(kt_worker* w) {
 static void run_prefetch_job(kt_worker* w) {
   kt_engine* e = w->e;
   if (e->pf_own) {
-    if (w->local >= 0) run_prefetch_owned(w);
+    run_prefetch_owned(w);
     return;
   }
   kt_pool* P = &e->pools[w->pool];
@@ -1135,14 +1051,6 @@ static void run_job(kt_worker* w) {
   if (timer) {
     ph_mark(e, KT_PH_GATEUP);
     ph_mark(e, KT_PH_QUANT);  // inside gate/up now
-  }
-
-  // 4-5. down and merge, pipelined (down_merge)
-  if (e->pipe) {
-    down_merge(e, w, P, ex, H, I, asz);
-    if (timer) ph_mark(e, KT_PH_DOWN);  // the merge phase is the wait for the last items
-    _mm_sfence();  // the merge's stores around the caches are visible when the task completes
-    return;
   }
 
   // 4. down: items are (expert, r4 hidden rows); Y[slot] = down(h[slot]) for this pool's slice
@@ -1330,10 +1238,10 @@ static void run_job_fused(kt_worker* w) {
   int nb = I / KT_NB;
   int items = na * nb;
   if (e->owned) {
-    // its own list first, then the others' in turn (a guest only steals);
-    // with cfg.miss_pf its kernels prefetch its items past mfirst (miss_stream)
-    int T = P->nthreads, first = w->local >= 0 ? w->local : 0;
-    if (e->cfg.miss_pf && w->local >= 0) miss_stream(e, w, first);
+    // its own list first, then the others' in turn; with cfg.miss_pf its
+    // kernels prefetch its items past mfirst (miss_stream)
+    int T = P->nthreads, first = w->local;
+    if (e->cfg.miss_pf) miss_stream(e, w, first);
     for (int v = 0; v < T; v++) {
       int o = (first + v) % T, j;
       while ((j = atomic_fetch_add_explicit(&e->ocur[o].v, 1, memory_order_relaxed)) < e->ocnt[o]) {
@@ -1447,14 +1355,6 @@ static void trace_task(kt_engine* e, const kt_task* t) {
     atomic_fetch_add_explicit(&e->tr_wend[i], d, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->tr_wseen[i], s, memory_order_relaxed);
   }
-  kt_worker* g = e->guest;
-  if (g->tr_items >= 0) {  // written before the guest left (acquire above)
-    atomic_fetch_add_explicit(&e->tr[KT_TR_GUESTS], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_JOIN], g->tr_seen - pub, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_END], g->tr_end - pub, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->tr[KT_TR_GUEST_ITEMS], g->tr_items, memory_order_relaxed);
-    if (g->tr_gu - pub > gu) gu = g->tr_gu - pub;
-  }
   int64_t add[KT_TR_N] = {0};
   add[KT_TR_TASKS] = 1;
   add[KT_TR_SUB_PICK] = t->t_sub ? e->tr_pick - t->t_sub : 0;
@@ -1482,33 +1382,6 @@ static void trace_task(kt_engine* e, const kt_task* t) {
 static int amx_kernel(kt_kernel k) {
   return k == kt_amx_bf16pk || k == kt_amx_i8pk || k == kt_amx_i4pk || k == kt_amx_i4gpk || k == kt_amx_emu_bf16pk ||
          k == kt_amx_emu_i8pk || k == kt_amx_emu_i4pk || k == kt_amx_emu_i4gpk;
-}
-
-// PIPE_RING is the default number of hidden blocks of slot outputs the
-// phased pipeline keeps (cfg.merge_ring): 3 x 16.8 MB at 4096 tokens of
-// Qwen3-30B with bf16 outputs. (Off by default: on the device the down
-// phase grew by about what the merge phase lost, docs/notes/cpuexperts.md
-// "Session 8".)
-#define PIPE_RING 3
-
-// down_merge_plan sets up the phased task's down and merge pipeline
-// (down_merge): hidden blocks of up to 256 rows, as long as every thread of
-// a pool still gets four down items; merge items of about half a thread's
-// share of the tokens.
-static void down_merge_plan(kt_engine* e) {
-  int H = e->l->hidden, r4 = item_block(e, H, 256, 4 * e->pools[0].nthreads);
-  e->pipe = 1;
-  e->pr4 = r4;
-  e->pnhb = H / r4;
-  int ring = e->cfg.merge_ring > 0 ? e->cfg.merge_ring : PIPE_RING;
-  e->pring = e->pnhb < 2 ? e->pnhb : ring < 2 ? 2 : ring > e->pnhb ? e->pnhb : ring;
-  int mc = (e->ntok + 2 * e->nthreads - 1) / (2 * e->nthreads);
-  e->pmc = mc < 4 ? 4 : mc;
-  e->pnmc = (e->ntok + e->pmc - 1) / e->pmc;
-  for (int i = 0; i < e->pnhb; i++) {
-    atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
-    atomic_store_explicit(&e->hbm[i], 0, memory_order_relaxed);
-  }
 }
 
 // task_setup picks the task's kernels and data formats, none of which
@@ -1593,7 +1466,6 @@ static void phased_inputs(kt_engine* e) {
 // routed_setup prepares what depends on the task's routing: the path's
 // plan, the activation layout per slot block, the work counters.
 static void routed_setup(kt_engine* e) {
-  if (!e->fused && e->cfg.merge_pipe) down_merge_plan(e);
   // blk_tiled per 16-slot block: 0 row-major, 1 tile order, 2 tile order in
   // the worker's xa, gathered by each gate/up item (phased path, experts of
   // at most xa_rows tokens: gather_rows)
@@ -1620,9 +1492,9 @@ static void routed_setup(kt_engine* e) {
       atomic_store_explicit(&e->dnx[(int64_t)a * DNX], 0, memory_order_relaxed);
     }
     // down items: the longest contiguous weight runs that still give every
-    // thread (and a guest) ~fused_items items
+    // thread ~fused_items items
     int H = e->l->hidden;
-    e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * (e->nthreads + !e->no_help));
+    e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * e->nthreads);
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
     e->owned = e->cfg.owned && e->ntok == 1;
     if (e->owned) owned_setup(e);
@@ -1663,8 +1535,8 @@ static inline void task_release(const kt_batch* b) {
 // task that is phased whatever its routing (several pools, or more pairs
 // than the fused path takes) starts the workers before it is routed
 // (e->early): they convert the token rows while the queue thread routes,
-// and wait for it at the barrier behind the conversion (unless
-// cfg.route_first). Then it waits for every worker (and a guest) to leave.
+// and wait for it at the barrier behind the conversion. Then it waits for
+// every worker to leave.
 static void run_task(kt_engine* e, const kt_task* t) {
   e->l = t->l;
   e->b = t->b;
@@ -1675,13 +1547,11 @@ static void run_task(kt_engine* e, const kt_task* t) {
     task_release(&e->b);
     return;
   }
-  e->pipe = 0;
-  e->early = !e->cfg.route_first && !fused_fits(e);
+  e->early = !fused_fits(e);
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   int traced = 0;
   if (e->early) {
     e->fused = 0;
-    e->guest_ok = 0;
     phased_inputs(e);
     publish_job(e);
     if (e->cfg.test_route_delay_us > 0) usleep((useconds_t)e->cfg.test_route_delay_us);
@@ -1693,34 +1563,17 @@ static void run_task(kt_engine* e, const kt_task* t) {
     e->fused = e->nactive > 0 && fused_fits(e);
     if (!e->fused) phased_inputs(e);
     routed_setup(e);
-    // a kt_sync caller may join a fused job whose kernels need no AMX tiles
-    // (its thread has none configured)
-    e->guest_ok = e->fused && !e->no_help;
-    if (e->guest_ok && amx_kernel(e->kpf))
-      for (int a = 0; a < e->nactive; a++)
-        if (e->cnt[e->active[a]] >= e->pf_min) e->guest_ok = 0;
     traced = e->trace && e->fused;
     ph_mark(e, KT_PH_ROUTE);
     if (traced) {
       e->tr_pub = now_ns();
       e->workers[0].tr_seen = e->tr_pub;
-      e->guest->tr_items = -1;  // set when a guest joins
-    }
-    if (e->guest_ok) {
-      atomic_store_explicit(&e->jseq, e->seq, memory_order_relaxed);
-      atomic_store_explicit(&e->jopen, JOPEN, memory_order_release);
     }
     publish_job(e);
-    if (e->guest_ok && e->cfg.test_wait_guest)  // tests: a guest joins every task (at most 1 s)
-      for (int64_t t0 = now_ns(); !(atomic_load(&e->jopen) & ~JOPEN) && now_ns() - t0 < 1000000000;) _mm_pause();
   }
   run_job(&e->workers[0]);  // the queue thread is worker 0
   if (traced) e->workers[0].tr_end = now_ns();
   wait_workers(e, dg);
-  if (e->guest_ok) {  // no guest joins any more; wait for the one inside to leave
-    atomic_fetch_and_explicit(&e->jopen, ~JOPEN, memory_order_acq_rel);
-    while (atomic_load_explicit(&e->jopen, memory_order_acquire) != 0) _mm_pause();
-  }
   task_release(&e->b);
   ph_mark(e, e->fused ? KT_PH_FUSED : KT_PH_MERGE);
   e->ph_tasks[e->fused ? 1 : 0]++;
@@ -1762,7 +1615,6 @@ static void run_prefetch(kt_engine* e, const kt_task* t, int head) {
   e->pfjob = 1;
   e->pf_tail = head + 1;
   e->fused = 0;
-  e->guest_ok = 0;
   atomic_store_explicit(&e->job_done, 0, memory_order_relaxed);
   int dg = atomic_load_explicit(&e->done_gen, memory_order_acquire);
   publish_job(e);
@@ -1878,52 +1730,6 @@ int kt_prefetch(kt_engine* e, const kt_layer* l, const int32_t* ids, int n) {
   return enqueue(e, &t);
 }
 
-// help joins the running job as the guest worker when it is open, needs no
-// AMX tiles and was not joined before (*last: the job joined last). The
-// guest takes items from the same counters as the workers; the job's runner
-// closes it (no new guest) and waits for the guest to leave before it
-// completes the task. Returns 1 when it ran items.
-// It returns -1 without joining when the caller runs on a worker's CPU: it
-// would hold that worker off its core for the whole task (seen on the
-// device: one worker starting 150 us late in every task); the caller yields
-// instead, and the scheduler moves it to a free CPU.
-static int help(kt_engine* e, int* last) {
-  if (!(atomic_load_explicit(&e->jopen, memory_order_relaxed) & JOPEN)) return 0;
-  if (atomic_load_explicit(&e->jseq, memory_order_relaxed) == *last) return 0;
-  if (e->wcpus_set) {
-    int c = sched_getcpu();
-    if (c >= 0 && c < CPU_SETSIZE && CPU_ISSET(c, &e->wcpus)) return -1;
-  }
-  int zero = 0;
-  if (!atomic_compare_exchange_strong_explicit(&e->guest_busy, &zero, 1, memory_order_acquire, memory_order_relaxed))
-    return 0;  // another caller is the guest
-  int v = atomic_load_explicit(&e->jopen, memory_order_relaxed), ran = 0;
-  while (v & JOPEN)
-    if (atomic_compare_exchange_weak_explicit(&e->jopen, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) {
-      int seq = atomic_load_explicit(&e->jseq, memory_order_relaxed);
-      if (seq != *last) {  // the job's fields are visible (acquire above)
-        *last = seq;
-        kt_worker* g = e->guest;
-        unsigned csr = _mm_getcsr();
-        _mm_setcsr(0x1f80);  // as the workers (fp8 decode relies on denormals)
-        int64_t t0 = e->trace ? now_ns() : 0;
-        run_job_fused(g);
-        if (e->trace) {
-          g->tr_seen = t0;
-          g->tr_end = now_ns();
-        } else {
-          g->tr_items = -1;
-        }
-        _mm_setcsr(csr);
-        ran = 1;
-      }
-      atomic_fetch_sub_explicit(&e->jopen, 1, memory_order_release);
-      break;
-    }
-  atomic_store_explicit(&e->guest_busy, 0, memory_order_release);
-  return ran;
-}
-
 // sync_traced records a kt_sync that waited: completion -> return.
 static void sync_traced(kt_engine* e) {
   if (!e->trace) return;
@@ -1935,8 +1741,7 @@ static void sync_traced(kt_engine* e) {
 }
 
 void kt_sync(kt_engine* e, int allow_pending) {
-  // any job open now or later may be joined (a job's seq is never 0)
-  int last = 0, waited = 0;
+  int waited = 0;
   // the caller waits for running work and has a core of its own: it spins
   // 5 ms longer than an idle thread (on the device, callers that slept after
   // 0.3 ms paid ~0.3 ms of wake-up on 0.4-0.7 ms one-token tasks)
@@ -1947,16 +1752,6 @@ void kt_sync(kt_engine* e, int allow_pending) {
       return;
     }
     waited = 1;
-    int h = e->no_help ? 0 : help(e, &last);
-    if (h > 0) {
-      sp.t0 = 0;  // the task is nearly done: a fresh spin
-      sp.i = 0;
-      continue;
-    }
-    if (h < 0) {  // on a worker's CPU: let the worker run
-      sched_yield();
-      continue;
-    }
     if (!spin_step(e, &sp)) break;
   }
   if (e->trace) atomic_fetch_add_explicit(&e->tr[KT_TR_SYNC_SLEEPS], 1, memory_order_relaxed);
@@ -2019,7 +1814,7 @@ int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg) {
 
 static void free_engine(kt_engine* e) {
   if (e->workers) {
-    for (int i = 0; i <= e->nthreads; i++) {  // the guest too
+    for (int i = 0; i < e->nthreads; i++) {
       kt_worker* w = &e->workers[i];
       kt_free(w->s.pack, e->packbytes);
       kt_free(w->s.pack2, e->packbytes);
@@ -2061,7 +1856,6 @@ static void free_engine(kt_engine* e) {
   free((void*)e->gud);
   free((void*)e->hqst);
   free((void*)e->hbd);
-  free((void*)e->hbm);
   free((void*)e->tokst);
   free(e->oitems);
   free(e->pfmark);
@@ -2175,7 +1969,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->gud = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hqst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->nexp);
   e->hbd = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
-  e->hbm = (_Atomic int*)xalloc(sizeof(int) * (size_t)(cfg->hidden / KT_NB + 1));
   e->tokst = (_Atomic int*)xalloc(sizeof(int) * (size_t)cfg->max_tokens);
   e->oitems = (int*)xalloc(sizeof(int) * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1));
   e->ooff = (int*)xalloc(sizeof(int) * (size_t)(e->nthreads + 1));
@@ -2186,16 +1979,12 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->mrng = cfg->miss_pf ? (int64_t*)xalloc(sizeof(int64_t) * 2 * MISS_RNG * (size_t)cfg->nexp * (size_t)(cfg->inter_p / KT_NB + 1)) : NULL;
   e->blk_tiled = (uint8_t*)xalloc((size_t)(e->max_slots / 16 + 1));
   e->fused_max = cfg->fused_max_slots == 0 ? FUSED_MAX_SLOTS : cfg->fused_max_slots;
-  // a guest needs a core of its own: with as many workers as CPUs it would
-  // take one from a worker (and spin where the handoff branch's 17th thread did)
   cpu_set_t allowed;
   int ncpu = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
   if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  e->no_help = !cfg->sync_help || e->nthreads >= ncpu;
   e->spin_ns = cfg->spin_ns > 0 ? cfg->spin_ns : cfg->spin_ns < 0 ? 0 : SPIN_NS;
   // oversubscribed (a worker per CPU: the caller shares one): yield from the start
-  int64_t pure = cfg->spin_pure_ns > 0 ? cfg->spin_pure_ns : SPIN_PURE_NS;
-  e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < pure ? e->spin_ns : pure;
+  e->spin_pure_ns = e->nthreads >= ncpu ? 0 : e->spin_ns < SPIN_PURE_NS ? e->spin_ns : SPIN_PURE_NS;
   e->dnx = (_Atomic int*)xalloc(sizeof(int) * DNX * (size_t)cfg->nexp);
   if (!e->dnx) FAIL("out of memory");
   e->trace = cfg->trace != 0;
@@ -2205,7 +1994,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");
   e->mch = cfg->mch <= 0 ? 0 : cfg->mch > KT_MCH ? KT_MCH : (cfg->mch + 31) / 32 * 32;
-  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->hbm || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->pfmark || !e->mfirst || (cfg->miss_pf && !e->mrng) || !e->blk_tiled)
+  if (!e->cnt || !e->off || !e->active || !e->slot_tok || !e->slot_w || !e->tok_slot || !e->xst || !e->gud || !e->hqst || !e->hbd || !e->tokst || !e->oitems || !e->ooff || !e->ocnt || !e->ocur || !e->pfmark || !e->mfirst || (cfg->miss_pf && !e->mrng) || !e->blk_tiled)
     FAIL("out of memory for routing tables");
   int64_t asz = (cfg->isa & (KT_ISA_AMX | KT_ISA_AVX512BF16)) ? 2 : 4;
   for (int p = 0; p < e->npools; p++) {
@@ -2232,23 +2021,20 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       FAIL("out of memory for the scratch buffers of pool %d (%lld MiB)", p,
            (long long)((P->bytesX + P->bytesH + P->bytesHq + P->bytesOut) >> 20));
   }
-  // workers[nthreads] is the guest: a kt_sync caller joining a fused task (pool 0)
-  e->workers = (kt_worker*)xalloc(sizeof(kt_worker) * (size_t)(e->nthreads + 1));
+  e->workers = (kt_worker*)xalloc(sizeof(kt_worker) * (size_t)e->nthreads);
   if (!e->workers) FAIL("out of memory");
   // xa holds up to KT_XA_ROWS bf16 rows (twice as many int8 rows) of one
   // expert (gather_rows)
   e->xabytes = (int64_t)H * 2 * KT_XA_ROWS;
-  e->guest = &e->workers[e->nthreads];
   int maxk = H > I ? H : I;
   for (int p = 0, g = 0; p < e->npools; p++)
-    for (int i = 0; i < cfg->threads[p] + (p == 0); i++) {
-      int guest = p == 0 && i == cfg->threads[0];
-      kt_worker* w = guest ? e->guest : &e->workers[g++];
+    for (int i = 0; i < cfg->threads[p]; i++) {
+      kt_worker* w = &e->workers[g++];
       w->e = e;
       w->pool = p;
-      w->local = guest ? -1 : i;
-      w->global = guest ? e->nthreads : g - 1;
-      w->cpu = (!guest && cfg->pin && cfg->cpus && w->global < cfg->ncpus) ? cfg->cpus[w->global] : -1;
+      w->local = i;
+      w->global = g - 1;
+      w->cpu = (cfg->cpus && w->global < cfg->ncpus) ? cfg->cpus[w->global] : -1;
       e->packbytes = (int64_t)KT_NB * maxk * 2;
       w->s.pack = kt_alloc(e->packbytes, e->pools[p].node);
       w->s.pack2 = kt_alloc(e->packbytes, e->pools[p].node);
@@ -2271,21 +2057,14 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.i4f_pf = cfg->amx_i4f_pf;
       w->s.i4_fuse = cfg->amx_i4_fuse;
       w->s.i4_fuse1 = cfg->amx_i4_fuse1;
-      w->s.i4g_lut = cfg->amx_i4g_lut;
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
       if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->park || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
         FAIL("out of memory for thread scratch");
     }
-  if (cfg->pin && cfg->cpus) {
-    CPU_ZERO(&e->wcpus);
-    for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) {
-      e->workers[g].cpu = cfg->cpus[g];
-      if (cfg->cpus[g] >= 0 && cfg->cpus[g] < CPU_SETSIZE) CPU_SET(cfg->cpus[g], &e->wcpus);
-    }
-    e->wcpus_set = 1;
-  }
+  if (cfg->cpus)
+    for (int g = 0; g < e->nthreads && g < cfg->ncpus; g++) e->workers[g].cpu = cfg->cpus[g];
   for (int g = 1; g < e->nthreads; g++) {
     if (pthread_create(&e->workers[g].th, NULL, worker_main, &e->workers[g]) != 0)
       FAIL("cannot start worker thread %d: %s", g, strerror(errno));

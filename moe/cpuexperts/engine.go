@@ -11,10 +11,8 @@ int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int 
                    float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
 int64_t kt_amx_emu_fused_calls(void);
-int kt_i4g_lut_check(uint32_t seed, int group);
-double kt_i4g_unpack_time(int k, int lut, int reps);
 int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int lut, int reps,
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
                      int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
@@ -43,8 +41,6 @@ type Config struct {
 	NUMANodes []int
 	// ISA forces a kernel level (auto, amx, avx512, avx2).
 	ISA ISA
-	// NoPin leaves threads unpinned.
-	NoPin bool
 
 	// Shapes used to size the preallocated buffers.
 	MaxTokens    int // tokens per task (chunked prefill size)
@@ -93,12 +89,6 @@ type Config struct {
 	// for both int4 methods, < 0 = neither (the whole panels unpacked
 	// first). Results do not depend on it.
 	AMXInt4FusedFirst int
-	// AMXInt4GroupLUT: INT4_KGROUP's AMX prefill requantizes its weights by
-	// table lookup (> 0; needs AVX-512 VBMI, which every AMX CPU has) instead
-	// of multiplying each value (0, the default, or < 0). The same bytes
-	// either way. On the AMX machine no faster (docs/notes/session19_run/run1.sh:
-	// 13 of 24 alternated pairs at 256-2048 tokens).
-	AMXInt4GroupLUT int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
 	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
@@ -151,14 +141,6 @@ type Config struct {
 	// reads half the bytes (268 MB -> 134 MB for 4096 tokens of Qwen3-30B),
 	// for one more bf16 rounding of each expert's output (docs/notes/cpuexperts.md).
 	SlotOutputsF32 bool
-	// SplitItems makes every gate/up and down item of a large (prefill)
-	// task a fixed slice of one expert's rows, as before session 7. By
-	// default, where the experts average 64 tokens or more, the first
-	// experts are whole items, so their token rows are gathered (gate/up)
-	// or read from memory (down) once instead of once per slice, and only
-	// the last 2 x threads experts are split to even out the end. Results
-	// do not depend on it.
-	SplitItems bool
 	// IntermediateF32 keeps the int8 methods' h = silu(gate·x)·(up·x) in f32
 	// until it is quantized for the down projection. By default it is
 	// rounded to bf16 first (not with an expert LoRA), as KTransformers' AMX
@@ -175,31 +157,6 @@ type Config struct {
 	// not incremental, they go around them (a task's output is megabytes,
 	// read next by the caller or a copy to the GPU). Results do not depend on it.
 	OutputCached bool
-	// MergePipeline runs a large (phased) task's down items hidden block by
-	// hidden block, each block's weighted sums as soon as every expert's
-	// outputs for it are done, so they are read from the caches rather than
-	// from memory, and the slot outputs take MergeRing blocks of memory
-	// instead of all of them. By default the sums follow a barrier behind
-	// every down item (whole experts first): on the device the pipelined
-	// down phase grew by about what the merge phase lost (session 8).
-	// Results do not depend on it.
-	MergePipeline bool
-	// MergeRing is how many hidden blocks of slot outputs the down/merge
-	// pipeline keeps (0 = 3; at least 2): a down item waits until the
-	// block it reuses is merged.
-	MergeRing int
-	// RouteFirst routes a large (phased) task before its workers start, as
-	// before session 8. By default the workers start at once and convert
-	// the task's token rows while the queue thread routes it (routing is
-	// one thread's work: 0.2-0.4 ms at 4096 tokens). Results do not depend
-	// on it.
-	RouteFirst bool
-	// DownViaF32 has the AMX down kernels write each chunk's outputs as f32
-	// rows into the worker's scratch, which a second pass rounds into the
-	// bf16 slot outputs, as before session 8. By default the kernels round
-	// their parked sums into the slot outputs themselves (one pass, no f32
-	// copy). Results do not depend on it.
-	DownViaF32 bool
 	// OwnedDecode makes each worker of a one-token decode task take first
 	// the gate/up row blocks it owns, blocks assigned by expert id, and a
 	// prefetch task read those blocks on their owners, so that a task after
@@ -215,15 +172,6 @@ type Config struct {
 	// own: the misses' reads overlap the cached blocks' arithmetic instead
 	// of following it. Results do not depend on it.
 	DecodeMissStream bool
-	// SyncHelp lets the thread that waits in Sync or Forward for a running
-	// decode task (one that needs no AMX tiles) join it as one more worker:
-	// it would spin anyway, so the task gets another core and no extra
-	// thread spins. It joins only from a CPU no worker is pinned to (else it
-	// yields, so the scheduler moves it). Off by default: on the device it
-	// gave the fastest one-token tasks when the caller had the free core, and
-	// a 20% slower one when it shared a worker's (before the CPU check; see
-	// docs/notes/cpuexperts.md). Results do not depend on it.
-	SyncHelp bool
 	// Trace times every decode (fused) task per thread; Engine.Trace reads
 	// the sums. It costs a few clock reads per thread and task.
 	Trace bool
@@ -235,18 +183,11 @@ type Config struct {
 	// the first 30 us, then yielding to other threads of their core now and
 	// then. 0 = DefaultSpinWait, < 0 = sleep at once.
 	SpinWait time.Duration
-	// SpinPure is the first part of such a spin, which only pauses
-	// (yielding after it lets a thread sharing the core run; in a VM a
-	// yield may also hand the vCPU back): 0 = 30 µs, capped at SpinWait.
-	SpinPure time.Duration
 	// DecodeHeadPrefetch is how many bytes at the start of each decode
 	// item's weight run (packed formats) are prefetched when the item starts
 	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
 	DecodeHeadPrefetch int
 
-	// testWaitGuest makes the runner wait for the Sync caller to join each
-	// task it may join (tests: a guest every time, on a loaded machine too).
-	testWaitGuest bool
 	// testRouteDelay makes the queue thread route an early-started task
 	// this long after its workers start (tests of the wait for routing).
 	testRouteDelay time.Duration
@@ -361,9 +302,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	for i, c := range cpus {
 		cs[i] = C.int(c)
 	}
-	if !cfg.NoPin {
-		cc.pin = 1
-	}
 	cc.cpus = ccpus
 	cc.ncpus = C.int(len(cpus))
 	cc.isa = C.int(bits)
@@ -426,39 +364,25 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXInt4Fused = DefaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = knob(cfg.AMXInt4Fused)
-	if cfg.AMXInt4GroupLUT > 0 {
-		if !feat.VBMI {
-			return nil, fmt.Errorf("AMXInt4GroupLUT needs AVX-512 VBMI, which this CPU lacks")
-		}
-		cc.amx_i4g_lut = 1
-	}
 	switch {
 	case cfg.AMXInt4FusedFirst == 0:
 		cc.amx_i4_fuse1 = 1 // AMXINT4
 	case cfg.AMXInt4FusedFirst > 0:
 		cc.amx_i4_fuse1 = 3 // AMXINT4 and INT4_KGROUP
 	}
-	cc.sync_help = b2i(cfg.SyncHelp)
 	cc.y_f32 = b2i(cfg.SlotOutputsF32)
-	cc.split_items = b2i(cfg.SplitItems)
 	cc.y_cached = b2i(cfg.SlotOutputsCached)
 	cc.h_f32 = b2i(cfg.IntermediateF32)
 	cc.out_cached = b2i(cfg.OutputCached)
-	cc.merge_pipe = b2i(cfg.MergePipeline)
-	cc.merge_ring = C.int(min(max(cfg.MergeRing, 0), 1024))
-	cc.route_first = b2i(cfg.RouteFirst)
-	cc.down_f32 = b2i(cfg.DownViaF32)
 	cc.owned = b2i(cfg.OwnedDecode)
 	cc.miss_pf = b2i(cfg.DecodeMissStream)
 	cc.trace = b2i(cfg.Trace)
-	cc.test_wait_guest = b2i(cfg.testWaitGuest)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))
 	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {
 		cfg.SpinWait = DefaultSpinWait
 	}
 	cc.spin_ns = C.int64_t(max(min(cfg.SpinWait, time.Second), -1))
-	cc.spin_pure_ns = C.int64_t(max(min(cfg.SpinPure, time.Second), 0))
 	if cfg.DecodeHeadPrefetch == 0 {
 		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
 	}
@@ -579,15 +503,12 @@ type TaskTrace struct {
 	EndMin               float64 // published -> the first worker out of items
 	EndMean              float64 // ... mean over workers
 	EndMax               float64 // ... the last worker done
-	AllDone              float64 // published -> the runner saw every worker and the guest done
+	AllDone              float64 // published -> the runner saw every worker done
 	DoneCompl            float64 // all done -> completion published
 	ComplReturn          float64 // completion -> Sync returned (per waiting sync)
 	ReturnSub            float64 // Sync returned -> next submit: the caller's own time (per gap)
 	ItemsMin             float64 // fewest items one worker ran in a task
 	ItemsMax             float64 // most items one worker ran in a task
-	// GuestShare is the share of tasks a waiting caller joined; GuestJoin,
-	// GuestEnd and GuestItems are means over those tasks.
-	GuestShare, GuestJoin, GuestEnd, GuestItems float64
 	// Sleeps and SyncSleeps count the waits per task that ended in a futex
 	// sleep: of the engine's threads, and of callers in Sync.
 	Sleeps, SyncSleeps float64
@@ -626,11 +547,6 @@ func (e *Engine) Trace() TaskTrace {
 	t.ReturnSub = per(C.KT_TR_RET_SUB, int64(s[C.KT_TR_GAPS]))
 	t.ItemsMin = float64(s[C.KT_TR_ITEMS_MIN]) / float64(tasks)
 	t.ItemsMax = float64(s[C.KT_TR_ITEMS_MAX]) / float64(tasks)
-	if g := int64(s[C.KT_TR_GUESTS]); g > 0 {
-		t.GuestShare = float64(g) / float64(tasks)
-		t.GuestJoin, t.GuestEnd = per(C.KT_TR_GUEST_JOIN, g), per(C.KT_TR_GUEST_END, g)
-		t.GuestItems = float64(s[C.KT_TR_GUEST_ITEMS]) / float64(g)
-	}
 	t.Sleeps = float64(s[C.KT_TR_SLEEPS]) / float64(tasks)
 	t.SyncSleeps = float64(s[C.KT_TR_SYNC_SLEEPS]) / float64(tasks)
 	for i := 0; i < n; i++ {
@@ -857,7 +773,6 @@ type amxKnobs struct {
 	nt, tiled         bool
 	i4pf              int  // the int4 unpack's prefetch distance; the decode kernels' with noAMX (kernel benchmark only)
 	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
-	lut               bool // group-wise int4: the requantization by table lookup (kernel benchmark only)
 }
 
 // emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
@@ -881,20 +796,6 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 // emuAMXCalls counts the calls of the emulated AMX kernels the engine runs
 // with Config.amxEmu, in all engines of the process so far (tests).
 func emuAMXCalls() int64 { return int64(C.kt_amx_emu_calls()) }
-
-// i4gLUTCheck unpacks a random group-wise int4 panel (edge-case scales
-// included) by multiplying and by table lookup and returns how many bytes
-// differ (kt_i4g_lut_check; needs AVX-512 VBMI).
-func i4gLUTCheck(seed uint32, group int) int {
-	return int(C.kt_i4g_lut_check(C.uint32_t(seed), C.int(group)))
-}
-
-// i4gUnpackTime times reps whole-panel unpacks of a 32-row group-wise int4
-// panel pair of k columns, requantized by multiplying or (lut) by table
-// lookup (kt_i4g_unpack_time; lut needs AVX-512 VBMI).
-func i4gUnpackTime(k int, lut bool, reps int) float64 {
-	return float64(C.kt_i4g_unpack_time(C.int(k), b2i(lut), C.int(reps)))
-}
 
 // emuAMXFusedCalls counts the calls of the emulated int4 kernel with the
 // fused unpack (Config.AMXInt4Fused).
@@ -950,7 +851,7 @@ func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, c
 	}
 	var flops C.double
 	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), b2i(kn.lut), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
+		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
 	if secs <= 0 {
 		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
 	}

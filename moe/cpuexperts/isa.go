@@ -21,8 +21,6 @@ const (
 // Features is what the CPU (and OS) offer to the kernels.
 type Features struct {
 	AVX2, AVX512, VNNI, AVX512BF16, AMX bool
-	// VBMI: AVX-512 VBMI (byte permutes), used by Config.AMXInt4GroupLUT.
-	VBMI bool
 	// AMXDenied is set when the CPU has AMX but the kernel refused the tile state.
 	AMXDenied bool
 }
@@ -54,7 +52,6 @@ func cpuFeatures(requestAMX func() bool) Features {
 	}
 	f.VNNI = f.AVX512 && x.HasAVX512VNNI
 	f.AVX512BF16 = f.AVX512 && x.HasAVX512BF16
-	f.VBMI = f.AVX512 && x.HasAVX512VBMI
 	if f.AVX512 && x.HasAMXTile && x.HasAMXInt8 && x.HasAMXBF16 {
 		if requestAMX() {
 			f.AMX = true

@@ -10,10 +10,11 @@ import (
 
 // TestWholeItemsBitwise checks that the phased path's work split (whole
 // experts first, split ones last, in gate/up and in down) gives bitwise the
-// output of fixed slices (Config.SplitItems), on a task where it applies:
-// 256 tokens x 4 over 16 experts (64 per expert) and 5 threads per pool, so
-// 6 of the 16 experts are whole items in both phases (gate/up slices of 64
-// rows, down slices of 128). AMXINT8 checks the count that hands an
+// output of fixed slices, on a task where it applies: 256 tokens x 4 over
+// 16 experts (64 per expert) and 5 threads per pool, so 6 of the 16 experts
+// are whole items in both phases (gate/up slices of 64 rows, down slices of
+// 128); with 8 threads per pool (16 experts, at most 2 x 8) every item is a
+// slice. AMXINT8 checks the count that hands an
 // expert's h to the quantization after its last gate/up item; one and two
 // pools; every kernel level, the AMX path emulated where the CPU has none.
 func TestWholeItemsBitwise(t *testing.T) {
@@ -28,9 +29,9 @@ func TestWholeItemsBitwise(t *testing.T) {
 			for _, pools := range []int{1, 2} {
 				name := fmt.Sprintf("%s/%s/pools%d", isa, m, pools)
 				var out [2][]float32
-				for i, split := range []bool{false, true} {
-					e := newEngineCfg(t, withISA(Config{Threads: 5 * pools, Pools: pools, MaxTokens: tokens, TopK: topK,
-						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate, SplitItems: split}, isa))
+				for i, threads := range []int{5, 8} {
+					e := newEngineCfg(t, withISA(Config{Threads: threads * pools, Pools: pools, MaxTokens: tokens, TopK: topK,
+						Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa))
 					l, err := e.NewLayer(spec, src)
 					if err != nil {
 						t.Fatal(err)

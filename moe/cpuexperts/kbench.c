@@ -36,7 +36,7 @@ static double kt_amx_peak_flops(int i8, int var, int m) {
 void kt_free(void* p, int64_t bytes);
 
 typedef struct {
-  int fmt, m, k, kch, pf, pfm, nxl, var, i4pf, i4fuse, lut, reps, cpu, nthreads, noamx;
+  int fmt, m, k, kch, pf, pfm, nxl, var, i4pf, i4fuse, reps, cpu, nthreads, noamx;
   int64_t wbytes;
   _Atomic int* ready;
   double secs;
@@ -102,7 +102,6 @@ static void* kb_thread(void* p) {
   s.i4_pf = s.i4g_pf = s.i4f_pf = a->i4pf;
   s.dec_pf = a->noamx ? a->i4pf : 0;  // the decode kernels' panel prefetch (noamx)
   s.i4_fuse = a->i4fuse ? KT_MCH : 0;
-  s.i4g_lut = a->lut;
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
@@ -154,15 +153,13 @@ static void* kb_thread(void* p) {
 // KT_FMT_I4_PK, KT_FMT_I4G_PK with groups of 128) on nthreads threads
 // (pinned to cpus[i]), each over its own wbytes of weights, reps times, with
 // m tokens of k columns and the given knobs (i4pf: the int4 unpack's
-// prefetch distance; i4fuse: the unpack inside the tile loop; lut: the
-// group-wise requantization by table lookup, needs AVX-512 VBMI). It
-// returns the slowest thread's seconds and the flops done in *flops, or -1
-// (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
+// prefetch distance; i4fuse: the unpack inside the tile loop). It returns
+// the slowest thread's seconds and the flops done in *flops, or -1 (no AMX, no memory, bad arguments). noamx runs the AVX-512 kernels of the
 // same formats instead (the decode kernels: a test of the harness on CPUs
 // without AMX, or the vector side of a comparison), i4pf then being their
 // panel prefetch distance (Config.DecodePrefetch).
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int lut,
-                     int reps, int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
+double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
+                     int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops) {
   int i4 = fmt == KT_FMT_I4_PK || fmt == KT_FMT_I4G_PK;
   if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK && !i4) || m < 1 || m > KT_MCH || k < 64 || k % (i4 ? 128 : 64) ||
       nthreads < 1 || nthreads > 1024 || reps < 1 || (i4 && var < 0))
@@ -177,7 +174,7 @@ double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, i
   }
   int bad = 0;
   for (int i = 0; i < nthreads; i++) {
-    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, i4pf, i4fuse, lut, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
+    args[i] = (kb_arg){fmt, m, k, kch, pf, pfm, nxl, var, i4pf, i4fuse, reps, cpus ? cpus[i] : -1, nthreads, noamx, wbytes, &ready, 0, 0};
     if (pthread_create(&th[i], NULL, kb_thread, &args[i]) != 0) {
       args[i].cpu = -2;  // not started
       bad = 1;

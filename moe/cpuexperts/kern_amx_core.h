@@ -409,7 +409,7 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
         if (c + 1 < cend) {
           int8_t* d = full ? full + (int64_t)(c + 1) * 2048 : ring + ((c + 1) & 1) * 4096;
           for (int q = 0; q < 1 + two_n; q++)
-            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, s->i4g_lut, upf, d + q * pstr, d + q * pstr + 1024);
+            amx_i4_block(src[q], c + 1, sc[q], rm[q], W->group, upf, d + q * pstr, d + q * pstr + 1024);
         }
         if (c < kbeg / 2) continue;
         const int8_t* b = full ? full + (int64_t)c * 2048 : ring + (c & 1) * 4096;

@@ -11,7 +11,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kern_amx_i4.h"
 #include "kt_internal.h"
@@ -229,79 +228,3 @@ done:
   return ret;
 }
 
-// kt_i4g_lut_check unpacks one 16-row, 256-column KT_FMT_I4G_PK panel of
-// random nibbles (two 128-column blocks, groups of group columns) with
-// random group scales, by multiplying (amx_i4g_requant) and by table lookup
-// (amx_i4g_lut_block), and returns how many bytes differ (tests: -1 for a
-// bad group). Its scales include a row whose scales are all zero (rmax 0),
-// rows where one group holds the row's largest scale (factor 32767), and
-// tiny and equal scales. The caller checks the CPU has AVX-512 VBMI.
-TEMU int kt_i4g_lut_check(uint32_t seed, int group) {
-  if (group != 64 && group != 128) return -1;
-  enum { K = 256 };
-  const int ng = K / group;
-  uint8_t src[8 * K];
-  float sc[K / 64 * 16], rmax[16];
-  int8_t a[2][2 * 16 * 64 * 2];
-  uint32_t st = seed ? seed : 1;
-  for (int i = 0; i < 8 * K; i++) src[i] = (uint8_t)emu_rng(&st);
-  for (int r = 0; r < 16; r++) {
-    rmax[r] = 0;
-    for (int g = 0; g < ng; g++) {
-      float v = (float)(emu_rng(&st) % 1000 + 1) / 1000.0f;
-      if (r == 0) v = 0;                  // a row of zero scales: factor 0
-      if (r == 1) v = g == 0 ? 1e-30f : 1;  // tiny beside its row's largest
-      if (r == 2) v = 0.5f;               // equal scales: factor 32767 everywhere
-      sc[g * 16 + r] = v;
-      if (v > rmax[r]) rmax[r] = v;
-    }
-  }
-  __m512 rm = _mm512_loadu_ps(rmax);
-  for (int lut = 0; lut < 2; lut++)
-    for (int c = 0; c < K / 128; c++)
-      amx_i4_block(src, c, sc, rm, group, lut, 0, a[lut] + c * 2048, a[lut] + c * 2048 + 1024);
-  int bad = 0;
-  for (int i = 0; i < (int)sizeof a[0]; i++) bad += a[0][i] != a[1][i];
-  return bad;
-}
-
-// kt_i4g_unpack_time unpacks a 32-row group-wise int4 panel pair of k
-// columns (groups of 128) reps times, by multiplying or (lut) by table
-// lookup, into int8 panels (the whole-panel unpack of amx_i4_run), and
-// returns the seconds taken (BenchmarkInt4GroupUnpack; -1: no memory).
-TEMU double kt_i4g_unpack_time(int k, int lut, int reps) {
-  int ng = k / 128;
-  uint8_t* w = aligned_alloc(64, (size_t)16 * k);
-  float* sc = malloc(sizeof(float) * 2 * ng * 16);
-  int8_t* dst = aligned_alloc(64, (size_t)32 * k);
-  double secs = -1;
-  if (w && sc && dst) {
-    uint32_t st = 7;
-    for (int i = 0; i < 16 * k; i++) w[i] = (uint8_t)emu_rng(&st);
-    for (int i = 0; i < 2 * ng * 16; i++) sc[i] = (float)(emu_rng(&st) % 1000 + 1) / 1000.0f;
-    kt_mat W;
-    memset(&W, 0, sizeof W);
-    W.w = w;
-    W.scale = sc;
-    W.n = 32;
-    W.k = k;
-    W.group = 128;
-    kt_scratch s;
-    memset(&s, 0, sizeof s);
-    s.i4g_lut = lut;
-    float rmax[32];
-    amx_i4g_rowmax(&W, 0, 32, rmax);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int r = 0; r < reps; r++) {
-      amx_i4_unpack(&W, 0, 32, dst, rmax, &s);
-      __asm__ volatile("" : : "r"(dst) : "memory");
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  }
-  free(w);
-  free(sc);
-  free(dst);
-  return secs;
-}

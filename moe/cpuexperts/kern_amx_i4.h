@@ -49,65 +49,6 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
   }
 }
 
-// amx_i4g_lut_block is amx_i4_block's requantizing unpack by table
-// lookup (AVX-512 VBMI; Config.AMXInt4GroupLUT): per group, a 256-entry
-// table of every row's 16 requantized values, computed with the same
-// vpmulhrsw on the same operands as amx_i4g_requant (so bitwise the same
-// bytes), and each line's nibbles looked up with vpermi2b, rows 0-7 and
-// 8-15 from two 128-entry halves: 9 vector operations per 64-byte line (two
-// index computations, four lookups, two blends) against about 20 for the
-// nibble split and amx_i4g_requant, most of those on one port; the tables
-// cost ~40 per panel and group.
-// g0, g1: the groups of the block's low and high halves (may be equal).
-static __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline)) void amx_i4g_lut_block(
-    const uint8_t* b0, const float* sc, __m512 rm, int g0, int g1, int pf, int8_t* lo_d, int8_t* hi_d) {
-  // the signed int8 x = 16q of each nibble n (q = n - 16 for n >= 8) as int16, for entries e (n = e % 16)
-  const __m512i xv = _mm512_set_epi16(-16, -32, -48, -64, -80, -96, -112, -128, 112, 96, 80, 64, 48, 32, 16, 0, -16,
-                                      -32, -48, -64, -80, -96, -112, -128, 112, 96, 80, 64, 48, 32, 16, 0);
-  __m512i T[2][4];  // [low, high half's group][rows 0-3, 4-7, 8-11, 12-15: 64 entries each]
-  for (int h = 0; h < 2; h++) {
-    int g = h ? g1 : g0;
-    if (h && g1 == g0) {
-      for (int j = 0; j < 4; j++) T[1][j] = T[0][j];
-      break;
-    }
-    __mmask16 nz = _mm512_cmp_ps_mask(rm, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __m512 f = _mm512_maskz_div_ps(nz, _mm512_loadu_ps(sc + (int64_t)g * 16), rm);
-    __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(f, _mm512_set1_ps(32768.0f))), _mm512_set1_epi32(32767));
-    __m512i fw = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(q));  // word r: row r's factor
-    for (int j = 0; j < 4; j++) {
-      // entries 64j..64j+63: rows 4j + e/16; two vectors of 32 words
-      __m512i r0 = _mm512_set_epi16(4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1,
-                                    4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1,
-                                    4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j,
-                                    4 * j, 4 * j, 4 * j, 4 * j);
-      __m512i r1 = _mm512_add_epi16(r0, _mm512_set1_epi16(2));
-      __m256i v0 = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(xv, _mm512_permutexvar_epi16(r0, fw)));
-      __m256i v1 = _mm512_cvtepi16_epi8(_mm512_mulhrs_epi16(xv, _mm512_permutexvar_epi16(r1, fw)));
-      T[h][j] = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
-    }
-  }
-  // byte i of a line belongs to row i/4: its entry is ((i/4) % 8) * 16 + n in its half's table
-  const __m512i rowoff = _mm512_set_epi8(
-      112, 112, 112, 112, 96, 96, 96, 96, 80, 80, 80, 80, 64, 64, 64, 64, 48, 48, 48, 48, 32, 32, 32, 32, 16, 16, 16, 16,
-      0, 0, 0, 0, 112, 112, 112, 112, 96, 96, 96, 96, 80, 80, 80, 80, 64, 64, 64, 64, 48, 48, 48, 48, 32, 32, 32, 32, 16,
-      16, 16, 16, 0, 0, 0, 0);
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __mmask64 upper = 0xFFFFFFFF00000000ull;
-  for (int r = 0; r < 16; r++) {
-    if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
-    __m512i b = _mm512_loadu_si512(b0 + r * 64);
-    __m512i il = _mm512_ternarylogic_epi32(b, m4, rowoff, 0xEA);  // (b & m4) | rowoff
-    __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4), m4, rowoff, 0xEA);
-    __m512i lo = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(T[0][0], il, T[0][1]),
-                                        _mm512_permutex2var_epi8(T[0][2], il, T[0][3]));
-    __m512i hi = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(T[1][0], ih, T[1][1]),
-                                        _mm512_permutex2var_epi8(T[1][2], ih, T[1][3]));
-    _mm512_storeu_si512(lo_d + r * 64, lo);
-    _mm512_storeu_si512(hi_d + r * 64, hi);
-  }
-}
-
 // amx_i4_block unpacks 128-column block c of one 16-row KT_FMT_I4_PK or
 // KT_FMT_I4G_PK panel (src: the panel's first line; per 128 columns, 16
 // lines of 64 bytes, 16 rows x one k-quad each, whose low nibbles hold
@@ -125,22 +66,15 @@ static __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline)) void amx
 // per weight, against the int4 step sc[g] of the group itself
 // (docs/notes/cpuexperts.md, "Session 17").
 //
-// lut: the requantization by table lookup (amx_i4g_lut_block; the caller
-// checked the CPU has AVX-512 VBMI), bitwise the same bytes.
-//
 // pf > 0: each line is prefetched that many bytes ahead of its read (a
 // call's panels are one contiguous run, and an item's next call usually
 // follows it): where experts get few rows the unpack, not the tiles, reads
 // the weights from memory.
 static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(const uint8_t* src, int c, const float* sc,
-                                                                            __m512 rm, int group, int lut, int pf,
+                                                                            __m512 rm, int group, int pf,
                                                                             int8_t* lo_d, int8_t* hi_d) {
   const uint8_t* b0 = src + (int64_t)c * 16 * 64;
   int g0 = sc ? c * 128 / group : 0, g1 = sc ? (c * 128 + 64) / group : 0;  // the low and high halves' groups
-  if (sc && lut) {
-    amx_i4g_lut_block(b0, sc, rm, g0, g1, pf, lo_d, hi_d);
-    return;
-  }
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
   if (sc) {
@@ -188,7 +122,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
     const float* sc = rmax ? W->scale + (int64_t)(n0 / 16 + p) * ng * 16 : NULL;
     __m512 rm = rmax ? _mm512_loadu_ps(rmax + p * 16) : _mm512_setzero_ps();
     for (int c = cb; c < ce; c++)
-      amx_i4_block(src, c, sc, rm, W->group, s->i4g_lut, pf, d + (int64_t)c * 32 * 64, d + ((int64_t)c * 32 + 16) * 64);
+      amx_i4_block(src, c, sc, rm, W->group, pf, d + (int64_t)c * 32 * 64, d + ((int64_t)c * 32 + 16) * 64);
   }
 }
 

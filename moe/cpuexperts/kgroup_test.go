@@ -264,10 +264,8 @@ func BenchmarkNewLayerQuantize(b *testing.B) {
 // A-tile prefetch and the unpack's prefetch, in the phased task (the one
 // with K slabs); and longer calls with the unpack fused into their first
 // token block (Config.AMXInt4FusedFirst), the int8 core running the rest
-// over the unpacked panels, with bf16 and f32 outputs alike; INT4_KGROUP
-// also requantized by table lookup (Config.AMXInt4GroupLUT, where the CPU
-// has AVX-512 VBMI). On the emulation it also checks that the fused kernel
-// ran.
+// over the unpacked panels, with bf16 and f32 outputs alike. On the
+// emulation it also checks that the fused kernel ran.
 func TestAMXInt4Fused(t *testing.T) {
 	amx := kgroupAMXLevel()
 	if amx == "" || !DetectFeatures().VNNI {
@@ -282,10 +280,10 @@ func TestAMXInt4Fused(t *testing.T) {
 		src := sourceFor(c.m, spec)
 		x, ids, w := RandomBatch(13, tokens, topK, spec.Hidden, spec.Experts)
 		ids[7] = -1
-		type knobs struct{ fused, first, chunk, slab, pf, i4pf, lut int }
+		type knobs struct{ fused, first, chunk, slab, pf, i4pf int }
 		run := func(k knobs) []float32 {
 			r, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXInt4Fused: k.fused, AMXInt4FusedFirst: k.first,
-				PrefillChunk: k.chunk, AMXSlabBytes: int64(k.slab), AMXPrefetch: k.pf, AMXInt4Prefetch: k.i4pf, AMXInt4GroupLUT: k.lut,
+				PrefillChunk: k.chunk, AMXSlabBytes: int64(k.slab), AMXPrefetch: k.pf, AMXInt4Prefetch: k.i4pf,
 				Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, amx), spec, src,
 				Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 			if err != nil {
@@ -296,14 +294,11 @@ func TestAMXInt4Fused(t *testing.T) {
 			}
 			return r.out
 		}
-		ref := run(knobs{-1, -1, 0, -1, 0, -1, 0}) // whole calls, unpacked first
+		ref := run(knobs{-1, -1, 0, -1, 0, -1}) // whole calls, unpacked first
 		configs := []knobs{
-			{0, 0, 32, -1, 0, -1, 0}, {0, 0, 32, -1, 1, 0, 0}, {0, 0, 32, 4096, 0, 2048, 0}, {0, 0, 32, 20000, 2, 64, 0}, {-1, -1, 32, 4096, 1, 0, 0},
-			{0, 0, 0, -1, 0, 0, 0}, {512, 0, 0, -1, 0, 0, 0}, {512, 0, 0, 4096, 1, 2048, 0}, {512, 0, 64, 20000, 0, -1, 0},
-			{0, 1, 0, -1, 0, 0, 0}, {0, 1, 0, 4096, 1, 2048, 0}, {-1, 1, 64, 20000, 0, -1, 0}, {0, 1, 0, 20000, 2, 0, 0},
-		}
-		if c.m == INT4KGroup && DetectFeatures().VBMI { // the requantization by table lookup: the same bytes
-			configs = append(configs, knobs{-1, -1, 0, -1, 0, -1, 1}, knobs{0, 0, 32, 4096, 0, 2048, 1}, knobs{0, 1, 0, -1, 1, 0, 1})
+			{0, 0, 32, -1, 0, -1}, {0, 0, 32, -1, 1, 0}, {0, 0, 32, 4096, 0, 2048}, {0, 0, 32, 20000, 2, 64}, {-1, -1, 32, 4096, 1, 0},
+			{0, 0, 0, -1, 0, 0}, {512, 0, 0, -1, 0, 0}, {512, 0, 0, 4096, 1, 2048}, {512, 0, 64, 20000, 0, -1},
+			{0, 1, 0, -1, 0, 0}, {0, 1, 0, 4096, 1, 2048}, {-1, 1, 64, 20000, 0, -1}, {0, 1, 0, 20000, 2, 0},
 		}
 		for _, k := range configs {
 			calls := emuAMXFusedCalls()
@@ -321,44 +316,5 @@ func TestAMXInt4Fused(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestInt4GroupLUT holds INT4_KGROUP's requantization by table lookup
-// (amx_i4g_lut_block) to the multiplying one, byte for byte, on random
-// panels whose scales include a row of zeros, a tiny group beside its
-// row's largest and rows of equal scales (factor 32767), groups of 64 and
-// 128.
-func TestInt4GroupLUT(t *testing.T) {
-	if !DetectFeatures().VBMI {
-		t.Skip("needs AVX-512 VBMI")
-	}
-	for _, group := range []int{64, 128} {
-		for seed := uint32(1); seed <= 50; seed++ {
-			if bad := i4gLUTCheck(seed, group); bad != 0 {
-				t.Fatalf("group %d, seed %d: %d bytes differ between the lookup and the multiplying requantization", group, seed, bad)
-			}
-		}
-	}
-}
-
-// BenchmarkInt4GroupUnpack times INT4_KGROUP's whole-panel unpack of a
-// 32-row pair at K 2048 (L1/L2-resident), requantized by multiplying and by
-// table lookup (Config.AMXInt4GroupLUT), in weight bytes unpacked per
-// second. Any AVX-512 CPU with VBMI (the unpack is vector code; the AMX
-// machine's figure is the one that counts).
-func BenchmarkInt4GroupUnpack(b *testing.B) {
-	if !DetectFeatures().VBMI {
-		b.Skip("needs AVX-512 VBMI")
-	}
-	const k, reps = 2048, 2000
-	for _, lut := range []bool{false, true} {
-		b.Run(fmt.Sprintf("lut=%v", lut), func(b *testing.B) {
-			var secs float64
-			for range b.N {
-				secs = i4gUnpackTime(k, lut, reps)
-			}
-			b.ReportMetric(float64(16*k)*reps/secs/1e9, "GB/s")
-		})
 	}
 }

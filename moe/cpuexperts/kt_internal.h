@@ -97,7 +97,6 @@ typedef struct {
   int i4g_pf;     // ... group-wise int4 panels
   int i4f_pf;     // ... calls with the fused unpack (i4_fuse), both formats
   int i4_fuse;    // AMX int4 prefill: calls of at most this many tokens unpack block by block inside the tile loop (CORE_FN4)
-  int i4g_lut;    // AMX group-wise int4 prefill: requantize by table lookup (amx_i4g_lut_block; needs AVX-512 VBMI)
   int i4_fuse1;   // ... longer calls: the unpack fused with their first 32 tokens, into the whole panels (amx_i4_run); bit 0 AMXINT4, bit 1 INT4_KGROUP
   float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
   // One-token decode side stream (cfg.miss_pf): the AVX-512 int8/int4 panel

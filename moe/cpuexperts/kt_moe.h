@@ -106,8 +106,7 @@ typedef struct {
   int npools;
   int threads[8];   // worker threads per pool
   int node[8];      // NUMA node of each pool, -1 = do not bind
-  int pin;          // pin threads to the CPUs of their node (or to cpus[] below)
-  const int* cpus;  // optional explicit CPU list, one per thread in pool order (NULL = from node)
+  const int* cpus;  // the CPU of each thread in pool order (NULL = unpinned)
   int ncpus;
   int isa;          // KT_ISA_* bits allowed
   int max_tokens, max_k, nexp, hidden, inter_p; // scratch sizing (inter_p = largest pool slice)
@@ -132,29 +131,20 @@ typedef struct {
   int amx_i4g_pf;      // ... its group-wise int4 panels
   int amx_i4f_pf;      // ... the fused unpack's (amx_i4_fuse), both formats
   int amx_i4_fuse;     // AMX int4 prefill: calls of at most this many tokens fuse the unpack into the tile loop (0: none)
-  int amx_i4g_lut;     // AMX group-wise int4 prefill: requantize by table lookup (needs AVX-512 VBMI)
   int amx_i4_fuse1;    // ... longer calls fuse it with their first 32 tokens: bit 0 AMXINT4, bit 1 INT4_KGROUP (else unpack first)
-  int sync_help;       // kt_sync callers join a running decode task as a worker (from a CPU no worker is pinned to)
   int trace;           // time every fused task per thread (kt_engine_trace)
   int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
-  int test_wait_guest; // tests: the runner waits (at most 1 s) for a kt_sync caller to join each task it may join
   int test_route_delay_us; // tests: an early-started task is routed this long after its workers start
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
-  int64_t spin_pure_ns; // the first part of a spin that only pauses, no yields (ns); 0 = default (30 us)
   int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
   int y_f32;           // keep the per-slot down outputs in f32 (default: bf16 for bf16 and int8 activations)
-  int split_items;     // phased gate/up and down: every item a fixed slice of rows (default: whole experts first, split ones last)
   int h_f32;           // int8 activations: keep h in f32 until quantized (default: bf16)
   int y_cached;        // phased path: store the per-slot down outputs through the caches (default: around them)
   int out_cached;      // phased path: store the weighted sums (the task's output) through the caches (default: around them)
-  int merge_pipe;      // phased path: down and merge pipelined by hidden block (default: merge after a barrier behind every down item)
-  int merge_ring;      // merge_pipe: hidden blocks of slot outputs kept (<= 0: 3; at least 2)
-  int route_first;     // phased path: route before the workers start (default: they convert the rows meanwhile)
   int owned;           // one-token decode: each worker first takes the gate/up blocks it owns, which a
                        // prefetch task reads on that worker (default: blocks in counter order)
   int miss_pf;         // owned one-token decode: each worker runs its blocks of the prefetched experts first,
                        // its kernels prefetching its others (kt_side_pf) (default: expert order, no side stream)
-  int down_f32;        // bf16 slot outputs: the AMX down kernels write f32 rows that a second pass rounds (default: they round)
 } kt_engine_config;
 
 // kt_engine_new creates the engine; on failure it returns NULL and writes a
@@ -185,7 +175,7 @@ void kt_engine_phases(kt_engine* e, int64_t* ns, int64_t* tasks);
 // Per-thread timing of fused (decode) tasks (kt_engine_config.trace), in
 // nanoseconds summed over the traced tasks. "pub" is the moment the task's
 // job was published to the workers (after routing); worker times are from
-// it. A guest is a kt_sync caller that joined the task as an extra worker.
+// it.
 enum {
   KT_TR_TASKS,       // traced tasks
   KT_TR_SUB_PICK,    // kt_submit -> the queue thread took the task
@@ -198,16 +188,12 @@ enum {
   KT_TR_END_MIN,     // pub -> the first worker out of items
   KT_TR_END_AVG,     // ... mean over the workers
   KT_TR_END_MAX,     // ... the last worker done (the task's work is done)
-  KT_TR_ALLDONE,     // pub -> the runner saw every worker and guest done
+  KT_TR_ALLDONE,     // pub -> the runner saw every worker done
   KT_TR_DONE_COMPL,  // all done -> completion published (pending decremented)
   KT_TR_COMPL_RET,   // completion -> kt_sync returned (summed over the syncs that waited)
   KT_TR_RET_SUB,     // kt_sync returned -> the next kt_submit (the caller's own time)
   KT_TR_SYNCS,       // kt_sync calls counted in COMPL_RET
   KT_TR_GAPS,        // gaps counted in RET_SUB
-  KT_TR_GUESTS,      // tasks a guest joined
-  KT_TR_GUEST_JOIN,  // pub -> the guest joined
-  KT_TR_GUEST_END,   // pub -> the guest left
-  KT_TR_GUEST_ITEMS, // items the guest ran
   KT_TR_ITEMS_MIN,   // fewest items of one worker in a task
   KT_TR_ITEMS_MAX,   // most items of one worker in a task
   KT_TR_SLEEPS,      // waits of engine threads that ended in a futex sleep (not only in traced tasks)
@@ -230,9 +216,6 @@ int kt_check_tile_layout(int rows, int rb);
 // returns 0, or -1 when the queue is full.
 int kt_submit(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // kt_sync blocks until at most allow_pending submitted tasks are unfinished.
-// With sync_help, while it waits on a running decode (fused) task that needs
-// no AMX tiles, the caller joins it as an extra worker: its thread would spin
-// anyway, so the task gets one more core without one more spinning thread.
 void kt_sync(kt_engine* e, int allow_pending);
 // kt_prefetch queues a task that reads the weights (and scales) of experts
 // of layer l into the workers' caches: ids[0..n) in the order given (the most
