@@ -46,7 +46,6 @@ type moeBenchOpts struct {
 	decPrefetch, chunk                                    int
 	phases, trace                                         bool
 	slotF32, yCached, outCached, hF32                     bool
-	fusedItems, decHead                                   int
 	rounds                                                int
 	spinWait, gap                                         time.Duration
 	f32IO                                                 bool
@@ -99,14 +98,12 @@ func init() {
 			f.BoolVar(&moeOpts.yCached, "slot-outputs-cached", false, "store the per-slot down outputs through the caches (Config.SlotOutputsCached)")
 			f.BoolVar(&moeOpts.outCached, "output-cached", false, "store the layer's output rows through the caches (Config.OutputCached)")
 			f.BoolVar(&moeOpts.slotF32, "slot-outputs-f32", false, "keep the per-slot down outputs in f32 (default bf16 for bf16/int8 activations; Config.SlotOutputsF32)")
-			f.IntVar(&moeOpts.fusedItems, "fused-items", 0, "decode down items per thread to aim for (0 = default 8)")
 			f.BoolVar(&moeOpts.f32IO, "f32-io", false, "moe: f32 activations in and out, as the hybrid step hands its pinned rows over (default bf16)")
 			f.DurationVar(&moeOpts.gap, "gap", 0, "the caller waits this long (spinning) between tasks, as the hybrid step waits for a GPU piece; times are the tasks' own")
 			f.Float64Var(&moeOpts.prefetchHit, "prefetch-hit", -1, "with --gap: as each gap begins, prefetch the next task's predicted experts, this fraction of them right (as the hybrid step's next-layer prediction; < 0 = no prefetch)")
 			f.BoolVar(&moeOpts.ownedDecode, "owned-decode", false, "one-token tasks: workers take the gate/up blocks they own first, which the prefetch reads on them (Config.OwnedDecode)")
 			f.BoolVar(&moeOpts.missStream, "decode-miss-stream", false, "with --owned-decode: workers run the prefetched experts' blocks first while their kernels prefetch the others' (Config.DecodeMissStream)")
 			f.DurationVar(&moeOpts.spinWait, "spin-wait", 0, "engine threads spin this long before sleeping (0 = default, -1ns = sleep at once)")
-			f.IntVar(&moeOpts.decHead, "decode-head", 0, "bytes prefetched at the start of each decode item's weight run (0 = default, -1 = none)")
 		},
 		run: runMoEBench,
 	})
@@ -330,7 +327,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
 			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
-			Trace: o.trace, SlotOutputsF32: o.slotF32, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, FusedItems: o.fusedItems, DecodeHeadPrefetch: o.decHead, SpinWait: o.spinWait,
+			Trace: o.trace, SlotOutputsF32: o.slotF32, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, SpinWait: o.spinWait,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})
 		if err != nil {

@@ -41,6 +41,10 @@
 #define LINE 128  // hot atomics get a line pair each (the adjacent-line prefetcher pulls pairs)
 #define DNX (LINE / (int)sizeof(int))  // ints between two experts' down-item counters (one line pair each)
 #define FUSED_MAX_SLOTS 512
+// FUSED_ITEMS is how many down items per thread the decode path aims for:
+// more items make a shorter tail, fewer a longer weight run per item (4
+// measured within the noise of 8)
+#define FUSED_ITEMS 8
 #define AMX_MIN_M 8
 // AMXINT4 experts take the AMX kernels from 4 tokens: with the fused unpack
 // (kern_amx_core.h CORE_FN4) faster than the VNNI decode kernels at 4-7
@@ -152,7 +156,6 @@ struct kt_engine {
   kt_worker* workers;
 
   int trace;
-  int dec_head;  // decode items prefetch the first dec_head bytes of their weight runs
   int64_t spin_ns, spin_pure_ns;  // spin_step's budget and its pause-only start
   _Atomic int* dnx;  // fused down items claimed per active expert, one line pair each (DNX ints apart)
 
@@ -259,7 +262,6 @@ struct kt_engine {
   // trace (kt_engine_config.trace): sums, and the times the callers need
   int64_t tr_pub, tr_pick;
   int tr_last;  // the last task was traced
-  int fused_items;
   _Atomic int64_t tr[KT_TR_N];
   _Atomic int64_t *tr_wend, *tr_wseen;  // [nthreads]
   _Atomic int64_t tr_compl, tr_ret;
@@ -460,19 +462,6 @@ static int64_t act_size(int act) { return act == KT_ACT_F32 ? 4 : act == KT_ACT_
 static void run_job_fused(kt_worker* w);
 static int amx_kernel(kt_kernel k);
 
-// head_prefetch asks for the first bytes of the weight run of rows [n0,
-// n0+KT_NB) of a packed matrix (one contiguous run) and of their scales: the
-// kernel's own prefetch runs ahead of its reads and never covers the start,
-// where each decode item would otherwise wait a memory latency per line.
-static inline void head_prefetch(const kt_engine* e, const kt_mat* W, int n0) {
-  int64_t per16 = panel_bytes(e->l->fmt, W->k);
-  if (!per16) return;
-  const char* p = (const char*)W->w + (int64_t)(n0 / 16) * per16;
-  for (int o = 0; o < e->dec_head; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  if (W->scale && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->scale + n0), _MM_HINT_T0);
-  if (W->corr && e->l->fmt != KT_FMT_I4G_PK) _mm_prefetch((const char*)(W->corr + n0), _MM_HINT_T0);
-}
-
 // put_act_row converts a row of n elements (f32, or bf16 when src_bf16) to
 // the activation format and stores it as row s of buf, in tile order when
 // tiled.
@@ -625,10 +614,6 @@ static void gate_up_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_exper
     U = &PU;
     g0 = 0;
   }
-  if (!pf && e->dec_head > 0) {
-    head_prefetch(e, G, g0);
-    head_prefetch(e, U, g0);
-  }
   int tiled = pf && e->pf_tiled;
   int local = e->blk_tiled[off >> 4] == 2;  // the item gathered the expert's rows into xa (gather_rows)
   w->s.c_nt = 0;  // C is this thread's scratch, in f32
@@ -742,7 +727,6 @@ static void down_block(kt_engine* e, kt_worker* w, kt_pool* P, const kt_expert* 
   w->s.c_nt = kbf16 ? ynt : ynt && !e->ybf16;
   w->s.c_bf16 = kbf16;
   w->s.amx_kch = e->cfg.amx_kch_down;
-  if (!pf && e->dec_head > 0) head_prefetch(e, &xe->down, h0);
   for (int n0 = h0; n0 < h0 + r4; n0 += KT_NB) {
     const kt_mat* D = &xe->down;
     kt_mat PD;
@@ -1492,9 +1476,9 @@ static void routed_setup(kt_engine* e) {
       atomic_store_explicit(&e->dnx[(int64_t)a * DNX], 0, memory_order_relaxed);
     }
     // down items: the longest contiguous weight runs that still give every
-    // thread ~fused_items items
+    // thread ~FUSED_ITEMS items
     int H = e->l->hidden;
-    e->r4f = item_block(e, H, 256, (int64_t)e->fused_items * e->nthreads);
+    e->r4f = item_block(e, H, 256, (int64_t)FUSED_ITEMS * e->nthreads);
     for (int i = 0; i < H / e->r4f; i++) atomic_store_explicit(&e->hbd[i], 0, memory_order_relaxed);
     e->owned = e->cfg.owned && e->ntok == 1;
     if (e->owned) owned_setup(e);
@@ -1988,8 +1972,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
   e->dnx = (_Atomic int*)xalloc(sizeof(int) * DNX * (size_t)cfg->nexp);
   if (!e->dnx) FAIL("out of memory");
   e->trace = cfg->trace != 0;
-  e->fused_items = cfg->fused_items > 0 ? cfg->fused_items : 8;
-  e->dec_head = cfg->dec_head > 0 ? (cfg->dec_head > 16384 ? 16384 : cfg->dec_head) : 0;
   e->tr_wend = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   e->tr_wseen = (_Atomic int64_t*)xalloc(sizeof(int64_t) * (size_t)(e->nthreads + 1));
   if (!e->tr_wend || !e->tr_wseen) FAIL("out of memory");

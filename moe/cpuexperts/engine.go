@@ -49,6 +49,13 @@ type Config struct {
 	Hidden       int // hidden size
 	Intermediate int // moe_intermediate_size
 
+	// The settings from here to OutputCached tune the kernels and their
+	// stores on a CPU other than the one their defaults were measured on;
+	// results do not depend on them unless said. Production leaves them
+	// zero (the defaults); kt bench --type moe sets each from a flag named
+	// after it (--amx-kblock, --prefill-chunk, ...) to measure another value
+	// against the default.
+
 	// AMXKBlock is the K block of the AMX prefill kernels in 1 KiB tile
 	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
 	// blocking (the whole K in one pass). Results do not depend on it.
@@ -175,18 +182,11 @@ type Config struct {
 	// Trace times every decode (fused) task per thread; Engine.Trace reads
 	// the sums. It costs a few clock reads per thread and task.
 	Trace bool
-	// FusedItems is how many down items per thread the decode path aims
-	// for (0 = 8): more items make a shorter tail and shorter weight runs.
-	FusedItems int
 	// SpinWait is how long the engine's threads, and a caller in Sync or
 	// Forward, spin on a change before they sleep on a futex: pausing for
 	// the first 30 us, then yielding to other threads of their core now and
 	// then. 0 = DefaultSpinWait, < 0 = sleep at once.
 	SpinWait time.Duration
-	// DecodeHeadPrefetch is how many bytes at the start of each decode
-	// item's weight run (packed formats) are prefetched when the item starts
-	// (0 = DefaultDecodeHeadPrefetch, < 0 = none).
-	DecodeHeadPrefetch int
 
 	// testRouteDelay makes the queue thread route an early-started task
 	// this long after its workers start (tests of the wait for routing).
@@ -378,17 +378,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.miss_pf = b2i(cfg.DecodeMissStream)
 	cc.trace = b2i(cfg.Trace)
 	cc.test_route_delay_us = C.int(min(cfg.testRouteDelay.Microseconds(), 1e6))
-	cc.fused_items = C.int(min(max(cfg.FusedItems, 0), 1024))
 	if cfg.SpinWait == 0 {
 		cfg.SpinWait = DefaultSpinWait
 	}
 	cc.spin_ns = C.int64_t(max(min(cfg.SpinWait, time.Second), -1))
-	if cfg.DecodeHeadPrefetch == 0 {
-		cfg.DecodeHeadPrefetch = DefaultDecodeHeadPrefetch
-	}
-	if cfg.DecodeHeadPrefetch > 0 {
-		cc.dec_head = C.int(min(cfg.DecodeHeadPrefetch, 1<<14))
-	}
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
@@ -433,9 +426,6 @@ const DefaultSpinWait = 500 * time.Microsecond
 // futex); at 1.5 ms 136 µs, and sampled decode 5-15 % faster (session 11,
 // call 10).
 const HybridSpinWait = 1500 * time.Microsecond
-
-// DefaultDecodeHeadPrefetch is the default Config.DecodeHeadPrefetch.
-const DefaultDecodeHeadPrefetch = -1
 
 // DefaultDecodePrefetch is the default Config.DecodePrefetch.
 const DefaultDecodePrefetch = 2048

@@ -133,10 +133,8 @@ typedef struct {
   int amx_i4_fuse;     // AMX int4 prefill: calls of at most this many tokens fuse the unpack into the tile loop (0: none)
   int amx_i4_fuse1;    // ... longer calls fuse it with their first 32 tokens: bit 0 AMXINT4, bit 1 INT4_KGROUP (else unpack first)
   int trace;           // time every fused task per thread (kt_engine_trace)
-  int fused_items;     // fused down items per thread to aim for (<= 0 = 8): shorter items, shorter tail
   int test_route_delay_us; // tests: an early-started task is routed this long after its workers start
   int64_t spin_ns;     // engine threads and kt_sync spin this long (ns) before sleeping; 0 = default, < 0 = no spin
-  int dec_head;        // decode items (packed formats) prefetch the first this many bytes of each weight run; <= 0 = none
   int y_f32;           // keep the per-slot down outputs in f32 (default: bf16 for bf16 and int8 activations)
   int h_f32;           // int8 activations: keep h in f32 until quantized (default: bf16)
   int y_cached;        // phased path: store the per-slot down outputs through the caches (default: around them)
