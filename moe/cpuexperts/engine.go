@@ -98,7 +98,7 @@ type Config struct {
 	AMXInt4FusedFirst int
 	// AMXMinTokens is the fewest tokens of one expert that run the AMX
 	// prefill kernels where the CPU has AMX (fewer run the vector decode
-	// kernels): 0 = 8, 4 for AMXINT4 (engine.c AMX_MIN_M_I4). Integer
+	// kernels): 0 = 8, 4 for AMXINT4 (kt_engine.h AMX_MIN_M_I4). Integer
 	// methods give the same results either way but for INT4_KGROUP, whose
 	// AMX path requantizes.
 	AMXMinTokens int
@@ -137,7 +137,7 @@ type Config struct {
 	DecodePrefetch int
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
 	// takes (rounded up to 32, at most 512; 0 = by activation format: 128
-	// for bf16, 512 for int8, as measured best on the AMX machine; engine.c
+	// for bf16, 512 for int8, as measured best on the AMX machine; kt_engine.h
 	// prefill_chunk). Results do not depend on it.
 	PrefillChunk int
 
@@ -339,7 +339,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg.AMXPrefetchTiles = DefaultAMXPrefetchTiles
 	}
 	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
-	cc.amx_nxl = C.int(max(min(cfg.AMXNextLines, 64), -1)) // 0: by activation format (engine.c AMX_NXL_*)
+	cc.amx_nxl = C.int(max(min(cfg.AMXNextLines, 64), -1)) // 0: by activation format (kt_engine.h AMX_NXL_*)
 	if cfg.DecodePrefetch == 0 {
 		cfg.DecodePrefetch = DefaultDecodePrefetch
 	}

@@ -3,7 +3,7 @@
 // factors in f32). Per expert, with s = lora_alpha / r:
 //   g = W_g x + s·B_g(A_g x),  u = W_u x + s·B_u(A_u x),  h = silu(g)·u,
 //   y = W_d h + s·B_d(A_d h).
-// engine.c calls three hooks: kt_lora_begin when a task starts (resets the
+// The engine calls three hooks: kt_lora_begin when a task starts (resets the
 // per-expert state), kt_lora_gate_up after the gate and up kernels of an
 // intermediate block (adds s·B(A x) before the SiLU), kt_lora_down after the
 // down kernel of a hidden block (adds s·B_d(A_d h) to the slot's output).

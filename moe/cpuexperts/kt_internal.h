@@ -164,7 +164,7 @@ int kt_act_format(int fmt, int isa);
 // silu(g)*u over n floats into h.
 void kt_silu_mul(const float* g, const float* u, float* h, int n, int isa);
 
-// Expert LoRA (kern_lora.c), called by engine.c's work items.
+// Expert LoRA (kern_lora.c), called by the engine's work items (engine_phases.c, engine_decode.c).
 void kt_lora_begin(const kt_lora* lo, const int* active, int nactive, int npools);
 void kt_lora_gate_up(const kt_lora* lo, const kt_batch* b, const int* slot_tok, int pool, int x, int off, int m, int s0,
                      int mm, int n0, float* cg, float* cu, int ldc, int H);

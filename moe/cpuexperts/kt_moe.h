@@ -121,9 +121,9 @@ typedef struct {
                        // per tile step; 0 = default, < 0 = none
   int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
-  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = by activation format (engine.c prefill_chunk)
+  int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = by activation format (kt_engine.h prefill_chunk)
   int64_t amx_slab;    // AMX prefill gate/up: activation bytes of one kernel call above which K runs in slabs
-                       // of at most half this (engine.c gate_up_rows); 0 = default (1 MiB), < 0 = never
+                       // of at most half this (engine_phases.c gate_up_rows); 0 = default (1 MiB), < 0 = never
   int amx_slab_grp;    // ... row blocks of 32 per slab group; <= 0 = as many as KT_PARK holds the sums of
   int amx_min_m;       // fewest tokens of an expert that take the AMX prefill kernels; <= 0 = AMX_MIN_M
   int amx_i4_kch;      // AMX int4 prefill: int8 tile steps unpacked and run at a time; <= 0 = the whole K
