@@ -9,6 +9,7 @@ import (
 
 	"github.com/ktserve/kt/internal/units"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 )
 
 // perfChecks measure the machine (kt doctor --measure): the memory read
@@ -107,11 +108,11 @@ func checkDecodeBound(env *Env) []Result {
 		}
 		layers, topK = c.NumMoELayers(), c.TopK
 		token = func(meth cpuexperts.Method) int64 {
-			return cpuexperts.TokenBytes(meth, c.HiddenSize, c.MoEIntermediateSize, topK, layers)
+			return expertsource.TokenBytes(meth, c.HiddenSize, c.MoEIntermediateSize, topK, layers)
 		}
 	} else {
 		// an MoE architecture kt does not serve: its routed experts still set the bound
-		mm, err := cpuexperts.OpenMoEModel(env.ModelPath)
+		mm, err := expertsource.OpenMoEModel(env.ModelPath)
 		if err != nil {
 			return nil
 		}

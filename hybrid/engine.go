@@ -16,6 +16,7 @@ import (
 	"github.com/ktserve/kt/internal/settings"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 )
 
 // engine runs the routed experts of every MoE layer on the CPU expert
@@ -45,7 +46,7 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 	default:
 		h = s.w.HostDown[e]
 	}
-	return cpuexperts.HostMatrix(h)
+	return expertsource.HostMatrix(h)
 }
 
 // newEngine builds the engine for method ("auto" means BF16 in place) with

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -120,7 +121,7 @@ func TestHostMatrixFP8(t *testing.T) {
 	if rel := math.Sqrt(num / den); !(rel < 1e-2) {
 		t.Errorf("FP8 in place: relative error %.3g against the reference", rel)
 	}
-	if _, err := cpuexperts.HostMatrix(backend.Host{Name: "w", DType: tensor.F8E4M3, Shape: []int{2, 2}, Data: make([]byte, 4),
+	if _, err := expertsource.HostMatrix(backend.Host{Name: "w", DType: tensor.F8E4M3, Shape: []int{2, 2}, Data: make([]byte, 4),
 		Scale: &backend.Host{Name: "s", DType: tensor.I32, Shape: []int{1, 1}, Data: make([]byte, 4)}, Block: [2]int{128, 128}}); err == nil {
 		t.Error("integer scales accepted")
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 )
 
 // moeOnlyReport is what kt inspect says of an MoE model whose architecture
@@ -38,7 +39,7 @@ type moeMethodBytes struct {
 // from its routed experts alone, and returns an error saying kt does not
 // serve it (kt inspect then exits with status 1).
 func inspectMoEOnly(w io.Writer, modelPath string, why error, avail int64, asJSON bool) error {
-	mm, err := cpuexperts.OpenMoEModel(modelPath)
+	mm, err := expertsource.OpenMoEModel(modelPath)
 	if err != nil {
 		return err
 	}

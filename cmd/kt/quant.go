@@ -15,6 +15,7 @@ import (
 
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 	"github.com/ktserve/kt/safetensors"
 )
 
@@ -103,7 +104,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		return err
 	}
 	defer ckpt.Close()
-	mm, err := cpuexperts.FindMoEModel(model, shape, ckpt.Names(), func(n string) []int64 {
+	mm, err := expertsource.FindMoEModel(model, shape, ckpt.Names(), func(n string) []int64 {
 		ti, _ := ckpt.Info(n)
 		return ti.Shape
 	})
@@ -162,7 +163,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			bar.set(base+perLayer, fmt.Sprintf("layer %d/%d (done before)", i+1, len(layers)))
 			continue
 		}
-		src := &cpuexperts.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming}
+		src := &expertsource.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming}
 		quantize := cpuexperts.QuantizeLayer
 		if layout == cpuexperts.LayoutKT {
 			quantize = cpuexperts.QuantizeLayerKT

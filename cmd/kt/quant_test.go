@@ -18,6 +18,7 @@ import (
 
 	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/expertsource"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -30,7 +31,7 @@ func writeTinyMoE(t *testing.T, dir string) cpuexperts.LayerSpec {
 "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"intermediate_size":256,
 "max_position_embeddings":512,"rms_norm_eps":1e-6,"hidden_act":"silu","num_experts":4,"num_experts_per_tok":2,
 "norm_topk_prob":true,"moe_intermediate_size":256,"decoder_sparse_step":1,"mlp_only_layers":[],"rope_theta":10000}`
-	writeExpertCheckpoint(t, dir, cfg, "model.", cpuexperts.NamingProj, spec, []int{0, 1}, nil, func(l int) cpuexperts.Source {
+	writeExpertCheckpoint(t, dir, cfg, "model.", expertsource.NamingProj, spec, []int{0, 1}, nil, func(l int) cpuexperts.Source {
 		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
 	})
 	return spec
@@ -40,7 +41,7 @@ func writeTinyMoE(t *testing.T, dir string) cpuexperts.LayerSpec {
 // the routed experts of the given layers under prefix and naming, each
 // layer's from src(l) (fp8 matrices with their block scales as
 // .weight_scale_inv f32 tensors), and the extra tensors named (bf16 [1]).
-func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming cpuexperts.ExpertNaming, spec cpuexperts.LayerSpec, layers []int,
+func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming expertsource.ExpertNaming, spec cpuexperts.LayerSpec, layers []int,
 	extra []string, src func(l int) cpuexperts.Source) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
@@ -50,7 +51,7 @@ func writeExpertCheckpoint(t *testing.T, dir, cfg, prefix string, naming cpuexpe
 	var data [][]byte
 	for _, l := range layers {
 		s := src(l)
-		if naming == cpuexperts.NamingFused {
+		if naming == expertsource.NamingFused {
 			specs, data = appendFused(t, specs, data, prefix, l, spec, s)
 			continue
 		}
@@ -117,7 +118,7 @@ func appendFused(t *testing.T, specs []safetensors.Spec, data [][]byte, prefix s
 				dt, rows, cols = m.DType, rows+m.Rows, m.Cols
 			}
 		}
-		name := cpuexperts.NamingFused.Name(prefix, l, 0, ps[0])
+		name := expertsource.NamingFused.Name(prefix, l, 0, ps[0])
 		specs = append(specs, safetensors.Spec{Name: name, DType: dt, Shape: []int64{int64(spec.Experts), int64(rows), int64(cols)}})
 		data = append(data, w)
 		if dt == tensor.F8E4M3 {
@@ -313,19 +314,19 @@ func TestQuantOtherArchitectures(t *testing.T) {
 	cases := []struct {
 		name, cfg string
 		prefix    string // "" = "model."
-		naming    cpuexperts.ExpertNaming
+		naming    expertsource.ExpertNaming
 		written   []int // layers holding experts
 		want      []int // layers converted
 		extra     []string
 		src       func(int) cpuexperts.Source
 		log       string
 	}{
-		{name: "deepseek-v3 fp8", cfg: ds, naming: cpuexperts.NamingProj, written: []int{1, 2, 3}, want: []int{1, 2},
+		{name: "deepseek-v3 fp8", cfg: ds, naming: expertsource.NamingProj, written: []int{1, 2, 3}, want: []int{1, 2},
 			extra: []string{"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.gate_proj.weight"}, src: fp8,
 			log: "layers [3] are past num_hidden_layers 3"},
-		{name: "mixtral bf16", cfg: mix, naming: cpuexperts.NamingW123, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
-		{name: "transformers 5 fused bf16", cfg: q35, prefix: "model.language_model.", naming: cpuexperts.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
-		{name: "transformers 5 fused fp8", cfg: q35, prefix: "model.language_model.", naming: cpuexperts.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: fp8},
+		{name: "mixtral bf16", cfg: mix, naming: expertsource.NamingW123, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
+		{name: "transformers 5 fused bf16", cfg: q35, prefix: "model.language_model.", naming: expertsource.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
+		{name: "transformers 5 fused fp8", cfg: q35, prefix: "model.language_model.", naming: expertsource.NamingFused, written: []int{0, 1}, want: []int{0, 1}, src: fp8},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -354,7 +355,7 @@ func TestQuantOtherArchitectures(t *testing.T) {
 		})
 	}
 	model := t.TempDir()
-	writeExpertCheckpoint(t, model, strings.Replace(mix, `"num_local_experts":8`, `"num_local_experts":16`, 1), "model.", cpuexperts.NamingW123, spec, []int{0}, nil, bf16)
+	writeExpertCheckpoint(t, model, strings.Replace(mix, `"num_local_experts":8`, `"num_local_experts":16`, 1), "model.", expertsource.NamingW123, spec, []int{0}, nil, bf16)
 	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int4", noProg: true, pools: 1}, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "config.json states 16 routed experts per layer, the checkpoint holds 8") {
 		t.Errorf("expert count mismatch: %v", err)
@@ -371,7 +372,7 @@ func TestInspectUnservedArchitecture(t *testing.T) {
 	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
 "n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
 	model := t.TempDir()
-	writeExpertCheckpoint(t, model, ds, "model.", cpuexperts.NamingProj, spec, []int{1, 2, 3}, nil, func(l int) cpuexperts.Source {
+	writeExpertCheckpoint(t, model, ds, "model.", expertsource.NamingProj, spec, []int{1, 2, 3}, nil, func(l int) cpuexperts.Source {
 		return &cpuexperts.SyntheticSource{Spec: spec, DType: tensor.F8E4M3, Seed: uint64(l + 11)}
 	})
 	out, err := runCLI(t, "inspect", "--model-path", model)

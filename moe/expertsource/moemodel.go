@@ -1,10 +1,11 @@
-package cpuexperts
+package expertsource
 
 import (
 	"fmt"
 	"sort"
 
 	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 )
 
@@ -69,13 +70,13 @@ func DecoderLayers(shape modelconfig.MoEShape, layers []int) (decoder, beyond []
 
 // TokenBytes is the routed-expert bytes one decoded token reads at batch 1
 // with every expert in method m: top-k experts of every MoE layer.
-func (mm MoEModel) TokenBytes(m Method) int64 {
+func (mm MoEModel) TokenBytes(m cpuexperts.Method) int64 {
 	return TokenBytes(m, mm.Shape.Hidden, mm.Shape.Intermediate, mm.Shape.TopK, len(mm.Layers))
 }
 
 // TokenBytes is the routed-expert bytes one decoded token reads at batch 1
 // from layers MoE layers of top-k experts of hidden x intermediate in
 // method m.
-func TokenBytes(m Method, hidden, intermediate, topK, layers int) int64 {
+func TokenBytes(m cpuexperts.Method, hidden, intermediate, topK, layers int) int64 {
 	return m.ExpertBytesEstimate(hidden, intermediate) * int64(topK) * int64(layers)
 }

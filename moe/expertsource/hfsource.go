@@ -1,11 +1,10 @@
-//go:build linux && amd64 && cgo
-
-package cpuexperts
+package expertsource
 
 import (
 	"fmt"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -28,15 +27,15 @@ type CheckpointSource struct {
 }
 
 // Matrix implements Source.
-func (s *CheckpointSource) Matrix(e int, p Proj) (Matrix, error) {
+func (s *CheckpointSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) {
 	name := s.Naming.Name(s.Prefix, s.Layer, e, p)
 	h, err := s.host(name)
 	if err != nil {
-		return Matrix{}, err
+		return cpuexperts.Matrix{}, err
 	}
 	if s.Naming != NamingFused {
 		if len(h.Shape) != 2 {
-			return Matrix{}, fmt.Errorf("%s: shape %v, want 2-D", name, h.Shape)
+			return cpuexperts.Matrix{}, fmt.Errorf("%s: shape %v, want 2-D", name, h.Shape)
 		}
 		return HostMatrix(h)
 	}
@@ -44,21 +43,21 @@ func (s *CheckpointSource) Matrix(e int, p Proj) (Matrix, error) {
 	// expert's gate rows then its up rows, down_proj [E, H, I];
 	// backend.ExpertRows slices an fp8 stack's scales with the rows
 	if len(h.Shape) != 3 {
-		return Matrix{}, fmt.Errorf("%s: shape %v, want [experts, out, in]", name, h.Shape)
+		return cpuexperts.Matrix{}, fmt.Errorf("%s: shape %v, want [experts, out, in]", name, h.Shape)
 	}
 	first, rows := 0, h.Shape[1]
-	if p != Down {
+	if p != cpuexperts.Down {
 		if rows%2 != 0 {
-			return Matrix{}, fmt.Errorf("%s: %d rows per expert, want gate and up rows alike (an even count)", name, rows)
+			return cpuexperts.Matrix{}, fmt.Errorf("%s: %d rows per expert, want gate and up rows alike (an even count)", name, rows)
 		}
 		rows /= 2
-		if p == Up {
+		if p == cpuexperts.Up {
 			first = rows
 		}
 	}
 	part, err := backend.ExpertRows(h, fmt.Sprintf("%s[%d].%s", name, e, p), e, first, rows)
 	if err != nil {
-		return Matrix{}, err
+		return cpuexperts.Matrix{}, err
 	}
 	return HostMatrix(part)
 }

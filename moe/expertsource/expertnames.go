@@ -1,4 +1,4 @@
-package cpuexperts
+package expertsource
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
 // ExpertNaming is how a Hugging Face checkpoint names its routed experts'
@@ -39,7 +41,7 @@ func (n ExpertNaming) String() string {
 
 // Name is the tensor name of expert e's projection p in layer l under
 // prefix; with NamingFused the name of the stack that holds it.
-func (n ExpertNaming) Name(prefix string, l, e int, p Proj) string {
+func (n ExpertNaming) Name(prefix string, l, e int, p cpuexperts.Proj) string {
 	switch n {
 	case NamingW123:
 		return fmt.Sprintf("%slayers.%d.block_sparse_moe.experts.%d.%s.weight", prefix, l, e, [...]string{"w1", "w3", "w2"}[p])
@@ -51,7 +53,7 @@ func (n ExpertNaming) Name(prefix string, l, e int, p Proj) string {
 
 // ExpertName is the HF name of expert e's projection p in layer l
 // (NamingProj).
-func ExpertName(prefix string, l, e int, p Proj) string {
+func ExpertName(prefix string, l, e int, p cpuexperts.Proj) string {
 	return fmt.Sprintf("%slayers.%d.mlp.experts.%d.%s_proj.weight", prefix, l, e, p)
 }
 

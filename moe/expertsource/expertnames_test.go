@@ -1,10 +1,12 @@
-package cpuexperts
+package expertsource
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
 func TestFindExpertTensors(t *testing.T) {
@@ -12,7 +14,7 @@ func TestFindExpertTensors(t *testing.T) {
 		var n []string
 		for _, l := range layers {
 			for e := range experts {
-				for p := Gate; p <= Down; p++ {
+				for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 					n = append(n, naming.Name(prefix, l, e, p))
 				}
 			}
@@ -69,16 +71,16 @@ func TestFindExpertTensors(t *testing.T) {
 func TestExpertNamingNames(t *testing.T) {
 	for _, c := range []struct {
 		n    ExpertNaming
-		p    Proj
+		p    cpuexperts.Proj
 		want string
 	}{
-		{NamingProj, Gate, "model.layers.3.mlp.experts.7.gate_proj.weight"},
-		{NamingProj, Down, "model.layers.3.mlp.experts.7.down_proj.weight"},
-		{NamingW123, Gate, "model.layers.3.block_sparse_moe.experts.7.w1.weight"},
-		{NamingW123, Up, "model.layers.3.block_sparse_moe.experts.7.w3.weight"},
-		{NamingW123, Down, "model.layers.3.block_sparse_moe.experts.7.w2.weight"},
-		{NamingFused, Up, "model.layers.3.mlp.experts.gate_up_proj"},
-		{NamingFused, Down, "model.layers.3.mlp.experts.down_proj"},
+		{NamingProj, cpuexperts.Gate, "model.layers.3.mlp.experts.7.gate_proj.weight"},
+		{NamingProj, cpuexperts.Down, "model.layers.3.mlp.experts.7.down_proj.weight"},
+		{NamingW123, cpuexperts.Gate, "model.layers.3.block_sparse_moe.experts.7.w1.weight"},
+		{NamingW123, cpuexperts.Up, "model.layers.3.block_sparse_moe.experts.7.w3.weight"},
+		{NamingW123, cpuexperts.Down, "model.layers.3.block_sparse_moe.experts.7.w2.weight"},
+		{NamingFused, cpuexperts.Up, "model.layers.3.mlp.experts.gate_up_proj"},
+		{NamingFused, cpuexperts.Down, "model.layers.3.mlp.experts.down_proj"},
 	} {
 		if got := c.n.Name("model.", 3, 7, c.p); got != c.want {
 			t.Errorf("%v %v: %s, want %s", c.n, c.p, got, c.want)

@@ -1,12 +1,11 @@
-//go:build linux && amd64 && cgo
-
-package cpuexperts
+package expertsource
 
 import (
 	"encoding/binary"
 	"math"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -17,17 +16,17 @@ import (
 // in other blocks (a row slice of fused experts off the block boundaries
 // carries one scale row per weight row) is dequantized to f32 here, which
 // every converting method takes and the in-place FP8 method refuses.
-func HostMatrix(h backend.Host) (Matrix, error) {
-	m := Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}
+func HostMatrix(h backend.Host) (cpuexperts.Matrix, error) {
+	m := cpuexperts.Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}
 	if !h.FP8() {
 		return m, nil
 	}
 	if err := h.Check(); err != nil {
-		return Matrix{}, err
+		return cpuexperts.Matrix{}, err
 	}
 	sc, err := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: h.Scale.Name, DType: h.Scale.DType}, Data: h.Scale.Data}.ToF32()
 	if err != nil {
-		return Matrix{}, err
+		return cpuexperts.Matrix{}, err
 	}
 	if h.Block == [2]int{128, 128} {
 		m.BlockScale = sc
