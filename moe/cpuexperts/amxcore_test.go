@@ -166,7 +166,7 @@ func BenchmarkAMXKernelShapes(b *testing.B) {
 		b.Skip("no AMX")
 	}
 	cpus := WorkerCPUs(PhysicalCores())
-	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
+	kn := amxKnobs{kch: defaultAMXKBlock, pf: defaultAMXPrefetch, pfm: defaultAMXPrefetchTiles}
 	for _, mk := range [][2]int{{128, 2048}, {128, 512}, {256, 2048}, {256, 768}} {
 		for _, i8 := range []bool{false, true} {
 			pair := kbOf(i8).pairBytes(mk[1])
@@ -202,7 +202,7 @@ func BenchmarkIntFewRows(b *testing.B) {
 		b.Skip("no AMX")
 	}
 	cpus := WorkerCPUs(PhysicalCores())
-	kn := amxKnobs{kch: DefaultAMXKBlock, pf: DefaultAMXPrefetch, pfm: DefaultAMXPrefetchTiles}
+	kn := amxKnobs{kch: defaultAMXKBlock, pf: defaultAMXPrefetch, pfm: defaultAMXPrefetchTiles}
 	for _, f := range []kbFormat{kbInt8, kbInt4, kbInt4G} {
 		for _, mk := range [][2]int{{16, 2048}, {32, 2048}, {32, 768}} {
 			pair := f.pairBytes(mk[1])
@@ -252,7 +252,7 @@ func BenchmarkIntFewRows(b *testing.B) {
 // from memory or runs over 512 KiB of them resident in its L2 (about one
 // core's share of the experts a hybrid step's prefetch reads into the
 // caches before the task), with the engine's panel prefetch
-// (DefaultDecodePrefetch). GB/s counts the weight bytes read per second
+// (defaultDecodePrefetch). GB/s counts the weight bytes read per second
 // over all threads; resident, the kernels' arithmetic sets the pace, not the
 // memory. Needs AVX-512 VNNI:
 //
@@ -271,7 +271,7 @@ func BenchmarkDecodeKernel(b *testing.B) {
 		}{{"streamed", 48 << 20}, {"resident", 512 << 10}} {
 			for _, n := range []int{1, max(1, len(cpus)/2), len(cpus)} {
 				reps := int(max(1, 4000*pair/w.bytes))
-				kn := amxKnobs{i4pf: DefaultDecodePrefetch}
+				kn := amxKnobs{i4pf: defaultDecodePrefetch}
 				b.Run(fmt.Sprintf("%s/%s/threads=%d", f, w.name, n), func(b *testing.B) {
 					var tf float64
 					for range b.N {

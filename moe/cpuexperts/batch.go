@@ -137,12 +137,12 @@ func (l *Layer) Submit(b *Batch) error {
 	return nil
 }
 
-// PrefetchMax is the most experts one Prefetch reads.
-const PrefetchMax = C.KT_PF_MAX
+// prefetchMax is the most experts one Prefetch reads.
+const prefetchMax = C.KT_PF_MAX
 
 // Prefetch queues a task that reads the weights of the experts in ids (the
 // most likely first; ids < 0 or past the layer's experts, repeats, experts in
-// the skip mask and any past the first PrefetchMax are left out) into the
+// the skip mask and any past the first prefetchMax are left out) into the
 // engine's caches, so that a task of this layer submitted next finds them
 // there. The task stops reading as soon as any other task is queued behind
 // it. It is a hint: when the queue is full, nothing is queued. ids is copied;
@@ -200,102 +200,6 @@ func (l *Layer) Forward(b *Batch) error {
 		if C.kt_take_error(e.c, &msg[0], C.int(len(msg))) != 0 {
 			return fmt.Errorf("cpu expert task: %s", C.GoString(&msg[0]))
 		}
-	}
-	return nil
-}
-
-// Buffers are batch buffers in C memory with a prebuilt host-function
-// argument, for callers that submit from a thread Go does not run (a CUDA
-// host function) or want no pinning: write X, IDs, Weights and *NTok, then
-// call Submit/Sync here or the C functions HostFuncs returns.
-type Buffers struct {
-	X       []uint16 // bf16 [max][Hidden]
-	IDs     []int32
-	Weights []float32
-	Out     []uint16 // bf16 [max][Hidden]
-	NTok    *int32   // token count read when the task starts
-	args    *C.kt_hostfn_args
-	mem     []unsafe.Pointer
-	l       *Layer
-}
-
-// NewBuffers allocates C-memory buffers for up to maxTokens tokens.
-func (l *Layer) NewBuffers(maxTokens, topK int, incremental bool) (*Buffers, error) {
-	c := l.e.cfg
-	if maxTokens < 1 || maxTokens > c.MaxTokens || topK < 1 || topK > c.TopK {
-		return nil, fmt.Errorf("buffers for %d tokens x top-%d: engine holds %d x %d", maxTokens, topK, c.MaxTokens, c.TopK)
-	}
-	b := &Buffers{l: l}
-	alloc := func(n int) unsafe.Pointer {
-		p := C.calloc(C.size_t(n), 1)
-		if p != nil {
-			b.mem = append(b.mem, p)
-		}
-		return p
-	}
-	h := l.spec.Hidden
-	x, out := alloc(maxTokens*h*2), alloc(maxTokens*h*2)
-	ids, w := alloc(maxTokens*topK*4), alloc(maxTokens*topK*4)
-	nt := alloc(4)
-	args := alloc(int(unsafe.Sizeof(C.kt_hostfn_args{})))
-	if x == nil || out == nil || ids == nil || w == nil || nt == nil || args == nil {
-		b.Free()
-		return nil, errors.New("out of memory for batch buffers")
-	}
-	b.X = unsafe.Slice((*uint16)(x), maxTokens*h)
-	b.Out = unsafe.Slice((*uint16)(out), maxTokens*h)
-	b.IDs = unsafe.Slice((*int32)(ids), maxTokens*topK)
-	b.Weights = unsafe.Slice((*float32)(w), maxTokens*topK)
-	b.NTok = (*int32)(nt)
-	b.args = (*C.kt_hostfn_args)(args)
-	b.args.e = l.e.c
-	b.args.l = l.c
-	b.args.b.ntok_ptr = (*C.int32_t)(nt)
-	b.args.b.k = C.int32_t(topK)
-	b.args.b.x = x
-	b.args.b.x_bf16 = 1
-	b.args.b.ids = (*C.int32_t)(ids)
-	b.args.b.wts = (*C.float)(w)
-	b.args.b.out = out
-	b.args.b.out_bf16 = 1
-	if incremental {
-		b.args.b.incremental = 1
-	}
-	return b, nil
-}
-
-// HostFuncs returns C function pointers with the signature void(void*) and
-// their argument: submit and sync for cuLaunchHostFunc.
-func (b *Buffers) HostFuncs() (submit, sync, arg unsafe.Pointer) {
-	return unsafe.Pointer(C.kt_hostfn_submit), unsafe.Pointer(C.kt_hostfn_sync), unsafe.Pointer(b.args)
-}
-
-// Submit queues a forward over the buffers (what the submit host function does).
-func (b *Buffers) Submit() error {
-	if *b.NTok < 0 || int(*b.NTok) > len(b.IDs)/int(b.args.b.k) {
-		return fmt.Errorf("NTok %d outside the buffers' 0..%d", *b.NTok, len(b.IDs)/int(b.args.b.k))
-	}
-	C.kt_hostfn_submit(unsafe.Pointer(b.args))
-	return nil
-}
-
-// Sync waits for the buffers' task and reports task errors.
-func (b *Buffers) Sync() error { return b.l.e.Sync() }
-
-// Free releases the buffers.
-func (b *Buffers) Free() {
-	for _, p := range b.mem {
-		C.free(p)
-	}
-	b.mem = nil
-	b.X, b.Out, b.IDs, b.Weights, b.NTok, b.args = nil, nil, nil, nil, nil, nil
-}
-
-// runOnCThread runs the submit and sync host functions on a pthread that Go
-// does not know about, as a CUDA stream would.
-func (b *Buffers) runOnCThread() error {
-	if C.kt_run_on_thread((*[0]byte)(C.kt_hostfn_submit), (*[0]byte)(C.kt_hostfn_sync), unsafe.Pointer(b.args)) != 0 {
-		return errors.New("cannot start a thread")
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func BenchShapeNames() []string {
 }
 
 // LayerBytesEstimate is the weight bytes a layer of shape s in method m
-// takes, scales included (Method.BytesPerWeight), before it is built: what
+// takes, scales included (Method.bytesPerWeight), before it is built: what
 // kt bench checks against the memory it may use (INT4_KGROUP at the
 // SyntheticLayer's default group of 128).
 func LayerBytesEstimate(s BenchShape, m Method) int64 {

@@ -57,7 +57,7 @@ type Config struct {
 	// against the default.
 
 	// AMXKBlock is the K block of the AMX prefill kernels in 1 KiB tile
-	// steps (32 bf16 or 64 int8 columns): 0 = DefaultAMXKBlock, < 0 = no
+	// steps (32 bf16 or 64 int8 columns): 0 = defaultAMXKBlock, < 0 = no
 	// blocking (the whole K in one pass). Results do not depend on it.
 	AMXKBlock int
 	// AMXSlabBytes: where one gate/up AMX prefill kernel call's activation
@@ -76,7 +76,7 @@ type Config struct {
 	AMXInt4Block int
 	// AMXInt4Prefetch is how many bytes ahead the int4 AMX prefill's
 	// unpack (AMXINT4, INT4_KGROUP) prefetches the int4 panels it reads:
-	// 0 = the default, DefaultAMXInt4Prefetch where the unpack is fused
+	// 0 = the default, defaultAMXInt4Prefetch where the unpack is fused
 	// (AMXInt4Fused) and for INT4_KGROUP's whole-panel unpack (which also
 	// requantizes), none for AMXINT4's (measured no faster with it); < 0 =
 	// none. Results do not depend on it.
@@ -85,7 +85,7 @@ type Config struct {
 	// INT4_KGROUP) that unpack their weights block by block inside the tile
 	// loop, overlapping the unpack's reads with the tile products (each
 	// 32-token block unpacking again); longer calls unpack their whole
-	// panels first. 0 = DefaultAMXInt4Fused, < 0 = never. Results do not
+	// panels first. 0 = defaultAMXInt4Fused, < 0 = never. Results do not
 	// depend on it.
 	AMXInt4Fused int
 	// AMXInt4FusedFirst: longer int4 AMX prefill calls fuse the unpack with
@@ -108,10 +108,10 @@ type Config struct {
 	// on it.
 	AMXKBlockDown int
 	// AMXPrefetch is how many tile steps ahead the AMX prefill kernels
-	// prefetch their A and B tiles into L1: 0 = DefaultAMXPrefetch, < 0 = none.
+	// prefetch their A and B tiles into L1: 0 = defaultAMXPrefetch, < 0 = none.
 	AMXPrefetch int
 	// AMXPrefetchTiles picks the tiles AMXPrefetch prefetches: 1 = A
-	// (activations), 2 = B (weights), 3 = both, 0 = DefaultAMXPrefetchTiles.
+	// (activations), 2 = B (weights), 3 = both, 0 = defaultAMXPrefetchTiles.
 	AMXPrefetchTiles int
 	// AMXTileT1 picks the AMX prefill tiles loaded with the T1 hint
 	// (tileloaddt1: the core need not keep their lines close, as for data
@@ -133,7 +133,7 @@ type Config struct {
 	AMXVariant int
 	// DecodePrefetch is how many bytes ahead the decode kernels over packed
 	// panels (int8, int4, group-wise int4, bf16) prefetch their weights, on a
-	// panel's first pass over the tokens: 0 = DefaultDecodePrefetch, < 0 = none.
+	// panel's first pass over the tokens: 0 = defaultDecodePrefetch, < 0 = none.
 	DecodePrefetch int
 	// PrefillChunk is the most tokens of one expert a prefill kernel call
 	// takes (rounded up to 32, at most 512; 0 = by activation format: 128
@@ -209,7 +209,7 @@ type Config struct {
 // Engine is a set of worker pools with a task queue and preallocated scratch.
 // Layers created on it share the scratch; tasks run one at a time in FIFO
 // order. Submit/Sync from Go are not safe for concurrent use by several
-// goroutines; the C entry points (Buffers) may be called from any thread.
+// goroutines; the C entry points (HostTask) may be called from any thread.
 type Engine struct {
 	c       *C.kt_engine
 	cfg     Config
@@ -273,7 +273,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	topo := readTopology("/sys", allowedCPUs())
 	if cfg.Threads == 0 {
-		cfg.Threads = DefaultThreads()
+		cfg.Threads = defaultThreads()
 	}
 	if cfg.Threads < cfg.Pools {
 		return nil, fmt.Errorf("%d threads for %d pools: each pool needs at least one thread", cfg.Threads, cfg.Pools)
@@ -309,7 +309,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.max_k = C.int(cfg.TopK)
 	cc.fused_max_slots = C.int(cfg.fusedMaxSlots)
 	if cfg.AMXKBlock == 0 {
-		cfg.AMXKBlock = DefaultAMXKBlock
+		cfg.AMXKBlock = defaultAMXKBlock
 	}
 	if cfg.AMXKBlock > 0 {
 		cc.amx_kch = C.int(cfg.AMXKBlock)
@@ -319,7 +319,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cc.amx_kch_down = C.int(max(cfg.AMXKBlockDown, 0))
 	}
 	if cfg.AMXPrefetch == 0 {
-		cfg.AMXPrefetch = DefaultAMXPrefetch
+		cfg.AMXPrefetch = defaultAMXPrefetch
 	}
 	if cfg.AMXPrefetch > 0 {
 		cc.amx_pf = C.int(cfg.AMXPrefetch)
@@ -336,12 +336,12 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.amx_var = C.int(cfg.AMXVariant)
 	if cfg.AMXPrefetchTiles == 0 {
-		cfg.AMXPrefetchTiles = DefaultAMXPrefetchTiles
+		cfg.AMXPrefetchTiles = defaultAMXPrefetchTiles
 	}
 	cc.amx_pfm = C.int(cfg.AMXPrefetchTiles)
 	cc.amx_nxl = C.int(max(min(cfg.AMXNextLines, 64), -1)) // 0: by activation format (kt_engine.h AMX_NXL_*)
 	if cfg.DecodePrefetch == 0 {
-		cfg.DecodePrefetch = DefaultDecodePrefetch
+		cfg.DecodePrefetch = defaultDecodePrefetch
 	}
 	if cfg.DecodePrefetch > 0 {
 		cc.dec_pf = C.int(min(cfg.DecodePrefetch, 1<<20))
@@ -355,13 +355,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.amx_i4_kch = knob(cfg.AMXInt4Block)
 	i4pf, i4gpf, i4fpf := cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch, cfg.AMXInt4Prefetch
 	if i4pf == 0 { // the default: fused calls and INT4_KGROUP's unpack
-		i4gpf, i4fpf = DefaultAMXInt4Prefetch, DefaultAMXInt4Prefetch
+		i4gpf, i4fpf = defaultAMXInt4Prefetch, defaultAMXInt4Prefetch
 	}
 	cc.amx_i4_pf = knob(i4pf)
 	cc.amx_i4g_pf = knob(i4gpf)
 	cc.amx_i4f_pf = knob(i4fpf)
 	if cfg.AMXInt4Fused == 0 {
-		cfg.AMXInt4Fused = DefaultAMXInt4Fused
+		cfg.AMXInt4Fused = defaultAMXInt4Fused
 	}
 	cc.amx_i4_fuse = knob(cfg.AMXInt4Fused)
 	switch {
@@ -397,19 +397,19 @@ func NewEngine(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// DefaultAMXKBlock is the default Config.AMXKBlock: no blocking. On the
+// defaultAMXKBlock is the default Config.AMXKBlock: no blocking. On the
 // device (SPR, 2 runs) K blocks of 4-16 tile steps were within the noise of
 // one pass for AMXINT8 and up to 15% slower for AMXBF16.
-const DefaultAMXKBlock = -1
+const defaultAMXKBlock = -1
 
-// DefaultAMXPrefetchTiles is the default Config.AMXPrefetchTiles: the B
+// defaultAMXPrefetchTiles is the default Config.AMXPrefetchTiles: the B
 // (weight) tiles only. In BenchmarkAMXKernel prefetching B alone was never
 // slower than both and up to 10% faster; fewer prefetch instructions leave
 // the load ports to the tile loads.
-const DefaultAMXPrefetchTiles = 2
+const defaultAMXPrefetchTiles = 2
 
-// DefaultAMXPrefetch is the default Config.AMXPrefetch.
-const DefaultAMXPrefetch = 1
+// defaultAMXPrefetch is the default Config.AMXPrefetch.
+const defaultAMXPrefetch = 1
 
 // DefaultSpinWait is the default Config.SpinWait: longer than the gap
 // between two layers' tasks in a hybrid decode step (~0.2-0.4 ms), so that
@@ -427,21 +427,21 @@ const DefaultSpinWait = 500 * time.Microsecond
 // call 10).
 const HybridSpinWait = 1500 * time.Microsecond
 
-// DefaultDecodePrefetch is the default Config.DecodePrefetch.
-const DefaultDecodePrefetch = 2048
+// defaultDecodePrefetch is the default Config.DecodePrefetch.
+const defaultDecodePrefetch = 2048
 
-// DefaultAMXInt4Fused is the default Config.AMXInt4Fused: calls of one
+// defaultAMXInt4Fused is the default Config.AMXInt4Fused: calls of one
 // token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
 // faster than the whole-panel unpack in 16 of 16 pairs).
-const DefaultAMXInt4Fused = 32
+const defaultAMXInt4Fused = 32
 
-// DefaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
+// defaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
 // unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed
 // weights, 16 threads: faster than none in 6 of 6 int4 and int4g cases) and
 // for INT4_KGROUP's whole-panel unpack (session17_run/run5.sh: faster at
 // 256-1024 tokens in 12 of 12 pairs against none; AMXINT4's slower in 9 of
 // 12).
-const DefaultAMXInt4Prefetch = 2048
+const defaultAMXInt4Prefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).
 var PhaseNames = [...]string{"route", "convert", "gather", "gate/up", "quantize", "down", "merge", "fused"}
@@ -576,9 +576,9 @@ func allowedCPUs() []int {
 	return allowed
 }
 
-// DefaultThreads is the default worker count: every physical core but one,
+// defaultThreads is the default worker count: every physical core but one,
 // which is left to the thread that drives the GPU and submits tasks.
-func DefaultThreads() int {
+func defaultThreads() int {
 	c := PhysicalCores()
 	if c > 2 {
 		return c - 1
@@ -612,11 +612,11 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) CPUs() []int { return append([]int(nil), e.cpus...) }
 
 // WorkerCPUs is what CPUs() returns for an engine of threads workers in one
-// pool (0: DefaultThreads), without starting one: the CPUs a probe or
+// pool (0: defaultThreads), without starting one: the CPUs a probe or
 // benchmark pins its threads to so that they run where the workers would.
 func WorkerCPUs(threads int) []int {
 	if threads == 0 {
-		threads = DefaultThreads()
+		threads = defaultThreads()
 	}
 	cpus, _ := readTopology("/sys", allowedCPUs()).plan([]int{threads}, []int{0})
 	return cpus

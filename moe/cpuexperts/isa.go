@@ -62,8 +62,8 @@ func cpuFeatures(requestAMX func() bool) Features {
 	return f
 }
 
-// Levels returns the ISA levels f supports, best first.
-func (f Features) Levels() []ISA {
+// levels returns the ISA levels f supports, best first.
+func (f Features) levels() []ISA {
 	var l []ISA
 	if f.AMX {
 		l = append(l, ISAAMX)
@@ -88,10 +88,10 @@ func (f Features) bits(want ISA) (int, error) {
 	}
 	level := want
 	if want == ISAAuto {
-		level = f.Levels()[0]
+		level = f.levels()[0]
 	}
 	ok := false
-	for _, l := range f.Levels() {
+	for _, l := range f.levels() {
 		if l == level {
 			ok = true
 		}
@@ -102,7 +102,7 @@ func (f Features) bits(want ISA) (int, error) {
 			reason = "the kernel refused AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
 		}
 		alts := make([]string, 0, 3)
-		for _, l := range f.Levels() {
+		for _, l := range f.levels() {
 			alts = append(alts, string(l))
 		}
 		switch level {

@@ -447,11 +447,6 @@ func (e *Engine) NewLayerQuant(spec LayerSpec, src QuantSource) (*Layer, error) 
 // Spec returns the layer's method and shapes.
 func (l *Layer) Spec() LayerSpec { return l.spec }
 
-// SkipMask returns the live skip mask (C memory, one byte per expert,
-// nonzero = the expert runs elsewhere, e.g. on the GPU). Update it in place
-// between tasks; the engine reads it when a task starts.
-func (l *Layer) SkipMask() []byte { return l.skip }
-
 // SetSkip sets the skip mask from a bool slice (true = skip).
 func (l *Layer) SetSkip(mask []bool) error {
 	if len(mask) != len(l.skip) {

@@ -199,7 +199,7 @@ func actReference(src Source, spec LayerSpec, lo *LoRA, x []float32, tokens, top
 func TestLoRAActivations(t *testing.T) {
 	f := DetectFeatures()
 	var levels []ISA
-	for _, l := range f.Levels() {
+	for _, l := range f.levels() {
 		if l == ISAAVX512 || l == ISAAMX {
 			levels = append(levels, l)
 		}

@@ -5,8 +5,8 @@
 // The hot path is C (cgo): pthread worker pools pinned to NUMA nodes, a FIFO
 // task queue, and SIMD kernels for AVX2, AVX-512 (VNNI, BF16) and AMX chosen
 // at run time from CPUID. Go creates, configures and destroys; Submit and
-// Sync (or the C host functions exposed by Buffers) do the work without the
-// Go scheduler and without allocating.
+// Sync (or the C host functions of a HostTask) do the work without the Go
+// scheduler and without allocating.
 package cpuexperts
 
 import (
@@ -58,12 +58,12 @@ func ParseMethod(s string) (Method, error) {
 // group 128).
 func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
 	HI := float64(hidden) * float64(intermediate)
-	return int64(2*HI*m.BytesPerWeight(hidden, 128) + HI*m.BytesPerWeight(intermediate, 128))
+	return int64(2*HI*m.bytesPerWeight(hidden, 128) + HI*m.bytesPerWeight(intermediate, 128))
 }
 
-// BytesPerWeight is the storage cost of one weight element under m
+// bytesPerWeight is the storage cost of one weight element under m
 // (scales included) for a group size g (INT4_KGROUP only).
-func (m Method) BytesPerWeight(cols, g int) float64 {
+func (m Method) bytesPerWeight(cols, g int) float64 {
 	switch m {
 	case BF16, AMXBF16:
 		return 2

@@ -364,14 +364,10 @@ func WriteQuantManifest(dir string, m QuantManifest) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, QuantManifestName))
 }
 
-// CheckQuantShard reports whether path is a complete shard of layer for
-// method m and pools; a shard for other settings is an error (no resume over it).
-func CheckQuantShard(path string, m Method, pools, layer int) (bool, error) {
-	return CheckQuantShardLayout(path, m, pools, layer, LayoutRows)
-}
-
-// CheckQuantShardLayout is CheckQuantShard for a given layout (LayoutRows
-// or LayoutKT); a shard of the other layout is an error too.
+// CheckQuantShardLayout reports whether path is a complete shard of layer
+// for method m, pools and layout; a shard for other settings is an error (no
+// resume over it). layout is LayoutRows or LayoutKT; a shard of the other
+// layout is an error too.
 func CheckQuantShardLayout(path string, m Method, pools, layer int, layout string) (bool, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return false, nil

@@ -23,11 +23,11 @@ func TestQuantRoundTrip(t *testing.T) {
 			if err := QuantizeLayer(src, spec, pools, 3, filepath.Join(dir, "layer-3.safetensors"), nil); err != nil {
 				t.Fatal(err)
 			}
-			ok, err := CheckQuantShard(filepath.Join(dir, "layer-3.safetensors"), m, pools, 3)
+			ok, err := CheckQuantShardLayout(filepath.Join(dir, "layer-3.safetensors"), m, pools, 3, LayoutRows)
 			if !ok || err != nil {
 				t.Fatalf("fresh shard not accepted: %v %v", ok, err)
 			}
-			if _, err := CheckQuantShard(filepath.Join(dir, "layer-3.safetensors"), m, pools+1, 3); err == nil {
+			if _, err := CheckQuantShardLayout(filepath.Join(dir, "layer-3.safetensors"), m, pools+1, 3, LayoutRows); err == nil {
 				t.Error("shard for another pool count accepted for resume")
 			}
 			man := QuantManifest{Method: m, Bits: map[Method]int{AMXINT8: 8, AMXINT4: 4}[m], ThreadpoolCnt: pools,

@@ -45,4 +45,3 @@ type QuantSource interface {
 	Pools() int
 	Quant(expert, pool int, p Proj) (QuantMatrix, error)
 }
-
