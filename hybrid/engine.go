@@ -17,6 +17,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/moe/expertsource"
+	"github.com/ktserve/kt/moe/ktformat"
 )
 
 // engine runs the routed experts of every MoE layer on the CPU expert
@@ -134,7 +135,7 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	}
 	if qd != nil {
 		x.from = "kt quant weights in " + o.ExpertWeightPath
-		if qd.Manifest.Format == cpuexperts.KTDirFormat {
+		if qd.Manifest.Format == ktformat.KTDirFormat {
 			x.from = "KTransformers' converted weights in " + o.ExpertWeightPath
 		}
 	} else if !m.InPlace() {
@@ -183,29 +184,29 @@ func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int) string 
 // KTransformers' own converted experts (OpenKTDir) and
 // checks it holds method m's weights for this model; it returns nil when
 // the weights come from the model's checkpoint ("" or the model directory).
-func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) (*cpuexperts.QuantDir, error) {
+func openQuantDir(rb *runbase.Base, m cpuexperts.Method, c *modelconfig.Config) (*ktformat.QuantDir, error) {
 	dir := rb.Opts.ExpertWeightPath
 	if dir == "" || sameDir(dir, rb.Dir) {
 		return nil, nil
 	}
-	var qd *cpuexperts.QuantDir
-	if _, err := os.Stat(filepath.Join(dir, cpuexperts.QuantManifestName)); err == nil {
-		if qd, err = cpuexperts.OpenQuantDir(dir); err != nil {
+	var qd *ktformat.QuantDir
+	if _, err := os.Stat(filepath.Join(dir, ktformat.QuantManifestName)); err == nil {
+		if qd, err = ktformat.OpenQuantDir(dir); err != nil {
 			return nil, err
 		}
 	} else {
 		// no kt quant manifest: KTransformers' own converted files?
-		qd, err = cpuexperts.OpenKTDir(dir, c.HiddenSize, c.MoEIntermediateSize)
-		if errors.Is(err, cpuexperts.ErrNotKTDir) {
+		qd, err = ktformat.OpenKTDir(dir, c.HiddenSize, c.MoEIntermediateSize)
+		if errors.Is(err, ktformat.ErrNotKTDir) {
 			return nil, fmt.Errorf("--kt-weight-path %s: not a kt quant output (no %s), not KTransformers' converted experts and not the model directory %s; kt reads BF16/FP8 experts from the model's own checkpoint",
-				dir, cpuexperts.QuantManifestName, rb.Dir)
+				dir, ktformat.QuantManifestName, rb.Dir)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--kt-weight-path %s: %w", dir, err)
 		}
 	}
 	man := qd.Manifest
-	bad := func(format string, a ...any) (*cpuexperts.QuantDir, error) {
+	bad := func(format string, a ...any) (*ktformat.QuantDir, error) {
 		qd.Close()
 		return nil, fmt.Errorf("--kt-weight-path %s: "+format, append([]any{dir}, a...)...)
 	}

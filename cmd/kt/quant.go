@@ -16,6 +16,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/moe/expertsource"
+	"github.com/ktserve/kt/moe/ktformat"
 	"github.com/ktserve/kt/safetensors"
 )
 
@@ -67,7 +68,7 @@ directories as well.`,
 	f.StringVar(&o.method, "method", "int8", "int8 (AMXINT8) or int4 (AMXINT4)")
 	f.IntVar(&o.pools, "threadpool-count", 1, "thread pools (NUMA nodes) the weights are split for; must match --kt-threadpool-count")
 	f.BoolVar(&o.noProg, "no-progress", false, "no progress bar")
-	f.StringVar(&o.layout, "layout", cpuexperts.LayoutRows, "rows (kt's row-major) or kt (KTransformers' own AMX layout, readable by KTransformers)")
+	f.StringVar(&o.layout, "layout", ktformat.LayoutRows, "rows (kt's row-major) or kt (KTransformers' own AMX layout, readable by KTransformers)")
 	return cmd
 }
 
@@ -84,11 +85,11 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	default:
 		return fmt.Errorf("--method %q: want int8 or int4", o.method)
 	}
-	layout := cpuexperts.LayoutRows
+	layout := ktformat.LayoutRows
 	switch strings.ToLower(o.layout) {
 	case "", "rows":
 	case "kt", "ktransformers":
-		layout = cpuexperts.LayoutKT
+		layout = ktformat.LayoutKT
 	default:
 		return fmt.Errorf("--layout %q: want rows or kt", o.layout)
 	}
@@ -131,13 +132,13 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		}
 	}
 	// a finished conversion for other settings is refused, not overwritten
-	if b, err := os.ReadFile(filepath.Join(o.output, cpuexperts.QuantManifestName)); err == nil && len(b) > 0 {
-		if qd, err := cpuexperts.OpenQuantDir(o.output); err == nil {
+	if b, err := os.ReadFile(filepath.Join(o.output, ktformat.QuantManifestName)); err == nil && len(b) > 0 {
+		if qd, err := ktformat.OpenQuantDir(o.output); err == nil {
 			mm := qd.Manifest
 			qd.Close()
 			have := mm.Layout
 			if have == "" {
-				have = cpuexperts.LayoutRows
+				have = ktformat.LayoutRows
 			}
 			if mm.Method != m || mm.ThreadpoolCnt != o.pools || have != layout {
 				return fmt.Errorf("%s already holds %s for %d thread pools in layout %s; choose another --output", o.output, mm.Method, mm.ThreadpoolCnt, have)
@@ -149,7 +150,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 	srcType := ""
 	for i, l := range layers {
 		path := filepath.Join(o.output, fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(layers)))
-		done, err := cpuexperts.CheckQuantShardLayout(path, m, o.pools, l, layout)
+		done, err := ktformat.CheckQuantShardLayout(path, m, o.pools, l, layout)
 		if err != nil {
 			return err
 		}
@@ -164,9 +165,9 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			continue
 		}
 		src := &expertsource.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming}
-		quantize := cpuexperts.QuantizeLayer
-		if layout == cpuexperts.LayoutKT {
-			quantize = cpuexperts.QuantizeLayerKT
+		quantize := ktformat.QuantizeLayer
+		if layout == ktformat.LayoutKT {
+			quantize = ktformat.QuantizeLayerKT
 		}
 		err = quantize(src, spec, o.pools, l, path, func(d int64) {
 			bar.set(base+d, fmt.Sprintf("layer %d/%d", i+1, len(layers)))
@@ -177,10 +178,10 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 		}
 	}
 	bar.finish()
-	man := cpuexperts.QuantManifest{Method: m, Bits: map[cpuexperts.Method]int{cpuexperts.AMXINT8: 8, cpuexperts.AMXINT4: 4}[m],
+	man := ktformat.QuantManifest{Method: m, Bits: map[cpuexperts.Method]int{cpuexperts.AMXINT8: 8, cpuexperts.AMXINT4: 4}[m],
 		ThreadpoolCnt: o.pools, Experts: shape.Experts, Hidden: shape.Hidden, Intermediate: shape.Intermediate,
 		Layers: layers, Source: model, SourceDType: srcType, ShardsPerLayer: "one file per MoE layer", Layout: layout}
-	if err := cpuexperts.WriteQuantManifest(o.output, man); err != nil {
+	if err := ktformat.WriteQuantManifest(o.output, man); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "wrote %d layers of %s experts (%d pools, layout %s) to %s\n", len(layers), m, o.pools, layout, o.output)

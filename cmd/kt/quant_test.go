@@ -19,6 +19,7 @@ import (
 	"github.com/ktserve/kt/arch/qwen3moe"
 	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/moe/expertsource"
+	"github.com/ktserve/kt/moe/ktformat"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -158,7 +159,7 @@ func TestQuantCommand(t *testing.T) {
 		t.Error("pool count change over an existing output accepted")
 	}
 	// the loader reads the layout and matches quantizing at load time
-	qd, err := cpuexperts.OpenQuantDir(out)
+	qd, err := ktformat.OpenQuantDir(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,16 +183,16 @@ func TestQuantLayoutKT(t *testing.T) {
 	if err := runQuant(model, quantOpts{output: t.TempDir(), method: "int8", pools: 2, layout: "gguf"}, &so, &se); err == nil {
 		t.Error("unknown layout accepted")
 	}
-	qd, err := cpuexperts.OpenQuantDir(out)
+	qd, err := ktformat.OpenQuantDir(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer qd.Close()
-	if qd.Manifest.Layout != cpuexperts.LayoutKT {
+	if qd.Manifest.Layout != ktformat.LayoutKT {
 		t.Fatalf("manifest layout %q", qd.Manifest.Layout)
 	}
 	// KT's own reader (no manifest) sees the same directory as a KT one
-	kd, err := cpuexperts.OpenKTDir(out, spec.Hidden, spec.Intermediate)
+	kd, err := ktformat.OpenKTDir(out, spec.Hidden, spec.Intermediate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestServeKTDir(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Remove(filepath.Join(ktdir, cpuexperts.QuantManifestName)); err != nil {
+	if err := os.Remove(filepath.Join(ktdir, ktformat.QuantManifestName)); err != nil {
 		t.Fatal(err)
 	}
 	common := []string{"--model-path", dir, "--skip-tokenizer-init", "--max-running-requests", "2", "--max-total-tokens", "256",
@@ -248,7 +249,7 @@ func TestServeKTDir(t *testing.T) {
 // checkQuantMatchesLoad runs both layers of the tiny model from the converted
 // directory qd and from the same seeded bf16 weights quantized at load (AMXINT8)
 // and requires bit-identical outputs; what names the converted weights in errors.
-func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string) {
+func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *ktformat.QuantDir, what string) {
 	t.Helper()
 	checkQuantLayers(t, spec, qd, what, []int{0, 1}, func(l int) cpuexperts.Source {
 		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 1)}
@@ -257,7 +258,7 @@ func checkQuantMatchesLoad(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexper
 
 // checkQuantLayers holds each converted layer to the same layer quantized
 // at load from src(l) (AMXINT8, two pools): the outputs must be identical.
-func checkQuantLayers(t *testing.T, spec cpuexperts.LayerSpec, qd *cpuexperts.QuantDir, what string, layers []int, src func(l int) cpuexperts.Source) {
+func checkQuantLayers(t *testing.T, spec cpuexperts.LayerSpec, qd *ktformat.QuantDir, what string, layers []int, src func(l int) cpuexperts.Source) {
 	t.Helper()
 	spec.Method = cpuexperts.AMXINT8
 	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 2, Pools: 2, MaxTokens: 4, TopK: 2, Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate})
@@ -343,7 +344,7 @@ func TestQuantOtherArchitectures(t *testing.T) {
 			if !strings.Contains(se.String(), c.log) {
 				t.Errorf("log %q, want %q", se.String(), c.log)
 			}
-			qd, err := cpuexperts.OpenQuantDir(out)
+			qd, err := ktformat.OpenQuantDir(out)
 			if err != nil {
 				t.Fatal(err)
 			}

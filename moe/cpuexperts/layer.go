@@ -253,7 +253,7 @@ func (l *Layer) load(src Source) error {
 			if err := l.checkMatrix(x, p, m); err != nil {
 				return err
 			}
-			f := toF32(m, buf)
+			f := m.ToF32(buf)
 			for pool := 0; pool < l.e.cfg.Pools; pool++ {
 				l.packF32(pool, x, p, f, m.Cols)
 			}
@@ -287,8 +287,9 @@ func (l *Layer) packF32(pool, x int, p Proj, f []float32, ld int) {
 	}
 }
 
-// toF32 widens a matrix (applying FP8 block scales) into *buf.
-func toF32(m Matrix, buf *[]float32) []float32 {
+// ToF32 widens m to f32 (applying FP8 block scales) into *buf, grown as
+// needed, and returns the rows.
+func (m Matrix) ToF32(buf *[]float32) []float32 {
 	n := m.Rows * m.Cols
 	if cap(*buf) < n {
 		*buf = make([]float32, n)

@@ -1,6 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
+package ktformat
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -56,13 +57,13 @@ func ktGen(seed, id uint64, rows, cols int, sparse bool) []float32 {
 
 // ktGenSource is the bf16 layer the driver quantized (HF shapes).
 type ktGenSource struct {
-	spec LayerSpec
+	spec cpuexperts.LayerSpec
 	seed uint64
 }
 
-func (s ktGenSource) Matrix(e int, p Proj) (Matrix, error) {
+func (s ktGenSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) {
 	rows, cols := s.spec.Intermediate, s.spec.Hidden
-	if p == Down {
+	if p == cpuexperts.Down {
 		rows, cols = cols, rows
 	}
 	f := ktGen(s.seed, uint64(e)*3+uint64(p), rows, cols, false)
@@ -71,14 +72,14 @@ func (s ktGenSource) Matrix(e int, p Proj) (Matrix, error) {
 		u := math.Float32bits(v) >> 16
 		b[2*i], b[2*i+1] = byte(u), byte(u>>8)
 	}
-	return Matrix{DType: tensor.BF16, Rows: rows, Cols: cols, Data: b}, nil
+	return cpuexperts.Matrix{DType: tensor.BF16, Rows: rows, Cols: cols, Data: b}, nil
 }
 
 // poolSlice returns a pool's slice of the full matrix f (HF shape) as a
 // sub-matrix start, row stride and shape.
-func poolSlice(f []float32, p Proj, hidden, inter, pools, pool int) ([]float32, int, int, int) {
+func poolSlice(f []float32, p cpuexperts.Proj, hidden, inter, pools, pool int) ([]float32, int, int, int) {
 	ip := inter / pools
-	if p == Down {
+	if p == cpuexperts.Down {
 		return f[pool*ip:], inter, hidden, ip
 	}
 	return f[pool*ip*hidden:], hidden, ip, hidden
@@ -86,14 +87,14 @@ func poolSlice(f []float32, p Proj, hidden, inter, pools, pool int) ([]float32, 
 
 type ktCase struct {
 	dir           string
-	method        Method
+	method        cpuexperts.Method
 	hidden, inter int
 	seed          uint64
 }
 
 var ktCases = []ktCase{
-	{"testdata/ktfiles/amxint8", AMXINT8, 128, 128, 7},
-	{"testdata/ktfiles/amxint4", AMXINT4, 128, 256, 8},
+	{"testdata/ktfiles/amxint8", cpuexperts.AMXINT8, 128, 128, 7},
+	{"testdata/ktfiles/amxint4", cpuexperts.AMXINT4, 128, 256, 8},
 }
 
 // TestKTFiles: KT-made directories load; the decoded weights equal kt's
@@ -112,20 +113,20 @@ func TestKTFiles(t *testing.T) {
 			if m.Format != KTDirFormat || m.Method != tc.method || m.ThreadpoolCnt != 2 || m.Experts != 2 || len(m.Layers) != 1 || m.Layers[0] != 1 {
 				t.Fatalf("manifest %+v", m)
 			}
-			spec := LayerSpec{Method: tc.method, Experts: 2, Hidden: tc.hidden, Intermediate: tc.inter}
+			spec := cpuexperts.LayerSpec{Method: tc.method, Experts: 2, Hidden: tc.hidden, Intermediate: tc.inter}
 			src := ktGenSource{spec, tc.seed}
 			var differ, total int
 			for e := 0; e < 2; e++ {
-				for p := Gate; p <= Down; p++ {
+				for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 					full, _ := src.Matrix(e, p)
-					f := toF32(full, new([]float32))
+					f := full.ToF32(new([]float32))
 					for pool := 0; pool < 2; pool++ {
 						got, err := qd.Layer(1).Quant(e, pool, p)
 						if err != nil {
 							t.Fatal(err)
 						}
 						sub, ld, r, c := poolSlice(f, p, tc.hidden, tc.inter, 2, pool)
-						bits := map[Method]int{AMXINT8: 8, AMXINT4: 4}[tc.method]
+						bits := map[cpuexperts.Method]int{cpuexperts.AMXINT8: 8, cpuexperts.AMXINT4: 4}[tc.method]
 						q, s := quantRows(sub, ld, r, c, bits)
 						ks := unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), r)
 						for i := range ks {
@@ -165,7 +166,7 @@ func TestKTFiles(t *testing.T) {
 			}
 
 			// layer output: KT's files vs kt quantizing the same bf16 at load
-			e := newEngine(t, spec, 2, 2, 8, 2, ISAAuto)
+			e := newEngine(t, spec, 2, 2, 8, 2)
 			lk, err := e.NewLayerQuant(spec, qd.Layer(1))
 			if err != nil {
 				t.Fatal(err)
@@ -176,21 +177,21 @@ func TestKTFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lq.Close()
-			x, ids, w := RandomBatch(5, 8, 2, spec.Hidden, spec.Experts)
+			x, ids, w := cpuexperts.RandomBatch(5, 8, 2, spec.Hidden, spec.Experts)
 			a, b := make([]float32, 8*spec.Hidden), make([]float32, 8*spec.Hidden)
-			if err := lk.Forward(&Batch{Tokens: 8, TopK: 2, X: x, IDs: ids, Weights: w, Out: a}); err != nil {
+			if err := lk.Forward(&cpuexperts.Batch{Tokens: 8, TopK: 2, X: x, IDs: ids, Weights: w, Out: a}); err != nil {
 				t.Fatal(err)
 			}
-			if err := lq.Forward(&Batch{Tokens: 8, TopK: 2, X: x, IDs: ids, Weights: w, Out: b}); err != nil {
+			if err := lq.Forward(&cpuexperts.Batch{Tokens: 8, TopK: 2, X: x, IDs: ids, Weights: w, Out: b}); err != nil {
 				t.Fatal(err)
 			}
-			ref, err := Reference(src, spec, x, 8, 2, ids, w, nil)
+			ref, err := cpuexperts.Reference(src, spec, x, 8, 2, ids, w, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := relErr(a, b)
 			t.Logf("%s: KT file vs kt quantization: rel diff %.3g; vs f32 reference: KT %.4f, kt %.4f", tc.method, d, relErr(a, ref), relErr(b, ref))
-			if tc.method == AMXINT8 {
+			if tc.method == cpuexperts.AMXINT8 {
 				for i := range a {
 					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 						t.Fatalf("out[%d]: from KT's file %g, kt-quantized %g", i, a[i], b[i])
@@ -236,7 +237,7 @@ var ktSizeRE = regexp.MustCompile(`_\d+Byte_`)
 func TestKTFolderForm(t *testing.T) {
 	for _, tc := range ktCases {
 		dir := t.TempDir()
-		ktWriteFolder(t, tc.dir, dir, map[Method]string{AMXINT8: "INT8", AMXINT4: "INT4"}[tc.method])
+		ktWriteFolder(t, tc.dir, dir, map[cpuexperts.Method]string{cpuexperts.AMXINT8: "INT8", cpuexperts.AMXINT4: "INT4"}[tc.method])
 		a, err := OpenKTDir(tc.dir, tc.hidden, tc.inter)
 		if err != nil {
 			t.Fatal(err)
@@ -250,7 +251,7 @@ func TestKTFolderForm(t *testing.T) {
 		}
 		for e := 0; e < 2; e++ {
 			for pool := 0; pool < 2; pool++ {
-				for p := Gate; p <= Down; p++ {
+				for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 					x, err1 := a.Layer(1).Quant(e, pool, p)
 					y, err2 := b.Layer(1).Quant(e, pool, p)
 					if err1 != nil || err2 != nil || !bytes.Equal(x.Data, y.Data) || fmt.Sprint(x.Scale) != fmt.Sprint(y.Scale) {
@@ -259,12 +260,12 @@ func TestKTFolderForm(t *testing.T) {
 				}
 			}
 		}
-		if _, err := b.Layer(2).Quant(0, 0, Gate); err == nil {
+		if _, err := b.Layer(2).Quant(0, 0, cpuexperts.Gate); err == nil {
 			t.Error("a layer the folder lacks decoded")
 		}
 		// older KT releases named the files without their size
 		old := t.TempDir()
-		ktWriteFolder(t, tc.dir, old, map[Method]string{AMXINT8: "INT8", AMXINT4: "INT4"}[tc.method])
+		ktWriteFolder(t, tc.dir, old, map[cpuexperts.Method]string{cpuexperts.AMXINT8: "INT8", cpuexperts.AMXINT4: "INT4"}[tc.method])
 		paths, _ := filepath.Glob(filepath.Join(old, "_layer_1", "_numa_*", "*.kt"))
 		for _, p := range paths {
 			np := ktSizeRE.ReplaceAllString(p, "_")
@@ -276,7 +277,7 @@ func TestKTFolderForm(t *testing.T) {
 		if err != nil {
 			t.Fatalf("size-less .kt names: %v", err)
 		}
-		if x, err := c.Layer(1).Quant(1, 1, Down); err != nil || x.Rows != tc.hidden {
+		if x, err := c.Layer(1).Quant(1, 1, cpuexperts.Down); err != nil || x.Rows != tc.hidden {
 			t.Fatalf("size-less .kt names: %v", err)
 		}
 		c.Close()
@@ -495,13 +496,13 @@ func TestKTRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qd.Close()
-	spec := LayerSpec{Method: AMXINT8, Experts: 2, Hidden: 128, Intermediate: 128}
-	e := newEngine(t, spec, 2, 2, 8, 2, ISAAuto)
+	spec := cpuexperts.LayerSpec{Method: cpuexperts.AMXINT8, Experts: 2, Hidden: 128, Intermediate: 128}
+	e := newEngine(t, spec, 2, 2, 8, 2)
 	if _, err := e.NewLayerQuant(spec, qd.Layer(1)); err == nil || !strings.Contains(err.Error(), "blk.1.ffn_up_exps.1.numa.1.weight") {
 		t.Errorf("halved weights: %v", err)
 	}
 	// the engine's pool count must match the files'
-	e1 := newEngine(t, spec, 1, 2, 8, 2, ISAAuto)
+	e1 := newEngine(t, spec, 1, 2, 8, 2)
 	good, err := OpenKTDir(src, 128, 128)
 	if err != nil {
 		t.Fatal(err)
@@ -517,7 +518,7 @@ func TestKTRefusals(t *testing.T) {
 // every tensor), so KT reads kt's output as its own.
 func TestQuantizeLayerKTMatchesKT(t *testing.T) {
 	for _, tc := range ktCases {
-		spec := LayerSpec{Method: tc.method, Experts: 2, Hidden: tc.hidden, Intermediate: tc.inter}
+		spec := cpuexperts.LayerSpec{Method: tc.method, Experts: 2, Hidden: tc.hidden, Intermediate: tc.inter}
 		path := filepath.Join(t.TempDir(), "model-00001-of-00001.safetensors")
 		if err := QuantizeLayerKT(ktGenSource{spec, tc.seed}, spec, 2, 1, path, nil); err != nil {
 			t.Fatal(err)

@@ -1,12 +1,14 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
+package ktformat
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
 // FuzzKTUnpermute: decoding never panics on any bytes and shape, and for
@@ -100,7 +102,7 @@ func FuzzOpenKTDir(f *testing.F) {
 		for _, l := range qd.Manifest.Layers {
 			for e := 0; e < qd.Manifest.Experts; e++ {
 				for pool := 0; pool < qd.Manifest.ThreadpoolCnt; pool++ {
-					for p := Gate; p <= Down; p++ {
+					for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 						qd.Layer(l).Quant(e, pool, p)
 					}
 				}

@@ -1,11 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
-
-/*
-#include "kt_moe.h"
-*/
-import "C"
+package ktformat
 
 import (
 	"encoding/json"
@@ -13,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"unsafe"
 
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -39,23 +37,23 @@ const (
 
 // QuantManifest describes a directory written by kt quant.
 type QuantManifest struct {
-	Format         string `json:"format"`
-	Method         Method `json:"method"` // AMXINT8 or AMXINT4
-	Bits           int    `json:"bits"`
-	ThreadpoolCnt  int    `json:"threadpool_count"`
-	Experts        int    `json:"experts"`
-	Hidden         int    `json:"hidden"`
-	Intermediate   int    `json:"intermediate"`
-	Layers         []int  `json:"layers"`
-	Source         string `json:"source"`
-	SourceDType    string `json:"source_dtype"`
-	ShardsPerLayer string `json:"shards"`
+	Format         string            `json:"format"`
+	Method         cpuexperts.Method `json:"method"` // AMXINT8 or AMXINT4
+	Bits           int               `json:"bits"`
+	ThreadpoolCnt  int               `json:"threadpool_count"`
+	Experts        int               `json:"experts"`
+	Hidden         int               `json:"hidden"`
+	Intermediate   int               `json:"intermediate"`
+	Layers         []int             `json:"layers"`
+	Source         string            `json:"source"`
+	SourceDType    string            `json:"source_dtype"`
+	ShardsPerLayer string            `json:"shards"`
 	// Layout is LayoutRows (also when empty, as before it existed) or LayoutKT.
 	Layout string `json:"layout,omitempty"`
 }
 
 // QuantKey is the tensor name of KT's CPU expert layout.
-func QuantKey(layer, expert, pool int, p Proj, what string) string {
+func QuantKey(layer, expert, pool int, p cpuexperts.Proj, what string) string {
 	return fmt.Sprintf("blk.%d.ffn_%s_exps.%d.numa.%d.%s", layer, p, expert, pool, what)
 }
 
@@ -69,7 +67,7 @@ func poolSlices(inter, pools int) (start, n []int) {
 }
 
 // QuantShardMeta is the metadata kt quant stores in each shard.
-func QuantShardMeta(m Method, pools, layer int) map[string]string {
+func QuantShardMeta(m cpuexperts.Method, pools, layer int) map[string]string {
 	return map[string]string{"format": QuantFormat, "method": string(m), "threadpool_count": strconv.Itoa(pools), "layer": strconv.Itoa(layer)}
 }
 
@@ -78,7 +76,7 @@ func QuantShardMeta(m Method, pools, layer int) map[string]string {
 // split into pools slices of the intermediate dimension, as int8 (AMXINT8)
 // or int4 (AMXINT4) with one float32 scale per row. progress is called with
 // the bytes of source weights done so far.
-func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64)) error {
+func QuantizeLayer(src cpuexperts.Source, spec cpuexperts.LayerSpec, pools, layer int, path string, progress func(done int64)) error {
 	return quantizeLayer(src, spec, pools, layer, path, progress, false)
 }
 
@@ -87,21 +85,21 @@ func QuantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 // KT release (int8 1-D tensor) with its float32 scales, quantized with KT's
 // rules, so the bytes equal what KT's convert_cpu_weights.py writes for the
 // same weights and KT reads the shard as its own.
-func QuantizeLayerKT(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64)) error {
+func QuantizeLayerKT(src cpuexperts.Source, spec cpuexperts.LayerSpec, pools, layer int, path string, progress func(done int64)) error {
 	return quantizeLayer(src, spec, pools, layer, path, progress, true)
 }
 
-func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, progress func(done int64), kt bool) error {
+func quantizeLayer(src cpuexperts.Source, spec cpuexperts.LayerSpec, pools, layer int, path string, progress func(done int64), kt bool) error {
 	bits := 8
 	switch spec.Method {
-	case AMXINT8:
-	case AMXINT4:
+	case cpuexperts.AMXINT8:
+	case cpuexperts.AMXINT4:
 		bits = 4
 	default:
 		return fmt.Errorf("kt quant writes AMXINT8 or AMXINT4, not %s", spec.Method)
 	}
 	H, I := spec.Hidden, spec.Intermediate
-	if err := CheckShape(spec.Method, H, I, pools); err != nil {
+	if err := cpuexperts.CheckShape(spec.Method, H, I, pools); err != nil {
 		return err
 	}
 	start, ip := poolSlices(I, pools)
@@ -109,8 +107,8 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 	if bits == 4 {
 		dt = tensor.U8
 	}
-	shape := func(p Proj, pool int) (int, int) {
-		if p == Down {
+	shape := func(p cpuexperts.Proj, pool int) (int, int) {
+		if p == cpuexperts.Down {
 			return H, ip[pool]
 		}
 		return ip[pool], H
@@ -118,7 +116,7 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 	layout := LayoutRows
 	if kt {
 		layout = LayoutKT
-		for p := Gate; p <= Down; p++ {
+		for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 			r, c := shape(p, 0)
 			if err := ktCheckShape(r, c, bits); err != nil {
 				return fmt.Errorf("KT's layout cannot hold %s_proj: %w", p, err)
@@ -128,7 +126,7 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 	var specs []safetensors.Spec
 	for e := 0; e < spec.Experts; e++ {
 		for pool := 0; pool < pools; pool++ {
-			for p := Gate; p <= Down; p++ {
+			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 				r, c := shape(p, pool)
 				ws := safetensors.Spec{Name: QuantKey(layer, e, pool, p, "weight"), DType: dt, Shape: []int64{int64(r), int64(c * bits / 8)}}
 				if kt {
@@ -153,13 +151,13 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 		res := make([]result, n)
 		err := parallelExperts(n, func(i int, buf *[]float32) error {
 			e := e0 + i
-			for p := Gate; p <= Down; p++ {
+			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 				m, err := src.Matrix(e, p)
 				if err != nil {
 					return fmt.Errorf("layer %d expert %d %s_proj: %w", layer, e, p, err)
 				}
 				rows, cols := I, H
-				if p == Down {
+				if p == cpuexperts.Down {
 					rows, cols = H, I
 				}
 				if m.Rows != rows || m.Cols != cols || int64(len(m.Data)) != int64(rows)*int64(cols)*int64(m.DType.Size()) {
@@ -168,11 +166,11 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 				if m.DType != tensor.BF16 && m.DType != tensor.F32 && m.DType != tensor.F8E4M3 {
 					return fmt.Errorf("layer %d expert %d %s_proj: dtype %s, want BF16, F32 or F8_E4M3", layer, e, p, m.DType)
 				}
-				f := toF32(m, buf)
+				f := m.ToF32(buf)
 				for pool := 0; pool < pools; pool++ {
 					r, c := shape(p, pool)
 					off := start[pool] * H
-					if p == Down {
+					if p == cpuexperts.Down {
 						off = start[pool]
 					}
 					var q, s []byte
@@ -220,18 +218,10 @@ func quantizeLayer(src Source, spec LayerSpec, pools, layer int, path string, pr
 }
 
 // quantRows quantizes rows x cols of f (row stride ld) to int8 or packed int4
-// with one scale per row; returns the weight bytes and the scales as bytes.
+// with one scale per row (cpuexperts.QuantizeRows); returns the weight bytes
+// and the scales as bytes.
 func quantRows(f []float32, ld, rows, cols, bits int) (q, s []byte) {
-	scale := make([]float32, rows)
-	src := (*C.float)(unsafe.Pointer(&f[0]))
-	sp := (*C.float)(unsafe.Pointer(&scale[0]))
-	if bits == 8 {
-		q = make([]byte, rows*cols)
-		C.kt_quant_rows_i8(src, C.int64_t(ld), C.int(rows), C.int(cols), (*C.int8_t)(unsafe.Pointer(&q[0])), sp)
-	} else {
-		q = make([]byte, rows*cols/2)
-		C.kt_quant_rows_i4(src, C.int64_t(ld), C.int(rows), C.int(cols), (*C.uint8_t)(unsafe.Pointer(&q[0])), sp)
-	}
+	q, scale := cpuexperts.QuantizeRows(f, ld, rows, cols, bits)
 	return q, unsafe.Slice((*byte)(unsafe.Pointer(&scale[0])), 4*rows)
 }
 
@@ -258,7 +248,7 @@ func OpenQuantDir(dir string) (*QuantDir, error) {
 	if m.Format != QuantFormat {
 		return nil, fmt.Errorf("%s: format %q, want %q", filepath.Join(dir, QuantManifestName), m.Format, QuantFormat)
 	}
-	if (m.Method != AMXINT8 || m.Bits != 8) && (m.Method != AMXINT4 || m.Bits != 4) {
+	if (m.Method != cpuexperts.AMXINT8 || m.Bits != 8) && (m.Method != cpuexperts.AMXINT4 || m.Bits != 4) {
 		return nil, fmt.Errorf("%s: method %s with %d bits", filepath.Join(dir, QuantManifestName), m.Method, m.Bits)
 	}
 	if m.ThreadpoolCnt < 1 || m.ThreadpoolCnt > 8 {
@@ -297,7 +287,7 @@ func (d *QuantDir) Close() error {
 }
 
 // Layer returns the QuantSource of layer l.
-func (d *QuantDir) Layer(l int) QuantSource {
+func (d *QuantDir) Layer(l int) cpuexperts.QuantSource {
 	if d.kt != nil {
 		return &ktLayer{d: d.kt, layer: l, pools: d.Manifest.ThreadpoolCnt, hidden: d.hidden}
 	}
@@ -311,29 +301,29 @@ type quantLayer struct {
 
 func (q *quantLayer) Pools() int { return q.d.Manifest.ThreadpoolCnt }
 
-func (q *quantLayer) Quant(e, pool int, p Proj) (QuantMatrix, error) {
+func (q *quantLayer) Quant(e, pool int, p cpuexperts.Proj) (cpuexperts.QuantMatrix, error) {
 	wn, sn := QuantKey(q.layer, e, pool, p, "weight"), QuantKey(q.layer, e, pool, p, "scale")
 	w, err := q.d.ckpt.Tensor(wn)
 	if err != nil {
-		return QuantMatrix{}, err
+		return cpuexperts.QuantMatrix{}, err
 	}
 	s, err := q.d.ckpt.Tensor(sn)
 	if err != nil {
-		return QuantMatrix{}, err
+		return cpuexperts.QuantMatrix{}, err
 	}
 	sc, err := s.F32()
 	if err != nil {
-		return QuantMatrix{}, err
+		return cpuexperts.QuantMatrix{}, err
 	}
 	bits := q.d.Manifest.Bits
 	if len(w.Shape) != 2 || (bits == 8 && w.DType != tensor.I8) || (bits == 4 && w.DType != tensor.U8) {
-		return QuantMatrix{}, fmt.Errorf("%s: %s %v, want a 2-D %s", wn, w.DType, w.Shape, map[int]string{8: "I8", 4: "U8"}[bits])
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("%s: %s %v, want a 2-D %s", wn, w.DType, w.Shape, map[int]string{8: "I8", 4: "U8"}[bits])
 	}
 	rows, cols := int(w.Shape[0]), int(w.Shape[1])*8/bits
 	if len(sc) != rows {
-		return QuantMatrix{}, errors.New(sn + ": one scale per row expected")
+		return cpuexperts.QuantMatrix{}, errors.New(sn + ": one scale per row expected")
 	}
-	return QuantMatrix{Bits: bits, Rows: rows, Cols: cols, Data: w.Data, Scale: sc}, nil
+	return cpuexperts.QuantMatrix{Bits: bits, Rows: rows, Cols: cols, Data: w.Data, Scale: sc}, nil
 }
 
 // WriteQuantManifest writes dir's manifest atomically (temporary file, then rename).
@@ -368,7 +358,7 @@ func WriteQuantManifest(dir string, m QuantManifest) error {
 // for method m, pools and layout; a shard for other settings is an error (no
 // resume over it). layout is LayoutRows or LayoutKT; a shard of the other
 // layout is an error too.
-func CheckQuantShardLayout(path string, m Method, pools, layer int, layout string) (bool, error) {
+func CheckQuantShardLayout(path string, m cpuexperts.Method, pools, layer int, layout string) (bool, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -390,4 +380,36 @@ func CheckQuantShardLayout(path string, m Method, pools, layer int, layout strin
 			path, md["method"], md["threadpool_count"], have, m, pools, layout)
 	}
 	return true, nil
+}
+
+// parallelExperts runs fn for every expert on GOMAXPROCS goroutines, each with
+// its own conversion buffer, and returns the first error.
+func parallelExperts(n int, fn func(x int, buf *[]float32) error) error {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []float32
+			for x := range next {
+				if err := fn(x, &buf); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for x := 0; x < n; x++ {
+		next <- x
+	}
+	close(next)
+	wg.Wait()
+	return first
 }

@@ -1,6 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
+package ktformat
 
 /*
 #include <stdint.h>
@@ -14,6 +14,8 @@ import (
 	"math"
 	"slices"
 	"unsafe"
+
+	"github.com/ktserve/kt/moe/cpuexperts"
 )
 
 // KTransformers' AMXINT8 / AMXINT4 CPU expert files hold the raw bytes of
@@ -91,21 +93,21 @@ func ktBlockFree(n, k int) bool { return k <= ktKBlock || n <= ktNBlocks[0] }
 // Scale). It checks that every row with a positive normal scale reaches
 // full scale, as every row KT quantizes does; a row that does not is
 // errKTFullScale (wrapped with the row).
-func ktUnpermute(w []byte, scale []float32, n, k, bits, nblock int) (QuantMatrix, error) {
+func ktUnpermute(w []byte, scale []float32, n, k, bits, nblock int) (cpuexperts.QuantMatrix, error) {
 	if bits != 8 && bits != 4 {
-		return QuantMatrix{}, fmt.Errorf("int%d: KT writes int8 or int4", bits)
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("int%d: KT writes int8 or int4", bits)
 	}
 	if err := ktCheckShape(n, k, bits); err != nil {
-		return QuantMatrix{}, err
+		return cpuexperts.QuantMatrix{}, err
 	}
 	if nblock <= 0 || nblock%ktNStep != 0 {
-		return QuantMatrix{}, fmt.Errorf("N_BLOCK %d is not a positive multiple of %d", nblock, ktNStep)
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("N_BLOCK %d is not a positive multiple of %d", nblock, ktNStep)
 	}
 	if len(w) != ktWeightBytes(n, k, bits) {
-		return QuantMatrix{}, fmt.Errorf("%d weight bytes, want %d for int%d [%d %d]", len(w), ktWeightBytes(n, k, bits), bits, n, k)
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("%d weight bytes, want %d for int%d [%d %d]", len(w), ktWeightBytes(n, k, bits), bits, n, k)
 	}
 	if len(scale) != n {
-		return QuantMatrix{}, fmt.Errorf("%d scales, want one per row (%d)", len(scale), n)
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("%d scales, want one per row (%d)", len(scale), n)
 	}
 	out := make([]byte, ktWeightBytes(n, k, bits))
 	rowMax := make([]int32, n)
@@ -123,14 +125,14 @@ func ktUnpermute(w []byte, scale []float32, n, k, bits, nblock int) (QuantMatrix
 	for r, s := range scale {
 		switch {
 		case math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) || s < 0:
-			return QuantMatrix{}, fmt.Errorf("row %d: scale %g is not a finite non-negative number", r, s)
+			return cpuexperts.QuantMatrix{}, fmt.Errorf("row %d: scale %g is not a finite non-negative number", r, s)
 		case s == 0 && rowMax[r] != 0:
-			return QuantMatrix{}, fmt.Errorf("row %d: scale 0 with nonzero weights", r)
+			return cpuexperts.QuantMatrix{}, fmt.Errorf("row %d: scale 0 with nonzero weights", r)
 		case s >= 0x1p-100 && int(rowMax[r]) != full:
-			return QuantMatrix{}, fmt.Errorf("row %d: largest |q| is %d, not %d: %w", r, rowMax[r], full, errKTFullScale)
+			return cpuexperts.QuantMatrix{}, fmt.Errorf("row %d: largest |q| is %d, not %d: %w", r, rowMax[r], full, errKTFullScale)
 		}
 	}
-	return QuantMatrix{Bits: bits, Rows: n, Cols: k, Data: out, Scale: sc}, nil
+	return cpuexperts.QuantMatrix{Bits: bits, Rows: n, Cols: k, Data: out, Scale: sc}, nil
 }
 
 // abs4 is the magnitude of a signed 4-bit value given as 0..15.

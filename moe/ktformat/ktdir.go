@@ -1,6 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
+package ktformat
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -38,7 +39,7 @@ var (
 // ktKey names one tensor of a KT directory.
 type ktKey struct {
 	layer, expert, pool int
-	proj                Proj
+	proj                cpuexperts.Proj
 	scale               bool
 }
 
@@ -60,14 +61,14 @@ type ktDir struct {
 	nblock [3]int // N_BLOCK per projection
 }
 
-func parseProj(s string) Proj {
+func parseProj(s string) cpuexperts.Proj {
 	switch s {
 	case "gate":
-		return Gate
+		return cpuexperts.Gate
 	case "up":
-		return Up
+		return cpuexperts.Up
 	}
-	return Down
+	return cpuexperts.Down
 }
 
 // OpenKTDir opens a directory of KTransformers' own converted AMXINT8 or
@@ -101,12 +102,12 @@ func OpenKTDir(dir string, hidden, intermediate int) (*QuantDir, error) {
 		return fail(fmt.Errorf("intermediate size %d does not split into the %d NUMA parts the files were written for", intermediate, grid.pools))
 	}
 	d.ip = intermediate / grid.pools
-	first := ktKey{layer: grid.layers[0], proj: Gate}
+	first := ktKey{layer: grid.layers[0], proj: cpuexperts.Gate}
 	switch sizes[first] {
 	case int64(d.ip * hidden):
-		d.bits, man.Method = 8, AMXINT8
+		d.bits, man.Method = 8, cpuexperts.AMXINT8
 	case int64(d.ip * hidden / 2):
-		d.bits, man.Method = 4, AMXINT4
+		d.bits, man.Method = 4, cpuexperts.AMXINT4
 	default:
 		return fail(fmt.Errorf("%s: %d bytes, want %d (AMXINT8) or %d (AMXINT4) for a [%d %d] slice (hidden %d, intermediate %d over %d NUMA parts)",
 			first, sizes[first], d.ip*hidden, d.ip*hidden/2, d.ip, hidden, hidden, intermediate, grid.pools))
@@ -127,7 +128,7 @@ func OpenKTDir(dir string, hidden, intermediate int) (*QuantDir, error) {
 			return fail(fmt.Errorf("%s: %d bytes, want %d (%s [%d %d])%s", k, sz, want, man.Method, n, kk, hint))
 		}
 	}
-	for p := Gate; p <= Down; p++ {
+	for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 		n, k := d.shape(p, hidden)
 		if err := ktCheckShape(n, k, d.bits); err != nil {
 			return fail(fmt.Errorf("%s_proj: %w", p, err))
@@ -146,8 +147,8 @@ func OpenKTDir(dir string, hidden, intermediate int) (*QuantDir, error) {
 
 // shape returns a pool's slice of projection p as KT's BufferB sees it
 // (n output rows, k inputs).
-func (d *ktDir) shape(p Proj, hidden int) (n, k int) {
-	if p == Down {
+func (d *ktDir) shape(p cpuexperts.Proj, hidden int) (n, k int) {
+	if p == cpuexperts.Down {
 		return hidden, d.ip
 	}
 	return d.ip, hidden
@@ -284,7 +285,7 @@ func ktGrid(keys []ktKey) (ktGridInfo, error) {
 		for _, l := range g.layers {
 			for e := 0; e < g.experts; e++ {
 				for pool := 0; pool < g.pools; pool++ {
-					for p := Gate; p <= Down; p++ {
+					for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 						for _, s := range []bool{false, true} {
 							if k := (ktKey{l, e, pool, p, s}); !have[k] {
 								return g, fmt.Errorf("%s is missing (%d layers, %d experts and %d NUMA parts elsewhere)", k, len(g.layers), g.experts, g.pools)
@@ -344,16 +345,16 @@ type ktLayer struct {
 func (q *ktLayer) Pools() int { return q.pools }
 
 // Quant decodes one pool's slice of a projection into kt's row-major form.
-func (q *ktLayer) Quant(e, pool int, p Proj) (QuantMatrix, error) {
+func (q *ktLayer) Quant(e, pool int, p cpuexperts.Proj) (cpuexperts.QuantMatrix, error) {
 	k := ktKey{layer: q.layer, expert: e, pool: pool, proj: p}
 	w, s, err := q.d.read(k)
 	if err != nil {
-		return QuantMatrix{}, err
+		return cpuexperts.QuantMatrix{}, err
 	}
 	n, kk := q.d.shape(p, q.hidden)
 	m, err := ktUnpermute(w, s, n, kk, q.d.bits, q.d.nblock[p])
 	if err != nil {
-		return QuantMatrix{}, fmt.Errorf("%s (KT layout, N_BLOCK %d): %w", k, q.d.nblock[p], err)
+		return cpuexperts.QuantMatrix{}, fmt.Errorf("%s (KT layout, N_BLOCK %d): %w", k, q.d.nblock[p], err)
 	}
 	return m, nil
 }
