@@ -22,6 +22,7 @@ import (
 
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/enginebench"
 	"github.com/ktserve/kt/sysinfo"
 )
 
@@ -63,7 +64,7 @@ func init() {
 		short: "one MoE layer on the CPU expert engine: time, weight GB/s vs measured read bandwidth, TFLOPS vs PyTorch",
 		flags: func(cmd *cobra.Command) {
 			f := cmd.Flags()
-			f.StringVar(&moeOpts.models, "model", "", "comma-separated layer shapes by name ("+strings.Join(cpuexperts.BenchShapeNames(), ", ")+") or all (the first two; the default without --model-path)")
+			f.StringVar(&moeOpts.models, "model", "", "comma-separated layer shapes by name ("+strings.Join(enginebench.BenchShapeNames(), ", ")+") or all (the first two; the default without --model-path)")
 			f.StringArrayVar(&moeOpts.modelPaths, "model-path", nil, "also bench the routed-expert layer that DIR/config.json states, any MoE architecture (repeatable)")
 			f.StringVar(&moeOpts.methods, "methods", "AMXINT4,AMXINT8,AMXBF16,BF16", "comma-separated methods ("+methodNames()+")")
 			f.StringVar(&moeOpts.tokens, "tokens", "1,4,32,512,4096", "comma-separated tokens per layer")
@@ -175,8 +176,8 @@ type moeRecord struct {
 // moeShapes resolves --model (comma-separated names, or all; "" is all
 // unless paths are given) and --model-path (each directory's config.json,
 // any MoE architecture) into the layer shapes to bench, in that order.
-func moeShapes(models string, paths []string) ([]cpuexperts.BenchShape, error) {
-	var shapes []cpuexperts.BenchShape
+func moeShapes(models string, paths []string) ([]enginebench.BenchShape, error) {
+	var shapes []enginebench.BenchShape
 	if models == "" && len(paths) == 0 {
 		models = "all"
 	}
@@ -185,11 +186,11 @@ func moeShapes(models string, paths []string) ([]cpuexperts.BenchShape, error) {
 		switch {
 		case n == "":
 		case strings.EqualFold(n, "all"):
-			shapes = append(shapes, cpuexperts.BenchShapes...)
+			shapes = append(shapes, enginebench.BenchShapes...)
 		default:
-			s, ok := cpuexperts.LookupBenchShape(n)
+			s, ok := enginebench.LookupBenchShape(n)
 			if !ok {
-				return nil, fmt.Errorf("unknown --model %q (known: %s, all; or --model-path DIR for any model's config.json)", n, strings.Join(cpuexperts.BenchShapeNames(), ", "))
+				return nil, fmt.Errorf("unknown --model %q (known: %s, all; or --model-path DIR for any model's config.json)", n, strings.Join(enginebench.BenchShapeNames(), ", "))
 			}
 			shapes = append(shapes, s)
 		}
@@ -203,7 +204,7 @@ func moeShapes(models string, paths []string) ([]cpuexperts.BenchShape, error) {
 		if ms.Architecture != "" {
 			name += " (" + ms.Architecture + ")"
 		}
-		shapes = append(shapes, cpuexperts.BenchShape{Name: name, Experts: ms.Experts, Hidden: ms.Hidden, Intermediate: ms.Intermediate, TopK: ms.TopK})
+		shapes = append(shapes, enginebench.BenchShape{Name: name, Experts: ms.Experts, Hidden: ms.Hidden, Intermediate: ms.Intermediate, TopK: ms.TopK})
 	}
 	return shapes, nil
 }
@@ -211,7 +212,7 @@ func moeShapes(models string, paths []string) ([]cpuexperts.BenchShape, error) {
 // shapeMethods is the methods whose layout constraints shape s over pools
 // thread pools meets (cpuexperts.CheckShape); each one left out is named on
 // w with the reason. No method left is an error.
-func shapeMethods(s cpuexperts.BenchShape, methods []cpuexperts.Method, pools int, w io.Writer) ([]cpuexperts.Method, error) {
+func shapeMethods(s enginebench.BenchShape, methods []cpuexperts.Method, pools int, w io.Writer) ([]cpuexperts.Method, error) {
 	var ok []cpuexperts.Method
 	var why []string
 	for _, m := range methods {
@@ -238,8 +239,8 @@ const benchMemReserve = 4 << 30
 // fewer where the memory available (avail reports it, in bytes; nil: no
 // limit) would not hold them, and an error naming the sizes where it would
 // not hold one.
-func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Method, llc int64, avail func() int64, log io.Writer) ([]*cpuexperts.Layer, error) {
-	need := cpuexperts.LayerBytesEstimate(s, m)
+func benchLayers(e *cpuexperts.Engine, s enginebench.BenchShape, m cpuexperts.Method, llc int64, avail func() int64, log io.Writer) ([]*cpuexperts.Layer, error) {
+	need := enginebench.LayerBytesEstimate(s, m)
 	if avail != nil {
 		if a := avail(); a > 0 && need > a-benchMemReserve {
 			return nil, fmt.Errorf("one %s layer of %s takes ~%.1f GB; %.1f GB of memory is available (%.0f GB kept free): a smaller format takes less (AMXINT8 half, AMXINT4 a quarter of bf16), and --rounds 1 builds one method's layers at a time",
@@ -249,7 +250,7 @@ func benchLayers(e *cpuexperts.Engine, s cpuexperts.BenchShape, m cpuexperts.Met
 	var layers []*cpuexperts.Layer
 	short := false
 	for {
-		l, err := e.SyntheticLayer(s, m, uint64(len(layers)+1))
+		l, err := enginebench.SyntheticLayer(e, s, m, uint64(len(layers)+1))
 		if err != nil {
 			closeLayers(layers)
 			return nil, err
@@ -314,7 +315,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		maxTok = max(maxTok, t)
 	}
 	fmt.Fprintf(w, "cpu features: %s\n", cpuexperts.DetectFeatures())
-	llc := cpuexperts.LastLevelCache()
+	llc := enginebench.LastLevelCache()
 	if llc == 0 {
 		llc = 256 << 20
 	}
@@ -389,11 +390,11 @@ func newBenchTiles(e *cpuexperts.Engine, methods []cpuexperts.Method, w io.Write
 // tileRows is whether a row of t tokens fills the prefill kernels' 32-row
 // tile blocks on average (t·k ≥ 32 per expert): the rows the tile probe is
 // sampled for.
-func tileRows(s cpuexperts.BenchShape, t int) bool { return t*s.TopK >= 32*s.Experts }
+func tileRows(s enginebench.BenchShape, t int) bool { return t*s.TopK >= 32*s.Experts }
 
 // sample takes the tile probe's sample for a row of method m at t tokens
 // (0 where it takes none).
-func (bt *benchTiles) sample(s cpuexperts.BenchShape, m cpuexperts.Method, t int) (float64, error) {
+func (bt *benchTiles) sample(s enginebench.BenchShape, m cpuexperts.Method, t int) (float64, error) {
 	if bt == nil || !tileRows(s, t) {
 		return 0, nil
 	}
@@ -407,7 +408,7 @@ func (bt *benchTiles) sample(s cpuexperts.BenchShape, m cpuexperts.Method, t int
 // print states the tile probe's samples and, for every record it sampled,
 // the rate against it: the whole task, and with --phases its gate/up and
 // down phases (their flops over their time), and the probe ÷ the baseline.
-func (bt *benchTiles) print(w io.Writer, s cpuexperts.BenchShape, records []moeRecord) {
+func (bt *benchTiles) print(w io.Writer, s enginebench.BenchShape, records []moeRecord) {
 	if bt == nil {
 		return
 	}
@@ -474,7 +475,7 @@ const torchSettle = 200 * time.Millisecond
 // tiles (nil: none) takes a sample of the AMX tile unit's rate before the
 // read probe's for every row whose prefill runs on tiles, and each such
 // row's TFLOPS is stated against it.
-func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchTiles, s cpuexperts.BenchShape, methods []cpuexperts.Method,
+func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchTiles, s enginebench.BenchShape, methods []cpuexperts.Method,
 	tokens []int, llc int64, o moeBenchOpts, w io.Writer) ([]moeRecord, error) {
 	threads := e.Config().Threads
 	for range 3 {
@@ -559,7 +560,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 		if err != nil {
 			return nil, err
 		}
-		r, err := cpuexperts.Bench(layers[st.mi], t, s.TopK, cpuexperts.BenchOptions{MinTime: o.minTime, Gap: o.gap,
+		r, err := enginebench.Bench(layers[st.mi], t, s.TopK, enginebench.BenchOptions{MinTime: o.minTime, Gap: o.gap,
 			Seed: 7, F32IO: o.f32IO, PrefetchHit: o.prefetchHit})
 		if err != nil {
 			return nil, err
@@ -670,7 +671,7 @@ func benchShape(e *cpuexperts.Engine, probe *cpuexperts.ReadProbe, tiles *benchT
 // measured right before that (0 = none) and the tile probe's sample taken
 // before the read probe's (0 = none).
 type moePoint struct {
-	r     cpuexperts.BenchResult
+	r     enginebench.BenchResult
 	near  float64
 	torch float64
 	tile  float64
@@ -679,7 +680,7 @@ type moePoint struct {
 // moeRecordOf makes the record of a (method, token count) from its rounds:
 // the round of median time, the baseline's median, and the median, lowest
 // and highest of the rounds' ratios.
-func moeRecordOf(s cpuexperts.BenchShape, pts []moePoint, layers int) moeRecord {
+func moeRecordOf(s enginebench.BenchShape, pts []moePoint, layers int) moeRecord {
 	p := medianBy(pts, func(q moePoint) float64 { return q.r.Seconds })
 	r := p.r
 	rec := moeRecord{Model: s.Name, Method: string(r.Method), Kernels: r.Kernels, Tokens: r.Tokens,
@@ -815,13 +816,13 @@ type torchServer struct {
 
 // startTorch starts the embedded PyTorch baseline (the fastest of its forms
 // at the engine's thread count and at PyTorch's default) for shape s.
-func startTorch(python string, s cpuexperts.BenchShape, threads int) (*torchServer, error) {
+func startTorch(python string, s enginebench.BenchShape, threads int) (*torchServer, error) {
 	dir, err := os.MkdirTemp("", "kt-bench-")
 	if err != nil {
 		return nil, err
 	}
 	script := filepath.Join(dir, "torch_moe.py")
-	if err := os.WriteFile(script, cpuexperts.TorchMoEScript, 0o644); err != nil {
+	if err := os.WriteFile(script, enginebench.TorchMoEScript, 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}

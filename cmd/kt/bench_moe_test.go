@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ktserve/kt/moe/cpuexperts"
+	"github.com/ktserve/kt/moe/enginebench"
 )
 
 // fakePython writes an executable that stands in for the interpreter of
@@ -42,7 +43,7 @@ func fakePython(t *testing.T, replies map[int]string) string {
 // form with every form's figure, repeated requests are answered again, junk
 // lines are skipped, and a failing interpreter's stderr reaches the error.
 func TestTorchServerParsesBaseline(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "x", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	shape := enginebench.BenchShape{Name: "x", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
 	replies := map[int]string{
 		1: `{"tokens": 1, "seconds": 0.001, "tflops": 0.02, "variant": "fused", "threads": 16, "all": {"index@15": 0.015, "fused@16": 0.02}}`,
 		4096: `warning: not json
@@ -82,9 +83,9 @@ func TestTorchServerParsesBaseline(t *testing.T) {
 // TestMoERecordOfRounds: a record holds the round of median time, the
 // baseline's median and the median and range of the rounds' own ratios.
 func TestMoERecordOfRounds(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "x"}
+	shape := enginebench.BenchShape{Name: "x"}
 	pt := func(sec, torch float64) moePoint {
-		return moePoint{r: cpuexperts.BenchResult{Method: cpuexperts.AMXBF16, Tokens: 4096, Seconds: sec, FLOPs: 1e12}, near: 1e11, torch: torch}
+		return moePoint{r: enginebench.BenchResult{Method: cpuexperts.AMXBF16, Tokens: 4096, Seconds: sec, FLOPs: 1e12}, near: 1e11, torch: torch}
 	}
 	// TFLOPS 1/sec: rounds 20, 25, 50 TF over baselines 5, 10, 10: ratios 4, 2.5, 5
 	rec := moeRecordOf(shape, []moePoint{pt(0.05, 5), pt(0.04, 10), pt(0.02, 10)}, 3)
@@ -125,7 +126,7 @@ func TestSetXBF16(t *testing.T) {
 // own baseline run, and the printed table carries the range; with one round
 // every row holds one.
 func TestBenchShapeRounds(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	shape := enginebench.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
 	replies := map[int]string{
 		1:  `{"tokens": 1, "seconds": 1, "tflops": 0.001, "variant": "fused", "threads": 2, "all": {"fused@2": 0.001}}`,
 		40: `{"tokens": 40, "seconds": 1, "tflops": 0.002, "variant": "index", "threads": 2, "all": {"index@2": 0.002}}`,
@@ -195,7 +196,7 @@ func (f *fakeTiles) Cores() int                { return 2 }
 // 32-row block, in that method's format; those rows carry their rate
 // against it and the probe ÷ the baseline, and the others none.
 func TestBenchShapeTileProbe(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	shape := enginebench.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
 	py := fakePython(t, map[int]string{
 		1:   `{"tokens": 1, "seconds": 1, "tflops": 0.001, "variant": "fused", "threads": 2, "all": {"fused@2": 0.001}}`,
 		128: `{"tokens": 128, "seconds": 1, "tflops": 0.002, "variant": "index", "threads": 2, "all": {"index@2": 0.002}}`,
@@ -260,7 +261,7 @@ func TestBenchShapeTileProbe(t *testing.T) {
 // TestBenchTilesPrintPhases: with --phases a sampled row states its gate/up
 // and down phases' rates (their flops over their time) against the probe.
 func TestBenchTilesPrintPhases(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "x", Experts: 128, Hidden: 2048, Intermediate: 768, TopK: 8}
+	shape := enginebench.BenchShape{Name: "x", Experts: 128, Hidden: 2048, Intermediate: 768, TopK: 8}
 	fake := &fakeTiles{tf: [2]float64{8, 16}}
 	fake.Sample(false)
 	bt := &benchTiles{probe: fake}
@@ -301,7 +302,7 @@ func TestMoEShapes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dense, "config.json"), []byte(`{"hidden_size":4096,"intermediate_size":12288}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	names := func(ss []cpuexperts.BenchShape) string {
+	names := func(ss []enginebench.BenchShape) string {
 		var n []string
 		for _, s := range ss {
 			n = append(n, fmt.Sprintf("%s:%d/%d/%d/%d", s.Name, s.Experts, s.Hidden, s.Intermediate, s.TopK))
@@ -343,7 +344,7 @@ func TestMoEShapes(t *testing.T) {
 func TestShapeMethods(t *testing.T) {
 	all := []cpuexperts.Method{cpuexperts.AMXINT4, cpuexperts.AMXINT8, cpuexperts.AMXBF16}
 	var out strings.Builder
-	s := cpuexperts.BenchShape{Name: "gpt-oss-like", Experts: 128, Hidden: 2944, Intermediate: 2880, TopK: 4}
+	s := enginebench.BenchShape{Name: "gpt-oss-like", Experts: 128, Hidden: 2944, Intermediate: 2880, TopK: 4}
 	got, err := shapeMethods(s, all, 1, &out)
 	if err != nil || !slices.Equal(got, []cpuexperts.Method{cpuexperts.AMXINT8, cpuexperts.AMXBF16}) {
 		t.Fatalf("methods %v, %v", got, err)
@@ -362,14 +363,14 @@ func TestShapeMethods(t *testing.T) {
 // naming the sizes, and stops the round-robin early (saying so) where the
 // memory holds fewer layers than the cache rule asks for.
 func TestBenchLayersMemory(t *testing.T) {
-	shape := cpuexperts.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
+	shape := enginebench.BenchShape{Name: "tiny", Experts: 8, Hidden: 128, Intermediate: 64, TopK: 2}
 	e, err := cpuexperts.NewEngine(cpuexperts.Config{Threads: 1, MaxTokens: 4, TopK: shape.TopK, Experts: shape.Experts,
 		Hidden: shape.Hidden, Intermediate: shape.Intermediate})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	lb := cpuexperts.LayerBytesEstimate(shape, cpuexperts.AMXBF16)
+	lb := enginebench.LayerBytesEstimate(shape, cpuexperts.AMXBF16)
 	if lb != 8*3*128*64*2 {
 		t.Fatalf("estimate %d bytes", lb)
 	}

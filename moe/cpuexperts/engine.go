@@ -7,13 +7,6 @@ package cpuexperts
 #cgo LDFLAGS: -lpthread -lm
 #include <stdlib.h>
 #include "kt_moe.h"
-int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
-                   float* out, double* maxerr);
-int64_t kt_amx_emu_calls(void);
-int64_t kt_amx_emu_fused_calls(void);
-int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
-double kt_amx_kbench(int fmt, int m, int k, int kch, int pf, int pfm, int nxl, int var, int i4pf, int i4fuse, int reps,
-                     int64_t wbytes, int nthreads, const int* cpus, int noamx, double* flops);
 */
 import "C"
 
@@ -21,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -546,10 +538,6 @@ func (e *Engine) Trace() TaskTrace {
 	return t
 }
 
-// tileLayoutOK reports whether activation rows stored for the AMX kernels
-// are read back by their tile addressing (rows of rb bytes; tests).
-func tileLayoutOK(rows, rb int) bool { return C.kt_check_tile_layout(C.int(rows), C.int(rb)) == 0 }
-
 // PhysicalCores counts the cores this process may run on (one per core,
 // hyperthreads not counted).
 func PhysicalCores() int {
@@ -657,197 +645,6 @@ func (e *Engine) Wait(allowPending int) error {
 	return nil
 }
 
-// StreamRead reads a buffer of the given size with n threads, reps times,
-// and returns bytes per second: one sample of the memory read bandwidth.
-func StreamRead(bytes int64, threads, reps int) (float64, error) {
-	p, err := NewReadProbe(bytes, threads)
-	if err != nil {
-		return 0, err
-	}
-	defer p.Close()
-	return p.Sample(reps)
-}
-
-// ReadProbe measures the memory read bandwidth with a buffer it keeps, so
-// that kt bench can take a sample before every measurement (interleaved with
-// them) and report the median: on a shared machine the bandwidth moves from
-// minute to minute, and a single sample taken once says little.
-type ReadProbe struct {
-	buf     unsafe.Pointer
-	bytes   int64
-	threads int
-	bits    int
-	samples []float64
-}
-
-// NewReadProbe allocates and fills a buffer of the given size (far larger
-// than the last-level cache) read by the given number of threads.
-func NewReadProbe(bytes int64, threads int) (*ReadProbe, error) {
-	if bytes < 1<<20 || threads < 1 {
-		return nil, fmt.Errorf("read probe: need >= 1 MiB and >= 1 thread")
-	}
-	feat := DetectFeatures()
-	bits, err := feat.bits(ISAAuto)
-	if err != nil {
-		return nil, err
-	}
-	buf := C.kt_alloc(C.int64_t(bytes), -1)
-	if buf == nil {
-		return nil, fmt.Errorf("read probe: cannot allocate %d bytes", bytes)
-	}
-	b := unsafe.Slice((*byte)(buf), bytes)
-	for i := range b {
-		b[i] = byte(i * 7)
-	}
-	return &ReadProbe{buf: buf, bytes: bytes, threads: threads, bits: bits}, nil
-}
-
-// Sample reads the buffer reps times and returns bytes per second; the
-// sample is kept for Median.
-func (p *ReadProbe) Sample(reps int) (float64, error) {
-	if p.buf == nil {
-		return 0, errors.New("read probe is closed")
-	}
-	if reps < 1 {
-		return 0, fmt.Errorf("read probe: need >= 1 rep")
-	}
-	secs := float64(C.kt_stream_read(p.buf, C.int64_t(p.bytes), C.int(p.threads), C.int(reps), C.int(p.bits)))
-	if secs <= 0 {
-		return 0, fmt.Errorf("read probe: threads failed to start")
-	}
-	chunk := (p.bytes / int64(p.threads)) &^ 255
-	bw := float64(chunk*int64(p.threads)*int64(reps)) / secs
-	p.samples = append(p.samples, bw)
-	return bw, nil
-}
-
-// Samples returns the samples taken so far, in order.
-func (p *ReadProbe) Samples() []float64 { return append([]float64(nil), p.samples...) }
-
-// Median returns the median of the samples taken so far (0 if none).
-func (p *ReadProbe) Median() float64 { return Median(p.samples) }
-
-// Reset forgets the samples taken so far.
-func (p *ReadProbe) Reset() { p.samples = p.samples[:0] }
-
-// Close frees the buffer.
-func (p *ReadProbe) Close() {
-	if p.buf != nil {
-		C.kt_free(p.buf, C.int64_t(p.bytes))
-		p.buf = nil
-	}
-}
-
-// Median returns the median of xs (the mean of the middle two for an even
-// count; 0 for none). xs is not modified.
-func Median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-// Threads returns the number of threads that read the buffer.
-func (p *ReadProbe) Threads() int { return p.threads }
-
-// amxKnobs are the result-neutral settings of the AMX prefill kernel body.
-type amxKnobs struct {
-	kch, pf, pfm, nxl int
-	variant           int
-	nt, tiled         bool
-	i4pf              int  // the int4 unpack's prefetch distance; the decode kernels' with noAMX (kernel benchmark only)
-	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)
-}
-
-// emuAMXRun runs the AMX kernel body over emulated tiles (kern_amx_emu.c;
-// needs AVX-512F) for nn weight rows of bf16 (int8 when i8), m tokens and k
-// columns of fixed random data; it returns C (m x nn) and the largest error
-// relative to a float64 reference.
-func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
-	fmtc := C.int(C.KT_FMT_BF16_PK)
-	if i8 {
-		fmtc = C.KT_FMT_I8_PK
-	}
-	out := make([]float32, m*nn)
-	var maxerr C.double
-	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
-		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
-	}
-	return out, float64(maxerr), nil
-}
-
-// emuAMXCalls counts the calls of the emulated AMX kernels the engine runs
-// with Config.amxEmu, in all engines of the process so far (tests).
-func emuAMXCalls() int64 { return int64(C.kt_amx_emu_calls()) }
-
-// emuAMXFusedCalls counts the calls of the emulated int4 kernel with the
-// fused unpack (Config.AMXInt4Fused).
-func emuAMXFusedCalls() int64 { return int64(C.kt_amx_emu_fused_calls()) }
-
-// kbFormat is the weight format of a kernel benchmark (kbench.c).
-type kbFormat int
-
-const (
-	kbBF16  kbFormat = iota // bf16 panels
-	kbInt8                  // int8 panels, one scale per row
-	kbInt4                  // int4 panels, one scale per row (AMXINT4)
-	kbInt4G                 // int4 panels, a scale per row and group of 128 (INT4_KGROUP)
-)
-
-// kbOf is the tile format of a bf16 or int8 tile product.
-func kbOf(i8 bool) kbFormat {
-	if i8 {
-		return kbInt8
-	}
-	return kbBF16
-}
-
-// String names the format as the benchmarks' sub-benchmark names do.
-func (f kbFormat) String() string {
-	return [...]string{"bf16", "int8", "int4", "int4g"}[f]
-}
-
-// pairBytes is the weight bytes of one 32-row kernel call at K k (two
-// 16-row panels; C's panel_bytes).
-func (f kbFormat) pairBytes(k int) int64 {
-	return int64(k) * [...]int64{64, 32, 16, 16}[f]
-}
-
-// c is the format's KT_FMT_* value.
-func (f kbFormat) c() C.int {
-	return [...]C.int{C.KT_FMT_BF16_PK, C.KT_FMT_I8_PK, C.KT_FMT_I4_PK, C.KT_FMT_I4G_PK}[f]
-}
-
-// amxKernelBench times the AMX prefill kernel of format f alone
-// (kbench.c): one thread per CPU in cpus, each streaming wbytes of its own
-// weights in 32-row calls over m tokens of k columns, reps times. It returns
-// the TFLOPS of all threads together (flops over the slowest thread's time).
-// noAMX runs the AVX-512 kernels of the same formats instead (tests of the
-// harness on CPUs without AMX; the decode kernels beside the AMX ones).
-func amxKernelBench(f kbFormat, m, k int, kn amxKnobs, reps int, wbytes int64, cpus []int, noAMX bool) (float64, error) {
-	fmtc := f.c()
-	cc := (*C.int)(C.malloc(C.size_t(len(cpus)+1) * C.size_t(unsafe.Sizeof(C.int(0)))))
-	defer C.free(unsafe.Pointer(cc))
-	cs := unsafe.Slice(cc, len(cpus)+1)
-	for i, c := range cpus {
-		cs[i] = C.int(c)
-	}
-	var flops C.double
-	secs := C.kt_amx_kbench(fmtc, C.int(m), C.int(k), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), C.int(kn.i4pf), b2i(kn.i4fuse), C.int(reps), C.int64_t(wbytes), C.int(len(cpus)), cc, b2i(noAMX), &flops)
-	if secs <= 0 {
-		return 0, fmt.Errorf("AMX kernel benchmark failed (m=%d k=%d, %d threads)", m, k, len(cpus))
-	}
-	return float64(flops) / float64(secs) / 1e12, nil
-}
-
 // knob is a non-negative engine knob for C, at most 1<<20 (negative
 // values, "none", become 0).
 func knob(v int) C.int { return C.int(min(max(v, 0), 1<<20)) }
@@ -858,17 +655,4 @@ func b2i(b bool) C.int {
 		return 1
 	}
 	return 0
-}
-
-// scale4Errs returns the candidate int4 scales kt_pack_i4g weighs for the
-// group x and their squared errors: the scalar loop, or (vec) its AVX-512
-// form (tests hold them to the same bits; the caller checks the CPU).
-func scale4Errs(x []float32, vec bool) (scales, errs []float32) {
-	var s9, e9 [9]C.float
-	n := int(C.kt_scale4_errs((*C.float)(unsafe.Pointer(&x[0])), C.int(len(x)), b2i(vec), &s9[0], &e9[0]))
-	for i := range n {
-		scales = append(scales, float32(s9[i]))
-		errs = append(errs, float32(e9[i]))
-	}
-	return scales, errs
 }

@@ -397,8 +397,13 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestStreamRead(t *testing.T) {
-	bw, err := StreamRead(8<<20, 2, 2)
+func TestReadProbeSample(t *testing.T) {
+	p, err := NewReadProbe(8<<20, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	bw, err := p.Sample(2)
 	if err != nil {
 		t.Fatal(err)
 	}

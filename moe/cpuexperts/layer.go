@@ -503,3 +503,6 @@ func (l *Layer) Close() {
 	l.allocs, l.cmem, l.c, l.ex, l.skip = nil, nil, nil, nil, nil
 	l.pin.Unpin()
 }
+
+// Engine returns the engine the layer runs on.
+func (l *Layer) Engine() *Engine { return l.e }

@@ -1,4 +1,4 @@
-package cpuexperts
+package enginebench
 
 import _ "embed"
 

@@ -1,6 +1,6 @@
 //go:build linux && amd64 && cgo
 
-package cpuexperts
+package enginebench
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -63,21 +64,21 @@ func BenchShapeNames() []string {
 // takes, scales included (Method.bytesPerWeight), before it is built: what
 // kt bench checks against the memory it may use (INT4_KGROUP at the
 // SyntheticLayer's default group of 128).
-func LayerBytesEstimate(s BenchShape, m Method) int64 {
+func LayerBytesEstimate(s BenchShape, m cpuexperts.Method) int64 {
 	return m.ExpertBytesEstimate(s.Hidden, s.Intermediate) * int64(s.Experts)
 }
 
 // BenchResult is one measured (method, token count) point.
 type BenchResult struct {
-	Method       Method
+	Method       cpuexperts.Method
 	Kernels      string
 	Tokens       int
 	Seconds      float64 // per layer
 	Iters        int
-	BytesTouched int64      // weight bytes of the distinct experts the batch routes to
-	FLOPs        float64    // 2 * 3 * H * I * tokens * top-k
-	Phases       PhaseTimes // summed over the Iters timed tasks
-	Trace        TaskTrace  // means over the timed decode tasks (Config.Trace)
+	BytesTouched int64                 // weight bytes of the distinct experts the batch routes to
+	FLOPs        float64               // 2 * 3 * H * I * tokens * top-k
+	Phases       cpuexperts.PhaseTimes // summed over the Iters timed tasks
+	Trace        cpuexperts.TaskTrace  // means over the timed decode tasks (Config.Trace)
 	// bytes per task that the prefetches in the gaps (BenchOptions.PrefetchHit)
 	// were to read, and read before the task queued behind stopped them
 	PrefetchPlanned, PrefetchRead int64
@@ -90,13 +91,13 @@ func (r BenchResult) GBps() float64 { return float64(r.BytesTouched) / r.Seconds
 func (r BenchResult) TFLOPS() float64 { return r.FLOPs / r.Seconds / 1e12 }
 
 // SyntheticLayer builds a layer of random weights for shape s and method m.
-func (e *Engine) SyntheticLayer(s BenchShape, m Method, seed uint64) (*Layer, error) {
-	spec := LayerSpec{Method: m, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate}
+func SyntheticLayer(e *cpuexperts.Engine, s BenchShape, m cpuexperts.Method, seed uint64) (*cpuexperts.Layer, error) {
+	spec := cpuexperts.LayerSpec{Method: m, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate}
 	dt := tensor.BF16
-	if m == FP8 {
+	if m == cpuexperts.FP8 {
 		dt = tensor.F8E4M3
 	}
-	return e.NewLayer(spec, &SyntheticSource{Spec: spec, DType: dt, Seed: seed})
+	return e.NewLayer(spec, &cpuexperts.SyntheticSource{Spec: spec, DType: dt, Seed: seed})
 }
 
 // LastLevelCache returns the size of the largest CPU cache (0 if unknown).
@@ -147,12 +148,12 @@ type BenchOptions struct {
 // routings, as consecutive layers of a model do, so that the weights come
 // from memory and not from the last-level cache: pass enough layers that
 // their weights exceed it several times.
-func Bench(layers []*Layer, tokens, topK int, o BenchOptions) (BenchResult, error) {
+func Bench(layers []*cpuexperts.Layer, tokens, topK int, o BenchOptions) (BenchResult, error) {
 	if len(layers) == 0 {
 		return BenchResult{}, fmt.Errorf("bench: no layers")
 	}
 	l0 := layers[0]
-	H := l0.spec.Hidden
+	H := l0.Spec().Hidden
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(tokens)))
 	const variants = 64
 	xb := make([]uint16, tokens*H)
@@ -169,15 +170,15 @@ func Bench(layers []*Layer, tokens, topK int, o BenchOptions) (BenchResult, erro
 	}
 	prefetch := o.Gap > 0 && o.PrefetchHit >= 0
 	var predicted [variants][]int32
-	var batches [variants]Batch
+	var batches [variants]cpuexperts.Batch
 	var touched int64
 	for v := range batches {
 		ids := make([]int32, tokens*topK)
 		w := make([]float32, tokens*topK)
-		seen := make([]bool, l0.spec.Experts)
+		seen := make([]bool, l0.Spec().Experts)
 		hits := int(math.Round(min(o.PrefetchHit, 1) * float64(topK)))
 		for t := 0; t < tokens; t++ {
-			perm := rng.Perm(l0.spec.Experts)
+			perm := rng.Perm(l0.Spec().Experts)
 			for j := 0; j < topK; j++ {
 				ids[t*topK+j] = int32(perm[j])
 				w[t*topK+j] = 1 / float32(topK)
@@ -198,20 +199,20 @@ func Bench(layers []*Layer, tokens, topK int, o BenchOptions) (BenchResult, erro
 				touched += l0.ExpertBytes(x)
 			}
 		}
-		batches[v] = Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
+		batches[v] = cpuexperts.Batch{Tokens: tokens, TopK: topK, XBF16: xb, IDs: ids, Weights: w, OutBF16: out}
 		if o.F32IO {
 			batches[v].XBF16, batches[v].OutBF16, batches[v].X, batches[v].Out = nil, nil, xf, outf
 		}
 	}
 	for _, l := range layers {
 		if err := l.Forward(&batches[0]); err != nil {
-			return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.spec.Method, tokens, err)
+			return BenchResult{}, fmt.Errorf("bench %s %d tokens: %w", l.Spec().Method, tokens, err)
 		}
 	}
 	runtime.GC() // no collection competing with the workers while timing
-	l0.e.Phases()
-	l0.e.Trace()
-	pfPlanned0, pfRead0 := l0.e.Prefetched()
+	l0.Engine().Phases()
+	l0.Engine().Trace()
+	pfPlanned0, pfRead0 := l0.Engine().Prefetched()
 	var iters int
 	var busy time.Duration
 	start := time.Now()
@@ -232,16 +233,16 @@ func Bench(layers []*Layer, tokens, topK int, o BenchOptions) (BenchResult, erro
 		iters++
 	}
 	el := busy.Seconds()
-	if err := l0.e.Sync(); err != nil { // the last gap's prefetch
+	if err := l0.Engine().Sync(); err != nil { // the last gap's prefetch
 		return BenchResult{}, err
 	}
-	ph := l0.e.Phases()
-	pfPlanned, pfRead := l0.e.Prefetched()
+	ph := l0.Engine().Phases()
+	pfPlanned, pfRead := l0.Engine().Prefetched()
 	return BenchResult{
-		Phases: ph, Trace: l0.e.Trace(),
+		Phases: ph, Trace: l0.Engine().Trace(),
 		PrefetchPlanned: (pfPlanned - pfPlanned0) / int64(iters), PrefetchRead: (pfRead - pfRead0) / int64(iters),
-		Method: l0.spec.Method, Kernels: l0.e.Kernels(l0.spec.Method), Tokens: tokens,
+		Method: l0.Spec().Method, Kernels: l0.Engine().Kernels(l0.Spec().Method), Tokens: tokens,
 		Seconds: el / float64(iters), Iters: iters, BytesTouched: touched / variants,
-		FLOPs: 2 * 3 * float64(H) * float64(l0.spec.Intermediate) * float64(tokens*topK),
+		FLOPs: 2 * 3 * float64(H) * float64(l0.Spec().Intermediate) * float64(tokens*topK),
 	}, nil
 }
