@@ -83,8 +83,8 @@ type Config struct {
 	// AMXInt4FusedFirst: longer int4 AMX prefill calls fuse the unpack with
 	// their first 32 tokens' tile products, unpacking into the whole panels
 	// the int8 core then runs the other tokens over: 0 = for AMXINT4 only
-	// (the default: faster in 8 of 8 pairs at 1024-2048 tokens,
-	// docs/notes/session18_run/run8.sh; INT4_KGROUP mixed, 4 of 8), > 0 =
+	// (the default: faster in 8 of 8 pairs at 1024-2048 tokens on the AMX
+	// machine; INT4_KGROUP mixed, 4 of 8), > 0 =
 	// for both int4 methods, < 0 = neither (the whole panels unpacked
 	// first). Results do not depend on it.
 	AMXInt4FusedFirst int
@@ -115,9 +115,8 @@ type Config struct {
 	// AMXNextLines is how many cache lines of the next kernel call's weights
 	// (the up projection after the gate, the next 32 rows) an AMX prefill
 	// kernel call prefetches into L2 per tile step: 0 = by activation format
-	// (4 for bf16, none for int8: measured on the AMX machine, see
-	// docs/notes/cpuexperts.md "Session 6"), < 0 = none. Results do not
-	// depend on it.
+	// (4 for bf16, none for int8: measured on the AMX machine), < 0 =
+	// none. Results do not depend on it.
 	AMXNextLines int
 	// AMXVariant picks the loop structure of the AMX prefill kernels: 0 =
 	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
@@ -415,24 +414,22 @@ const DefaultSpinWait = 500 * time.Microsecond
 // between two decode steps with a sampled token (the lm head, the read-back
 // and the sampler: ~0.55 ms). At 0.5 ms a sampled step's first MoE layer
 // took 188-242 µs against ~140 for the others (every thread woken from a
-// futex); at 1.5 ms 136 µs, and sampled decode 5-15 % faster (session 11,
-// call 10).
+// futex); at 1.5 ms 136 µs, and sampled decode 5-15 % faster.
 const HybridSpinWait = 1500 * time.Microsecond
 
 // defaultDecodePrefetch is the default Config.DecodePrefetch.
 const defaultDecodePrefetch = 2048
 
 // defaultAMXInt4Fused is the default Config.AMXInt4Fused: calls of one
-// token block (docs/notes/session18_run/run3.sh: at 256 and 512 tokens
-// faster than the whole-panel unpack in 16 of 16 pairs).
+// token block (on the AMX machine, at 256 and 512 tokens faster than the
+// whole-panel unpack in 16 of 16 pairs).
 const defaultAMXInt4Fused = 32
 
 // defaultAMXInt4Prefetch is Config.AMXInt4Prefetch's default for the fused
-// unpack (docs/notes/session18_run/run2.sh: BenchmarkIntFewRows, streamed
-// weights, 16 threads: faster than none in 6 of 6 int4 and int4g cases) and
-// for INT4_KGROUP's whole-panel unpack (session17_run/run5.sh: faster at
-// 256-1024 tokens in 12 of 12 pairs against none; AMXINT4's slower in 9 of
-// 12).
+// unpack (BenchmarkIntFewRows on the AMX machine, streamed weights, 16
+// threads: faster than none in 6 of 6 int4 and int4g cases) and for
+// INT4_KGROUP's whole-panel unpack (faster at 256-1024 tokens in 12 of 12
+// pairs against none; AMXINT4's slower in 9 of 12).
 const defaultAMXInt4Prefetch = 2048
 
 // Phase names the timed phases of a task (Engine.Phases).

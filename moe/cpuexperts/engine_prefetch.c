@@ -47,9 +47,8 @@ static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
 
 // pf_read reads the lines of bytes [lo, hi) of region r, one load a line
 // (sequential loads, which the L2 streamer runs ahead of, as the read probe;
-// returns a value that depends on every load, so none is dropped). Measured
-// against prefetcht1 hints and loads followed by cldemote (session 16 calls
-// 1-2): no faster.
+// returns a value that depends on every load, so none is dropped). Against
+// it, prefetcht1 hints and loads followed by cldemote measured no faster.
 static uint32_t pf_read(const kt_pfreg* r, int64_t lo, int64_t hi) {
   int64_t row = lo / r->rb, o = lo % r->rb;
   uint32_t acc = 0;

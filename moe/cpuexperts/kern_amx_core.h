@@ -151,7 +151,7 @@ static inline KT_CORE_HELPER_ATTR void amx_scale_rows(const int32_t* t, const fl
 // CORE_T1 is the tiles that load with the T1 hint (bit 0 A, bit 1 B):
 // s->amx_t1 when set (> 0), none for -1, and by default (0) the bf16
 // kernels' B tiles, the weights, which each core reads from L2 once per
-// 32-token block (Qwen3-30B at 4096 tokens, session 20 calls 5-8: AMXBF16
+// 32-token block (on the AMX machine, Qwen3-30B at 4096 tokens: AMXBF16
 // faster in 20 of 24 alternated pairs, medians 4-8 % lower; the int8 core
 // and Qwen3.5's bf16 shapes showed no order, so they keep plain loads).
 #define CORE_T1(s) ((s)->amx_t1 > 0 ? (s)->amx_t1 : (s)->amx_t1 == 0 && !CORE_INT ? 2 : 0)

@@ -63,8 +63,7 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
 // (in [-112, 112]; exact for the row's largest group), so the int8 core
 // scales the row by rm. The factor sc[g]/rm is applied in 16-bit fixed
 // point (vpmulhrsw, 15 fraction bits): the int8 step rm adds at most rm/2
-// per weight, against the int4 step sc[g] of the group itself
-// (docs/notes/cpuexperts.md, "Session 17").
+// per weight, against the int4 step sc[g] of the group itself.
 //
 // pf > 0: each line is prefetched that many bytes ahead of its read (a
 // call's panels are one contiguous run, and an item's next call usually

@@ -36,13 +36,13 @@
 #define AMX_MIN_M 8
 // AMXINT4 experts take the AMX kernels from 4 tokens: with the fused unpack
 // (kern_amx_core.h CORE_FN4) faster than the VNNI decode kernels at 4-7
-// (device, session 18 call 4: --amx-min-tokens 4 against 8 at 64-256 tokens,
+// (on the AMX machine, --amx-min-tokens 4 against 8 at 64-256 tokens,
 // alternated twice, faster in 11 of 12 pairs; INT4_KGROUP mixed, stays 8)
 #define AMX_MIN_M_I4 4
 #define RMPF_MIN_M 8
 // default kt_engine_config.amx_nxl by activation format: bf16 prefill calls
-// prefetch 4 lines of the next call's weights per tile step (device, session
-// 6 call 5: Qwen3-30B AMXBF16 at 4096 tokens faster than none in 4 of 4
+// prefetch 4 lines of the next call's weights per tile step (on the AMX
+// machine, Qwen3-30B AMXBF16 at 4096 tokens faster than none in 4 of 4
 // alternated rounds, median -6%); int8 none (mixed)
 #define AMX_NXL_BF16 4
 #define AMX_NXL_S8 0
@@ -339,7 +339,7 @@ static inline int y_ld(const kt_engine* e) { return e->l->hidden; }
 // machine: bf16 kernel calls over 128 tokens beat 256 alone (BenchmarkAMXKernel,
 // K 2048: 128 x 4 KiB of activations leave L2 room for the streamed weights);
 // int8 layers ran 15-19% faster with 512-token calls than with 128 (six of
-// six alternated pairs, Qwen3-30B at 4096 tokens, docs/notes/session5_run).
+// six alternated pairs, Qwen3-30B at 4096 tokens).
 #define KT_XA_ROWS 512  // bf16 rows of the per-worker gather buffer (gather_rows); int8: twice as many
 #define KT_MCH_BF16 128
 #define KT_MCH_S8 512
@@ -361,7 +361,7 @@ static inline int xa_rows(const kt_engine* e, int act) {
 // above which gate_up_rows runs K in slabs: Qwen3-30B's int8 calls (512 rows of
 // K 2048, 1 MiB) stay whole; DeepSeek-V3's (K 7168: 128 bf16 rows, 1.8 MiB, or
 // 512 int8 rows, 3.5 MiB) did not stay in L2 with the streamed weights, and
-// gate/up ran at half the tile probe's rate there (docs/notes/session15_run).
+// gate/up ran at half the tile probe's rate there.
 // KT_PARK is each worker's room for the parked sums of a group of row blocks.
 #define KT_SLAB (1 << 20)
 #define KT_PARK (512 << 10)

@@ -7,6 +7,10 @@
 // at run time from CPUID. Go creates, configures and destroys; Submit and
 // Sync (or the C host functions of a HostTask) do the work without the Go
 // scheduler and without allocating.
+//
+// Beside it, moe/expertsource reads experts from Hugging Face checkpoints,
+// moe/ktformat holds the on-disk formats of pre-quantized experts, and
+// moe/enginebench is kt bench's harness.
 package cpuexperts
 
 import (

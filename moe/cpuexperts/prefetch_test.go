@@ -167,7 +167,7 @@ func TestPrefetchOwnedDecode(t *testing.T) {
 // TestSyncAfterLonePrefetch syncs on a prefetch task alone with threads
 // that sleep at once (SpinWait < 0), so the caller sleeps before the
 // prefetch ends: the prefetch's completion must wake it (a loaded machine
-// gets there with the default spin too; the caller used to sleep forever).
+// gets there with the default spin too).
 func TestSyncAfterLonePrefetch(t *testing.T) {
 	spec := small
 	spec.Method = AMXINT8

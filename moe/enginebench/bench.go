@@ -23,7 +23,7 @@ type BenchShape struct {
 	Experts, Hidden, Intermediate, TopK int
 }
 
-// BenchShapes are the layers the issue names: Qwen3.5-35B-A3B and Qwen3-30B-A3B
+// BenchShapes are the two reference layers, Qwen3.5-35B-A3B and Qwen3-30B-A3B
 // (kt bench --type moe --model all).
 var BenchShapes = []BenchShape{
 	{Name: "qwen3.5-35b-a3b", Experts: 256, Hidden: 2048, Intermediate: 512, TopK: 8},

@@ -48,7 +48,7 @@ type QuantManifest struct {
 	Source         string            `json:"source"`
 	SourceDType    string            `json:"source_dtype"`
 	ShardsPerLayer string            `json:"shards"`
-	// Layout is LayoutRows (also when empty, as before it existed) or LayoutKT.
+	// Layout is LayoutRows (also when empty: manifests without the field) or LayoutKT.
 	Layout string `json:"layout,omitempty"`
 }
 
