@@ -43,7 +43,6 @@ type moeBenchOpts struct {
 	amxSlabGroup, amxI4Block, amxI4Prefetch, amxMinTokens int
 	amxI4Fused, amxI4FusedFirst                           int
 	amxPFTiles, amxNext, amxT1                            int
-	amxVariant                                            int
 	decPrefetch, chunk                                    int
 	phases, trace                                         bool
 	slotF32, yCached, outCached, hF32                     bool
@@ -91,7 +90,6 @@ func init() {
 			f.IntVar(&moeOpts.amxPFTiles, "amx-prefetch-tiles", 0, "tiles the AMX prefill prefetch covers: 1 = A, 2 = B, 0/3 = both")
 			f.IntVar(&moeOpts.amxT1, "amx-tile-t1", 0, "AMX prefill tiles loaded with the T1 hint (tileloaddt1): 1 = A, 2 = B, 3 = both, -1 = none, 0 = default (bf16 B)")
 			f.IntVar(&moeOpts.amxNext, "amx-next-lines", 0, "AMX prefill: lines of the next call's weights prefetched into L2 per tile step (0 = by format: 4 bf16, none int8; -1 = none)")
-			f.IntVar(&moeOpts.amxVariant, "amx-variant", 0, "AMX prefill loop structure: 0 = 32x32 per pass, 1 = 16x32 double-buffered")
 			f.IntVar(&moeOpts.chunk, "prefill-chunk", 0, "tokens of one expert per prefill kernel call (0 = by format: 128 bf16, 512 int8)")
 			f.BoolVar(&moeOpts.phases, "phases", false, "also print the time per task phase (route, convert, gather, gate/up, quantize, down, merge, fused)")
 			f.BoolVar(&moeOpts.trace, "trace", false, "time decode tasks per thread and print where the time goes (hand-off, start, tail)")
@@ -327,7 +325,7 @@ func runMoEBench(cmd *cobra.Command, w io.Writer) error {
 		}
 		e, err := cpuexperts.NewEngine(cpuexperts.Config{
 			Threads: o.threads, Pools: o.pools, ISA: cpuexperts.ISA(o.isa), AMXKBlock: o.amxKBlock, AMXKBlockDown: o.amxKBlockDown, AMXSlabBytes: o.amxSlab, AMXSlabGroup: o.amxSlabGroup, AMXInt4Block: o.amxI4Block, AMXInt4Prefetch: o.amxI4Prefetch, AMXInt4Fused: o.amxI4Fused, AMXInt4FusedFirst: o.amxI4FusedFirst, AMXMinTokens: o.amxMinTokens, AMXPrefetch: o.amxPrefetch,
-			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext, AMXVariant: o.amxVariant,
+			DecodePrefetch: o.decPrefetch, PrefillChunk: o.chunk, AMXPrefetchTiles: o.amxPFTiles, AMXTileT1: o.amxT1, AMXNextLines: o.amxNext,
 			Trace: o.trace, SlotOutputsF32: o.slotF32, SlotOutputsCached: o.yCached, IntermediateF32: o.hF32, OutputCached: o.outCached, OwnedDecode: o.ownedDecode, DecodeMissStream: o.missStream, SpinWait: o.spinWait,
 			MaxTokens: maxTok, TopK: s.TopK, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate,
 		})

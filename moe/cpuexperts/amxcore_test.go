@@ -24,9 +24,6 @@ func TestAMXCoreEmulated(t *testing.T) {
 		{kch: 1, pf: 2, pfm: 1, nxl: 64, tiled: true, nt: true},
 		{kch: 3, pf: 1, pfm: 2, nxl: 1, tiled: false},
 		{kch: 2, pf: 0, pfm: 3, nxl: 0, tiled: false, nt: true},
-		{kch: -1, pf: 1, pfm: 3, nxl: 4, variant: 1, tiled: true},
-		{kch: 3, pf: 2, pfm: 1, nxl: 2, variant: 1, tiled: true, nt: true},
-		{kch: 1, pf: 0, pfm: 3, nxl: 0, variant: 1, tiled: false},
 	}
 	shapes := [][3]int{{1, 192, 16}, {17, 256, 32}, {40, 192, 32}, {64, 128, 16}, {100, 384, 32}}
 	if testing.Short() {
@@ -103,9 +100,6 @@ func BenchmarkAMXKernel(b *testing.B) {
 		{"kb16pfA", amxKnobs{kch: 16, pf: 1, pfm: 1, nxl: 4}},
 		{"kb4pfA", amxKnobs{kch: 4, pf: 1, pfm: 1, nxl: 4}},
 		{"kb8pf2A", amxKnobs{kch: 8, pf: 2, pfm: 1, nxl: 4}},
-		{"v1", amxKnobs{kch: -1, pf: 1, pfm: 1, nxl: 4, variant: 1}},
-		{"v1pf2", amxKnobs{kch: -1, pf: 2, pfm: 1, nxl: 4, variant: 1}},
-		{"v1nopf", amxKnobs{kch: -1, pf: 0, pfm: 1, nxl: 4, variant: 1}},
 	}
 	// The tile unit alone (variants -1: operands resident, -2: reloaded from
 	// L1 every round): the ceiling the kernels below are measured against;

@@ -118,10 +118,6 @@ type Config struct {
 	// (4 for bf16, none for int8: measured on the AMX machine), < 0 =
 	// none. Results do not depend on it.
 	AMXNextLines int
-	// AMXVariant picks the loop structure of the AMX prefill kernels: 0 =
-	// 32 tokens x 32 rows per pass (2 A and 2 B tiles per step), 1 = 16 x 32
-	// with the A tile and the B pair double-buffered. Results do not depend on it.
-	AMXVariant int
 	// DecodePrefetch is how many bytes ahead the decode kernels over packed
 	// panels (int8, int4, group-wise int4, bf16) prefetch their weights, on a
 	// panel's first pass over the tokens: 0 = defaultDecodePrefetch, < 0 = none.
@@ -322,10 +318,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cpu expert engine: AMXTileT1 %d: want -1 (none), 0 (default), 1 (A), 2 (B) or 3 (both)", cfg.AMXTileT1)
 	}
 	cc.amx_t1 = C.int(cfg.AMXTileT1)
-	if cfg.AMXVariant < 0 || cfg.AMXVariant > 1 {
-		return nil, fmt.Errorf("cpu expert engine: AMXVariant %d: want 0 or 1", cfg.AMXVariant)
-	}
-	cc.amx_var = C.int(cfg.AMXVariant)
 	if cfg.AMXPrefetchTiles == 0 {
 		cfg.AMXPrefetchTiles = defaultAMXPrefetchTiles
 	}

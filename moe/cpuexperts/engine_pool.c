@@ -340,7 +340,6 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.amx_pf = cfg->amx_pf;
       w->s.amx_pfm = cfg->amx_pfm > 0 ? cfg->amx_pfm : 3;
       w->s.amx_t1 = cfg->amx_t1;
-      w->s.amx_var = cfg->amx_var;
       w->s.i4_kch = cfg->amx_i4_kch;
       w->s.i4_pf = cfg->amx_i4_pf;
       w->s.i4g_pf = cfg->amx_i4g_pf;

@@ -97,7 +97,6 @@ static void* kb_thread(void* p) {
   s.amx_pf = a->pf;
   s.amx_pfm = a->pfm > 0 ? a->pfm : 3;
   s.amx_nxl = a->nxl;
-  s.amx_var = a->var;
   s.pack = pack;
   s.i4_pf = s.i4g_pf = s.i4f_pf = a->i4pf;
   s.dec_pf = a->noamx ? a->i4pf : 0;  // the decode kernels' panel prefetch (noamx)

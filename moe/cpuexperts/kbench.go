@@ -18,7 +18,7 @@ import (
 // amxKnobs are the result-neutral settings of the AMX prefill kernel body.
 type amxKnobs struct {
 	kch, pf, pfm, nxl int
-	variant           int
+	variant           int // < 0: a peak probe of the tile unit (kbench.c); 0: the kernel
 	nt, tiled         bool
 	i4pf              int  // the int4 unpack's prefetch distance; the decode kernels' with noAMX (kernel benchmark only)
 	i4fuse            bool // int4 calls: the fused unpack (kernel benchmark only)

@@ -9,7 +9,7 @@ import (
 )
 
 // TestAMXKBlockBitwise checks that the K blocking of the AMX prefill
-// kernels, their prefetch, loop variant and the prefill chunk do not change results:
+// kernels, their prefetch and the prefill chunk do not change results:
 // whole K, blocks of 1 tile step and of 3 (which leaves a short last
 // block), chunks of 32 and 64 tokens (several kernel calls per item) give
 // bitwise equal outputs. On CPUs without AMX the K block and prefetch are
@@ -37,14 +37,14 @@ func TestAMXKBlockBitwise(t *testing.T) {
 			x, ids, w := RandomBatch(11, tokens, topK, spec.Hidden, spec.Experts)
 			ids[5] = -1
 			var ref []float32
-			// K block (gate/up, down: 0 = kb), prefetch, chunk, variant; K slabs (bytes: -1 none,
+			// K block (gate/up, down: 0 = kb), prefetch, chunk, prefetched tiles (1 + pft); K slabs (bytes: -1 none,
 			// 4096 several slabs of every call here) and row blocks per slab group
 			// and int4 steps unpacked at a time
 			type knobs struct {
-				kb, kbDown, pf, chunk, v int
-				slab                     int64
-				grp, i4                  int
-				t1                       int // AMXTileT1
+				kb, kbDown, pf, chunk, pft int
+				slab                       int64
+				grp, i4                    int
+				t1                         int // AMXTileT1
 			}
 			configs := []knobs{{-1, 0, -1, 0, 0, -1, 0, 0, 0}, {-1, 0, 1, 32, 0, 0, 0, 0, 0}}
 			if isa == ISAAMX || isa == amxEmuLevel {
@@ -58,9 +58,9 @@ func TestAMXKBlockBitwise(t *testing.T) {
 				}
 			}
 			for _, c := range configs {
-				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/variant=%d/slab=%d/group=%d/i4=%d/t1=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, c.v, c.slab, c.grp, c.i4, c.t1)
+				name := fmt.Sprintf("%s/%s/kblock=%d/down=%d/prefetch=%d/chunk=%d/pftiles=%d/slab=%d/group=%d/i4=%d/t1=%d", isa, m, c.kb, c.kbDown, c.pf, c.chunk, 1+c.pft, c.slab, c.grp, c.i4, c.t1)
 				run, err := forwardOnce(withISA(Config{Threads: 3, MaxTokens: tokens, TopK: topK, AMXSlabBytes: c.slab, AMXSlabGroup: c.grp, AMXInt4Block: c.i4, AMXTileT1: c.t1,
-					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXVariant: c.v, AMXPrefetchTiles: 1 + c.v,
+					AMXKBlock: c.kb, AMXKBlockDown: c.kbDown, AMXPrefetch: c.pf, PrefillChunk: c.chunk, AMXPrefetchTiles: 1 + c.pft,
 					Experts: spec.Experts, Hidden: spec.Hidden, Intermediate: spec.Intermediate}, isa), spec, src,
 					Batch{Tokens: tokens, TopK: topK, X: x, IDs: ids, Weights: w})
 				if err != nil {

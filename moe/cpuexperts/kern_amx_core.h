@@ -248,67 +248,9 @@ static CORE_ATTR void CORE_FN(const char* w, int nkc, const float* wscale, const
   const char* nxe = nxp ? nxp + s->nxb : NULL;
   int nper = 0;
   if (nxp && s->nxb > 0 && s->amx_nxl > 0) {
-    int64_t steps = (int64_t)((nn / 16 + 1) / 2) * ((m + 31) / 32) * (kend - kbeg) * (s->amx_var == 1 ? 2 : 1);
+    int64_t steps = (int64_t)((nn / 16 + 1) / 2) * ((m + 31) / 32) * (kend - kbeg);
     nper = (int)((s->nxb / 64 + steps - 1) / (steps > 0 ? steps : 1));
     if (nper > s->amx_nxl) nper = s->amx_nxl;
-  }
-  if (s->amx_var == 1) {
-    // 16 tokens x 32 rows per pass (C tiles 0-1), the A tile and the B pair
-    // double-buffered (A in 2/3, B in 4-5 on even steps and 6-7 on odd
-    // ones): the loads of step kc+1 never wait for the products of step kc.
-    // Each C tile sees the same products in the same order as above.
-    for (int p = 0; p < nn / 16; p += 2) {
-      int two_n = p + 1 < nn / 16;
-      const char* b0 = w + (int64_t)p * pst;
-      const char* b1 = b0 + pst;
-      for (int c0 = kbeg; c0 < kend; c0 += kb) {
-        int c1 = c0 + kb < kend ? c0 + kb : kend;
-        int first = c0 == kbeg && kfirst, last = c1 == kend && klast;
-        for (int i0 = 0; i0 < m; i0 += 16) {
-          const char* a0 = X + (int64_t)(i0 / 32) * L.blk32 + ((i0 & 16) ? L.a1 : 0);
-          char* t = acc + (int64_t)i0 * la;
-          if (first) {
-            TZERO(0);
-            TZERO(1);
-          } else {
-            TLOAD(0, t, la);
-            if (two_n) TLOAD(1, t + 64, la);
-          }
-          int kc = c0;
-          for (; kc + 1 < c1; kc += 2) {
-            if (pfa && kc + pfd < nkc) amx_pf_tile(a0 + (kc + pfd) * L.step, L.stride);
-            for (int q = 0; q < nper && nxp < nxe; q++, nxp += 64) _mm_prefetch(nxp, _MM_HINT_T1);
-            TLOAD(2, a0 + kc * L.step, L.stride);
-            TLOAD(4, b0 + (int64_t)kc * 1024, 64);
-            TDP(0, 2, 4);
-            if (two_n) {
-              TLOAD(5, b1 + (int64_t)kc * 1024, 64);
-              TDP(1, 2, 5);
-            }
-            if (pfa && kc + 1 + pfd < nkc) amx_pf_tile(a0 + (kc + 1 + pfd) * L.step, L.stride);
-            TLOAD(3, a0 + (kc + 1) * L.step, L.stride);
-            TLOAD(6, b0 + (int64_t)(kc + 1) * 1024, 64);
-            TDP(0, 3, 6);
-            if (two_n) {
-              TLOAD(7, b1 + (int64_t)(kc + 1) * 1024, 64);
-              TDP(1, 3, 7);
-            }
-          }
-          if (kc < c1) {
-            TLOAD(2, a0 + kc * L.step, L.stride);
-            TLOAD(4, b0 + (int64_t)kc * 1024, 64);
-            TDP(0, 2, 4);
-            if (two_n) {
-              TLOAD(5, b1 + (int64_t)kc * 1024, 64);
-              TDP(1, 2, 5);
-            }
-          }
-          int rows = m - i0 < 16 ? m - i0 : 16;
-          CORE_STORE_BLOCK(0);
-        }
-      }
-    }
-    return;
   }
   for (int p = 0; p < nn / 16; p += 2) {
     int two_n = p + 1 < nn / 16;

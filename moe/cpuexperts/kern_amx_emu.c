@@ -126,11 +126,11 @@ static float emu_rand(uint32_t* s) { return (float)emu_rng(s) / (float)(1 << 24)
 
 // kt_emu_amx_run runs the emulated kernel (fmt KT_FMT_BF16_PK or KT_FMT_I8_PK)
 // on fixed random data, nn weight rows, m tokens, k columns, with the given
-// knobs (kch, pf, pfm, nxl, var: kt_scratch; c_nt: non-temporal C; tiled: tile-
-// order activations). out receives C (m x nn); *maxerr the largest
+// knobs (kch, pf, pfm, nxl: kt_scratch; c_nt: non-temporal C; tiled: tile-order
+// activations). out receives C (m x nn); *maxerr the largest
 // |C - reference| relative to the largest |reference|. Returns 0, or -1 on
 // bad arguments or no memory.
-TEMU int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
+TEMU int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
                         float* out, double* maxerr) {
   if ((fmt != KT_FMT_BF16_PK && fmt != KT_FMT_I8_PK) || m < 1 || m > KT_MCH || k < 64 || k % 64 || nn < 16 ||
       nn > KT_NB || nn % 16)
@@ -189,7 +189,6 @@ TEMU int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm,
   s.amx_pf = pf;
   s.amx_pfm = pfm;
   s.amx_nxl = nxl;
-  s.amx_var = var;
   s.c_nt = c_nt;
   s.nx = (const char*)wf;  // any readable bytes: prefetches never fault
   s.nxb = (int64_t)nn * k * 4;

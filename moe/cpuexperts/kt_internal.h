@@ -78,7 +78,6 @@ typedef struct {
   int amx_pfm;         // AMX prefill: which tiles amx_pf prefetches (bit 0: A, bit 1: B)
   int amx_t1;          // AMX prefill: which tiles load with the T1 hint, tileloaddt1 (bit 0: A, bit 1: B; 0 default, -1 none: CORE_T1)
   int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched per step (<= 0: none)
-  int amx_var;         // AMX prefill loop structure: 0 = 32x32 per pass (2 A, 2 B tiles), 1 = 16x32 double-buffered
   const char* nx;      // AMX prefill: the next call's weight bytes (set by the caller per call; NULL: none)
   int64_t nxb;         // ... and their length
   int c_nt;            // AMX prefill: write C with non-temporal stores (C 64-byte aligned, ldc*4 a multiple of 64)

@@ -119,7 +119,6 @@ typedef struct {
   int amx_t1;          // AMX prefill: tile loads with the T1 hint (tileloaddt1), bit 0 = A, bit 1 = B; 0 = default, -1 = none
   int amx_nxl;         // AMX prefill: most lines of the next call's weights prefetched into L2
                        // per tile step; 0 = default, < 0 = none
-  int amx_var;         // AMX prefill loop structure: 0 = 32 tokens x 32 rows per pass, 1 = 16 x 32 double-buffered
   int dec_pf;          // one-token decode: prefetch this many bytes ahead; <= 0 = none
   int mch;             // prefill tokens per kernel call (rounded up to 32, at most 512); <= 0 = by activation format (kt_engine.h prefill_chunk)
   int64_t amx_slab;    // AMX prefill gate/up: activation bytes of one kernel call above which K runs in slabs

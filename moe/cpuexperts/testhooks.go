@@ -7,7 +7,7 @@ package cpuexperts
 
 /*
 #include "kt_moe.h"
-int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int var, int c_nt, int tiled,
+int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
                    float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
 int64_t kt_amx_emu_fused_calls(void);
@@ -36,7 +36,7 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 	out := make([]float32, m*nn)
 	var maxerr C.double
 	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
-		C.int(kn.variant), b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
+		b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
 		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
 	}
 	return out, float64(maxerr), nil
