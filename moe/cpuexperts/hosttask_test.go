@@ -3,6 +3,7 @@
 package cpuexperts
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -105,6 +106,63 @@ func TestHostTaskRefusals(t *testing.T) {
 		if task, err := l.NewHostTask(m); err == nil {
 			task.Free()
 			t.Errorf("NewHostTask(%+v) succeeded", m)
+		}
+	}
+}
+
+// TestHostTaskCountOverMax checks that a token count past the engine's
+// maximum, written where a CUDA stream's host function reads it (NTok, so
+// no Go check sees it), is refused by the task before any worker reads the
+// rows, that Sync reports it, and that the engine then runs the next task
+// as before.
+func TestHostTaskCountOverMax(t *testing.T) {
+	const maxTok, topK = 16, 4
+	spec := small
+	spec.Method = AMXBF16
+	e := newEngine(t, spec, 1, 2, maxTok, topK, ISAAuto)
+	l, err := e.NewLayer(spec, sourceFor(spec.Method, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	H := spec.Hidden
+	xs := unsafe.Slice((*float32)(unsafe.Pointer(&cMem(t, maxTok*H*4)[0])), maxTok*H)
+	outs := unsafe.Slice((*float32)(unsafe.Pointer(&cMem(t, maxTok*H*4)[0])), maxTok*H)
+	idb := unsafe.Slice((*int32)(unsafe.Pointer(&cMem(t, maxTok*topK*4)[0])), maxTok*topK)
+	wb := unsafe.Slice((*float32)(unsafe.Pointer(&cMem(t, maxTok*topK*4)[0])), maxTok*topK)
+	nt := (*int32)(unsafe.Pointer(&cMem(t, 4)[0]))
+	x, ids, w := RandomBatch(31, maxTok, topK, H, spec.Experts)
+	copy(xs, x)
+	copy(idb, ids)
+	copy(wb, w)
+	task, err := l.NewHostTask(HostTaskMem{TopK: topK, NTok: nt, X: unsafe.Pointer(&xs[0]), Out: unsafe.Pointer(&outs[0]),
+		IDs: unsafe.Pointer(&idb[0]), Weights: unsafe.Pointer(&wb[0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Free()
+	*nt = maxTok + 1
+	if err := task.runOnCThread(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sync(); err == nil || !strings.Contains(err.Error(), "engine sized for at most 16") {
+		t.Fatalf("17 tokens on an engine of 16: Sync err = %v, want the refusal", err)
+	}
+	const tokens = 5
+	*nt = tokens
+	if err := task.runOnCThread(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sync(); err != nil {
+		t.Fatalf("the task after a refused one: %v", err)
+	}
+	want := make([]float32, tokens*H)
+	if err := l.Forward(&Batch{Tokens: tokens, TopK: topK, X: x[:tokens*H], IDs: ids[:tokens*topK], Weights: w[:tokens*topK], Out: want}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if outs[i] != want[i] {
+			t.Fatalf("the task after a refused one: out[%d] = %g, Layer.Forward gives %g", i, outs[i], want[i])
 		}
 	}
 }
