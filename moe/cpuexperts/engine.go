@@ -196,7 +196,7 @@ type Config struct {
 // Engine is a set of worker pools with a task queue and preallocated scratch.
 // Layers created on it share the scratch; tasks run one at a time in FIFO
 // order. Submit/Sync from Go are not safe for concurrent use by several
-// goroutines; the C entry points (HostTask) may be called from any thread.
+// goroutines.
 type Engine struct {
 	c       *C.kt_engine
 	cfg     Config

@@ -105,7 +105,7 @@ static void trace_task(kt_engine* e, const kt_task* t) {
 // task that cannot run.
 static int task_setup(kt_engine* e) {
   const kt_batch* b = &e->b;
-  int ntok = b->ntok_ptr ? *b->ntok_ptr : b->ntok;
+  int ntok = b->ntok;
   char msg[200];
   if (ntok < 0 || ntok > e->cfg.max_tokens) {
     snprintf(msg, sizeof msg, "batch of %d tokens, engine sized for at most %d", ntok, e->cfg.max_tokens);
@@ -415,37 +415,4 @@ int kt_take_error(kt_engine* e, char* msg, int msglen) {
   e->errmsg[0] = 0;
   pthread_mutex_unlock(&e->mu);
   return r;
-}
-
-void kt_hostfn_submit(void* args) {
-  kt_hostfn_args* a = (kt_hostfn_args*)args;
-  if (kt_submit(a->e, a->l, &a->b) != 0) {
-    kt_sync(a->e, 0);
-    kt_submit(a->e, a->l, &a->b);
-  }
-}
-
-void kt_hostfn_sync(void* args) {
-  kt_hostfn_args* a = (kt_hostfn_args*)args;
-  kt_sync(a->e, a->allow_pending);
-}
-
-typedef struct {
-  void (*submit)(void*);
-  void (*sync)(void*);
-  void* arg;
-} hostfn_pair;
-
-static void* hostfn_thread(void* a) {
-  hostfn_pair* h = (hostfn_pair*)a;
-  h->submit(h->arg);
-  h->sync(h->arg);
-  return NULL;
-}
-
-int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg) {
-  hostfn_pair h = {submit, sync, arg};
-  pthread_t th;
-  if (pthread_create(&th, NULL, hostfn_thread, &h) != 0) return -1;
-  return pthread_join(th, NULL);
 }

@@ -3,9 +3,8 @@
 // Everything on the hot path lives here: the worker pools (pthreads, pinned,
 // one pool per NUMA node), the FIFO task queue, the routing of a batch to
 // experts and the SIMD kernels. Go only creates, configures and destroys
-// these objects. kt_submit / kt_sync (and the kt_hostfn_* wrappers shaped
-// like a CUDA host function) may be called from any thread, including a
-// thread Go knows nothing about, and never allocate.
+// these objects. kt_submit / kt_sync may be called from any thread and never
+// allocate.
 #ifndef KT_MOE_H
 #define KT_MOE_H
 
@@ -87,8 +86,7 @@ typedef struct kt_layer {
 
 // One batch. Pointers must stay valid until the task has been synced.
 typedef struct {
-  int32_t ntok;            // tokens, used when ntok_ptr is NULL
-  const int32_t* ntok_ptr; // if set, the token count is read from here when the task runs
+  int32_t ntok;            // tokens
   int32_t k;               // ids per token
   const void* x;           // [ntok][hidden], bf16 if x_bf16 else f32
   const int32_t* ids;      // [ntok][k], <0 or >= nexp: skipped
@@ -237,19 +235,6 @@ int kt_forward(kt_engine* e, const kt_layer* l, const kt_batch* b);
 // kt_take_error returns and clears the first error a task recorded (0 = none)
 // and copies its message.
 int kt_take_error(kt_engine* e, char* msg, int msglen);
-
-// Host-function shaped entry points (void fn(void*)), for cuLaunchHostFunc.
-typedef struct {
-  kt_engine* e;
-  const kt_layer* l;
-  kt_batch b;
-  int allow_pending;
-} kt_hostfn_args;
-void kt_hostfn_submit(void* args);
-void kt_hostfn_sync(void* args);
-// kt_run_on_thread runs submit(arg) then sync(arg) on a new pthread and joins
-// it: how tests show the path needs no Go thread.
-int kt_run_on_thread(void (*submit)(void*), void (*sync)(void*), void* arg);
 
 // Packing / quantization helpers (portable C, run once at load).
 // Each packs rows [0,n) x cols [0,k) of a source given as f32 rows with stride ld.

@@ -5,7 +5,7 @@
 // The hot path is C (cgo): pthread worker pools pinned to NUMA nodes, a FIFO
 // task queue, and SIMD kernels for AVX2, AVX-512 (VNNI, BF16) and AMX chosen
 // at run time from CPUID. Go creates, configures and destroys; Submit and
-// Sync (or the C host functions of a HostTask) do the work without the Go
+// Sync do the work without the Go
 // scheduler and without allocating.
 //
 // Beside it, moe/expertsource reads experts from Hugging Face checkpoints,
