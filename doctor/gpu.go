@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/internal/settings"
 )
 
 func gpuChecks() []Check {
@@ -38,7 +39,7 @@ func checkCUDA(env *Env) []Result {
 				st = Warn // only needed for several GPUs
 			}
 			out = append(out, Result{Section: "gpu", Name: "gpu." + key, Status: st, Detail: name + " not found: " + e.Error(),
-				Hint: "install the CUDA toolkit's libraries (or PyTorch's nvidia-* wheels) or point KT_CUDA_LIB_DIR at them"})
+				Hint: "install the CUDA toolkit's libraries (or PyTorch's nvidia-* wheels) or point " + settings.CUDALibDirs.Name + " at them"})
 			return
 		}
 		out = append(out, Result{Section: "gpu", Name: "gpu." + key, Status: Pass, Detail: fmt.Sprintf("%s %s (%s)", name, version, path),
@@ -69,7 +70,7 @@ func checkCUDA(env *Env) []Result {
 	case r.Kernels != nil:
 		early := "on"
 		if !r.EarlyLaunch {
-			early = "off (needs compute 9.0 and a CUDA 12.3 driver; " + cuda.EarlyLaunchEnv + "=0 turns it off)"
+			early = "off (needs compute 9.0 and a CUDA 12.3 driver; " + settings.CUDAPDL.Name + "=0 turns it off)"
 		}
 		out = append(out, Result{Section: "gpu", Name: "gpu.kernels", Status: Pass,
 			Detail: fmt.Sprintf("%d kernel modules compile for GPU 0 (cached in %s); early launch %s", len(r.Kernels), cuda.DefaultKernelCacheDir(), early),

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"github.com/ktserve/kt/backend"
@@ -41,9 +40,8 @@ type Backend struct {
 	nPages           int
 	rowSeq           []int32
 
-	scratch    Buffer // 16-bit copies of MatMul activations
-	gemmTmp    Buffer // float32 [2n, o]: the hi and lo halves of a split MatMul
-	fastMatMul bool
+	scratch Buffer // 16-bit copies of MatMul activations
+	gemmTmp Buffer // float32 [2n, o]: the hi and lo halves of a split MatMul
 	// gemmOK says, per GEMM shape asked for, whether cuBLASLt takes it
 	// (false: refused by the heuristic query or by a call; MatMul then
 	// uses its own kernels for that shape).
@@ -58,16 +56,8 @@ type Backend struct {
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (the benchmarks' before/after comparison).
 	generalOnly bool
-	// noGEMV sends 1-8-row bf16 MatMuls through cuBLASLt's split GEMM
-	// instead of m_gemv_bf16 (KT_CUDA_GEMV=0 in the environment). The
-	// first GEMV summed exact float32 activations, which rounded unlike the
-	// split GEMM of larger chunks (qwen35moe-a chunked vs whole prefill
-	// 5.7e-3 on the H100); the tensor-core GEMV splits them the same way.
-	noGEMV bool
-	// narrowGEMV keeps m_gemv_bf16 for weights of few 16-row blocks
-	// instead of m_gemv_bf16_wide (KT_CUDA_GEMV=narrow; for A/B runs).
-	narrowGEMV bool
-	// fp8Force names the FP8 MatMul kernel to use (SetFP8Kernel).
+	// fp8Force names the FP8 MatMul kernel to use ("": picked by shape;
+	// tests set it to reach each kernel).
 	fp8Force string
 	fp8W     Buffer // FP8 weight as bf16 hi and lo halves (fp8SplitGemm)
 
@@ -122,17 +112,11 @@ func NewBackend(o Options) (*Backend, error) {
 // NewBackendOn makes a backend on an open device; Close frees what the
 // backend allocated but leaves the device open.
 func NewBackendOn(d *Device) (*Backend, error) {
-	grouped, err := moeGroupedEnv()
-	if err != nil {
-		return nil, err
-	}
 	s, err := d.NewStream()
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{},
-		noGEMV: os.Getenv("KT_CUDA_GEMV") == "0", narrowGEMV: os.Getenv("KT_CUDA_GEMV") == "narrow",
-		moeG: moeGrouped{minPairs: grouped}}, nil
+	return &Backend{d: d, s: s, bufs: map[uint64]Buffer{}, gemmOK: map[gemmShape]bool{}, moe: map[*backend.Experts]*moeTable{}}, nil
 }
 
 // Device returns the GPU the backend runs on.

@@ -23,8 +23,7 @@ import (
 // relative L2 errors over the whole output:
 //
 //   - MatMul with 16-bit weights: 1e-4 (the activations are split into two
-//     bf16/f16 halves for the tensor-core GEMM), 1e-2 with SetFastMatMul
-//     (rounded once to bf16; ~2-3e-3 is expected); f32 weights: 1e-5.
+//     bf16/f16 halves for the tensor-core GEMM); f32 weights: 1e-5.
 //   - everything else reads the same float32 activations and weights and
 //     differs only in summation order: 1e-5, attention and the gated delta
 //     rule (the CPU runs its chunked form) 1e-4; router ids must be equal.
@@ -237,22 +236,17 @@ func TestBackendOps(t *testing.T) {
 			dt   tensor.DType
 			o, k int
 			tol  float64
-			fast bool
 		}{
-			{tensor.BF16, 4096, 2048, 1e-4, false}, // Qwen3-30B q_proj
-			{tensor.BF16, 2048, 4096, 1e-4, false}, // o_proj
-			{tensor.BF16, 128, 2048, 1e-4, false},  // router
-			{tensor.BF16, 1, 2048, 1e-4, false},    // shared expert gate (N = 1)
-			{tensor.BF16, 4, 64, 1e-4, false},      // tiny fixture's in_proj_b
-			{tensor.BF16, 4096, 2048, 1e-2, true},
-			{tensor.BF16, 1, 2048, 1e-2, true},
-			{tensor.F16, 1536, 2048, 1e-4, false},
-			{tensor.F16, 1536, 2048, 2e-3, true},
-			{tensor.F32, 512, 2048, 1e-5, false},
-			{tensor.F32, 96, 64, 1e-5, false},
+			{tensor.BF16, 4096, 2048, 1e-4}, // Qwen3-30B q_proj
+			{tensor.BF16, 2048, 4096, 1e-4}, // o_proj
+			{tensor.BF16, 128, 2048, 1e-4},  // router
+			{tensor.BF16, 1, 2048, 1e-4},    // shared expert gate (N = 1)
+			{tensor.BF16, 4, 64, 1e-4},      // tiny fixture's in_proj_b
+			{tensor.F16, 1536, 2048, 1e-4},
+			{tensor.F32, 512, 2048, 1e-5},
+			{tensor.F32, 96, 64, 1e-5},
 		} {
-			p.g.SetFastMatMul(c.fast)
-			name := fmt.Sprintf("MatMul %s [%d,%d] x %d rows fast=%v", c.dt, c.o, c.k, n, c.fast)
+			name := fmt.Sprintf("MatMul %s [%d,%d] x %d rows", c.dt, c.o, c.k, n)
 			gw, cw := p.weight(t, "w", c.dt, p.randF32(c.o*c.k, 0.02), c.o, c.k)
 			gx, cx := p.act(t, p.randF32(maxT*c.k, 1), maxT, c.k)
 			gout, cout := p.act(t, nil, maxT, c.o)
@@ -260,20 +254,18 @@ func TestBackendOps(t *testing.T) {
 			p.c.MatMul(cout, cx, cw, n)
 			p.compare(t, name, gout, cout, n, c.tol)
 		}
-		p.g.SetFastMatMul(false)
 	})
 
 	// Decode-sized MatMuls (1..8 rows) take m_gemv_bf16: against the CPU,
-	// and against the split GEMM that larger chunks take (KT_CUDA_GEMV=0's
-	// path). Both compute the hi and lo parts on the tensor cores, whose
-	// float32 accumulation rounds differently for other k orders (H100:
-	// 1.9e-6 relative L2 between the two at [4096,2048], each ~2-3e-6 from
-	// the CPU's float32 product); the earlier exact-float32 GEMV differed
-	// from the split GEMM by its full ~2^-17 split error (~3e-6 here, so this
-	// bound only catches gross errors), which moved chunked prefill 10x more:
-	// TestChunkedPrefill is the consistency check that matters.
+	// and against the split GEMM that larger chunks take (generalOnly
+	// sends these rows there too). Both compute the hi and lo parts on the
+	// tensor cores, whose float32 accumulation rounds differently for other
+	// k orders (H100: 1.9e-6 relative L2 between the two at [4096,2048],
+	// each ~2-3e-6 from the CPU's float32 product); this bound only catches
+	// gross errors: TestChunkedPrefill is the consistency check that
+	// matters.
 	t.Run("MatMulRows", func(t *testing.T) {
-		defer func() { p.g.noGEMV = false }()
+		defer func() { p.g.generalOnly = false }()
 		for _, c := range []struct{ o, k int }{{4096, 2048}, {2048, 4096}, {37, 264}, {1, 2048}, {512, 8}} {
 			gw, cw := p.weight(t, "w", tensor.BF16, p.randF32(c.o*c.k, 0.02), c.o, c.k)
 			gx, cx := p.act(t, p.randF32(maxT*c.k, 1), maxT, c.k)
@@ -281,11 +273,11 @@ func TestBackendOps(t *testing.T) {
 			gref, _ := p.act(t, nil, maxT, c.o)
 			for _, rows := range []int{1, 2, 4, 5, 8} {
 				name := fmt.Sprintf("MatMul bf16 [%d,%d] x %d rows", c.o, c.k, rows)
-				p.g.noGEMV = false
+				p.g.generalOnly = false
 				p.g.MatMul(gout, gx, gw, rows)
 				p.c.MatMul(cout, cx, cw, rows)
 				p.compare(t, name, gout, cout, rows, 1e-4)
-				p.g.noGEMV = true
+				p.g.generalOnly = true
 				p.g.MatMul(gref, gx, gw, rows)
 				if p.g.gemmRefused(gemmShape{2 * rows, c.o, c.k, tensor.BF16}) {
 					continue // no cuBLASLt algorithm: the exact float32 kernel, not the split
@@ -348,13 +340,17 @@ func TestBackendOps(t *testing.T) {
 			p.g.MatMulGroup(gx, c.rows, gout[:c.m], gw[:c.m])
 			backend.MatMulGroup(p.c, cx, c.rows, cout[:c.m], cw[:c.m])
 			for i := 0; i < c.m; i++ {
-				// the group's blocks are m_gemv_bf16's; a lone MatMul of few
-				// blocks takes m_gemv_bf16_wide (another K order) unless
-				// narrow. A group with an f32 weight or over 8 rows is plain
-				// MatMuls.
-				p.g.narrowGEMV = c.m < 4 && c.rows <= gemvMaxRows
-				p.g.MatMul(gref[i], gx, gw[i], c.rows)
-				p.g.narrowGEMV = false
+				// the group's blocks are m_gemv_bf16's (a lone MatMul of few
+				// blocks takes m_gemv_bf16_wide, another K order), so the
+				// reference is m_gemv_bf16 itself. A group with an f32 weight
+				// or over 8 rows is plain MatMuls.
+				if c.m < 4 && c.rows <= gemvMaxRows {
+					o := sizes[i]
+					p.g.check("MatMul", p.g.d.launch(p.g.s, "m_gemv_bf16", grid1(blocks(o, 16)), grid1(256), 0,
+						asTensor(gref[i]).buf, asTensor(gx).buf, asTensor(gw[i]).buf, c.rows, o, k))
+				} else {
+					p.g.MatMul(gref[i], gx, gw[i], c.rows)
+				}
 				p.compare(t, fmt.Sprintf("%s: product %d", name, i), gout[i], cout[i], c.rows, 1e-4)
 				sameBits(t, p, fmt.Sprintf("%s: product %d vs its own MatMul", name, i), gout[i], gref[i], c.rows)
 			}

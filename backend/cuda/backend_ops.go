@@ -39,8 +39,7 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 // hi = bf16(x) and lo = bf16(x − hi), stacked as 2n rows of the scratch
 // buffer, and one GEMM of 2n rows (weights read once) is summed back, which
 // keeps about 16 more bits of the activations than rounding them once: the
-// result tracks the float32 reference (SetFastMatMul rounds once instead,
-// one GEMM of n rows). An F32 weight runs an F32 GEMM.
+// result tracks the float32 reference. An F32 weight runs an F32 GEMM.
 func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	if !b.ok() {
 		return
@@ -70,12 +69,12 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 		return
 	}
 	m, mo := int64(n)*int64(k), int64(n)*int64(o)
-	split := wt.dt != tensor.F32 && !b.fastMatMul
+	split := wt.dt != tensor.F32
 	if split && b.gemvFits(wt, xs, n, k) {
 		// A decode step's rows: one launch reading the weights once, the
 		// split GEMM's arithmetic on the tensor cores (kernels/gemv.cu).
 		kernel, threads, nb := "m_gemv_bf16", 256, blocks(o, 16)
-		if !b.narrowGEMV && nb <= 2*b.d.Info.SMs {
+		if nb <= 2*b.d.Info.SMs {
 			// at most two blocks per SM: twice the warps in flight
 			kernel, threads = "m_gemv_bf16_wide", 512
 		}
@@ -83,16 +82,12 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 		return
 	}
 	g := GemmArgs{M: n, N: o, K: k, A: xs.buf, B: wt.buf, D: os.buf, AType: wt.dt, BType: wt.dt, DType: tensor.F32}
-	if wt.dt != tensor.F32 {
-		need := 2 * m
-		if split {
-			need = 4 * m
-			if !b.growBuf(&b.gemmTmp, 8*mo, "MatMul split output") {
-				return
-			}
-			g.M, g.D = 2*n, b.gemmTmp
+	if split {
+		if !b.growBuf(&b.gemmTmp, 8*mo, "MatMul split output") {
+			return
 		}
-		if b.scratch.Size < need && !b.check("MatMul", b.ensureScratch(need)) {
+		g.M, g.D = 2*n, b.gemmTmp
+		if b.scratch.Size < 4*m && !b.check("MatMul", b.ensureScratch(4*m)) {
 			return
 		}
 		g.A = b.scratch
@@ -106,14 +101,10 @@ func (b *Backend) MatMul(out, x, w backend.Tensor, n int) {
 	var err error
 	switch {
 	case wt.dt == tensor.F32:
-	case split && wt.dt == tensor.BF16:
-		err = b.d.launch(b.s, "m_split_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
-	case split:
-		err = b.d.launch(b.s, "m_split_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
 	case wt.dt == tensor.BF16:
-		err = b.d.launch(b.s, "f32_to_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+		err = b.d.launch(b.s, "m_split_bf16", grid, grid1(256), 0, b.scratch, xs.buf, m)
 	default:
-		err = b.d.launch(b.s, "f32_to_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
+		err = b.d.launch(b.s, "m_split_f16", grid, grid1(256), 0, b.scratch, xs.buf, m)
 	}
 	if !b.check("MatMul", err) {
 		return
@@ -141,7 +132,7 @@ const gemvMaxRows = 8
 // (hi and lo bf16 parts of the activations, products on the tensor cores,
 // float32 sums), so decode rows and prefill chunks round alike.
 func (b *Backend) gemvFits(wt, xs *Tensor, n, k int) bool {
-	return !b.noGEMV && !b.generalOnly && b.d.Info.Major >= 8 && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
+	return !b.generalOnly && b.d.Info.Major >= 8 && wt.dt == tensor.BF16 && n <= gemvMaxRows && k%8 == 0 &&
 		wt.buf.Ptr%16 == 0 && xs.buf.Ptr%16 == 0
 }
 
@@ -150,13 +141,6 @@ func (b *Backend) gemvFits(wt, xs *Tensor, n, k int) bool {
 func (b *Backend) matmulKernel(os, xs, wt *Tensor, dt, n, o, k int) {
 	b.check("MatMul", b.d.launch(b.s, "m_matmul", grid2(blocks(o, 8), n), grid1(256), 0, os.buf, xs.buf, wt.buf, dt, o, k))
 }
-
-// SetFastMatMul makes MatMul round the activations to the weight's 16-bit
-// type once (one GEMM of n rows: what bf16 inference engines do, with
-// logprob differences to a float32 reference that grow with the model's
-// sensitivity) instead of splitting them into two halves (the default,
-// float32-accurate).
-func (b *Backend) SetFastMatMul(on bool) { b.fastMatMul = on }
 
 func blocks64(n int64, per int64) int64 { return (n + per - 1) / per }
 

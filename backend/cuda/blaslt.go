@@ -25,13 +25,11 @@ const (
 
 	cublasCompute32F = 68
 
-	ltDescComputeType = 0
-	ltDescScaleType   = 1
-	ltDescTransA      = 3
-	ltDescTransB      = 4
-	ltPrefMaxWS       = 1
-	cublasOpN         = 0
-	cublasOpT         = 1
+	ltDescTransA = 3
+	ltDescTransB = 4
+	ltPrefMaxWS  = 1
+	cublasOpN    = 0
+	cublasOpT    = 1
 
 	ltWorkspace = 32 << 20
 )

@@ -16,16 +16,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ktserve/kt/internal/settings"
 )
 
 // Device attribute numbers (CUdevice_attribute in cuda.h).
 const (
-	attrMaxThreadsPerBlock     = 1
-	attrMaxSharedPerBlock      = 8
-	attrClockRate              = 13
 	attrMultiprocessorCount    = 16
-	attrMemoryClockRate        = 36
-	attrGlobalMemoryBusWidth   = 37
 	attrL2CacheSize            = 38
 	attrComputeCapMajor        = 75
 	attrComputeCapMinor        = 76
@@ -47,9 +44,6 @@ type Info struct {
 	DriverVersion  int    // CUDA version the driver supports, e.g. 13000
 	DriverRelease  string // kernel-module version, e.g. "580.159.04", or ""
 }
-
-// Arch returns the NVRTC architecture name, e.g. "sm_90".
-func (i *Info) Arch() string { return fmt.Sprintf("sm_%d%d", i.Major, i.Minor) }
 
 var (
 	initOnce sync.Once
@@ -240,29 +234,18 @@ type Device struct {
 	// m_pick_rows, one block per row.
 	pickRowsOnly *atomic.Bool
 	// earlyLaunch: kernels that open with KT_GRID_DEP are launched with
-	// programmatic stream serialization (EarlyLaunchEnv).
+	// programmatic stream serialization (EarlyLaunch).
 	earlyLaunch bool
 }
 
-// EarlyLaunchEnv names the environment variable that turns programmatic
-// dependent launch off ("0"). On by default where the GPU (compute
-// capability 9.0 or newer) and the driver (CUDA 12.3 or newer, which also
-// captures it into graphs) have it: each kernel may then be scheduled while
+// EarlyLaunch says whether kernels are launched ahead of their
+// predecessors' end (programmatic dependent launch). It is on where the
+// GPU (compute capability 9.0 or newer) and the driver (CUDA 12.3 or
+// newer, which also captures it into graphs) have it, unless
+// settings.CUDAPDL turns it off: each kernel may then be scheduled while
 // the one ahead of it in the stream still runs, waiting on the device
 // (common.cuh's KT_GRID_DEP) instead of paying a launch gap.
-const EarlyLaunchEnv = "KT_CUDA_PDL"
-
-// EarlyLaunch says whether kernels are launched ahead of their
-// predecessors' end (EarlyLaunchEnv).
 func (d *Device) EarlyLaunch() bool { return d.earlyLaunch }
-
-// SchedEnv names the environment variable that sets how host threads wait
-// for the GPU (the primary context's scheduling flag, before it is first
-// retained): "auto" (the driver's default: spin while there are fewer
-// active CUDA threads than cores, else yield), "spin", "yield" or
-// "blocking" (sleep on an OS primitive: no core burnt while a whole
-// decode-step graph runs, at a wake-up cost per wait).
-const SchedEnv = "KT_CUDA_SCHED"
 
 // Open opens the GPU described by opt. Errors that mean "no usable GPU"
 // wrap ErrUnavailable; the message says which library or call failed.
@@ -273,6 +256,10 @@ func Open(opt Options) (*Device, error) {
 	if err := LoadLibraries().required(); err != nil {
 		return nil, err
 	}
+	pdl, err := settings.CUDAPDL.Get()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
 	info, err := Probe(opt.Ordinal)
 	if err != nil {
 		return nil, err
@@ -280,15 +267,6 @@ func Open(opt Options) (*Device, error) {
 	d := &Device{Info: *info, pickRowsOnly: new(atomic.Bool)}
 	if err := cuErr(C.kt_cuDeviceGet(&d.dev, C.int(opt.Ordinal)), "cuDeviceGet(%d)", opt.Ordinal); err != nil {
 		return nil, err
-	}
-	if v := os.Getenv(SchedEnv); v != "" && v != "auto" {
-		f, ok := map[string]C.uint{"spin": 1, "yield": 2, "blocking": 4}[v]
-		if !ok {
-			return nil, fmt.Errorf("%s=%q: want auto, spin, yield or blocking", SchedEnv, v)
-		}
-		if err := cuErr(C.kt_cuDevicePrimaryCtxSetFlags(d.dev, f), "cuDevicePrimaryCtxSetFlags(%d, %s)", opt.Ordinal, v); err != nil {
-			return nil, err
-		}
 	}
 	if err := cuErr(C.kt_cuDevicePrimaryCtxRetain(&d.ctx, d.dev), "cuDevicePrimaryCtxRetain(%d)", opt.Ordinal); err != nil {
 		return nil, err
@@ -323,7 +301,7 @@ func Open(opt Options) (*Device, error) {
 		dir = DefaultKernelCacheDir()
 	}
 	d.kern = newKernels(d, dir)
-	d.earlyLaunch = info.Major >= 9 && info.DriverVersion >= 12030 && C.kt_has_launch_ex() != 0 && os.Getenv(EarlyLaunchEnv) != "0"
+	d.earlyLaunch = info.Major >= 9 && info.DriverVersion >= 12030 && C.kt_has_launch_ex() != 0 && pdl
 	return d, nil
 }
 

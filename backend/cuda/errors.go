@@ -34,7 +34,6 @@ func (e *Error) Error() string {
 const (
 	cuSuccess     = 0
 	cuErrNotReady = 600
-	cuErrNoDevice = 100
 )
 
 // cuErr turns a CUresult into an *Error naming call, or nil on success.

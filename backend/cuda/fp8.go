@@ -271,8 +271,3 @@ func (b *Backend) moeFP8(tab *moeTable, xs, ids Buffer, pairs, h, inter, k int) 
 	return b.check("MoE", b.d.launch(b.s, "fp8_moe_down", grid2(pairs, blocks(h, 8)), grid1(256), inter*4,
 		b.moeY, b.moeH, ids, tab.ptrs, f.sptrs, h, inter, tab.e, f.bn, f.bk))
 }
-
-// SetFP8Kernel forces MatMul's FP8 kernel ("fp8_gemv", "fp8_split_gemm",
-// "fp8_gemm_mma", "fp8_matmul_gen"; "" picks by shape): for tests and
-// benchmarks.
-func (b *Backend) SetFP8Kernel(name string) { b.fp8Force = name }

@@ -69,10 +69,10 @@ func TestFP8MatMul(t *testing.T) {
 				if !ok {
 					continue
 				}
-				p.g.SetFP8Kernel(kern)
+				p.g.fp8Force = kern
 				used := p.g.fp8Kernel(xt, wt, n)
 				p.g.MatMul(og, xg, wg, n)
-				p.g.SetFP8Kernel("")
+				p.g.fp8Force = ""
 				if err := p.g.Sync(); err != nil {
 					t.Fatal(err)
 				}
@@ -224,8 +224,8 @@ func BenchmarkFP8MatMul(b *testing.B) {
 					tag = "(default)"
 				}
 				b.Run(name+"/fp8-"+kern+tag, func(b *testing.B) {
-					g.SetFP8Kernel(kern)
-					defer g.SetFP8Kernel("")
+					g.fp8Force = kern
+					defer func() { g.fp8Force = "" }()
 					gpuTime(b, d, g.s, float64(o*k), func(int) error { g.MatMul(out, x, wg, n); return g.err })
 				})
 			}

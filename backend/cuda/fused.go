@@ -31,7 +31,7 @@ func (b *Backend) MatMulGroup(x backend.Tensor, n int, outs, ws []backend.Tensor
 // gemvGroup launches the grouped GEMV and reports true, or reports false
 // having queued and recorded nothing.
 func (b *Backend) gemvGroup(x backend.Tensor, n int, outs, ws []backend.Tensor) bool {
-	if len(ws) < 2 || len(ws) > gemvGroupMax || len(outs) != len(ws) || n <= 0 || b.fastMatMul {
+	if len(ws) < 2 || len(ws) > gemvGroupMax || len(outs) != len(ws) || n <= 0 {
 		return false
 	}
 	xs := asTensor(x)

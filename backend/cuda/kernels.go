@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"unsafe"
@@ -97,20 +96,6 @@ func kernelSources() (kernelIndex, error) {
 		}
 	}
 	return ix, nil
-}
-
-// ModuleNames lists the embedded kernel modules.
-func ModuleNames() []string {
-	ix, err := kernelSources()
-	if err != nil {
-		return nil
-	}
-	out := make([]string, 0, len(ix.mods))
-	for m := range ix.mods {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // kernels compiles modules on first use and caches function handles.

@@ -23,7 +23,6 @@ static char load_err[512];
 	X(cuDeviceGetPCIBusId, CUresult, (char *, int, CUdevice)) \
 	X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice)) \
 	X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice)) \
-	X(cuDevicePrimaryCtxSetFlags_v2, CUresult, (CUdevice, unsigned)) \
 	X(cuCtxSetCurrent, CUresult, (CUcontext)) \
 	X(cuCtxSynchronize, CUresult, (void)) \
 	X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *)) \
@@ -38,7 +37,6 @@ static char load_err[512];
 	X(cuMemcpyDtoHAsync_v2, CUresult, (void *, CUdeviceptr, size_t, CUstream)) \
 	X(cuMemcpyDtoDAsync_v2, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream)) \
 	X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream)) \
-	X(cuMemsetD32Async, CUresult, (CUdeviceptr, unsigned, size_t, CUstream)) \
 	X(cuStreamCreate, CUresult, (CUstream *, unsigned)) \
 	X(cuStreamDestroy_v2, CUresult, (CUstream)) \
 	X(cuStreamSynchronize, CUresult, (CUstream)) \
@@ -53,7 +51,6 @@ static char load_err[512];
 	X(cuModuleGetFunction, CUresult, (CUfunction *, CUmodule, const char *)) \
 	X(cuFuncSetAttribute, CUresult, (CUfunction, int, int)) \
 	X(cuLaunchKernel, CUresult, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-	X(cuLaunchHostFunc, CUresult, (CUstream, CUhostFn, void *)) \
 	X(cuStreamBeginCapture_v2, CUresult, (CUstream, int)) \
 	X(cuStreamEndCapture, CUresult, (CUstream, CUgraph *)) \
 	X(cuGraphInstantiateWithFlags, CUresult, (CUgraphExec *, CUgraph, unsigned long long)) \
@@ -132,7 +129,6 @@ fail:
 	dlclose(h);
 	return err;
 }
-int kt_driver_loaded(void) { return h_driver != NULL; }
 
 #define SETCTX \
 	if (!h_driver) return KT_ERR_NOT_LOADED; \
@@ -149,7 +145,6 @@ CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d) { NOCTX return p_cuDeviceTot
 CUresult kt_cuDeviceGetPCIBusId(char *b, int n, CUdevice d) { NOCTX return p_cuDeviceGetPCIBusId(b, n, d); }
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRetain(c, d); }
 CUresult kt_cuDevicePrimaryCtxRelease(CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRelease_v2(d); }
-CUresult kt_cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f) { NOCTX return p_cuDevicePrimaryCtxSetFlags_v2(d, f); }
 CUresult kt_cuCtxSynchronize(CUcontext ctx) { SETCTX return p_cuCtxSynchronize(); }
 CUresult kt_cuMemGetInfo(CUcontext ctx, size_t *f, size_t *t) { SETCTX return p_cuMemGetInfo_v2(f, t); }
 CUresult kt_cuMemAlloc(CUcontext ctx, CUdeviceptr *p, size_t n) { SETCTX return p_cuMemAlloc_v2(p, n); }
@@ -163,7 +158,6 @@ CUresult kt_cuMemcpyHtoDAsync(CUcontext ctx, CUdeviceptr d, const void *s, size_
 CUresult kt_cuMemcpyDtoHAsync(CUcontext ctx, void *d, CUdeviceptr s, size_t n, CUstream st) { SETCTX return p_cuMemcpyDtoHAsync_v2(d, s, n, st); }
 CUresult kt_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SETCTX return p_cuMemcpyDtoDAsync_v2(d, s, n, st); }
 CUresult kt_cuMemsetD8Async(CUcontext ctx, CUdeviceptr d, unsigned char v, size_t n, CUstream st) { SETCTX return p_cuMemsetD8Async(d, v, n, st); }
-CUresult kt_cuMemsetD32Async(CUcontext ctx, CUdeviceptr d, unsigned v, size_t n, CUstream st) { SETCTX return p_cuMemsetD32Async(d, v, n, st); }
 CUresult kt_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned fl) { SETCTX return p_cuStreamCreate(s, fl); }
 CUresult kt_cuStreamDestroy(CUcontext ctx, CUstream s) { SETCTX return p_cuStreamDestroy_v2(s); }
 CUresult kt_cuStreamSynchronize(CUcontext ctx, CUstream s) { SETCTX return p_cuStreamSynchronize(s); }
@@ -202,26 +196,6 @@ CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsign
 		return p_cuLaunchKernelEx(&cfg, f, params, NULL);
 	}
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
-}
-
-typedef struct { volatile int64_t *flag; int64_t value; } flag_arg;
-static void host_flag(void *ud) {
-	flag_arg *a = (flag_arg *)ud;
-	__atomic_store_n(a->flag, a->value, __ATOMIC_RELEASE);
-}
-
-// Each flag enqueue needs its own argument record; a small ring is enough
-// because a record is read once, before the host function returns, and the
-// ring is far larger than the number of host functions ever in flight.
-static flag_arg flag_ring[4096];
-static unsigned flag_next;
-
-CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, int64_t value) {
-	SETCTX
-	unsigned i = __atomic_fetch_add(&flag_next, 1, __ATOMIC_RELAXED) % 4096;
-	flag_ring[i].flag = flag;
-	flag_ring[i].value = value;
-	return p_cuLaunchHostFunc(s, host_flag, &flag_ring[i]);
 }
 
 CUresult kt_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode) { SETCTX return p_cuStreamBeginCapture_v2(s, mode); }
@@ -273,7 +247,6 @@ fail:
 	dlclose(h);
 	return err;
 }
-int kt_nvrtc_loaded(void) { return h_nvrtc != NULL; }
 
 #define NVRTC_CHECK if (!h_nvrtc) return KT_ERR_NOT_LOADED;
 nvrtcResult kt_nvrtcVersion(int *a, int *b) { NVRTC_CHECK return p_nvrtcVersion(a, b); }
@@ -313,7 +286,6 @@ const char *kt_nvrtcErrorString(nvrtcResult r) {
 	X(cublasLtMatmulDescSetAttribute, cublasStatus_t, (cublasLtMatmulDesc_t, int, const void *, size_t)) \
 	X(cublasLtMatrixLayoutCreate, cublasStatus_t, (cublasLtMatrixLayout_t *, int, uint64_t, uint64_t, int64_t)) \
 	X(cublasLtMatrixLayoutDestroy, cublasStatus_t, (cublasLtMatrixLayout_t)) \
-	X(cublasLtMatrixLayoutSetAttribute, cublasStatus_t, (cublasLtMatrixLayout_t, int, const void *, size_t)) \
 	X(cublasLtMatmulPreferenceCreate, cublasStatus_t, (cublasLtMatmulPreference_t *)) \
 	X(cublasLtMatmulPreferenceDestroy, cublasStatus_t, (cublasLtMatmulPreference_t)) \
 	X(cublasLtMatmulPreferenceSetAttribute, cublasStatus_t, (cublasLtMatmulPreference_t, int, const void *, size_t)) \
@@ -335,7 +307,6 @@ fail:
 	dlclose(h);
 	return err;
 }
-int kt_cublaslt_loaded(void) { return h_cublaslt != NULL; }
 
 #define LT_CHECK if (!h_cublaslt) return KT_ERR_NOT_LOADED;
 #define LT_SETCTX LT_CHECK if (ctx && h_driver) { CUresult _r = p_cuCtxSetCurrent(ctx); if (_r) return 14; /* CUBLAS_STATUS_INTERNAL_ERROR */ }
@@ -347,7 +318,6 @@ cublasStatus_t kt_cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { LT_CHECK r
 cublasStatus_t kt_cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int a, const void *b, size_t n) { LT_CHECK return p_cublasLtMatmulDescSetAttribute(d, a, b, n); }
 cublasStatus_t kt_cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, int t, uint64_t r, uint64_t c, int64_t ld) { LT_CHECK return p_cublasLtMatrixLayoutCreate(l, t, r, c, ld); }
 cublasStatus_t kt_cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { LT_CHECK return p_cublasLtMatrixLayoutDestroy(l); }
-cublasStatus_t kt_cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, int a, const void *b, size_t n) { LT_CHECK return p_cublasLtMatrixLayoutSetAttribute(l, a, b, n); }
 cublasStatus_t kt_cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { LT_CHECK return p_cublasLtMatmulPreferenceCreate(p); }
 cublasStatus_t kt_cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { LT_CHECK return p_cublasLtMatmulPreferenceDestroy(p); }
 cublasStatus_t kt_cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, int a, const void *b, size_t n) { LT_CHECK return p_cublasLtMatmulPreferenceSetAttribute(p, a, b, n); }
@@ -384,5 +354,4 @@ const char *kt_load_nccl(const char *path) {
 	h_nccl = h;
 	return NULL;
 }
-int kt_nccl_loaded(void) { return h_nccl != NULL; }
 int kt_ncclGetVersion(int *v) { if (!h_nccl) return KT_ERR_NOT_LOADED; return p_ncclGetVersion(v); }

@@ -17,7 +17,6 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
-typedef void (*CUhostFn)(void *userData);
 
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
@@ -41,10 +40,6 @@ const char *kt_load_driver(const char *path);
 const char *kt_load_nvrtc(const char *path);
 const char *kt_load_cublaslt(const char *path);
 const char *kt_load_nccl(const char *path);
-int kt_driver_loaded(void);
-int kt_nvrtc_loaded(void);
-int kt_cublaslt_loaded(void);
-int kt_nccl_loaded(void);
 
 // Driver API trampolines. Those taking ctx make it current on the calling
 // OS thread first (goroutines move between threads between cgo calls).
@@ -57,7 +52,6 @@ CUresult kt_cuDeviceGetAttribute(int *v, int attr, CUdevice d);
 CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d);
 CUresult kt_cuDeviceGetPCIBusId(char *buf, int len, CUdevice d);
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
-CUresult kt_cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f);
 CUresult kt_cuDevicePrimaryCtxRelease(CUdevice d);
 CUresult kt_cuCtxSynchronize(CUcontext ctx);
 CUresult kt_cuMemGetInfo(CUcontext ctx, size_t *free, size_t *total);
@@ -72,7 +66,6 @@ CUresult kt_cuMemcpyHtoDAsync(CUcontext ctx, CUdeviceptr dst, const void *src, s
 CUresult kt_cuMemcpyDtoHAsync(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult kt_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult kt_cuMemsetD8Async(CUcontext ctx, CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
-CUresult kt_cuMemsetD32Async(CUcontext ctx, CUdeviceptr dst, unsigned v, size_t n, CUstream s);
 CUresult kt_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned flags);
 CUresult kt_cuStreamDestroy(CUcontext ctx, CUstream s);
 CUresult kt_cuStreamSynchronize(CUcontext ctx, CUstream s);
@@ -98,9 +91,6 @@ CUresult kt_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsign
 		   const uint64_t *args, int nargs, int early);
 // kt_has_launch_ex says whether the loaded driver has cuLaunchKernelEx.
 int kt_has_launch_ex(void);
-// kt_launch_host_flag enqueues a C host function that stores value into
-// *flag (release order): a signal the CPU side can wait on without Go.
-CUresult kt_launch_host_flag(CUcontext ctx, CUstream s, volatile int64_t *flag, int64_t value);
 CUresult kt_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode);
 CUresult kt_cuStreamEndCapture(CUcontext ctx, CUstream s, CUgraph *g);
 CUresult kt_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g);
@@ -133,7 +123,6 @@ cublasStatus_t kt_cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
 cublasStatus_t kt_cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int attr, const void *buf, size_t n);
 cublasStatus_t kt_cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, int type, uint64_t rows, uint64_t cols, int64_t ld);
 cublasStatus_t kt_cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
-cublasStatus_t kt_cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, int attr, const void *buf, size_t n);
 cublasStatus_t kt_cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
 cublasStatus_t kt_cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
 cublasStatus_t kt_cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, int attr, const void *buf, size_t n);

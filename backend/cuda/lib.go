@@ -32,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/ktserve/kt/internal/settings"
 )
 
 // Library names tried for each component, newest first. A bare name is
@@ -45,14 +47,11 @@ var (
 )
 
 // searchDirs lists directories where CUDA libraries commonly live, besides
-// the dynamic linker's own path: $KT_CUDA_LIB_DIR (colon-separated) first,
-// then $CUDA_HOME/$CUDA_PATH, /usr/local/cuda, and the nvidia-* Python wheels
+// the dynamic linker's own path: settings.CUDALibDirs first, then
+// $CUDA_HOME/$CUDA_PATH, /usr/local/cuda, and the nvidia-* Python wheels
 // that PyTorch installs.
 func searchDirs() []string {
-	var dirs []string
-	if v := os.Getenv("KT_CUDA_LIB_DIR"); v != "" {
-		dirs = append(dirs, filepath.SplitList(v)...)
-	}
+	dirs := settings.CUDALibDirs.Get()
 	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
 		if v := os.Getenv(env); v != "" {
 			dirs = append(dirs, filepath.Join(v, "lib64"), filepath.Join(v, "lib"))
@@ -114,7 +113,7 @@ func loadLib(what string, names []string, load func(*C.char) *C.char) (string, e
 			reason += fmt.Sprintf(" (and %d more attempts)", len(tried)-1)
 		}
 	}
-	return "", fmt.Errorf("%s: %s; set KT_CUDA_LIB_DIR to the directory holding %s", what, reason, names[0])
+	return "", fmt.Errorf("%s: %s; set %s to the directory holding %s", what, reason, settings.CUDALibDirs.Name, names[0])
 }
 
 // Libraries records which CUDA libraries were found and where.

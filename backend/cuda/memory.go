@@ -95,9 +95,6 @@ func (d *Device) AllocHost(n int64) (*HostBuffer, error) {
 // Bytes returns the buffer's memory as a byte slice (valid until Free).
 func (h *HostBuffer) Bytes() []byte { return unsafe.Slice((*byte)(h.ptr), h.Size) }
 
-// Addr returns the buffer's fixed host address.
-func (h *HostBuffer) Addr() uintptr { return uintptr(h.ptr) }
-
 // DevicePtr returns the device-side address of the mapped buffer.
 func (h *HostBuffer) DevicePtr() (uint64, error) {
 	if h.ptr == nil {

@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -70,30 +68,9 @@ func (b *Backend) growMoEGrouped(pairs, experts, hidden, inter int) bool {
 		b.growBuf(&g.y, c*h*4, "MoE sorted outputs")
 }
 
-// MoEGroupedEnv names the environment variable that sets from how many
-// (token, expert) pairs the MoE op takes its grouped path: a positive
-// count, or 0 for never (A/B runs); unset, moeGroupedMinPairs.
-const MoEGroupedEnv = "KT_CUDA_MOE_GROUPED"
-
-// moeGroupedEnv reads MoEGroupedEnv as a moeGrouped.minPairs value.
-func moeGroupedEnv() (int, error) {
-	v := os.Getenv(MoEGroupedEnv)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cuda: %s=%q: want a pair count (0 = never)", MoEGroupedEnv, v)
-	}
-	if n == 0 {
-		return -1, nil
-	}
-	return n, nil
-}
-
 // SetMoEGroupedMin sets the number of (token, expert) pairs from which the
 // MoE op takes its grouped path (0: the default, moeGroupedMinPairs; < 0:
-// never): for tests and A/B runs.
+// never), for tests that reach either path at small sizes.
 func (b *Backend) SetMoEGroupedMin(pairs int) { b.moeG.minPairs = pairs }
 
 // sized reports whether a step of pairs pairs over experts experts of

@@ -4,19 +4,26 @@ package cuda
 
 import "testing"
 
-// TestMoEGroupedEnv checks how KT_CUDA_MOE_GROUPED sets the grouped MoE
-// path's threshold: unset the default, 0 never, a count that count, and
-// anything else a clear error.
-func TestMoEGroupedEnv(t *testing.T) {
+// TestMoEGroupedSized checks from how many (token, expert) pairs the MoE
+// op takes its grouped path: moeGroupedMinPairs by default, the count
+// SetMoEGroupedMin gave, never below 0, and never past moe_align's expert
+// limit or for rows off 16-byte boundaries.
+func TestMoEGroupedSized(t *testing.T) {
 	for _, c := range []struct {
-		v    string
-		want int
-		bad  bool
-	}{{"", 0, false}, {"0", -1, false}, {"1", 1, false}, {"8192", 8192, false}, {"-3", 0, true}, {"many", 0, true}} {
-		t.Setenv(MoEGroupedEnv, c.v)
-		got, err := moeGroupedEnv()
-		if (err != nil) != c.bad || got != c.want {
-			t.Errorf("%s=%q: %d, %v; want %d (error: %v)", MoEGroupedEnv, c.v, got, err, c.want, c.bad)
+		min, pairs, experts, hidden, inter int
+		want                               bool
+	}{
+		{0, moeGroupedMinPairs - 1, 128, 2048, 768, false},
+		{0, moeGroupedMinPairs, 128, 2048, 768, true},
+		{1, 1, 128, 2048, 768, true},
+		{-1, 1 << 20, 128, 2048, 768, false},
+		{0, moeGroupedMinPairs, moeGroupMaxExperts + 1, 2048, 768, false},
+		{0, moeGroupedMinPairs, 128, 2044, 768, false},
+		{0, moeGroupedMinPairs, 128, 2048, 764, false},
+	} {
+		g := moeGrouped{minPairs: c.min}
+		if got := g.sized(c.pairs, c.experts, c.hidden, c.inter); got != c.want {
+			t.Errorf("min %d: sized(%d pairs, %d experts, %d, %d) = %v, want %v", c.min, c.pairs, c.experts, c.hidden, c.inter, got, c.want)
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unsafe"
+
+	"github.com/ktserve/kt/internal/settings"
 )
 
 // NVRTCVersion returns the loaded NVRTC's version.
@@ -132,10 +134,10 @@ func nvrtcCompile(name, src, arch string, cubin bool, extra []string) ([]byte, e
 	return out, nil
 }
 
-// DefaultKernelCacheDir is $KT_CUDA_CACHE, else <user cache dir>/kt/cuda,
-// else a directory under the system temp dir.
+// DefaultKernelCacheDir is settings.CUDACache when set, else <user cache
+// dir>/kt/cuda, else a directory under the system temp dir.
 func DefaultKernelCacheDir() string {
-	if v := os.Getenv("KT_CUDA_CACHE"); v != "" {
+	if v := settings.CUDACache.Get(); v != "" {
 		return v
 	}
 	if d, err := os.UserCacheDir(); err == nil {

@@ -55,11 +55,9 @@ func (b Buffer) Slice(off, n int64) Buffer {
 // arena is a first-fit allocator over [0, size) with coalescing; it knows
 // nothing of CUDA so it can be tested anywhere.
 type arena struct {
-	size  int64
-	free  []span // sorted by off, never adjacent
-	used  int64
-	peak  int64
-	count int
+	size int64
+	free []span // sorted by off, never adjacent
+	used int64
 }
 
 type span struct{ off, n int64 }
@@ -87,10 +85,6 @@ func (a *arena) alloc(n int64) (int64, bool) {
 			a.free[i] = span{s.off + n, s.n - n}
 		}
 		a.used += n
-		a.count++
-		if a.used > a.peak {
-			a.peak = a.used
-		}
 		return off, true
 	}
 	return 0, false
@@ -108,7 +102,6 @@ func (a *arena) release(off, n int64) {
 		panic(fmt.Sprintf("cuda: double free of pool range [%d,+%d)", off, n))
 	}
 	a.used -= n
-	a.count--
 	mergePrev := i > 0 && a.free[i-1].off+a.free[i-1].n == off
 	mergeNext := i < len(a.free) && off+n == a.free[i].off
 	switch {
@@ -178,13 +171,6 @@ func (p *Pool) Free(b Buffer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.a.release(b.off, b.Size)
-}
-
-// Stats reports the pool's size, bytes in use, peak use and live allocations.
-func (p *Pool) Stats() (size, used, peak int64, live int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.a.size, p.a.used, p.a.peak, p.a.count
 }
 
 func (p *Pool) release() error {

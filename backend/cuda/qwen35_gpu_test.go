@@ -221,10 +221,9 @@ func graphTime(b *testing.B, g *Backend, name string, reps int, bytes int64, fn 
 // Qwen3.5-35B-A3B-shaped linear-attention layer, one full-attention layer,
 // the MoE half (router + shared expert: the hybrid step's GPU part; and
 // with the 8 routed experts) and the lm head, each as a replayed CUDA graph
-// of 20 copies (gpu-us/op is per graph of 20), before (KT_CUDA_GEMV=0: the
-// split-bf16 cuBLASLt GEMM) and after (m_gemv_bf16), beside a
-// device-to-device copy of the same weight bytes (the bound); then the
-// ops of each layer one by one (×50 per graph).
+// of 20 copies (gpu-us/op is per graph of 20), beside a device-to-device
+// copy of the same weight bytes (the bound); then the ops of each layer
+// one by one (×50 per graph).
 func BenchmarkQwen35DecodeLayer(b *testing.B) {
 	L := newQ35(b)
 	g := L.g
@@ -240,14 +239,7 @@ func BenchmarkQwen35DecodeLayer(b *testing.B) {
 		{"lm-head", L.lmBytes, func() { g.MatMul(L.logits, L.x, L.lmHead, 1) }},
 	}
 	for _, pt := range parts {
-		for _, mode := range []struct {
-			name string
-			off  bool
-		}{{"split-gemm", true}, {"gemv", false}} {
-			g.noGEMV = mode.off
-			graphTime(b, g, fmt.Sprintf("%s/%s-x20", pt.name, mode.name), 20, pt.bytes, pt.fn)
-		}
-		g.noGEMV = false
+		graphTime(b, g, pt.name+"/x20", 20, pt.bytes, pt.fn)
 		half := pt.bytes / 2
 		src, err := g.alloc(half, "copy bound src")
 		if err != nil {
@@ -263,7 +255,7 @@ func BenchmarkQwen35DecodeLayer(b *testing.B) {
 		g.free(src)
 		g.free(dst)
 	}
-	// op by op (gemv on)
+	// op by op
 	ops := []struct {
 		name string
 		fn   func()
@@ -293,16 +285,4 @@ func BenchmarkQwen35DecodeLayer(b *testing.B) {
 	for _, op := range ops {
 		graphTime(b, g, "op/"+op.name+"-x50", 50, 0, op.fn)
 	}
-	// the gated delta rule's old recurrent kernel (S only) on the same
-	// shape, for the decode-kernel gap
-	rec, err := g.alloc(int64(backend.DeltaShape{KHeads: q35Kh, VHeads: q35Vh, KDim: q35Kd, VDim: q35Vd}.StateLen())*4, "recurrent state")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.free(rec)
-	graphTime(b, g, "op/gated-delta-recurrent-x50", 50, 0, func() {
-		g.check("m_gdn", g.d.launch(g.s, "m_gdn", dim3{q35Vh, q35Vd / 32, 1}, grid1(32), (q35Kd*33+2*q35Kd)*4,
-			L.core.(*Tensor).buf, L.conv.(*Tensor).buf, L.gg.(*Tensor).buf, L.gbeta.(*Tensor).buf, rec, 0, 1,
-			g.reg(rSeqStart), g.reg(rSeqLen), g.reg(rSeqPos), g.reg(rSeqSlot), q35ConvCh, q35Kh, q35Vh, q35Kd, q35Vd))
-	})
 }

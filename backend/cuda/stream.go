@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"fmt"
-	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -121,14 +120,6 @@ func (s *Stream) Memset(b Buffer, v byte) error {
 	return cuErr(C.kt_cuMemsetD8Async(s.d.ctx, C.CUdeviceptr(b.Ptr), C.uchar(v), C.size_t(b.Size), s.s), "cuMemsetD8Async(%d bytes)", b.Size)
 }
 
-// Memset32 queues filling b's first n 32-bit words with v.
-func (s *Stream) Memset32(b Buffer, v uint32, n int64) error {
-	if n*4 > b.Size {
-		return fmt.Errorf("cuda: Memset32 of %d words into %d bytes", n, b.Size)
-	}
-	return cuErr(C.kt_cuMemsetD32Async(s.d.ctx, C.CUdeviceptr(b.Ptr), C.uint(v), C.size_t(n), s.s), "cuMemsetD32Async(%d words)", n)
-}
-
 // Event marks a point in a stream.
 type Event struct {
 	d *Device
@@ -194,39 +185,6 @@ func (e *Event) Destroy() error {
 	err := cuErr(C.kt_cuEventDestroy(e.d.ctx, e.e), "cuEventDestroy")
 	e.e = nil
 	return err
-}
-
-// HostFlag is a 64-bit word in pinned host memory that a stream sets from
-// a C host function (no Go on the driver thread): the CPU side of the
-// hybrid step polls or waits on it to learn that the GPU reached a point.
-type HostFlag struct {
-	buf *HostBuffer
-}
-
-// NewHostFlag allocates a flag, initially 0.
-func (d *Device) NewHostFlag() (*HostFlag, error) {
-	b, err := d.AllocHost(64)
-	if err != nil {
-		return nil, err
-	}
-	HostSlice[int64](b)[0] = 0
-	return &HostFlag{buf: b}, nil
-}
-
-func (f *HostFlag) word() *int64 { return (*int64)(f.buf.ptr) }
-
-// Load reads the flag (acquire order).
-func (f *HostFlag) Load() int64 { return atomic.LoadInt64(f.word()) }
-
-// Store sets the flag from the CPU.
-func (f *HostFlag) Store(v int64) { atomic.StoreInt64(f.word(), v) }
-
-// Free releases the flag's memory.
-func (f *HostFlag) Free() error { return f.buf.Free() }
-
-// SignalFlag queues a host function on s that stores v into f.
-func (s *Stream) SignalFlag(f *HostFlag, v int64) error {
-	return cuErr(C.kt_launch_host_flag(s.d.ctx, s.s, (*C.int64_t)(unsafe.Pointer(f.word())), C.int64_t(v)), "cuLaunchHostFunc(flag)")
 }
 
 // Graph is an instantiated CUDA graph captured from a stream.

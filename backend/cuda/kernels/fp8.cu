@@ -88,17 +88,6 @@ extern "C" __global__ void fp8_matmul_gen(float *out, const float *x, const unsi
 	if (lane == 0) out[(long long)r * O + o] = s;
 }
 
-// fp8_dequant_bf16: out[o, k] = bf16(e4m3(q[o, k]) * scale[o/bn, k/bk])
-// (the MoE op's expert weights, see fp8.go). grid ceil(O*K/256), block 256.
-extern "C" __global__ void fp8_dequant_bf16(bf16 *out, const unsigned char *q, const float *scale, int O, int K,
-					    int bn, int bk, int sc) {
-	KT_GRID_DEP();
-	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= (long long)O * K) return;
-	const int o = (int)(i / K), k = (int)(i % K);
-	out[i] = f2bf(fp8_one(q[i]) * scale[(long long)(o / bn) * sc + k / bk]);
-}
-
 // mma_bf16_16816: d = a·b + d for one warp's m16n8k16 tile, bf16 inputs
 // and float32 accumulators, in PTX's fragment layout (g = lane/4,
 // t = lane%4): a0 A[g][2t..2t+1], a1 A[g+8][2t..], a2 A[g][2t+8..],

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Host emulation of kernels/model.cu's m_gdn_chunk, m_gdn_commit,
-# m_gdn_decode, the routers, the norms and the conv1d kernels, gemv.cu's
+# Host emulation of gdn.cu's m_gdn_chunk, m_gdn_commit, m_gdn_decode and
+# conv1d kernels, router.cu's routers, norm.cu's norms, gemv.cu's
 # m_gemv_bf16 and attnf32.cu (no GPU needed): one std::thread per CUDA
 # thread, barriers for __syncthreads and __syncwarp. Checks the chunked
 # rule against a float64 recurrent reference and that a prompt split into
@@ -12,30 +12,34 @@
 set -e
 d=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
-python3 - "$d/../../kernels/model.cu" "$tmp/gdn_part.cu" <<'P'
+python3 - "$d/../../kernels/gdn.cu" "$tmp/gdn_part.cu" <<'P'
 import sys
 s = open(sys.argv[1]).read()
-a = s.index('#define GDN_CHUNK'); b = s.index('// m_split_bf16')
-open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern __shared__ float sm[];', ''))
+a = s.index('#define GDN_CHUNK')
+open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('extern __shared__ float sm[];', ''))
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/emu" "$d/emu.cpp"
 "$tmp/emu"
 "$tmp/emu" 1 2 128 128 # the large models' head size (m_gdn_decode's 16 keys per thread)
 "$tmp/emu" 2 2 20 40   # a key head size that is no multiple of 8
-python3 - "$d/../../kernels/model.cu" "$tmp/router_part.cu" <<'P'
+python3 - "$d/../../kernels/router.cu" "$tmp/router_part.cu" <<'P'
 import sys
 s = open(sys.argv[1]).read()
-a = s.index('// router_pad_row:'); b = s.index('// Routed experts.')
-open(sys.argv[2], 'w').write(s[a:b].replace('extern "C" ', '').replace('extern __shared__ float rsm[];', ''))
+a = s.index('// router_pad_row:')
+open(sys.argv[2], 'w').write(s[a:].replace('extern "C" ', '').replace('extern __shared__ float rsm[];', ''))
 P
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/router" "$d/router.cpp"
 "$tmp/router"
-python3 - "$d/../../kernels/model.cu" "$tmp/norm_part.cu" <<'P1'
+python3 - "$d/../../kernels" "$tmp/norm_part.cu" <<'P1'
 import sys
-s = open(sys.argv[1]).read()
-def cut(a, b): return s[s.index(a):s.index(b)]
-part = cut('typedef float act_t;', '__device__ __forceinline__ float h2f') + cut('// ldw reads element i', '// f32_to_f16') + \
-	cut('// rmsnorm_row: block blockIdx.x', '// m_rope: NeoX') + cut('// m_conv1d: out[t, c]', '// m_delta_gates:')
+k = sys.argv[1]
+def cut(f, a, b=None):
+	s = open(k + '/' + f).read()
+	i = s.index(a)
+	return s[i:s.index(b, i)] if b else s[i:]
+part = cut('common.cuh', 'typedef float act_t;', '__device__ __forceinline__ float h2f') + \
+	cut('common.cuh', '// ldw reads element i', '// split_bf16 writes') + \
+	cut('norm.cu', '// rmsnorm_row: block blockIdx.x') + cut('gdn.cu', '// m_conv1d: out[t, c]', '// m_delta_gates:')
 open(sys.argv[2], 'w').write(part.replace('extern "C" ', ''))
 P1
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/norm" "$d/norm.cpp"

@@ -1,0 +1,18 @@
+// rows.cu: row gathers of the op set (Backend in backend_ops.go): the
+// embedding lookup and GatherRows.
+
+// m_embed: out[t] = table[tokens[t]] (ids were checked on the host). grid n.
+extern "C" __global__ void m_embed(act_t *out, const void *table, int dt, const int *tokens, int H) {
+	KT_GRID_DEP();
+	int t = blockIdx.x;
+	long long src = (long long)tokens[t] * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, ldw(table, src + i, dt));
+}
+
+// m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
+extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *outrows, int first, int d) {
+	KT_GRID_DEP();
+	int j = blockIdx.x;
+	long long src = (long long)outrows[first + j] * d;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, (long long)j * d + i, ld_act(x, src + i));
+}
