@@ -187,57 +187,6 @@ func (s *Step) LiveRows(n int) int {
 	return n
 }
 
-// NumTokens is the number of rows in the step.
-func (s *Step) NumTokens() int { return len(s.Tokens) }
-
-// Validate checks the step's internal consistency against the backend
-// limits: row spans cover Tokens exactly, positions agree, pages cover
-// each sequence.
-func (s *Step) Validate(maxTokens, pageSize, numPages int) error {
-	n := len(s.Tokens)
-	if n == 0 || n > maxTokens {
-		return fmt.Errorf("step has %d tokens, want 1..%d", n, maxTokens)
-	}
-	if len(s.Pos) != n {
-		return fmt.Errorf("step has %d positions for %d tokens", len(s.Pos), n)
-	}
-	next := 0
-	for i, q := range s.Seqs {
-		if q.Start != next || q.Len < 1 || q.Start+q.Len > n {
-			return fmt.Errorf("step sequence %d spans rows [%d,%d), want start %d within %d rows", i, q.Start, q.Start+q.Len, next, n)
-		}
-		next = q.Start + q.Len
-		for j := 0; j < q.Len; j++ {
-			if int(s.Pos[q.Start+j]) != q.Pos+j {
-				return fmt.Errorf("step sequence %d row %d has position %d, want %d", i, q.Start+j, s.Pos[q.Start+j], q.Pos+j)
-			}
-		}
-		if pageSize > 0 {
-			need := (q.Pos + q.Len + pageSize - 1) / pageSize
-			if len(q.Pages) < need {
-				return fmt.Errorf("step sequence %d (slot %d) has %d KV pages, needs %d for %d tokens", i, q.Slot, len(q.Pages), need, q.Pos+q.Len)
-			}
-			for _, p := range q.Pages[:need] {
-				if p < 0 || int(p) >= numPages {
-					return fmt.Errorf("step sequence %d (slot %d) uses KV page %d outside [0,%d)", i, q.Slot, p, numPages)
-				}
-			}
-		}
-	}
-	if next != n {
-		return fmt.Errorf("step sequences cover %d of %d rows", next, n)
-	}
-	for _, r := range s.OutRows {
-		if r < 0 || int(r) >= n {
-			return fmt.Errorf("step output row %d outside [0,%d)", r, n)
-		}
-	}
-	if len(s.Draws) > 0 && len(s.Draws) != len(s.OutRows) {
-		return fmt.Errorf("step has %d draws for %d output rows", len(s.Draws), len(s.OutRows))
-	}
-	return nil
-}
-
 // Rope is a rotary-embedding configuration (NeoX rotate-half layout).
 type Rope struct {
 	HeadDim   int     // per-head width of the rotated tensor

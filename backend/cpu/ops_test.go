@@ -259,9 +259,6 @@ func TestAttentionPaged(t *testing.T) {
 					step.Pos = append(step.Pos, int32(s.hist+j))
 				}
 			}
-			if err := step.Validate(64, ps, pages); err != nil {
-				t.Fatal(err)
-			}
 			if err := b.SetStep(step); err != nil {
 				t.Fatal(err)
 			}

@@ -64,7 +64,7 @@ func BenchmarkBackendDecodeAttention(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := g.Write(q, p.randF32(c.B*qw, 1)); err != nil {
+		if err := g.write(q, p.randF32(c.B*qw, 1)); err != nil {
 			b.Fatal(err)
 		}
 		a := backend.Attn{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.d, Scale: float32(1 / math.Sqrt(float64(c.d)))}

@@ -54,7 +54,7 @@ type Backend struct {
 	attnAcc Buffer // float32 [rows, heads, splits, D]: split-K attention partials
 	attnML  Buffer // float32 [rows, heads, splits, 2]: their max and sum
 	// generalOnly keeps the general-shape kernels even where a fast
-	// variant fits (the benchmarks' before/after comparison).
+	// variant fits (tests and benchmarks compare the two).
 	generalOnly bool
 	// fp8Force names the FP8 MatMul kernel to use ("": picked by shape;
 	// tests set it to reach each kernel).
@@ -538,14 +538,14 @@ func (b *Backend) f32(x backend.Tensor, n int, what string) *Tensor {
 	return t
 }
 
-// wcode is a weight's dtype code for the kernels (model.cu WT_*).
-// Weight dtype codes of kernels/model.cu (WT_F32, WT_BF16, WT_F16).
+// Weight dtype codes of the kernels (common.cuh's WT_F32, WT_BF16, WT_F16).
 const (
 	wtF32 = iota
 	wtBF16
 	wtF16
 )
 
+// wcode is dt's weight dtype code, false for a dtype the kernels do not read.
 func wcode(dt tensor.DType) (int, bool) {
 	switch dt {
 	case tensor.F32:

@@ -112,7 +112,7 @@ func (p *opPair) act(t *testing.T, v []float32, shape ...int) (backend.Tensor, b
 		t.Fatal(err)
 	}
 	if v != nil {
-		if err := p.g.Write(g, v); err != nil {
+		if err := p.g.write(g, v); err != nil {
 			t.Fatal(err)
 		}
 		copy(c.(*cpu.Tensor).F32(), v)
@@ -220,7 +220,7 @@ func TestBackendOps(t *testing.T) {
 	p := newOpPair(t)
 	const maxT = 256
 	p.setStep(t, stepMixed)
-	n := stepMixed.NumTokens()
+	n := len(stepMixed.Tokens)
 
 	t.Run("Embed", func(t *testing.T) {
 		const V, H = 1000, 2048
@@ -472,7 +472,7 @@ func TestBackendOps(t *testing.T) {
 			// then take the split-K path with many splits (1 row: 128).
 			for _, st := range []*backend.Step{stepFill, stepMixed, stepLong, stepDecode, stepDecode1} {
 				p.setStep(t, st)
-				m := st.NumTokens()
+				m := len(st.Tokens)
 				gq, cq := p.act(t, p.randF32(m*qw, 1), m, qw)
 				gk, ck := p.act(t, p.randF32(m*kw, 1), m, kw)
 				gv, cv := p.act(t, p.randF32(m*kw, 1), m, kw)
@@ -567,7 +567,7 @@ func TestBackendOps(t *testing.T) {
 				t.Fatal(err)
 			}
 			got[3] = -1
-			if err := p.g.Write(gi, got); err != nil {
+			if err := p.g.write(gi, got); err != nil {
 				t.Fatal(err)
 			}
 			gout, cout := p.act(t, nil, maxT, H)
@@ -613,7 +613,7 @@ func TestBackendOps(t *testing.T) {
 			label := fmt.Sprintf("Hk=%d Hv=%d Dk=%d Dv=%d", d.KHeads, d.VHeads, d.KDim, d.VDim)
 			for si, st := range []*backend.Step{stepFill, stepMixed} {
 				p.setStep(t, st)
-				m := st.NumTokens()
+				m := len(st.Tokens)
 				for layer := 0; layer < sh.Layers; layer++ {
 					where := fmt.Sprintf("%s step %d layer %d", label, si, layer)
 					gx, cx := p.act(t, p.randF32(m*ch, 1), m, ch)
@@ -634,7 +634,7 @@ func TestBackendOps(t *testing.T) {
 					// compared alone
 					for _, w := range [][2]backend.Tensor{{gc, cc}, {gg, cg}, {gbeta, cbeta}} {
 						n := m * w[1].Shape()[1]
-						if err := p.g.Write(w[0], w[1].(*cpu.Tensor).F32()[:n]); err != nil {
+						if err := p.g.write(w[0], w[1].(*cpu.Tensor).F32()[:n]); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -743,10 +743,10 @@ func newDecodeLayer(t testing.TB, p *opPair, c layerShape) *decodeLayer {
 	if err := g.SetStep(fill); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Write(L.x, p.randF32(rows*c.H, 1)); err != nil {
+	if err := g.write(L.x, p.randF32(rows*c.H, 1)); err != nil {
 		t.Fatal(err)
 	}
-	n := fill.NumTokens()
+	n := len(fill.Tokens)
 	g.RMSNorm(L.h, L.x, L.norm, 1e-6, n)
 	g.MatMul(L.k, L.h, L.wk, n)
 	g.MatMul(L.v, L.h, L.wv, n)
@@ -814,7 +814,7 @@ func TestBackendGraphDecode(t *testing.T) {
 		if err := g.SetStep(L.step(i)); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Write(L.x, in); err != nil {
+		if err := g.write(L.x, in); err != nil {
 			t.Fatal(err)
 		}
 		L.run()
@@ -822,7 +822,7 @@ func TestBackendGraphDecode(t *testing.T) {
 		if err := g.Read(eager, L.x, L.B); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Write(L.x, in); err != nil {
+		if err := g.write(L.x, in); err != nil {
 			t.Fatal(err)
 		}
 		g.Replay(graph)

@@ -23,7 +23,7 @@ type linearState struct {
 // state in the chunked form the CPU backend keeps (cpu.DeltaState): the
 // recurrent state at the last chunk boundary S [Hv, Dk, Dv], then the open
 // chunk's normalised keys K [64, Hk, Dk], corrected values U [64, Hv, Dv]
-// and cumulative log decays G [64, Hv]. kernels/model.cu (m_gdn_chunk)
+// and cumulative log decays G [64, Hv]. kernels/gdn.cu (m_gdn_chunk)
 // computes the same layout.
 func deltaLayerLen(d backend.DeltaShape) int64 {
 	c := int64(backend.DeltaChunkSize)

@@ -609,7 +609,7 @@ func (b *Backend) Read(dst []float32, t backend.Tensor, rows int) error {
 }
 
 // ReadI32 copies the first n elements of an I32 tensor to host memory
-// (tests and debugging).
+// (the hybrid step's routed expert ids).
 func (b *Backend) ReadI32(dst []int32, t backend.Tensor, n int) error {
 	ct := b.t(t, "ReadI32")
 	if ct == nil || !b.ok() {
@@ -622,31 +622,6 @@ func (b *Backend) ReadI32(dst []int32, t backend.Tensor, n int) error {
 		return err
 	}
 	return Download(b.d, dst[:n], ct.buf)
-}
-
-// Write copies host values into the first elements of an F32 or I32
-// tensor (tests; a decode loop would write through pinned staging).
-func (b *Backend) Write(t backend.Tensor, src any) error {
-	ct := b.t(t, "Write")
-	if ct == nil {
-		return b.Sync()
-	}
-	if err := b.s.Synchronize(); err != nil {
-		return err
-	}
-	switch v := src.(type) {
-	case []float32:
-		if ct.dt != tensor.F32 || len(v) > ct.n {
-			return fmt.Errorf("cuda: Write: %d floats into %s", len(v), ct.label())
-		}
-		return Upload(b.d, ct.buf, v)
-	case []int32:
-		if ct.dt != tensor.I32 || len(v) > ct.n {
-			return fmt.Errorf("cuda: Write: %d int32s into %s", len(v), ct.label())
-		}
-		return Upload(b.d, ct.buf, v)
-	}
-	return fmt.Errorf("cuda: Write: unsupported source %T", src)
 }
 
 func grid3(x, y, z int) dim3 { return dim3{uint32(x), uint32(y), uint32(z)} }

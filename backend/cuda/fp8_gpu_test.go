@@ -167,7 +167,7 @@ func TestFP8MoE(t *testing.T) {
 		gw, cw := p.act(t, wts, c.n, c.k)
 		gi, ci := p.ids(t, c.n, c.k)
 		copy(ci.(*cpu.Tensor).I32(), ids)
-		if err := p.g.Write(gi, ids); err != nil {
+		if err := p.g.write(gi, ids); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []int{c.n, 1} {

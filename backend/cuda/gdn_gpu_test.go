@@ -161,7 +161,7 @@ func BenchmarkGatedDeltaRule(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := g.Write(x, v); err != nil {
+			if err := g.write(x, v); err != nil {
 				b.Fatal(err)
 			}
 			return x.(*Tensor)

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -106,9 +107,6 @@ func randBF16(rng *rand.Rand, n int, scale float64) []uint16 {
 
 func bf(x uint16) float64 { return float64(tensor.BF16ToF32(x)) }
 
-// rb rounds to bf16 precision, as a bf16 tensor op stores its result.
-func rb(x float64) float64 { return float64(tensor.BF16ToF32(tensor.F32ToBF16(float32(x)))) }
-
 func bfSlice(x []uint16) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {
@@ -194,9 +192,34 @@ func devTensor(tb testing.TB, g *Backend, dt tensor.DType, v []float32, rows, co
 		tb.Fatal(err)
 	}
 	if v != nil {
-		if err := g.Write(x, v); err != nil {
+		if err := g.write(x, v); err != nil {
 			tb.Fatal(err)
 		}
 	}
 	return x
+}
+
+// write copies host values into the first elements of an F32 or I32
+// tensor.
+func (b *Backend) write(t backend.Tensor, src any) error {
+	ct := b.t(t, "write")
+	if ct == nil {
+		return b.Sync()
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return err
+	}
+	switch v := src.(type) {
+	case []float32:
+		if ct.dt != tensor.F32 || len(v) > ct.n {
+			return fmt.Errorf("cuda: write: %d floats into %s", len(v), ct.label())
+		}
+		return Upload(b.d, ct.buf, v)
+	case []int32:
+		if ct.dt != tensor.I32 || len(v) > ct.n {
+			return fmt.Errorf("cuda: write: %d int32s into %s", len(v), ct.label())
+		}
+		return Upload(b.d, ct.buf, v)
+	}
+	return fmt.Errorf("cuda: write: unsupported source %T", src)
 }

@@ -21,7 +21,7 @@ func TestMoETableRefresh(t *testing.T) {
 	p := newOpPair(t)
 	const E, H, I, k, maxT = 8, 256, 128, 2, 64
 	p.setStep(t, stepMixed)
-	n := stepMixed.NumTokens()
+	n := len(stepMixed.Tokens)
 	if err := p.g.ReserveMoE(maxT*k, E, H, I); err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func newMoEDecode(tb testing.TB, c moeDecodeCase, B, routings int) *moeDecode {
 	for i := range xv {
 		xv[i] = float32(rng.NormFloat64())
 	}
-	if err := g.Write(m.x, xv); err != nil {
+	if err := g.write(m.x, xv); err != nil {
 		tb.Fatal(err)
 	}
 	var total float64
@@ -98,10 +98,10 @@ func newMoEDecode(tb testing.TB, c moeDecodeCase, B, routings int) *moeDecode {
 		}
 		total += float64(len(used)) * 3 * float64(c.H) * float64(c.I) * 2
 		it, wt := alloc(tensor.I32, c.k), alloc(tensor.F32, c.k)
-		if err := g.Write(it, ids); err != nil {
+		if err := g.write(it, ids); err != nil {
 			tb.Fatal(err)
 		}
-		if err := g.Write(wt, wts); err != nil {
+		if err := g.write(wt, wts); err != nil {
 			tb.Fatal(err)
 		}
 		m.ids, m.wts = append(m.ids, it), append(m.wts, wt)

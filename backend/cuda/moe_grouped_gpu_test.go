@@ -64,7 +64,7 @@ func TestMoEGrouped(t *testing.T) {
 				ids[i] = int32(tc.expert(i/k, i%k))
 			}
 			gi, ci := p.ids(t, tc.n, k)
-			if err := p.g.Write(gi, ids); err != nil {
+			if err := p.g.write(gi, ids); err != nil {
 				t.Fatal(err)
 			}
 			copy(ci.(*cpu.Tensor).I32(), ids)

@@ -134,7 +134,7 @@ func newQ35(b *testing.B) *q35 {
 	if err := g.SetStep(testStep([3]int{0, q35Pos, 1})); err != nil {
 		b.Fatal(err)
 	}
-	if err := g.Write(L.x, p.randF32(q35H, 1)); err != nil {
+	if err := g.write(L.x, p.randF32(q35H, 1)); err != nil {
 		b.Fatal(err)
 	}
 	return L

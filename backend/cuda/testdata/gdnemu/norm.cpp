@@ -1,4 +1,4 @@
-// Host emulation of kernels/model.cu's one-pass norms (m_rmsnorm_vec,
+// Host emulation of kernels/norm.cu's one-pass norms (m_rmsnorm_vec,
 // m_rmsnorm_warp, m_gated_rmsnorm_warp) against the general m_rmsnorm and
 // m_gated_rmsnorm (within 1e-6 relative: the sums add in another order),
 // of m_add_rmsnorm(_vec) against the add then m_rmsnorm(_vec) (bit for bit),

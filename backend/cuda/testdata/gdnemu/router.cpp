@@ -1,4 +1,4 @@
-// Host emulation of kernels/model.cu's m_router_topk_warp (a warp per row)
+// Host emulation of kernels/router.cu's m_router_topk_warp (a warp per row)
 // and m_router_topk_reg (the row in registers, E <= 256): ids must equal a
 // sequential scan (the k largest, ties to the lower id), weights match the
 // CPU's softmax within 4e-6 relative (k = 32 sums the renormalisation in
