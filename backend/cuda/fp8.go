@@ -37,10 +37,10 @@ import (
 // measurements.
 //
 // Routed experts stay FP8 too: the MoE op runs fp8_moe_gateup and
-// fp8_moe_down over them, each element f32(e4m3) * scale as on the CPU. (A
-// one-time bf16 dequantisation would round every weight to 8 bits:
-// qwen3moe-fp8-a moves by up to 3.0 in logprob so, on the CPU too when its
-// experts are rounded the same way.)
+// fp8_moe_down over them, each element f32(e4m3) * scale as on the CPU.
+// (Dequantising them once to bf16 would round every weight to 8 bits,
+// which moves qwen3moe-fp8-a by up to 3.0 in logprob, on the CPU too when
+// its experts are rounded the same way.)
 
 // fp8GemvRows is the most activation rows fp8_gemv takes.
 const fp8GemvRows = 8
