@@ -138,9 +138,6 @@ func (t *Tensor) DType() tensor.DType { return t.dt }
 // Shape implements backend.Tensor.
 func (t *Tensor) Shape() []int { return t.shape }
 
-// Buffer returns the tensor's device memory.
-func (t *Tensor) Buffer() Buffer { return t.buf }
-
 // arg describes t to the shared argument checks.
 func (t *Tensor) arg() backend.Arg {
 	a := backend.Arg{Name: t.name, DType: t.dt, Shape: t.shape, Len: t.n}
