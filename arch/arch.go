@@ -1,7 +1,7 @@
 // Package arch chooses a model definition for a Hugging Face checkpoint
 // directory by the "architectures" field of its config.json. Architectures
-// register a loader from an init function (models/qwen3moe, ...); import
-// models/all to get every one.
+// register a loader from an init function (arch/qwen3moe, ...); import
+// arch/all to get every one.
 package arch
 
 import (

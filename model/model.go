@@ -118,7 +118,7 @@ type Runner interface {
 
 // As finds the first runner along r's wrapping chain (r, then what its
 // Unwrap() Runner method returns, and so on) that is a T, so that a wrapper
-// (models.Load's, which also closes the backend) hides none of the optional
+// (arch.Load's, which also closes the backend) hides none of the optional
 // interfaces of the runner it wraps.
 func As[T any](r Runner) (T, bool) {
 	for r != nil {

@@ -50,7 +50,7 @@ func greedyLogprobs(t *testing.T, tr testRunner, prompt []int32, steps int) [][]
 
 // hybridTol bounds |logprob(hybrid) - logprob(all on the CPU)|: the GPU's
 // ops (split-bf16 GEMMs, other summation orders) differ from the CPU
-// backend's by up to ~5e-3 on the fixtures (docs/notes/cudamodel.md); the
+// backend's by up to ~5e-3 on the fixtures; the
 // routed experts are the same engine either way.
 const hybridTol = 5e-3
 

@@ -12,7 +12,7 @@ import (
 
 // loraGPUTol bounds |logit difference| against the float32 transformers
 // reference on the GPU: its split-bf16 GEMMs and summation orders differ
-// from the CPU backend's (docs/notes/cudamodel.md).
+// from the CPU backend's.
 const loraGPUTol = 2e-2
 
 // TestNonExpertLoRAOnGPU is TestNonExpertLoRAMatchesReference with the

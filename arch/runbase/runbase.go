@@ -1,4 +1,4 @@
-// Package runbase is the plumbing every model runner in models/ shares:
+// Package runbase is the plumbing every model runner in arch/ shares:
 // opening the checkpoint and the backend, fetching weights with their shape
 // checked, the KV page pool and its reservations, laying out a model.Batch
 // as a backend.Step (with the checks that keep a bad batch an error), and

@@ -33,8 +33,7 @@ import (
 // cuBLASLt's block-scaled FP8 GEMM is not used: it needs the activations
 // quantised to FP8 too (1x128 blocks), an error of up to 2^-4 relative per
 // activation, where these kernels keep about 16 bits of them (the CPU
-// backend, the reference, keeps all 24). docs/notes/fp8.md has the
-// measurements.
+// backend, the reference, keeps all 24).
 //
 // Routed experts stay FP8 too: the MoE op runs fp8_moe_gateup and
 // fp8_moe_down over them, each element f32(e4m3) * scale as on the CPU.

@@ -142,7 +142,7 @@ type moeRecord struct {
 	XTorchMax float64 `json:"xtorch_max,omitempty"`
 	// XBF16 is, for another method than AMXBF16 measured in the same
 	// rounds, the median over the rounds of AMXBF16's time ÷ this method's
-	// time in that round (the issue's AMXINT8 ÷ AMXBF16); XBF16Min/Max
+	// time in that round (AMXINT8 ÷ AMXBF16, say); XBF16Min/Max
 	// their range.
 	XBF16    float64 `json:"x_amxbf16,omitempty"`
 	XBF16Min float64 `json:"x_amxbf16_min,omitempty"`

@@ -204,7 +204,7 @@ func loadServedModel(cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, 
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
 	if !cfg.DisableRadixCache {
 		// hybrid models: recurrent-state snapshots the prefix cache keeps
-		// (plus one rolling state per slot); docs/notes/prefix.md
+		// (plus one rolling state per slot)
 		opts.PrefixSnapshots = min(sz.maxRunning, 8)
 	}
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {

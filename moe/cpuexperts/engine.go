@@ -133,7 +133,7 @@ type Config struct {
 	// activations are bf16 or int8 (not with an expert LoRA), as
 	// KTransformers' AMX MoE stores them: the down phase writes and the merge
 	// reads half the bytes (268 MB -> 134 MB for 4096 tokens of Qwen3-30B),
-	// for one more bf16 rounding of each expert's output (docs/notes/cpuexperts.md).
+	// for one more bf16 rounding of each expert's output.
 	SlotOutputsF32 bool
 	// IntermediateF32 keeps the int8 methods' h = silu(gate·x)·(up·x) in f32
 	// until it is quantized for the down projection. By default it is

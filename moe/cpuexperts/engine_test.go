@@ -61,7 +61,7 @@ func (c sourceCache) get(m Method, spec LayerSpec) *RandomSource {
 }
 
 // maxErr is the relative error each method must stay under against the f32
-// reference (measured values are in docs/notes/cpuexperts.md).
+// reference.
 var maxErr = map[Method]float64{
 	BF16: 0.01, AMXBF16: 0.01, FP8: 0.01,
 	AMXINT8: 0.03, AMXINT4: 0.30, INT4KGroup: 0.22,

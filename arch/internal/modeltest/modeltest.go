@@ -1,4 +1,4 @@
-// Package modeltest holds the checks every model definition in models/
+// Package modeltest holds the checks every model definition in arch/
 // runs in its tests: logprobs against the transformers reference fixtures
 // (testdata/models), bit-identical chunked prefill and mixed batches,
 // rejection of malformed batches and checkpoints, and the CPU expert engine
