@@ -60,7 +60,8 @@ func Windows(ids []int32, ctx int) [][]int32 {
 }
 
 // Score runs every window of ids through r and returns the text's mean
-// NLL and perplexity. r must hold Ctx tokens in one slot.
+// NLL and perplexity. r must hold Ctx+1 tokens in one slot (the engine
+// reserves room for one output token).
 func Score(r model.Runner, ids []int32, o Options) (Result, error) {
 	if o.Ctx < 2 {
 		return Result{}, fmt.Errorf("perplexity: window of %d tokens: need at least 2", o.Ctx)

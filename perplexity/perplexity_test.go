@@ -15,7 +15,7 @@ import (
 
 func load(t *testing.T, dir, experts string) model.Runner {
 	t.Helper()
-	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 512, MaxBatchTokens: 256, Threads: 2, Device: "cpu",
+	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 512 + 16, MaxBatchTokens: 256, Threads: 2, Device: "cpu",
 		Experts: experts, ExpertThreads: 2, ExpertPools: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestExpertEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 512, MaxBatchTokens: 256, Threads: 2, Device: "cpu",
+	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 512 + 16, MaxBatchTokens: 256, Threads: 2, Device: "cpu",
 		Experts: "BF16", ExpertWeightPath: dir, ExpertThreads: 2, ExpertPools: 1})
 	if err != nil {
 		t.Skipf("CPU expert engine unavailable here: %v", err)

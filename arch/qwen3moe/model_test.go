@@ -8,7 +8,7 @@ import (
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
-var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3moe-fp8-a", "qwen3moe-fp8-b"}
+var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen3moe-trained"}
 
 var fixtureDir = modeltest.FixtureDir
 

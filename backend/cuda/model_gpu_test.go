@@ -35,7 +35,9 @@ const modelTol = 5e-3
 
 var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b",
 	// block-scaled FP8 checkpoints: FP8 MatMul weights and FP8 MoE experts
-	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8"}
+	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8",
+	// trained on real text (tools/train/train_moe.py)
+	"qwen3moe-trained"}
 
 var fixtureDir = testfixtures.Dir
 

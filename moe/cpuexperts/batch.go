@@ -51,7 +51,7 @@ type Batch struct {
 	// *Release (a release store) as soon as the task ends, its outputs
 	// complete or the task failed, before its completion is counted and
 	// any Sync returns. A GPU stream waiting on that word of pinned host
-	// memory (cuda.Stream.WaitValue, cuda.Stream.WaitHost) goes on without
+	// memory (cuda.Stream.WaitHost) goes on without
 	// a round trip through the caller. Forward ignores it.
 	Release      *uint32
 	ReleaseValue uint32
