@@ -220,68 +220,15 @@ func DetectFeatures() Features {
 // NewEngine validates cfg, starts the pools and allocates the scratch.
 func NewEngine(cfg Config) (*Engine, error) {
 	feat := DetectFeatures()
-	var bits int
-	var err error
-	if cfg.amxEmu {
-		bits, err = feat.emuBits(cfg.ISA)
-	} else {
-		bits, err = feat.bits(cfg.ISA)
-	}
+	bits, err := cfg.validate(feat)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ISA == ISAAuto || cfg.ISA == "" {
-		cfg.ISA = ISAAuto
-	}
-	if cfg.Pools == 0 {
-		cfg.Pools = 1
-	}
-	if cfg.Pools < 1 || cfg.Pools > 8 {
-		return nil, fmt.Errorf("threadpool count %d outside 1..8", cfg.Pools)
-	}
-	if cfg.NUMANodes == nil {
-		for p := 0; p < cfg.Pools; p++ {
-			cfg.NUMANodes = append(cfg.NUMANodes, p)
-		}
-	}
-	if len(cfg.NUMANodes) != cfg.Pools {
-		return nil, fmt.Errorf("%d NUMA nodes given for %d thread pools: --kt-numa-nodes needs one node per pool", len(cfg.NUMANodes), cfg.Pools)
-	}
-	if cfg.MaxTokens < 1 || cfg.TopK < 1 || cfg.Experts < 1 || cfg.Hidden < 1 || cfg.Intermediate < 1 {
-		return nil, fmt.Errorf("engine shapes must be positive: max tokens %d, top-k %d, experts %d, hidden %d, intermediate %d",
-			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
-	}
-	if err := CheckShape("", cfg.Hidden, cfg.Intermediate, cfg.Pools); err != nil {
+	threads := cfg.poolThreads()
+	cpus, bind := readTopology("/sys", allowedCPUs()).plan(threads, cfg.NUMANodes)
+	cc, err := cfg.cConfig(threads, bind, bits)
+	if err != nil {
 		return nil, err
-	}
-	if int64(cfg.MaxTokens)*int64(cfg.TopK) > 1<<26 || cfg.Experts > 1<<16 || cfg.Hidden > 1<<16 || cfg.Intermediate > 1<<16 {
-		return nil, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
-			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
-	}
-	topo := readTopology("/sys", allowedCPUs())
-	if cfg.Threads == 0 {
-		cfg.Threads = defaultThreads()
-	}
-	if cfg.Threads < cfg.Pools {
-		return nil, fmt.Errorf("%d threads for %d pools: each pool needs at least one thread", cfg.Threads, cfg.Pools)
-	}
-	if cfg.Threads > 1024 {
-		return nil, fmt.Errorf("%d threads: at most 1024", cfg.Threads)
-	}
-	threads := make([]int, cfg.Pools)
-	for p := range threads {
-		threads[p] = cfg.Threads / cfg.Pools
-		if p < cfg.Threads%cfg.Pools {
-			threads[p]++
-		}
-	}
-	cpus, bind := topo.plan(threads, cfg.NUMANodes)
-
-	var cc C.kt_engine_config
-	cc.npools = C.int(cfg.Pools)
-	for p := 0; p < cfg.Pools; p++ {
-		cc.threads[p] = C.int(threads[p])
-		cc.node[p] = C.int(bind[p])
 	}
 	ccpus := (*C.int)(C.malloc(C.size_t(len(cpus)+1) * C.size_t(unsafe.Sizeof(C.int(0)))))
 	defer C.free(unsafe.Pointer(ccpus))
@@ -291,6 +238,101 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	cc.cpus = ccpus
 	cc.ncpus = C.int(len(cpus))
+	var msg [256]C.char
+	ce := C.kt_engine_new(&cc, &msg[0], C.int(len(msg)))
+	if ce == nil {
+		return nil, fmt.Errorf("cpu expert engine: %s", C.GoString(&msg[0]))
+	}
+	e := &Engine{c: ce, cfg: cfg, feat: feat, bits: int(C.kt_engine_isa(ce)), cpus: cpus, bind: bind}
+	for p := 0; p < cfg.Pools; p++ {
+		e.inter = append(e.inter, cfg.Intermediate/cfg.Pools)
+	}
+	return e, nil
+}
+
+// validate checks the configuration against the machine's features and
+// the engine's limits, fills in the pool defaults (one pool, pools on
+// NUMA nodes 0, 1, ...; all threads) and returns the kernel level bits.
+func (cfg *Config) validate(feat Features) (int, error) {
+	var bits int
+	var err error
+	if cfg.amxEmu {
+		bits, err = feat.emuBits(cfg.ISA)
+	} else {
+		bits, err = feat.bits(cfg.ISA)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cfg.ISA == ISAAuto || cfg.ISA == "" {
+		cfg.ISA = ISAAuto
+	}
+	if cfg.Pools == 0 {
+		cfg.Pools = 1
+	}
+	if cfg.Pools < 1 || cfg.Pools > 8 {
+		return 0, fmt.Errorf("threadpool count %d outside 1..8", cfg.Pools)
+	}
+	if cfg.NUMANodes == nil {
+		for p := 0; p < cfg.Pools; p++ {
+			cfg.NUMANodes = append(cfg.NUMANodes, p)
+		}
+	}
+	if len(cfg.NUMANodes) != cfg.Pools {
+		return 0, fmt.Errorf("%d NUMA nodes given for %d thread pools: --kt-numa-nodes needs one node per pool", len(cfg.NUMANodes), cfg.Pools)
+	}
+	if cfg.MaxTokens < 1 || cfg.TopK < 1 || cfg.Experts < 1 || cfg.Hidden < 1 || cfg.Intermediate < 1 {
+		return 0, fmt.Errorf("engine shapes must be positive: max tokens %d, top-k %d, experts %d, hidden %d, intermediate %d",
+			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
+	}
+	if err := CheckShape("", cfg.Hidden, cfg.Intermediate, cfg.Pools); err != nil {
+		return 0, err
+	}
+	if int64(cfg.MaxTokens)*int64(cfg.TopK) > 1<<26 || cfg.Experts > 1<<16 || cfg.Hidden > 1<<16 || cfg.Intermediate > 1<<16 {
+		return 0, fmt.Errorf("engine shapes too large: %d tokens x top-%d, %d experts, hidden %d, intermediate %d",
+			cfg.MaxTokens, cfg.TopK, cfg.Experts, cfg.Hidden, cfg.Intermediate)
+	}
+	if cfg.Threads == 0 {
+		cfg.Threads = defaultThreads()
+	}
+	if cfg.Threads < cfg.Pools {
+		return 0, fmt.Errorf("%d threads for %d pools: each pool needs at least one thread", cfg.Threads, cfg.Pools)
+	}
+	if cfg.Threads > 1024 {
+		return 0, fmt.Errorf("%d threads: at most 1024", cfg.Threads)
+	}
+	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
+		return 0, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
+	}
+	if cfg.AMXTileT1 < -1 || cfg.AMXTileT1 > 3 {
+		return 0, fmt.Errorf("cpu expert engine: AMXTileT1 %d: want -1 (none), 0 (default), 1 (A), 2 (B) or 3 (both)", cfg.AMXTileT1)
+	}
+	return bits, nil
+}
+
+// poolThreads splits the threads over the pools, the first pools taking
+// one more where they do not divide.
+func (cfg *Config) poolThreads() []int {
+	threads := make([]int, cfg.Pools)
+	for p := range threads {
+		threads[p] = cfg.Threads / cfg.Pools
+		if p < cfg.Threads%cfg.Pools {
+			threads[p]++
+		}
+	}
+	return threads
+}
+
+// cConfig is the C engine's configuration: the pools' threads and NUMA
+// nodes, the kernel level bits and the tuning fields, their defaults
+// filled in (the CPU list is set by the caller, which owns its memory).
+func (cfg *Config) cConfig(threads, bind []int, bits int) (C.kt_engine_config, error) {
+	var cc C.kt_engine_config
+	cc.npools = C.int(cfg.Pools)
+	for p := 0; p < cfg.Pools; p++ {
+		cc.threads[p] = C.int(threads[p])
+		cc.node[p] = C.int(bind[p])
+	}
 	cc.isa = C.int(bits)
 	cc.max_tokens = C.int(cfg.MaxTokens)
 	cc.max_k = C.int(cfg.TopK)
@@ -310,12 +352,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.AMXPrefetch > 0 {
 		cc.amx_pf = C.int(cfg.AMXPrefetch)
-	}
-	if cfg.AMXPrefetchTiles < 0 || cfg.AMXPrefetchTiles > 3 {
-		return nil, fmt.Errorf("cpu expert engine: AMXPrefetchTiles %d: want 0-3 (1 = A, 2 = B, 3 = both)", cfg.AMXPrefetchTiles)
-	}
-	if cfg.AMXTileT1 < -1 || cfg.AMXTileT1 > 3 {
-		return nil, fmt.Errorf("cpu expert engine: AMXTileT1 %d: want -1 (none), 0 (default), 1 (A), 2 (B) or 3 (both)", cfg.AMXTileT1)
 	}
 	cc.amx_t1 = C.int(cfg.AMXTileT1)
 	if cfg.AMXPrefetchTiles == 0 {
@@ -368,16 +404,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	cc.nexp = C.int(cfg.Experts)
 	cc.hidden = C.int(cfg.Hidden)
 	cc.inter_p = C.int(cfg.Intermediate / cfg.Pools)
-	var msg [256]C.char
-	ce := C.kt_engine_new(&cc, &msg[0], C.int(len(msg)))
-	if ce == nil {
-		return nil, fmt.Errorf("cpu expert engine: %s", C.GoString(&msg[0]))
-	}
-	e := &Engine{c: ce, cfg: cfg, feat: feat, bits: int(C.kt_engine_isa(ce)), cpus: cpus, bind: bind}
-	for p := 0; p < cfg.Pools; p++ {
-		e.inter = append(e.inter, cfg.Intermediate/cfg.Pools)
-	}
-	return e, nil
+	return cc, nil
 }
 
 // defaultAMXKBlock is the default Config.AMXKBlock: no blocking. On the
