@@ -38,22 +38,28 @@ func newBenchCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "moe", "benchmark type")
-	for _, t := range benchTypes {
-		if t.flags != nil {
+	// in name order: a type may reuse a flag an earlier one defined
+	for _, n := range benchTypeNames() {
+		if t := benchTypes[n]; t.flags != nil {
 			t.flags(cmd)
 		}
 	}
 	return cmd
 }
 
-func benchTypeList() string {
+// benchTypeNames returns the bench types' names, sorted.
+func benchTypeNames() []string {
 	names := make([]string, 0, len(benchTypes))
 	for n := range benchTypes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	return names
+}
+
+func benchTypeList() string {
 	var b strings.Builder
-	for _, n := range names {
+	for _, n := range benchTypeNames() {
 		fmt.Fprintf(&b, "  %-10s %s\n", n, benchTypes[n].short)
 	}
 	return b.String()
