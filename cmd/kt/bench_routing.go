@@ -41,11 +41,15 @@ func init() {
 		short: "a model's expert routing on a text (--model-path, --data, --calib): per-layer skew, share of picks on GPU experts per placement strategy and ratio",
 		flags: func(cmd *cobra.Command) {
 			f := cmd.Flags()
-			if f.Lookup("model-path") == nil {
+			if fl := f.Lookup("model-path"); fl != nil {
+				fl.Usage += "; routing: the checkpoint directory"
+			} else {
 				f.StringArray("model-path", nil, "routing: the checkpoint directory")
 			}
-			if f.Lookup("json") == nil {
-				f.String("json", "", "routing: also write results as JSON to this file")
+			if fl := f.Lookup("json"); fl != nil {
+				fl.Usage += " (moe, routing; routing takes - for stdout)"
+			} else {
+				f.String("json", "", "routing: also write results as JSON to this file (- = stdout)")
 			}
 			o := &routingOpts
 			f.StringVar(&o.data, "data", "", "routing: UTF-8 text whose routing is measured")
