@@ -185,7 +185,7 @@ var (
 
 	// ExpertDistDir is where the expert-distribution recorder writes
 	// (SGLang's variable).
-	ExpertDistDir = String{Info{"SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR", "/tmp", "string", "directory of expert-distribution dumps", User}}
+	ExpertDistDir = String{Info{"SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR", "", "string", "directory of expert-distribution dumps (default: the system's temporary directory)", User}}
 
 	// TestdataModels is where the transformers fixtures are.
 	TestdataModels = String{Info{"KT_TESTDATA_MODELS", "", "string", "directory of the transformers fixtures (default testdata/models above go.mod)", Tests}}

@@ -244,7 +244,7 @@ func (l *Layer) load(src Source) error {
 	if err := l.allocPacked(); err != nil {
 		return err
 	}
-	return parallelExperts(l.spec.Experts, func(x int, buf *[]float32) error {
+	return ParallelExperts(l.spec.Experts, func(x int, buf *[]float32) error {
 		for p := Gate; p <= Down; p++ {
 			m, err := src.Matrix(x, p)
 			if err != nil {
@@ -314,9 +314,9 @@ func (m Matrix) ToF32(buf *[]float32) []float32 {
 	return f
 }
 
-// parallelExperts runs fn for every expert on GOMAXPROCS goroutines, each with
+// ParallelExperts runs fn for every expert on GOMAXPROCS goroutines, each with
 // its own conversion buffer, and returns the first error.
-func parallelExperts(n int, fn func(x int, buf *[]float32) error) error {
+func ParallelExperts(n int, fn func(x int, buf *[]float32) error) error {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -412,7 +412,7 @@ func (e *Engine) NewLayerQuant(spec LayerSpec, src QuantSource) (*Layer, error) 
 	if spec.Method == AMXINT4 {
 		bits = 4
 	}
-	err = parallelExperts(spec.Experts, func(x int, _ *[]float32) error {
+	err = ParallelExperts(spec.Experts, func(x int, _ *[]float32) error {
 		for pool := 0; pool < e.cfg.Pools; pool++ {
 			for p := Gate; p <= Down; p++ {
 				q, err := src.Quant(x, pool, p)

@@ -11,6 +11,7 @@ package expertdist
 
 import (
 	"fmt"
+	"github.com/ktserve/kt/internal/settings"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,10 +21,6 @@ import (
 
 	"github.com/ktserve/kt/internal/torchpt"
 )
-
-// DirEnv names the directory dumps go to (SGLang's variable); /tmp when
-// unset.
-const DirEnv = "SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR"
 
 // Recorder counts routed-expert picks per forward pass while recording is
 // on. Add and EndPass are called by the model's step (one goroutine);
@@ -66,7 +63,7 @@ func New(layers, experts, buffer int, dir string) (*Recorder, error) {
 		return nil, fmt.Errorf("expertdist: buffer of %d passes x %d layers x %d experts is over 2^28 counts", slots, layers, experts)
 	}
 	if dir == "" {
-		dir = os.Getenv(DirEnv)
+		dir = settings.ExpertDistDir.Get()
 	}
 	if dir == "" {
 		dir = os.TempDir()

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"unsafe"
 
 	"github.com/ktserve/kt/moe/cpuexperts"
@@ -149,7 +147,7 @@ func quantizeLayer(src cpuexperts.Source, spec cpuexperts.LayerSpec, pools, laye
 	for e0 := 0; e0 < spec.Experts; e0 += chunk {
 		n := min(chunk, spec.Experts-e0)
 		res := make([]result, n)
-		err := parallelExperts(n, func(i int, buf *[]float32) error {
+		err := cpuexperts.ParallelExperts(n, func(i int, buf *[]float32) error {
 			e := e0 + i
 			for p := cpuexperts.Gate; p <= cpuexperts.Down; p++ {
 				m, err := src.Matrix(e, p)
@@ -380,36 +378,4 @@ func CheckQuantShardLayout(path string, m cpuexperts.Method, pools, layer int, l
 			path, md["method"], md["threadpool_count"], have, m, pools, layout)
 	}
 	return true, nil
-}
-
-// parallelExperts runs fn for every expert on GOMAXPROCS goroutines, each with
-// its own conversion buffer, and returns the first error.
-func parallelExperts(n int, fn func(x int, buf *[]float32) error) error {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var buf []float32
-			for x := range next {
-				if err := fn(x, &buf); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for x := 0; x < n; x++ {
-		next <- x
-	}
-	close(next)
-	wg.Wait()
-	return first
 }
