@@ -11,6 +11,12 @@
 // Factors are kept as the file stores them, widened to float32 (exact for
 // bf16); the scaling s = lora_alpha / r (lora_alpha / sqrt(r) when the
 // config sets use_rslora) is applied at run time: y = W x + s·B(A x).
+//
+// Load refuses, naming the cause, adapters that would make every request
+// fail or that kt would serve wrongly: a NaN or infinite factor element, a
+// scaling outside (0, MaxScale], and PEFT features kt does not implement
+// (use_dora, rank_pattern, alpha_pattern and the others unsupportedFields
+// lists) rather than ignoring them.
 package lora
 
 import (
