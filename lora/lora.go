@@ -168,7 +168,7 @@ func Load(name, dir string, part Part) (*Adapter, error) {
 		n, isNum := v.(json.Number)
 		f, err := n.Float64()
 		if !isNum || err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
-			return nil, fmt.Errorf("lora adapter %s: %s: lora_alpha %v is not a finite number", dir, cfgPath, v)
+			return nil, fmt.Errorf("lora adapter %s: %s: lora_alpha %s is not a finite positive number", dir, cfgPath, brief(v))
 		}
 		a.Alpha = f
 	}
