@@ -11,6 +11,12 @@
 // Factors are kept as the file stores them, widened to float32 (exact for
 // bf16); the scaling s = lora_alpha / r (lora_alpha / sqrt(r) when the
 // config sets use_rslora) is applied at run time: y = W x + s·B(A x).
+//
+// Load refuses, naming the cause, adapters that would make every request
+// fail or that kt would serve wrongly: a NaN or infinite factor element, a
+// scaling outside (0, MaxScale], and PEFT features kt does not implement
+// (use_dora, rank_pattern, alpha_pattern and the others unsupportedFields
+// lists) rather than ignoring them.
 package lora
 
 import (
@@ -88,7 +94,60 @@ func (a *Adapter) NonExpertModules() int { return len(a.modules) }
 // HasExperts reports whether the adapter has expert LoRA tensors.
 func (a *Adapter) HasExperts() bool { return len(a.expert) > 0 || len(a.Experts) > 0 }
 
-// Load reads DIR/adapter_config.json and DIR/adapter_model.safetensors.
+// MaxScale bounds the LoRA scaling lora_alpha / r an adapter may have: real
+// adapters use 0.25 to 16, and a scaling far beyond makes every activation
+// of the adapted modules overflow.
+const MaxScale = 1e4
+
+// unsupportedFields are adapter_config.json fields that change what the
+// adapter computes in ways kt does not implement; an adapter that sets one
+// is refused rather than served wrongly.
+var unsupportedFields = []struct{ field, why string }{
+	{"use_dora", "DoRA (weight-decomposed LoRA) is not implemented by kt"},
+	{"rank_pattern", "per-module LoRA ranks are not implemented by kt"},
+	{"alpha_pattern", "per-module lora_alpha is not implemented by kt"},
+	{"fan_in_fan_out", "transposed (Conv1D) LoRA factors are not implemented by kt"},
+	{"lora_bias", "a bias on lora_B is not implemented by kt"},
+	{"layer_replication", "replicated layers are not implemented by kt"},
+	{"modules_to_save", "fully trained modules are not applied by kt"},
+	{"target_parameters", "LoRA on parameters (not modules) is not implemented by kt"},
+	{"trainable_token_indices", "trainable token embeddings are not applied by kt"},
+}
+
+// inUse reports whether a config value turns a feature on: anything but
+// null, false, "", [] and {}.
+func inUse(v any) bool {
+	switch t := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return t
+	case string:
+		return t != ""
+	case []any:
+		return len(t) > 0
+	case map[string]any:
+		return len(t) > 0
+	}
+	return true
+}
+
+// brief renders a config value for an error message, at most 80 bytes.
+func brief(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	if len(b) > 80 {
+		return string(b[:77]) + "..."
+	}
+	return string(b)
+}
+
+// Load reads DIR/adapter_config.json and DIR/adapter_model.safetensors. It
+// refuses adapters kt would serve wrongly: a scaling outside (0, MaxScale],
+// config fields that change the computation in ways kt does not implement,
+// and factors with a NaN or infinite value.
 func Load(name, dir string, part Part) (*Adapter, error) {
 	cfgPath := filepath.Join(dir, peft.ConfigFile)
 	cfg, err := peft.ReadConfig(cfgPath)
@@ -109,18 +168,26 @@ func Load(name, dir string, part Part) (*Adapter, error) {
 		n, isNum := v.(json.Number)
 		f, err := n.Float64()
 		if !isNum || err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
-			return nil, fmt.Errorf("lora adapter %s: %s: lora_alpha %v is not a finite number", dir, cfgPath, v)
+			return nil, fmt.Errorf("lora adapter %s: %s: lora_alpha %s is not a finite positive number", dir, cfgPath, brief(v))
 		}
 		a.Alpha = f
 	}
+	scale := a.Alpha / float64(a.Rank)
 	if v, ok := cfg.Get("use_rslora"); ok && v == true {
 		a.RSLoRA = true
-		a.Scale = float32(a.Alpha / math.Sqrt(float64(a.Rank)))
-	} else {
-		a.Scale = float32(a.Alpha / float64(a.Rank))
+		scale = a.Alpha / math.Sqrt(float64(a.Rank))
 	}
+	if !(float32(scale) > 0 && scale <= MaxScale) {
+		return nil, fmt.Errorf("lora adapter %s: %s: scaling %g (lora_alpha %g, r %d) is outside (0, %g]; such an adapter overflows every activation", dir, cfgPath, scale, a.Alpha, a.Rank, float64(MaxScale))
+	}
+	a.Scale = float32(scale)
 	if v, ok := cfg.Get("bias"); ok && v != "none" && v != nil {
 		return nil, fmt.Errorf("lora adapter %s: %s: bias %q is not supported (want none)", dir, cfgPath, v)
+	}
+	for _, u := range unsupportedFields {
+		if v, ok := cfg.Get(u.field); ok && inUse(v) {
+			return nil, fmt.Errorf("lora adapter %s: %s: %s is set (%s): %s", dir, cfgPath, u.field, brief(v), u.why)
+		}
 	}
 	path := filepath.Join(dir, peft.ModelFile)
 	f, err := safetensors.Open(path)
@@ -175,6 +242,11 @@ func (a *Adapter) add(f *safetensors.File, ti safetensors.TensorInfo, key string
 	v, err := t.ToF32()
 	if err != nil {
 		return fmt.Errorf("tensor %s: %w", key, err)
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("tensor %s: element %d is %v; LoRA factors must be finite", key, i, x)
+		}
 	}
 	m := Matrix{Name: key, DType: ti.DType, Rows: int(ti.Shape[0]), Cols: int(ti.Shape[1]), Data: v}
 	if peft.IsExpertKey(peft.CleanKey(key)) {

@@ -20,6 +20,8 @@ type fac struct {
 	dt         tensor.DType
 	rows, cols int64
 	shape      []int64 // overrides [rows, cols] when set
+	bad        float32 // when not 0, element badAt holds bad instead
+	badAt      int
 }
 
 // val is the value a test tensor holds at element i (exact in bf16 and f16).
@@ -61,6 +63,17 @@ func f16(v float32) uint16 {
 	return sign | uint16(e)<<10 | uint16((b&0x7fffff)>>13)
 }
 
+// f16Special encodes NaN and ±Inf in half precision.
+func f16Special(v float32) uint16 {
+	switch {
+	case math.IsNaN(float64(v)):
+		return 0x7e00
+	case v > 0:
+		return 0x7c00
+	}
+	return 0xfc00
+}
+
 // writeAdapter writes an adapter directory: config (raw JSON) and tensors.
 func writeAdapter(t testing.TB, config string, facs []fac) string {
 	t.Helper()
@@ -78,7 +91,18 @@ func writeAdapter(t testing.TB, config string, facs []fac) string {
 		for _, d := range shape {
 			n *= int(d)
 		}
-		ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: f.name, DType: f.dt, Shape: shape}, Data: encode(f.dt, f.name, n)})
+		data := encode(f.dt, f.name, n)
+		if f.bad != 0 {
+			switch f.dt {
+			case tensor.F32:
+				binary.LittleEndian.PutUint32(data[4*f.badAt:], math.Float32bits(f.bad))
+			case tensor.BF16:
+				binary.LittleEndian.PutUint16(data[2*f.badAt:], uint16(math.Float32bits(f.bad)>>16))
+			case tensor.F16:
+				binary.LittleEndian.PutUint16(data[2*f.badAt:], f16Special(f.bad))
+			}
+		}
+		ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: f.name, DType: f.dt, Shape: shape}, Data: data})
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, "adapter_model.safetensors"), ts, nil); err != nil {
 		t.Fatal(err)
@@ -253,8 +277,8 @@ func TestLoadRefusals(t *testing.T) {
 		{"r zero", `{"r": 0}`, q, Composite, "field r must be an integer in [1,4096]"},
 		{"r huge", `{"r": 5000}`, q, Composite, "field r must be an integer in [1,4096]"},
 		{"r string", `{"r": "2"}`, q, Composite, "field r must be an integer in [1,4096]"},
-		{"alpha string", `{"r": 2, "lora_alpha": "4"}`, q, Composite, "DIR/adapter_config.json: lora_alpha 4 is not a finite number"},
-		{"alpha negative", `{"r": 2, "lora_alpha": -1}`, q, Composite, "lora_alpha -1 is not a finite number"},
+		{"alpha string", `{"r": 2, "lora_alpha": "4"}`, q, Composite, `DIR/adapter_config.json: lora_alpha "4" is not a finite positive number`},
+		{"alpha negative", `{"r": 2, "lora_alpha": -1}`, q, Composite, "lora_alpha -1 is not a finite positive number"},
 		{"bias", `{"r": 2, "bias": "all"}`, q, Composite, `DIR/adapter_config.json: bias "all" is not supported (want none)`},
 		{"config JSON", `{"r": 2`, q, Composite, "lora adapter DIR: DIR/adapter_config.json: invalid JSON"},
 		{"dtype", cfgR2, []fac{{name: "model.layers.0.self_attn.q_proj.lora_A.weight", dt: tensor.F64, rows: 2, cols: hid}}, Composite,
@@ -311,6 +335,76 @@ func TestLoadRefusals(t *testing.T) {
 			t.Errorf("error %v", err)
 		}
 	})
+}
+
+// TestLoadRefusesUnsafe: adapters that would poison every request (non-finite
+// factors, an overflowing scaling) or that kt would serve wrongly (PEFT
+// features it does not implement) are refused at load, naming the cause.
+func TestLoadRefusesUnsafe(t *testing.T) {
+	poisoned := func(dt tensor.DType, factor int, bad float32, at int) []fac {
+		facs := qProj(dt, "base_model.model.")
+		facs[factor].bad, facs[factor].badAt = bad, at
+		return facs
+	}
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	q := qProj(tensor.F32, "")
+	for _, c := range []struct {
+		name   string
+		config string
+		facs   []fac
+		want   string // "DIR" stands for the adapter directory
+	}{
+		{"NaN f32", cfgR2, poisoned(tensor.F32, 0, nan, 3), "DIR/adapter_model.safetensors: tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight: element 3 is NaN; LoRA factors must be finite"},
+		{"NaN bf16", cfgR2, poisoned(tensor.BF16, 1, nan, 0), "tensor base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight: element 0 is NaN"},
+		{"+Inf f16", cfgR2, poisoned(tensor.F16, 1, inf, 15), "lora_B.weight: element 15 is +Inf"},
+		{"-Inf expert", cfgR2, append(q, func() []fac {
+			e := experts(0, 1, tensor.BF16)
+			e[4].bad, e[4].badAt = -inf, 7
+			return e
+		}()...), "tensor " + ktlora.ExpertKey(0, 0, ktlora.Kinds[4]) + ": element 7 is -Inf"},
+		{"alpha 1e308", `{"r": 2, "lora_alpha": 1e308}`, q, "DIR/adapter_config.json: scaling 5e+307 (lora_alpha 1e+308, r 2) is outside (0, 10000]"},
+		{"alpha rslora", `{"r": 4, "lora_alpha": 30000, "use_rslora": true}`, qProj4(), "scaling 15000 (lora_alpha 30000, r 4) is outside (0, 10000]"},
+		{"alpha tiny", `{"r": 2, "lora_alpha": 1e-320}`, q, "is outside (0, 10000]"},
+		{"alpha zero", `{"r": 2, "lora_alpha": 0}`, q, "DIR/adapter_config.json: lora_alpha 0 is not a finite positive number"},
+		{"alpha overflows", `{"r": 2, "lora_alpha": 1e999}`, q, "lora_alpha 1e999 is not a finite positive number"},
+		{"use_dora", `{"r": 2, "use_dora": true}`, q, "DIR/adapter_config.json: use_dora is set (true): DoRA (weight-decomposed LoRA) is not implemented by kt"},
+		{"rank_pattern", `{"r": 2, "rank_pattern": {"q_proj": 4}}`, q, `rank_pattern is set ({"q_proj":4}): per-module LoRA ranks are not implemented by kt`},
+		{"alpha_pattern", `{"r": 2, "alpha_pattern": {"q_proj": 32}}`, q, "alpha_pattern is set"},
+		{"fan_in_fan_out", `{"r": 2, "fan_in_fan_out": true}`, q, "fan_in_fan_out is set"},
+		{"lora_bias", `{"r": 2, "lora_bias": true}`, q, "lora_bias is set"},
+		{"layer_replication", `{"r": 2, "layer_replication": [[0, 1]]}`, q, "layer_replication is set"},
+		{"modules_to_save", `{"r": 2, "modules_to_save": ["lm_head"]}`, q, `modules_to_save is set (["lm_head"]): fully trained modules are not applied by kt`},
+		{"target_parameters", `{"r": 2, "target_parameters": ["mlp.experts.gate_up_proj"]}`, q, "target_parameters is set"},
+		{"trainable_token_indices", `{"r": 2, "trainable_token_indices": [5]}`, q, "trainable_token_indices is set"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeAdapter(t, c.config, c.facs)
+			_, err := Load("x", dir, Composite)
+			want := strings.ReplaceAll(c.want, "DIR", dir)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v\nwant %q", err, want)
+			}
+		})
+	}
+	// The fields PEFT writes with their defaults load.
+	defaults := `{"r": 2, "lora_alpha": 4, "use_dora": false, "rank_pattern": {}, "alpha_pattern": {}, "fan_in_fan_out": false,
+		"lora_bias": false, "layer_replication": null, "modules_to_save": null, "target_parameters": null,
+		"trainable_token_indices": null, "use_rslora": false, "loftq_config": {}, "megatron_config": null}`
+	if _, err := Load("x", writeAdapter(t, defaults, q), Composite); err != nil {
+		t.Errorf("PEFT defaults: %v", err)
+	}
+	if a, err := Load("x", writeAdapter(t, `{"r": 2, "lora_alpha": 20000}`, q), Composite); err != nil || a.Scale != MaxScale {
+		t.Errorf("scaling = MaxScale: %v", err)
+	}
+}
+
+// qProj4 is qProj with rank 4.
+func qProj4() []fac {
+	return []fac{
+		{name: "model.layers.0.self_attn.q_proj.lora_A.weight", dt: tensor.F32, rows: 4, cols: hid},
+		{name: "model.layers.0.self_attn.q_proj.lora_B.weight", dt: tensor.F32, rows: hid, cols: 4},
+	}
 }
 
 func TestModule(t *testing.T) {

@@ -36,7 +36,8 @@ type Options struct {
 	// LoraAlpha is used when the input has no adapter_config.json with a
 	// lora_alpha field; nil when not given.
 	LoraAlpha *float64
-	// Overwrite allows replacing non-empty output directories.
+	// Overwrite allows replacing non-empty output directories that an
+	// earlier conversion wrote (they hold MarkerFile).
 	Overwrite bool
 	// ExpertOutput and NonexpertOutput, when not empty, also receive the
 	// expert-only and non-expert-only halves of the merged adapter.
@@ -109,7 +110,11 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 			return nil, fmt.Errorf("%s directory: %w", outs[i].role, err)
 		}
 	}
-	if err := checkOutputs(in, outs, o.Overwrite); err != nil {
+	guarded, err := guardedDirs(o.BaseModel)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOutputs(in, outs, guarded, o.Overwrite); err != nil {
 		return nil, err
 	}
 

@@ -138,7 +138,7 @@ func TestMergedAndSplitAgree(t *testing.T) {
 				}
 			}
 			for _, f := range []struct{ dir, golden string }{{out, "merged"}, {ex, "expert"}, {nx, "nonexpert"}} {
-				if got := listDir(t, f.dir); !reflect.DeepEqual(got, []string{peft.ConfigFile, peft.ModelFile}) {
+				if got := listDir(t, f.dir); !reflect.DeepEqual(got, []string{MarkerFile, peft.ConfigFile, peft.ModelFile}) {
 					t.Errorf("%s holds %v", f.dir, got)
 				}
 				cfg, err := os.ReadFile(filepath.Join(f.dir, peft.ConfigFile))
@@ -244,18 +244,22 @@ func TestReferenceBehaviour(t *testing.T) {
 	})
 }
 
+// TestOverwriteReplaces: --overwrite replaces an output an earlier run
+// wrote (it holds MarkerFile), whatever was added to it since.
 func TestOverwriteReplaces(t *testing.T) {
 	in := synth(t, smallSpec())
 	out := filepath.Join(t.TempDir(), "out")
-	os.MkdirAll(out, 0o755)
+	if _, err := convert(t, Options{Input: in, Output: out, BaseModel: "b"}); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(filepath.Join(out, "existing.txt"), []byte("old"), 0o644)
 	if _, err := convert(t, Options{Input: in, Output: out, BaseModel: "b", Overwrite: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got := listDir(t, out); !reflect.DeepEqual(got, []string{peft.ConfigFile, peft.ModelFile}) {
+	if got := listDir(t, out); !reflect.DeepEqual(got, []string{MarkerFile, peft.ConfigFile, peft.ModelFile}) {
 		t.Errorf("after --overwrite OUT holds %v", got)
 	}
-	for _, f := range []string{peft.ConfigFile, peft.ModelFile} {
+	for _, f := range []string{MarkerFile, peft.ConfigFile, peft.ModelFile} {
 		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Mode().Perm() != 0o644 {
 			t.Errorf("%s: mode %v (%v), want 0644", f, fi.Mode(), err)
 		}
@@ -280,6 +284,7 @@ func TestFailedRunLeavesNothing(t *testing.T) {
 		root := t.TempDir()
 		out := filepath.Join(root, "out")
 		os.MkdirAll(out, 0o755)
+		os.WriteFile(filepath.Join(out, MarkerFile), []byte(markerText), 0o644)
 		os.WriteFile(filepath.Join(out, "keep.txt"), []byte("precious"), 0o644)
 		ctx, cancel := context.WithCancel(context.Background())
 		_, err := Convert(ctx, Options{Input: in, Output: out, BaseModel: "b", Overwrite: true,
@@ -296,7 +301,7 @@ func TestFailedRunLeavesNothing(t *testing.T) {
 		if got := listDir(t, root); !reflect.DeepEqual(got, []string{"out"}) {
 			t.Errorf("stop after %d: %s holds %v, want only the untouched out", stopAfter, root, got)
 		}
-		if got := listDir(t, out); !reflect.DeepEqual(got, []string{"keep.txt"}) {
+		if got := listDir(t, out); !reflect.DeepEqual(got, []string{MarkerFile, "keep.txt"}) {
 			t.Errorf("stop after %d: out holds %v", stopAfter, got)
 		}
 	}

@@ -64,12 +64,37 @@ type output struct {
 	path string // resolved
 }
 
+// MarkerFile is the file kt convert-adapter writes into every output
+// directory. Replacing a non-empty directory (--overwrite) is allowed only
+// when it holds this marker, so that a mistyped OUT can never delete a
+// directory kt did not write.
+const MarkerFile = ".kt-convert-adapter"
+
+// markerText is MarkerFile's content.
+const markerText = "written by kt convert-adapter; kt convert-adapter --overwrite may replace this directory\n"
+
+// protected is a directory no output may be or contain.
+type protected struct {
+	what string // "working directory", "base model directory"
+	path string // resolved
+}
+
 // checkOutputs applies the reference converter's refusals to the output
-// directories, plus nesting checks the atomic replace needs: every output
-// differs from, is not inside, and does not contain the input or another
-// output; an existing output is a directory, and empty unless overwrite.
-func checkOutputs(in string, outs []output, overwrite bool) error {
+// directories, plus the checks that keep a replace from destroying anything
+// else: every output differs from, is not inside, and does not contain the
+// input or another output; no output is or contains a guarded directory
+// (the working directory, a local base model); an existing output is a
+// directory, empty, or (with overwrite) one kt wrote, holding MarkerFile.
+func checkOutputs(in string, outs []output, guarded []protected, overwrite bool) error {
 	for i, o := range outs {
+		for _, g := range guarded {
+			switch {
+			case o.path == g.path:
+				return fmt.Errorf("%s %s: is the %s; refusing to write there", o.role, o.path, g.what)
+			case within(g.path, o.path):
+				return fmt.Errorf("%s %s: contains the %s %s; refusing to write there", o.role, o.path, g.what, g.path)
+			}
+		}
 		switch {
 		case o.path == in:
 			return fmt.Errorf("%s %s: must be different from the input directory", o.role, o.path)
@@ -101,7 +126,17 @@ func checkOutputs(in string, outs []output, overwrite bool) error {
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", o.role, o.path, err)
 		}
-		if !empty && !overwrite {
+		if empty {
+			continue
+		}
+		marked, err := hasMarker(o.path)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o.role, o.path, err)
+		}
+		switch {
+		case !marked:
+			return fmt.Errorf("%s %s: directory is not empty and has no %s marker, so kt convert-adapter did not write it; refusing to replace it (--overwrite replaces only kt convert-adapter's own outputs: remove it yourself or choose another directory)", o.role, o.path, MarkerFile)
+		case !overwrite:
 			return fmt.Errorf("%s %s: directory is not empty (pass --overwrite to replace it)", o.role, o.path)
 		}
 	}
@@ -119,4 +154,33 @@ func dirEmpty(dir string) (bool, error) {
 		return true, nil
 	}
 	return false, err
+}
+
+// hasMarker reports whether dir holds MarkerFile as a regular file.
+func hasMarker(dir string) (bool, error) {
+	fi, err := os.Lstat(filepath.Join(dir, MarkerFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return fi.Mode().IsRegular(), nil
+}
+
+// guardedDirs returns the directories no output may be or contain: the
+// working directory and, when baseModel names a local directory, the base
+// model's.
+func guardedDirs(baseModel string) ([]protected, error) {
+	cwd, err := resolvePath(".")
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	g := []protected{{what: "working directory", path: cwd}}
+	if bm, err := resolvePath(baseModel); err == nil {
+		if fi, err := os.Stat(bm); err == nil && fi.IsDir() {
+			g = append(g, protected{what: "base model directory", path: bm})
+		}
+	}
+	return g, nil
 }

@@ -181,6 +181,88 @@ func TestRefusals(t *testing.T) {
 			writeST(t, filepath.Join(e.in, peft.ModelFile), map[string][]int64{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": {4, 8}}, tensor.F32)
 			return Options{NonexpertOutput: filepath.Join(e.out, "nx")}
 		}, []string{"non-expert output $OUT/nx", "inside the output $OUT"}},
+		{"out_is_working_directory", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.root, "work"), 0o755)
+			t.Chdir(filepath.Join(e.root, "work"))
+			return Options{Output: ".", Overwrite: true}
+		}, []string{"output $ROOT/work: is the working directory"}},
+		{"out_contains_working_directory", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.root, "a", "b", "work"), 0o755)
+			t.Chdir(filepath.Join(e.root, "a", "b", "work"))
+			return Options{Output: "../..", Overwrite: true}
+		}, []string{"output $ROOT/a: contains the working directory $ROOT/a/b/work"}},
+		{"expert_out_contains_working_directory", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.root, "a", "work"), 0o755)
+			t.Chdir(filepath.Join(e.root, "a", "work"))
+			return Options{ExpertOutput: "..", Overwrite: true}
+		}, []string{"expert output $ROOT/a: contains the working directory"}},
+		{"out_contains_in_relative", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			t.Chdir(e.in)
+			return Options{Input: ".", Output: "..", Overwrite: true}
+		}, []string{"output $ROOT: contains the working directory $IN"}},
+		{"out_is_base_model", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			writeBaseDir(t, filepath.Join(e.root, "base"))
+			return Options{Output: filepath.Join(e.root, "base"), BaseModel: filepath.Join(e.root, "base"), Overwrite: true}
+		}, []string{"output $ROOT/base: is the base model directory"}},
+		{"out_contains_base_model", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			writeBaseDir(t, filepath.Join(e.root, "models", "base"))
+			return Options{Output: filepath.Join(e.root, "models"), BaseModel: filepath.Join(e.root, "models", "base") + "/", Overwrite: true}
+		}, []string{"output $ROOT/models: contains the base model directory $ROOT/models/base"}},
+		{"out_symlink_to_base_model", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			writeBaseDir(t, filepath.Join(e.root, "base"))
+			os.Symlink(filepath.Join(e.root, "base"), e.out)
+			return Options{BaseModel: filepath.Join(e.root, "base"), Overwrite: true}
+		}, []string{"output $ROOT/base: is the base model directory"}},
+		{"base_model_symlink_to_out", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			writeBaseDir(t, e.out)
+			os.Symlink(e.out, filepath.Join(e.root, "link"))
+			return Options{BaseModel: filepath.Join(e.root, "link"), Overwrite: true}
+		}, []string{"output $OUT: is the base model directory"}},
+		{"out_not_written_by_kt", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(e.out, 0o755)
+			os.WriteFile(filepath.Join(e.out, "existing.txt"), []byte("do not remove"), 0o644)
+			return Options{Overwrite: true}
+		}, []string{"output $OUT: directory is not empty and has no " + MarkerFile + " marker", "refusing to replace it"}},
+		{"out_hidden_file_only", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.out, ".git"), 0o755)
+			return Options{Overwrite: true}
+		}, []string{"output $OUT: directory is not empty and has no " + MarkerFile + " marker"}},
+		{"marker_not_a_file", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.out, MarkerFile), 0o755)
+			return Options{Overwrite: true}
+		}, []string{"output $OUT: directory is not empty and has no " + MarkerFile + " marker"}},
+		{"marker_symlink", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(filepath.Join(e.root, "real"), 0o755)
+			os.WriteFile(filepath.Join(e.root, "real", MarkerFile), []byte(markerText), 0o644)
+			os.MkdirAll(e.out, 0o755)
+			os.Symlink(filepath.Join(e.root, "real", MarkerFile), filepath.Join(e.out, MarkerFile))
+			return Options{Overwrite: true}
+		}, []string{"output $OUT: directory is not empty and has no " + MarkerFile + " marker"}},
+		{"nonexpert_out_not_written_by_kt", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			writeST(t, filepath.Join(e.in, peft.ModelFile), map[string][]int64{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": {4, 8}}, tensor.F32)
+			os.MkdirAll(filepath.Join(e.root, "nx"), 0o755)
+			os.WriteFile(filepath.Join(e.root, "nx", "notes"), nil, 0o644)
+			return Options{NonexpertOutput: filepath.Join(e.root, "nx"), Overwrite: true}
+		}, []string{"non-expert output $ROOT/nx: directory is not empty and has no " + MarkerFile + " marker"}},
+		{"marked_out_without_overwrite", func(t *testing.T, e *env) Options {
+			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
+			os.MkdirAll(e.out, 0o755)
+			os.WriteFile(filepath.Join(e.out, MarkerFile), []byte(markerText), 0o644)
+			return Options{}
+		}, []string{"output $OUT: directory is not empty (pass --overwrite to replace it)"}},
 		{"no_base_model", func(t *testing.T, e *env) Options {
 			writeST(t, filepath.Join(e.in, ktlora.FusedFile), fusedSpecs([]int{0}, 2, 4, 8, 6), tensor.F32)
 			return Options{BaseModel: "-"}
@@ -236,4 +318,18 @@ func snapshot(t *testing.T, root string) map[string]int64 {
 		return nil
 	})
 	return m
+}
+
+// writeBaseDir makes dir a stand-in base model directory: a config.json and
+// a weight file a wrong --overwrite would destroy.
+func writeBaseDir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"config.json": `{"model_type": "unknown"}`, "model.safetensors": "weights"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -95,8 +95,8 @@ func writeAll(ctx context.Context, jobs []job, progress func(Progress)) (written
 	return written, nil
 }
 
-// writeJob writes adapter_model.safetensors and adapter_config.json into
-// j.tmp, streaming tensor bytes from the memory-mapped inputs.
+// writeJob writes adapter_model.safetensors, adapter_config.json and
+// MarkerFile into j.tmp, streaming tensor bytes from the memory-mapped inputs.
 func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)) (int64, error) {
 	ts := sortForWrite(j.tensors)
 	specs := make([]safetensors.Spec, len(ts))
@@ -150,6 +150,9 @@ func writeJob(ctx context.Context, j *job, pr *Progress, progress func(Progress)
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
 	if err := writeFileSync(filepath.Join(j.tmp, peft.ConfigFile), j.cfgJSON); err != nil {
+		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
+	}
+	if err := writeFileSync(filepath.Join(j.tmp, MarkerFile), []byte(markerText)); err != nil {
 		return 0, fmt.Errorf("%s %s: %w", j.out.role, j.out.path, err)
 	}
 	if err := syncDir(j.tmp); err != nil {

@@ -38,7 +38,13 @@ When --base-model-name-or-path is a local directory, its config.json is checked
 against the adapter (layers, expert count, hidden and intermediate sizes) and
 every mismatch is listed. Outputs appear atomically: a failed or interrupted run
 leaves no partial OUT, and an existing OUT replaced with --overwrite survives a
-failure unchanged.`,
+failure unchanged.
+
+Every output directory gets a .kt-convert-adapter marker file. --overwrite
+replaces only a directory holding that marker (an earlier convert-adapter
+output); a non-empty directory without it is refused, and so is an output
+that is or contains the working directory, IN, or a local base model
+directory (symbolic links resolved).`,
 		Example: `  kt convert-adapter saves/KT_FT_qwen35 saves/KT_FT_qwen35_sglang \
       --base-model-name-or-path /models/Qwen3.5-35B-A3B --overwrite`,
 		Args: cobra.ExactArgs(2),
@@ -73,7 +79,7 @@ failure unchanged.`,
 	f := cmd.Flags()
 	f.StringVar(&o.BaseModel, "base-model-name-or-path", "", "base model path or name to write into adapter_config.json; a local directory's config.json is checked against the adapter (required)")
 	f.Float64Var(&alpha, "lora-alpha", 0, "LoRA alpha to use when the input has no adapter_config.json with lora_alpha")
-	f.BoolVar(&o.Overwrite, "overwrite", false, "replace output directories that already contain files")
+	f.BoolVar(&o.Overwrite, "overwrite", false, "replace output directories an earlier convert-adapter run wrote (they hold .kt-convert-adapter)")
 	f.StringVar(&o.ExpertOutput, "expert-output-dir", "", "also write the expert-only adapter here (debugging)")
 	f.StringVar(&o.NonexpertOutput, "nonexpert-output-dir", "", "also write the non-expert-only adapter here (debugging)")
 	f.BoolVar(&progress, "progress", true, "show progress on stderr")

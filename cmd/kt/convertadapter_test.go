@@ -10,7 +10,10 @@ import (
 )
 
 func TestConvertAdapterCLI(t *testing.T) {
-	dir := t.TempDir()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := filepath.Join(dir, "kt_out")
 	s := ktsynth.Default(ktsynth.TinyQwen35())
 	s.NoConfig = true
@@ -20,7 +23,7 @@ func TestConvertAdapterCLI(t *testing.T) {
 	out, ex := filepath.Join(dir, "merged"), filepath.Join(dir, "expert")
 
 	// No adapter_config.json: --lora-alpha is needed.
-	_, _, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B")
+	_, _, err = runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "Qwen/Qwen3.5-35B-A3B")
 	if err == nil || !strings.Contains(err.Error(), "--lora-alpha") {
 		t.Fatalf("err %v, want a request for --lora-alpha", err)
 	}
@@ -55,5 +58,41 @@ func TestConvertAdapterCLI(t *testing.T) {
 	}
 	if _, _, err := runKT(t, "convert-adapter", in, out, "--base-model-name-or-path", "b", "--lora-alpha", "16", "--overwrite", "--progress=false"); err != nil {
 		t.Errorf("--overwrite: %v", err)
+	}
+
+	// --overwrite never replaces a directory kt did not write, nor one
+	// holding the working directory or the base model; nothing is removed.
+	base := filepath.Join(dir, "models", "base")
+	work := filepath.Join(dir, "a", "b")
+	for _, d := range []string{base, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	for _, c := range []struct {
+		out, base, want string
+	}{
+		{"../..", "b", "output " + dir + ": contains the working directory " + work},
+		{".", "b", "output " + work + ": is the working directory"},
+		{base, base, "output " + base + ": is the base model directory"},
+		{filepath.Join(dir, "models"), base, "contains the base model directory " + base},
+		{filepath.Join(dir, "a"), "b", "contains the working directory"},
+		{in + "/..", "b", "output " + dir + ": contains the working directory"},
+		{filepath.Join(dir, "models", "base", ".."), "Qwen/Qwen3.5-35B-A3B", "output " + filepath.Join(dir, "models") + ": directory is not empty and has no .kt-convert-adapter marker"},
+	} {
+		_, _, err := runKT(t, "convert-adapter", in, c.out, "--base-model-name-or-path", c.base, "--lora-alpha", "16", "--overwrite", "--progress=false")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("OUT %s: err %v, want %q", c.out, err, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "config.json")); err != nil {
+		t.Errorf("base model: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(in, "fused_expert_lora.safetensors")); err != nil {
+		t.Errorf("input: %v", err)
 	}
 }

@@ -14,12 +14,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
 	"github.com/ktserve/kt/tokenizer"
 )
 
@@ -222,5 +225,103 @@ func TestServeLoRA(t *testing.T) {
 	}
 	if len(ml.Models) != 2 || ml.Models[0].ID != "tiny" || ml.Models[1].ID != "neko" || ml.Models[1].Root != adapterDir || ml.Models[1].Parent != "tiny" {
 		t.Errorf("/v1/models: %+v", ml.Models)
+	}
+}
+
+// TestServeRefusesUnsafeLoRA: an adapter that would break every request
+// (a NaN factor, an overflowing lora_alpha) or that kt would serve wrongly
+// (DoRA) stops kt serve at startup with an error naming the cause, before
+// the model is loaded or a port is opened.
+func TestServeRefusesUnsafeLoRA(t *testing.T) {
+	root := filepath.Join("..", "..")
+	modelDir := filepath.Join(root, "testdata", "models", "qwen35moe-b")
+	adapterDir := filepath.Join(root, "adapter", "ktconvert", "testdata", "tiny_qwen35", "merged")
+	tokDir := filepath.Join(root, "testdata", "tokenizers", "qwen3-tiny1000")
+	for _, p := range []string{modelDir, adapterDir, tokDir} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("fixture missing: %v", err)
+		}
+	}
+	cfgJSON, err := os.ReadFile(filepath.Join(adapterDir, "adapter_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// poisonedCopy copies the fixture adapter, editing its config and
+	// setting the first element of tensor nan (when not "") to NaN.
+	poisonedCopy := func(t *testing.T, edit func(string) string, nan string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(edit(string(cfgJSON))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := safetensors.Open(filepath.Join(adapterDir, "adapter_model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var ts []safetensors.Tensor
+		for _, ti := range f.Tensors() {
+			src, err := f.Tensor(ti.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := slices.Clone(src.Data)
+			if ti.Name == nan {
+				nanBits := []byte{0xc0, 0x7f} // bf16 NaN, little-endian
+				if ti.DType == tensor.F32 {
+					nanBits = []byte{0, 0, 0xc0, 0x7f}
+				}
+				copy(data, nanBits)
+			}
+			ts = append(ts, safetensors.Tensor{TensorInfo: ti, Data: data})
+		}
+		if err := safetensors.WriteFile(filepath.Join(dir, "adapter_model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	same := func(s string) string { return s }
+	f, err := safetensors.Open(filepath.Join(adapterDir, "adapter_model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nonExpert, expert string
+	for _, ti := range f.Tensors() {
+		if strings.Contains(ti.Name, ".mlp.experts.") {
+			expert = ti.Name
+		} else {
+			nonExpert = ti.Name
+		}
+	}
+	f.Close()
+	for _, c := range []struct {
+		name string
+		dir  string
+		want []string
+	}{
+		{"NaN non-expert factor", poisonedCopy(t, same, nonExpert), []string{"tensor " + nonExpert + ": element 0 is NaN"}},
+		{"NaN expert factor", poisonedCopy(t, same, expert), []string{"tensor " + expert + ": element 0 is NaN"}},
+		{"lora_alpha 1e308", poisonedCopy(t, func(s string) string {
+			return strings.Replace(s, `"lora_alpha": 16.0`, `"lora_alpha": 1e308`, 1)
+		}, ""), []string{"adapter_config.json: scaling 1.25e+307 (lora_alpha 1e+308, r 8) is outside (0, 10000]"}},
+		{"use_dora", poisonedCopy(t, func(s string) string {
+			return strings.Replace(s, `"bias": "none",`, `"bias": "none", "use_dora": true,`, 1)
+		}, ""), []string{"use_dora is set (true): DoRA"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var logs bytes.Buffer
+			err := runServe(ctx, []string{"--port", "0", "--model-path", modelDir, "--tokenizer-path", tokDir,
+				"--enable-lora", "--lora-paths", "neko=" + c.dir, "--log-level", "warning"}, io.Discard, &logs,
+				func(addr string) { t.Errorf("kt serve listens on %s with an unsafe adapter", addr); cancel() })
+			if err == nil {
+				t.Fatal("kt serve started")
+			}
+			for _, w := range append(c.want, "lora adapter "+c.dir) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\ndoes not mention %q", err, w)
+				}
+			}
+		})
 	}
 }
