@@ -147,8 +147,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.lim.ReadTimeout))
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.lim.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The deadline stays: nothing more is read from this client.
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
@@ -162,6 +162,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("", "reading the request body: %v", err)
 		}
 	}
+	// Clear the deadline before it ends the server's read that watches
+	// the idle connection (that would cancel the request).
+	_ = rc.SetReadDeadline(time.Time{})
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return nil
 }

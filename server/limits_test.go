@@ -93,6 +93,10 @@ func TestLimitsSlowBodyCut(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("stalled body cut after %v", el)
 	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Errorf("the connection of a stalled body is still open: %v", err)
+	}
 	healthWithin(t, ts.url, 2*time.Second)
 }
 
@@ -216,4 +220,25 @@ func TestLimitsBodyTooLarge(t *testing.T) {
 		t.Errorf("got %d %s, want 413 naming --max-request-body-bytes", code, msg)
 	}
 	healthWithin(t, ts.url, 2*time.Second)
+}
+
+// Generation slower than the write timeout cuts neither a stream nor a
+// non-streaming answer: the timeout runs only while the client reads.
+func TestLimitsWriteTimeoutSparesSlowGeneration(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{StepDelay: 150 * time.Millisecond}, engine.Config{},
+		withLimits(Limits{WriteTimeout: 100 * time.Millisecond}))
+	for _, stream := range []bool{false, true} {
+		start := time.Now()
+		code, body := ts.post(t, "/v1/completions", map[string]any{"model": modelName, "prompt": "hello",
+			"max_tokens": 4, "ignore_eos": true, "stream": stream})
+		if code != http.StatusOK {
+			t.Fatalf("stream=%v: %d %s", stream, code, body)
+		}
+		if stream && !strings.Contains(string(body), "data: [DONE]") {
+			t.Errorf("stream cut: %s", body)
+		}
+		if el := time.Since(start); el < 4*150*time.Millisecond {
+			t.Errorf("stream=%v: answered in %v, faster than the model steps", stream, el)
+		}
+	}
 }
