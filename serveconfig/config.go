@@ -32,6 +32,15 @@ type Config struct {
 	LogLevelHTTP    string
 	WatchdogTimeout time.Duration
 
+	// Limits per client (see docs/CONFIG.md, Limits).
+	MaxConnections        int
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration // request body
+	HTTPWriteTimeout      time.Duration // one non-streaming response or stream event
+	HTTPIdleTimeout       time.Duration
+	MaxRequestBodyBytes   int64
+	MaxPromptBytes        int // 0: 16 bytes per token of the context length
+
 	// Model and tokenizer.
 	ModelPath         string
 	TokenizerPath     string
@@ -142,6 +151,14 @@ var aliases = map[string]string{
 	"tp":      "tensor-parallel-size",
 }
 
+// The HTTP timeout flags, in seconds.
+const (
+	flagReadHeaderTimeout = "http-read-header-timeout"
+	flagReadTimeout       = "http-read-timeout"
+	flagWriteTimeout      = "http-write-timeout"
+	flagIdleTimeout       = "http-idle-timeout"
+)
+
 // flagSet builds the pflag set bound to c, with SGLang's defaults.
 func flagSet(c *Config) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("kt serve", pflag.ContinueOnError)
@@ -155,6 +172,15 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warning, error, critical")
 	fs.StringVar(&c.LogLevelHTTP, "log-level-http", "", "log level of the HTTP access log (default: --log-level; warning hides per-request lines)")
 	fs.Float64("watchdog-timeout", 300, "seconds a single forward step may take before the scheduler is declared hung and the server exits")
+
+	// Limits.
+	fs.IntVar(&c.MaxConnections, "max-connections", 256, "most client connections open at once; more wait for one to close (keep it below ulimit -n)")
+	fs.Float64(flagReadHeaderTimeout, 10, "seconds a client may take to send a request's headers")
+	fs.Float64(flagReadTimeout, 60, "seconds a client may take to send a request's body")
+	fs.Float64(flagWriteTimeout, 30, "seconds a client may take to read a non-streaming response or one event of a stream")
+	fs.Float64(flagIdleTimeout, 30, "seconds a keep-alive connection may stay idle before it is closed")
+	fs.Int64Var(&c.MaxRequestBodyBytes, "max-request-body-bytes", 32<<20, "largest request body, in bytes (413 above)")
+	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", 0, "largest prompt text, in bytes, checked before tokenizing (400 above); 0: 16 bytes per token of the context length")
 
 	// Model.
 	fs.StringVar(&c.ModelPath, "model-path", "", "model directory (Hugging Face layout: config.json + safetensors); alias --model")
@@ -248,6 +274,19 @@ func Parse(args []string) (*Config, error) {
 		return nil, fmt.Errorf("--watchdog-timeout: must be positive, got %v", w)
 	}
 	c.WatchdogTimeout = time.Duration(w * float64(time.Second))
+	for _, t := range []struct {
+		flag string
+		d    *time.Duration
+	}{
+		{flagReadHeaderTimeout, &c.HTTPReadHeaderTimeout}, {flagReadTimeout, &c.HTTPReadTimeout},
+		{flagWriteTimeout, &c.HTTPWriteTimeout}, {flagIdleTimeout, &c.HTTPIdleTimeout},
+	} {
+		sec, _ := fs.GetFloat64(t.flag)
+		if sec <= 0 {
+			return nil, fmt.Errorf("--%s: must be positive, got %v", t.flag, sec)
+		}
+		*t.d = time.Duration(sec * float64(time.Second))
+	}
 	c.RandomSeed, _ = fs.GetInt64("random-seed")
 	c.RandomSeedSet = c.Set["random-seed"]
 	c.KTNumaNodes, _ = fs.GetIntSlice("kt-numa-nodes")
@@ -344,6 +383,15 @@ func (c *Config) check() error {
 	}
 	if c.LogLevelHTTP != "" && !slices.Contains(LogLevels, strings.ToLower(c.LogLevelHTTP)) {
 		bad("log-level-http", "%q is not one of %s", c.LogLevelHTTP, strings.Join(LogLevels, ", "))
+	}
+	if c.MaxConnections < 1 {
+		bad("max-connections", "must be at least 1, got %d", c.MaxConnections)
+	}
+	if c.MaxRequestBodyBytes < 1 {
+		bad("max-request-body-bytes", "must be positive, got %d", c.MaxRequestBodyBytes)
+	}
+	if c.MaxPromptBytes < 0 {
+		bad("max-prompt-bytes", "must not be negative, got %d", c.MaxPromptBytes)
 	}
 	if c.ContextLength < 0 {
 		bad("context-length", "must not be negative, got %d", c.ContextLength)

@@ -70,7 +70,9 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.Host != "127.0.0.1" || c.Port != 30000 || c.KTMethod != "AMXINT4" || c.KTThreadpoolCount != 2 ||
 		c.KTExpertPlacementStrategy != "uniform" || c.InitExpertLocation != "trivial" || c.WatchdogTimeout != 300*time.Second ||
-		c.TensorParallelSize != 1 || c.LogLevel != "info" || c.MaxLoRAsPerBatch != 8 || c.LoRABackend != "triton" {
+		c.TensorParallelSize != 1 || c.LogLevel != "info" || c.MaxLoRAsPerBatch != 8 || c.LoRABackend != "triton" ||
+		c.MaxConnections != 256 || c.HTTPReadHeaderTimeout != 10*time.Second || c.HTTPReadTimeout != 60*time.Second ||
+		c.HTTPWriteTimeout != 30*time.Second || c.HTTPIdleTimeout != 30*time.Second || c.MaxRequestBodyBytes != 32<<20 || c.MaxPromptBytes != 0 {
 		t.Errorf("defaults: %+v", c)
 	}
 	if c.ModelName() != "/m" {
@@ -95,6 +97,12 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--model_path", "/m", "--chunked_prefill_size", "-1"}, func(c *Config) bool { return c.ChunkedPrefillSize == -1 }},
 		{[]string{"--model", "/m", "--watchdog-timeout", "2.5"}, func(c *Config) bool { return c.WatchdogTimeout == 2500*time.Millisecond }},
 		{[]string{"--model", "/m", "--random-seed", "7"}, func(c *Config) bool { return c.RandomSeedSet && c.RandomSeed == 7 }},
+		{[]string{"--model", "/m", "--http-idle-timeout", "0.5", "--http-write-timeout=120"}, func(c *Config) bool {
+			return c.HTTPIdleTimeout == 500*time.Millisecond && c.HTTPWriteTimeout == 2*time.Minute
+		}},
+		{[]string{"--model", "/m", "--max-connections", "64", "--max-request-body-bytes", "1048576", "--max-prompt-bytes", "4096"}, func(c *Config) bool {
+			return c.MaxConnections == 64 && c.MaxRequestBodyBytes == 1<<20 && c.MaxPromptBytes == 4096
+		}},
 	} {
 		c, err := Parse(tc.args)
 		if err != nil {
@@ -131,6 +139,13 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--model", "/m", "--enable-lora", "--lora-paths", "a:b=/x"}, "must not contain ':'"},
 		{[]string{"--model", "/m", "--kt-enable-dynamic-expert-update"}, "--kt-gpu-prefill-token-threshold"},
 		{[]string{"--model", "/m", "--watchdog-timeout", "0"}, "--watchdog-timeout"},
+		{[]string{"--model", "/m", "--http-read-header-timeout", "0"}, "--http-read-header-timeout: must be positive"},
+		{[]string{"--model", "/m", "--http-read-timeout", "-1"}, "--http-read-timeout: must be positive"},
+		{[]string{"--model", "/m", "--http-write-timeout", "0"}, "--http-write-timeout: must be positive"},
+		{[]string{"--model", "/m", "--http-idle-timeout", "0"}, "--http-idle-timeout: must be positive"},
+		{[]string{"--model", "/m", "--max-connections", "0"}, "--max-connections: must be at least 1"},
+		{[]string{"--model", "/m", "--max-request-body-bytes", "0"}, "--max-request-body-bytes: must be positive"},
+		{[]string{"--model", "/m", "--max-prompt-bytes", "-1"}, "--max-prompt-bytes: must not be negative"},
 		{[]string{"--model", "/m", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--model", "/m", "--reasoning-parser", "x"}, "--reasoning-parser"},
 	} {

@@ -354,8 +354,12 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 		}
 	}
 	p.Logprobs = req.Logprobs
+	prompt, err := s.encode("messages", text)
+	if err != nil {
+		return nil, err
+	}
 	plan := &chatPlan{adapter: adapter,
-		id: newID(), created: time.Now().Unix(), prompt: s.tok.Encode(text), promptText: text,
+		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
 		params: p, n: n, stops: stops, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
 		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,

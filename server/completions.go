@@ -27,7 +27,11 @@ func (s *Server) parsePrompts(raw json.RawMessage, field string) ([][]int32, err
 		if err := s.needTokenizer(); err != nil {
 			return nil, err
 		}
-		return [][]int32{s.tok.Encode(one)}, nil
+		ids, err := s.encode(field, one)
+		if err != nil {
+			return nil, err
+		}
+		return [][]int32{ids}, nil
 	case json.Unmarshal(raw, &ids) == nil:
 		return [][]int32{ids}, nil
 	case json.Unmarshal(raw, &many) == nil:
@@ -36,7 +40,11 @@ func (s *Server) parsePrompts(raw json.RawMessage, field string) ([][]int32, err
 		}
 		out := make([][]int32, len(many))
 		for i, t := range many {
-			out[i] = s.tok.Encode(t)
+			ids, err := s.encode(fmt.Sprintf("%s[%d]", field, i), t)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ids
 		}
 		if len(out) == 0 {
 			return nil, badRequest(field, "%s is an empty array", field)

@@ -50,24 +50,18 @@ func writeError(w http.ResponseWriter, err error) {
 	if ae.Param != "" {
 		body.Error.Param = &ae.Param
 	}
+	armWriteDeadline(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(ae.Status)
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// maxBody bounds a request body; larger bodies are refused with 413.
-const maxBody = 32 << 20
-
 // decodeJSON reads a JSON request body into v, turning the decoder's
-// errors into 400s that say what is wrong and where.
+// errors into 400s that say what is wrong and where. Handler has already
+// read the body within the body limits.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxBody)
-	data, err := io.ReadAll(body)
+	data, err := io.ReadAll(r.Body)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Message: fmt.Sprintf("request body larger than %d bytes", maxBody)}
-		}
 		return badRequest("", "reading the request body: %v", err)
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/ktserve/kt/engine"
 )
@@ -148,7 +147,7 @@ func (e *sse) send(v any) error {
 		e.err = fmt.Errorf("encoding an event: %w", err)
 		return e.err
 	}
-	_ = e.rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	armWriteDeadline(e.w)
 	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
 		e.err = err
 		return err
@@ -159,6 +158,7 @@ func (e *sse) send(v any) error {
 
 func (e *sse) done() {
 	if e.err == nil {
+		armWriteDeadline(e.w)
 		fmt.Fprint(e.w, "data: [DONE]\n\n")
 		_ = e.rc.Flush()
 	}

@@ -75,6 +75,8 @@ type Options struct {
 	CacheReport bool
 	// Experts is the expert-distribution recorder (nil: recording is off).
 	Experts ExpertRecorder
+	// Limits bounds connections, HTTP timeouts, body and prompt sizes.
+	Limits Limits
 }
 
 // Server serves the HTTP API on top of an engine.
@@ -87,6 +89,7 @@ type Server struct {
 	started time.Time
 	mux     *http.ServeMux
 	gram    *grammars // compiled output constraints
+	lim     Limits
 }
 
 // New returns a server; Handler gives its routes.
@@ -105,7 +108,8 @@ func New(opt Options) (*Server, error) {
 			*p = "none"
 		}
 	}
-	s := &Server{opt: opt, eng: opt.Engine, tok: opt.Tokenizer, log: opt.Logger, started: time.Now(), gram: &grammars{}}
+	s := &Server{opt: opt, eng: opt.Engine, tok: opt.Tokenizer, log: opt.Logger, started: time.Now(), gram: &grammars{},
+		lim: opt.Limits.withDefaults(opt.Engine.ContextLength())}
 	s.met = newMetrics(opt.ModelName, opt.Engine)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
@@ -138,13 +142,20 @@ func New(opt Options) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if s.opt.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
-			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
+		// A keep-alive connection keeps the last response's write deadline.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, writeTimeout: s.lim.WriteTimeout}
+		switch {
+		case s.opt.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r):
+			writeError(sw, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
 				Message: "missing or wrong API key: send the header Authorization: Bearer <--api-key>"})
-			return
+		default:
+			if err := s.readBody(sw, r); err != nil {
+				writeError(sw, err)
+				break
+			}
+			s.mux.ServeHTTP(sw, r)
 		}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		s.mux.ServeHTTP(sw, r)
 		if s.opt.AccessLog {
 			s.log.Info("http", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr)
 		}
@@ -164,7 +175,12 @@ func (s *Server) authorized(r *http.Request) bool {
 // working through http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status       int
+	writeTimeout time.Duration
+}
+
+func (w *statusWriter) armWriteDeadline() {
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.writeTimeout))
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -175,6 +191,7 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	armWriteDeadline(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
@@ -377,14 +394,22 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("prompt", "give the text to tokenize in \"prompt\""))
 		return
 	case json.Unmarshal(raw, &one) == nil:
-		ids := s.tok.Encode(one)
+		ids, err := s.encode(field, one)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.eng.ContextLength()})
 	case json.Unmarshal(raw, &many) == nil:
 		all := make([][]int32, len(many))
 		counts := make([]int, len(many))
 		for i, t := range many {
-			all[i] = s.tok.Encode(t)
-			counts[i] = len(all[i])
+			ids, err := s.encode(field, t)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			all[i], counts[i] = ids, len(ids)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"tokens": all, "count": counts, "max_model_len": s.eng.ContextLength()})
 	default:

@@ -134,7 +134,10 @@ func startServer(t *testing.T, e *engine.Engine, opt Options, after func()) (*ht
 		stop()
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = srv.HTTPServer()
+	hs.Listener = srv.Listener(hs.Listener)
+	hs.Start()
 	t.Cleanup(func() {
 		hs.Close()
 		stop()

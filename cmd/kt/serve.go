@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -132,6 +131,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
 		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
+		Limits: server.Limits{MaxConnections: cfg.MaxConnections, ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+			MaxBodyBytes: cfg.MaxRequestBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes},
 	}
 	sopt.LoRAPaths = m.loras.Paths() // /v1/models lists each adapter with its path
 	if m.recorder != nil {
@@ -350,9 +352,9 @@ func serveHTTP(ctx context.Context, cfg *serveconfig.Config, srv *server.Server,
 	if err != nil {
 		return fmt.Errorf("--host/--port: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := srv.HTTPServer()
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(srv.Listener(ln)) }()
 	addr := ln.Addr().String()
 	log.Info("serving", "url", "http://"+addr, "model", cfg.ModelName(), "api_key", cfg.APIKey != "", "context_length", eng.ContextLength(),
 		"max_total_tokens", eng.MaxTotalTokens())

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ktserve/kt/engine"
+	"github.com/ktserve/kt/internal/fakemodel"
+)
+
+// withLimits sets the server's limits.
+func withLimits(l Limits) func(*Options) {
+	return func(o *Options) { o.Limits = l }
+}
+
+func dialServer(t *testing.T, url string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// healthWithin checks that GET /health answers 200 within d.
+func healthWithin(t *testing.T, url string, d time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: d, Transport: &http.Transport{DisableKeepAlives: true}}
+	start := time.Now()
+	resp, err := client.Get(url + "/health")
+	if err != nil {
+		t.Fatalf("GET /health: %v after %v", err, time.Since(start))
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /health: %d", resp.StatusCode)
+	}
+}
+
+// 300 connections that never finish a request, or finish one and stay
+// idle, against a cap of 32: /health still answers, and the server closes
+// every one of them.
+func TestLimitsIdleConnectionsReaped(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{
+		MaxConnections: 32, ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}))
+	conns := make([]net.Conn, 300)
+	for i := range conns {
+		conns[i] = dialServer(t, ts.url)
+		switch i % 3 {
+		case 0: // a finished request, then idle keep-alive
+			fmt.Fprint(conns[i], "GET /health HTTP/1.1\r\nHost: kt\r\n\r\n")
+		case 1: // headers never finished
+			fmt.Fprint(conns[i], "GET /health HTTP/1.1\r\nHost: kt\r\n")
+		}
+	}
+	healthWithin(t, ts.url, 10*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for i, c := range conns {
+		_ = c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Fatalf("connection %d not closed by the server: %v", i, err)
+		}
+	}
+	healthWithin(t, ts.url, 2*time.Second)
+}
+
+// A body sent slower than the read timeout is cut with 408.
+func TestLimitsSlowBodyCut(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{ReadTimeout: 200 * time.Millisecond}))
+	c := dialServer(t, ts.url)
+	start := time.Now()
+	fmt.Fprint(c, "POST /v1/completions HTTP/1.1\r\nHost: kt\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\"")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("stalled body: status %d, want 408", resp.StatusCode)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("stalled body cut after %v", el)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Errorf("the connection of a stalled body is still open: %v", err)
+	}
+	healthWithin(t, ts.url, 2*time.Second)
+}
+
+// lineLog collects log lines.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+func (l *lineLog) has(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.lines {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// A client that never reads a large non-streaming response does not hold
+// its handler past the write timeout.
+func TestLimitsSlowReaderReleased(t *testing.T) {
+	log := &lineLog{}
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, func(o *Options) {
+		o.Limits = Limits{WriteTimeout: 300 * time.Millisecond, MaxPromptBytes: 8 << 20}
+		o.Logger, o.AccessLog = slog.New(slog.NewTextHandler(log, nil)), true
+	})
+	body, _ := json.Marshal(map[string]any{"model": modelName, "prompt": strings.Repeat("a", 6<<20)})
+	c := dialServer(t, ts.url)
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	start := time.Now()
+	fmt.Fprintf(c, "POST /tokenize HTTP/1.1\r\nHost: kt\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := c.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	for !log.has("path=/tokenize") {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the /tokenize handler is still writing to a client that does not read")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	healthWithin(t, ts.url, 2*time.Second)
+}
+
+// largestEncode is a tokenizer that records the longest text it encoded.
+type largestEncode struct {
+	fakemodel.Tokenizer
+	mu  sync.Mutex
+	max int
+}
+
+func (l *largestEncode) Encode(text string) []int32 {
+	l.mu.Lock()
+	l.max = max(l.max, len(text))
+	l.mu.Unlock()
+	return l.Tokenizer.Encode(text)
+}
+
+// A 30 MB prompt of spaces is refused before tokenizing, on every route
+// that tokenizes, and the server then serves a normal request.
+func TestLimitsHugePromptRefusedUntokenized(t *testing.T) {
+	tok := &largestEncode{}
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, func(o *Options) { o.Tokenizer = tok })
+	spaces, tenMB := strings.Repeat(" ", 30_000_000), strings.Repeat(" ", 10_000_000)
+	const bound = "max-prompt-bytes"
+	for _, tc := range []struct {
+		path string
+		body map[string]any
+		want string // in the 400's message
+	}{
+		{"/v1/completions", map[string]any{"model": modelName, "prompt": spaces, "max_tokens": 1}, bound},
+		{"/v1/completions", map[string]any{"model": modelName, "prompt": []string{"hi", spaces}, "max_tokens": 1}, bound},
+		{"/generate", map[string]any{"text": spaces, "sampling_params": map[string]any{"max_new_tokens": 1}}, bound},
+		// The template refuses strings over 16 MiB while rendering.
+		{"/v1/chat/completions", map[string]any{"model": modelName, "messages": []map[string]string{{"role": "user", "content": spaces}}}, "string longer than"},
+		{"/v1/chat/completions", map[string]any{"model": modelName, "messages": []map[string]string{{"role": "user", "content": tenMB}}}, bound},
+		{"/tokenize", map[string]any{"model": modelName, "prompt": spaces}, bound},
+	} {
+		data, err := json.Marshal(tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		resp, err := http.Post(ts.url+tc.path, "application/json", bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		el := time.Since(start)
+		t.Logf("%s: %v", tc.path, el)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), tc.want) {
+			t.Errorf("%s: %d %.200s, want 400 saying %q", tc.path, resp.StatusCode, msg, tc.want)
+		}
+		if el > 3*time.Second {
+			t.Errorf("%s: refused after %v", tc.path, el)
+		}
+	}
+	if bound := ts.eng.ContextLength() * PromptBytesPerToken; tok.max > bound {
+		t.Errorf("tokenized a %d-byte text; the bound is %d", tok.max, bound)
+	}
+	code, msg := ts.post(t, "/v1/completions", map[string]any{"model": modelName, "prompt": "hello", "max_tokens": 2})
+	if code != http.StatusOK {
+		t.Fatalf("normal request after the refusals: %d %s", code, msg)
+	}
+}
+
+// A body above the body limit is refused with 413.
+func TestLimitsBodyTooLarge(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{MaxBodyBytes: 1 << 10}))
+	code, msg := ts.post(t, "/v1/completions", map[string]any{"model": modelName, "prompt": strings.Repeat("a", 2<<10)})
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(msg), "max-request-body-bytes") {
+		t.Errorf("got %d %s, want 413 naming --max-request-body-bytes", code, msg)
+	}
+	healthWithin(t, ts.url, 2*time.Second)
+}
+
+// Generation slower than the write timeout cuts neither a stream nor a
+// non-streaming answer: the timeout runs only while the client reads.
+func TestLimitsWriteTimeoutSparesSlowGeneration(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{StepDelay: 150 * time.Millisecond}, engine.Config{},
+		withLimits(Limits{WriteTimeout: 100 * time.Millisecond}))
+	for _, stream := range []bool{false, true} {
+		start := time.Now()
+		code, body := ts.post(t, "/v1/completions", map[string]any{"model": modelName, "prompt": "hello",
+			"max_tokens": 4, "ignore_eos": true, "stream": stream})
+		if code != http.StatusOK {
+			t.Fatalf("stream=%v: %d %s", stream, code, body)
+		}
+		if stream && !strings.Contains(string(body), "data: [DONE]") {
+			t.Errorf("stream cut: %s", body)
+		}
+		if el := time.Since(start); el < 4*150*time.Millisecond {
+			t.Errorf("stream=%v: answered in %v, faster than the model steps", stream, el)
+		}
+	}
+}
