@@ -163,8 +163,9 @@ func (l *largestEncode) Encode(text string) []int32 {
 	return l.Tokenizer.Encode(text)
 }
 
-// A 30 MB prompt of spaces is refused before tokenizing, on every route
-// that tokenizes, and the server then serves a normal request.
+// A 30 MB prompt of spaces is refused before tokenizing (the tokenizer
+// never sees more than the byte bound), on every route that tokenizes, and
+// the server then serves a normal request.
 func TestLimitsHugePromptRefusedUntokenized(t *testing.T) {
 	tok := &largestEncode{}
 	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, func(o *Options) { o.Tokenizer = tok })
@@ -198,9 +199,6 @@ func TestLimitsHugePromptRefusedUntokenized(t *testing.T) {
 		t.Logf("%s: %v", tc.path, el)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), tc.want) {
 			t.Errorf("%s: %d %.200s, want 400 saying %q", tc.path, resp.StatusCode, msg, tc.want)
-		}
-		if el > 3*time.Second {
-			t.Errorf("%s: refused after %v", tc.path, el)
 		}
 	}
 	if bound := ts.eng.ContextLength() * PromptBytesPerToken; tok.max > bound {
