@@ -149,7 +149,7 @@ func init() {
 			}
 			return int64(strings.Count(s, sub)), nil
 		},
-		"join": func(_ *renderer, s string, args []Value, _ []kwValue) (Value, error) {
+		"join": func(r *renderer, s string, args []Value, _ []kwValue) (Value, error) {
 			if len(args) != 1 {
 				return nil, errors.New("join takes one argument")
 			}
@@ -158,9 +158,13 @@ func init() {
 				return nil, err
 			}
 			parts := make([]string, len(items))
+			n := 0
 			for i, it := range items {
 				if parts[i], err = str(it); err != nil {
 					return nil, fmt.Errorf("join: sequence item %d: %w", i, err)
+				}
+				if n += len(parts[i]) + len(s); n > r.limits.MaxOutput+len(s) {
+					return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 				}
 			}
 			return strings.Join(parts, s), nil

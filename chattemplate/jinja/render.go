@@ -35,6 +35,8 @@ type renderer struct {
 	now      func() time.Time
 	out      *strings.Builder
 	written  int // bytes written to all buffers
+	built    int // bytes of values built (see build)
+	pending  int // work since the clock was last read (see work)
 	steps    int
 	depth    int // macro call depth
 	loopDeep int // loops being executed
@@ -49,18 +51,85 @@ func (r *renderer) errorf(line int, format string, args ...any) error {
 	return &Error{Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Work accounting: a step counts stepWork bytes, and the clock is read
+// once clockEvery bytes of work have accumulated (every 64 steps, or
+// before any operation on a value of 16 KiB or more). A list or dict item
+// counts itemBytes.
+const (
+	stepWork   = 256
+	clockEvery = 16 << 10
+	itemBytes  = 16
+)
+
 // step counts work and enforces the step budget and the deadline.
 func (r *renderer) step(line int) error {
 	r.steps++
 	if r.steps > r.limits.MaxSteps {
 		return r.errorf(line, "template exceeded %d steps", r.limits.MaxSteps)
 	}
-	if r.steps&1023 == 0 {
-		if err := r.ctx.Err(); err != nil {
-			return r.errorf(line, "rendering stopped: %v", err)
-		}
+	if err := r.work(stepWork); err != nil {
+		return r.errorf(line, "%v", err)
 	}
 	return nil
+}
+
+// work counts n bytes of work about to be done and checks the deadline
+// once enough has accumulated.
+func (r *renderer) work(n int) error {
+	r.pending += n
+	if r.pending < clockEvery {
+		return nil
+	}
+	r.pending = 0
+	if err := r.ctx.Err(); err != nil {
+		return fmt.Errorf("rendering stopped: %w", err)
+	}
+	return nil
+}
+
+// build charges a value of n bytes about to be built against the budget
+// of all values built, and counts the work of building it.
+func (r *renderer) build(n int) error {
+	r.built += n
+	if r.built > r.limits.MaxBuilt {
+		return fmt.Errorf("template built more than %d bytes of values", r.limits.MaxBuilt)
+	}
+	return r.work(n)
+}
+
+// size is the bytes a value holds at its top level: a string's length, or
+// itemBytes per item of a list or dict.
+func size(v Value) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case *List:
+		return itemBytes * len(v.Items)
+	case *Dict:
+		return 2 * itemBytes * v.Len()
+	}
+	return itemBytes
+}
+
+// checkBuilt enforces the limits on one value a filter, function or
+// method returned: MaxOutput bytes for a string, MaxItems items for a list
+// or dict, and charges it against the budget of all values built.
+func (r *renderer) checkBuilt(v Value) error {
+	switch v := v.(type) {
+	case string:
+		if len(v) > r.limits.MaxOutput {
+			return fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
+		}
+	case *List:
+		if len(v.Items) > r.limits.MaxItems {
+			return fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+		}
+	case *Dict:
+		if v.Len() > r.limits.MaxItems {
+			return fmt.Errorf("dict of more than %d items", r.limits.MaxItems)
+		}
+	}
+	return r.build(size(v))
 }
 
 func (r *renderer) write(s string, line int) error {
@@ -395,6 +464,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return Undefined{Name: e.name}, nil
 	case *listExpr:
+		if err := r.build(itemBytes * len(e.items)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		l := &List{Items: make([]Value, len(e.items))}
 		for i, it := range e.items {
 			v, err := r.eval(it, s)
@@ -405,6 +477,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return l, nil
 	case *tupleExpr:
+		if err := r.build(itemBytes * len(e.items)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		l := &List{Items: make([]Value, len(e.items)), Tuple: true}
 		for i, it := range e.items {
 			v, err := r.eval(it, s)
@@ -415,6 +490,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return l, nil
 	case *dictExpr:
+		if err := r.build(2 * itemBytes * len(e.keys)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		d := NewDict()
 		for i := range e.keys {
 			k, err := r.eval(e.keys[i], s)
@@ -516,10 +594,14 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			b.WriteString(toStr(v))
-			if b.Len() > r.limits.MaxOutput {
+			str := toStr(v)
+			if b.Len()+len(str) > r.limits.MaxOutput {
 				return nil, r.errorf(e.line, "string longer than %d bytes", r.limits.MaxOutput)
 			}
+			if err := r.build(len(str)); err != nil {
+				return nil, r.errorf(e.line, "%v", err)
+			}
+			b.WriteString(str)
 		}
 		return b.String(), nil
 	case *cmpExpr:
@@ -744,6 +826,19 @@ func (r *renderer) evalArgs(pos []expr, kw []kwarg, s *scope) ([]Value, []kwValu
 	return args, kwargs, nil
 }
 
+// argsSize is the top-level size of a call's arguments, the work a
+// function or filter may do in proportion to them.
+func argsSize(args []Value, kwargs []kwValue) int {
+	n := 0
+	for _, a := range args {
+		n += size(a)
+	}
+	for _, k := range kwargs {
+		n += size(k.v)
+	}
+	return n
+}
+
 func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error) {
 	if err := r.step(e.line); err != nil {
 		return nil, err
@@ -760,7 +855,13 @@ func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error)
 	case *macro:
 		return r.callMacro(f, args, kwargs, caller, e.line)
 	case *callable:
+		if err := r.work(argsSize(args, kwargs)); err != nil {
+			return nil, r.errorf(e.line, "%v", err)
+		}
 		v, err := f.fn(r, args, kwargs)
+		if err == nil {
+			err = r.checkBuilt(v)
+		}
 		if err != nil {
 			var te *Error
 			if errors.As(err, &te) || errors.Is(err, ErrRaised) {
@@ -863,11 +964,21 @@ func (r *renderer) binop(op string, a, b Value) (Value, error) {
 				if len(as)+len(bs) > r.limits.MaxOutput {
 					return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 				}
+				if err := r.build(len(as) + len(bs)); err != nil {
+					return nil, err
+				}
 				return as + bs, nil
 			}
 		}
 		if al, ok := a.(*List); ok {
 			if bl, ok := b.(*List); ok && al.Tuple == bl.Tuple {
+				n := len(al.Items) + len(bl.Items)
+				if n > r.limits.MaxItems {
+					return nil, fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+				}
+				if err := r.build(itemBytes * n); err != nil {
+					return nil, err
+				}
 				out := &List{Tuple: al.Tuple, Items: make([]Value, 0, len(al.Items)+len(bl.Items))}
 				out.Items = append(append(out.Items, al.Items...), bl.Items...)
 				return out, nil
@@ -979,6 +1090,9 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 		if n > int64(r.limits.MaxOutput) || int64(len(v))*n > int64(r.limits.MaxOutput) {
 			return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 		}
+		if err := r.build(len(v) * int(n)); err != nil {
+			return nil, err
+		}
 		return strings.Repeat(v, int(n)), nil
 	case *List:
 		if len(v.Items) == 0 {
@@ -986,6 +1100,9 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 		}
 		if n > int64(r.limits.MaxItems) || int64(len(v.Items))*n > int64(r.limits.MaxItems) {
 			return nil, fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+		}
+		if err := r.build(itemBytes * len(v.Items) * int(n)); err != nil {
+			return nil, err
 		}
 		out := &List{Tuple: v.Tuple}
 		for range n {
