@@ -373,12 +373,16 @@ func (q *equality) equal(a, b Value) bool {
 		if q.same[[2]any{a, l}] {
 			return true
 		}
+		nested := false
 		for i := range a.Items {
 			if !q.equal(a.Items[i], l.Items[i]) {
 				return false
 			}
+			nested = nested || isContainer(a.Items[i])
 		}
-		q.remember(a, l)
+		if nested {
+			q.remember(a, l)
+		}
 		return true
 	case *Dict:
 		d, ok := b.(*Dict)
@@ -388,18 +392,32 @@ func (q *equality) equal(a, b Value) bool {
 		if q.same[[2]any{a, d}] {
 			return true
 		}
+		nested := false
 		for i, k := range a.keys {
 			v, ok := d.Get(k)
 			if !ok || !q.equal(a.vals[i], v) {
 				return false
 			}
+			nested = nested || isContainer(a.vals[i])
 		}
-		q.remember(a, d)
+		if nested {
+			q.remember(a, d)
+		}
 		return true
 	}
 	return a == b
 }
 
+// isContainer reports whether v is a list or a dict.
+func isContainer(v Value) bool {
+	switch v.(type) {
+	case *List, *Dict:
+		return true
+	}
+	return false
+}
+
+// remember records that a and b, holding lists or dicts, are equal.
 func (q *equality) remember(a, b Value) {
 	if q.same == nil {
 		q.same = map[[2]any]bool{}
