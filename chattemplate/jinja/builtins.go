@@ -506,7 +506,7 @@ func init() {
 		"rejectattr": selectFilter(true, true),
 		"max":        minMax(1),
 		"min":        minMax(-1),
-		"replace": func(_ *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
+		"replace": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("replace", args, kw, []string{"old", "new", "count"}, nil, nil, nil)
 			if err != nil {
 				return nil, err
@@ -515,7 +515,7 @@ func init() {
 			if a[2] != nil {
 				n, _ = asInt(a[2])
 			}
-			return strings.Replace(toStr(v), toStr(a[0]), toStr(a[1]), int(n)), nil
+			return replace(toStr(v), toStr(a[0]), toStr(a[1]), n, r.limits.MaxOutput)
 		},
 		"reverse": func(_ *renderer, v Value, _ []Value, _ []kwValue) (Value, error) {
 			if s, ok := v.(string); ok {
@@ -671,8 +671,8 @@ func init() {
 				return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_'
 			}))), nil
 		},
-		"format": func(_ *renderer, v Value, args []Value, _ []kwValue) (Value, error) {
-			return pyFormat(toStr(v), &List{Items: args, Tuple: true})
+		"format": func(r *renderer, v Value, args []Value, _ []kwValue) (Value, error) {
+			return pyFormat(toStr(v), &List{Items: args, Tuple: true}, r.limits.MaxOutput)
 		},
 		"batch": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("batch", args, kw, []string{"linecount", "fill_with"}, nil, nil)

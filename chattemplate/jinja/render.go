@@ -1030,7 +1030,7 @@ func (r *renderer) binop(op string, a, b Value) (Value, error) {
 		}
 	case "%":
 		if as, ok := a.(string); ok {
-			return pyFormat(as, b)
+			return pyFormat(as, b, r.limits.MaxOutput)
 		}
 		switch {
 		case aInt && bInt:
@@ -1115,7 +1115,7 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 
 // pyFormat is the subset of Python's "%" string formatting that templates
 // use: %s, %r, %d, %i, %f and %%.
-func pyFormat(format string, arg Value) (Value, error) {
+func pyFormat(format string, arg Value, limit int) (Value, error) {
 	var args []Value
 	if l, ok := arg.(*List); ok && l.Tuple {
 		args = l.Items
@@ -1125,6 +1125,9 @@ func pyFormat(format string, arg Value) (Value, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(format); i++ {
+		if b.Len() > limit {
+			return nil, fmt.Errorf("string longer than %d bytes", limit)
+		}
 		c := format[i]
 		if c != '%' {
 			b.WriteByte(c)
@@ -1145,7 +1148,11 @@ func pyFormat(format string, arg Value) (Value, error) {
 		next++
 		switch format[i] {
 		case 's':
-			b.WriteString(toStr(a))
+			str := toStr(a)
+			if b.Len()+len(str) > limit {
+				return nil, fmt.Errorf("string longer than %d bytes", limit)
+			}
+			b.WriteString(str)
 		case 'r':
 			writeRepr(&b, a, 0)
 		case 'd', 'i':
@@ -1166,6 +1173,9 @@ func pyFormat(format string, arg Value) (Value, error) {
 	}
 	if next < len(args) {
 		return nil, errors.New("not all arguments converted during string formatting")
+	}
+	if b.Len() > limit {
+		return nil, fmt.Errorf("string longer than %d bytes", limit)
 	}
 	return b.String(), nil
 }
