@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // scope is one level of variables: the template's top level, a loop
@@ -267,6 +268,10 @@ func (l *loopState) attr(name string) Value {
 	return Undefined{Name: "loop." + name}
 }
 
+// maxIterRunes bounds the characters of a string a loop or filter walks
+// over: each becomes an item.
+const maxIterRunes = 1 << 20
+
 // iterate returns the items a for loop or filter walks over.
 func iterate(v Value) ([]Value, error) {
 	switch v := v.(type) {
@@ -275,6 +280,9 @@ func iterate(v Value) ([]Value, error) {
 	case *Dict:
 		return v.keys, nil
 	case string:
+		if n := utf8.RuneCountInString(v); n > maxIterRunes {
+			return nil, fmt.Errorf("string of %d characters is too long to iterate over (limit %d)", n, maxIterRunes)
+		}
 		out := make([]Value, 0, len(v))
 		for _, c := range v {
 			out = append(out, string(c))
