@@ -728,6 +728,10 @@ func (r *renderer) evalSlice(e *sliceExpr, s *scope) (Value, error) {
 		}
 		bounds[i] = &n
 	}
+	// A slice is built as large as its operand at most.
+	if err := r.build(size(obj)); err != nil {
+		return nil, r.errorf(e.line, "%v", err)
+	}
 	var items []Value
 	var runes []rune
 	var isStr, isTuple bool
