@@ -806,14 +806,22 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 	if v, ok := m["required"]; ok && json.Unmarshal(v, &required) != nil {
 		return "", c.errf(path, "required", "must be an array of strings")
 	}
+	isRequired := make(map[string]bool, len(required))
 	for _, r := range required {
-		if !slices.Contains(names, r) {
+		isRequired[r] = true
+	}
+	hasName := make(map[string]bool, len(names))
+	for _, n := range names {
+		hasName[n] = true
+	}
+	for _, r := range required {
+		if !hasName[r] {
 			return "", c.errf(path, "required", "required property %q is not in properties", r)
 		}
 	}
 	if c.strict {
 		for _, n := range names {
-			if !slices.Contains(required, n) {
+			if !isRequired[n] {
 				return "", c.errf(path, "required", "strict mode requires every property in required; missing %q", n)
 			}
 		}
@@ -828,28 +836,57 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 		kv[i] = regexp.QuoteMeta(key) + ws + ":" + ws + val
 	}
 	sep := ws + "," + ws
+	// piece(j): property j after a comma, optional unless required.
+	piece := func(j int) string {
+		if isRequired[names[j]] {
+			return sep + kv[j]
+		}
+		return "(?:" + sep + kv[j] + ")?"
+	}
+	pieceLen := func(j int) int {
+		if isRequired[names[j]] {
+			return len(sep) + len(kv[j])
+		}
+		return len("(?:)?") + len(sep) + len(kv[j])
+	}
+	// The body has one alternative per possible first property (each
+	// optional property before the first required one), and each repeats
+	// the properties after it: the size grows with the square of the
+	// number of leading optional properties. Sum it from the piece sizes
+	// and refuse before building anything over the budget.
+	nalts := len(names)
+	for k, n := range names {
+		if isRequired[n] {
+			nalts = k + 1
+			break
+		}
+	}
+	tail := 0 // size of the pieces after k
+	for j := nalts; j < len(names); j++ {
+		tail += pieceLen(j)
+	}
+	total := 0
+	for k := nalts - 1; k >= 0; k-- {
+		total += len(kv[k]) + tail + 1
+		if c.size+total > maxRegexLen {
+			return "", fmt.Errorf("json_schema %s: the %d properties expand past %d bytes of grammar (each optional property before the first required one repeats those after it): %w", path, len(names), maxRegexLen, ErrTooLarge)
+		}
+		tail += pieceLen(k)
+	}
 	// rest(i): the properties from i on, each after a comma.
 	rest := func(i int) string {
 		var b strings.Builder
 		for j := i; j < len(names); j++ {
-			if slices.Contains(required, names[j]) {
-				b.WriteString(sep + kv[j])
-			} else {
-				b.WriteString("(?:" + sep + kv[j] + ")?")
-			}
+			b.WriteString(piece(j))
 		}
 		return b.String()
 	}
 	// Alternatives by the first property present.
-	var alts []string
-	allOptional := true
-	for k := range names {
+	alts := make([]string, 0, nalts)
+	for k := range nalts {
 		alts = append(alts, kv[k]+rest(k+1))
-		if slices.Contains(required, names[k]) {
-			allOptional = false
-			break
-		}
 	}
+	allOptional := nalts == 0 || !isRequired[names[nalts-1]]
 	body := ""
 	if len(alts) > 0 {
 		body = "(?:" + strings.Join(alts, "|") + ")"

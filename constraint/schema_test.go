@@ -3,9 +3,11 @@ package constraint
 import (
 	"errors"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSchemaMatches(t *testing.T) {
@@ -147,6 +149,72 @@ func TestSchemaTooLarge(t *testing.T) {
 	_, err = CompileSchema([]byte(`{"$defs":{`+defs+`},"$ref":"#/$defs/d19"}`), SchemaOptions{})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Errorf("ref fan-out: got %v, want ErrTooLarge", err)
+	}
+}
+
+// TestSchemaManyOptionalProperties refuses an object of thousands of
+// optional properties (whose alternation grows with the square of their
+// count) quickly and without building it.
+func TestSchemaManyOptionalProperties(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		n        int
+		required bool
+	}{
+		{"8000 optional", 8000, false},
+		{"30000 optional", 30000, false},
+		{"8000 required", 8000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString(`{"type":"object","properties":{`)
+			var req []string
+			for i := range tc.n {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				name := strconv.Quote("property_" + strconv.Itoa(i))
+				b.WriteString(name + `:{"type":"null"}`)
+				req = append(req, name)
+			}
+			b.WriteString(`}`)
+			if tc.required {
+				b.WriteString(`,"required":[` + strings.Join(req, ",") + `]`)
+			}
+			b.WriteString(`}`)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, err := CompileSchema([]byte(b.String()), SchemaOptions{})
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("got %v, want ErrTooLarge", err)
+			}
+			if took > 2*time.Second {
+				t.Errorf("refused after %v, want under 2s", took)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 256<<20 {
+				t.Errorf("allocated %d MiB, want under 256", alloc>>20)
+			}
+		})
+	}
+	// A few dozen optional properties still compile.
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := range 40 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`"p` + strconv.Itoa(i) + `":{"type":"integer"}`)
+	}
+	b.WriteString(`}}`)
+	d, err := CompileSchema([]byte(b.String()), SchemaOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Match(`{"p3":1,"p39":2}`) || d.Match(`{"p39":2,"p3":1}`) {
+		t.Error("40 optional properties: wrong language")
 	}
 }
 

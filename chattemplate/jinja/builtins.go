@@ -433,7 +433,11 @@ func init() {
 			} else if s, ok := a[0].(string); ok {
 				pad = s
 			}
-			lines := strings.Split(toStr(v), "\n")
+			text := toStr(v)
+			lines := strings.Split(text, "\n")
+			if len(text)+len(pad)*len(lines) > r.limits.MaxOutput {
+				return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
+			}
 			for i := range lines {
 				if i == 0 && !truth(a[1]) {
 					continue
@@ -454,7 +458,9 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			sep := toStr(a[0])
 			parts := make([]string, len(items))
+			n := 0
 			for i, it := range items {
 				if a[1] != nil {
 					if it, err = r.getItem(it, a[1], 0); err != nil {
@@ -462,8 +468,11 @@ func init() {
 					}
 				}
 				parts[i] = toStr(it)
+				if n += len(parts[i]) + len(sep); n > r.limits.MaxOutput+len(sep) {
+					return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
+				}
 			}
-			return strings.Join(parts, toStr(a[0])), nil
+			return strings.Join(parts, sep), nil
 		},
 		"length": filterLength,
 		"count":  filterLength,
@@ -497,7 +506,7 @@ func init() {
 		"rejectattr": selectFilter(true, true),
 		"max":        minMax(1),
 		"min":        minMax(-1),
-		"replace": func(_ *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
+		"replace": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("replace", args, kw, []string{"old", "new", "count"}, nil, nil, nil)
 			if err != nil {
 				return nil, err
@@ -506,7 +515,7 @@ func init() {
 			if a[2] != nil {
 				n, _ = asInt(a[2])
 			}
-			return strings.Replace(toStr(v), toStr(a[0]), toStr(a[1]), int(n)), nil
+			return replace(toStr(v), toStr(a[0]), toStr(a[1]), n, r.limits.MaxOutput)
 		},
 		"reverse": func(_ *renderer, v Value, _ []Value, _ []kwValue) (Value, error) {
 			if s, ok := v.(string); ok {
@@ -601,6 +610,9 @@ func init() {
 			switch ind := a[1].(type) {
 			case nil:
 			case string:
+				if len(ind) > 1000 {
+					return nil, fmt.Errorf("tojson: indent of %d bytes is too large", len(ind))
+				}
 				o.indent = &ind
 				o.itemSep = ","
 			default:
@@ -659,10 +671,10 @@ func init() {
 				return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_'
 			}))), nil
 		},
-		"format": func(_ *renderer, v Value, args []Value, _ []kwValue) (Value, error) {
-			return pyFormat(toStr(v), &List{Items: args, Tuple: true})
+		"format": func(r *renderer, v Value, args []Value, _ []kwValue) (Value, error) {
+			return pyFormat(toStr(v), &List{Items: args, Tuple: true}, r.limits.MaxOutput)
 		},
-		"batch": func(_ *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
+		"batch": func(r *renderer, v Value, args []Value, kw []kwValue) (Value, error) {
 			a, err := params("batch", args, kw, []string{"linecount", "fill_with"}, nil, nil)
 			if err != nil {
 				return nil, err
@@ -670,6 +682,9 @@ func init() {
 			n, ok := asInt(a[0])
 			if !ok || n <= 0 {
 				return nil, errors.New("batch: linecount must be a positive integer")
+			}
+			if n > int64(r.limits.MaxItems) {
+				return nil, fmt.Errorf("batch: linecount %d is more than %d", n, r.limits.MaxItems)
 			}
 			items, err := iterate(v)
 			if err != nil {
@@ -909,7 +924,13 @@ func (r *renderer) applyFilter(f *filterExpr, v Value, s *scope) (Value, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := r.work(size(v) + argsSize(args, kwargs)); err != nil {
+		return nil, r.errorf(f.line, "%v", err)
+	}
 	out, err := fn(r, v, args, kwargs)
+	if err == nil {
+		err = r.checkBuilt(out)
+	}
 	if err != nil {
 		var te *Error
 		if errors.As(err, &te) {

@@ -7,7 +7,9 @@
 //
 // Templates are untrusted input. They cannot reach the file system
 // (include, import and extends are refused) and rendering is bounded in
-// output size, steps, call depth and time.
+// output size, the size of every value built and of all of them together,
+// steps, call depth and time; the clock is read every few dozen steps and
+// before work that grows with the size of a value.
 package jinja
 
 import (
@@ -44,7 +46,8 @@ func (e *raisedError) Unwrap() error { return ErrRaised }
 type Limits struct {
 	MaxOutput    int           // bytes of output (and of any one string)
 	MaxSteps     int           // loop iterations, calls and output statements
-	MaxItems     int           // length of lists made by range() or *
+	MaxItems     int           // items of any one list or dict
+	MaxBuilt     int           // bytes of all values built (an item counts itemBytes)
 	MaxCallDepth int           // nested macro calls
 	Timeout      time.Duration // wall time, 0 for none
 }
@@ -55,6 +58,7 @@ var DefaultLimits = Limits{
 	MaxOutput:    16 << 20,
 	MaxSteps:     5_000_000,
 	MaxItems:     1_000_000,
+	MaxBuilt:     256 << 20,
 	MaxCallDepth: 100,
 	Timeout:      5 * time.Second,
 }
@@ -104,6 +108,9 @@ func (t *Template) Render(ctx context.Context, vars map[string]Value, opts Optio
 	}
 	if lim.MaxItems <= 0 {
 		lim.MaxItems = def.MaxItems
+	}
+	if lim.MaxBuilt <= 0 {
+		lim.MaxBuilt = def.MaxBuilt
 	}
 	if lim.MaxCallDepth <= 0 {
 		lim.MaxCallDepth = def.MaxCallDepth

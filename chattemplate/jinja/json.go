@@ -172,6 +172,9 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 	if depth > maxJSONDepth {
 		return errors.New("tojson: value nested too deeply (circular?)")
 	}
+	if b.Len() > maxReprLen {
+		return fmt.Errorf("tojson: value longer than %d bytes", maxReprLen-1)
+	}
 	newline := func(d int) {
 		if o.indent != nil {
 			b.WriteByte('\n')

@@ -124,11 +124,7 @@ func init() {
 				return nil, err
 			}
 			n, _ := asInt(a[2])
-			out := strings.Replace(s, old, repl, int(n))
-			if len(out) > r.limits.MaxOutput {
-				return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
-			}
-			return out, nil
+			return replace(s, old, repl, n, r.limits.MaxOutput)
 		},
 		"find": func(_ *renderer, s string, args []Value, _ []kwValue) (Value, error) {
 			return findRunes(s, args, false)
@@ -149,7 +145,7 @@ func init() {
 			}
 			return int64(strings.Count(s, sub)), nil
 		},
-		"join": func(_ *renderer, s string, args []Value, _ []kwValue) (Value, error) {
+		"join": func(r *renderer, s string, args []Value, _ []kwValue) (Value, error) {
 			if len(args) != 1 {
 				return nil, errors.New("join takes one argument")
 			}
@@ -158,9 +154,13 @@ func init() {
 				return nil, err
 			}
 			parts := make([]string, len(items))
+			n := 0
 			for i, it := range items {
 				if parts[i], err = str(it); err != nil {
 					return nil, fmt.Errorf("join: sequence item %d: %w", i, err)
+				}
+				if n += len(parts[i]) + len(s); n > r.limits.MaxOutput+len(s) {
+					return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 				}
 			}
 			return strings.Join(parts, s), nil
@@ -228,8 +228,8 @@ func init() {
 			}
 			return pyCenter(s, int(w)), nil
 		},
-		"format": func(_ *renderer, s string, args []Value, kw []kwValue) (Value, error) {
-			return strFormat(s, args, kw)
+		"format": func(r *renderer, s string, args []Value, kw []kwValue) (Value, error) {
+			return strFormat(s, args, kw, r.limits.MaxOutput)
 		},
 	}
 }
@@ -445,7 +445,20 @@ func pyCenter(s string, width int) string {
 }
 
 // strFormat is str.format with {} / {0} / {name} fields (no format specs).
-func strFormat(s string, args []Value, kw []kwValue) (Value, error) {
+// replace is strings.Replace of at most n (all if negative) occurrences,
+// refused before building a result longer than limit bytes.
+func replace(s, old, repl string, n int64, limit int) (Value, error) {
+	m := int64(strings.Count(s, old))
+	if n >= 0 {
+		m = min(m, n)
+	}
+	if int64(len(s))+m*int64(len(repl)-len(old)) > int64(limit) {
+		return nil, fmt.Errorf("string longer than %d bytes", limit)
+	}
+	return strings.Replace(s, old, repl, int(m)), nil
+}
+
+func strFormat(s string, args []Value, kw []kwValue, limit int) (Value, error) {
 	var b strings.Builder
 	auto := 0
 	for i := 0; i < len(s); i++ {
@@ -490,7 +503,11 @@ func strFormat(s string, args []Value, kw []kwValue) (Value, error) {
 					return nil, fmt.Errorf("format: missing argument %q", field)
 				}
 			}
-			b.WriteString(toStr(v))
+			str := toStr(v)
+			if b.Len()+len(str) > limit {
+				return nil, fmt.Errorf("string longer than %d bytes", limit)
+			}
+			b.WriteString(str)
 		default:
 			b.WriteByte(c)
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // scope is one level of variables: the template's top level, a loop
@@ -35,6 +36,8 @@ type renderer struct {
 	now      func() time.Time
 	out      *strings.Builder
 	written  int // bytes written to all buffers
+	built    int // bytes of values built (see build)
+	pending  int // work since the clock was last read (see work)
 	steps    int
 	depth    int // macro call depth
 	loopDeep int // loops being executed
@@ -49,18 +52,85 @@ func (r *renderer) errorf(line int, format string, args ...any) error {
 	return &Error{Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Work accounting: a step counts stepWork bytes, and the clock is read
+// once clockEvery bytes of work have accumulated (every 64 steps, or
+// before any operation on a value of 16 KiB or more). A list or dict item
+// counts itemBytes.
+const (
+	stepWork   = 256
+	clockEvery = 16 << 10
+	itemBytes  = 16
+)
+
 // step counts work and enforces the step budget and the deadline.
 func (r *renderer) step(line int) error {
 	r.steps++
 	if r.steps > r.limits.MaxSteps {
 		return r.errorf(line, "template exceeded %d steps", r.limits.MaxSteps)
 	}
-	if r.steps&1023 == 0 {
-		if err := r.ctx.Err(); err != nil {
-			return r.errorf(line, "rendering stopped: %v", err)
-		}
+	if err := r.work(stepWork); err != nil {
+		return r.errorf(line, "%v", err)
 	}
 	return nil
+}
+
+// work counts n bytes of work about to be done and checks the deadline
+// once enough has accumulated.
+func (r *renderer) work(n int) error {
+	r.pending += n
+	if r.pending < clockEvery {
+		return nil
+	}
+	r.pending = 0
+	if err := r.ctx.Err(); err != nil {
+		return fmt.Errorf("rendering stopped: %w", err)
+	}
+	return nil
+}
+
+// build charges a value of n bytes about to be built against the budget
+// of all values built, and counts the work of building it.
+func (r *renderer) build(n int) error {
+	r.built += n
+	if r.built > r.limits.MaxBuilt {
+		return fmt.Errorf("template built more than %d bytes of values", r.limits.MaxBuilt)
+	}
+	return r.work(n)
+}
+
+// size is the bytes a value holds at its top level: a string's length, or
+// itemBytes per item of a list or dict.
+func size(v Value) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case *List:
+		return itemBytes * len(v.Items)
+	case *Dict:
+		return 2 * itemBytes * v.Len()
+	}
+	return itemBytes
+}
+
+// checkBuilt enforces the limits on one value a filter, function or
+// method returned: MaxOutput bytes for a string, MaxItems items for a list
+// or dict, and charges it against the budget of all values built.
+func (r *renderer) checkBuilt(v Value) error {
+	switch v := v.(type) {
+	case string:
+		if len(v) > r.limits.MaxOutput {
+			return fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
+		}
+	case *List:
+		if len(v.Items) > r.limits.MaxItems {
+			return fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+		}
+	case *Dict:
+		if v.Len() > r.limits.MaxItems {
+			return fmt.Errorf("dict of more than %d items", r.limits.MaxItems)
+		}
+	}
+	return r.build(size(v))
 }
 
 func (r *renderer) write(s string, line int) error {
@@ -198,6 +268,10 @@ func (l *loopState) attr(name string) Value {
 	return Undefined{Name: "loop." + name}
 }
 
+// maxIterRunes bounds the characters of a string a loop or filter walks
+// over: each becomes an item.
+const maxIterRunes = 1 << 20
+
 // iterate returns the items a for loop or filter walks over.
 func iterate(v Value) ([]Value, error) {
 	switch v := v.(type) {
@@ -206,6 +280,9 @@ func iterate(v Value) ([]Value, error) {
 	case *Dict:
 		return v.keys, nil
 	case string:
+		if n := utf8.RuneCountInString(v); n > maxIterRunes {
+			return nil, fmt.Errorf("string of %d characters is too long to iterate over (limit %d)", n, maxIterRunes)
+		}
 		out := make([]Value, 0, len(v))
 		for _, c := range v {
 			out = append(out, string(c))
@@ -395,6 +472,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return Undefined{Name: e.name}, nil
 	case *listExpr:
+		if err := r.build(itemBytes * len(e.items)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		l := &List{Items: make([]Value, len(e.items))}
 		for i, it := range e.items {
 			v, err := r.eval(it, s)
@@ -405,6 +485,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return l, nil
 	case *tupleExpr:
+		if err := r.build(itemBytes * len(e.items)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		l := &List{Items: make([]Value, len(e.items)), Tuple: true}
 		for i, it := range e.items {
 			v, err := r.eval(it, s)
@@ -415,6 +498,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return l, nil
 	case *dictExpr:
+		if err := r.build(2 * itemBytes * len(e.keys)); err != nil {
+			return nil, r.errorf(0, "%v", err)
+		}
 		d := NewDict()
 		for i := range e.keys {
 			k, err := r.eval(e.keys[i], s)
@@ -516,10 +602,14 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			b.WriteString(toStr(v))
-			if b.Len() > r.limits.MaxOutput {
+			str := toStr(v)
+			if b.Len()+len(str) > r.limits.MaxOutput {
 				return nil, r.errorf(e.line, "string longer than %d bytes", r.limits.MaxOutput)
 			}
+			if err := r.build(len(str)); err != nil {
+				return nil, r.errorf(e.line, "%v", err)
+			}
+			b.WriteString(str)
 		}
 		return b.String(), nil
 	case *cmpExpr:
@@ -638,6 +728,10 @@ func (r *renderer) evalSlice(e *sliceExpr, s *scope) (Value, error) {
 		}
 		bounds[i] = &n
 	}
+	// A slice is built as large as its operand at most.
+	if err := r.build(size(obj)); err != nil {
+		return nil, r.errorf(e.line, "%v", err)
+	}
 	var items []Value
 	var runes []rune
 	var isStr, isTuple bool
@@ -744,6 +838,19 @@ func (r *renderer) evalArgs(pos []expr, kw []kwarg, s *scope) ([]Value, []kwValu
 	return args, kwargs, nil
 }
 
+// argsSize is the top-level size of a call's arguments, the work a
+// function or filter may do in proportion to them.
+func argsSize(args []Value, kwargs []kwValue) int {
+	n := 0
+	for _, a := range args {
+		n += size(a)
+	}
+	for _, k := range kwargs {
+		n += size(k.v)
+	}
+	return n
+}
+
 func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error) {
 	if err := r.step(e.line); err != nil {
 		return nil, err
@@ -760,7 +867,13 @@ func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error)
 	case *macro:
 		return r.callMacro(f, args, kwargs, caller, e.line)
 	case *callable:
+		if err := r.work(argsSize(args, kwargs)); err != nil {
+			return nil, r.errorf(e.line, "%v", err)
+		}
 		v, err := f.fn(r, args, kwargs)
+		if err == nil {
+			err = r.checkBuilt(v)
+		}
 		if err != nil {
 			var te *Error
 			if errors.As(err, &te) || errors.Is(err, ErrRaised) {
@@ -863,11 +976,21 @@ func (r *renderer) binop(op string, a, b Value) (Value, error) {
 				if len(as)+len(bs) > r.limits.MaxOutput {
 					return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 				}
+				if err := r.build(len(as) + len(bs)); err != nil {
+					return nil, err
+				}
 				return as + bs, nil
 			}
 		}
 		if al, ok := a.(*List); ok {
 			if bl, ok := b.(*List); ok && al.Tuple == bl.Tuple {
+				n := len(al.Items) + len(bl.Items)
+				if n > r.limits.MaxItems {
+					return nil, fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+				}
+				if err := r.build(itemBytes * n); err != nil {
+					return nil, err
+				}
 				out := &List{Tuple: al.Tuple, Items: make([]Value, 0, len(al.Items)+len(bl.Items))}
 				out.Items = append(append(out.Items, al.Items...), bl.Items...)
 				return out, nil
@@ -919,7 +1042,7 @@ func (r *renderer) binop(op string, a, b Value) (Value, error) {
 		}
 	case "%":
 		if as, ok := a.(string); ok {
-			return pyFormat(as, b)
+			return pyFormat(as, b, r.limits.MaxOutput)
 		}
 		switch {
 		case aInt && bInt:
@@ -979,6 +1102,9 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 		if n > int64(r.limits.MaxOutput) || int64(len(v))*n > int64(r.limits.MaxOutput) {
 			return nil, fmt.Errorf("string longer than %d bytes", r.limits.MaxOutput)
 		}
+		if err := r.build(len(v) * int(n)); err != nil {
+			return nil, err
+		}
 		return strings.Repeat(v, int(n)), nil
 	case *List:
 		if len(v.Items) == 0 {
@@ -986,6 +1112,9 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 		}
 		if n > int64(r.limits.MaxItems) || int64(len(v.Items))*n > int64(r.limits.MaxItems) {
 			return nil, fmt.Errorf("list longer than %d items", r.limits.MaxItems)
+		}
+		if err := r.build(itemBytes * len(v.Items) * int(n)); err != nil {
+			return nil, err
 		}
 		out := &List{Tuple: v.Tuple}
 		for range n {
@@ -998,7 +1127,7 @@ func (r *renderer) repeat(v Value, n int64) (Value, error) {
 
 // pyFormat is the subset of Python's "%" string formatting that templates
 // use: %s, %r, %d, %i, %f and %%.
-func pyFormat(format string, arg Value) (Value, error) {
+func pyFormat(format string, arg Value, limit int) (Value, error) {
 	var args []Value
 	if l, ok := arg.(*List); ok && l.Tuple {
 		args = l.Items
@@ -1008,6 +1137,9 @@ func pyFormat(format string, arg Value) (Value, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(format); i++ {
+		if b.Len() > limit {
+			return nil, fmt.Errorf("string longer than %d bytes", limit)
+		}
 		c := format[i]
 		if c != '%' {
 			b.WriteByte(c)
@@ -1028,7 +1160,11 @@ func pyFormat(format string, arg Value) (Value, error) {
 		next++
 		switch format[i] {
 		case 's':
-			b.WriteString(toStr(a))
+			str := toStr(a)
+			if b.Len()+len(str) > limit {
+				return nil, fmt.Errorf("string longer than %d bytes", limit)
+			}
+			b.WriteString(str)
 		case 'r':
 			writeRepr(&b, a, 0)
 		case 'd', 'i':
@@ -1049,6 +1185,9 @@ func pyFormat(format string, arg Value) (Value, error) {
 	}
 	if next < len(args) {
 		return nil, errors.New("not all arguments converted during string formatting")
+	}
+	if b.Len() > limit {
+		return nil, fmt.Errorf("string longer than %d bytes", limit)
 	}
 	return b.String(), nil
 }

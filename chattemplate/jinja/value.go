@@ -192,8 +192,17 @@ func toStr(v Value) string {
 // maxReprDepth stops printing self-containing or absurdly deep values.
 const maxReprDepth = 100
 
-// writeRepr writes Python's repr() of v.
+// maxReprLen stops printing a value (or writing its JSON) past the default
+// output limit: a list holding the same list twice, nested 60 deep, is
+// built in 60 steps and would print 2^60 items. The cut repr is longer
+// than the output and string limits, so using it fails.
+const maxReprLen = 16<<20 + 1
+
+// writeRepr writes Python's repr() of v, stopping past maxReprLen bytes.
 func writeRepr(b *strings.Builder, v Value, depth int) {
+	if b.Len() > maxReprLen {
+		return
+	}
 	if depth > maxReprDepth {
 		b.WriteString("...")
 		return
@@ -330,6 +339,17 @@ var strconvIsPrint = strconv.IsPrint
 
 // equal is Python's ==.
 func equal(a, b Value) bool {
+	return (&equality{}).equal(a, b)
+}
+
+// equality compares values, remembering the pairs of lists and dicts found
+// equal: a list holding the same list twice, nested 60 deep, is compared
+// in 60 comparisons instead of 2^60.
+type equality struct {
+	same map[[2]any]bool
+}
+
+func (q *equality) equal(a, b Value) bool {
 	if x, ok := number(a); ok {
 		if y, ok := number(b); ok {
 			return x == y
@@ -350,10 +370,18 @@ func equal(a, b Value) bool {
 		if !ok || l.Tuple != a.Tuple || len(l.Items) != len(a.Items) {
 			return false
 		}
+		if q.same[[2]any{a, l}] {
+			return true
+		}
+		nested := false
 		for i := range a.Items {
-			if !equal(a.Items[i], l.Items[i]) {
+			if !q.equal(a.Items[i], l.Items[i]) {
 				return false
 			}
+			nested = nested || isContainer(a.Items[i])
+		}
+		if nested {
+			q.remember(a, l)
 		}
 		return true
 	case *Dict:
@@ -361,15 +389,40 @@ func equal(a, b Value) bool {
 		if !ok || d.Len() != a.Len() {
 			return false
 		}
+		if q.same[[2]any{a, d}] {
+			return true
+		}
+		nested := false
 		for i, k := range a.keys {
 			v, ok := d.Get(k)
-			if !ok || !equal(a.vals[i], v) {
+			if !ok || !q.equal(a.vals[i], v) {
 				return false
 			}
+			nested = nested || isContainer(a.vals[i])
+		}
+		if nested {
+			q.remember(a, d)
 		}
 		return true
 	}
 	return a == b
+}
+
+// isContainer reports whether v is a list or a dict.
+func isContainer(v Value) bool {
+	switch v.(type) {
+	case *List, *Dict:
+		return true
+	}
+	return false
+}
+
+// remember records that a and b, holding lists or dicts, are equal.
+func (q *equality) remember(a, b Value) {
+	if q.same == nil {
+		q.same = map[[2]any]bool{}
+	}
+	q.same[[2]any{a, b}] = true
 }
 
 // number converts bool, int64, big ints and float64 to float64 for
