@@ -225,13 +225,13 @@ type batchBound struct {
 }
 
 // add counts n sequences of prompt with parameters p: each may produce
-// p.MaxNewTokens tokens (0: up to the sequence limit), plus an entry per
+// p.MaxNewTokens tokens (at most what the sequence limit leaves), plus an entry per
 // prompt token when prompt logprobs are asked, each with 1 + TopLogprobs
 // logprob entries when logprobs are asked.
 func (b *batchBound) add(s *Server, n int, prompt []int32, p engine.SamplingParams) {
-	tokens := int64(p.MaxNewTokens)
-	if tokens <= 0 {
-		tokens = int64(max(s.eng.MaxSequenceTokens()-len(prompt), 1))
+	tokens := int64(max(s.eng.MaxSequenceTokens()-len(prompt), 1))
+	if p.MaxNewTokens > 0 {
+		tokens = min(tokens, int64(p.MaxNewTokens)) // more is refused by precheck
 	}
 	per := int64(tokenBytes)
 	if p.Logprobs {
