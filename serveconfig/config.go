@@ -39,7 +39,9 @@ type Config struct {
 	HTTPWriteTimeout      time.Duration // one non-streaming response or stream event
 	HTTPIdleTimeout       time.Duration
 	MaxRequestBodyBytes   int64
-	MaxPromptBytes        int // 0: 16 bytes per token of the context length
+	MaxPromptBytes        int   // 0: 16 bytes per token of the context length
+	MaxBatchSequences     int   // prompts times n in one request
+	MaxResponseBytes      int64 // estimated response size of one request
 
 	// Model and tokenizer.
 	ModelPath         string
@@ -181,6 +183,8 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.Float64(flagIdleTimeout, 30, "seconds a keep-alive connection may stay idle before it is closed")
 	fs.Int64Var(&c.MaxRequestBodyBytes, "max-request-body-bytes", 32<<20, "largest request body, in bytes (413 above)")
 	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", 0, "largest prompt text, in bytes, checked before tokenizing (400 above); 0: 16 bytes per token of the context length")
+	fs.IntVar(&c.MaxBatchSequences, "max-batch-sequences", 256, "most sequences (prompts times n) one request may run (400 above)")
+	fs.Int64Var(&c.MaxResponseBytes, "max-response-bytes", 256<<20, "largest estimated response of one request, in bytes, from its sequences, token budgets and logprobs (400 above)")
 
 	// Model.
 	fs.StringVar(&c.ModelPath, "model-path", "", "model directory (Hugging Face layout: config.json + safetensors); alias --model")
@@ -389,6 +393,12 @@ func (c *Config) check() error {
 	}
 	if c.MaxRequestBodyBytes < 1 {
 		bad("max-request-body-bytes", "must be positive, got %d", c.MaxRequestBodyBytes)
+	}
+	if c.MaxBatchSequences < 1 {
+		bad("max-batch-sequences", "must be at least 1, got %d", c.MaxBatchSequences)
+	}
+	if c.MaxResponseBytes < 1 {
+		bad("max-response-bytes", "must be positive, got %d", c.MaxResponseBytes)
 	}
 	if c.MaxPromptBytes < 0 {
 		bad("max-prompt-bytes", "must not be negative, got %d", c.MaxPromptBytes)

@@ -103,6 +103,9 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--model", "/m", "--max-connections", "64", "--max-request-body-bytes", "1048576", "--max-prompt-bytes", "4096"}, func(c *Config) bool {
 			return c.MaxConnections == 64 && c.MaxRequestBodyBytes == 1<<20 && c.MaxPromptBytes == 4096
 		}},
+		{[]string{"--model", "/m", "--max-batch-sequences", "8", "--max-response-bytes", "65536"}, func(c *Config) bool {
+			return c.MaxBatchSequences == 8 && c.MaxResponseBytes == 65536
+		}},
 	} {
 		c, err := Parse(tc.args)
 		if err != nil {
@@ -146,6 +149,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--model", "/m", "--max-connections", "0"}, "--max-connections: must be at least 1"},
 		{[]string{"--model", "/m", "--max-request-body-bytes", "0"}, "--max-request-body-bytes: must be positive"},
 		{[]string{"--model", "/m", "--max-prompt-bytes", "-1"}, "--max-prompt-bytes: must not be negative"},
+		{[]string{"--model", "/m", "--max-batch-sequences", "0"}, "--max-batch-sequences: must be at least 1"},
+		{[]string{"--model", "/m", "--max-response-bytes", "0"}, "--max-response-bytes: must be positive"},
 		{[]string{"--model", "/m", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--model", "/m", "--reasoning-parser", "x"}, "--reasoning-parser"},
 	} {

@@ -358,6 +358,11 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if err != nil {
 		return nil, err
 	}
+	bound := batchBound{}
+	bound.add(s, n, prompt, p)
+	if err := s.checkBatch(bound, batchFields{prompts: "messages", n: "n", maxTokens: "max_tokens", topLogprobs: "top_logprobs"}); err != nil {
+		return nil, err
+	}
 	plan := &chatPlan{adapter: adapter,
 		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
 		params: p, n: n, stops: stops, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,

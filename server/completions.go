@@ -127,7 +127,8 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*compl
 }
 
 // checkCompletion checks what the call asks of the server (a tokenizer,
-// logprobs, a grammar) and each prompt against the engine's limits.
+// logprobs, a grammar), each prompt against the engine's limits, and the
+// batch and its response against the server's limits.
 func (s *Server) checkCompletion(call *completionCall) error {
 	req := &call.req
 	if (len(call.stops) > 0 || req.Echo) && s.tok == nil {
@@ -141,16 +142,19 @@ func (s *Server) checkCompletion(call *completionCall) error {
 		call.p.TopLogprobs = *req.Logprobs
 		call.p.PromptLogprobs = req.Echo
 	}
-	var err error
-	if call.grammar, call.jsonObject, err = s.routeGrammar(&req.samplingFields, req.ResponseFormat, req.JSONSchema); err != nil {
-		return err
-	}
+	var bound batchBound
 	for _, pr := range call.prompts {
 		if err := s.precheck(pr, call.p); err != nil {
 			return err
 		}
+		bound.add(s, call.n, pr, call.p)
 	}
-	return nil
+	if err := s.checkBatch(bound, batchFields{prompts: "prompt", n: "n", maxTokens: "max_tokens", topLogprobs: "logprobs"}); err != nil {
+		return err
+	}
+	var err error
+	call.grammar, call.jsonObject, err = s.routeGrammar(&req.samplingFields, req.ResponseFormat, req.JSONSchema)
+	return err
 }
 
 // planCompletion makes the call's sequences (call.specs), each with its

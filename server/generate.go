@@ -226,22 +226,30 @@ func nativeSamplings(raw json.RawMessage, n int) ([]nativeSampling, error) {
 	return list, nil
 }
 
+// generateFields are /generate's names for the fields that set its batch
+// and response size.
+var generateFields = batchFields{prompts: "text", n: "sampling_params.n",
+	maxTokens: "sampling_params.max_new_tokens", topLogprobs: "top_logprobs_num"}
+
 // planGenerate checks each prompt's sampling parameters against the server
-// and the engine and lists the sequences to run (call.items).
+// and the engine, bounds the batch and its response before compiling any
+// grammar, and lists the sequences to run (call.items).
 func (s *Server) planGenerate(call *nativeCall) error {
 	req := &call.req
+	type promptPlan struct {
+		p     engine.SamplingParams
+		stops []string
+		n     int
+	}
+	plans := make([]promptPlan, len(call.prompts))
+	var bound batchBound
 	for i, pr := range call.prompts {
-		sp := &call.sps[i]
-		p, stops, n, err := sp.toParams()
+		p, stops, n, err := call.sps[i].toParams()
 		if err != nil {
 			return err
 		}
 		if len(stops) > 0 && s.tok == nil {
 			return badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)")
-		}
-		g, err := s.nativeGrammar(sp)
-		if err != nil {
-			return err
 		}
 		if call.logprob[i] {
 			p.Logprobs = true
@@ -251,18 +259,30 @@ func (s *Server) planGenerate(call *nativeCall) error {
 		if err := s.precheck(pr, p); err != nil {
 			return err
 		}
-		if n > 1 {
+		bound.add(s, n, pr, p)
+		plans[i] = promptPlan{p, stops, n}
+	}
+	if err := s.checkBatch(bound, generateFields); err != nil {
+		return err
+	}
+	for i, pr := range call.prompts {
+		sp, pl := &call.sps[i], plans[i]
+		g, err := s.nativeGrammar(sp)
+		if err != nil {
+			return err
+		}
+		if pl.n > 1 {
 			call.batch = true
 		}
 		skip := sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens
-		for j := range n {
-			pj := seedFor(p, j)
+		for j := range pl.n {
+			pj := seedFor(pl.p, j)
 			if g != nil {
 				pj.Constraint = g.NewConstraint()
 			}
 			call.items = append(call.items, nativeItem{
 				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj, Adapter: call.adapters[i]},
-					stops: stops, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
+					stops: pl.stops, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
 				prompt: i, logprobs: call.logprob[i],
 			})
 		}

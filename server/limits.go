@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/ktserve/kt/engine"
 )
 
 // Limits bounds what one client can hold of the server: connections,
@@ -33,6 +35,12 @@ type Limits struct {
 	// MaxPromptBytes bounds a prompt's text before it is tokenized (400
 	// above); 0: PromptBytesPerToken bytes per token of the context length.
 	MaxPromptBytes int
+	// MaxBatchSequences bounds the sequences one request runs: its
+	// prompts times n (400 above).
+	MaxBatchSequences int
+	// MaxResponseBytes bounds a request's estimated response size, from
+	// its sequences, their token budgets and logprobs (400 above).
+	MaxResponseBytes int64
 }
 
 // PromptBytesPerToken is the default prompt byte bound per token of
@@ -49,6 +57,8 @@ func DefaultLimits() Limits {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       30 * time.Second,
 		MaxBodyBytes:      32 << 20,
+		MaxBatchSequences: 256,
+		MaxResponseBytes:  256 << 20,
 	}
 }
 
@@ -68,6 +78,12 @@ func (l Limits) withDefaults(contextLen int) Limits {
 	}
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if l.MaxBatchSequences <= 0 {
+		l.MaxBatchSequences = d.MaxBatchSequences
+	}
+	if l.MaxResponseBytes <= 0 {
+		l.MaxResponseBytes = d.MaxResponseBytes
 	}
 	if l.MaxPromptBytes <= 0 {
 		l.MaxPromptBytes = contextLen * PromptBytesPerToken
@@ -185,4 +201,59 @@ func (s *Server) encode(field, text string) ([]int32, error) {
 			field, len(text), s.lim.MaxPromptBytes, PromptBytesPerToken, s.eng.ContextLength())
 	}
 	return s.tok.Encode(text), nil
+}
+
+// Per-entry byte estimates of a response: an output token without
+// logprobs (its id and text), and one logprob entry (a token's logprob,
+// id and text, chosen or among the top alternatives).
+const (
+	tokenBytes        = 16
+	logprobEntryBytes = 64
+)
+
+// batchFields names, in an endpoint's own terms, the request fields that
+// set its batch size and response size.
+type batchFields struct {
+	prompts, n, maxTokens, topLogprobs string
+}
+
+// batchBound adds up what a request's sequences may hold of the server
+// before any of them is queued.
+type batchBound struct {
+	seqs  int
+	bytes int64
+}
+
+// add counts n sequences of prompt with parameters p: each may produce
+// p.MaxNewTokens tokens (at most what the sequence limit leaves), plus an entry per
+// prompt token when prompt logprobs are asked, each with 1 + TopLogprobs
+// logprob entries when logprobs are asked.
+func (b *batchBound) add(s *Server, n int, prompt []int32, p engine.SamplingParams) {
+	tokens := int64(max(s.eng.MaxSequenceTokens()-len(prompt), 1))
+	if p.MaxNewTokens > 0 {
+		tokens = min(tokens, int64(p.MaxNewTokens)) // more is refused by precheck
+	}
+	per := int64(tokenBytes)
+	if p.Logprobs {
+		if p.PromptLogprobs {
+			tokens += int64(len(prompt))
+		}
+		per = int64(1+p.TopLogprobs) * logprobEntryBytes
+	}
+	b.seqs += n
+	b.bytes += int64(n) * tokens * per
+}
+
+// checkBatch refuses a request whose sequences or estimated response
+// exceed MaxBatchSequences or MaxResponseBytes, naming the fields to lower.
+func (s *Server) checkBatch(b batchBound, f batchFields) error {
+	if b.seqs > s.lim.MaxBatchSequences {
+		return badRequest(f.prompts, "the request runs %d sequences (%s times %s); at most %d are taken in one request (--max-batch-sequences)",
+			b.seqs, f.prompts, f.n, s.lim.MaxBatchSequences)
+	}
+	if b.bytes > s.lim.MaxResponseBytes {
+		return badRequest(f.maxTokens, "the response could reach about %d bytes (%d sequences of up to %s tokens, with 1 + %s logprob entries per token when logprobs are asked); at most %d bytes are answered (--max-response-bytes): lower %s, %s, %s or the number of %s",
+			b.bytes, b.seqs, f.maxTokens, f.topLogprobs, s.lim.MaxResponseBytes, f.maxTokens, f.topLogprobs, f.n, f.prompts)
+	}
+	return nil
 }

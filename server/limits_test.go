@@ -240,3 +240,96 @@ func TestLimitsWriteTimeoutSparesSlowGeneration(t *testing.T) {
 		}
 	}
 }
+
+// A batch of 1,000 prompts asking 500 tokens with 20 top logprobs each is
+// refused at once, before any work is queued, and so is a batch within the
+// sequence cap whose response would pass the byte budget; the server then
+// answers a normal batch.
+func TestLimitsHugeBatchRefused(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, nil)
+	prompts := func(k int) []string {
+		out := make([]string, k)
+		for i := range out {
+			out[i] = fmt.Sprintf("prompt %d", i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		prompts int
+		tokens  int
+		want    string
+	}{
+		{"sequences", 1000, 500, "max-batch-sequences"},
+		{"response bytes", 256, 2000, "max-response-bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			code, msg := ts.post(t, "/generate", map[string]any{"text": prompts(tc.prompts),
+				"sampling_params": map[string]any{"max_new_tokens": tc.tokens, "ignore_eos": true},
+				"return_logprob":  true, "top_logprobs_num": 20})
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("refused after %v, want well under a second", took)
+			}
+			if code != http.StatusBadRequest || !strings.Contains(string(msg), tc.want) {
+				t.Fatalf("got %d %s, want 400 naming --%s", code, msg, tc.want)
+			}
+		})
+	}
+	code, msg := ts.post(t, "/generate", map[string]any{"text": prompts(8),
+		"sampling_params": map[string]any{"max_new_tokens": 4}, "return_logprob": true, "top_logprobs_num": 2})
+	var outs []map[string]any
+	if code != http.StatusOK || json.Unmarshal(msg, &outs) != nil || len(outs) != 8 {
+		t.Fatalf("normal batch after the refusals: %d %s", code, msg)
+	}
+}
+
+// Each endpoint takes a batch exactly at the limits and refuses one
+// sequence, or one token, more, naming the field and the flag.
+func TestLimitsBatchBoundary(t *testing.T) {
+	const seqs, tokens, top = 4, 8, 2
+	budget := int64(seqs * tokens * (1 + top) * logprobEntryBytes)
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{MaxBatchSequences: seqs, MaxResponseBytes: budget}))
+	generate := func(prompts, maxTokens int) map[string]any {
+		text := make([]string, prompts)
+		for i := range text {
+			text[i] = "Once upon"
+		}
+		return map[string]any{"text": text, "sampling_params": map[string]any{"max_new_tokens": maxTokens},
+			"return_logprob": true, "top_logprobs_num": top}
+	}
+	completion := func(n, maxTokens int) map[string]any {
+		return map[string]any{"model": modelName, "prompt": []string{"Once upon", "a time"}, "n": n,
+			"max_tokens": maxTokens, "logprobs": top}
+	}
+	chat := func(n, maxTokens int) map[string]any {
+		b := greedyBody("hi", maxTokens)
+		b["n"], b["logprobs"], b["top_logprobs"] = n, true, top
+		delete(b, "temperature")
+		return b
+	}
+	for _, tc := range []struct {
+		name, path string
+		body       map[string]any
+		want       string // "" accepted, else in the 400's message
+	}{
+		{"generate at the limits", "/generate", generate(seqs, tokens), ""},
+		{"generate one prompt more", "/generate", generate(seqs+1, 1), "--max-batch-sequences"},
+		{"generate one token more", "/generate", generate(seqs, tokens+1), "sampling_params.max_new_tokens"},
+		{"completions at the limits", "/v1/completions", completion(seqs/2, tokens), ""},
+		{"completions n more", "/v1/completions", completion(seqs/2+1, tokens), "--max-batch-sequences"},
+		{"completions one token more", "/v1/completions", completion(seqs/2, tokens+1), "--max-response-bytes"},
+		{"chat at the limits", "/v1/chat/completions", chat(seqs, tokens), ""},
+		{"chat one token more", "/v1/chat/completions", chat(seqs, tokens+1), "top_logprobs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, msg := ts.post(t, tc.path, tc.body)
+			switch {
+			case tc.want == "" && code != http.StatusOK:
+				t.Fatalf("got %d %s, want 200", code, msg)
+			case tc.want != "" && (code != http.StatusBadRequest || !strings.Contains(string(msg), tc.want)):
+				t.Fatalf("got %d %s, want 400 naming %s", code, msg, tc.want)
+			}
+		})
+	}
+}

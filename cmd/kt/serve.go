@@ -133,7 +133,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
 		Limits: server.Limits{MaxConnections: cfg.MaxConnections, ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
 			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
-			MaxBodyBytes: cfg.MaxRequestBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes},
+			MaxBodyBytes: cfg.MaxRequestBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes,
+			MaxBatchSequences: cfg.MaxBatchSequences, MaxResponseBytes: cfg.MaxResponseBytes},
 	}
 	sopt.LoRAPaths = m.loras.Paths() // /v1/models lists each adapter with its path
 	if m.recorder != nil {
