@@ -111,7 +111,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
-	m, err := loadServedModel(cfg, mcfg, sz, log)
+	m, err := loadServedModel(ctx, cfg, mcfg, sz, log)
 	if err != nil {
 		return err
 	}
@@ -199,9 +199,37 @@ type servedModel struct {
 	recorder *expertdist.Recorder // nil: not recording
 }
 
+// loadInterruptible loads the model in dir and returns once it is loaded or
+// ctx ends (SIGINT or SIGTERM), so that a load blocked on a file (a FIFO in
+// place of a weight file, a hung mount) cannot keep kt serve from exiting.
+// An abandoned load goes on until the process exits; a model it still
+// finishes loading is closed.
+func loadInterruptible(ctx context.Context, dir string, opts arch.Options) (model.Runner, error) {
+	type loaded struct {
+		r   model.Runner
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		r, err := arch.Load(dir, opts)
+		done <- loaded{r, err}
+	}()
+	select {
+	case l := <-done:
+		return l.r, l.err
+	case <-ctx.Done():
+		go func() {
+			if l := <-done; l.r != nil {
+				l.r.Close()
+			}
+		}()
+		return nil, fmt.Errorf("interrupted while loading: %w", context.Cause(ctx))
+	}
+}
+
 // loadServedModel loads the model with its LoRA adapters and expert
 // recorder as the flags ask, and logs where it runs.
-func loadServedModel(cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, log *slog.Logger) (*servedModel, error) {
+func loadServedModel(ctx context.Context, cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, log *slog.Logger) (*servedModel, error) {
 	opts := arch.Options{MaxSeqs: sz.maxRunning, MaxTotalTokens: sz.maxTotal, MaxBatchTokens: sz.batchTokens, Threads: sz.threads,
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
 		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
@@ -231,7 +259,7 @@ func loadServedModel(cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, 
 	t0 := time.Now()
 	where := ""
 	opts.Notify = func(m string) { where = m }
-	if m.runner, err = arch.Load(cfg.ModelPath, opts); err != nil {
+	if m.runner, err = loadInterruptible(ctx, cfg.ModelPath, opts); err != nil {
 		return nil, fmt.Errorf("loading %s: %w", cfg.ModelPath, err)
 	}
 	info := m.runner.Info()
