@@ -70,15 +70,18 @@ func (r *Result) OutputIDs() []int32 {
 	return ids
 }
 
-// Run generates from prompt on r, which must hold no sequence: an engine
-// with one sequence slot and no prefix cache runs it and is stopped before
-// Run returns.
-func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
-	req, err := p.request(prompt)
-	if err != nil {
-		return nil, err
-	}
-	chunk := p.ChunkSize
+// Session is an engine with one sequence slot and no prefix cache over a
+// runner, for generations run one after another without starting an engine
+// for each.
+type Session struct {
+	e    *engine.Engine
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+// NewSession starts a session on r, which must hold no sequence; prefill
+// runs in chunks of chunk tokens (512 when chunk <= 0). Close stops it.
+func NewSession(r model.Runner, chunk int) (*Session, error) {
 	if chunk <= 0 {
 		chunk = 512
 	}
@@ -87,22 +90,44 @@ func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	defer func() {
-		stop()
-		<-e.Done()
-	}()
 	go e.Run(ctx) //nolint:errcheck // a runner failure ends the sequence with its error
+	return &Session{e: e, ctx: ctx, stop: stop}, nil
+}
+
+// Close stops the session's engine and waits for it.
+func (s *Session) Close() {
+	s.stop()
+	<-s.e.Done()
+}
+
+// Run generates from prompt (p.ChunkSize is the session's).
+func (s *Session) Run(prompt []int32, p Params) (*Result, error) {
+	req, err := p.request(prompt)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
-	st, err := e.Submit(ctx, req)
+	st, err := s.e.Submit(s.ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	res, err := collect(ctx, st, start, p)
+	res, err := collect(s.ctx, st, start, p)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	res.PromptIDs = prompt
 	return res, nil
+}
+
+// Run generates from prompt on r, which must hold no sequence, in a
+// session of its own.
+func Run(r model.Runner, prompt []int32, p Params) (*Result, error) {
+	s, err := NewSession(r, p.ChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Run(prompt, p)
 }
 
 // request checks p and makes the engine's request for prompt.

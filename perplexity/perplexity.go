@@ -75,8 +75,13 @@ func Score(r model.Runner, ids []int32, o Options) (Result, error) {
 	res := Result{InputTokens: len(ids), Ctx: o.Ctx}
 	var sum float64
 	start := time.Now()
+	gs, err := generate.NewSession(r, o.Chunk)
+	if err != nil {
+		return Result{}, fmt.Errorf("perplexity: %w", err)
+	}
+	defer gs.Close()
 	for wi, w := range Windows(ids, o.Ctx) {
-		g, err := generate.Run(r, w, generate.Params{PromptLogprobs: true, ChunkSize: o.Chunk, MaxNewTokens: 0})
+		g, err := gs.Run(w, generate.Params{PromptLogprobs: true})
 		if err != nil {
 			return Result{}, fmt.Errorf("perplexity: window %d (tokens %d..%d): %w", wi, wi*o.Ctx, wi*o.Ctx+len(w), err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/generate"
-	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
@@ -194,11 +193,16 @@ func runRoutingBench(dir string, o routingBenchOpts, log io.Writer) (*routingRes
 	if p := arch.ExpertPath(r); p != "" {
 		fmt.Fprintln(log, "bench routing: routed experts:", p)
 	}
+	gs, err := generate.NewSession(r, ctx) // a window is one prefill chunk
+	if err != nil {
+		return nil, err
+	}
+	defer gs.Close()
 	res := &routingResult{Model: dir, Data: o.data, Calib: o.calib, Tokens: len(ids), Ctx: o.ctx, Experts: cfg.NumExperts,
 		TopK: cfg.TopK, Ratios: routingRatios}
 	t0 := time.Now()
 	for _, w := range perplexity.Windows(ids, o.ctx) {
-		if err := prefill(r, w); err != nil {
+		if err := prefill(gs, w); err != nil {
 			return nil, fmt.Errorf("--data window %d: %w", res.Windows, err)
 		}
 		rec.EndWindow()
@@ -212,7 +216,7 @@ func runRoutingBench(dir string, o routingBenchOpts, log io.Writer) (*routingRes
 		active = dist
 		dist.Start()
 		for i, w := range perplexity.Windows(calibIDs, o.ctx) {
-			if err := prefill(r, w); err != nil {
+			if err := prefill(gs, w); err != nil {
 				return nil, fmt.Errorf("--calib window %d: %w", i, err)
 			}
 			dist.EndPass()
@@ -272,8 +276,8 @@ func (s recorderSwitch) Add(layer int, ids []int32) { (*s.cur).Add(layer, ids) }
 
 // prefill runs one window from an empty context (its first output token
 // only: every pick recorded is a prefill pick).
-func prefill(r model.Runner, w []int32) error {
-	_, err := generate.Run(r, w, generate.Params{ChunkSize: len(w), MaxNewTokens: 0})
+func prefill(gs *generate.Session, w []int32) error {
+	_, err := gs.Run(w, generate.Params{})
 	return err
 }
 
