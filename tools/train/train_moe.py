@@ -60,6 +60,9 @@ import transformers
 from safetensors import safe_open
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from gen_hf_fixtures import reference  # noqa: E402  reference.json's cases, as every fixture's
+
 EOS = "<|endoftext|>"
 # Qwen2/Qwen3's split regex, exactly as tokenizer/pretokenize.go's qwen2Pattern.
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
@@ -67,8 +70,6 @@ QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
 HELDOUT_MOD = 20
 MAX_FILE = 1 << 20
 MAX_HELDOUT_FILE = 64 << 10
-GREEDY_STEPS = 32
-TOPK = 8
 MAX_CKPT_BYTES = 24_000_000
 MAX_SHARD_FILE = 16 << 20
 
@@ -376,32 +377,6 @@ def routing_summary(counts, n_experts):
         out.append(dict(layer=li, top25_share=sum(s[:top]) / tot, max_share=s[0] / tot, min_share=s[-1] / tot,
                         unused_experts=sum(1 for v in s if v == 0)))
     return out
-
-
-@torch.no_grad()
-def reference(model, prompts):
-    """As tools/fixtures/gen_hf_fixtures.py's reference()."""
-    cases = []
-    for name, ids in prompts:
-        x = torch.tensor([ids])
-        logits = model(input_ids=x, use_cache=False).logits[0].float()
-        lp = torch.log_softmax(logits, dim=-1)
-        prompt_lp = [None] + [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
-        seq = list(ids)
-        g_ids, g_lp, tops, margins = [], [], [], []
-        for _ in range(GREEDY_STEPS):
-            out = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1].float()
-            l = torch.log_softmax(out, dim=-1)
-            v, i = torch.topk(l, TOPK)
-            nxt = int(i[0])
-            g_ids.append(nxt)
-            g_lp.append(float(v[0]))
-            tops.append([[int(a), float(b)] for a, b in zip(i.tolist(), v.tolist())])
-            margins.append(float(v[0] - v[1]))
-            seq.append(nxt)
-        cases.append(dict(name=name, prompt_ids=ids, prompt_logprobs=prompt_lp, greedy_ids=g_ids,
-                          greedy_logprobs=g_lp, top_logprobs=tops, top2_margin=margins))
-    return cases
 
 
 def load_f32(cls, out):
