@@ -81,16 +81,6 @@ func (b Bool) Get() (bool, error) {
 	return false, fmt.Errorf("%s=%q: want 1 or 0", b.Name, os.Getenv(b.Name))
 }
 
-// On is Get where a malformed value counts as the default; for settings
-// read where no error can be returned (diagnostics).
-func (b Bool) On() bool {
-	v, err := b.Get()
-	if err != nil {
-		return b.Default == "1"
-	}
-	return v
-}
-
 // Duration is a setting holding a non-negative Go duration ("300us").
 type Duration struct{ Info }
 

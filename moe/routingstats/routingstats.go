@@ -20,8 +20,8 @@ import (
 // (token, expert) pairs the router chose. Dense layers' rows stay zero.
 type Counts [][]int64
 
-// NewCounts returns zero counts for layers layers of experts experts.
-func NewCounts(layers, experts int) Counts {
+// newCounts returns zero counts for layers layers of experts experts.
+func newCounts(layers, experts int) Counts {
 	c := make(Counts, layers)
 	for l := range c {
 		c[l] = make([]int64, experts)
@@ -65,7 +65,7 @@ func NewRecorder(layers, experts int) (*Recorder, error) {
 	if layers <= 0 || experts <= 0 {
 		return nil, fmt.Errorf("routingstats: %d layers of %d experts", layers, experts)
 	}
-	return &Recorder{layers: layers, experts: experts, cur: NewCounts(layers, experts)}, nil
+	return &Recorder{layers: layers, experts: experts, cur: newCounts(layers, experts)}, nil
 }
 
 // Recording reports true: every pick is counted.
@@ -89,7 +89,7 @@ func (r *Recorder) Add(layer int, ids []int32) {
 // when it holds no pick, so windows stay aligned with the text).
 func (r *Recorder) EndWindow() {
 	r.windows = append(r.windows, r.cur)
-	r.cur = NewCounts(r.layers, r.experts)
+	r.cur = newCounts(r.layers, r.experts)
 }
 
 // Windows returns the closed windows' counts, in order.
@@ -97,7 +97,7 @@ func (r *Recorder) Windows() []Counts { return r.windows }
 
 // Sum returns the sum of ws, shaped layers x experts.
 func Sum(ws []Counts, layers, experts int) Counts {
-	s := NewCounts(layers, experts)
+	s := newCounts(layers, experts)
 	for _, w := range ws {
 		s.Add(w)
 	}
@@ -200,7 +200,7 @@ func Dynamic(initial placement.Mask, ws []Counts) (gpu, total int64) {
 				copy(next[l], initial[l])
 				continue
 			}
-			for _, e := range Hottest(w[l], initial.Count(l)) {
+			for _, e := range hottest(w[l], initial.Count(l)) {
 				next[l][e] = true
 			}
 		}
@@ -209,10 +209,10 @@ func Dynamic(initial placement.Mask, ws []Counts) (gpu, total int64) {
 	return gpu, total
 }
 
-// Hottest returns the n experts with the most picks in row, ties to the
+// hottest returns the n experts with the most picks in row, ties to the
 // lower id, in increasing id order (the rule of hybrid.HottestExperts);
 // n is clamped to [0, len(row)].
-func Hottest(row []int64, n int) []int {
+func hottest(row []int64, n int) []int {
 	n = min(max(n, 0), len(row))
 	order := make([]int, len(row))
 	for e := range order {

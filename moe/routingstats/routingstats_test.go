@@ -107,8 +107,8 @@ func TestHottest(t *testing.T) {
 		{[]int64{2, 1}, 5, []int{0, 1}},
 		{[]int64{2, 1}, -1, []int{}},
 	} {
-		if got := Hottest(c.row, c.n); !slices.Equal(got, c.want) {
-			t.Errorf("Hottest(%v, %d) = %v, want %v", c.row, c.n, got, c.want)
+		if got := hottest(c.row, c.n); !slices.Equal(got, c.want) {
+			t.Errorf("hottest(%v, %d) = %v, want %v", c.row, c.n, got, c.want)
 		}
 	}
 }
