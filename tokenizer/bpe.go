@@ -28,6 +28,9 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // longer ones use the heap, which is O(n log n).
 const smallWord = 48
 
+// runWord is the shortest word tried in run-length form first (mergeRuns).
+const runWord = 256
+
 // encodeWord appends the tokens of one pre-tokenized word.
 func (m *bpe) encodeWord(dst []int32, w string) []int32 {
 	if len(w) == 1 {
@@ -40,6 +43,11 @@ func (m *bpe) encodeWord(dst []int32, w string) []int32 {
 	}
 	if len(w) <= smallWord {
 		return m.mergeSmall(dst, w)
+	}
+	if len(w) >= runWord {
+		if out, ok := m.mergeRuns(dst, w); ok {
+			return out
+		}
 	}
 	return m.mergeHeap(dst, w)
 }
