@@ -33,6 +33,9 @@ type LoadConfig struct {
 	// again, so abandoned streams are freed (default 2s).
 	Drain  time.Duration
 	Client *http.Client // nil: a client with Clients idle connections
+	// Attackers send the hostile mix (Attacks) beside the clients, one
+	// request at a time each; 0: none.
+	Attackers int
 }
 
 // LoadResult is what a soak test saw.
@@ -48,6 +51,12 @@ type LoadResult struct {
 	// Before and After are the server's /metrics values at the start and
 	// after the run (and Drain).
 	Before, After map[string]float64
+	// PeakRSS is the highest resident memory /metrics reported during the
+	// run (sampled every half second).
+	PeakRSS float64
+	// Attacks are the outcomes of the hostile mix, per attack (with
+	// Attackers).
+	Attacks []AttackStats
 }
 
 // LoadSeries are the /metrics series Write compares before and after.
@@ -94,6 +103,13 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 	defer cancel()
 	start := time.Now()
 	var wg sync.WaitGroup
+	peak := make(chan float64, 1)
+	go func() { peak <- c.peakRSS(runCtx, res.Before["process_resident_memory_bytes"]) }()
+	if cfg.Attackers > 0 {
+		wg.Go(func() {
+			res.Attacks, _ = runAttacks(runCtx, cfg.BaseURL, cfg.APIKey, vocab, cfg.Attackers)
+		})
+	}
 	for i := range cfg.Clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
@@ -104,6 +120,7 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
+	res.PeakRSS = <-peak
 	select {
 	case <-time.After(cfg.Drain):
 	case <-ctx.Done():
@@ -115,6 +132,28 @@ func Load(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 	res.Served, res.Errors, res.Abandoned, res.Tokens = cnt.ok.Load(), cnt.errs.Load(), cnt.abandoned.Load(), cnt.tokens.Load()
 	res.FirstErrors = cnt.firstErr
 	return res, nil
+}
+
+// peakRSS samples the server's resident memory every half second until
+// ctx ends and returns the highest value seen (at least from).
+func (c *client) peakRSS(ctx context.Context, from float64) float64 {
+	peak := from
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return peak
+		case <-t.C:
+			// A fresh context: the run's may end mid-read.
+			mctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			m, err := c.metrics(mctx)
+			cancel()
+			if err == nil {
+				peak = max(peak, m["process_resident_memory_bytes"])
+			}
+		}
+	}
 }
 
 // vocab returns v, or the server's vocab_size when v is 0.
@@ -187,12 +226,24 @@ func (c *client) one(ctx context.Context, rng *rand.Rand, maxTokens, vocab int, 
 		}
 		return
 	}
-	if bytes.Contains(b, []byte(`"error"`)) {
+	if errorBody(b) {
 		cnt.fail("%s: error in the body: %.200s", path, b)
 		return
 	}
 	cnt.ok.Add(1)
 	cnt.tokens.Add(int64(n))
+}
+
+// errorBody reports whether a response body (JSON, or server-sent events)
+// is or carries an error object; generated text may contain the word.
+func errorBody(b []byte) bool {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
+		if bytes.HasPrefix(line, []byte(`{"error"`)) || bytes.HasPrefix(line, []byte(`{"object":"error"`)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Write prints the result: counts, throughput, and each LoadSeries before and after.
@@ -202,7 +253,18 @@ func (r *LoadResult) Write(w io.Writer) {
 	for _, k := range LoadSeries {
 		fmt.Fprintf(w, "  %-32s before %14.0f  after %14.0f\n", k, r.Before[k], r.After[k])
 	}
+	fmt.Fprintf(w, "  %-32s peak   %14.0f\n", "process_resident_memory_bytes", r.PeakRSS)
 	for _, e := range r.FirstErrors {
 		fmt.Fprintln(w, "  error:", e)
+	}
+	if len(r.Attacks) > 0 {
+		fmt.Fprintln(w, "attacks (each must be refused with a 4xx or cut by the server):")
+		for _, a := range r.Attacks {
+			fmt.Fprintf(w, "  %-55s refused %4d  cut %4d  accepted %3d  failed %3d  slowest %s\n",
+				a.Name, a.Refused, a.Cut, a.Accepted, a.Failed, a.Slowest.Round(10*time.Millisecond))
+			if a.FirstFailure != "" {
+				fmt.Fprintln(w, "    first:", a.FirstFailure)
+			}
+		}
 	}
 }

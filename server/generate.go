@@ -183,9 +183,14 @@ func (s *Server) nativePrompts(req *generateRequest) (prompts [][]int32, batch b
 	case present(req.Text) && present(req.InputIDs):
 		return nil, false, badRequest("text", "give either text or input_ids, not both")
 	case present(req.InputIDs):
-		prompts, err = s.parsePrompts(req.InputIDs, "input_ids")
+		var one []int32
 		var nested [][]int32
-		return prompts, json.Unmarshal(req.InputIDs, &nested) == nil, err
+		batch = json.Unmarshal(req.InputIDs, &nested) == nil
+		if !batch && json.Unmarshal(req.InputIDs, &one) != nil {
+			return nil, false, badRequest("input_ids", "field \"input_ids\": expected an array of token ids or an array of such arrays (give text in \"text\")")
+		}
+		prompts, err = s.parsePrompts(req.InputIDs, "input_ids")
+		return prompts, batch, err
 	case present(req.Text):
 		var str string
 		if json.Unmarshal(req.Text, &str) != nil {

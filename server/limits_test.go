@@ -75,29 +75,44 @@ func TestLimitsIdleConnectionsReaped(t *testing.T) {
 	healthWithin(t, ts.url, 2*time.Second)
 }
 
-// A body sent slower than the read timeout is cut with 408.
+// A body sent slower than the read timeout is cut with 408; without the
+// API key it is refused at once with 401 and the connection closed, not
+// held while the server drains the unread body.
 func TestLimitsSlowBodyCut(t *testing.T) {
-	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{ReadTimeout: 200 * time.Millisecond}))
-	c := dialServer(t, ts.url)
-	start := time.Now()
-	fmt.Fprint(c, "POST /v1/completions HTTP/1.1\r\nHost: kt\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\"")
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
+	for _, c := range []struct {
+		name   string
+		apiKey string
+		want   int
+	}{
+		{"read timeout", "", http.StatusRequestTimeout},
+		{"unauthenticated", "key", http.StatusUnauthorized},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, func(o *Options) {
+				o.Limits, o.APIKey = Limits{ReadTimeout: 200 * time.Millisecond}, c.apiKey
+			})
+			conn := dialServer(t, ts.url)
+			start := time.Now()
+			fmt.Fprint(conn, "POST /v1/completions HTTP/1.1\r\nHost: kt\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\"")
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a stalled body: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("stalled body: status %d, want %d", resp.StatusCode, c.want)
+			}
+			if el := time.Since(start); el > 2*time.Second {
+				t.Errorf("stalled body answered after %v", el)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, conn); err != nil {
+				t.Errorf("the connection of a stalled body is still open: %v", err)
+			}
+			healthWithin(t, ts.url, 2*time.Second)
+		})
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Errorf("stalled body: status %d, want 408", resp.StatusCode)
-	}
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("stalled body cut after %v", el)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.Copy(io.Discard, c); err != nil {
-		t.Errorf("the connection of a stalled body is still open: %v", err)
-	}
-	healthWithin(t, ts.url, 2*time.Second)
 }
 
 // lineLog collects log lines.

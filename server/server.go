@@ -147,8 +147,12 @@ func (s *Server) Handler() http.Handler {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, writeTimeout: s.lim.WriteTimeout}
 		switch {
 		case s.opt.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r):
+			// The body stays unread: close the connection rather than let
+			// net/http drain the body, which a client could trickle forever.
+			w.Header().Set("Connection", "close")
 			writeError(sw, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
 				Message: "missing or wrong API key: send the header Authorization: Bearer <--api-key>"})
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		default:
 			if err := s.readBody(sw, r); err != nil {
 				writeError(sw, err)

@@ -453,6 +453,8 @@ func TestBadRequests(t *testing.T) {
 		{"completions token out of vocab", "/v1/completions", `{"prompt": [1, 99999]}`, 400, "outside the vocabulary"},
 		{"generate nothing", "/generate", `{}`, 400, "text or input_ids"},
 		{"generate both", "/generate", `{"text": "a", "input_ids": [1]}`, 400, "not both"},
+		{"generate input_ids as text", "/generate", `{"input_ids": "abc"}`, 400, "array of token ids"},
+		{"generate input_ids of strings", "/generate", `{"input_ids": ["a", "b"]}`, 400, "array of token ids"},
 		{"generate bad sampling", "/generate", `{"text": "a", "sampling_params": {"max_new_tokens": "x"}}`, 400, "max_new_tokens"},
 		{"chat regex and response_format", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "regex": "a+", "response_format": {"type":"json_object"}}`, 400, "Only one of"},
 		{"chat ebnf", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "ebnf": "root ::= x"}`, 400, "ebnf constraints are not supported"},

@@ -47,6 +47,7 @@ type benchOptions struct {
 	duration  time.Duration
 	maxTokens int
 	chat      bool
+	attackers int
 }
 
 var serveBenchOpts, loadBenchOpts benchOptions
@@ -99,6 +100,7 @@ func init() {
 			f.DurationVar(&o.duration, "duration", time.Minute, "load: how long to run")
 			f.IntVar(&o.maxTokens, "max-tokens", 64, "load: most output tokens per request")
 			f.BoolVar(&o.chat, "chat", false, "load: also send chat requests (the server needs a tokenizer and chat template)")
+			f.IntVar(&o.attackers, "attackers", 0, "load: clients sending hostile requests beside the others (oversized schemas and batches, malformed JSON, slow and idle connections); each must be refused or cut")
 		},
 		run: func(cmd *cobra.Command, out io.Writer) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -175,7 +177,7 @@ func parseRate(s string) (float64, error) {
 func runLoadBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	res, err := servebench.Load(ctx, servebench.LoadConfig{
 		BaseURL: o.baseURL, APIKey: o.apiKey, Clients: o.clients, Duration: o.duration,
-		MaxTokens: o.maxTokens, Vocab: o.vocab, Chat: o.chat,
+		MaxTokens: o.maxTokens, Vocab: o.vocab, Chat: o.chat, Attackers: o.attackers,
 	})
 	if err != nil {
 		return err
@@ -183,6 +185,11 @@ func runLoadBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	res.Write(out)
 	if res.Errors > 0 {
 		return fmt.Errorf("%d requests failed", res.Errors)
+	}
+	for _, a := range res.Attacks {
+		if a.Accepted+a.Failed > 0 {
+			return fmt.Errorf("attack %q: %d accepted, %d failed (%s)", a.Name, a.Accepted, a.Failed, a.FirstFailure)
+		}
 	}
 	return nil
 }
