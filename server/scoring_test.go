@@ -338,3 +338,26 @@ func TestSamplingParamsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestScoringResponseBound: prompt logprobs, their top alternatives and
+// token_ids_logprob count toward --max-response-bytes; a prompt-only
+// request counts no output tokens.
+func TestScoringResponseBound(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, withLimits(Limits{MaxResponseBytes: 64 << 10}))
+	prompt := make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(i)
+	}
+	ids := make([]int32, 50)
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	score := map[string]any{"input_ids": prompt, "return_logprob": true, "logprob_start_len": 0, "sampling_params": map[string]any{"max_new_tokens": 0}}
+	g := ts.generate(t, score) // 100 prompt entries of 64 bytes: within 64 KiB
+	if len(g.Meta.InputLogprobs) != len(prompt) {
+		t.Fatalf("%d input logprobs", len(g.Meta.InputLogprobs))
+	}
+	score["top_logprobs_num"] = 20
+	score["token_ids_logprob"] = ids // 100 x (1 + 20 + 50) x 64 bytes
+	expectParam(t, ts, "/generate", score, "sampling_params.max_new_tokens", "--max-response-bytes")
+}
