@@ -148,7 +148,7 @@ type seq struct {
 	generated  int
 	preempted  int
 	promptDone bool // prompt logprobs delivered
-	promptLP   []TokenLogprob
+	promptLP   promptLogprobs
 	cached     int  // prompt tokens the prefix cache supplied at first admission
 	admittedOK bool // admitted at least once
 	// branch is where a prefill chunk ends so that the tokens up to it are
@@ -263,6 +263,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if len(req.Prompt) == 0 {
 		return nil, fmt.Errorf("%w: the prompt is empty", ErrInvalidRequest)
 	}
+	if err := p.checkVocab(e.info.VocabSize); err != nil {
+		return nil, err
+	}
 	for i, t := range req.Prompt {
 		if t < 0 || int(t) >= e.info.VocabSize {
 			return nil, fmt.Errorf("%w: prompt token %d at position %d is outside the vocabulary [0, %d)", ErrInvalidRequest, t, i, e.info.VocabSize)
@@ -274,7 +277,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 			ErrInvalidRequest, len(req.Prompt), limit-1, e.ctxLen, e.budget)
 	}
 	maxNew := p.MaxNewTokens
-	if maxNew == 0 {
+	if maxNew == 0 && !p.PromptOnly {
 		maxNew = limit - len(req.Prompt)
 	}
 	if len(req.Prompt)+maxNew > limit {
@@ -636,7 +639,7 @@ func (e *Engine) preempt(s *seq) {
 	e.release(s)
 	s.preempted++
 	if !s.promptDone {
-		s.promptLP = nil
+		s.promptLP = promptLogprobs{}
 	}
 	e.st.Preemptions++
 	e.running = slices.DeleteFunc(e.running, func(x *seq) bool { return x == s })
@@ -702,7 +705,7 @@ func (e *Engine) reserveDecodes(decodes []*seq) error {
 // sampler alone would have.
 func (e *Engine) pickDraw(s *seq) (model.Draw, bool) {
 	p := &s.req.Params
-	if p.TopLogprobs > 0 || s.generated < p.MinNewTokens || !s.smp.Plain() {
+	if p.TopLogprobs > 0 || len(p.TokenIDsLogprob) > 0 || s.generated < p.MinNewTokens || !s.smp.Plain() {
 		return model.Draw{}, false
 	}
 	d := s.smp.NextDraw()
@@ -862,7 +865,14 @@ func (e *Engine) step() error {
 		if s.req.Params.PromptLogprobs && !s.promptDone {
 			s.promptDone = true
 			s.stream.pushPrompt(s.promptLP)
-			s.promptLP = nil
+			s.promptLP = promptLogprobs{}
+		}
+		if s.req.Params.PromptOnly {
+			// scored, nothing to generate
+			e.release(s)
+			e.finish(s, Finish{Reason: FinishLength, MatchedStop: -1})
+			ended = append(ended, s)
+			continue
 		}
 		e.pending = append(e.pending, pick{s: s, row: rows[len(rows)-1]})
 	}
@@ -881,15 +891,31 @@ func (e *Engine) step() error {
 }
 
 // collectPromptLogprobs records log P(prompt[j+1] | prompt[..j]) for the
-// chunk's positions.
+// chunk's positions, with the most likely tokens and the requested ones
+// when asked for.
 func (e *Engine) collectPromptLogprobs(s *seq, ch model.Chunk, rows [][]float32) {
+	p := &s.req.Params
+	var sm *sample.Sampler
+	if p.PromptTopLogprobs > 0 {
+		if len(e.sms) == 0 {
+			e.sms = make([]sample.Sampler, 1)
+		}
+		sm = &e.sms[0]
+	}
+	lp := &s.promptLP
 	for j, row := range rows {
 		next := ch.Pos + j + 1
 		if next >= s.promptLen {
 			break
 		}
 		mx, lse := sample.LogSumExp(row)
-		s.promptLP = append(s.promptLP, TokenLogprob{ID: s.tokens[next], Logprob: sample.Logprob(row, s.tokens[next], mx, lse)})
+		lp.lp = append(lp.lp, TokenLogprob{ID: s.tokens[next], Logprob: sample.Logprob(row, s.tokens[next], mx, lse)})
+		if sm != nil {
+			lp.top = append(lp.top, topN(sm, row, p.PromptTopLogprobs, mx, lse))
+		}
+		if len(p.TokenIDsLogprob) > 0 {
+			lp.ids = append(lp.ids, idLogprobs(row, p.TokenIDsLogprob, mx, lse))
+		}
 	}
 }
 
@@ -959,11 +985,14 @@ func (e *Engine) draw(sm *sample.Sampler, pk *pick) {
 		return
 	}
 	pk.tok = Token{ID: t}
-	if p.Logprobs || p.TopLogprobs > 0 {
+	if p.Logprobs || p.TopLogprobs > 0 || len(p.TokenIDsLogprob) > 0 {
 		mx, lse := sample.LogSumExp(row)
 		pk.tok.Logprob = sample.Logprob(row, t, mx, lse)
 		if p.TopLogprobs > 0 {
 			pk.tok.Top = topN(sm, row, p.TopLogprobs, mx, lse)
+		}
+		if len(p.TokenIDsLogprob) > 0 {
+			pk.tok.IDs = idLogprobs(row, p.TokenIDsLogprob, mx, lse)
 		}
 	}
 }

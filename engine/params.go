@@ -44,6 +44,21 @@ type SamplingParams struct {
 	Logprobs       bool // report each output token's log probability
 	TopLogprobs    int  // and this many alternatives (0..20)
 	PromptLogprobs bool // report the log probability of each prompt token after the first
+	// PromptTopLogprobs reports this many alternatives (0..20) at each
+	// prompt position after the first (with PromptLogprobs).
+	PromptTopLogprobs int
+	// TokenIDsLogprob lists tokens whose log probabilities are reported at
+	// every output position (Token.IDs) and, with PromptLogprobs, at every
+	// prompt position after the first (Update.PromptIDs), in this order.
+	TokenIDsLogprob []int32
+
+	// LogitBias is added to the logits of its tokens before any draw
+	// (after the penalties, as SGLang); values in [-100, 100]. Reported
+	// logprobs stay those of the model's own distribution.
+	LogitBias map[int32]float32
+	// PromptOnly ends the sequence once its prompt is computed, with
+	// FinishLength and no output token: prompt scoring (max_new_tokens 0).
+	PromptOnly bool
 
 	Constraint Constraint // optional
 }
@@ -54,8 +69,14 @@ func DefaultSamplingParams() SamplingParams {
 	return SamplingParams{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
 }
 
-// MaxTopLogprobs bounds SamplingParams.TopLogprobs.
+// MaxTopLogprobs bounds SamplingParams.TopLogprobs and PromptTopLogprobs.
 const MaxTopLogprobs = 20
+
+// MaxTokenIDsLogprob bounds SamplingParams.TokenIDsLogprob.
+const MaxTokenIDsLogprob = 1024
+
+// MaxLogitBias bounds the magnitude of a SamplingParams.LogitBias value.
+const MaxLogitBias = 100
 
 // Validate checks the parameters' ranges; its errors name the parameter.
 func (p *SamplingParams) Validate() error {
@@ -86,6 +107,31 @@ func (p *SamplingParams) Validate() error {
 		return bad("min_new_tokens (%d) exceeds max_new_tokens (%d)", p.MinNewTokens, p.MaxNewTokens)
 	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
 		return bad("top_logprobs must be in [0, %d], got %d", MaxTopLogprobs, p.TopLogprobs)
+	case p.PromptTopLogprobs < 0 || p.PromptTopLogprobs > MaxTopLogprobs:
+		return bad("top_logprobs must be in [0, %d] for the prompt, got %d", MaxTopLogprobs, p.PromptTopLogprobs)
+	case len(p.TokenIDsLogprob) > MaxTokenIDsLogprob:
+		return bad("token_ids_logprob lists %d tokens; at most %d are taken", len(p.TokenIDsLogprob), MaxTokenIDsLogprob)
+	}
+	for t, v := range p.LogitBias {
+		if !finite(float64(v)) || v < -MaxLogitBias || v > MaxLogitBias {
+			return bad("logit_bias of token %d must be in [-%d, %d], got %v", t, MaxLogitBias, MaxLogitBias, v)
+		}
+	}
+	return nil
+}
+
+// checkVocab checks the token ids of p against a vocabulary of vocab
+// tokens; its errors name the parameter.
+func (p *SamplingParams) checkVocab(vocab int) error {
+	for i, t := range p.TokenIDsLogprob {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("%w: token_ids_logprob[%d] = %d is outside the vocabulary [0, %d)", ErrInvalidRequest, i, t, vocab)
+		}
+	}
+	for t := range p.LogitBias {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("%w: logit_bias token %d is outside the vocabulary [0, %d)", ErrInvalidRequest, t, vocab)
+		}
 	}
 	return nil
 }
@@ -121,6 +167,7 @@ type Token struct {
 	ID      int32
 	Logprob float32        // set when SamplingParams.Logprobs
 	Top     []TokenLogprob // the TopLogprobs most likely tokens, best first
+	IDs     []TokenLogprob // the SamplingParams.TokenIDsLogprob tokens, in that order
 }
 
 // Finish is the end of a sequence.

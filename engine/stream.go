@@ -11,7 +11,7 @@ import (
 type Stream struct {
 	mu        sync.Mutex
 	tokens    []Token
-	prompt    []TokenLogprob // prompt logprobs, delivered once
+	prompt    promptLogprobs // prompt logprobs, delivered once
 	promptSet bool
 	finish    *Finish
 	notify    chan struct{} // capacity 1: "something changed"
@@ -39,7 +39,7 @@ func (s *Stream) push(t Token) {
 	s.signal()
 }
 
-func (s *Stream) pushPrompt(lp []TokenLogprob) {
+func (s *Stream) pushPrompt(lp promptLogprobs) {
 	s.mu.Lock()
 	s.prompt = lp
 	s.promptSet = true
@@ -72,9 +72,24 @@ func (s *Stream) Cancel() {
 // Update is what Next returns: the tokens produced since the last call, the
 // prompt logprobs (once, when asked for) and the finish (once, last).
 type Update struct {
-	Tokens         []Token
+	Tokens []Token
+	// PromptLogprobs[j] is the log probability of prompt token j+1.
 	PromptLogprobs []TokenLogprob
-	Finish         *Finish
+	// PromptTop[j] are the SamplingParams.PromptTopLogprobs most likely
+	// tokens at prompt position j+1, best first (nil unless asked for).
+	PromptTop [][]TokenLogprob
+	// PromptIDs[j] are the SamplingParams.TokenIDsLogprob tokens at prompt
+	// position j+1 (nil unless asked for).
+	PromptIDs [][]TokenLogprob
+	Finish    *Finish
+}
+
+// promptLogprobs is what a sequence collects of its prompt: Update's
+// PromptLogprobs, PromptTop and PromptIDs.
+type promptLogprobs struct {
+	lp  []TokenLogprob
+	top [][]TokenLogprob
+	ids [][]TokenLogprob
 }
 
 // Next waits until the sequence produced tokens or finished, and returns
@@ -85,8 +100,8 @@ func (s *Stream) Next(ctx context.Context) (Update, error) {
 		s.mu.Lock()
 		u := Update{Tokens: s.tokens, Finish: s.finish}
 		if s.promptSet {
-			u.PromptLogprobs = s.prompt
-			s.prompt, s.promptSet = nil, false
+			u.PromptLogprobs, u.PromptTop, u.PromptIDs = s.prompt.lp, s.prompt.top, s.prompt.ids
+			s.prompt, s.promptSet = promptLogprobs{}, false
 		}
 		s.tokens = nil
 		s.mu.Unlock()

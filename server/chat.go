@@ -305,6 +305,7 @@ type chatPlan struct {
 	params     engine.SamplingParams
 	n          int
 	stops      []string
+	stopRegex  []stopRegex
 	skip       bool
 	noTrim     bool
 	tools      []toolDef
@@ -344,6 +345,10 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if err != nil {
 		return nil, err
 	}
+	stopRe, err := parseStopRegex(req.StopRegex, "stop_regex")
+	if err != nil {
+		return nil, err
+	}
 	if req.TopLogprobs != nil {
 		if !req.Logprobs {
 			return nil, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
@@ -365,7 +370,7 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	}
 	plan := &chatPlan{adapter: adapter,
 		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
-		params: p, n: n, stops: stops, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
+		params: p, n: n, stops: stops, stopRegex: stopRe, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
 		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 	}
@@ -394,7 +399,7 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 	}
 	return genSpec{
 		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p, Adapter: plan.adapter},
-		stops: plan.stops, skipSpecial: plan.skip, noStopTrim: plan.noTrim,
+		stops: plan.stops, stopRegex: plan.stopRegex, skipSpecial: plan.skip, noStopTrim: plan.noTrim,
 	}
 }
 
@@ -634,6 +639,9 @@ func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, se
 // precheck validates a request against the engine's limits without
 // submitting it.
 func (s *Server) precheck(prompt []int32, p engine.SamplingParams) error {
+	if err := s.checkTokenParams(p); err != nil {
+		return err
+	}
 	limit := s.eng.MaxSequenceTokens()
 	if len(prompt) >= limit {
 		return badRequest("messages", "the prompt has %d tokens; this server takes at most %d (context length %d, KV budget %d) including at least one output token",

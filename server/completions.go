@@ -67,6 +67,7 @@ type completionCall struct {
 	n          int
 	p          engine.SamplingParams
 	stops      []string
+	stopRegex  []stopRegex
 	grammar    *constraint.Grammar // nil: none
 	jsonObject bool                // response_format json_object
 	adapter    int
@@ -114,7 +115,17 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*compl
 	if req.Suffix != "" {
 		return nil, badRequest("suffix", "suffix is not supported yet in kt")
 	}
+	promptOnly := req.MaxTokens != nil && *req.MaxTokens == 0
+	if promptOnly {
+		req.MaxTokens = nil // max_tokens 0: score the prompt only
+	}
 	if call.p, call.n, err = req.toParams(16); err != nil { // OpenAI's default max_tokens for completions
+		return nil, err
+	}
+	if promptOnly {
+		call.p.MaxNewTokens, call.p.PromptOnly = 0, true
+	}
+	if call.stopRegex, err = parseStopRegex(req.StopRegex, "stop_regex"); err != nil {
 		return nil, err
 	}
 	if req.BestOf != nil && *req.BestOf != call.n {
@@ -131,7 +142,7 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*compl
 // batch and its response against the server's limits.
 func (s *Server) checkCompletion(call *completionCall) error {
 	req := &call.req
-	if (len(call.stops) > 0 || req.Echo) && s.tok == nil {
+	if (len(call.stops) > 0 || len(call.stopRegex) > 0 || req.Echo) && s.tok == nil {
 		return s.needTokenizer()
 	}
 	if req.Logprobs != nil {
@@ -141,6 +152,9 @@ func (s *Server) checkCompletion(call *completionCall) error {
 		call.p.Logprobs = true
 		call.p.TopLogprobs = *req.Logprobs
 		call.p.PromptLogprobs = req.Echo
+		if req.Echo {
+			call.p.PromptTopLogprobs = *req.Logprobs
+		}
 	}
 	var bound batchBound
 	for _, pr := range call.prompts {
@@ -175,7 +189,7 @@ func (s *Server) planCompletion(call *completionCall) {
 			pi.Constraint = jsonobject.New(s.tok, s.eng.EOSTokenIDs())
 		}
 		call.specs[i] = genSpec{req: engine.Request{ID: fmt.Sprintf("%s-%d", call.id, i), Prompt: pr, Params: pi, Adapter: call.adapter},
-			stops: call.stops, skipSpecial: skip, noStopTrim: req.NoStopTrim}
+			stops: call.stops, stopRegex: call.stopRegex, skipSpecial: skip, noStopTrim: req.NoStopTrim}
 	}
 }
 
@@ -285,7 +299,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 				}
 				withPrompt := first
 				first = false
-				return send(s.completionChoiceOf(call, i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs}, withPrompt))
+				return send(s.completionChoiceOf(call, i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs, PromptTop: d.PromptTop}, withPrompt))
 			})
 			if err == nil && res.Err == nil {
 				fr := res.finishReason()
@@ -337,19 +351,16 @@ func (s *Server) completionLogprobs(prompt []int32, res *genResult, toks []engin
 				continue
 			}
 			v := finiteLogprob(res.PromptLogprobs[j-1].Logprob)
-			add(id, &v, nil)
+			var top map[string]float64
+			if j-1 < len(res.PromptTop) {
+				top = s.topMap(res.PromptTop[j-1])
+			}
+			add(id, &v, top)
 		}
 	}
 	for _, t := range toks {
 		v := finiteLogprob(t.Logprob)
-		top := map[string]float64{}
-		for _, alt := range t.Top {
-			at, _ := s.tokenText(alt.ID)
-			if _, dup := top[at]; !dup {
-				top[at] = finiteLogprob(alt.Logprob)
-			}
-		}
-		add(t.ID, &v, top)
+		add(t.ID, &v, s.topMap(t.Top))
 	}
 	return lp
 }

@@ -24,6 +24,10 @@ type generateRequest struct {
 	RID                 json.RawMessage `json:"rid"`
 	LoRAPath            json.RawMessage `json:"lora_path"`
 	Image               json.RawMessage `json:"image_data"`
+	// TokenIDsLogprob lists tokens whose logprobs are returned at every
+	// position (one list, or one per prompt).
+	TokenIDsLogprob      json.RawMessage `json:"token_ids_logprob"`
+	CustomLogitProcessor json.RawMessage `json:"custom_logit_processor"`
 }
 
 // nativeSampling is SGLang's sampling_params object.
@@ -47,6 +51,13 @@ type nativeSampling struct {
 	JSONSchema        json.RawMessage `json:"json_schema"`
 	Regex             string          `json:"regex"`
 	EBNF              string          `json:"ebnf"`
+	StopRegex         json.RawMessage `json:"stop_regex"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
+	CustomParams      json.RawMessage `json:"custom_params"`
+	// SpacesBetweenSpecialTokens changes nothing for byte-level BPE
+	// tokenizers (Hugging Face's fast tokenizers ignore it too).
+	SpacesBetweenSpecialTokens *bool `json:"spaces_between_special_tokens"`
+	StreamInterval             *int  `json:"stream_interval"`
 }
 
 // defaultMaxNewTokens is SGLang's default for /generate.
@@ -56,10 +67,14 @@ func (ns *nativeSampling) toParams() (engine.SamplingParams, []string, int, erro
 	p := engine.DefaultSamplingParams()
 	p.MaxNewTokens = defaultMaxNewTokens
 	if ns.MaxNewTokens != nil {
-		if *ns.MaxNewTokens < 1 {
-			return p, nil, 0, badRequest("sampling_params.max_new_tokens", "max_new_tokens must be at least 1, got %d", *ns.MaxNewTokens)
+		if *ns.MaxNewTokens < 0 {
+			return p, nil, 0, badRequest("sampling_params.max_new_tokens", "max_new_tokens must not be negative, got %d", *ns.MaxNewTokens)
 		}
 		p.MaxNewTokens = *ns.MaxNewTokens
+		p.PromptOnly = p.MaxNewTokens == 0 // score the prompt only
+	}
+	if err := ns.checkExtensions(&p); err != nil {
+		return p, nil, 0, err
 	}
 	p.MinNewTokens = ns.MinNewTokens
 	if ns.Temperature != nil {
@@ -118,6 +133,7 @@ type nativeCall struct {
 	adapters []int            // LoRA adapter of each prompt
 	sps      []nativeSampling // sampling_params of each prompt
 	logprob  []bool           // return_logprob of each prompt
+	tokenIDs [][]int32        // token_ids_logprob of each prompt
 	batch    bool             // answer with a list
 	items    []nativeItem     // set by planGenerate
 	start    time.Time        // when the request arrived
@@ -161,7 +177,16 @@ func (s *Server) parseGenerate(w http.ResponseWriter, r *http.Request) (*nativeC
 	if call.adapters, err = s.loraPathIDs(req.LoRAPath, n); err != nil {
 		return nil, err
 	}
+	if err := checkSamplingKeys(req.SamplingParams); err != nil {
+		return nil, err
+	}
 	if call.sps, err = nativeSamplings(req.SamplingParams, n); err != nil {
+		return nil, err
+	}
+	if err := refuseCustomLogitProcessor(req.CustomLogitProcessor, nil, ""); err != nil {
+		return nil, err
+	}
+	if call.tokenIDs, err = parseTokenIDsLogprob(req.TokenIDsLogprob, n); err != nil {
 		return nil, err
 	}
 	if call.logprob, err = parseBoolOrList(req.ReturnLogprob, n); err != nil {
@@ -242,9 +267,10 @@ var generateFields = batchFields{prompts: "text", n: "sampling_params.n",
 func (s *Server) planGenerate(call *nativeCall) error {
 	req := &call.req
 	type promptPlan struct {
-		p     engine.SamplingParams
-		stops []string
-		n     int
+		p      engine.SamplingParams
+		stops  []string
+		stopRe []stopRegex
+		n      int
 	}
 	plans := make([]promptPlan, len(call.prompts))
 	var bound batchBound
@@ -256,16 +282,27 @@ func (s *Server) planGenerate(call *nativeCall) error {
 		if len(stops) > 0 && s.tok == nil {
 			return badRequest("sampling_params.stop", "stop strings need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)")
 		}
+		stopRe, err := parseStopRegex(call.sps[i].StopRegex, "sampling_params.stop_regex")
+		if err != nil {
+			return err
+		}
+		if len(stopRe) > 0 && s.tok == nil {
+			return badRequest("sampling_params.stop_regex", "stop regexes need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)")
+		}
 		if call.logprob[i] {
 			p.Logprobs = true
 			p.TopLogprobs = req.TopLogprobsNum
 			p.PromptLogprobs = req.LogprobStartLen != nil && *req.LogprobStartLen >= 0
+			if p.PromptLogprobs {
+				p.PromptTopLogprobs = req.TopLogprobsNum
+			}
+			p.TokenIDsLogprob = call.tokenIDs[i]
 		}
 		if err := s.precheck(pr, p); err != nil {
 			return err
 		}
 		bound.add(s, n, pr, p)
-		plans[i] = promptPlan{p, stops, n}
+		plans[i] = promptPlan{p, stops, stopRe, n}
 	}
 	if err := s.checkBatch(bound, generateFields); err != nil {
 		return err
@@ -287,7 +324,7 @@ func (s *Server) planGenerate(call *nativeCall) error {
 			}
 			call.items = append(call.items, nativeItem{
 				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj, Adapter: call.adapters[i]},
-					stops: pl.stops, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
+					stops: pl.stops, stopRegex: pl.stopRe, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
 				prompt: i, logprobs: call.logprob[i],
 			})
 		}
@@ -322,12 +359,22 @@ func (s *Server) nativeOutput(call *nativeCall, it nativeItem, res *genResult, i
 			}
 			meta["output_top_logprobs"] = tops
 		}
+		if call.tokenIDs[it.prompt] != nil {
+			meta["output_token_ids_logprobs"] = s.nativeOutputIDs(res.Tokens, req.ReturnTextInLogprob)
+		}
 		if it.spec.req.Params.PromptLogprobs {
 			startLen := 0
 			if req.LogprobStartLen != nil {
 				startLen = *req.LogprobStartLen
 			}
-			meta["input_token_logprobs"] = s.nativeInput(call.prompts[it.prompt], res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
+			prompt := call.prompts[it.prompt]
+			meta["input_token_logprobs"] = s.nativeInput(prompt, res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
+			if req.TopLogprobsNum > 0 {
+				meta["input_top_logprobs"] = s.nativeInputLists(len(prompt), res.PromptTop, startLen, req.ReturnTextInLogprob)
+			}
+			if call.tokenIDs[it.prompt] != nil {
+				meta["input_token_ids_logprobs"] = s.nativeInputLists(len(prompt), res.PromptIDs, startLen, req.ReturnTextInLogprob)
+			}
 		}
 	}
 	out := map[string]any{"output_ids": ids, "meta_info": meta}
@@ -352,7 +399,7 @@ func (s *Server) streamGenerate(w http.ResponseWriter, r *http.Request, call *na
 		}
 		acc.Tokens = append(acc.Tokens, d.Tokens...)
 		if d.PromptLogprobs != nil {
-			acc.PromptLogprobs = d.PromptLogprobs
+			acc.PromptLogprobs, acc.PromptTop, acc.PromptIDs = d.PromptLogprobs, d.PromptTop, d.PromptIDs
 		}
 		text += d.Text
 		if len(d.Tokens) == 0 && d.Text == "" {

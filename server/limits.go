@@ -225,23 +225,29 @@ type batchBound struct {
 }
 
 // add counts n sequences of prompt with parameters p: each may produce
-// p.MaxNewTokens tokens (at most what the sequence limit leaves), plus an entry per
-// prompt token when prompt logprobs are asked, each with 1 + TopLogprobs
-// logprob entries when logprobs are asked.
+// p.MaxNewTokens tokens (at most what the sequence limit leaves; none when
+// it scores the prompt only), plus an entry per prompt token when prompt
+// logprobs are asked; with logprobs, each entry holds 1 + TopLogprobs (for
+// the prompt, PromptTopLogprobs) + len(TokenIDsLogprob) logprob entries.
 func (b *batchBound) add(s *Server, n int, prompt []int32, p engine.SamplingParams) {
 	tokens := int64(max(s.eng.MaxSequenceTokens()-len(prompt), 1))
 	if p.MaxNewTokens > 0 {
 		tokens = min(tokens, int64(p.MaxNewTokens)) // more is refused by precheck
 	}
+	if p.PromptOnly {
+		tokens = 0
+	}
 	per := int64(tokenBytes)
+	var promptBytes int64
 	if p.Logprobs {
+		ids := int64(len(p.TokenIDsLogprob))
+		per = (1 + int64(p.TopLogprobs) + ids) * logprobEntryBytes
 		if p.PromptLogprobs {
-			tokens += int64(len(prompt))
+			promptBytes = int64(len(prompt)) * (1 + int64(p.PromptTopLogprobs) + ids) * logprobEntryBytes
 		}
-		per = int64(1+p.TopLogprobs) * logprobEntryBytes
 	}
 	b.seqs += n
-	b.bytes += int64(n) * tokens * per
+	b.bytes += int64(n) * (tokens*per + promptBytes)
 }
 
 // checkBatch refuses a request whose sequences or estimated response

@@ -89,6 +89,13 @@ func (f *samplingFields) toParams(defaultMax int) (engine.SamplingParams, int, e
 	}
 	p.StopTokenIDs = f.StopTokenIDs
 	p.IgnoreEOS = f.IgnoreEOS
+	var err error
+	if p.LogitBias, err = parseLogitBias(f.LogitBias, "logit_bias"); err != nil {
+		return p, 0, err
+	}
+	if err := refuseCustomLogitProcessor(f.CustomLogitProcessor, f.CustomParams, ""); err != nil {
+		return p, 0, err
+	}
 	n := 1
 	if f.N != nil {
 		n = *f.N

@@ -57,6 +57,7 @@ func completePrefix(b []byte) int {
 type genSpec struct {
 	req         engine.Request
 	stops       []string
+	stopRegex   []stopRegex // stop_regex
 	skipSpecial bool
 	noStopTrim  bool
 }
@@ -67,6 +68,8 @@ type genDelta struct {
 	Text           string
 	Tokens         []engine.Token
 	PromptLogprobs []engine.TokenLogprob // once, with the first delta, when asked for
+	PromptTop      [][]engine.TokenLogprob
+	PromptIDs      [][]engine.TokenLogprob
 }
 
 // genResult is how a sequence ended.
@@ -77,7 +80,9 @@ type genResult struct {
 	OutputTokens   int
 	CachedTokens   int // prompt tokens the prefix cache supplied
 	PromptLogprobs []engine.TokenLogprob
-	Text           string // all visible text
+	PromptTop      [][]engine.TokenLogprob // the prompt's top logprobs (engine.Update.PromptTop)
+	PromptIDs      [][]engine.TokenLogprob // the prompt's token_ids_logprob (engine.Update.PromptIDs)
+	Text           string                  // all visible text
 	Tokens         []engine.Token
 	Err            error // an abort the client did not ask for
 	FirstToken     time.Time
@@ -91,10 +96,12 @@ func (r *genResult) finishReason() string {
 }
 
 // run submits spec to the engine and calls onDelta for every update until
-// the sequence ends. Stop strings are matched here, in the request's
-// goroutine: text that could be the start of a stop string is held back
-// until it is known not to be one. onDelta may return an error (the client
-// went away) to cancel the sequence.
+// the sequence ends. Stop strings and stop regexes are matched here, in the
+// request's goroutine: text that could be the start of a stop is held back
+// until it is known not to be one. The text of the stop token that ends
+// the sequence (an EOS or stop_token_ids token) is left out, as SGLang
+// does, unless noStopTrim. onDelta may return an error (the client went
+// away) to cancel the sequence.
 func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) error) (genResult, error) {
 	start := time.Now()
 	st, err := s.eng.Submit(ctx, spec.req)
@@ -103,13 +110,15 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 	}
 	defer st.Cancel() // no-op once finished; frees the slot on early return
 	dec := decoder{tok: s.tok, skip: spec.skipSpecial}
-	maxStop := 0
-	for _, x := range spec.stops {
-		maxStop = max(maxStop, len(x))
+	stops := newStopMatcher(spec.stops, spec.stopRegex)
+	var stopIDs map[int32]bool // tokens whose text waits for the finish
+	if !spec.noStopTrim {
+		stopIDs = s.stopTokenSet(spec.req.Params)
 	}
 	var res genResult
 	var full strings.Builder
 	sent := 0
+	held := int32(-1) // a stop token whose text waits for the next update
 	lastTok := start
 	for {
 		u, err := st.Next(ctx)
@@ -117,11 +126,49 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 			return res, err
 		}
 		if u.PromptLogprobs != nil {
-			res.PromptLogprobs = u.PromptLogprobs
+			res.PromptLogprobs, res.PromptTop, res.PromptIDs = u.PromptLogprobs, u.PromptTop, u.PromptIDs
 		}
-		delta := genDelta{PromptLogprobs: u.PromptLogprobs}
+		delta := genDelta{PromptLogprobs: u.PromptLogprobs, PromptTop: u.PromptTop, PromptIDs: u.PromptIDs}
+		// addText decodes id onto the text and reports whether a stop
+		// string or regex ended it there (delta then has the text up to it).
+		addText := func(id int32) bool {
+			before := full.Len()
+			full.WriteString(dec.add(id))
+			if stops.empty() {
+				return false
+			}
+			text := full.String()
+			from, to, which, ok := stops.find(text, before)
+			if !ok {
+				return false
+			}
+			end := from
+			if spec.noStopTrim {
+				end = to
+			}
+			end = max(end, sent) // what a stream already has stays
+			delta.Text += text[sent:end]
+			sent = end
+			full.Reset()
+			full.WriteString(text[:end])
+			res.Reason = engine.FinishStop
+			res.MatchedStop, _ = json.Marshal(which)
+			st.Cancel()
+			return true
+		}
 		stopped := false
-		for _, tk := range u.Tokens {
+		if held >= 0 {
+			id := held
+			held = -1
+			ended := len(u.Tokens) == 0 && u.Finish != nil && u.Finish.Reason == engine.FinishStop && u.Finish.MatchedStop == id
+			if !ended {
+				stopped = addText(id)
+			}
+		}
+		for k, tk := range u.Tokens {
+			if stopped {
+				break
+			}
 			now := time.Now()
 			if res.FirstToken.IsZero() {
 				res.FirstToken = now
@@ -133,34 +180,16 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 			res.OutputTokens++
 			res.Tokens = append(res.Tokens, tk)
 			delta.Tokens = append(delta.Tokens, tk)
-			before := full.Len()
-			full.WriteString(dec.add(tk.ID))
-			if maxStop == 0 {
-				continue
-			}
-			text := full.String()
-			from := max(0, before-maxStop+1)
-			idx, which := -1, ""
-			for _, x := range spec.stops {
-				if i := strings.Index(text[from:], x); i >= 0 && (idx < 0 || from+i < idx) {
-					idx, which = from+i, x
+			if stopIDs[tk.ID] && k == len(u.Tokens)-1 {
+				if u.Finish == nil {
+					held = tk.ID // the finish says whether it ended the sequence
+					continue
+				}
+				if u.Finish.Reason == engine.FinishStop && u.Finish.MatchedStop == tk.ID {
+					continue // the stop token: no text
 				}
 			}
-			if idx >= 0 {
-				end := idx
-				if spec.noStopTrim {
-					end += len(which)
-				}
-				delta.Text += text[sent:end]
-				sent = end
-				full.Reset()
-				full.WriteString(text[:end])
-				res.Reason = engine.FinishStop
-				res.MatchedStop, _ = json.Marshal(which)
-				stopped = true
-				st.Cancel()
-				break
-			}
+			stopped = addText(tk.ID)
 		}
 		if stopped {
 			res.Text = full.String()
@@ -182,8 +211,8 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 		}
 		text := full.String()
 		safe := len(text)
-		if u.Finish == nil && maxStop > 0 {
-			safe = max(sent, len(text)-(maxStop-1))
+		if u.Finish == nil && stops.hold > 0 {
+			safe = max(sent, len(text)-stops.hold)
 			for safe > sent && safe < len(text) && !utf8.RuneStart(text[safe]) {
 				safe--
 			}

@@ -34,6 +34,12 @@ type samplingFields struct {
 	// SGLang's constrained decoding extensions.
 	Regex string `json:"regex"`
 	EBNF  string `json:"ebnf"`
+	// logit_bias (OpenAI), stop_regex and the custom logit processor
+	// fields (SGLang), read by toParams and parseStopRegex.
+	LogitBias            json.RawMessage `json:"logit_bias"`
+	StopRegex            json.RawMessage `json:"stop_regex"`
+	CustomLogitProcessor json.RawMessage `json:"custom_logit_processor"`
+	CustomParams         json.RawMessage `json:"custom_params"`
 }
 
 type chatRequest struct {

@@ -1,5 +1,5 @@
 // Package sample picks the next token from a row of logits the way SGLang
-// does: repetition, frequency and presence penalties, temperature, top-k,
+// does: repetition, frequency and presence penalties, logit bias, temperature, top-k,
 // top-p (nucleus) and min-p filtering, a per-sequence seeded random stream,
 // banned tokens, and an optional constraint on which tokens may come next
 // (rejection sampling, then filtering). It also computes log-probabilities
@@ -48,7 +48,10 @@ type Params struct {
 	FrequencyPenalty  float64
 	PresencePenalty   float64
 	RepetitionPenalty float64 // 1 disables
-	Constraint        Constraint
+	// LogitBias is added to its tokens' logits after the penalties (nil:
+	// none).
+	LogitBias  map[int32]float32
+	Constraint Constraint
 }
 
 // greedy reports whether p picks the first index of the largest logit.
@@ -100,10 +103,10 @@ func (s *Sequence) Accept(t int32) {
 func (s *Sequence) Greedy() bool { return s.p.greedy() }
 
 // Plain reports whether the next draw depends on the logits row and one
-// uniform value only: no penalty, constraint or ban. A runner may then draw
-// in the engine's stead (NextDraw), as SampleAt would.
+// uniform value only: no penalty, bias, constraint or ban. A runner may
+// then draw in the engine's stead (NextDraw), as SampleAt would.
 func (s *Sequence) Plain() bool {
-	return s.counts == nil && s.seen == nil && s.p.Constraint == nil && len(s.Ban) == 0
+	return s.counts == nil && s.seen == nil && len(s.p.LogitBias) == 0 && s.p.Constraint == nil && len(s.Ban) == 0
 }
 
 // Pick is the pick a runner makes for d (model.Chunk.Draw) from a logits
@@ -306,7 +309,7 @@ func (sm *Sampler) sample(s *Sequence, row []float32, u float64) (int32, error) 
 }
 
 // adjusted copies row into the sampler's scratch and applies s's
-// penalties and bans to the copy.
+// penalties, logit bias and bans to the copy.
 func (sm *Sampler) adjusted(s *Sequence, row []float32) []float32 {
 	p := &s.p
 	if cap(sm.work) < len(row) {
@@ -331,6 +334,11 @@ func (sm *Sampler) adjusted(s *Sequence, row []float32) []float32 {
 			if int(t) < len(w) {
 				w[t] -= float32(p.FrequencyPenalty*float64(c) + p.PresencePenalty)
 			}
+		}
+	}
+	for t, b := range p.LogitBias {
+		if t >= 0 && int(t) < len(w) {
+			w[t] += b
 		}
 	}
 	negInf := float32(math.Inf(-1))
