@@ -93,6 +93,10 @@ func (a *attacker) hold(ctx context.Context, prefix string) (outcome, string) {
 		conn.SetDeadline(dl)
 	}
 	if prefix != "" {
+		if line, rest, ok := strings.Cut(prefix, "\r\n"); ok && a.apiKey != "" {
+			// Authenticated, so the server's own limits are what is tested.
+			prefix = line + "\r\nAuthorization: Bearer " + a.apiKey + "\r\n" + rest
+		}
 		if _, err := io.WriteString(conn, prefix); err != nil {
 			return cut, ""
 		}
