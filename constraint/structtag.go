@@ -340,7 +340,8 @@ func (c *stCompiler) format(raw json.RawMessage, path string, depth int) (frag, 
 }
 
 // tag compiles a tag format (begin content end) and returns its begin.
-// any_text content stops at the end string (less its leading whitespace):
+// any_text content stops at the end string (less its surrounding
+// whitespace):
 // it cannot contain it.
 func (c *stCompiler) tag(raw json.RawMessage, path string, depth int) (frag, string, error) {
 	var f stFormat
@@ -366,7 +367,7 @@ func (c *stCompiler) tag(raw json.RawMessage, path string, depth int) (frag, str
 	_ = json.Unmarshal(f.Content, &content)
 	b := c.b
 	var body frag
-	if stop := strings.TrimLeft(*f.End, " \t\r\n"); content.Type == "any_text" && stop != "" {
+	if stop := strings.TrimSpace(*f.End); content.Type == "any_text" && stop != "" {
 		var ck map[string]json.RawMessage
 		_ = json.Unmarshal(f.Content, &ck)
 		for k := range ck {
