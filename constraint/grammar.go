@@ -1,15 +1,20 @@
 // Package constraint keeps generated text inside what a request asked for
 // (structured output); its Constraints implement engine.Constraint.
 //
-// This package handles regular languages: a regex (SGLang's
-// sampling_params.regex, regex.go) or a JSON Schema (response_format
-// json_schema, sampling_params.json_schema; schema.go, which turns the
-// schema into a regex) compiles to a DFA over bytes, and a Constraint
+// A regex (SGLang's sampling_params.regex, regex.go) or a JSON Schema
+// (response_format json_schema, sampling_params.json_schema; schema.go,
+// which turns the schema into a regex) compiles to a DFA over bytes, and a Constraint
 // (grammar.go) allows a token when its bytes keep the output a prefix of
 // some match, and an end-of-sequence token only on a full match. Each DFA
 // state's token mask is computed once, by one pass over the vocabulary's
 // byte trie (vocab.go), and cached in the Grammar that every request with
-// the same regex or schema shares.
+// the same regex or schema shares. Structural tags (structtag.go) and EBNF
+// grammars whose rules do not recurse (ebnf.go) compile to such a DFA as
+// well, through an NFA builder (nfabuild.go).
+//
+// A recursive EBNF grammar is context-free: it compiles to productions
+// over byte ranges that each Constraint parses with an Earley recognizer
+// (earley.go), its token mask one trie walk per output position.
 //
 // Subpackage jsonobject handles response_format json_object (any JSON
 // object, which no regex describes) with a byte-level pushdown automaton.
@@ -51,8 +56,12 @@ func (g *Grammar) DFA() *DFA { return g.dfa }
 
 // Mask returns the bitset (bit t of word t/64) of the tokens allowed in
 // DFA state s, the EOS tokens included when s is accepting; it is computed
-// on first use and then shared. The caller must not modify it.
+// on first use and then shared. The caller must not modify it. A
+// context-free grammar has no states: nil.
 func (g *Grammar) Mask(s int32) []uint64 {
+	if g.cfg != nil {
+		return nil
+	}
 	if m := g.masks[s].Load(); m != nil {
 		return *m
 	}
