@@ -8,8 +8,10 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/ktserve/kt/constraint"
 	"github.com/ktserve/kt/engine"
 	"github.com/ktserve/kt/internal/fakemodel"
+	"github.com/ktserve/kt/tokenizer"
 )
 
 const (
@@ -279,6 +281,68 @@ func TestToolChoiceErrors(t *testing.T) {
 		_ = json.Unmarshal(raw, &e)
 		if code != 400 || e.Error.Param == nil || *e.Error.Param != tc.param || !strings.Contains(e.Error.Message, tc.inText) {
 			t.Errorf("%s: %d %s, want 400 param %q with %q", tc.name, code, raw, tc.param, tc.inText)
+		}
+	}
+}
+
+// TestToolChoiceQwenTokens: with the Qwen3 tokenizer, a call as Qwen
+// templates write it, tokenized as the model would emit it, passes the
+// forced-call constraint token by token and may end there; a call of a
+// tool not offered or with a bad argument does not.
+func TestToolChoiceQwenTokens(t *testing.T) {
+	tok, err := tokenizer.Load("../tokenizer/testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := int32(151645)
+	v, err := constraint.NewVocab(tok, tok.VocabSize(), []int32{eos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []toolDef
+	for _, raw := range testTools() {
+		b, _ := json.Marshal(raw)
+		var td toolDef
+		if err := json.Unmarshal(b, &td); err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, td)
+	}
+	for _, tc := range []struct {
+		form toolForm
+		text string
+		ok   bool
+	}{
+		{formJSONTag, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 7}}\n</tool_call>", true},
+		{formJSONTag, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", \"utc\": true}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 1}}\n</tool_call>", true},
+		{formJSONTag, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 7}}\n</tool_call>", false},
+		{formJSONTag, "<tool_call>\n{\"name\": \"send_mail\", \"arguments\": {}}\n</tool_call>", false},
+		{formXML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", true},
+		{formXML, "<tool_call>\n<function=get_time>\n<parameter=tz>\nCET\n</parameter>\n</function>\n</tool_call>", true},
+		{formXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", false},
+		{formArray, `[{"name": "get_time", "parameters": {"tz": "CET"}}]`, true},
+		{formArray, `[]`, false},
+	} {
+		tag, err := toolCallFormat(tools, tc.form, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := constraint.CompileStructuralTag(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := constraint.NewGrammar(d, v).NewConstraint()
+		ok := true
+		for _, id := range tok.Encode(tc.text) {
+			if !c.Allow(id) {
+				ok = false
+				break
+			}
+			c.Advance(id)
+		}
+		ok = ok && c.Allow(eos)
+		if ok != tc.ok {
+			t.Errorf("form %d: %q allowed %v, want %v", tc.form, tc.text, ok, tc.ok)
 		}
 	}
 }
