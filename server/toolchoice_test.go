@@ -346,3 +346,39 @@ func TestToolChoiceQwenTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestNamedToolChoicePrompt: a named choice renders only that tool, as
+// SGLang does; "none" renders none.
+func TestNamedToolChoicePrompt(t *testing.T) {
+	var raws []json.RawMessage
+	for _, tl := range testTools() {
+		b, _ := json.Marshal(tl)
+		raws = append(raws, b)
+	}
+	for _, tc := range []struct {
+		choice      string
+		has, hasNot []string
+	}{
+		{`"auto"`, []string{"get_weather", "get_time"}, nil},
+		{`"required"`, []string{"get_weather", "get_time"}, nil},
+		{`{"type": "function", "function": {"name": "get_time"}}`, []string{"get_time"}, []string{"get_weather"}},
+		{`"none"`, nil, []string{"get_weather", "get_time"}},
+	} {
+		req := chatRequest{Messages: []json.RawMessage{json.RawMessage(`{"role": "user", "content": "hi"}`)}, Tools: raws, ToolChoice: json.RawMessage(tc.choice)}
+		in, err := buildChatInput(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered := string(in.conv.Tools)
+		for _, s := range tc.has {
+			if !strings.Contains(rendered, s) {
+				t.Errorf("%s: tools %s lack %s", tc.choice, rendered, s)
+			}
+		}
+		for _, s := range tc.hasNot {
+			if strings.Contains(rendered, s) {
+				t.Errorf("%s: tools %s hold %s", tc.choice, rendered, s)
+			}
+		}
+	}
+}
