@@ -52,3 +52,17 @@ func countSet(flags ...bool) int {
 	}
 	return n
 }
+
+// nativeStructuralTag compiles sampling_params.structural_tag: the
+// structural tag as a JSON string (SGLang's form) or an object.
+func (s *Server) nativeStructuralTag(raw json.RawMessage) (*constraint.Grammar, error) {
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		raw = json.RawMessage(str)
+	}
+	g, err := s.structuralTagGrammar(raw)
+	if ae, ok := err.(*apiError); ok {
+		ae.Param = "sampling_params.structural_tag"
+	}
+	return g, err
+}

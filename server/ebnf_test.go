@@ -155,6 +155,43 @@ func TestStructuralTagResponseFormat(t *testing.T) {
 	}
 }
 
+// TestGenerateStructuralTag: sampling_params.structural_tag (a JSON string,
+// as SGLang takes it) on /generate.
+func TestGenerateStructuralTag(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{EOSAfter: 20}, engine.Config{}, noReasoning)
+	tag := `{"type":"structural_tag","format":{"type":"tags_with_separator","separator":",","at_least_one":true,"tags":[{"type":"tag","begin":"<n>","content":{"type":"json_schema","json_schema":{"type":"integer","minimum":0,"maximum":99}},"end":"</n>"}]}}`
+	d, err := constraint.CompileStructuralTag([]byte(tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := ts.post(t, "/generate", map[string]any{"text": "numbers:", "sampling_params": map[string]any{
+		"structural_tag": tag, "max_new_tokens": 64, "temperature": 1, "n": 3, "seed": 2}})
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	var outs []struct {
+		Text string `json:"text"`
+		Meta struct {
+			FinishReason map[string]any `json:"finish_reason"`
+		} `json:"meta_info"`
+	}
+	if err := json.Unmarshal(body, &outs); err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	for _, o := range outs {
+		if o.Meta.FinishReason["type"] == "stop" {
+			finished++
+			if !d.Match(o.Text) {
+				t.Errorf("%q is outside the structural tag", o.Text)
+			}
+		}
+	}
+	if finished == 0 {
+		t.Error("no output finished")
+	}
+}
+
 func TestGrammarRequestErrors(t *testing.T) {
 	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, noReasoning)
 	chat := func(extra map[string]any) map[string]any {
@@ -177,6 +214,7 @@ func TestGrammarRequestErrors(t *testing.T) {
 		{"completions no root", "/v1/completions", map[string]any{"prompt": "a", "ebnf": `start ::= "a"`}, "ebnf", "no root rule"},
 		{"structural tag bad trigger", "/v1/chat/completions", chat(map[string]any{"response_format": map[string]any{"type": "structural_tag",
 			"structures": []any{map[string]any{"begin": "<a>", "end": "</a>"}}, "triggers": []string{"<b"}}}), "response_format", "starts with none of the triggers"},
+		{"generate structural tag bad", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"structural_tag": `{"type":"structural_tag","format":{"type":"tag"}}`}}, "sampling_params.structural_tag", "a tag needs"},
 		{"structural tag bad format", "/v1/chat/completions", chat(map[string]any{"response_format": map[string]any{"type": "structural_tag", "format": map[string]any{"type": "magic"}}}), "response_format", "format.type"},
 	} {
 		code, raw := ts.post(t, tc.path, tc.body)

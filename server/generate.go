@@ -47,6 +47,7 @@ type nativeSampling struct {
 	JSONSchema        json.RawMessage `json:"json_schema"`
 	Regex             string          `json:"regex"`
 	EBNF              string          `json:"ebnf"`
+	StructuralTag     json.RawMessage `json:"structural_tag"`
 }
 
 // defaultMaxNewTokens is SGLang's default for /generate.

@@ -159,15 +159,17 @@ func (s *Server) responseFormatGrammar(raw json.RawMessage) (*constraint.Grammar
 	return g, err
 }
 
-// nativeGrammar compiles SGLang's sampling_params json_schema or regex
-// (nil when neither is set).
+// nativeGrammar compiles SGLang's sampling_params json_schema, regex,
+// ebnf or structural_tag (nil when none is set).
 func (s *Server) nativeGrammar(ns *nativeSampling) (*constraint.Grammar, error) {
 	hasSchema := len(ns.JSONSchema) > 0 && string(ns.JSONSchema) != "null"
 	switch {
-	case countSet(hasSchema, ns.Regex != "", ns.EBNF != "") > 1:
-		return nil, badRequest("sampling_params", "Only one of regex, json_schema, or ebnf can be set.")
+	case countSet(hasSchema, ns.Regex != "", ns.EBNF != "", !isNull(ns.StructuralTag)) > 1:
+		return nil, badRequest("sampling_params", "Only one of regex, json_schema, ebnf, or structural_tag can be set.")
 	case ns.EBNF != "":
 		return s.ebnfGrammar(ns.EBNF, "sampling_params.ebnf")
+	case !isNull(ns.StructuralTag):
+		return s.nativeStructuralTag(ns.StructuralTag)
 	case ns.Regex != "":
 		return s.regexGrammar(ns.Regex, "sampling_params.regex")
 	case hasSchema:
