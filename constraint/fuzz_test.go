@@ -79,3 +79,49 @@ func FuzzCompileSchema(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEBNF: never a panic; a grammar either parses or fails with an
+// error naming "ebnf"; a parsed regular grammar's DFA agrees with the
+// Earley recognizer on the input.
+func FuzzParseEBNF(f *testing.F) {
+	for _, s := range []string{
+		`root ::= "a" | "b"`,
+		"root ::= digit{3}\ndigit ::= [0-9]",
+		`root ::= "(" root ")" | ""`,
+		`root ::= [^"\\]* "\x41" .`,
+		`root ::= a+ b? # c` + "\na ::= \"x\"\nb ::= (a | \"y\")*",
+		`root ::= expr` + "\nexpr ::= expr \"+\" [0-9] | [0-9]",
+		`root ::= "a"{2,5}`, `root ::= (= "a")`, `root`, `::=`,
+	} {
+		f.Add(s, "a")
+	}
+	f.Fuzz(func(t *testing.T, src, input string) {
+		if len(src) > 300 || len(input) > 64 {
+			return
+		}
+		t0 := time.Now()
+		g, err := ParseEBNF(src)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "ebnf") {
+				t.Fatalf("unlabelled error %v", err)
+			}
+			return
+		}
+		match := g.Match(input)
+		if g.Regular() {
+			d, err := g.DFA()
+			if err != nil {
+				if !errors.Is(err, ErrTooLarge) {
+					t.Fatalf("DFA of a regular grammar: %v", err)
+				}
+				return
+			}
+			if d.Match(input) != match {
+				t.Fatalf("%q on %q: DFA %v, Earley %v", src, input, !match, match)
+			}
+		}
+		if el := time.Since(t0); el > 3*time.Second {
+			t.Fatalf("took %v", el)
+		}
+	})
+}

@@ -92,11 +92,13 @@ func compileTree(re *syntax.Regexp) (*DFA, error) {
 	if len(prog.Inst) > maxProgInsts {
 		return nil, fmt.Errorf("regex compiles to %d instructions, over the limit %d: %w", len(prog.Inst), maxProgInsts, ErrTooLarge)
 	}
-	n, err := buildNFA(prog)
+	n := &nfa{}
+	start, out, err := n.addProg(prog)
 	if err != nil {
 		return nil, err
 	}
-	return n.determinize(int32(prog.Start))
+	n.match[out] = true
+	return n.determinize(start)
 }
 
 // stripAnchors removes the anchors at the ends of the pattern (a full match
@@ -183,44 +185,56 @@ func runeRanges(inst *syntax.Inst) []rune {
 	return inst.Rune
 }
 
-func buildNFA(prog *syntax.Prog) (*nfa, error) {
-	n := &nfa{}
+// addProg adds prog's instructions to n as states (with byte edges for
+// its runes) and returns the state it starts at and a fresh state that its
+// matches reach by an epsilon move (not marked as a match).
+func (n *nfa) addProg(prog *syntax.Prog) (start, out int32, err error) {
+	base := int32(len(n.match))
 	for range prog.Inst {
 		n.add()
 	}
+	out = n.add()
 	for pc := range prog.Inst {
 		inst := &prog.Inst[pc]
+		s := base + int32(pc)
+		next := base + int32(inst.Out)
 		switch inst.Op {
 		case syntax.InstAlt, syntax.InstAltMatch:
-			n.eps[pc] = append(n.eps[pc], int32(inst.Out), int32(inst.Arg))
+			n.eps[s] = append(n.eps[s], next, base+int32(inst.Arg))
 		case syntax.InstCapture, syntax.InstNop:
-			n.eps[pc] = append(n.eps[pc], int32(inst.Out))
+			n.eps[s] = append(n.eps[s], next)
 		case syntax.InstMatch:
-			n.match[pc] = true
+			n.eps[s] = append(n.eps[s], out)
 		case syntax.InstFail:
 		case syntax.InstEmptyWidth:
-			return nil, errors.New("regex: zero-width assertions are not supported")
+			return 0, 0, errors.New("regex: zero-width assertions are not supported")
 		case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL:
 			rr := runeRanges(inst)
 			for i := 0; i+1 < len(rr); i += 2 {
-				utf8Sequences(rr[i], rr[i+1], func(seq []byteRange) {
-					from := int32(pc)
-					for k, br := range seq {
-						to := int32(inst.Out)
-						if k < len(seq)-1 {
-							to = n.add()
-						}
-						n.edges[from] = append(n.edges[from], nedge{br.lo, br.hi, to})
-						from = to
-					}
-				})
+				n.addRunes(s, next, rr[i], rr[i+1])
 				if len(n.match) > maxNFAStates {
-					return nil, fmt.Errorf("regex needs over %d NFA states: %w", maxNFAStates, ErrTooLarge)
+					return 0, 0, fmt.Errorf("regex needs over %d NFA states: %w", maxNFAStates, ErrTooLarge)
 				}
 			}
 		}
 	}
-	return n, nil
+	return base + int32(prog.Start), out, nil
+}
+
+// addRunes adds paths from state from to state to over the UTF-8
+// encodings of the runes in [lo, hi].
+func (n *nfa) addRunes(from, to int32, lo, hi rune) {
+	utf8Sequences(lo, hi, func(seq []byteRange) {
+		at := from
+		for k, br := range seq {
+			nx := to
+			if k < len(seq)-1 {
+				nx = n.add()
+			}
+			n.edges[at] = append(n.edges[at], nedge{br.lo, br.hi, nx})
+			at = nx
+		}
+	})
 }
 
 // closure adds the epsilon closure of set to out (marks in seen) and

@@ -194,7 +194,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.SkipTokenizerInit, "skip-tokenizer-init", false, "load no tokenizer: /generate takes input_ids and returns output_ids only; text routes answer 400")
 	fs.IntVar(&c.ContextLength, "context-length", 0, "maximum tokens per request, prompt plus output (default: the model's max_position_embeddings)")
 	fs.StringVar(&c.ReasoningParser, "reasoning-parser", "auto", "split <think>...</think> into reasoning_content: auto (from the chat template), none, qwen3, deepseek-r1")
-	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "auto", "parse tool calls from the output: auto (from the chat template), none, qwen25 (<tool_call>{json}</tool_call>), qwen3_coder (<function=...> XML)")
+	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "auto", "parse tool calls from the output: auto (from the chat template), none, qwen25 (<tool_call>{json}</tool_call>), qwen3_coder (<function=...> XML); forced tool_choice calls are written in this format")
 	fs.StringVar(&c.Device, "device", "auto", "where dense layers and attention run: auto (GPU when one is usable), cuda, cpu")
 	fs.Int64("random-seed", 0, "seed of the sampler for requests that give no seed (default: random)")
 

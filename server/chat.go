@@ -23,7 +23,8 @@ type chatInput struct {
 	// prefix is the content of a final assistant message to continue
 	// (continue_final_message): appended to the rendered prompt.
 	prefix string
-	tools  []toolDef // the tools offered to the model (nil: none)
+	tools  []toolDef  // the tools offered to the model (nil: none)
+	choice toolChoice // tool_choice
 }
 
 // buildChatInput validates and normalizes the request's messages, tools and
@@ -71,12 +72,13 @@ func buildChatInput(req *chatRequest) (*chatInput, error) {
 	}
 	in.conv.Messages = jsonArray(raw)
 
-	tools, err := parseTools(req)
+	tools, raws, choice, err := parseTools(req)
 	if err != nil {
 		return nil, err
 	}
+	in.choice = choice
 	if len(tools) > 0 {
-		in.conv.Tools = jsonArray(req.Tools)
+		in.conv.Tools = jsonArray(raws)
 		in.tools = tools
 	}
 
@@ -210,35 +212,6 @@ func mustMarshal(o jsonObject) json.RawMessage {
 	return b
 }
 
-// parseTools checks the request's tools and returns those offered to the
-// model (none with tool_choice "none").
-func parseTools(req *chatRequest) ([]toolDef, error) {
-	if len(req.ToolChoice) > 0 && !isNull(req.ToolChoice) {
-		var choice string
-		if json.Unmarshal(req.ToolChoice, &choice) != nil {
-			return nil, badRequest("tool_choice", "tool_choice naming a function is not supported yet in kt; use \"auto\" or \"none\"")
-		}
-		switch choice {
-		case "none":
-			return nil, nil
-		case "auto":
-		case "required":
-			return nil, badRequest("tool_choice", "tool_choice \"required\" is not supported yet in kt; use \"auto\" or \"none\"")
-		default:
-			return nil, badRequest("tool_choice", "tool_choice must be \"auto\", \"none\" or \"required\", got %q", choice)
-		}
-	}
-	var tools []toolDef
-	for i, raw := range req.Tools {
-		var t toolDef
-		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Function.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", i)
-		}
-		tools = append(tools, t)
-	}
-	return tools, nil
-}
-
 // chatState turns one choice's text stream into reasoning, answer and tool
 // calls.
 type chatState struct {
@@ -313,6 +286,7 @@ type chatPlan struct {
 	jsonMode   bool
 	grammar    *constraint.Grammar // response_format json_schema
 	usage      bool
+	toolArray  bool // forced tool calls written as a JSON array (toolchoice.go)
 }
 
 // planChat checks a chat request and renders its prompt: everything its
@@ -382,6 +356,9 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 		return nil, err
 	}
 	plan.grammar, plan.jsonMode = g, jsonObject
+	if err := s.planToolChoice(plan, in, req.ParallelToolCalls == nil || *req.ParallelToolCalls); err != nil {
+		return nil, err
+	}
 	return plan, nil
 }
 
@@ -414,7 +391,7 @@ func (s *Server) newChatState(plan *chatPlan, i int) *chatState {
 		}
 	}
 	if plan.tools != nil {
-		c.te = &toolExtractor{tools: plan.tools, prefix: plan.id[:8] + fmt.Sprint(i)}
+		c.te = &toolExtractor{tools: plan.tools, prefix: plan.id[:8] + fmt.Sprint(i), array: plan.toolArray}
 	}
 	return c
 }

@@ -51,6 +51,7 @@ type nativeSampling struct {
 	JSONSchema        json.RawMessage `json:"json_schema"`
 	Regex             string          `json:"regex"`
 	EBNF              string          `json:"ebnf"`
+	StructuralTag     json.RawMessage `json:"structural_tag"`
 	StopRegex         json.RawMessage `json:"stop_regex"`
 	LogitBias         json.RawMessage `json:"logit_bias"`
 	CustomParams      json.RawMessage `json:"custom_params"`

@@ -124,6 +124,7 @@ type toolExtractor struct {
 	nextID   int
 	prefix   string // id prefix, unique per request
 	errs     []string
+	array    bool // forced calls as a JSON array (feedArray)
 }
 
 const (
@@ -133,6 +134,9 @@ const (
 
 // feed returns the answer text that is not part of a tool call.
 func (t *toolExtractor) feed(text string, final bool) string {
+	if t.array {
+		return t.feedArray(text, final)
+	}
 	buf := t.held + text
 	t.held = ""
 	var out strings.Builder

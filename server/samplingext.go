@@ -100,13 +100,6 @@ func parseTokenIDsLogprob(raw json.RawMessage, n int) ([][]int32, error) {
 	return out, nil
 }
 
-// unsupportedSampling are SGLang sampling_params keys kt knows but does
-// not apply, with why; a request that sets one (not null) gets a 400.
-// A key that nativeSampling reads is never looked up here.
-var unsupportedSampling = map[string]string{
-	"structural_tag": "structural_tag constraints are not supported yet in kt; json_schema and regex are",
-}
-
 // samplingKeys are the keys nativeSampling reads (its json tags).
 var samplingKeys = func() map[string]bool {
 	keys := map[string]bool{}
@@ -143,12 +136,6 @@ func checkSamplingKeys(raw json.RawMessage) error {
 		for _, k := range keys {
 			if samplingKeys[k] {
 				continue
-			}
-			if why, ok := unsupportedSampling[k]; ok {
-				if !present(o[k]) {
-					continue
-				}
-				return badRequest("sampling_params."+k, "%s", why)
 			}
 			return badRequest("sampling_params."+k, "unknown sampling_params key %q (see SGLang's sampling parameters: max_new_tokens, stop, stop_token_ids, stop_regex, temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty, repetition_penalty, min_new_tokens, n, json_schema, regex, ebnf, ignore_eos, skip_special_tokens, no_stop_trim, logit_bias, sampling_seed, ...)", k)
 		}

@@ -57,7 +57,7 @@ type Options struct {
 	TokenizerPath   string
 	Template        ChatTemplate // nil: chat routes answer 400
 	ReasoningParser string       // "none", "qwen3" or "deepseek-r1"
-	ToolCallParser  string       // "none", "qwen25" or "qwen3_coder" (both formats are parsed)
+	ToolCallParser  string       // "none", "qwen25" or "qwen3_coder" (both formats are parsed; forced tool_choice calls are written in this one)
 	APIKey          string
 	// ServerArgs is reported by /get_server_info (the parsed flags).
 	ServerArgs any

@@ -48,6 +48,18 @@ func (s *Server) vocabFor() (*constraint.Vocab, error) {
 // grammar returns the compiled grammar for key, compiling it with compile
 // on a miss. param names the request field for errors.
 func (s *Server) grammar(key, param string, compile func() (*constraint.DFA, error)) (*constraint.Grammar, error) {
+	return s.grammarFor(key, param, func(v *constraint.Vocab) (*constraint.Grammar, error) {
+		d, err := compile()
+		if err != nil {
+			return nil, err
+		}
+		return constraint.NewGrammar(d, v), nil
+	})
+}
+
+// grammarFor is grammar for constraints that bind the vocabulary
+// themselves (EBNF grammars, which may be context-free).
+func (s *Server) grammarFor(key, param string, compile func(v *constraint.Vocab) (*constraint.Grammar, error)) (*constraint.Grammar, error) {
 	if s.tok == nil {
 		return nil, badRequest(param, "output constraints need a tokenizer; this server was started with --skip-tokenizer-init")
 	}
@@ -64,11 +76,10 @@ func (s *Server) grammar(key, param string, compile func() (*constraint.DFA, err
 	if err != nil {
 		return nil, err
 	}
-	d, err := compile()
+	g, err := compile(v)
 	if err != nil {
 		return nil, badRequest(param, "%v", err)
 	}
-	g := constraint.NewGrammar(d, v)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	if gs.byKey == nil {
@@ -148,15 +159,17 @@ func (s *Server) responseFormatGrammar(raw json.RawMessage) (*constraint.Grammar
 	return g, err
 }
 
-// nativeGrammar compiles SGLang's sampling_params json_schema or regex
-// (nil when neither is set).
+// nativeGrammar compiles SGLang's sampling_params json_schema, regex,
+// ebnf or structural_tag (nil when none is set).
 func (s *Server) nativeGrammar(ns *nativeSampling) (*constraint.Grammar, error) {
 	hasSchema := len(ns.JSONSchema) > 0 && string(ns.JSONSchema) != "null"
 	switch {
+	case countSet(hasSchema, ns.Regex != "", ns.EBNF != "", !isNull(ns.StructuralTag)) > 1:
+		return nil, badRequest("sampling_params", "Only one of regex, json_schema, ebnf, or structural_tag can be set.")
 	case ns.EBNF != "":
-		return nil, badRequest("sampling_params.ebnf", "ebnf constraints are not supported yet in kt; json_schema and regex are")
-	case hasSchema && ns.Regex != "":
-		return nil, badRequest("sampling_params", "Only one of regex, json_schema, or ebnf can be set.")
+		return s.ebnfGrammar(ns.EBNF, "sampling_params.ebnf")
+	case !isNull(ns.StructuralTag):
+		return s.nativeStructuralTag(ns.StructuralTag)
 	case ns.Regex != "":
 		return s.regexGrammar(ns.Regex, "sampling_params.regex")
 	case hasSchema:
@@ -294,7 +307,8 @@ func (s *Server) routeGrammar(sf *samplingFields, rf *responseFormat, schema jso
 	}
 	switch {
 	case sf.EBNF != "":
-		return nil, false, badRequest("ebnf", "ebnf constraints are not supported yet in kt; json_schema and regex are")
+		g, err = s.ebnfGrammar(sf.EBNF, "ebnf")
+		return g, false, err
 	case sf.Regex != "":
 		g, err = s.regexGrammar(sf.Regex, "regex")
 		return g, false, err
@@ -319,6 +333,9 @@ func (s *Server) routeGrammar(sf *samplingFields, rf *responseFormat, schema jso
 	case "json_schema":
 		g, err = s.responseFormatGrammar(rf.JSONSchema)
 		return g, false, err
+	case "structural_tag":
+		g, err = s.structuralTagGrammar(rf.raw)
+		return g, false, err
 	}
-	return nil, false, badRequest("response_format", "response_format type must be text, json_object or json_schema, got %q", rf.Type)
+	return nil, false, badRequest("response_format", "response_format type must be text, json_object, json_schema or structural_tag, got %q", rf.Type)
 }

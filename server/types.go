@@ -50,6 +50,7 @@ type chatRequest struct {
 	TopLogprobs        *int              `json:"top_logprobs"`
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
 	ResponseFormat     *responseFormat   `json:"response_format"`
 	ChatTemplateKwargs json.RawMessage   `json:"chat_template_kwargs"`
 	SeparateReasoning  *bool             `json:"separate_reasoning"`
@@ -70,6 +71,7 @@ type toolDef struct {
 type responseFormat struct {
 	Type       string          `json:"type"`
 	JSONSchema json.RawMessage `json:"json_schema"`
+	raw        json.RawMessage // the whole object (structural_tag reads it)
 }
 
 type completionRequest struct {

@@ -340,9 +340,15 @@ func outputParsers(cfg *serveconfig.Config, templateSource string) (reasoning, t
 		}
 	}
 	if tools == "auto" {
-		tools = "none"
-		if strings.Contains(templateSource, "<tool_call>") || strings.Contains(templateSource, "<function=") {
+		// Both formats are parsed either way; the name picks the format
+		// that forced tool calls (tool_choice required) are written in.
+		switch {
+		case strings.Contains(templateSource, "<function="):
+			tools = "qwen3_coder"
+		case strings.Contains(templateSource, "<tool_call>"):
 			tools = "qwen25"
+		default:
+			tools = "none"
 		}
 	}
 	return reasoning, tools
