@@ -41,7 +41,7 @@ func TestGenerateEBNF(t *testing.T) {
 		}
 		re := regexp.MustCompile(tc.pattern)
 		code, body := ts.post(t, "/generate", map[string]any{"text": "Generate:", "sampling_params": map[string]any{
-			"ebnf": tc.ebnf, "max_new_tokens": 64, "temperature": 1, "n": 3, "seed": 11}})
+			"ebnf": tc.ebnf, "max_new_tokens": 64, "temperature": 1, "n": 3, "sampling_seed": 11}})
 		if code != 200 {
 			t.Fatalf("%s: %d %s", tc.name, code, body)
 		}
@@ -165,7 +165,7 @@ func TestGenerateStructuralTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body := ts.post(t, "/generate", map[string]any{"text": "numbers:", "sampling_params": map[string]any{
-		"structural_tag": tag, "max_new_tokens": 64, "temperature": 1, "n": 3, "seed": 2}})
+		"structural_tag": tag, "max_new_tokens": 64, "temperature": 1, "n": 3, "sampling_seed": 2}})
 	if code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}

@@ -314,8 +314,6 @@ func TestSamplingParamsRefused(t *testing.T) {
 		{"unknown key", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"temprature": 0}}, "sampling_params.temprature", "unknown sampling_params key"},
 		{"unknown key of the second prompt", "/generate", map[string]any{"text": []string{"a", "b"}, "sampling_params": []any{map[string]any{"top_k": 2}, map[string]any{"max_tokens": 2}}}, "sampling_params.max_tokens", "unknown"},
 		{"internal key", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"stop_strs": []string{"x"}}}, "sampling_params.stop_strs", "unknown"},
-		{"structural_tag", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"structural_tag": "{}"}}, "sampling_params.structural_tag", "not supported"},
-		{"ebnf", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"ebnf": "root ::= x"}}, "sampling_params.ebnf", "not supported"},
 		{"custom_logit_processor", "/generate", map[string]any{"text": "a", "custom_logit_processor": "gAS..."}, "custom_logit_processor", "Python"},
 		{"custom_params", "/generate", map[string]any{"text": "a", "sampling_params": map[string]any{"custom_params": map[string]any{"k": 1}}}, "sampling_params.custom_params", "Python"},
 		{"chat custom_logit_processor", "/v1/chat/completions", map[string]any{"messages": msgs, "custom_logit_processor": "x"}, "custom_logit_processor", "Python"},
