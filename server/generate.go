@@ -17,15 +17,15 @@ type generateRequest struct {
 	InputIDs            json.RawMessage `json:"input_ids"`
 	SamplingParams      json.RawMessage `json:"sampling_params"`
 	ReturnLogprob       json.RawMessage `json:"return_logprob"`
-	LogprobStartLen     *int            `json:"logprob_start_len"`
-	TopLogprobsNum      int             `json:"top_logprobs_num"`
+	LogprobStartLen     json.RawMessage `json:"logprob_start_len"`
+	TopLogprobsNum      json.RawMessage `json:"top_logprobs_num"`
 	ReturnTextInLogprob bool            `json:"return_text_in_logprobs"`
 	Stream              bool            `json:"stream"`
 	RID                 json.RawMessage `json:"rid"`
 	LoRAPath            json.RawMessage `json:"lora_path"`
 	Image               json.RawMessage `json:"image_data"`
 	// TokenIDsLogprob lists tokens whose logprobs are returned at every
-	// position (one list, or one per prompt).
+	// position (one list, or one per prompt: parseTokenIDsLogprob).
 	TokenIDsLogprob      json.RawMessage `json:"token_ids_logprob"`
 	CustomLogitProcessor json.RawMessage `json:"custom_logit_processor"`
 }
@@ -133,8 +133,7 @@ type nativeCall struct {
 	prompts  [][]int32
 	adapters []int            // LoRA adapter of each prompt
 	sps      []nativeSampling // sampling_params of each prompt
-	logprob  []bool           // return_logprob of each prompt
-	tokenIDs [][]int32        // token_ids_logprob of each prompt
+	lp       nativeLogprobs   // return_logprob and its companions, per prompt
 	batch    bool             // answer with a list
 	items    []nativeItem     // set by planGenerate
 	start    time.Time        // when the request arrived
@@ -187,14 +186,12 @@ func (s *Server) parseGenerate(w http.ResponseWriter, r *http.Request) (*nativeC
 	if err := refuseCustomLogitProcessor(req.CustomLogitProcessor, nil, ""); err != nil {
 		return nil, err
 	}
-	if call.tokenIDs, err = parseTokenIDsLogprob(req.TokenIDsLogprob, n); err != nil {
-		return nil, err
+	parallel := false // some prompt samples n > 1 times
+	for _, sp := range call.sps {
+		parallel = parallel || sp.N != nil && *sp.N > 1
 	}
-	if call.logprob, err = parseBoolOrList(req.ReturnLogprob, n); err != nil {
+	if call.lp, err = parseNativeLogprobs(req, n, parallel); err != nil {
 		return nil, err
-	}
-	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > engine.MaxTopLogprobs {
-		return nil, badRequest("top_logprobs_num", "top_logprobs_num must be in [0, %d], got %d", engine.MaxTopLogprobs, req.TopLogprobsNum)
 	}
 	return call, nil
 }
@@ -290,14 +287,14 @@ func (s *Server) planGenerate(call *nativeCall) error {
 		if len(stopRe) > 0 && s.tok == nil {
 			return badRequest("sampling_params.stop_regex", "stop regexes need a tokenizer; this server was started with --skip-tokenizer-init (use stop_token_ids)")
 		}
-		if call.logprob[i] {
+		if call.lp.logprob[i] {
 			p.Logprobs = true
-			p.TopLogprobs = req.TopLogprobsNum
-			p.PromptLogprobs = req.LogprobStartLen != nil && *req.LogprobStartLen >= 0
+			p.TopLogprobs = call.lp.topN[i]
+			p.PromptLogprobs = call.lp.startLen[i] >= 0
 			if p.PromptLogprobs {
-				p.PromptTopLogprobs = req.TopLogprobsNum
+				p.PromptTopLogprobs = call.lp.topN[i]
 			}
-			p.TokenIDsLogprob = call.tokenIDs[i]
+			p.TokenIDsLogprob = call.lp.tokenIDs[i]
 		}
 		if err := s.precheck(pr, p); err != nil {
 			return err
@@ -326,7 +323,7 @@ func (s *Server) planGenerate(call *nativeCall) error {
 			call.items = append(call.items, nativeItem{
 				spec: genSpec{req: engine.Request{ID: fmt.Sprintf("gen-%d-%d", i, j), Prompt: pr, Params: pj, Adapter: call.adapters[i]},
 					stops: pl.stops, stopRegex: pl.stopRe, skipSpecial: skip, noStopTrim: sp.NoStopTrim},
-				prompt: i, logprobs: call.logprob[i],
+				prompt: i, logprobs: call.lp.logprob[i],
 			})
 		}
 	}
@@ -353,27 +350,24 @@ func (s *Server) nativeOutput(call *nativeCall, it nativeItem, res *genResult, i
 	}
 	if it.logprobs {
 		meta["output_token_logprobs"] = s.nativeLogprobs(res.Tokens, req.ReturnTextInLogprob)
-		if req.TopLogprobsNum > 0 {
+		if call.lp.topN[it.prompt] > 0 {
 			tops := make([]any, len(res.Tokens))
 			for k, t := range res.Tokens {
 				tops[k] = s.nativeTop(t.Top, req.ReturnTextInLogprob)
 			}
 			meta["output_top_logprobs"] = tops
 		}
-		if call.tokenIDs[it.prompt] != nil {
+		if call.lp.tokenIDs[it.prompt] != nil {
 			meta["output_token_ids_logprobs"] = s.nativeOutputIDs(res.Tokens, req.ReturnTextInLogprob)
 		}
 		if it.spec.req.Params.PromptLogprobs {
-			startLen := 0
-			if req.LogprobStartLen != nil {
-				startLen = *req.LogprobStartLen
-			}
+			startLen := call.lp.startLen[it.prompt]
 			prompt := call.prompts[it.prompt]
 			meta["input_token_logprobs"] = s.nativeInput(prompt, res.PromptLogprobs, startLen, req.ReturnTextInLogprob)
-			if req.TopLogprobsNum > 0 {
+			if call.lp.topN[it.prompt] > 0 {
 				meta["input_top_logprobs"] = s.nativeInputLists(len(prompt), res.PromptTop, startLen, req.ReturnTextInLogprob)
 			}
-			if call.tokenIDs[it.prompt] != nil {
+			if call.lp.tokenIDs[it.prompt] != nil {
 				meta["input_token_ids_logprobs"] = s.nativeInputLists(len(prompt), res.PromptIDs, startLen, req.ReturnTextInLogprob)
 			}
 		}
@@ -455,25 +449,6 @@ func samplingTypeError(err error) error {
 		return badRequest("sampling_params."+te.Field, "sampling_params.%s: expected %s, got JSON %s", te.Field, jsonTypeName(te.Type.String()), te.Value)
 	}
 	return badRequest("sampling_params", "sampling_params: expected an object (or one per prompt): %v", err)
-}
-
-func parseBoolOrList(raw json.RawMessage, n int) ([]bool, error) {
-	out := make([]bool, n)
-	if len(raw) == 0 || string(raw) == "null" {
-		return out, nil
-	}
-	var one bool
-	if json.Unmarshal(raw, &one) == nil {
-		for i := range out {
-			out[i] = one
-		}
-		return out, nil
-	}
-	var list []bool
-	if json.Unmarshal(raw, &list) != nil || len(list) != n {
-		return nil, badRequest("return_logprob", "return_logprob: expected a boolean or one boolean per prompt")
-	}
-	return list, nil
 }
 
 func tokenIDs(toks []engine.Token) []int32 {

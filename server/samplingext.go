@@ -69,32 +69,136 @@ func (s *Server) checkTokenParams(p engine.SamplingParams) error {
 	return nil
 }
 
-// parseTokenIDsLogprob reads /generate's token_ids_logprob: one list of
-// token ids for every prompt, or one list per prompt (n prompts). nil
-// lists mean none.
-func parseTokenIDsLogprob(raw json.RawMessage, n int) ([][]int32, error) {
+// nativeLogprobs are /generate's logprob fields, one value per prompt.
+// Each is given once for every prompt, or as a list of one per prompt in
+// a batch, as SGLang's GenerateReqInput takes them.
+type nativeLogprobs struct {
+	logprob  []bool    // return_logprob
+	startLen []int     // logprob_start_len; negative: no prompt logprobs
+	topN     []int     // top_logprobs_num
+	tokenIDs [][]int32 // token_ids_logprob; nil: none
+}
+
+// parseNativeLogprobs reads return_logprob, logprob_start_len,
+// top_logprobs_num and token_ids_logprob for n prompts. parallel says some
+// prompt samples n > 1 times: then, as in SGLang, a field may not be a
+// list of one value per prompt.
+func parseNativeLogprobs(req *generateRequest, n int, parallel bool) (nativeLogprobs, error) {
+	var lp nativeLogprobs
+	var err error
+	if lp.logprob, err = perPrompt(req.ReturnLogprob, "return_logprob", "a boolean", n, false, parallel); err != nil {
+		return lp, err
+	}
+	if lp.startLen, err = perPrompt(req.LogprobStartLen, "logprob_start_len", "an integer", n, -1, parallel); err != nil {
+		return lp, err
+	}
+	if lp.topN, err = perPrompt(req.TopLogprobsNum, "top_logprobs_num", "an integer", n, 0, parallel); err != nil {
+		return lp, err
+	}
+	for i, k := range lp.topN {
+		if k < 0 || k > engine.MaxTopLogprobs {
+			return lp, badRequest("top_logprobs_num", "top_logprobs_num%s must be in [0, %d], got %d", listIndex(req.TopLogprobsNum, i), engine.MaxTopLogprobs, k)
+		}
+	}
+	lp.tokenIDs, err = parseTokenIDsLogprob(req.TokenIDsLogprob, n, parallel)
+	return lp, err
+}
+
+// perPrompt reads a field given as one value (of type what) for every
+// prompt or as a list of one per prompt; absent or null is def, for the
+// field or for one prompt.
+func perPrompt[T any](raw json.RawMessage, field, what string, n int, def T, parallel bool) ([]T, error) {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = def
+	}
+	if !present(raw) {
+		return out, nil
+	}
+	var one T
+	if json.Unmarshal(raw, &one) == nil {
+		for i := range out {
+			out[i] = one
+		}
+		return out, nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return nil, badRequest(field, "%s: expected %s, or a list of one per prompt", field, what)
+	}
+	if parallel {
+		return nil, badRequest(field, "%s: a list of one value per prompt cannot be used with sampling_params.n > 1 (as in SGLang); give one value for every prompt", field)
+	}
+	if len(list) != n {
+		return nil, badRequest(field, "%s: %d values for %s (give one value for every prompt, or one per prompt)", field, len(list), promptCount(n))
+	}
+	for i, v := range list {
+		if !present(v) {
+			continue
+		}
+		if json.Unmarshal(v, &out[i]) != nil {
+			return nil, badRequest(field, "%s[%d]: expected %s, got %s", field, i, what, v)
+		}
+	}
+	return out, nil
+}
+
+// promptCount is "1 prompt" or "n prompts".
+func promptCount(n int) string {
+	if n == 1 {
+		return "1 prompt"
+	}
+	return strconv.Itoa(n) + " prompts"
+}
+
+// listIndex is "[i]" where raw is a list, else "".
+func listIndex(raw json.RawMessage, i int) string {
+	if r := strings.TrimSpace(string(raw)); strings.HasPrefix(r, "[") {
+		return "[" + strconv.Itoa(i) + "]"
+	}
+	return ""
+}
+
+// parseTokenIDsLogprob reads /generate's token_ids_logprob for n prompts
+// as SGLang does: a token id or a list of token ids for every prompt, or a
+// list of one list (or null) per prompt, which parallel (n > 1 sampling)
+// refuses. Absent, null or empty lists mean none.
+func parseTokenIDsLogprob(raw json.RawMessage, n int, parallel bool) ([][]int32, error) {
+	const field = "token_ids_logprob"
 	out := make([][]int32, n)
 	if !present(raw) {
 		return out, nil
 	}
 	var one []int32
-	if json.Unmarshal(raw, &one) == nil {
-		for i := range out {
-			out[i] = one
-		}
-	} else {
-		var per [][]int32
+	var id int32
+	if json.Unmarshal(raw, &id) == nil {
+		one = []int32{id}
+	} else if json.Unmarshal(raw, &one) != nil {
+		one = nil // what a failed Unmarshal filled in
+		var per []json.RawMessage
 		if json.Unmarshal(raw, &per) != nil {
-			return nil, badRequest("token_ids_logprob", "token_ids_logprob: expected an array of token ids, or one array per prompt")
+			return nil, badRequest(field, "%s: expected a token id, a list of token ids, or one such list per prompt", field)
+		}
+		if parallel {
+			return nil, badRequest(field, "%s: a list of one list per prompt cannot be used with sampling_params.n > 1 (as in SGLang); give one list for every prompt", field)
 		}
 		if len(per) != n {
-			return nil, badRequest("token_ids_logprob", "%d token_ids_logprob lists for %d prompts", len(per), n)
+			return nil, badRequest(field, "%s: %d lists for %s (give one list of token ids for every prompt, or one per prompt)", field, len(per), promptCount(n))
 		}
-		out = per
+		for i, v := range per {
+			if present(v) && json.Unmarshal(v, &out[i]) != nil {
+				return nil, badRequest(field, "%s[%d]: expected a list of token ids or null, got %s", field, i, v)
+			}
+		}
 	}
-	for _, ids := range out {
-		if len(ids) > engine.MaxTokenIDsLogprob {
-			return nil, badRequest("token_ids_logprob", "token_ids_logprob lists %d tokens; at most %d are taken", len(ids), engine.MaxTokenIDsLogprob)
+	for i := range out {
+		if one != nil {
+			out[i] = one
+		}
+		if len(out[i]) == 0 {
+			out[i] = nil
+		} else if len(out[i]) > engine.MaxTokenIDsLogprob {
+			return nil, badRequest(field, "%s lists %d tokens; at most %d are taken", field, len(out[i]), engine.MaxTokenIDsLogprob)
 		}
 	}
 	return out, nil

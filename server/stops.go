@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"math"
 	"regexp"
 	"regexp/syntax"
 	"strings"
@@ -136,23 +135,31 @@ func regexMaxLen(re *syntax.Regexp) (n int, anchored bool) {
 }
 
 // stopMatcher finds the stop strings and stop regexes of one sequence in
-// its growing output text.
+// its growing output text, as SGLang's scheduler does after each token: the
+// stop strings first, in the order given, then the stop regexes, in the
+// order given; the first that matches ends the sequence there.
 type stopMatcher struct {
 	strs []string
 	res  []stopRegex
 	// hold is how many bytes at the end of the text could begin a stop
-	// that the next tokens complete: they are held back from a stream
-	// until known not to be one. An unbounded regex holds nothing back.
+	// string, or the pattern text of a stop regex, that the next tokens
+	// complete: they are held back from a stream until known not to be one.
 	hold int
+	// lit is where the pattern text of a stop regex first occurs verbatim
+	// in the text (-1: nowhere yet). A stop by a regex trims the output at
+	// its pattern text (see find), so a stream holds back text from there.
+	lit int
+	// scanned is how much of the text lit has looked at.
+	scanned int
 }
 
 func newStopMatcher(strs []string, res []stopRegex) stopMatcher {
-	m := stopMatcher{strs: strs, res: res}
+	m := stopMatcher{strs: strs, res: res, lit: -1}
 	for _, x := range strs {
 		m.hold = max(m.hold, len(x)-1)
 	}
 	for _, r := range res {
-		m.hold = max(m.hold, r.maxLen-1)
+		m.hold = max(m.hold, len(r.src)-1)
 	}
 	return m
 }
@@ -160,16 +167,25 @@ func newStopMatcher(strs []string, res []stopRegex) stopMatcher {
 // empty reports whether there is nothing to look for.
 func (m *stopMatcher) empty() bool { return len(m.strs) == 0 && len(m.res) == 0 }
 
-// find looks for the earliest stop in text, which grew from before bytes
-// (stops wholly inside text[:before] were looked for already). It returns
-// where the match starts and ends and what matched_stop reports: the stop
-// string, or the regex pattern as given.
-func (m *stopMatcher) find(text string, before int) (start, end int, matched string, ok bool) {
-	start = math.MaxInt
+// stopHit is a stop found in the output text.
+type stopHit struct {
+	// cut is where the output ends; keep is where it ends with
+	// no_stop_trim.
+	cut, keep int
+	matched   string // what matched_stop reports: the stop string or the pattern as given
+}
+
+// find looks for a stop in text, which grew from before bytes (stops
+// wholly inside text[:before] were looked for already). A stop string
+// cuts the output where it begins (keep: where it ends). A stop regex
+// leaves the output as it is, match included, except that, as SGLang's
+// detokenizer trims matched_stop by its text, the output is cut where the
+// pattern text itself first occurs verbatim, if it does (keep: after it).
+func (m *stopMatcher) find(text string, before int) (stopHit, bool) {
 	for _, x := range m.strs {
 		from := max(0, before-len(x)+1)
-		if i := strings.Index(text[from:], x); i >= 0 && from+i < start {
-			start, end, matched, ok = from+i, from+i+len(x), x, true
+		if i := strings.Index(text[from:], x); i >= 0 {
+			return stopHit{cut: from + i, keep: from + i + len(x), matched: x}, true
 		}
 	}
 	for _, r := range m.res {
@@ -180,11 +196,34 @@ func (m *stopMatcher) find(text string, before int) (start, end int, matched str
 				from--
 			}
 		}
-		if loc := r.re.FindStringIndex(text[from:]); loc != nil && from+loc[0] < start {
-			start, end, matched, ok = from+loc[0], from+loc[1], r.src, true
+		if !r.re.MatchString(text[from:]) {
+			continue
+		}
+		hit := stopHit{cut: len(text), keep: len(text), matched: r.src}
+		if i := strings.Index(text, r.src); i >= 0 {
+			hit.cut, hit.keep = i, i+len(r.src)
+		}
+		return hit, true
+	}
+	return stopHit{}, false
+}
+
+// safeEnd returns how much of text, a longer version of the text of the
+// last call, a stream may send before the sequence ends: all of it but
+// what could still be cut by a stop.
+func (m *stopMatcher) safeEnd(text string) int {
+	for _, r := range m.res {
+		from := max(0, m.scanned-len(r.src)+1)
+		if i := strings.Index(text[from:], r.src); i >= 0 && (m.lit < 0 || from+i < m.lit) {
+			m.lit = from + i
 		}
 	}
-	return start, end, matched, ok
+	m.scanned = len(text)
+	end := len(text) - m.hold
+	if m.lit >= 0 {
+		end = min(end, m.lit)
+	}
+	return max(end, 0)
 }
 
 // stopTokenSet is the set of tokens that end a sequence with p: the

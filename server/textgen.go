@@ -97,8 +97,9 @@ func (r *genResult) finishReason() string {
 
 // run submits spec to the engine and calls onDelta for every update until
 // the sequence ends. Stop strings and stop regexes are matched here, in the
-// request's goroutine: text that could be the start of a stop is held back
-// until it is known not to be one. The text of the stop token that ends
+// request's goroutine (stopMatcher.find says where each cuts the output):
+// text a stop could still cut is held back from onDelta until it is known
+// not to be, so the deltas add up to the final text. The text of the stop token that ends
 // the sequence (an EOS or stop_token_ids token) is left out, as SGLang
 // does, unless noStopTrim. onDelta may return an error (the client went
 // away) to cancel the sequence.
@@ -138,21 +139,21 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 				return false
 			}
 			text := full.String()
-			from, to, which, ok := stops.find(text, before)
+			hit, ok := stops.find(text, before)
 			if !ok {
 				return false
 			}
-			end := from
+			end := hit.cut
 			if spec.noStopTrim {
-				end = to
+				end = hit.keep
 			}
-			end = max(end, sent) // what a stream already has stays
+			end = max(end, sent) // held back: a stream never has more
 			delta.Text += text[sent:end]
 			sent = end
 			full.Reset()
 			full.WriteString(text[:end])
 			res.Reason = engine.FinishStop
-			res.MatchedStop, _ = json.Marshal(which)
+			res.MatchedStop, _ = json.Marshal(hit.matched)
 			st.Cancel()
 			return true
 		}
@@ -211,8 +212,8 @@ func (s *Server) run(ctx context.Context, spec genSpec, onDelta func(genDelta) e
 		}
 		text := full.String()
 		safe := len(text)
-		if u.Finish == nil && stops.hold > 0 {
-			safe = max(sent, len(text)-stops.hold)
+		if u.Finish == nil && !stops.empty() {
+			safe = max(sent, stops.safeEnd(text))
 			for safe > sent && safe < len(text) && !utf8.RuneStart(text[safe]) {
 				safe--
 			}
