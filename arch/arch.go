@@ -93,7 +93,9 @@ type Options struct {
 	// (--mem-fraction-static).
 	MemFractionStatic float64
 	// Notify, when set, receives one line saying where the model runs
-	// and, for "auto", why not on the GPU.
+	// and, for "auto", why not on the GPU, and one line for each part of
+	// the checkpoint the model skips (DeepSeek-V3's multi-token-prediction
+	// layers).
 	Notify func(msg string)
 	// DisableCUDAGraph runs every step op by op (--disable-cuda-graph).
 	// Otherwise, on a backend that can record graphs (the GPU), decode

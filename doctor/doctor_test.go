@@ -187,11 +187,11 @@ func TestModelChecks(t *testing.T) {
 	})
 	t.Run("MoE model kt does not serve", func(t *testing.T) {
 		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":7168,
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["Glm4MoeForCausalLM"],"hidden_size":7168,
 "moe_intermediate_size":2048,"n_routed_experts":256,"num_experts_per_tok":8,"num_hidden_layers":61}`), 0o644)
 		env := &Env{Sys: machine(avx512VNNI, "[always]", 400<<20), ModelPath: dir}
 		r := find(t, runSections(env, "model"), "model.config")
-		if r.Status != Fail || !strings.Contains(r.Detail, "DeepseekV3ForCausalLM") ||
+		if r.Status != Fail || !strings.Contains(r.Detail, "Glm4MoeForCausalLM") ||
 			!strings.Contains(r.Hint, "routed experts (256 of 7168 x 2048, top-8) can still be converted (kt quant) and measured on this CPU (kt bench --type moe --model-path") {
 			t.Errorf("config: %s %s; hint %s", r.Status, r.Detail, r.Hint)
 		}

@@ -80,11 +80,11 @@ func checkModelConfig(env *Env) []Result {
 	}
 	c := m.cfg
 	r.Status = Pass
-	r.Detail = fmt.Sprintf("%s: %d layers (%d MoE, %d dense; %d full attention, %d linear), %d experts top-%d, hidden %d, vocab %d",
+	r.Detail = fmt.Sprintf("%s: %d layers (%d MoE, %d dense; %d full attention, %d linear), %d experts top-%d, hidden %d, vocab %d, KV cache %d bytes per token",
 		c.Architecture, c.NumLayers, c.NumMoELayers(), c.NumLayers-c.NumMoELayers(), c.NumLayers-c.NumLinearLayers(), c.NumLinearLayers(),
-		c.NumExperts, c.TopK, c.HiddenSize, c.VocabSize)
+		c.NumExperts, c.TopK, c.HiddenSize, c.VocabSize, c.KVBytesPerToken())
 	r.Data = map[string]any{"architecture": c.Architecture, "layers": c.NumLayers, "moe_layers": c.NumMoELayers(),
-		"linear_attention_layers": c.NumLinearLayers(), "experts": c.NumExperts, "top_k": c.TopK}
+		"linear_attention_layers": c.NumLinearLayers(), "experts": c.NumExperts, "top_k": c.TopK, "kv_bytes_per_token": c.KVBytesPerToken()}
 	return []Result{r}
 }
 

@@ -60,14 +60,14 @@ func TestPerfChecks(t *testing.T) {
 	}
 }
 
-// TestPerfDecodeUnservedArchitecture: with --measure, a DeepSeek-style MoE
+// TestPerfDecodeUnservedArchitecture: with --measure, a GLM-4.5-style MoE
 // checkpoint kt does not serve still gets its decode bound, from the
 // routed experts its checkpoint holds in the decoder layers (an MTP layer
 // past num_hidden_layers left out).
 func TestPerfDecodeUnservedArchitecture(t *testing.T) {
 	const H, I, E = 64, 32, 4
 	dir := t.TempDir()
-	cfg := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":64,"moe_intermediate_size":32,"n_routed_experts":4,
+	cfg := `{"architectures":["Glm4MoeForCausalLM"],"hidden_size":64,"moe_intermediate_size":32,"n_routed_experts":4,
 "num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

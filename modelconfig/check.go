@@ -30,9 +30,10 @@ type Report struct {
 	// each naming the tensor.
 	Problems []string
 	// Unexpected lists tensors the config does not imply and that are not
-	// known extras (vision tower, MTP head).
+	// known extras (vision tower, MTP head or DeepSeek-V3's MTP layers).
 	Unexpected []string
-	// Extras counts the known extra tensors (vision tower, MTP head).
+	// Extras counts the known extra tensors (vision tower, MTP head or
+	// layers).
 	Extras int
 	// Prefix is where the text model's tensors were found.
 	Prefix string
@@ -115,7 +116,9 @@ func Check(c *Config, src TensorSource) *Report {
 		lp := fmt.Sprintf("%slayers.%d.", p, l.Index)
 		k.expect(lp+"input_layernorm.weight", H)
 		k.expect(lp+"post_attention_layernorm.weight", H)
-		if l.Attention == FullAttention {
+		if c.Family == DeepseekV3 {
+			k.mla(lp + "self_attn.")
+		} else if l.Attention == FullAttention {
 			k.attention(lp + "self_attn.")
 		} else {
 			k.linearAttention(lp + "linear_attn.")
@@ -129,6 +132,12 @@ func Check(c *Config, src TensorSource) *Report {
 		if c.SharedExpertIntermediateSize > 0 {
 			k.mlp(lp+"mlp.shared_expert.", int64(c.SharedExpertIntermediateSize))
 			k.expect(lp+"mlp.shared_expert_gate.weight", 1, H)
+		}
+		if c.Family == DeepseekV3 {
+			k.expect(lp+"mlp.gate.e_score_correction_bias", int64(c.NumExperts))
+			if c.SharedExperts > 0 {
+				k.mlp(lp+"mlp.shared_experts.", int64(c.SharedExperts*c.MoEIntermediateSize))
+			}
 		}
 		E, I := int64(c.NumExperts), int64(c.MoEIntermediateSize)
 		k.expert, k.layerExp = true, 0
@@ -157,7 +166,7 @@ func Check(c *Config, src TensorSource) *Report {
 		if k.used[n] {
 			continue
 		}
-		if hasAnyPrefix(n, extraPrefixes) || strings.HasSuffix(n, "rotary_emb.inv_freq") {
+		if hasAnyPrefix(n, extraPrefixes) || strings.HasSuffix(n, "rotary_emb.inv_freq") || c.isMTP(n) {
 			r.Extras++
 			continue
 		}

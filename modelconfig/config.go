@@ -7,7 +7,8 @@
 // Supported architectures, chosen by the "architectures" string:
 // Qwen3MoeForCausalLM, Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration
 // and Qwen3_5MoeForCausalLM (Qwen3.5 keeps its text fields under
-// "text_config").
+// "text_config"), and DeepseekV3ForCausalLM (DeepSeek-V3, R1, V3.1 and
+// Kimi-K2).
 package modelconfig
 
 import (
@@ -23,9 +24,10 @@ type Family int
 
 // Model families.
 const (
-	Qwen3Moe  Family = iota + 1 // Qwen3-MoE: full attention, routed experts only
-	Qwen3Next                   // Qwen3-Next: Gated DeltaNet + gated attention, shared expert
-	Qwen35Moe                   // Qwen3.5-MoE: like Qwen3-Next, split projections, M-RoPE, vision tower
+	Qwen3Moe   Family = iota + 1 // Qwen3-MoE: full attention, routed experts only
+	Qwen3Next                    // Qwen3-Next: Gated DeltaNet + gated attention, shared expert
+	Qwen35Moe                    // Qwen3.5-MoE: like Qwen3-Next, split projections, M-RoPE, vision tower
+	DeepseekV3                   // DeepSeek-V3 and Kimi-K2: multi-head latent attention, grouped sigmoid routing, shared experts
 )
 
 func (f Family) String() string {
@@ -36,6 +38,8 @@ func (f Family) String() string {
 		return "qwen3_next"
 	case Qwen35Moe:
 		return "qwen3_5_moe"
+	case DeepseekV3:
+		return "deepseek_v3"
 	}
 	return fmt.Sprintf("Family(%d)", int(f))
 }
@@ -46,7 +50,13 @@ var architectures = map[string]Family{
 	"Qwen3NextForCausalLM":               Qwen3Next,
 	"Qwen3_5MoeForConditionalGeneration": Qwen35Moe,
 	"Qwen3_5MoeForCausalLM":              Qwen35Moe,
+	"DeepseekV3ForCausalLM":              DeepseekV3,
 }
+
+// gatedDeltaNet reports whether f is a Qwen3-Next-style family (Gated
+// DeltaNet layers, gated attention, zero-centred norms, a gated shared
+// expert).
+func (f Family) gatedDeltaNet() bool { return f == Qwen3Next || f == Qwen35Moe }
 
 // SupportedArchitectures lists the architectures strings kt accepts, sorted.
 func SupportedArchitectures() []string {
@@ -106,6 +116,41 @@ type Rope struct {
 	// M-RoPE reduces to plain RoPE.
 	MRopeSection     []int
 	MRopeInterleaved bool
+	// YaRN (Type "yarn"): BetaFast and BetaSlow bound the ramp between
+	// interpolated and extrapolated frequencies (transformers' defaults 32
+	// and 1); MScale and MScaleAllDim set the attention factor on cos/sin
+	// (mscale/mscale_all_dim) and, in DeepSeek-V3, the softmax scale
+	// (mscale_all_dim); AttentionFactor, when stated, replaces the cos/sin
+	// factor; Truncate rounds the ramp's bounds to whole dimensions
+	// (default true).
+	BetaFast, BetaSlow   float64
+	MScale, MScaleAllDim float64
+	AttentionFactor      *float64 `json:",omitempty"`
+	Truncate             bool
+}
+
+// MLADims are multi-head latent attention's widths (DeepseekV3): the
+// query through a LoRA pair of rank QLoRARank (0: one q_proj), keys and
+// values from a shared latent of KVLoRARank plus one rotary key of
+// QKRopeHeadDim; per head the query and key are QKNopeHeadDim +
+// QKRopeHeadDim wide and the value VHeadDim.
+type MLADims struct {
+	QLoRARank, KVLoRARank                  int
+	QKNopeHeadDim, QKRopeHeadDim, VHeadDim int
+	// RopeInterleave: the rotary dims are stored interleaved (x0, y0, x1,
+	// y1, ...) and de-interleaved before the rotate-half rule.
+	RopeInterleave bool
+}
+
+// GroupRouting is DeepSeek-V3's router: sigmoid scores, a per-expert
+// correction bias added for the choice only, the experts in Groups equal
+// groups of which the TopKGroups with the largest sum of their two best
+// biased scores are eligible, the top-k eligible experts weighted by
+// their unbiased scores (renormalised when NormTopKProb) times
+// ScalingFactor.
+type GroupRouting struct {
+	Groups, TopKGroups int
+	ScalingFactor      float64
 }
 
 // LinearAttentionDims are the Gated DeltaNet widths (Qwen3-Next, Qwen3.5).
@@ -157,7 +202,18 @@ type Config struct {
 	MLPOnlyLayers                []int
 
 	Rope   Rope
-	Linear LinearAttentionDims // zero for Qwen3Moe
+	Linear LinearAttentionDims // zero for Qwen3Moe and DeepseekV3
+
+	// DeepseekV3 only (zero otherwise): the attention's widths, the
+	// router, the shared experts (SharedExperts of MoEIntermediateSize,
+	// one MLP of their summed width), the leading dense layers and the
+	// multi-token-prediction layers the checkpoint holds past NumLayers
+	// (num_nextn_predict_layers; not used for generation).
+	MLA                MLADims
+	Routing            GroupRouting
+	SharedExperts      int
+	FirstKDenseReplace int
+	MTPLayers          int
 
 	Layers []Layer
 
@@ -284,11 +340,16 @@ func (c *Config) parseText(top, t object) {
 	c.HiddenSize = t.intField("hidden_size")
 	c.NumLayers = t.intField("num_hidden_layers")
 	c.NumHeads = t.intField("num_attention_heads")
-	c.NumKVHeads = t.intField("num_key_value_heads")
-	if t.has("head_dim") {
-		c.HeadDim = t.intField("head_dim")
-	} else if c.NumHeads > 0 {
-		c.HeadDim = c.HiddenSize / c.NumHeads
+	if c.Family == DeepseekV3 {
+		c.NumKVHeads = t.optInt("num_key_value_heads", c.NumHeads)
+		c.parseMLA(t)
+	} else {
+		c.NumKVHeads = t.intField("num_key_value_heads")
+		if t.has("head_dim") {
+			c.HeadDim = t.intField("head_dim")
+		} else if c.NumHeads > 0 {
+			c.HeadDim = c.HiddenSize / c.NumHeads
+		}
 	}
 	c.MaxPositionEmbeddings = t.optInt("max_position_embeddings", 32768)
 	if c.MaxPositionEmbeddings <= 0 {
@@ -310,10 +371,12 @@ func (c *Config) parseText(top, t object) {
 			}
 		}
 	}
-	c.AttnOutputGate = c.Family != Qwen3Moe && t.optBool("attn_output_gate", true)
-	c.ZeroCenteredNorm = c.Family != Qwen3Moe
+	c.AttnOutputGate = c.Family.gatedDeltaNet() && t.optBool("attn_output_gate", true)
+	c.ZeroCenteredNorm = c.Family.gatedDeltaNet()
 
-	if t.has("num_experts") {
+	if c.Family == DeepseekV3 && t.has("n_routed_experts") {
+		c.NumExperts = t.intField("n_routed_experts")
+	} else if t.has("num_experts") {
 		c.NumExperts = t.intField("num_experts")
 	} else if t.has("num_local_experts") {
 		c.NumExperts = t.intField("num_local_experts")
@@ -329,11 +392,16 @@ func (c *Config) parseText(top, t object) {
 		c.NormTopKProb = t.optBool("norm_topk_prob", true)
 	case Qwen35Moe:
 		c.NormTopKProb = true // the Qwen3.5 router always renormalises
+	case DeepseekV3:
+		c.NormTopKProb = t.optBool("norm_topk_prob", true)
+		c.parseGroupRouting(t)
 	}
-	if c.Family != Qwen3Moe {
+	if c.Family.gatedDeltaNet() {
 		c.SharedExpertIntermediateSize = t.intField("shared_expert_intermediate_size")
 	}
-	if c.Family != Qwen35Moe {
+	if c.Family == DeepseekV3 {
+		c.DecoderSparseStep = 1
+	} else if c.Family != Qwen35Moe {
 		c.DecoderSparseStep = t.optInt("decoder_sparse_step", 1)
 		if c.DecoderSparseStep < 1 {
 			t.fail("decoder_sparse_step", "must be at least 1, is %d", c.DecoderSparseStep)
@@ -345,7 +413,7 @@ func (c *Config) parseText(top, t object) {
 	}
 	c.IntermediateSize = t.optInt("intermediate_size", 0)
 
-	if c.Family != Qwen3Moe {
+	if c.Family.gatedDeltaNet() {
 		c.Linear.NumKeyHeads = t.intField("linear_num_key_heads")
 		c.Linear.NumValueHeads = t.intField("linear_num_value_heads")
 		c.Linear.KeyHeadDim = t.intField("linear_key_head_dim")
@@ -388,7 +456,7 @@ func (c *Config) parseRope(t object) {
 	r.Theta = t.optFloat("rope_theta", 10000)
 	r.Factor = 1
 	defPartial := 1.0
-	if c.Family != Qwen3Moe {
+	if c.Family.gatedDeltaNet() {
 		defPartial = 0.25 // transformers' default for Qwen3-Next and Qwen3.5
 	}
 	r.PartialRotaryFactor = t.optFloat("partial_rotary_factor", defPartial)
@@ -409,6 +477,15 @@ func (c *Config) parseRope(t object) {
 		r.Type = typ
 		r.Factor = scaling.optFloat("factor", 1)
 		r.OriginalMaxPositions = scaling.optInt("original_max_position_embeddings", 0)
+		r.BetaFast = scaling.optFloat("beta_fast", 0)
+		r.BetaSlow = scaling.optFloat("beta_slow", 0)
+		r.MScale = scaling.optFloat("mscale", 0)
+		r.MScaleAllDim = scaling.optFloat("mscale_all_dim", 0)
+		if scaling.has("attention_factor") {
+			f := scaling.optFloat("attention_factor", 1)
+			r.AttentionFactor = &f
+		}
+		r.Truncate = scaling.optBool("truncate", true)
 		if r.MRopeSection == nil && !hasParams {
 			r.MRopeSection = scaling.optInts("mrope_section")
 			r.MRopeInterleaved = scaling.optBool("mrope_interleaved", false)
@@ -473,6 +550,10 @@ func (c *Config) derive(t object) {
 	}
 	r := &c.Rope
 	r.RotaryDim = int(float64(c.HeadDim) * r.PartialRotaryFactor)
+	if c.Family == DeepseekV3 {
+		r.RotaryDim = int(float64(c.MLA.QKRopeHeadDim) * r.PartialRotaryFactor)
+		c.deriveDeepseek(t)
+	}
 	if r.RotaryDim <= 0 || r.RotaryDim%2 != 0 {
 		t.fail("partial_rotary_factor", "gives rotary dimension %d of head_dim %d; it must be even and positive", r.RotaryDim, c.HeadDim)
 	}
@@ -485,7 +566,7 @@ func (c *Config) derive(t object) {
 			t.fail("rope_parameters.mrope_section", "%v sums to %d, but the rotary dimension %d has %d frequencies", r.MRopeSection, sum, r.RotaryDim, r.RotaryDim/2)
 		}
 	}
-	if c.Family != Qwen3Moe && c.Linear.NumKeyHeads > 0 && c.Linear.NumValueHeads%c.Linear.NumKeyHeads != 0 {
+	if c.Family.gatedDeltaNet() && c.Linear.NumKeyHeads > 0 && c.Linear.NumValueHeads%c.Linear.NumKeyHeads != 0 {
 		t.fail("linear_num_value_heads", "%d is not a multiple of linear_num_key_heads %d", c.Linear.NumValueHeads, c.Linear.NumKeyHeads)
 	}
 
@@ -502,6 +583,8 @@ func (c *Config) derive(t object) {
 		c.Layers[i] = Layer{Index: i, Attention: kinds[i]}
 		if c.Family == Qwen35Moe {
 			c.Layers[i].IsMoE = true
+		} else if c.Family == DeepseekV3 {
+			c.Layers[i].IsMoE = i >= c.FirstKDenseReplace && c.NumExperts > 0
 		} else {
 			c.Layers[i].IsMoE = !mlpOnly[i] && (i+1)%c.DecoderSparseStep == 0
 		}
@@ -509,8 +592,8 @@ func (c *Config) derive(t object) {
 	if c.NumMoELayers() < c.NumLayers && c.IntermediateSize <= 0 {
 		t.fail("intermediate_size", "missing: layers %v are dense MLPs and need it", c.denseLayers())
 	}
-	if c.NumLinearLayers() > 0 && c.Family == Qwen3Moe {
-		t.fail("layer_types", "Qwen3-MoE has no linear-attention layers")
+	if c.NumLinearLayers() > 0 && !c.Family.gatedDeltaNet() {
+		t.fail("layer_types", "%s has no linear-attention layers", c.Architecture)
 	}
 }
 
@@ -548,7 +631,7 @@ func (c *Config) layerKinds(t object) []AttentionKind {
 		}
 		return kinds
 	}
-	if c.Family == Qwen3Moe {
+	if !c.Family.gatedDeltaNet() {
 		return kinds
 	}
 	n := t.optInt("full_attention_interval", 4)

@@ -44,10 +44,18 @@ func Describe(w io.Writer, c *Config, g *GenerationConfig, r *Report) error {
 	if c.AttnOutputGate {
 		gate = ", sigmoid output gate"
 	}
-	line("attention", "%d query heads, %d KV heads, head_dim %d%s", c.NumHeads, c.NumKVHeads, c.HeadDim, gate)
+	if c.Family == DeepseekV3 {
+		line("attention", "%s", describeMLA(c))
+	} else {
+		line("attention", "%d query heads, %d KV heads, head_dim %d%s", c.NumHeads, c.NumKVHeads, c.HeadDim, gate)
+	}
+	line("kv cache", "%d values per token (%s at float32)", c.KVValuesPerToken(), units.Bytes(c.KVBytesPerToken()))
 	rope := fmt.Sprintf("%d of %d dims rotate (factor %g), theta %g, %s", c.Rope.RotaryDim, c.HeadDim, c.Rope.PartialRotaryFactor, c.Rope.Theta, c.Rope.Type)
 	if c.Rope.Type != "default" {
 		rope += fmt.Sprintf(" x%g from %d", c.Rope.Factor, c.Rope.OriginalMaxPositions)
+	}
+	if c.Rope.Type == "yarn" {
+		rope += fmt.Sprintf(" (beta %g/%g, mscale %g, mscale_all_dim %g)", c.Rope.BetaFast, c.Rope.BetaSlow, c.Rope.MScale, c.Rope.MScaleAllDim)
 	}
 	if len(c.Rope.MRopeSection) > 0 {
 		kind := "chunked"
@@ -68,6 +76,13 @@ func Describe(w io.Writer, c *Config, g *GenerationConfig, r *Report) error {
 	line("experts", "%d routed, top-%d (%s), intermediate %d", c.NumExperts, c.TopK, norm, c.MoEIntermediateSize)
 	if c.SharedExpertIntermediateSize > 0 {
 		line("shared expert", "intermediate %d, sigmoid gate", c.SharedExpertIntermediateSize)
+	}
+	if c.Family == DeepseekV3 {
+		g := c.Routing
+		line("router", "sigmoid scores + correction bias for the choice; top-%d of %d groups; weights x%g", g.TopKGroups, g.Groups, g.ScalingFactor)
+		if c.SharedExperts > 0 {
+			line("shared experts", "%d of intermediate %d (one MLP of %d)", c.SharedExperts, c.MoEIntermediateSize, c.SharedExperts*c.MoEIntermediateSize)
+		}
 	}
 	tied := "separate lm_head"
 	if c.TieWordEmbeddings {

@@ -10,8 +10,8 @@ import (
 // Hugging Face config.json states it, whatever the architecture: what the
 // CPU expert engine needs to size one layer. Unlike Parse it does not ask
 // whether kt can run the model, so kt bench can measure the layers of
-// models whose attention kt does not implement yet (DeepSeek, Kimi, GLM,
-// MiniMax).
+// models whose attention kt does not implement yet (GLM, MiniMax) and
+// measure any layer shape without a checkpoint.
 type MoEShape struct {
 	Architecture string // architectures[0], "" when absent
 	Experts      int    // routed experts per layer

@@ -39,8 +39,8 @@ func ParseConfig(data []byte, families ...modelconfig.Family) (*modelconfig.Conf
 // Supported reports, all at once and named by field, what modelconfig
 // accepts but the model definitions do not run: a family other than
 // families, an activation other than silu, attention biases, scaled
-// rotary types, and (Qwen3-Next, Qwen3.5) attention without its output
-// gate.
+// rotary types (but DeepSeek-V3's YaRN), and (Qwen3-Next, Qwen3.5)
+// attention without its output gate.
 func Supported(c *modelconfig.Config, families ...modelconfig.Family) error {
 	var errs []error
 	if !slices.Contains(families, c.Family) {
@@ -52,10 +52,11 @@ func Supported(c *modelconfig.Config, families ...modelconfig.Family) error {
 	if c.AttentionBias {
 		errs = append(errs, errors.New("attention_bias: true is not supported"))
 	}
-	if t := c.Rope.Type; t != "default" {
+	// DeepSeek-V3's YaRN is checked by modelconfig and computed by its family
+	if t := c.Rope.Type; t != "default" && !(c.Family == modelconfig.DeepseekV3 && t == "yarn") {
 		errs = append(errs, fmt.Errorf("rope_parameters.rope_type: rope type %q is not supported (only default rotary)", t))
 	}
-	if c.Family != modelconfig.Qwen3Moe && !c.AttnOutputGate {
+	if (c.Family == modelconfig.Qwen3Next || c.Family == modelconfig.Qwen35Moe) && !c.AttnOutputGate {
 		errs = append(errs, errors.New("attn_output_gate: false is not supported"))
 	}
 	return errors.Join(errs...)

@@ -83,6 +83,11 @@ type Backend struct {
 	attJob  attnJob
 	rope    backend.Rope
 	ropeInv []float32
+	// MLAttention's per-row rope angles and parallel body,
+	// RouterGroupTopK's per-row scores
+	mlaCS    []float32
+	mlaJob   mlaJob
+	routeBuf []float32
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -25,7 +25,7 @@ implies is present with the right shape, and describes the model: which layers
 are MoE or dense and full or linear attention, expert counts, parameter and
 routed-expert bytes, and whether the routed experts fit in this machine's RAM.
 It exits with status 1 if the directory does not load or fails the check.
-For an MoE architecture kt does not serve yet (DeepSeek, Kimi, GLM, MiniMax)
+For an MoE architecture kt does not serve yet (GLM, MiniMax, Mixtral)
 it describes the routed experts alone: their layers in the checkpoint, their
 size per CPU expert method and the bytes a decoded token reads, and exits
 with status 1.`,

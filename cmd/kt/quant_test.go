@@ -294,7 +294,7 @@ func checkQuantLayers(t *testing.T, spec cpuexperts.LayerSpec, qd *ktformat.Quan
 }
 
 // TestQuantOtherArchitectures converts checkpoints of architectures kt does
-// not serve (yet): a DeepSeek-V3-style fp8 one (a dense first layer, shared
+// not serve (yet): a GLM-4.5-style fp8 one (a dense first layer, shared
 // experts beside the routed ones, a multi-token prediction layer past
 // num_hidden_layers) and a Mixtral-style bf16 one (w1/w3/w2 names). The
 // converted layers equal quantizing the same weights at load; a config whose
@@ -307,7 +307,7 @@ func TestQuantOtherArchitectures(t *testing.T) {
 	bf16 := func(l int) cpuexperts.Source {
 		return &cpuexperts.RandomSource{Spec: spec, DType: tensor.BF16, Seed: uint64(l + 21)}
 	}
-	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
+	ds := `{"architectures":["Glm4MoeForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
 "n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
 	q35 := `{"architectures":["Qwen3_5MoeForConditionalGeneration"],"text_config":{"hidden_size":256,"moe_intermediate_size":256,
 "num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":2}}`
@@ -322,7 +322,7 @@ func TestQuantOtherArchitectures(t *testing.T) {
 		src       func(int) cpuexperts.Source
 		log       string
 	}{
-		{name: "deepseek-v3 fp8", cfg: ds, naming: expertsource.NamingProj, written: []int{1, 2, 3}, want: []int{1, 2},
+		{name: "glm-4.5 fp8", cfg: ds, naming: expertsource.NamingProj, written: []int{1, 2, 3}, want: []int{1, 2},
 			extra: []string{"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.gate_proj.weight"}, src: fp8,
 			log: "layers [3] are past num_hidden_layers 3"},
 		{name: "mixtral bf16", cfg: mix, naming: expertsource.NamingW123, written: []int{0, 1}, want: []int{0, 1}, src: bf16},
@@ -363,14 +363,14 @@ func TestQuantOtherArchitectures(t *testing.T) {
 	}
 }
 
-// TestInspectUnservedArchitecture runs kt inspect on a DeepSeek-V3-style
+// TestInspectUnservedArchitecture runs kt inspect on a GLM-4.5-style
 // fp8 checkpoint (an architecture kt does not serve): it describes the
 // routed experts (decoder layers only, the MTP layer named), their size per
 // method and per decoded token, and exits with an error naming the
 // architecture; --json carries the same.
 func TestInspectUnservedArchitecture(t *testing.T) {
 	spec := cpuexperts.LayerSpec{Experts: 8, Hidden: 256, Intermediate: 256}
-	ds := `{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
+	ds := `{"architectures":["Glm4MoeForCausalLM"],"hidden_size":256,"intermediate_size":1024,"moe_intermediate_size":256,
 "n_routed_experts":8,"n_shared_experts":1,"num_experts_per_tok":2,"num_hidden_layers":3,"first_k_dense_replace":1}`
 	model := t.TempDir()
 	writeExpertCheckpoint(t, model, ds, "model.", expertsource.NamingProj, spec, []int{1, 2, 3}, nil, func(l int) cpuexperts.Source {
@@ -378,10 +378,10 @@ func TestInspectUnservedArchitecture(t *testing.T) {
 	})
 	out, err := runCLI(t, "inspect", "--model-path", model)
 	t.Logf("kt inspect:\n%s", out)
-	if err == nil || !strings.Contains(err.Error(), "kt does not serve DeepseekV3ForCausalLM yet") {
-		t.Fatalf("inspect: %v, want kt does not serve DeepseekV3ForCausalLM yet\n%s", err, out)
+	if err == nil || !strings.Contains(err.Error(), "kt does not serve Glm4MoeForCausalLM yet") {
+		t.Fatalf("inspect: %v, want kt does not serve Glm4MoeForCausalLM yet\n%s", err, out)
 	}
-	for _, want := range []string{"DeepseekV3ForCausalLM: kt does not serve it yet", `2 MoE layers under "model."`,
+	for _, want := range []string{"Glm4MoeForCausalLM: kt does not serve it yet", `2 MoE layers under "model."`,
 		"8 experts of 256 x 256, top-2", "layers [3] are past num_hidden_layers 3", "AMXINT4", "kt quant " + model} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
