@@ -590,16 +590,22 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 }
 
 // streamChatChoice runs choice i, sending its role, each delta (reasoning,
-// content, logprobs) and its finish (with the tool calls) through send.
+// content, logprobs) and its finish (with the tool calls) through send. A
+// delta never goes out empty: the logprobs of tokens that add no text yet
+// (part of a UTF-8 character, a stop string or tag held back, a tool call)
+// wait for the next delta with text, or go with the finish.
 func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, send func(chatChunkChoice) error) chatOutcome {
 	st := s.newChatState(plan, i)
 	if err := send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: strPtr("")}, MatchedStop: json.RawMessage("null")}); err != nil {
 		return chatOutcome{err: err}
 	}
+	var held []chatTokenLogprob
 	emit := func(reasoning, content string, lps []chatTokenLogprob) error {
-		if reasoning == "" && content == "" && len(lps) == 0 {
+		held = append(held, lps...)
+		if reasoning == "" && content == "" {
 			return nil
 		}
+		lps, held = held, nil
 		c := chatChunkChoice{Index: i, MatchedStop: json.RawMessage("null")}
 		if reasoning != "" {
 			c.Delta.ReasoningContent = &reasoning
@@ -619,6 +625,9 @@ func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, se
 		if err = emit(st.feed(s, genDelta{}, true)); err == nil {
 			fr := res.finishReason()
 			c := chatChunkChoice{Index: i, MatchedStop: nullIfEmpty(res.MatchedStop), FinishReason: &fr}
+			if held != nil {
+				c.Logprobs = &chatLogprobs{Content: held}
+			}
 			if st.te != nil && len(st.te.calls) > 0 {
 				c.Delta.ToolCalls = st.te.calls
 				if fr == "stop" {

@@ -277,19 +277,38 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 					return ctx.Err()
 				}
 			}
-			first := true
+			// A chunk goes out only with text: tokens that add none yet
+			// (part of a UTF-8 character, a possible stop string) wait
+			// with their logprobs for the next chunk with text, or for
+			// the finish. text_offset counts from the choice's start.
+			var held []engine.Token
+			var prompt []engine.TokenLogprob
+			sent, off := false, 0
 			res, err := s.run(ctx, call.specs[i], func(d genDelta) error {
+				held = append(held, d.Tokens...)
+				if d.PromptLogprobs != nil {
+					prompt = d.PromptLogprobs
+				}
 				text := d.Text
-				if first {
+				if !sent {
 					text = s.echo(call, i) + text
 				}
-				withPrompt := first
-				first = false
-				return send(s.completionChoiceOf(call, i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs}, withPrompt))
+				if text == "" {
+					return nil
+				}
+				c := s.completionChoiceOf(call, i, text, held, &genResult{PromptLogprobs: prompt}, !sent)
+				shiftOffsets(c.Logprobs, off)
+				held, sent, off = nil, true, off+len(text)
+				return send(c)
 			})
 			if err == nil && res.Err == nil {
 				fr := res.finishReason()
-				err = send(completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)})
+				c := completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)}
+				if len(held) > 0 {
+					c.Logprobs = s.completionChoiceOf(call, i, "", held, &genResult{PromptLogprobs: prompt}, !sent).Logprobs
+					shiftOffsets(c.Logprobs, off)
+				}
+				err = send(c)
 			}
 			results[i], errs[i] = res, err
 		})
@@ -315,6 +334,16 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: u})
 	}
 	ev.done()
+}
+
+// shiftOffsets moves lp's text offsets by off bytes (nil: none).
+func shiftOffsets(lp *completionLogprob, off int) {
+	if lp == nil {
+		return
+	}
+	for j := range lp.TextOffset {
+		lp.TextOffset[j] += off
+	}
 }
 
 // completionLogprobs builds the legacy logprobs object; with echo the prompt

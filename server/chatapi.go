@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The OpenAI Responses API and the Anthropic Messages API are translations
+// of the chat completions path: each builds a chatRequest from its own
+// request (messages, tools, sampling), plans it with planChat (template,
+// tokenizing, checks), runs choice 0 with streamChatChoice and turns the
+// chat chunks (reasoning, content and logprob deltas, then the finish with
+// the tool calls) into its own output items or events. This file holds what
+// both share.
+
+// chatTurn is one assistant turn of a Responses or Messages request,
+// planned on the chat path.
+type chatTurn struct {
+	plan  *chatPlan
+	model string // the model the response names: the request's, else the served one
+	start time.Time
+}
+
+// planTurn plans req (a chatRequest built by a translation) as one turn.
+func (s *Server) planTurn(ctx context.Context, req *chatRequest, start time.Time) (*chatTurn, error) {
+	plan, err := s.planChat(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	model := req.Model
+	if model == "" {
+		model = s.opt.ModelName
+	}
+	return &chatTurn{plan: plan, model: model, start: start}, nil
+}
+
+// runTurn runs the turn's one choice, calling on with each chat chunk, and
+// returns its outcome and usage (or the first failure).
+func (s *Server) runTurn(ctx context.Context, t *chatTurn, on func(chatChunkChoice) error) (chatOutcome, *usage, error) {
+	s.met.requests.Inc()
+	s.met.promptTok.Add(float64(len(t.plan.prompt)))
+	defer func() { s.met.e2e.Observe(time.Since(t.start).Seconds()) }()
+	o := s.streamChatChoice(ctx, t.plan, 0, on)
+	u, err := s.chatTally(t.plan, []chatOutcome{o})
+	return o, u, err
+}
+
+// sendEvent writes one named server-sent event (event: NAME, data: JSON)
+// and flushes it.
+func (e *sse) sendEvent(name string, v any) error {
+	if e.err != nil {
+		return e.err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.err = fmt.Errorf("encoding an event: %w", err)
+		return e.err
+	}
+	armWriteDeadline(e.w)
+	if _, err := fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", name, b); err != nil {
+		e.err = err
+		return err
+	}
+	e.err = e.rc.Flush()
+	return e.err
+}
+
+// spaceHold delays text that is only whitespace until text with something
+// else follows: the answer text before a tool call is often a bare newline,
+// which neither API shows as a text block or message.
+type spaceHold struct{ held string }
+
+// feed returns the text to show now ("" while all of it is whitespace).
+func (h *spaceHold) feed(text string) string {
+	h.held += text
+	if strings.TrimSpace(h.held) == "" {
+		return ""
+	}
+	out := h.held
+	h.held = ""
+	return out
+}
+
+// renamed rewrites a chat-path error's field names into a translated API's
+// (pairs of chat name, API name), in its param and in its message.
+func renamed(err error, pairs ...string) error {
+	ae, ok := err.(*apiError)
+	if !ok {
+		return err
+	}
+	c := *ae
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if c.Param == pairs[i] || strings.HasPrefix(c.Param, pairs[i]+".") || strings.HasPrefix(c.Param, pairs[i]+"[") {
+			c.Param = pairs[i+1] + strings.TrimPrefix(c.Param, pairs[i])
+		}
+		c.Message = strings.ReplaceAll(c.Message, pairs[i], pairs[i+1])
+	}
+	return &c
+}
+
+// chatMessage is a chat message being built from another API's input: an
+// object in the client's key order and the tool calls it will carry.
+type chatMessage struct {
+	obj   jsonObject
+	calls []json.RawMessage
+}
+
+func newChatMessage(role string, content json.RawMessage) *chatMessage {
+	m := &chatMessage{}
+	m.obj.setString("role", role)
+	m.obj.set("content", content)
+	return m
+}
+
+func (m *chatMessage) role() string {
+	var r string
+	v, _ := m.obj.get("role")
+	_ = json.Unmarshal(v, &r)
+	return r
+}
+
+// chatMessages marshals the messages for chatRequest.Messages.
+func chatMessages(ms []*chatMessage) []json.RawMessage {
+	out := make([]json.RawMessage, len(ms))
+	for i, m := range ms {
+		if len(m.calls) > 0 {
+			m.obj.set("tool_calls", jsonArray(m.calls))
+		}
+		out[i] = mustMarshal(m.obj)
+	}
+	return out
+}
+
+// chatToolCall is an assistant tool call in the chat API's shape; args is
+// a JSON object or a string holding one.
+func chatToolCall(id, name string, args json.RawMessage) json.RawMessage {
+	fn := jsonObject{}
+	fn.setString("name", name)
+	fn.set("arguments", args)
+	c := jsonObject{}
+	c.setString("id", id)
+	c.setString("type", "function")
+	c.set("function", mustMarshal(fn))
+	return mustMarshal(c)
+}
+
+// chatTool is a function tool in the chat API's shape, its parameters
+// (a JSON Schema) kept as sent.
+func chatTool(name string, description, parameters, strict json.RawMessage) json.RawMessage {
+	fn := jsonObject{}
+	fn.setString("name", name)
+	if !isNull(description) {
+		fn.set("description", description)
+	}
+	if !isNull(parameters) {
+		fn.set("parameters", parameters)
+	}
+	if !isNull(strict) {
+		fn.set("strict", strict)
+	}
+	t := jsonObject{}
+	t.setString("type", "function")
+	t.set("function", mustMarshal(fn))
+	return mustMarshal(t)
+}
+
+// jsonString is s as a JSON string.
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// textParts returns the text of a content array's parts of the given
+// types, or a 400 naming field for a part of another type.
+func textParts(raw json.RawMessage, field string, types ...string) ([]string, error) {
+	var parts []json.RawMessage
+	if json.Unmarshal(raw, &parts) != nil {
+		return nil, badRequest(field, "%s: expected a string or an array of content parts", field)
+	}
+	out := make([]string, 0, len(parts))
+	for j, p := range parts {
+		var part struct {
+			Type    string  `json:"type"`
+			Text    *string `json:"text"`
+			Refusal *string `json:"refusal"`
+		}
+		if json.Unmarshal(p, &part) != nil {
+			return nil, badRequest(fmt.Sprintf("%s[%d]", field, j), "%s[%d]: expected an object", field, j)
+		}
+		ok := false
+		for _, t := range types {
+			ok = ok || part.Type == t
+		}
+		switch {
+		case ok && part.Type == "refusal" && part.Refusal != nil:
+			out = append(out, *part.Refusal)
+		case ok && part.Text != nil:
+			out = append(out, *part.Text)
+		default:
+			return nil, badRequest(fmt.Sprintf("%s[%d]", field, j), "%s[%d]: parts of type %q are not supported (kt serves text-only models; text parts are %s)",
+				field, j, part.Type, strings.Join(types, ", "))
+		}
+	}
+	return out, nil
+}
