@@ -420,12 +420,12 @@ type responseError struct {
 }
 
 type responseObject struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	CreatedAt         int64           `json:"created_at"`
-	Status            string          `json:"status"`
-	Background        bool            `json:"background"`
-	Error             *responseError  `json:"error"`
+	ID                string         `json:"id"`
+	Object            string         `json:"object"`
+	CreatedAt         int64          `json:"created_at"`
+	Status            string         `json:"status"`
+	Background        bool           `json:"background"`
+	Error             *responseError `json:"error"`
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
