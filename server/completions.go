@@ -280,7 +280,8 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 			// A chunk goes out only with text: tokens that add none yet
 			// (part of a UTF-8 character, a possible stop string) wait
 			// with their logprobs for the next chunk with text, or for
-			// the finish. text_offset counts from the choice's start.
+			// the finish. text_offset counts the bytes of the tokens
+			// before, from the choice's start (as without streaming).
 			var held []engine.Token
 			var prompt []engine.TokenLogprob
 			sent, off := false, 0
@@ -297,8 +298,8 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 					return nil
 				}
 				c := s.completionChoiceOf(call, i, text, held, &genResult{PromptLogprobs: prompt}, !sent)
-				shiftOffsets(c.Logprobs, off)
-				held, sent, off = nil, true, off+len(text)
+				off = shiftOffsets(c.Logprobs, off)
+				held, sent = nil, true
 				return send(c)
 			})
 			if err == nil && res.Err == nil {
@@ -336,14 +337,17 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 	ev.done()
 }
 
-// shiftOffsets moves lp's text offsets by off bytes (nil: none).
-func shiftOffsets(lp *completionLogprob, off int) {
-	if lp == nil {
-		return
+// shiftOffsets moves lp's text offsets by off bytes and returns the
+// offset after its last token (off for nil or no tokens).
+func shiftOffsets(lp *completionLogprob, off int) int {
+	if lp == nil || len(lp.TextOffset) == 0 {
+		return off
 	}
 	for j := range lp.TextOffset {
 		lp.TextOffset[j] += off
 	}
+	last := len(lp.TextOffset) - 1
+	return lp.TextOffset[last] + len(lp.Tokens[last])
 }
 
 // completionLogprobs builds the legacy logprobs object; with echo the prompt
