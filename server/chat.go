@@ -247,7 +247,6 @@ type chatState struct {
 	te              *toolExtractor     // nil: no tool parsing
 	content         strings.Builder
 	reasoning       strings.Builder
-	reasoningTokens int
 	wantLogprobs    bool
 	logprobs        []chatTokenLogprob
 }
@@ -256,11 +255,7 @@ type chatState struct {
 func (c *chatState) feed(s *Server, d genDelta, final bool) (reasoning, content string, lps []chatTokenLogprob) {
 	content = d.Text
 	if c.rs != nil {
-		inBefore := c.rs.inReasoning()
 		reasoning, content = c.rs.feed(content, final)
-		if inBefore || c.rs.inReasoning() {
-			c.reasoningTokens += len(d.Tokens)
-		}
 	}
 	if c.te != nil {
 		content = c.te.feed(content, final)
@@ -460,7 +455,7 @@ func (s *Server) chatTally(plan *chatPlan, outs []chatOutcome) (*usage, error) {
 			u.cached = o.res.CachedTokens
 		}
 		u.CompletionTokens += o.res.OutputTokens
-		u.ReasoningTokens += o.st.reasoningTokens
+		u.ReasoningTokens += s.reasoningTokens(plan, o)
 	}
 	u.total(s.opt.CacheReport)
 	return &u, nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -205,4 +206,39 @@ func textParts(raw json.RawMessage, field string, types ...string) ([]string, er
 		}
 	}
 	return out, nil
+}
+
+// reasoningTokens counts the output tokens of o's reasoning: those up to
+// the end of the think block's closing tag, or all of them when the block
+// never closes; none when the output has no think block. It works on the
+// tokens' bytes, so it does not depend on how the tokens were grouped into
+// deltas.
+func (s *Server) reasoningTokens(plan *chatPlan, o chatOutcome) int {
+	if o.st == nil || o.st.rs == nil || s.tok == nil {
+		return 0
+	}
+	var raw []byte
+	starts := make([]int, len(o.res.Tokens))
+	for i, t := range o.res.Tokens {
+		starts[i] = len(raw)
+		if !s.tok.IsSpecial(t.ID) {
+			b, _ := s.tok.TokenBytes(t.ID)
+			raw = append(raw, b...)
+		}
+	}
+	opened := s.opt.ReasoningParser == "deepseek-r1" || newReasoningSplitter(plan.promptText).in ||
+		bytes.HasPrefix(bytes.TrimLeft(raw, " \n"), []byte(thinkOpen))
+	if !opened {
+		return 0
+	}
+	end := bytes.Index(raw, []byte(thinkClose))
+	if end < 0 {
+		return len(o.res.Tokens)
+	}
+	end += len(thinkClose)
+	n := 0
+	for n < len(starts) && starts[n] < end {
+		n++
+	}
+	return n
 }
