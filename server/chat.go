@@ -242,13 +242,13 @@ func parseTools(req *chatRequest) ([]toolDef, error) {
 // chatState turns one choice's text stream into reasoning, answer and tool
 // calls.
 type chatState struct {
-	idx             int
-	rs              *reasoningSplitter // nil: no reasoning split
-	te              *toolExtractor     // nil: no tool parsing
-	content         strings.Builder
-	reasoning       strings.Builder
-	wantLogprobs    bool
-	logprobs        []chatTokenLogprob
+	idx          int
+	rs           *reasoningSplitter // nil: no reasoning split
+	te           *toolExtractor     // nil: no tool parsing
+	content      strings.Builder
+	reasoning    strings.Builder
+	wantLogprobs bool
+	logprobs     []chatTokenLogprob
 }
 
 // feed processes one delta and returns what it adds.
