@@ -292,7 +292,8 @@ func (s *Server) chatLogprobs(toks []engine.Token) []chatTokenLogprob {
 
 // chatPlan is a validated chat request ready to run.
 type chatPlan struct {
-	adapter    int // LoRA adapter id (adapterOf)
+	adapter    int    // LoRA adapter id (adapterOf)
+	model      string // the model responses name (responseModel)
 	id         string
 	created    int64
 	prompt     []int32
@@ -358,7 +359,7 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if err := s.checkBatch(bound, batchFields{prompts: "messages", n: "n", maxTokens: "max_tokens", topLogprobs: "top_logprobs"}); err != nil {
 		return nil, err
 	}
-	plan := &chatPlan{adapter: adapter,
+	plan := &chatPlan{adapter: adapter, model: s.responseModel(req.Model),
 		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
 		params: p, n: n, stops: stops, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
@@ -484,7 +485,7 @@ func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 		writeError(w, err)
 		return
 	}
-	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: s.opt.ModelName,
+	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: plan.model,
 		Metadata: metadata{WeightVersion: "default"}, Usage: u}
 	for i, o := range outs {
 		resp.Choices = append(resp.Choices, chatChoiceOf(plan, i, o))
@@ -542,7 +543,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 	}
 	ev := newSSE(w)
 	chunk := func(choices []chatChunkChoice) chatChunk {
-		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: s.opt.ModelName, Choices: choices}
+		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: plan.model, Choices: choices}
 	}
 	events := make(chan any, 16)
 	outs := make([]chatOutcome, plan.n)

@@ -31,11 +31,7 @@ func (s *Server) planTurn(ctx context.Context, req *chatRequest, start time.Time
 	if err != nil {
 		return nil, err
 	}
-	model := req.Model
-	if model == "" {
-		model = s.opt.ModelName
-	}
-	return &chatTurn{plan: plan, model: model, start: start}, nil
+	return &chatTurn{plan: plan, model: plan.model, start: start}, nil
 }
 
 // runTurn runs the turn's one choice, calling on with each chat chunk, and

@@ -70,6 +70,7 @@ type completionCall struct {
 	grammar    *constraint.Grammar // nil: none
 	jsonObject bool                // response_format json_object
 	adapter    int
+	model      string // the model responses name (responseModel)
 	id         string
 	created    int64
 	specs      []genSpec // set by planCompletion
@@ -108,6 +109,7 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*compl
 	if call.adapter, err = s.adapterOf(req.Model); err != nil {
 		return nil, err
 	}
+	call.model = s.responseModel(req.Model)
 	if call.prompts, err = s.parsePrompts(req.Prompt, "prompt"); err != nil {
 		return nil, err
 	}
@@ -244,7 +246,7 @@ func (s *Server) answerCompletion(w http.ResponseWriter, r *http.Request, call *
 		writeError(w, err)
 		return
 	}
-	resp := completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName}
+	resp := completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model}
 	for i := range results {
 		res := &results[i]
 		c := s.completionChoiceOf(call, i, s.echo(call, i)+res.Text, res.Tokens, res, true)
@@ -271,7 +273,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 		wg.Go(func() {
 			send := func(c completionChoice) error {
 				select {
-				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{c}}:
+				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{c}}:
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()
@@ -332,7 +334,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 	}
 	u := s.completionUsage(call, results)
 	if call.req.StreamOptions != nil && call.req.StreamOptions.IncludeUsage {
-		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: u})
+		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{}, Usage: u})
 	}
 	ev.done()
 }

@@ -42,3 +42,13 @@ func routeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeError(w, err)
 }
+
+// responseModel is the model a response names: the request's model field,
+// which SGLang echoes whatever it is, or the served name when the request
+// gave none.
+func (s *Server) responseModel(requested string) string {
+	if requested == "" {
+		return s.opt.ModelName
+	}
+	return requested
+}

@@ -103,8 +103,17 @@ func TestErrorBodyAndModelNames(t *testing.T) {
 	// SGLang checks no model name: any base name is the served model.
 	b := greedyBody("hi", 3)
 	b["model"] = "gpt-4o"
-	if code, body := ts.post(t, "/v1/chat/completions", b); code != 200 {
+	// Responses name the request's model, as SGLang's do.
+	if code, body := ts.post(t, "/v1/chat/completions", b); code != 200 || !strings.Contains(string(body), `"model":"gpt-4o"`) {
 		t.Errorf("any model name: %d %s", code, body)
+	}
+	cb := map[string]any{"model": "text-model", "prompt": "hi", "max_tokens": 2}
+	if code, body := ts.post(t, "/v1/completions", cb); code != 200 || !strings.Contains(string(body), `"model":"text-model"`) {
+		t.Errorf("completions model: %d %s", code, body)
+	}
+	delete(cb, "model")
+	if code, body := ts.post(t, "/v1/completions", cb); code != 200 || !strings.Contains(string(body), `"model":"kt-test"`) {
+		t.Errorf("completions without a model: %d %s", code, body)
 	}
 	// An error body is SGLang's ErrorResponse with OpenAI's error beside it.
 	code, body := ts.post(t, "/v1/chat/completions", greedyBody("hi", -1))
