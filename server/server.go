@@ -1,7 +1,9 @@
 // Package server is kt's HTTP front end: the OpenAI API (/v1/chat/completions,
-// /v1/completions, /v1/models), SGLang's native routes (/generate, /health,
-// /health_generate, /get_model_info, /get_server_info, /flush_cache,
-// /tokenize, /detokenize) and Prometheus /metrics with SGLang's metric names.
+// /v1/completions, /v1/responses, /v1/models, /v1/tokenize, /v1/detokenize),
+// the Anthropic Messages API (/v1/messages), SGLang's native routes
+// (/generate, /health, /health_generate, /get_model_info, /get_server_info,
+// /get_memory_pool_size, /flush_cache, /tokenize, /detokenize) and
+// Prometheus /metrics with SGLang's metric names.
 // Every request runs in its own goroutine: templating, tokenizing,
 // detokenizing, stop strings and reasoning/tool-call parsing happen there;
 // only token ids go through the engine's scheduler.
