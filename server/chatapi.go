@@ -82,7 +82,8 @@ func (h *spaceHold) feed(text string) string {
 }
 
 // renamed rewrites a chat-path error's field names into a translated API's
-// (pairs of chat name, API name), in its param and in its message.
+// (pairs of chat name, API name), in its param and in its message, where
+// the name stands as a word or starts a field path.
 func renamed(err error, pairs ...string) error {
 	ae, ok := err.(*apiError)
 	if !ok {
@@ -90,12 +91,34 @@ func renamed(err error, pairs ...string) error {
 	}
 	c := *ae
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if c.Param == pairs[i] || strings.HasPrefix(c.Param, pairs[i]+".") || strings.HasPrefix(c.Param, pairs[i]+"[") {
-			c.Param = pairs[i+1] + strings.TrimPrefix(c.Param, pairs[i])
-		}
-		c.Message = strings.ReplaceAll(c.Message, pairs[i], pairs[i+1])
+		c.Param = replaceName(c.Param, pairs[i], pairs[i+1])
+		c.Message = replaceName(c.Message, pairs[i], pairs[i+1])
 	}
 	return &c
+}
+
+// replaceName replaces name by to in s where it is not part of a longer
+// identifier.
+func replaceName(s, name, to string) string {
+	ident := func(b byte) bool {
+		return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+	}
+	var out strings.Builder
+	for {
+		i := strings.Index(s, name)
+		if i < 0 {
+			out.WriteString(s)
+			return out.String()
+		}
+		j := i + len(name)
+		if (i > 0 && ident(s[i-1])) || (j < len(s) && ident(s[j])) {
+			out.WriteString(s[:j])
+		} else {
+			out.WriteString(s[:i])
+			out.WriteString(to)
+		}
+		s = s[j:]
+	}
 }
 
 // chatMessage is a chat message being built from another API's input: an

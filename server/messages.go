@@ -129,6 +129,13 @@ func (s *Server) planMessages(w http.ResponseWriter, r *http.Request, counting b
 		return nil, err
 	}
 	creq := &chatRequest{Model: req.Model, Messages: msgs}
+	// A final assistant message is a prefill: the answer continues it.
+	if last := req.Messages[len(req.Messages)-1]; strings.Contains(string(last), `"assistant"`) {
+		var m struct {
+			Role string `json:"role"`
+		}
+		creq.ContinueFinalMsg = json.Unmarshal(last, &m) == nil && m.Role == "assistant"
+	}
 	creq.MaxTokens = req.MaxTokens
 	creq.Temperature, creq.TopP, creq.TopK = req.Temperature, req.TopP, req.TopK
 	if req.StopSequences != nil {
@@ -183,8 +190,11 @@ func messagesChat(req *messagesRequest) ([]json.RawMessage, error) {
 		if m.Role != "user" && m.Role != "assistant" {
 			return nil, badRequest(field+".role", "%s.role: %q is not one of user, assistant", field, m.Role)
 		}
+		if isNull(m.Content) {
+			return nil, badRequest(field+".content", "%s.content: required", field)
+		}
 		var text string
-		if json.Unmarshal(m.Content, &text) == nil && !isNull(m.Content) {
+		if json.Unmarshal(m.Content, &text) == nil {
 			msgs = append(msgs, newChatMessage(m.Role, m.Content))
 			continue
 		}

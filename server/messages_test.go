@@ -84,6 +84,9 @@ func TestMessages(t *testing.T) {
 			"thinking": map[string]any{"type": "enabled", "budget_tokens": 1024}}, []string{"thinking:The user greets.\n", "text:Hello there!"}},
 		{"tool_use", "tool_use", "", map[string]any{"model": "m", "max_tokens": 100, "messages": userMsg("WEATHER? in Paris"), "tools": tools, "temperature": 0},
 			[]string{"text:Let me check.\n", `tool_use:get_weather{"city":"Paris"}`}},
+		{"prefill", "end_turn", "", map[string]any{"model": "m", "max_tokens": 50, "temperature": 0, "messages": []any{
+			map[string]any{"role": "user", "content": "PLAIN"}, map[string]any{"role": "assistant", "content": "Just an"}}},
+			[]string{"text: answer."}},
 		{"tool_result", "end_turn", "", map[string]any{"model": "m", "max_tokens": 100, "tools": tools, "temperature": 0, "messages": []any{
 			map[string]any{"role": "user", "content": "WEATHER? in Paris"},
 			map[string]any{"role": "assistant", "content": []any{
@@ -235,6 +238,20 @@ func TestMessagesStream(t *testing.T) {
 		if strings.Join(got.summary(), "|") != strings.Join(want.summary(), "|") || got.StopReason != want.StopReason ||
 			(got.StopSequence == nil) != (want.StopSequence == nil) || got.Usage.OutputTokens != want.Usage.OutputTokens {
 			t.Errorf("%s: stream %q %s %+v, answer %q %s %+v", tc.name, got.summary(), got.StopReason, got.Usage, want.summary(), want.StopReason, want.Usage)
+		}
+	}
+}
+
+func TestReplaceName(t *testing.T) {
+	for _, tc := range []struct{ in, name, to, want string }{
+		{"at most 16 stop strings", "stop", "stop_sequences", "at most 16 stop_sequences strings"},
+		{"stop_token_ids and stops", "stop", "stop_sequences", "stop_token_ids and stops"},
+		{"messages[2].content: missing", "messages", "input", "input[2].content: missing"},
+		{"response_format.json_schema.name: required", "response_format.json_schema", "text.format", "text.format.name: required"},
+		{"max_tokens must be at least 1; max_tokens", "max_tokens", "max_output_tokens", "max_output_tokens must be at least 1; max_output_tokens"},
+	} {
+		if got := replaceName(tc.in, tc.name, tc.to); got != tc.want {
+			t.Errorf("replaceName(%q, %q): %q, want %q", tc.in, tc.name, got, tc.want)
 		}
 	}
 }

@@ -240,6 +240,9 @@ func responsesMessages(req *responsesRequest) ([]json.RawMessage, error) {
 				return nil, badRequest(field+".role", "%s.role: %q is not one of user, system, developer, assistant", field, role)
 			}
 			content := it.Content
+			if isNull(content) {
+				return nil, badRequest(field+".content", "%s.content: required", field)
+			}
 			if json.Unmarshal(content, &text) != nil {
 				parts, err := textParts(content, field+".content", "input_text", "output_text", "text", "refusal")
 				if err != nil {
@@ -274,6 +277,9 @@ func responsesMessages(req *responsesRequest) ([]json.RawMessage, error) {
 				return nil, badRequest(field+".call_id", "%s: a function_call_output needs call_id", field)
 			}
 			out := it.Output
+			if isNull(out) {
+				return nil, badRequest(field+".output", "%s.output: required", field)
+			}
 			if json.Unmarshal(out, &text) != nil {
 				parts, err := textParts(out, field+".output", "input_text", "output_text", "text")
 				if err != nil {
