@@ -126,9 +126,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
+	serverArgs := cfg.ServerArgs()
+	serverArgs["max_running_requests"] = sz.maxRunning // the flag's 0 is "auto"
 	sopt := server.Options{
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: text.tok, TokenizerPath: cfg.TokenizerPath,
-		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg.ServerArgs(),
+		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: serverArgs,
 		StreamOutput: cfg.StreamOutput, PageSize: m.pageSize,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
 		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
