@@ -65,19 +65,27 @@ func (e *sse) sendEvent(name string, v any) error {
 	return e.err
 }
 
-// spaceHold delays text that is only whitespace until text with something
-// else follows: the answer text before a tool call is often a bare newline,
-// which neither API shows as a text block or message.
-type spaceHold struct{ held string }
+// spaceHold delays an answer's leading whitespace until text with
+// something else follows: an answer that is only whitespace before a tool
+// call (often a bare newline) is shown by neither API as a text block or
+// message. Once the answer has shown text, everything passes.
+type spaceHold struct {
+	held    string
+	started bool
+}
 
-// feed returns the text to show now ("" while all of it is whitespace).
+// feed returns the text to show now ("" while the answer is all
+// whitespace).
 func (h *spaceHold) feed(text string) string {
+	if h.started {
+		return text
+	}
 	h.held += text
 	if strings.TrimSpace(h.held) == "" {
 		return ""
 	}
 	out := h.held
-	h.held = ""
+	h.held, h.started = "", true
 	return out
 }
 
