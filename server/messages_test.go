@@ -255,3 +255,36 @@ func TestReplaceName(t *testing.T) {
 		}
 	}
 }
+
+func TestMessagesChat(t *testing.T) {
+	for _, tc := range []struct {
+		name, req, want string
+	}{
+		{"system blocks and strings", `{"system": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}], "messages": [{"role": "user", "content": "hi"}]}`,
+			`[{"role":"system","content":"A\nB"},{"role":"user","content":"hi"}]`},
+		{"tool round trip", `{"messages": [
+			{"role": "user", "content": [{"type": "text", "text": "q"}]},
+			{"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "x"}, {"type": "redacted_thinking", "data": "y"},
+				{"type": "text", "text": "Let me check."}, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"b": 2, "a": 1}}]},
+			{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "r1"}, {"type": "text", "text": "r2"}]},
+				{"type": "text", "text": "thanks"}]}]}`,
+			`[{"role":"user","content":"q"},` +
+				`{"role":"assistant","content":"Let me check.","reasoning_content":"hmm","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"f","arguments":{"b": 2, "a": 1}}}]},` +
+				`{"role":"tool","content":"r1\nr2","tool_call_id":"toolu_1"},{"role":"user","content":"thanks"}]`},
+		{"several text blocks", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}`,
+			`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]`},
+	} {
+		var req messagesRequest
+		if err := json.Unmarshal([]byte(tc.req), &req); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := messagesChat(&req)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got := string(jsonArray(msgs)); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}

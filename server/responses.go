@@ -293,17 +293,20 @@ func responsesMessages(req *responsesRequest) ([]json.RawMessage, error) {
 		case "reasoning":
 			// Its text goes back to the template as the next assistant
 			// message's reasoning_content.
+			// The reasoning text, else its summaries.
 			var texts []string
-			for _, src := range []json.RawMessage{it.Content, it.Summary} {
-				if isNull(src) {
+			for _, src := range []struct {
+				raw  json.RawMessage
+				name string
+			}{{it.Content, ".content"}, {it.Summary, ".summary"}} {
+				if len(texts) > 0 || isNull(src.raw) {
 					continue
 				}
-				parts, err := textParts(src, field, "reasoning_text", "summary_text")
+				parts, err := textParts(src.raw, field+src.name, "reasoning_text", "summary_text")
 				if err != nil {
 					return nil, err
 				}
-				texts = append(texts, parts...)
-				break
+				texts = parts
 			}
 			reasoning += strings.Join(texts, "\n")
 		case "item_reference":

@@ -246,3 +246,44 @@ func TestResponsesStream(t *testing.T) {
 		}
 	}
 }
+
+func TestResponsesMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name, req, want string
+	}{
+		{"string", `{"instructions": "Be brief.", "input": "hi"}`,
+			`[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]`},
+		{"parts and roles", `{"input": [{"role": "developer", "content": "D"}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]}]}`,
+			`[{"role":"developer","content":"D"},{"role":"user","content":"ab"}]`},
+		{"calls join the assistant message, reasoning goes with it", `{"input": [
+			{"role": "user", "content": "q"},
+			{"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+			{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]},
+			{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\": 1}"},
+			{"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+			{"type": "function_call_output", "call_id": "c1", "output": "one"},
+			{"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]}]}`,
+			`[{"role":"user","content":"q"},` +
+				`{"role":"assistant","content":"Let me check.","reasoning_content":"think","tool_calls":[` +
+				`{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\": 1}"}},` +
+				`{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},` +
+				`{"role":"tool","content":"one","tool_call_id":"c1"},{"role":"tool","content":"two","tool_call_id":"c2"}]`},
+		{"a call without a message, reasoning from its summary", `{"input": [
+			{"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]},
+			{"type": "function_call", "call_id": "c1", "name": "f"}]}`,
+			`[{"role":"assistant","content":"","reasoning_content":"s","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}]`},
+	} {
+		var req responsesRequest
+		if err := json.Unmarshal([]byte(tc.req), &req); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := responsesMessages(&req)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got := string(jsonArray(msgs)); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}
