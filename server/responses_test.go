@@ -287,3 +287,15 @@ func TestResponsesMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestStoredResponseRoutes(t *testing.T) {
+	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, nil)
+	code, body := ts.get(t, "/v1/responses/resp_123")
+	var e errorBody
+	if err := json.Unmarshal(body, &e); err != nil || code != 404 || !strings.Contains(e.Error.Message, "resp_123") || e.Error.Param == nil || *e.Error.Param != "response_id" {
+		t.Errorf("%d %s", code, body)
+	}
+	if code, body := ts.post(t, "/v1/responses/resp_123/cancel", `{}`); code != 404 {
+		t.Errorf("cancel: %d %s", code, body)
+	}
+}

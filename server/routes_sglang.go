@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -14,6 +15,9 @@ func (s *Server) sglangRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/detokenize", s.handleDetokenize)
 	mux.HandleFunc("GET /get_memory_pool_size", s.handleMemoryPoolSize)
 	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	for _, route := range []string{"GET /v1/responses/{id}", "DELETE /v1/responses/{id}", "POST /v1/responses/{id}/cancel", "GET /v1/responses/{id}/input_items"} {
+		mux.HandleFunc(route, handleStoredResponse)
+	}
 	mux.HandleFunc("POST /v1/messages", s.handleMessages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 }
@@ -51,4 +55,11 @@ func (s *Server) responseModel(requested string) string {
 		return s.opt.ModelName
 	}
 	return requested
+}
+
+// handleStoredResponse answers the routes of stored responses: kt stores
+// none, so every id is unknown.
+func handleStoredResponse(w http.ResponseWriter, r *http.Request) {
+	writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "response_id",
+		Message: fmt.Sprintf("Response with id '%s' not found: kt stores no responses (store is answered false)", r.PathValue("id"))})
 }
