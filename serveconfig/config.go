@@ -31,6 +31,9 @@ type Config struct {
 	LogLevel        string
 	LogLevelHTTP    string
 	WatchdogTimeout time.Duration
+	// StreamOutput makes streamed /generate chunks incremental: each
+	// carries only what is new since the previous chunk.
+	StreamOutput bool
 
 	// Limits per client (see docs/CONFIG.md, Limits).
 	MaxConnections        int
@@ -108,6 +111,8 @@ type Config struct {
 
 	// Set lists the flags given on the command line (canonical names).
 	Set map[string]bool
+
+	fs *pflag.FlagSet // the parsed flags, bound to the fields above
 }
 
 // LoRAPath is one `--lora-paths name=dir` entry.
@@ -151,6 +156,8 @@ var aliases = map[string]string{
 	"model":   "model-path",
 	"tp-size": "tensor-parallel-size",
 	"tp":      "tensor-parallel-size",
+	// SGLang's newer name for --stream-output.
+	"incremental-streaming-output": "stream-output",
 }
 
 // The HTTP timeout flags, in seconds.
@@ -174,6 +181,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warning, error, critical")
 	fs.StringVar(&c.LogLevelHTTP, "log-level-http", "", "log level of the HTTP access log (default: --log-level; warning hides per-request lines)")
 	fs.Float64("watchdog-timeout", 300, "seconds a single forward step may take before the scheduler is declared hung and the server exits")
+	fs.BoolVar(&c.StreamOutput, "stream-output", false, "streamed /generate chunks carry only what is new since the previous chunk (text, output_ids, logprobs) instead of everything so far; alias --incremental-streaming-output")
 
 	// Limits.
 	fs.IntVar(&c.MaxConnections, "max-connections", 256, "most client connections open at once; more wait for one to close (keep it below ulimit -n)")
@@ -308,7 +316,60 @@ func Parse(args []string) (*Config, error) {
 		return nil, err
 	}
 	c.fillDefaults()
+	c.fs = fs
 	return c, nil
+}
+
+// sglangArgNames maps flags whose SGLang ServerArgs field is not the flag
+// name in snake_case.
+var sglangArgNames = map[string]string{"tensor-parallel-size": "tp_size"}
+
+// ServerArgs returns every flag's value after defaults under SGLang's
+// ServerArgs field name (the flag in snake_case; tp_size for
+// --tensor-parallel-size), as /get_server_info reports them. The API key
+// is left out. It is nil for a Config that Parse did not return.
+func (c *Config) ServerArgs() map[string]any {
+	if c.fs == nil {
+		return nil
+	}
+	out := map[string]any{}
+	c.fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "api-key" {
+			return
+		}
+		key, ok := sglangArgNames[f.Name]
+		if !ok {
+			key = strings.ReplaceAll(f.Name, "-", "_")
+		}
+		var v any
+		var err error
+		switch f.Value.Type() {
+		case "bool":
+			v, err = c.fs.GetBool(f.Name)
+		case "int":
+			v, err = c.fs.GetInt(f.Name)
+		case "int64":
+			v, err = c.fs.GetInt64(f.Name)
+		case "float64":
+			v, err = c.fs.GetFloat64(f.Name)
+		case "intSlice":
+			v, err = c.fs.GetIntSlice(f.Name)
+		case "stringSlice":
+			v, err = c.fs.GetStringSlice(f.Name)
+		default:
+			v = f.Value.String()
+		}
+		if err != nil {
+			v = f.Value.String()
+		}
+		out[key] = v
+	})
+	paths := map[string]string{}
+	for _, p := range c.LoRAPaths {
+		paths[p.Name] = p.Path
+	}
+	out["lora_paths"] = paths
+	return out
 }
 
 // ErrHelp is returned by Parse when help was asked for.

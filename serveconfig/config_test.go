@@ -3,6 +3,7 @@ package serveconfig
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -294,4 +295,44 @@ func FuzzParse(f *testing.F) {
 			_, _ = c.Validate(Features{})
 		}
 	})
+}
+
+func TestServerArgs(t *testing.T) {
+	c, err := Parse(append(slices.Clone(seed000), "--api-key", "secret", "--incremental-streaming-output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := c.ServerArgs()
+	for _, tc := range []struct {
+		key  string
+		want any
+	}{
+		{"model_path", "/m"},
+		{"tokenizer_path", "/m"},
+		{"served_model_name", "qwen3.5-kt-ft"},
+		{"tp_size", 4},
+		{"port", 30006},
+		{"max_total_tokens", 32000},
+		{"mem_fraction_static", 0.98},
+		{"enable_mixed_chunk", true},
+		{"stream_output", true},
+		{"watchdog_timeout", 300.0},
+		{"kt_method", "AMXINT4"},
+		{"kt_numa_nodes", []int{0, 1}},
+		{"lora_paths", map[string]string{"qwen35b_neko": "/path/to/adapter"}},
+	} {
+		got, ok := args[tc.key]
+		if !ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s = %v (present %v), want %v", tc.key, got, ok, tc.want)
+		}
+	}
+	if _, ok := args["api_key"]; ok {
+		t.Error("the API key is reported")
+	}
+	if _, ok := args["tensor_parallel_size"]; ok {
+		t.Error("tp_size reported under the flag's name too")
+	}
+	if (&Config{}).ServerArgs() != nil {
+		t.Error("an unparsed Config reports args")
+	}
 }

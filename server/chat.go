@@ -215,25 +215,20 @@ func mustMarshal(o jsonObject) json.RawMessage {
 // chatState turns one choice's text stream into reasoning, answer and tool
 // calls.
 type chatState struct {
-	idx             int
-	rs              *reasoningSplitter // nil: no reasoning split
-	te              *toolExtractor     // nil: no tool parsing
-	content         strings.Builder
-	reasoning       strings.Builder
-	reasoningTokens int
-	wantLogprobs    bool
-	logprobs        []chatTokenLogprob
+	idx          int
+	rs           *reasoningSplitter // nil: no reasoning split
+	te           *toolExtractor     // nil: no tool parsing
+	content      strings.Builder
+	reasoning    strings.Builder
+	wantLogprobs bool
+	logprobs     []chatTokenLogprob
 }
 
 // feed processes one delta and returns what it adds.
 func (c *chatState) feed(s *Server, d genDelta, final bool) (reasoning, content string, lps []chatTokenLogprob) {
 	content = d.Text
 	if c.rs != nil {
-		inBefore := c.rs.inReasoning()
 		reasoning, content = c.rs.feed(content, final)
-		if inBefore || c.rs.inReasoning() {
-			c.reasoningTokens += len(d.Tokens)
-		}
 	}
 	if c.te != nil {
 		content = c.te.feed(content, final)
@@ -270,7 +265,8 @@ func (s *Server) chatLogprobs(toks []engine.Token) []chatTokenLogprob {
 
 // chatPlan is a validated chat request ready to run.
 type chatPlan struct {
-	adapter    int // LoRA adapter id (adapterOf)
+	adapter    int    // LoRA adapter id (adapterOf)
+	model      string // the model responses name (responseModel)
 	id         string
 	created    int64
 	prompt     []int32
@@ -342,7 +338,7 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 	if err := s.checkBatch(bound, batchFields{prompts: "messages", n: "n", maxTokens: "max_tokens", topLogprobs: "top_logprobs"}); err != nil {
 		return nil, err
 	}
-	plan := &chatPlan{adapter: adapter,
+	plan := &chatPlan{adapter: adapter, model: s.responseModel(req.Model),
 		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
 		params: p, n: n, stops: stops, stopRegex: stopRe, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
@@ -442,7 +438,7 @@ func (s *Server) chatTally(plan *chatPlan, outs []chatOutcome) (*usage, error) {
 			u.cached = o.res.CachedTokens
 		}
 		u.CompletionTokens += o.res.OutputTokens
-		u.ReasoningTokens += o.st.reasoningTokens
+		u.ReasoningTokens += s.reasoningTokens(plan, o)
 	}
 	u.total(s.opt.CacheReport)
 	return &u, nil
@@ -471,7 +467,7 @@ func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 		writeError(w, err)
 		return
 	}
-	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: s.opt.ModelName,
+	resp := chatResponse{ID: plan.id, Object: "chat.completion", Created: plan.created, Model: plan.model,
 		Metadata: metadata{WeightVersion: "default"}, Usage: u}
 	for i, o := range outs {
 		resp.Choices = append(resp.Choices, chatChoiceOf(plan, i, o))
@@ -529,7 +525,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 	}
 	ev := newSSE(w)
 	chunk := func(choices []chatChunkChoice) chatChunk {
-		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: s.opt.ModelName, Choices: choices}
+		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: plan.model, Choices: choices}
 	}
 	events := make(chan any, 16)
 	outs := make([]chatOutcome, plan.n)
@@ -572,16 +568,22 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 }
 
 // streamChatChoice runs choice i, sending its role, each delta (reasoning,
-// content, logprobs) and its finish (with the tool calls) through send.
+// content, logprobs) and its finish (with the tool calls) through send. A
+// delta never goes out empty: the logprobs of tokens that add no text yet
+// (part of a UTF-8 character, a stop string or tag held back, a tool call)
+// wait for the next delta with text, or go with the finish.
 func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, send func(chatChunkChoice) error) chatOutcome {
 	st := s.newChatState(plan, i)
 	if err := send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: strPtr("")}, MatchedStop: json.RawMessage("null")}); err != nil {
 		return chatOutcome{err: err}
 	}
+	var held []chatTokenLogprob
 	emit := func(reasoning, content string, lps []chatTokenLogprob) error {
-		if reasoning == "" && content == "" && len(lps) == 0 {
+		held = append(held, lps...)
+		if reasoning == "" && content == "" {
 			return nil
 		}
+		lps, held = held, nil
 		c := chatChunkChoice{Index: i, MatchedStop: json.RawMessage("null")}
 		if reasoning != "" {
 			c.Delta.ReasoningContent = &reasoning
@@ -601,6 +603,9 @@ func (s *Server) streamChatChoice(ctx context.Context, plan *chatPlan, i int, se
 		if err = emit(st.feed(s, genDelta{}, true)); err == nil {
 			fr := res.finishReason()
 			c := chatChunkChoice{Index: i, MatchedStop: nullIfEmpty(res.MatchedStop), FinishReason: &fr}
+			if held != nil {
+				c.Logprobs = &chatLogprobs{Content: held}
+			}
 			if st.te != nil && len(st.te.calls) > 0 {
 				c.Delta.ToolCalls = st.te.calls
 				if fr == "stop" {

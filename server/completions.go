@@ -71,6 +71,7 @@ type completionCall struct {
 	grammar    *constraint.Grammar // nil: none
 	jsonObject bool                // response_format json_object
 	adapter    int
+	model      string // the model responses name (responseModel)
 	id         string
 	created    int64
 	specs      []genSpec // set by planCompletion
@@ -109,6 +110,7 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*compl
 	if call.adapter, err = s.adapterOf(req.Model); err != nil {
 		return nil, err
 	}
+	call.model = s.responseModel(req.Model)
 	if call.prompts, err = s.parsePrompts(req.Prompt, "prompt"); err != nil {
 		return nil, err
 	}
@@ -258,7 +260,7 @@ func (s *Server) answerCompletion(w http.ResponseWriter, r *http.Request, call *
 		writeError(w, err)
 		return
 	}
-	resp := completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName}
+	resp := completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model}
 	for i := range results {
 		res := &results[i]
 		c := s.completionChoiceOf(call, i, s.echo(call, i)+res.Text, res.Tokens, res, true)
@@ -285,25 +287,46 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 		wg.Go(func() {
 			send := func(c completionChoice) error {
 				select {
-				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{c}}:
+				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{c}}:
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()
 				}
 			}
-			first := true
+			// A chunk goes out only with text: tokens that add none yet
+			// (part of a UTF-8 character, a possible stop string) wait
+			// with their logprobs for the next chunk with text, or for
+			// the finish. text_offset counts the bytes of the tokens
+			// before, from the choice's start (as without streaming).
+			var held []engine.Token
+			var prompt []engine.TokenLogprob
+			var promptTop [][]engine.TokenLogprob
+			sent, off := false, 0
 			res, err := s.run(ctx, call.specs[i], func(d genDelta) error {
+				held = append(held, d.Tokens...)
+				if d.PromptLogprobs != nil {
+					prompt, promptTop = d.PromptLogprobs, d.PromptTop
+				}
 				text := d.Text
-				if first {
+				if !sent {
 					text = s.echo(call, i) + text
 				}
-				withPrompt := first
-				first = false
-				return send(s.completionChoiceOf(call, i, text, d.Tokens, &genResult{PromptLogprobs: d.PromptLogprobs, PromptTop: d.PromptTop}, withPrompt))
+				if text == "" {
+					return nil
+				}
+				c := s.completionChoiceOf(call, i, text, held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent)
+				off = shiftOffsets(c.Logprobs, off)
+				held, sent = nil, true
+				return send(c)
 			})
 			if err == nil && res.Err == nil {
 				fr := res.finishReason()
-				err = send(completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)})
+				c := completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)}
+				if len(held) > 0 {
+					c.Logprobs = s.completionChoiceOf(call, i, "", held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent).Logprobs
+					shiftOffsets(c.Logprobs, off)
+				}
+				err = send(c)
 			}
 			results[i], errs[i] = res, err
 		})
@@ -326,9 +349,22 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 	}
 	u := s.completionUsage(call, results)
 	if call.req.StreamOptions != nil && call.req.StreamOptions.IncludeUsage {
-		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: s.opt.ModelName, Choices: []completionChoice{}, Usage: u})
+		_ = ev.send(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{}, Usage: u})
 	}
 	ev.done()
+}
+
+// shiftOffsets moves lp's text offsets by off bytes and returns the
+// offset after its last token (off for nil or no tokens).
+func shiftOffsets(lp *completionLogprob, off int) int {
+	if lp == nil || len(lp.TextOffset) == 0 {
+		return off
+	}
+	for j := range lp.TextOffset {
+		lp.TextOffset[j] += off
+	}
+	last := len(lp.TextOffset) - 1
+	return lp.TextOffset[last] + len(lp.Tokens[last])
 }
 
 // completionLogprobs builds the legacy logprobs object; with echo the prompt

@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// apiError is an error with an HTTP status, written in OpenAI's JSON shape:
-// {"error": {"message", "type", "param", "code"}}.
+// apiError is an error with an HTTP status. writeError writes it in the
+// shape both SGLang's and OpenAI's clients read (errorBody).
 type apiError struct {
 	Status  int
 	Type    string // invalid_request_error, authentication_error, ...
@@ -25,8 +25,17 @@ func badRequest(param, format string, a ...any) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, a...)}
 }
 
+// errorBody is an error response: SGLang's ErrorResponse at the top level
+// ({"object": "error", "message", "type", "param", "code": the status}),
+// which raw-HTTP clients written for SGLang read, with OpenAI's
+// {"error": {...}} beside it, which the OpenAI SDKs read.
 type errorBody struct {
-	Error errorDetail `json:"error"`
+	Object  string      `json:"object"`
+	Message string      `json:"message"`
+	Type    string      `json:"type"`
+	Param   *string     `json:"param"`
+	Code    int         `json:"code"`
+	Error   errorDetail `json:"error"`
 }
 
 type errorDetail struct {
@@ -36,18 +45,42 @@ type errorDetail struct {
 	Code    any     `json:"code"`
 }
 
-// writeError writes err as an OpenAI error; errors that are not apiErrors
-// are internal (500).
-func writeError(w http.ResponseWriter, err error) {
+// asAPIError is err as an apiError; errors that are not apiErrors are
+// internal (500).
+func asAPIError(err error) *apiError {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{Status: http.StatusInternalServerError, Type: "internal_server_error", Message: err.Error()}
 	}
-	body := errorBody{Error: errorDetail{Message: ae.Message, Type: ae.Type, Code: ae.Code}}
+	return ae
+}
+
+// sglangErrorType is the type SGLang's ErrorResponse gives an error of
+// this status (its exception class names).
+func sglangErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "BadRequestError"
+	case http.StatusUnauthorized:
+		return "AuthenticationError"
+	case http.StatusNotFound:
+		return "NotFoundError"
+	case http.StatusInternalServerError:
+		return "InternalServerError"
+	}
+	return strings.ReplaceAll(http.StatusText(status), " ", "") + "Error"
+}
+
+// writeError writes err as an error body (errorBody).
+func writeError(w http.ResponseWriter, err error) {
+	ae := asAPIError(err)
+	body := errorBody{Object: "error", Message: ae.Message, Type: sglangErrorType(ae.Status), Code: ae.Status,
+		Error: errorDetail{Message: ae.Message, Type: ae.Type, Code: ae.Code}}
 	if ae.Code == "" {
 		body.Error.Code = ae.Status
 	}
 	if ae.Param != "" {
+		body.Param = &ae.Param
 		body.Error.Param = &ae.Param
 	}
 	armWriteDeadline(w)

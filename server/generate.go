@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -263,7 +262,6 @@ var generateFields = batchFields{prompts: "text", n: "sampling_params.n",
 // and the engine, bounds the batch and its response before compiling any
 // grammar, and lists the sequences to run (call.items).
 func (s *Server) planGenerate(call *nativeCall) error {
-	req := &call.req
 	type promptPlan struct {
 		p      engine.SamplingParams
 		stops  []string
@@ -327,9 +325,6 @@ func (s *Server) planGenerate(call *nativeCall) error {
 			})
 		}
 	}
-	if req.Stream && len(call.items) > 1 {
-		return badRequest("stream", "streaming several prompts (or n > 1) from /generate is not supported yet in kt; send one request per prompt")
-	}
 	return nil
 }
 
@@ -377,44 +372,6 @@ func (s *Server) nativeOutput(call *nativeCall, it nativeItem, res *genResult, i
 		out["text"] = text
 	}
 	return out
-}
-
-// streamGenerate runs the call's one item, sending each delta as an event.
-func (s *Server) streamGenerate(w http.ResponseWriter, r *http.Request, call *nativeCall) {
-	it := call.items[0]
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ev := newSSE(w)
-	var ids []int32
-	var text string
-	acc := genResult{}
-	res, err := s.run(ctx, it.spec, func(d genDelta) error {
-		for _, t := range d.Tokens {
-			ids = append(ids, t.ID)
-		}
-		acc.Tokens = append(acc.Tokens, d.Tokens...)
-		if d.PromptLogprobs != nil {
-			acc.PromptLogprobs, acc.PromptTop, acc.PromptIDs = d.PromptLogprobs, d.PromptTop, d.PromptIDs
-		}
-		text += d.Text
-		if len(d.Tokens) == 0 && d.Text == "" {
-			return nil
-		}
-		return ev.send(s.nativeOutput(call, it, &acc, ids, text, false))
-	})
-	if err != nil {
-		if ev.err == nil {
-			ev.errorEvent(engineError(err))
-		}
-		return
-	}
-	s.met.genTok.Add(float64(res.OutputTokens))
-	if res.Err != nil {
-		ev.errorEvent(fmt.Errorf("generation aborted: %w", res.Err))
-		return
-	}
-	_ = ev.send(s.nativeOutput(call, it, &res, tokenIDs(res.Tokens[:res.OutputTokens]), res.Text, true))
-	ev.done()
 }
 
 // answerGenerate runs the call's items at once and answers with their

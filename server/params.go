@@ -173,9 +173,8 @@ func (e *sse) done() {
 
 // errorEvent sends an error in the stream (after the headers are out).
 func (e *sse) errorEvent(err error) {
-	ae, ok := err.(*apiError)
-	if !ok {
-		ae = &apiError{Status: 500, Type: "internal_server_error", Message: err.Error()}
-	}
-	_ = e.send(errorBody{Error: errorDetail{Message: ae.Message, Type: ae.Type, Code: ae.Status}})
+	ae := asAPIError(err)
+	_ = e.send(struct {
+		Error errorDetail `json:"error"`
+	}{errorDetail{Message: ae.Message, Type: ae.Type, Code: ae.Status}})
 }

@@ -1,7 +1,9 @@
 // Package server is kt's HTTP front end: the OpenAI API (/v1/chat/completions,
-// /v1/completions, /v1/models), SGLang's native routes (/generate, /health,
-// /health_generate, /get_model_info, /get_server_info, /flush_cache,
-// /tokenize, /detokenize) and Prometheus /metrics with SGLang's metric names.
+// /v1/completions, /v1/responses, /v1/models, /v1/tokenize, /v1/detokenize),
+// the Anthropic Messages API (/v1/messages), SGLang's native routes
+// (/generate, /health, /health_generate, /get_model_info, /get_server_info,
+// /get_memory_pool_size, /flush_cache, /tokenize, /detokenize) and
+// Prometheus /metrics with SGLang's metric names.
 // Every request runs in its own goroutine: templating, tokenizing,
 // detokenizing, stop strings and reasoning/tool-call parsing happen there;
 // only token ids go through the engine's scheduler.
@@ -77,6 +79,13 @@ type Options struct {
 	Experts ExpertRecorder
 	// Limits bounds connections, HTTP timeouts, body and prompt sizes.
 	Limits Limits
+	// StreamOutput makes streamed /generate chunks incremental
+	// (--stream-output): text, output_ids and logprobs new since the
+	// previous chunk instead of everything so far.
+	StreamOutput bool
+	// PageSize is the KV cache page in tokens, reported by
+	// /get_server_info (0: not reported).
+	PageSize int
 }
 
 // Server serves the HTTP API on top of an engine.
@@ -128,6 +137,7 @@ func New(opt Options) (*Server, error) {
 		mux.HandleFunc("GET /"+a+"_expert_distribution_record", s.handleExpertRecord(a))
 		mux.HandleFunc("POST /"+a+"_expert_distribution_record", s.handleExpertRecord(a))
 	}
+	s.sglangRoutes(mux)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
@@ -150,12 +160,12 @@ func (s *Server) Handler() http.Handler {
 			// The body stays unread: close the connection rather than let
 			// net/http drain the body, which a client could trickle forever.
 			w.Header().Set("Connection", "close")
-			writeError(sw, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
-				Message: "missing or wrong API key: send the header Authorization: Bearer <--api-key>"})
+			routeError(sw, r, &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
+				Message: "missing or wrong API key: send the header Authorization: Bearer <--api-key> (or X-API-Key)"})
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		default:
 			if err := s.readBody(sw, r); err != nil {
-				writeError(sw, err)
+				routeError(sw, r, err)
 				break
 			}
 			s.mux.ServeHTTP(sw, r)
@@ -215,23 +225,29 @@ func (s *Server) checkModel(model string) error {
 }
 
 // adapterOf resolves the request's model field to the adapter id the
-// engine runs it with: 0 for the base model (empty or the served name; with
-// KT expert LoRA that is base + expert LoRA, as SGLang-KT), i+1 for
-// NAME:LoRANames[i].
+// engine runs it with, as SGLang does: the model name itself is not
+// checked (any name is the served model); MODEL:ADAPTER (split at the first
+// colon, spaces trimmed) names a LoRA adapter, i+1 for LoRANames[i]; an
+// empty adapter part, or the served name itself, is the base model (0;
+// with KT expert LoRA that is base + expert LoRA, as SGLang-KT).
 func (s *Server) adapterOf(model string) (int, error) {
-	if model == "" || model == s.opt.ModelName {
+	if model == s.opt.ModelName {
 		return 0, nil
 	}
-	if base, adapter, ok := strings.Cut(model, ":"); ok && base == s.opt.ModelName {
-		for i, n := range s.opt.LoRANames {
-			if n == adapter {
-				return i + 1, nil
-			}
-		}
-		return 0, badRequest("model", "Got LoRA adapter that has never been loaded: %s (this server has %s)", adapter, loraList(s.opt.LoRANames))
+	_, adapter, ok := strings.Cut(model, ":")
+	adapter = strings.TrimSpace(adapter)
+	if !ok || adapter == "" {
+		return 0, nil
 	}
-	return 0, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-		Message: fmt.Sprintf("the model %q does not exist; this server serves %q", model, s.opt.ModelName)}
+	if len(s.opt.LoRANames) == 0 {
+		return 0, badRequest("model", "LoRA adapter %q was requested, but LoRA is not enabled: start kt serve with --enable-lora and --lora-paths NAME=DIR", adapter)
+	}
+	for i, n := range s.opt.LoRANames {
+		if n == adapter {
+			return i + 1, nil
+		}
+	}
+	return 0, badRequest("model", "Got LoRA adapter that has never been loaded: %s (this server has %s)", adapter, loraList(s.opt.LoRANames))
 }
 
 func loraList(names []string) string {
@@ -332,9 +348,19 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 			_ = json.Unmarshal(b, &out)
 		}
 	}
+	for k, v := range map[string]any{"model_path": s.opt.ModelPath, "tokenizer_path": s.opt.TokenizerPath,
+		"served_model_name": s.opt.ModelName, "stream_output": s.opt.StreamOutput} {
+		if _, ok := out[k]; !ok {
+			out[k] = v
+		}
+	}
 	out["version"] = s.opt.Version
 	out["max_total_num_tokens"] = st.MaxTotalTokens
+	out["max_req_input_len"] = s.eng.MaxSequenceTokens() - 1
 	out["context_length"] = s.eng.ContextLength()
+	if s.opt.PageSize > 0 {
+		out["page_size"] = s.opt.PageSize
+	}
 	out["internal_states"] = []any{map[string]any{
 		"num_running_reqs": st.Running, "num_queue_reqs": st.Queued, "num_used_tokens": st.UsedTokens,
 		"token_usage": st.TokenUsage(), "num_preemptions": st.Preemptions, "forward_steps": st.Steps,
@@ -403,7 +429,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.eng.ContextLength()})
+		writeJSON(w, http.StatusOK, map[string]any{"tokens": nonNil(ids), "count": len(ids), "max_model_len": s.eng.ContextLength()})
 	case json.Unmarshal(raw, &many) == nil:
 		all := make([][]int32, len(many))
 		counts := make([]int, len(many))
@@ -413,7 +439,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 				writeError(w, err)
 				return
 			}
-			all[i], counts[i] = ids, len(ids)
+			all[i], counts[i] = nonNil(ids), len(ids)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"tokens": all, "count": counts, "max_model_len": s.eng.ContextLength()})
 	default:
@@ -422,8 +448,9 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 type detokenizeRequest struct {
-	Model  string          `json:"model"`
-	Tokens json.RawMessage `json:"tokens"`
+	Model             string          `json:"model"`
+	Tokens            json.RawMessage `json:"tokens"`
+	SkipSpecialTokens *bool           `json:"skip_special_tokens"` // default true, as SGLang
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
@@ -439,6 +466,10 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkModel(req.Model); err != nil {
 		writeError(w, err)
 		return
+	}
+	decode := s.tok.DecodeSkipSpecial
+	if req.SkipSpecialTokens != nil && !*req.SkipSpecialTokens {
+		decode = s.tok.Decode
 	}
 	vocab := s.eng.Info().VocabSize
 	check := func(ids []int32) error {
@@ -459,7 +490,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"text": s.tok.Decode(one)})
+		writeJSON(w, http.StatusOK, map[string]any{"text": decode(one)})
 	case json.Unmarshal(req.Tokens, &many) == nil:
 		texts := make([]string, len(many))
 		for i, ids := range many {
@@ -467,7 +498,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 				writeError(w, err)
 				return
 			}
-			texts[i] = s.tok.Decode(ids)
+			texts[i] = decode(ids)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"text": texts})
 	default:

@@ -431,8 +431,7 @@ func TestBadRequests(t *testing.T) {
 		{"messages wrong type", "/v1/chat/completions", `{"messages": "hi"}`, 400, `"messages"`},
 		{"max_tokens wrong type", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "max_tokens": "ten"}`, 400, `"max_tokens"`},
 		{"temperature wrong type", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "temperature": "hot"}`, 400, `"temperature"`},
-		{"unknown model", "/v1/chat/completions", map[string]any{"model": "gpt-4", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 404, "does not exist"},
-		{"unknown adapter", "/v1/chat/completions", map[string]any{"model": modelName + ":lora0", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 400, "never been loaded: lora0"},
+		{"adapter without LoRA", "/v1/chat/completions", map[string]any{"model": modelName + ":lora0", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 400, `LoRA adapter "lora0" was requested, but LoRA is not enabled`},
 		{"negative max_tokens", "/v1/chat/completions", greedyBody("hi", -5), 400, "max_tokens must be at least 1"},
 		{"huge max_tokens", "/v1/chat/completions", greedyBody("hi", 1<<30), 400, "exceeds"},
 		{"huge max_tokens stream", "/v1/chat/completions", func() map[string]any { b := greedyBody("hi", 1<<30); b["stream"] = true; return b }(), 400, "exceeds"},
@@ -476,9 +475,9 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 	// The OpenAI client sees a typed error.
-	_, err := ts.client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "nope", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "x"}}})
+	_, err := ts.client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "x:nope", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "x"}}})
 	var ae *openai.APIError
-	if !errors.As(err, &ae) || ae.HTTPStatusCode != 404 {
+	if !errors.As(err, &ae) || ae.HTTPStatusCode != 400 || ae.Param == nil || *ae.Param != "model" {
 		t.Errorf("client error %v", err)
 	}
 	// And the server still serves.

@@ -126,9 +126,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
+	serverArgs := cfg.ServerArgs()
+	serverArgs["max_running_requests"] = sz.maxRunning // the flag's 0 is "auto"
 	sopt := server.Options{
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: text.tok, TokenizerPath: cfg.TokenizerPath,
-		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: cfg,
+		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: serverArgs,
+		StreamOutput: cfg.StreamOutput, PageSize: m.pageSize,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
 		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
 		Limits: server.Limits{MaxConnections: cfg.MaxConnections, ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
@@ -197,6 +200,7 @@ type servedModel struct {
 	runner   model.Runner
 	loras    *lora.Set
 	recorder *expertdist.Recorder // nil: not recording
+	pageSize int                  // KV page in tokens
 }
 
 // loadInterruptible loads the model in dir and returns once it is loaded or
@@ -241,7 +245,7 @@ func loadServedModel(ctx context.Context, cfg *serveconfig.Config, mcfg modelSum
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return nil, err
 	}
-	m := &servedModel{}
+	m := &servedModel{pageSize: opts.WithDefaults().PageSize}
 	var err error
 	if m.loras, err = openLoRA(cfg, log); err != nil {
 		return nil, err

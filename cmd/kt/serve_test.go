@@ -180,6 +180,23 @@ func TestServeTinyModelChat(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"completion_tokens":4`) {
 		t.Errorf("chat: %d %s", resp.StatusCode, raw)
 	}
+	// /get_server_info reports the flags under SGLang's names, the
+	// effective sizes, and never the API key.
+	req, _ = http.NewRequest("GET", url+"/get_server_info", nil)
+	req.Header.Set("Authorization", "Bearer k")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`"served_model_name":"tiny"`, `"tp_size":1`, `"max_running_requests":32`, `"page_size":16`, `"log_level":"warning"`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/get_server_info lacks %s: %s", want, raw)
+		}
+	}
+	if strings.Contains(string(raw), `"k"`) || strings.Contains(string(raw), "api_key") {
+		t.Errorf("/get_server_info shows the API key: %s", raw)
+	}
 }
 
 // TestServeChatTemplateSources: the chat template comes from the tokenizer
