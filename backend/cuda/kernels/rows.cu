@@ -9,6 +9,20 @@ extern "C" __global__ void m_embed(act_t *out, const void *table, int dt, const 
 	for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, ldw(table, src + i, dt));
 }
 
+// m_embed_vocab: out[t] = table[tokens[t] - first] for tokens in [first,
+// first+V), a zero row for the others (a vocabulary shard). grid n.
+extern "C" __global__ void m_embed_vocab(act_t *out, const void *table, int dt, const int *tokens, int H, int first, int V) {
+	KT_GRID_DEP();
+	int t = blockIdx.x;
+	int r = tokens[t] - first;
+	if (r < 0 || r >= V) {
+		for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, 0.0f);
+		return;
+	}
+	long long src = (long long)r * H;
+	for (int i = threadIdx.x; i < H; i += blockDim.x) st_act(out, (long long)t * H + i, ldw(table, src + i, dt));
+}
+
 // m_gather_rows: out[j] = x[outrows[first + j]]. grid count.
 extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *outrows, int first, int d) {
 	KT_GRID_DEP();
