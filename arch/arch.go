@@ -17,6 +17,7 @@ import (
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/moe/placement"
+	"github.com/ktserve/kt/tp"
 )
 
 // Options size a runner's buffers and choose where it runs.
@@ -117,6 +118,15 @@ type Options struct {
 	// LoRA are the adapters to serve (--lora-paths, --kt-lora-path,
 	// --kt-expert-lora-path); nil serves the base model.
 	LoRA *lora.Set
+
+	// TensorParallel is --tensor-parallel-size: Load splits the model over
+	// that many ranks (package tp), each with its own backend: GPUs
+	// BaseGPUID.. on the GPU, on the CPU a share of Threads each. 0 or 1:
+	// one rank.
+	TensorParallel int
+	// TP is, for one rank of a tensor-parallel model, its communicator
+	// (set by Load for each rank's loader); nil for a whole model.
+	TP tp.Comm
 }
 
 // ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).
@@ -218,6 +228,9 @@ func Load(dir string, o Options) (model.Runner, error) {
 		return nil, fmt.Errorf("%s: architecture %s is not supported (supported: %s)", filepath.Join(dir, "config.json"), strings.Join(archs, ", "), strings.Join(Architectures(), ", "))
 	}
 	o = o.WithDefaults()
+	if o.TensorParallel > 1 {
+		return loadTP(dir, fn, o)
+	}
 	if o.Backend != nil {
 		return fn(dir, o)
 	}

@@ -3,8 +3,11 @@
 package arch
 
 import (
+	"errors"
+
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/tp"
 )
 
 // openGPU opens the CUDA backend on o.BaseGPUID.
@@ -30,4 +33,10 @@ func GPUCount() int {
 		return 0
 	}
 	return n
+}
+
+// openGPUGroup opens the CUDA backends of n ranks on GPUs o.BaseGPUID..
+// and their NCCL communicators.
+func openGPUGroup(o Options, n int) ([]backend.Backend, tp.Group, error) {
+	return nil, nil, errors.New("the NCCL communicator is not built yet")
 }
