@@ -51,7 +51,7 @@ type Base struct {
 	vocab    tp.Span
 	logShard backend.Tensor
 	hostLog  []float32
-	rowsBuf [][]float32
+	rowsBuf  [][]float32
 	// the greedy picks the backend makes after the lm head (backend.Picker;
 	// nil picker: the backend has none): F32 [logRows, 2], and their copy
 	picker   backend.Picker
