@@ -81,18 +81,32 @@ func SplitHost(h backend.Host, s Split) (backend.Host, error) {
 		}
 		return backend.GatherCols(h, fmt.Sprintf("%s[:, %d:%d]", h.Name, s.Cols.First, s.Cols.First+s.Cols.Count), s.Cols.First, s.Cols.Count)
 	}
-	if len(s.Rows) == 1 {
-		r := s.Rows[0]
+	rows := merge(s.Rows)
+	if len(rows) == 1 {
+		r := rows[0]
 		if r.First == 0 && r.Count == h.Shape[0] {
 			return h, nil
 		}
 		return backend.ExpertRows(h, fmt.Sprintf("%s[%d:%d]", h.Name, r.First, r.First+r.Count), 0, r.First, r.Count)
 	}
-	parts := make([][2]int, len(s.Rows))
-	for i, r := range s.Rows {
+	parts := make([][2]int, len(rows))
+	for i, r := range rows {
 		parts[i] = r.Part()
 	}
 	return backend.GatherRows(h, h.Name+"[rank rows]", parts)
+}
+
+// merge joins adjacent spans (one rank's rows of a whole matrix: one span).
+func merge(spans []tp.Span) []tp.Span {
+	var out []tp.Span
+	for _, r := range spans {
+		if n := len(out); n > 0 && out[n-1].First+out[n-1].Count == r.First {
+			out[n-1].Count += r.Count
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // WeightSplit fetches the part s of a checkpoint matrix (HostSplit) and
