@@ -22,9 +22,11 @@
 package tp
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/modelconfig"
 )
 
 // Comm is one rank's end of a communicator. Its collectives are ops like
@@ -154,4 +156,39 @@ func (l Layout) CheckVocab(v int) error {
 		return fmt.Errorf("vocab_size: %d rows do not give each of %d ranks a share", v, l.Size)
 	}
 	return nil
+}
+
+// CheckModel refuses, all at once and named by field, a model of config c
+// whose widths do not split over size ranks as SGLang splits them:
+// attention heads (kv heads divide or are replicated), Gated DeltaNet key
+// and value heads, the dense MLP and shared expert widths, the vocabulary.
+func CheckModel(c *modelconfig.Config, size int) error {
+	if size <= 1 {
+		return nil
+	}
+	l := Layout{Size: size}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.NumLayers > c.NumLinearLayers() {
+		add(l.CheckAttention(c.NumHeads, c.NumKVHeads))
+	}
+	if c.NumLinearLayers() > 0 {
+		add(l.Divides("linear_num_key_heads", c.Linear.NumKeyHeads))
+		add(l.Divides("linear_num_value_heads", c.Linear.NumValueHeads))
+	}
+	if c.NumMoELayers() < c.NumLayers {
+		add(l.Divides("intermediate_size", c.IntermediateSize))
+	}
+	if c.NumMoELayers() > 0 && c.SharedExpertIntermediateSize > 0 {
+		add(l.Divides("shared_expert_intermediate_size", c.SharedExpertIntermediateSize))
+	}
+	add(l.CheckVocab(c.VocabSize))
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("tensor-parallel size %d: %w", l.Size, errors.Join(errs...))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
+	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -213,5 +214,34 @@ func TestLocalMismatch(t *testing.T) {
 	}
 	if err := g.Comm(0).Err(); err != nil {
 		t.Errorf("Err did not clear: %v", err)
+	}
+}
+
+// TestCheckModel checks the refusals of real config shapes by field, all
+// at once, and that one rank always passes.
+func TestCheckModel(t *testing.T) {
+	c := &modelconfig.Config{NumLayers: 4, NumHeads: 16, NumKVHeads: 4, VocabSize: 1000, IntermediateSize: 96,
+		SharedExpertIntermediateSize: 48, Linear: modelconfig.LinearAttentionDims{NumKeyHeads: 2, NumValueHeads: 4}}
+	c.Layers = make([]modelconfig.Layer, 4)
+	for l := range c.Layers {
+		c.Layers[l].IsMoE = l > 0
+		if l < 2 {
+			c.Layers[l].Attention = modelconfig.LinearAttention
+		}
+	}
+	if err := CheckModel(c, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckModel(c, 2); err != nil {
+		t.Fatalf("size 2: %v", err)
+	}
+	err := CheckModel(c, 8)
+	for _, want := range []string{"tensor-parallel size 8", "linear_num_key_heads: 2", "linear_num_value_heads: 4"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("size 8: %v, want %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "num_attention_heads") {
+		t.Errorf("size 8: %v: 16 heads divide over 8", err)
 	}
 }

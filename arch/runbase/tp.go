@@ -165,7 +165,7 @@ func (b *Base) Broadcast(x backend.Tensor, n int) {
 
 // checkTP refuses, at Open, what a rank cannot run: features that do not
 // support tensor parallelism yet, a backend without the vocabulary-shard
-// lookup, and model widths that do not divide (CheckTP).
+// lookup, and model widths that do not divide (tp.CheckModel).
 func (b *Base) checkTP(c *modelconfig.Config) error {
 	if !b.Parallel() {
 		return nil
@@ -194,42 +194,8 @@ func (b *Base) checkTP(c *modelconfig.Config) error {
 	if _, ok := b.BE.(backend.VocabEmbedder); !ok {
 		errs = append(errs, fmt.Errorf("backend %s has no vocabulary-parallel embedding lookup", b.BE.Name()))
 	}
-	if err := CheckTP(c, b.Layout()); err != nil {
+	if err := tp.CheckModel(c, b.Layout().Size); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// CheckTP refuses, all at once and named by field, a model whose widths
-// do not split over l.Size ranks as SGLang splits them: attention heads
-// (kv heads divide or are replicated), Gated DeltaNet key heads, the dense
-// MLP and shared expert widths, the vocabulary.
-func CheckTP(c *modelconfig.Config, l tp.Layout) error {
-	if l.Size <= 1 {
-		return nil
-	}
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.NumLayers > c.NumLinearLayers() {
-		add(l.CheckAttention(c.NumHeads, c.NumKVHeads))
-	}
-	if c.NumLinearLayers() > 0 {
-		add(l.Divides("linear_num_key_heads", c.Linear.NumKeyHeads))
-		add(l.Divides("linear_num_value_heads", c.Linear.NumValueHeads))
-	}
-	if c.NumMoELayers() < c.NumLayers {
-		add(l.Divides("intermediate_size", c.IntermediateSize))
-	}
-	if c.NumMoELayers() > 0 && c.SharedExpertIntermediateSize > 0 {
-		add(l.Divides("shared_expert_intermediate_size", c.SharedExpertIntermediateSize))
-	}
-	add(l.CheckVocab(c.VocabSize))
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("tensor-parallel size %d: %w", l.Size, errors.Join(errs...))
 }
