@@ -40,3 +40,12 @@ func GPUCount() int {
 func openGPUGroup(o Options, n int) ([]backend.Backend, tp.Group, error) {
 	return nil, nil, errors.New("the NCCL communicator is not built yet")
 }
+
+// GPUTensorParallel is the largest tensor-parallel size over GPUs: the
+// GPU count when NCCL loads, else 1 and why not.
+func GPUTensorParallel() (int, string) {
+	if err := cuda.LoadLibraries().Err["nccl"]; err != nil {
+		return 1, err.Error()
+	}
+	return GPUCount(), ""
+}

@@ -20,3 +20,6 @@ func onGPU(backend.Backend) bool { return false }
 func GPUCount() int { return 0 }
 
 func openGPUGroup(Options, int) ([]backend.Backend, tp.Group, error) { return nil, nil, errNoCUDA }
+
+// GPUTensorParallel is 1: this build has no CUDA backend.
+func GPUTensorParallel() (int, string) { return 1, errNoCUDA.Error() }
