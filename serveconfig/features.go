@@ -10,13 +10,13 @@ import (
 // The serve command fills it from the packages linked in and the hardware
 // found; Validate refuses flags that need a feature that is missing.
 type Features struct {
-	GPUs                       int      // usable GPUs found
-	MaxTensorParallel          int      // largest --tensor-parallel-size over GPUs (the GPUs, with NCCL; else 1)
-	TensorParallelWhy          string   // why MaxTensorParallel is 1 with several GPUs (NCCL missing)
+	GPUs              int    // usable GPUs found
+	MaxTensorParallel int    // largest --tensor-parallel-size over GPUs (the GPUs, with NCCL; else 1)
+	TensorParallelWhy string // why MaxTensorParallel is 1 with several GPUs (NCCL missing)
 	// TensorParallelWith lists the flags among LoRA, expert deferral, GPU
 	// experts and layerwise prefill that work with --tensor-parallel-size
 	// > 1 (the others are refused by name with it).
-	TensorParallelWith []string
+	TensorParallelWith         []string
 	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements (none: no engine in this build)
 	GPUExperts                 bool     // hot routed experts resident on the GPU
 	Deferral                   bool     // --kt-max-deferred-experts-per-token (the CPU expert engine splits its task)
