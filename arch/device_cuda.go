@@ -3,7 +3,7 @@
 package arch
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
@@ -38,7 +38,30 @@ func GPUCount() int {
 // openGPUGroup opens the CUDA backends of n ranks on GPUs o.BaseGPUID..
 // and their NCCL communicators.
 func openGPUGroup(o Options, n int) ([]backend.Backend, tp.Group, error) {
-	return nil, nil, errors.New("the NCCL communicator is not built yet")
+	var gs []*cuda.Backend
+	closeAll := func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}
+	for r := range n {
+		g, err := cuda.NewBackend(cuda.Options{Ordinal: o.BaseGPUID + r, MemFractionStatic: o.MemFractionStatic})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("rank %d on GPU %d: %w", r, o.BaseGPUID+r, err)
+		}
+		gs = append(gs, g)
+	}
+	grp, err := cuda.NewNCCLGroup(gs)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	bes := make([]backend.Backend, n)
+	for r, g := range gs {
+		bes[r] = g
+	}
+	return bes, grp, nil
 }
 
 // GPUTensorParallel is the largest tensor-parallel size over GPUs: the

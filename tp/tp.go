@@ -45,8 +45,9 @@ type Comm interface {
 	// Broadcast copies rank 0's first n rows of x into every rank's x.
 	Broadcast(x backend.Tensor, n int)
 	// AllGatherCols writes, on every rank, the ranks' x [rows, w_rank]
-	// side by side in rank order into the first n rows of out [rows,
-	// sum of w_rank].
+	// side by side in rank order into the first n rows of out [rows, W]:
+	// rank r's x is GatherWidths(W, Size)[r] wide (the vocabulary split
+	// of the logits).
 	AllGatherCols(out, x backend.Tensor, n int)
 	// Err returns the first failure since the last call and clears it.
 	Err() error
@@ -147,6 +148,16 @@ func (l Layout) Vocab(v int) Span {
 	per := (v + l.Size - 1) / l.Size
 	first := min(l.Rank*per, v)
 	return Span{first, min(per, v-first)}
+}
+
+// GatherWidths is the width of each of size ranks' share of W columns
+// (Layout.Vocab): AllGatherCols' layout.
+func GatherWidths(w, size int) []int {
+	ws := make([]int, size)
+	for r := range ws {
+		ws[r] = Layout{Rank: r, Size: size}.Vocab(w).Count
+	}
+	return ws
 }
 
 // CheckVocab refuses a vocabulary too small to give every rank rows.

@@ -71,9 +71,10 @@ func TestVocab(t *testing.T) {
 		{10, 3, []Span{{0, 4}, {4, 4}, {8, 2}}},
 		{7, 1, []Span{{0, 7}}},
 	} {
+		ws := GatherWidths(c.v, c.size)
 		for r, w := range c.want {
-			if got := (Layout{Rank: r, Size: c.size}).Vocab(c.v); got != w {
-				t.Errorf("vocab %d over %d: rank %d %v, want %v", c.v, c.size, r, got, w)
+			if got := (Layout{Rank: r, Size: c.size}).Vocab(c.v); got != w || ws[r] != w.Count {
+				t.Errorf("vocab %d over %d: rank %d %v (gather width %d), want %v", c.v, c.size, r, got, ws[r], w)
 			}
 		}
 	}

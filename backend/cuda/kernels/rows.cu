@@ -30,3 +30,13 @@ extern "C" __global__ void m_gather_rows(act_t *out, const act_t *x, const int *
 	long long src = (long long)outrows[first + j] * d;
 	for (int i = threadIdx.x; i < d; i += blockDim.x) st_act(out, (long long)j * d + i, ld_act(x, src + i));
 }
+
+// m_copy_cols: dst[r][dcol + c] = src[r][c] for c < w, rows of dld and sld
+// elements (a tensor-parallel rank's columns in and out of the gather
+// buffers). grid rows.
+extern "C" __global__ void m_copy_cols(act_t *dst, int dld, int dcol, const act_t *src, int sld, int w) {
+	KT_GRID_DEP();
+	int r = blockIdx.x;
+	for (int c = threadIdx.x; c < w; c += blockDim.x)
+		st_act(dst, (long long)r * dld + dcol + c, ld_act(src, (long long)r * sld + c));
+}
