@@ -212,6 +212,22 @@ func Architecture(dir string) ([]string, error) {
 // Load opens the checkpoint in dir with the loader registered for its
 // architecture, on o.Backend or on the backend o.Device picks.
 func Load(dir string, o Options) (model.Runner, error) {
+	fn, err := loaderFor(dir)
+	if err != nil {
+		return nil, err
+	}
+	o = o.WithDefaults()
+	if o.TensorParallel > 1 {
+		return loadTP(dir, fn, o)
+	}
+	if o.Backend != nil {
+		return fn(dir, o)
+	}
+	return loadOnDevice(dir, fn, o)
+}
+
+// loaderFor returns the loader registered for dir's architecture.
+func loaderFor(dir string) (LoadFunc, error) {
 	archs, err := Architecture(dir)
 	if err != nil {
 		return nil, err
@@ -227,12 +243,5 @@ func Load(dir string, o Options) (model.Runner, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%s: architecture %s is not supported (supported: %s)", filepath.Join(dir, "config.json"), strings.Join(archs, ", "), strings.Join(Architectures(), ", "))
 	}
-	o = o.WithDefaults()
-	if o.TensorParallel > 1 {
-		return loadTP(dir, fn, o)
-	}
-	if o.Backend != nil {
-		return fn(dir, o)
-	}
-	return loadOnDevice(dir, fn, o)
+	return fn, nil
 }

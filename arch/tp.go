@@ -74,17 +74,43 @@ func openRanks(o Options, n int) ([]backend.Backend, tp.Group, string, error) {
 
 // loadTP loads the model in dir as o.TensorParallel ranks with fn.
 func loadTP(dir string, fn LoadFunc, o Options) (model.Runner, error) {
-	n := o.TensorParallel
 	if o.Backend != nil || o.TP != nil {
 		return nil, errors.New("tensor parallelism: each rank opens its own backend; Options.Backend and Options.TP must be unset")
 	}
-	bes, g, note, err := openRanks(o, n)
+	bes, g, note, err := openRanks(o, o.TensorParallel)
 	if err != nil {
 		return nil, err
 	}
+	return loadRanks(dir, fn, o, bes, g, note)
+}
+
+// LoadRanks loads the model in dir as a tensor-parallel model of one rank
+// per backend of bes, rank r on bes[r] with g.Comm(r): what Load makes for
+// Options.TensorParallel, on backends and a group the caller made (several
+// ranks on one GPU with cuda.SameDeviceGroup, to test the partitioning on
+// one device). o.Backend, o.TP and o.TensorParallel are set per rank. The
+// runner closes bes and g, also when LoadRanks fails.
+func LoadRanks(dir string, o Options, bes []backend.Backend, g tp.Group) (model.Runner, error) {
+	fn, err := loaderFor(dir)
+	if err == nil && g.Size() != len(bes) {
+		err = fmt.Errorf("tensor parallelism: %d backends for a group of %d ranks", len(bes), g.Size())
+	}
+	if err != nil {
+		for _, b := range bes {
+			b.Close()
+		}
+		g.Close()
+		return nil, err
+	}
+	return loadRanks(dir, fn, o.WithDefaults(), bes, g, fmt.Sprintf("tensor parallel over %d ranks: rank 0 on %s", len(bes), bes[0].Name()))
+}
+
+// loadRanks loads the ranks with fn on bes and g, noting note.
+func loadRanks(dir string, fn LoadFunc, o Options, bes []backend.Backend, g tp.Group, note string) (model.Runner, error) {
+	n := len(bes)
 	t := &tpRunner{group: g, bes: bes, ranks: make([]model.Runner, n), outs: make([]model.Logits, n)}
 	t.start(n)
-	err = t.each(func(r int) error {
+	err := t.each(func(r int) error {
 		ro := o
 		ro.Backend, ro.TP, ro.TensorParallel = bes[r], g.Comm(r), 0
 		if r > 0 {

@@ -22,11 +22,7 @@ type f32Tensor interface {
 // each element added in rank order, so every rank gets the same sum.
 type Local struct {
 	n     int
-	mu    sync.Mutex
-	cond  *sync.Cond
-	gen   uint64 // barrier generation
-	count int    // ranks arrived at the current barrier
-	abort error
+	bar   *Barrier
 	slots []localSlot
 	comms []*localComm
 }
@@ -36,6 +32,7 @@ type Local struct {
 type localSlot struct {
 	x, out []float32
 	w, ow  int
+	bad    bool // the rank's arguments were wrong
 }
 
 // NewLocal makes a Local group of n ranks.
@@ -43,8 +40,7 @@ func NewLocal(n int) (*Local, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("tp: %d ranks", n)
 	}
-	g := &Local{n: n, slots: make([]localSlot, n)}
-	g.cond = sync.NewCond(&g.mu)
+	g := &Local{n: n, bar: NewBarrier(n), slots: make([]localSlot, n)}
 	for r := 0; r < n; r++ {
 		g.comms = append(g.comms, &localComm{g: g, rank: r})
 	}
@@ -58,51 +54,16 @@ func (g *Local) Size() int { return g.n }
 func (g *Local) Comm(rank int) Comm { return g.comms[rank] }
 
 // Abort implements Group.
-func (g *Local) Abort(err error) {
-	if err == nil {
-		err = errors.New("aborted")
-	}
-	g.mu.Lock()
-	if g.abort == nil {
-		g.abort = fmt.Errorf("tp: another rank failed: %w", err)
-	}
-	g.cond.Broadcast()
-	g.mu.Unlock()
-}
+func (g *Local) Abort(err error) { g.bar.Abort(err) }
 
 // Reset implements Group.
-func (g *Local) Reset() {
-	g.mu.Lock()
-	g.abort, g.count = nil, 0
-	g.gen++
-	g.mu.Unlock()
-}
+func (g *Local) Reset() { g.bar.Reset() }
 
 // Close implements Group.
 func (g *Local) Close() error { return nil }
 
 // barrier waits until every rank arrives, or fails after Abort.
-func (g *Local) barrier() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.abort != nil {
-		return g.abort
-	}
-	gen := g.gen
-	if g.count++; g.count == g.n {
-		g.count = 0
-		g.gen++
-		g.cond.Broadcast()
-		return nil
-	}
-	for gen == g.gen && g.abort == nil {
-		g.cond.Wait()
-	}
-	if gen == g.gen {
-		return g.abort
-	}
-	return nil
-}
+func (g *Local) barrier() error { return g.bar.Wait() }
 
 // localComm is one rank's end of a Local group.
 type localComm struct {
@@ -146,11 +107,11 @@ func rows(t backend.Tensor, n int, what string) ([]float32, int, error) {
 
 // enter hands the rank's slot over and waits for every rank; it returns
 // false (with the failure recorded) when the collective cannot go on.
-// Every rank sees the same slots, so a mismatch fails every rank alike.
-func (c *localComm) enter(s localSlot, op string) bool {
-	if c.err != nil {
-		return false
-	}
+// Every rank sees the same slots, so a mismatch fails every rank alike; a
+// rank whose own arguments were wrong (bad) still meets the others, which
+// then fail too, so that no rank waits for it.
+func (c *localComm) enter(s localSlot, bad bool, op string) bool {
+	s.bad = bad
 	c.g.slots[c.rank] = s
 	if err := c.g.barrier(); err != nil {
 		c.fail(fmt.Errorf("%s: %w", op, err))
@@ -158,10 +119,16 @@ func (c *localComm) enter(s localSlot, op string) bool {
 	}
 	s0 := c.g.slots[0]
 	for r, o := range c.g.slots {
-		if len(o.x) != len(s0.x) && op != "AllGatherCols" {
+		switch {
+		case o.bad:
+			c.fail(fmt.Errorf("%s: rank %d's arguments are wrong", op, r))
+		case len(o.x) != len(s0.x) && op != "AllGatherCols":
 			c.fail(fmt.Errorf("%s: rank %d passed %d elements, rank 0 %d", op, r, len(o.x), len(s0.x)))
-			return false
+		default:
+			continue
 		}
+		c.leave(op)
+		return false
 	}
 	return true
 }
@@ -176,15 +143,13 @@ func (c *localComm) leave(op string) {
 // AllReduce implements Comm: rank r sums the r-th share of the elements
 // over the ranks (in rank order) and writes the sum into every rank's rows.
 func (c *localComm) AllReduce(x backend.Tensor, n int) {
-	if c.err != nil {
-		return
-	}
+	// a rank with a failure still meets the others (as a bad slot)
+	failed := c.err != nil
 	d, _, err := rows(x, n, "AllReduce")
 	if err != nil {
 		c.fail(err)
-		return
 	}
-	if !c.enter(localSlot{x: d}, "AllReduce") {
+	if !c.enter(localSlot{x: d}, failed || err != nil, "AllReduce") {
 		return
 	}
 	g := c.g
@@ -204,15 +169,12 @@ func (c *localComm) AllReduce(x backend.Tensor, n int) {
 
 // Broadcast implements Comm.
 func (c *localComm) Broadcast(x backend.Tensor, n int) {
-	if c.err != nil {
-		return
-	}
+	failed := c.err != nil
 	d, _, err := rows(x, n, "Broadcast")
 	if err != nil {
 		c.fail(err)
-		return
 	}
-	if !c.enter(localSlot{x: d}, "Broadcast") {
+	if !c.enter(localSlot{x: d}, failed || err != nil, "Broadcast") {
 		return
 	}
 	if c.rank != 0 {
@@ -223,20 +185,13 @@ func (c *localComm) Broadcast(x backend.Tensor, n int) {
 
 // AllGatherCols implements Comm.
 func (c *localComm) AllGatherCols(out, x backend.Tensor, n int) {
-	if c.err != nil {
-		return
-	}
+	failed := c.err != nil
 	d, w, err := rows(x, n, "AllGatherCols x")
-	if err != nil {
+	o, ow, err2 := rows(out, n, "AllGatherCols out")
+	if err = errors.Join(err, err2); err != nil {
 		c.fail(err)
-		return
 	}
-	o, ow, err := rows(out, n, "AllGatherCols out")
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	if !c.enter(localSlot{x: d, w: w, out: o, ow: ow}, "AllGatherCols") {
+	if !c.enter(localSlot{x: d, w: w, out: o, ow: ow}, failed || err != nil, "AllGatherCols") {
 		return
 	}
 	sum := 0
@@ -256,4 +211,67 @@ func (c *localComm) AllGatherCols(out, x backend.Tensor, n int) {
 		off += s.w
 	}
 	c.leave("AllGatherCols")
+}
+
+// Barrier is where n goroutines (a group's ranks) meet: Wait returns once
+// all n have called it, or with the error given to Abort, which wakes the
+// waiting ones and fails every Wait until Reset.
+type Barrier struct {
+	n     int
+	mu    sync.Mutex
+	cond  *sync.Cond
+	gen   uint64 // generation
+	count int    // arrived at the current generation
+	abort error
+}
+
+// NewBarrier makes a barrier of n goroutines.
+func NewBarrier(n int) *Barrier {
+	b := &Barrier{n: n}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// Wait waits until every goroutine arrives, or fails after Abort.
+func (b *Barrier) Wait() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.abort != nil {
+		return b.abort
+	}
+	gen := b.gen
+	if b.count++; b.count == b.n {
+		b.count = 0
+		b.gen++
+		b.cond.Broadcast()
+		return nil
+	}
+	for gen == b.gen && b.abort == nil {
+		b.cond.Wait()
+	}
+	if gen == b.gen {
+		return b.abort
+	}
+	return nil
+}
+
+// Abort fails the waiting and the later Waits with err until Reset.
+func (b *Barrier) Abort(err error) {
+	if err == nil {
+		err = errors.New("aborted")
+	}
+	b.mu.Lock()
+	if b.abort == nil {
+		b.abort = fmt.Errorf("tp: another rank failed: %w", err)
+	}
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// Reset ends an Abort once no goroutine waits.
+func (b *Barrier) Reset() {
+	b.mu.Lock()
+	b.abort, b.count = nil, 0
+	b.gen++
+	b.mu.Unlock()
 }

@@ -246,3 +246,33 @@ func TestCheckModel(t *testing.T) {
 		t.Errorf("size 8: %v: 16 heads divide over 8", err)
 	}
 }
+
+// TestLocalOneRankBadArgs checks that a rank passing a wrong tensor still
+// meets the others: every rank fails, none waits forever, and the next
+// collective (after the errors are read) works.
+func TestLocalOneRankBadArgs(t *testing.T) {
+	be := cpu.New(cpu.Options{Threads: 1})
+	defer be.Close()
+	g, _ := NewLocal(3)
+	xs := []backend.Tensor{alloc(t, be, nil, 2, 2), alloc(t, be, nil, 2, 2), alloc(t, be, nil, 2, 2)}
+	i32, _ := be.Alloc(tensor.I32, 2, 2)
+	ranks(g, func(r int, c Comm) {
+		x := xs[r]
+		if r == 2 {
+			x = i32
+		}
+		c.AllReduce(x, 2)
+		c.Broadcast(xs[r], 2) // after the failure: every rank still meets
+	})
+	for r := range 3 {
+		if err := g.Comm(r).Err(); err == nil {
+			t.Errorf("rank %d: no error", r)
+		}
+	}
+	ranks(g, func(r int, c Comm) { c.AllReduce(xs[r], 2) })
+	for r := range 3 {
+		if err := g.Comm(r).Err(); err != nil {
+			t.Errorf("rank %d after the errors were read: %v", r, err)
+		}
+	}
+}

@@ -40,3 +40,17 @@ extern "C" __global__ void m_copy_cols(act_t *dst, int dld, int dcol, const act_
 	for (int c = threadIdx.x; c < w; c += blockDim.x)
 		st_act(dst, (long long)r * dld + dcol + c, ld_act(src, (long long)r * sld + c));
 }
+
+// m_tp_sum: elements [lo, hi) of np same-device buffers (a same-device
+// tensor-parallel group's ranks): each summed over the ranks in order and
+// the sum written into every buffer. Unused pointers are null.
+extern "C" __global__ void m_tp_sum(act_t *p0, act_t *p1, act_t *p2, act_t *p3, act_t *p4, act_t *p5, act_t *p6, act_t *p7,
+				    int np, long long lo, long long hi) {
+	KT_GRID_DEP();
+	act_t *p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
+	for (long long i = lo + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += (long long)gridDim.x * blockDim.x) {
+		float s = ld_act(p[0], i);
+		for (int j = 1; j < np; j++) s += ld_act(p[j], i);
+		for (int j = 0; j < np; j++) st_act(p[j], i, s);
+	}
+}
