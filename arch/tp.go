@@ -223,17 +223,9 @@ func (t *tpRunner) Free(slot int) {
 	t.each(func(r int) error { t.ranks[r].Free(slot); return nil })
 }
 
-// FreeTokens implements model.Runner.
-func (t *tpRunner) FreeTokens() int {
-	var n int
-	t.each(func(r int) error {
-		if r == 0 {
-			n = t.ranks[0].FreeTokens()
-		}
-		return nil
-	})
-	return n
-}
+// FreeTokens implements model.Runner: rank 0's count, which every rank's
+// pool shares (bookkeeping only, read on the calling goroutine).
+func (t *tpRunner) FreeTokens() int { return t.ranks[0].FreeTokens() }
 
 // Close implements model.Runner: the ranks' runners, the communicators,
 // the backends and the workers.
@@ -328,10 +320,11 @@ func (t *tpRunner) FlushPrefixCache() {
 	})
 }
 
-// CachedPrefixTokens implements model.PrefixCache.
+// CachedPrefixTokens implements model.PrefixCache: rank 0's count, which
+// every rank's cache shares.
 func (t *tpRunner) CachedPrefixTokens() int {
-	n, _, _ := t.prefix(func(p model.PrefixBrancher) (int, int, error) {
-		return p.(model.PrefixCache).CachedPrefixTokens(), 0, nil
-	})
-	return n
+	if p, ok := t.ranks[0].(model.PrefixCache); ok {
+		return p.CachedPrefixTokens()
+	}
+	return 0
 }
