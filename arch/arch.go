@@ -17,6 +17,7 @@ import (
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/moe/placement"
+	"github.com/ktserve/kt/tp"
 )
 
 // Options size a runner's buffers and choose where it runs.
@@ -119,6 +120,15 @@ type Options struct {
 	// LoRA are the adapters to serve (--lora-paths, --kt-lora-path,
 	// --kt-expert-lora-path); nil serves the base model.
 	LoRA *lora.Set
+
+	// TensorParallel is --tensor-parallel-size: Load splits the model over
+	// that many ranks (package tp), each with its own backend: GPUs
+	// BaseGPUID.. on the GPU, on the CPU a share of Threads each. 0 or 1:
+	// one rank.
+	TensorParallel int
+	// TP is, for one rank of a tensor-parallel model, its communicator
+	// (set by Load for each rank's loader); nil for a whole model.
+	TP tp.Comm
 }
 
 // ExpertRecorder counts routed-expert picks (moe/expertdist.Recorder).
@@ -204,6 +214,22 @@ func Architecture(dir string) ([]string, error) {
 // Load opens the checkpoint in dir with the loader registered for its
 // architecture, on o.Backend or on the backend o.Device picks.
 func Load(dir string, o Options) (model.Runner, error) {
+	fn, err := loaderFor(dir)
+	if err != nil {
+		return nil, err
+	}
+	o = o.WithDefaults()
+	if o.TensorParallel > 1 {
+		return loadTP(dir, fn, o)
+	}
+	if o.Backend != nil {
+		return fn(dir, o)
+	}
+	return loadOnDevice(dir, fn, o)
+}
+
+// loaderFor returns the loader registered for dir's architecture.
+func loaderFor(dir string) (LoadFunc, error) {
 	archs, err := Architecture(dir)
 	if err != nil {
 		return nil, err
@@ -219,9 +245,5 @@ func Load(dir string, o Options) (model.Runner, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%s: architecture %s is not supported (supported: %s)", filepath.Join(dir, "config.json"), strings.Join(archs, ", "), strings.Join(Architectures(), ", "))
 	}
-	o = o.WithDefaults()
-	if o.Backend != nil {
-		return fn(dir, o)
-	}
-	return loadOnDevice(dir, fn, o)
+	return fn, nil
 }

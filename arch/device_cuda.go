@@ -3,8 +3,11 @@
 package arch
 
 import (
+	"fmt"
+
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/tp"
 )
 
 // openGPU opens the CUDA backend on o.BaseGPUID.
@@ -30,4 +33,42 @@ func GPUCount() int {
 		return 0
 	}
 	return n
+}
+
+// openGPUGroup opens the CUDA backends of n ranks on GPUs o.BaseGPUID..
+// and their NCCL communicators.
+func openGPUGroup(o Options, n int) ([]backend.Backend, tp.Group, error) {
+	var gs []*cuda.Backend
+	closeAll := func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}
+	for r := range n {
+		g, err := cuda.NewBackend(cuda.Options{Ordinal: o.BaseGPUID + r, MemFractionStatic: o.MemFractionStatic})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("rank %d on GPU %d: %w", r, o.BaseGPUID+r, err)
+		}
+		gs = append(gs, g)
+	}
+	grp, err := cuda.NewNCCLGroup(gs)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	bes := make([]backend.Backend, n)
+	for r, g := range gs {
+		bes[r] = g
+	}
+	return bes, grp, nil
+}
+
+// GPUTensorParallel is the largest tensor-parallel size over GPUs: the
+// GPU count when NCCL loads, else 1 and why not.
+func GPUTensorParallel() (int, string) {
+	if err := cuda.LoadLibraries().Err["nccl"]; err != nil {
+		return 1, err.Error()
+	}
+	return GPUCount(), ""
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tp"
 )
 
 // errNoCUDA says why this build never uses a GPU.
@@ -17,3 +18,8 @@ func onGPU(backend.Backend) bool { return false }
 
 // GPUCount is 0: this build has no CUDA backend.
 func GPUCount() int { return 0 }
+
+func openGPUGroup(Options, int) ([]backend.Backend, tp.Group, error) { return nil, nil, errNoCUDA }
+
+// GPUTensorParallel is 1: this build has no CUDA backend.
+func GPUTensorParallel() (int, string) { return 1, errNoCUDA.Error() }

@@ -55,6 +55,10 @@ type Env struct {
 	Sys *sysinfo.Info
 	// ModelPath, when set, adds the model-directory checks.
 	ModelPath string
+	// TPSize is --tensor-parallel-size: with ModelPath, whether the model
+	// splits over that many ranks; on the GPU, whether there are that many
+	// GPUs, NCCL and peer access between them (0 or 1: one rank).
+	TPSize int
 	// AMXGranted is set by the AMX check (which requests the grant) and
 	// read by later checks.
 	AMXGranted bool

@@ -286,3 +286,27 @@ func TestSettingsSection(t *testing.T) {
 		t.Errorf("the API key is in the JSON:\n%s", j.String())
 	}
 }
+
+// TestModelTP checks model.tp: the sizes a model splits over without
+// --tensor-parallel-size, what a rank holds at a size that divides, and
+// the field that does not divide otherwise.
+func TestModelTP(t *testing.T) {
+	for _, c := range []struct {
+		fixture string
+		size    int
+		status  Status
+		detail  string
+	}{
+		{"qwen3moe-b", 0, Pass, "splits this model over 2, 4, 8 ranks"},
+		{"qwen35moe-a", 1, Pass, "splits this model over 2 ranks"},
+		{"qwen3moe-b", 4, Pass, "needs 4 GPUs (GPUs --base-gpu-id .. +3), or 4 CPU ranks with --device cpu; each rank holds 2 of 8 attention heads and 1 of 2 kv heads (replicated), 250 of 1000 vocabulary rows"},
+		{"qwen3next-b", 2, Pass, "4 of 8 attention heads and 1 of 2 kv heads, 2 of 4 Gated DeltaNet key heads"},
+		{"qwen35moe-a", 4, Fail, "linear_num_key_heads: 2 does not divide over tensor-parallel size 4"},
+		{"qwen3moe-a", 3, Fail, "num_attention_heads: 4 does not divide over tensor-parallel size 3"},
+	} {
+		env := &Env{Sys: machine(avx512VNNI, "[always]", 400<<20), ModelPath: filepath.Join(fixtures, c.fixture), TPSize: c.size}
+		if r := find(t, runSections(env, "model"), "model.tp"); r.Status != c.status || !strings.Contains(r.Detail, c.detail) {
+			t.Errorf("%s at %d: %s %q, want %s containing %q", c.fixture, c.size, r.Status, r.Detail, c.status, c.detail)
+		}
+	}
+}

@@ -10,13 +10,65 @@ package doctor
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/internal/settings"
 )
 
 func gpuChecks() []Check {
-	return []Check{{"gpu.cuda", checkCUDA}}
+	return []Check{{"gpu.cuda", checkCUDA}, {"gpu.tp", checkGPUTP}}
+}
+
+// checkGPUTP reports, for Env.TPSize > 1 (or on a machine of several
+// GPUs), whether there are enough GPUs for the ranks, NCCL to connect them
+// and peer access between each pair.
+func checkGPUTP(env *Env) []Result {
+	gpus, err := cuda.DeviceCount()
+	n := env.TPSize
+	if err != nil || (n <= 1 && gpus < 2) {
+		return nil
+	}
+	r := Result{Section: "gpu", Name: "gpu.tp"}
+	if n <= 1 {
+		n = gpus
+	}
+	if n > gpus {
+		r.Status, r.Detail = Fail, fmt.Sprintf("--tensor-parallel-size %d needs %d GPUs; %d found", n, n, gpus)
+		r.Hint = "use a smaller size, or --device cpu for CPU ranks"
+		return []Result{r}
+	}
+	if e := cuda.LoadLibraries().Err["nccl"]; e != nil {
+		r.Status, r.Detail = Fail, fmt.Sprintf("tensor parallelism over %d GPUs needs NCCL: %v", n, e)
+		r.Hint = "install libnccl2 (or PyTorch's nvidia-nccl wheel) or point " + settings.CUDALibDirs.Name + " at it"
+		return []Result{r}
+	}
+	var missing []string
+	for a := 0; a < n; a++ {
+		for b := 0; b < n; b++ {
+			if a == b {
+				continue
+			}
+			ok, err := cuda.PeerAccess(a, b)
+			if err != nil {
+				r.Status, r.Detail = Warn, "peer access unknown: "+err.Error()
+				return []Result{r}
+			}
+			if !ok {
+				missing = append(missing, fmt.Sprintf("%d->%d", a, b))
+			}
+		}
+	}
+	r.Data = map[string]any{"gpus": n, "no_peer_access": missing}
+	if len(missing) > 0 {
+		r.Status = Warn
+		r.Detail = fmt.Sprintf("%d GPUs and NCCL for tensor parallelism; no peer access %s", n, strings.Join(missing, ", "))
+		r.Hint = "NCCL then goes through host memory, which slows every all-reduce; check the topology with nvidia-smi topo -m"
+		return []Result{r}
+	}
+	r.Status = Pass
+	r.Detail = fmt.Sprintf("%d GPUs, NCCL, and peer access between every pair: tensor parallelism up to %d", n, n)
+	return []Result{r}
 }
 
 func checkCUDA(env *Env) []Result {

@@ -50,6 +50,7 @@ func modelChecks() []Check {
 		{"model.weights", checkWeights},
 		{"model.disk", checkDisk},
 		{"model.fit", checkFit},
+		{"model.tp", checkTP},
 	}
 }
 

@@ -218,7 +218,7 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.StringVar(&c.RadixEviction, "radix-eviction-policy", "lru", "which cached prefixes go first when the KV budget is needed: lru (kt implements lru only)")
 
 	// GPU-side.
-	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "GPUs to split dense layers and attention over; alias --tp-size")
+	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "ranks to split attention, dense layers and the vocabulary over: GPUs from --base-gpu-id (NCCL), or CPU thread groups without a GPU; alias --tp-size")
 	fs.IntVar(&c.BaseGPUID, "base-gpu-id", 0, "first GPU to use, counted among those CUDA_VISIBLE_DEVICES leaves visible")
 	fs.StringVar(&c.AttentionBackend, "attention-backend", "", "SGLang attention kernel name; accepted for compatibility: kt uses its own attention kernels on each backend")
 	fs.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of capturing them as CUDA graphs")

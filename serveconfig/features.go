@@ -10,8 +10,13 @@ import (
 // The serve command fills it from the packages linked in and the hardware
 // found; Validate refuses flags that need a feature that is missing.
 type Features struct {
-	GPUs                       int      // usable GPUs found
-	MaxTensorParallel          int      // largest --tensor-parallel-size the GPU backend supports
+	GPUs              int    // usable GPUs found
+	MaxTensorParallel int    // largest --tensor-parallel-size over GPUs (the GPUs, with NCCL; else 1)
+	TensorParallelWhy string // why MaxTensorParallel is 1 with several GPUs (NCCL missing)
+	// TensorParallelWith lists the flags among LoRA, expert deferral, GPU
+	// experts and layerwise prefill that work with --tensor-parallel-size
+	// > 1 (the others are refused by name with it).
+	TensorParallelWith         []string
 	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements (none: no engine in this build)
 	GPUExperts                 bool     // hot routed experts resident on the GPU
 	Deferral                   bool     // --kt-max-deferred-experts-per-token (the CPU expert engine splits its task)
@@ -50,15 +55,29 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 	if c.Device == "cuda" && f.GPUs == 0 {
 		refuse("device", "cuda asked for but no usable GPU was found (run kt doctor to see why)")
 	}
-	if c.TensorParallelSize > 1 {
+	if n := c.TensorParallelSize; n > 1 {
+		// without a GPU in use the ranks are thread groups of the CPU
+		// backend (package tp)
 		switch {
-		case !gpu:
-			refuse("tensor-parallel-size", "%d needs %d GPUs; none is in use on this machine", c.TensorParallelSize, c.TensorParallelSize)
-		case c.TensorParallelSize > f.GPUs:
-			refuse("tensor-parallel-size", "%d needs %d GPUs; %d found", c.TensorParallelSize, c.TensorParallelSize, f.GPUs)
-		case c.TensorParallelSize > max(f.MaxTensorParallel, 1):
-			refuse("tensor-parallel-size", "tensor parallelism over %d GPUs is not implemented yet in kt (this build supports up to %d)", c.TensorParallelSize, max(f.MaxTensorParallel, 1))
+		case gpu && n > f.GPUs:
+			refuse("tensor-parallel-size", "%d needs %d GPUs; %d found (--device cpu runs %d CPU ranks instead)", n, n, f.GPUs, n)
+		case gpu && n > max(f.MaxTensorParallel, 1):
+			refuse("tensor-parallel-size", "tensor parallelism over %d GPUs needs NCCL: %s", n, orNone([]string{f.TensorParallelWhy}))
 		}
+		tpRefuse := func(flag string, given bool) {
+			if given && !slices.Contains(f.TensorParallelWith, flag) {
+				refuse(flag, "is not supported with --tensor-parallel-size %d yet", n)
+			}
+		}
+		tpRefuse("enable-lora", c.EnableLoRA)
+		tpRefuse("lora-paths", len(c.LoRAPaths) > 0)
+		tpRefuse("kt-lora-path", c.KTLoRAPath != "")
+		tpRefuse("kt-expert-lora-path", c.KTExpertLoRAPath != "")
+		tpRefuse("kt-max-deferred-experts-per-token", c.KTMaxDeferredExpertsPerToken > 0)
+		tpRefuse("kt-num-gpu-experts", c.KTNumGPUExperts > 0)
+		tpRefuse("kt-gpu-experts-ratio", c.KTGPUExpertsRatioSet && c.KTGPUExpertsRatio > 0)
+		tpRefuse("kt-gpu-prefill-token-threshold", c.KTGPUPrefillTokenThreshold > 0)
+		tpRefuse("kt-enable-dynamic-expert-update", c.KTEnableDynamicExpertUpdate)
 	}
 	if gpu && c.BaseGPUID+max(c.TensorParallelSize, 1) > f.GPUs {
 		refuse("base-gpu-id", "GPU %d asked for but only %d usable GPU(s) found (ids count from 0 among those CUDA_VISIBLE_DEVICES leaves)", c.BaseGPUID+max(c.TensorParallelSize, 1)-1, f.GPUs)

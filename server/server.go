@@ -63,6 +63,9 @@ type Options struct {
 	APIKey          string
 	// ServerArgs is reported by /get_server_info (the parsed flags).
 	ServerArgs any
+	// TPSize is the model's tensor-parallel size, /get_server_info's
+	// tp_size (0 means 1).
+	TPSize int
 	// LoRANames lists the adapters requests may name as MODEL:ADAPTER.
 	LoRANames []string
 	// LoRAPaths[i] is the directory of LoRANames[i]: /v1/models lists each
@@ -355,6 +358,7 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out["version"] = s.opt.Version
+	out["tp_size"] = max(s.opt.TPSize, 1)
 	out["max_total_num_tokens"] = st.MaxTotalTokens
 	out["max_req_input_len"] = s.eng.MaxSequenceTokens() - 1
 	out["context_length"] = s.eng.ContextLength()

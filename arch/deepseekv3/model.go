@@ -20,6 +20,7 @@ package deepseekv3
 
 import (
 	"fmt"
+	"github.com/ktserve/kt/tp"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/block"
@@ -129,6 +130,9 @@ func (r *Runner) check() error {
 	}
 	if r.rb.Opts.LoRA != nil {
 		return fmt.Errorf("deepseekv3: LoRA adapters are not supported for %s", Architecture)
+	}
+	if r.rb.Parallel() {
+		return fmt.Errorf("deepseekv3: --tensor-parallel-size %d is not supported for %s yet (multi-head latent attention is not split over ranks)", tp.Size(r.rb.TP), Architecture)
 	}
 	c := r.cfg
 	r.params = AttnParams(c)

@@ -85,6 +85,9 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
+	if !rb.Root() {
+		return r, nil // rank 0 computes the routed experts for every rank
+	}
 	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -94,11 +97,21 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string { return r.routed.Path() }
+func (r *Runner) ExpertPath() string {
+	if r.routed == nil {
+		return "rank 0's"
+	}
+	return r.routed.Path()
+}
 
 // HybridTiming reports the hybrid step's hand-off times when
 // KT_HYBRID_TIMING=1 asked for them, else "" (arch.HybridTiming).
-func (r *Runner) HybridTiming() string { return r.routed.Timing() }
+func (r *Runner) HybridTiming() string {
+	if r.routed == nil {
+		return ""
+	}
+	return r.routed.Timing()
+}
 
 // LayerwiseSummary reports what layerwise GPU prefill and the dynamic
 // expert update did so far, else "" (arch.LayerwiseSummary).
@@ -114,8 +127,12 @@ func (r *Runner) loadWeights() error {
 	c := r.cfg
 	H, hd := c.HiddenSize, c.HeadDim
 	qd, kd := c.NumHeads*hd, c.NumKVHeads*hd
+	// with tensor parallelism: the rank's heads (q, k, v column-parallel,
+	// o row-parallel)
+	qh, kvh := block.RankHeads(r.rb, c)
+	qs, kvs := runbase.RowSplit(qh.Scale(hd)), runbase.RowSplit(kvh.Scale(hd))
 	var err error
-	if r.embed, err = r.rb.Weight("model.embed_tokens.weight", c.VocabSize, H); err != nil {
+	if r.embed, err = r.rb.Embedding("model.embed_tokens.weight", c.VocabSize, H); err != nil {
 		return err
 	}
 	if r.norm, err = r.rb.Weight("model.norm.weight", H); err != nil {
@@ -134,18 +151,19 @@ func (r *Runner) loadWeights() error {
 		for _, w := range []struct {
 			dst   *backend.Tensor
 			name  string
+			split runbase.Split
 			shape []int
 		}{
-			{&L.inNorm, "input_layernorm.weight", []int{H}},
-			{&L.postNorm, "post_attention_layernorm.weight", []int{H}},
-			{&L.attn.Q, "self_attn.q_proj.weight", []int{qd, H}},
-			{&L.attn.K, "self_attn.k_proj.weight", []int{kd, H}},
-			{&L.attn.V, "self_attn.v_proj.weight", []int{kd, H}},
-			{&L.attn.O, "self_attn.o_proj.weight", []int{H, qd}},
-			{&L.attn.QNorm, "self_attn.q_norm.weight", []int{hd}},
-			{&L.attn.KNorm, "self_attn.k_norm.weight", []int{hd}},
+			{&L.inNorm, "input_layernorm.weight", runbase.Split{}, []int{H}},
+			{&L.postNorm, "post_attention_layernorm.weight", runbase.Split{}, []int{H}},
+			{&L.attn.Q, "self_attn.q_proj.weight", qs, []int{qd, H}},
+			{&L.attn.K, "self_attn.k_proj.weight", kvs, []int{kd, H}},
+			{&L.attn.V, "self_attn.v_proj.weight", kvs, []int{kd, H}},
+			{&L.attn.O, "self_attn.o_proj.weight", runbase.ColSplit(qh.Scale(hd)), []int{H, qd}},
+			{&L.attn.QNorm, "self_attn.q_norm.weight", runbase.Split{}, []int{hd}},
+			{&L.attn.KNorm, "self_attn.k_norm.weight", runbase.Split{}, []int{hd}},
 		} {
-			if *w.dst, err = r.rb.Weight(p+w.name, w.shape...); err != nil {
+			if *w.dst, err = r.rb.WeightSplit(p+w.name, w.split, w.shape...); err != nil {
 				return err
 			}
 		}
@@ -161,6 +179,9 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 			continue
+		}
+		if !r.rb.Root() {
+			continue // rank 0 computes the routed experts
 		}
 		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
@@ -180,7 +201,7 @@ func (r *Runner) allocate() error {
 		return err
 	}
 	hd := c.HeadDim
-	r.rope, r.attn = block.Params(c)
+	r.rope, r.attn = block.RankParams(r.rb, c)
 	var err error
 	for l := range r.layers {
 		if r.layers[l].attn.KV, err = block.AllocKV(r.rb, c); err != nil {
@@ -188,7 +209,7 @@ func (r *Runner) allocate() error {
 		}
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
-	inter := max(c.IntermediateSize, 1)
+	inter := max(block.Width(r.rb, c.IntermediateSize), 1)
 	k := max(c.TopK, 1)
 	act := be.ActDType()
 	for _, a := range []struct {
@@ -197,8 +218,8 @@ func (r *Runner) allocate() error {
 		shape []int
 	}{
 		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}},
-		{&r.ab.Q, act, []int{T, c.NumHeads * hd}}, {&r.ab.Out, act, []int{T, c.NumHeads * hd}},
-		{&r.ab.K, act, []int{T, c.NumKVHeads * hd}}, {&r.ab.V, act, []int{T, c.NumKVHeads * hd}},
+		{&r.ab.Q, act, []int{T, r.attn.Heads * hd}}, {&r.ab.Out, act, []int{T, r.attn.Heads * hd}},
+		{&r.ab.K, act, []int{T, r.attn.KVHeads * hd}}, {&r.ab.V, act, []int{T, r.attn.KVHeads * hd}},
 		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
 		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, act, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
@@ -246,25 +267,34 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 func (r *Runner) layersForward(n int) error {
 	be, c := r.rb.BE, r.cfg
 	eps := float32(c.RMSNormEps)
-	be.Embed(r.x, r.embed)
+	r.rb.Embed(r.x, r.embed)
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	// the hybrid step predicts the first MoE layer's picks from here
-	if err := r.routed.StepStart(r.x, n); err != nil {
-		return err
+	if r.routed != nil {
+		if err := r.routed.StepStart(r.x, n); err != nil {
+			return err
+		}
 	}
 	for l := range r.layers {
 		L := &r.layers[l]
 		L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n)
 		be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 		r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
+		r.rb.AllReduce(r.tmp, n) // o is row-parallel
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
-			if err := r.routed.Layer(l, &r.blk, n); err != nil {
-				return err
+			// the residual stream is the same on every rank: rank 0
+			// computes the routed experts once and hands them over
+			if r.routed != nil {
+				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
+				if err := r.routed.Layer(l, &r.blk, n); err != nil {
+					return err
+				}
 			}
+			r.rb.Broadcast(r.tmp, n)
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.gate, r.up, n)
+			r.rb.AllReduce(r.tmp, n) // down is row-parallel
 		}
 		// the residual add, with the next layer's input norm where there
 		// is one (the final norm runs on the rows the head keeps)
@@ -298,6 +328,9 @@ func (r *Runner) DecodeWeightBytes() int64 {
 			total += wsize(t)
 		}
 		if L.moe {
+			if r.moe[l] == nil {
+				continue // another rank's routed experts
+			}
 			total += wsize(L.router) + int64(c.TopK)*(wsize(r.moe[l].Gate[0])+wsize(r.moe[l].Up[0])+wsize(r.moe[l].Down[0]))
 		} else {
 			total += wsize(L.mlp.Gate) + wsize(L.mlp.Up) + wsize(L.mlp.Down)

@@ -78,3 +78,19 @@ func TestRegistry(t *testing.T) {
 func TestGraphDecodeIdentical(t *testing.T) {
 	modeltest.GraphDecodeIdentical(t, "qwen3moe-a", Load)
 }
+
+// TestTensorParallel runs every fixture over 2 and 4 CPU ranks against one
+// rank (modeltest.TPMatchesSingle), on the reference MoE op and the CPU
+// expert engine, and a size the heads do not divide.
+func TestTensorParallel(t *testing.T) {
+	var cases []modeltest.TPCase
+	for _, fx := range fixtures {
+		cases = append(cases, modeltest.TPCase{Fixture: fx, Size: 2}, modeltest.TPCase{Fixture: fx, Size: 4})
+	}
+	cases = append(cases,
+		// rank 0's CPU expert engine serves every rank
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto"},
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 4, Experts: "auto"},
+		modeltest.TPCase{Fixture: "qwen3moe-a", Size: 3, Refusal: "num_attention_heads: 4 does not divide over tensor-parallel size 3"})
+	modeltest.TPMatchesSingle(t, cases)
+}

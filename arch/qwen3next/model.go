@@ -32,6 +32,7 @@ import (
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/tensor"
+	"github.com/ktserve/kt/tp"
 )
 
 func init() {
@@ -91,7 +92,9 @@ type Runner struct {
 	state          backend.LinearState
 	rope           backend.Rope
 	attn           backend.Attn
-	delta          backend.DeltaShape
+	delta          backend.DeltaShape // the rank's Gated DeltaNet heads
+	full           backend.DeltaShape // the model's
+	kHeads         tp.Span            // the rank's key heads of full
 	layers         []layer
 	embed          backend.Tensor
 	norm           backend.Tensor
@@ -131,6 +134,9 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
+	if !rb.Root() {
+		return r, nil // rank 0 computes the routed experts for every rank
+	}
 	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
 		r.Close()
 		return nil, err
@@ -140,11 +146,21 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string { return r.routed.Path() }
+func (r *Runner) ExpertPath() string {
+	if r.routed == nil {
+		return "rank 0's"
+	}
+	return r.routed.Path()
+}
 
 // HybridTiming reports the hybrid step's hand-off times when
 // KT_HYBRID_TIMING=1 asked for them, else "" (arch.HybridTiming).
-func (r *Runner) HybridTiming() string { return r.routed.Timing() }
+func (r *Runner) HybridTiming() string {
+	if r.routed == nil {
+		return ""
+	}
+	return r.routed.Timing()
+}
 
 // LayerwiseSummary reports what layerwise GPU prefill and the dynamic
 // expert update did so far, else "" (arch.LayerwiseSummary).
@@ -160,6 +176,12 @@ func (r *Runner) Backend() backend.Backend { return r.rb.BE }
 // shape `as` (same element count), adding `add` to every element (1 turns a
 // zero-centred Gemma norm weight w into 1+w).
 func (r *Runner) f32Weight(name string, shape, as []int, add float32) (backend.Tensor, error) {
+	return r.f32WeightSplit(name, shape, as, add, runbase.Split{})
+}
+
+// f32WeightSplit is f32Weight of the part s of the tensor viewed as `as`
+// (a rank's share, runbase.SplitHost).
+func (r *Runner) f32WeightSplit(name string, shape, as []int, add float32, s runbase.Split) (backend.Tensor, error) {
 	h, err := r.rb.Host(name, shape...)
 	if err != nil {
 		return nil, err
@@ -176,7 +198,11 @@ func (r *Runner) f32Weight(name string, shape, as []int, add float32) (backend.T
 	for i, x := range v {
 		putF32(data[4*i:], x+add)
 	}
-	return r.rb.BE.Weight(backend.Host{Name: h.Name, DType: tensor.F32, Shape: as, Data: data})
+	part, err := runbase.SplitHost(backend.Host{Name: h.Name, DType: tensor.F32, Shape: as, Data: data}, s)
+	if err != nil {
+		return nil, err
+	}
+	return r.rb.BE.Weight(part)
 }
 
 func putF32(b []byte, f float32) {
@@ -215,7 +241,7 @@ func (r *Runner) loadWeights() error {
 	}
 	H := c.HiddenSize
 	var err error
-	if r.embed, err = r.rb.Weight(r.prefix+"embed_tokens.weight", c.VocabSize, H); err != nil {
+	if r.embed, err = r.rb.Embedding(r.prefix+"embed_tokens.weight", c.VocabSize, H); err != nil {
 		return err
 	}
 	if r.norm, err = r.f32Weight(r.prefix+"norm.weight", []int{H}, []int{H}, 1); err != nil {
@@ -224,7 +250,11 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
-	r.delta = backend.DeltaShape{KHeads: c.Linear.NumKeyHeads, VHeads: c.Linear.NumValueHeads, KDim: c.Linear.KeyHeadDim, VDim: c.Linear.ValueHeadDim}
+	r.full = backend.DeltaShape{KHeads: c.Linear.NumKeyHeads, VHeads: c.Linear.NumValueHeads, KDim: c.Linear.KeyHeadDim, VDim: c.Linear.ValueHeadDim}
+	// with tensor parallelism the rank's key heads and their value heads
+	r.kHeads = r.rb.Layout().Split(r.full.KHeads)
+	r.delta = r.full
+	r.delta.KHeads, r.delta.VHeads = r.kHeads.Count, r.full.VHeads/r.rb.Layout().Size
 	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
 		return err
 	}
@@ -260,32 +290,42 @@ func (r *Runner) loadWeights() error {
 // loadLinear binds a Gated DeltaNet layer, un-interleaving Qwen3-Next's
 // fused projections into Qwen3.5's layout: qkv rows [q heads | k heads |
 // v heads], z, b, a.
+//
+// With tensor parallelism the rank holds its key heads and their value
+// heads: their rows of the in projections and conv1d channels (column-
+// parallel), their A_log and dt_bias, their columns of out_proj (row-
+// parallel); conv and recurrent state are allocated for them alone.
 func (r *Runner) loadLinear(L *layer, l int, p string) error {
-	c, d := r.cfg, r.delta
+	c, d, f := r.cfg, r.delta, r.full
 	H := c.HiddenSize
-	vd := d.VHeads * d.VDim
+	vd, fvd := d.VHeads*d.VDim, f.VHeads*f.VDim
 	ch := d.ConvChannels()
 	L.convChannels, L.valueWd = ch, vd
+	k0, k1 := r.kHeads.First, r.kHeads.First+r.kHeads.Count
+	vh := tp.Span{First: k0 * (f.VHeads / f.KHeads), Count: d.VHeads} // the rank's value heads
+	// the rank's rows of the qkv layout [q heads | k heads | v heads]
+	qkvRows := []tp.Span{r.kHeads.Scale(f.KDim), {First: f.KHeads*f.KDim + k0*f.KDim, Count: d.KHeads * f.KDim},
+		{First: 2*f.KHeads*f.KDim + vh.First*f.VDim, Count: vh.Count * f.VDim}}
 	var err error
 	if _, fused := r.rb.Ckpt.Info(p + "in_proj_qkvz.weight"); fused {
-		rep := d.VHeads / d.KHeads
-		grp := 2*d.KDim + 2*rep*d.VDim
-		qkvz, err := r.rb.Host(p+"in_proj_qkvz.weight", d.KHeads*grp, H)
+		rep := f.VHeads / f.KHeads
+		grp := 2*f.KDim + 2*rep*f.VDim
+		qkvz, err := r.rb.Host(p+"in_proj_qkvz.weight", f.KHeads*grp, H)
 		if err != nil {
 			return err
 		}
-		ba, err := r.rb.Host(p+"in_proj_ba.weight", 2*d.VHeads, H)
+		ba, err := r.rb.Host(p+"in_proj_ba.weight", 2*f.VHeads, H)
 		if err != nil {
 			return err
 		}
 		var qkv, z, b, a [][2]int
-		for kh := 0; kh < d.KHeads; kh++ {
+		for kh := k0; kh < k1; kh++ {
 			qkv = append(qkv, [2]int{kh * grp, d.KDim})
 		}
-		for kh := 0; kh < d.KHeads; kh++ {
+		for kh := k0; kh < k1; kh++ {
 			qkv = append(qkv, [2]int{kh*grp + d.KDim, d.KDim})
 		}
-		for kh := 0; kh < d.KHeads; kh++ {
+		for kh := k0; kh < k1; kh++ {
 			qkv = append(qkv, [2]int{kh*grp + 2*d.KDim, rep * d.VDim})
 			z = append(z, [2]int{kh*grp + 2*d.KDim + rep*d.VDim, rep * d.VDim})
 			b = append(b, [2]int{kh * 2 * rep, rep})
@@ -307,32 +347,33 @@ func (r *Runner) loadLinear(L *layer, l int, p string) error {
 		for _, w := range []struct {
 			dst   *backend.Tensor
 			name  string
+			split runbase.Split
 			shape []int
 		}{
-			{&L.inProj[inQKV], "in_proj_qkv.weight", []int{ch, H}},
-			{&L.inProj[inZ], "in_proj_z.weight", []int{vd, H}},
-			{&L.inProj[inB], "in_proj_b.weight", []int{d.VHeads, H}},
-			{&L.inProj[inA], "in_proj_a.weight", []int{d.VHeads, H}},
+			{&L.inProj[inQKV], "in_proj_qkv.weight", runbase.RowSplit(qkvRows...), []int{f.ConvChannels(), H}},
+			{&L.inProj[inZ], "in_proj_z.weight", runbase.RowSplit(vh.Scale(f.VDim)), []int{fvd, H}},
+			{&L.inProj[inB], "in_proj_b.weight", runbase.RowSplit(vh), []int{f.VHeads, H}},
+			{&L.inProj[inA], "in_proj_a.weight", runbase.RowSplit(vh), []int{f.VHeads, H}},
 		} {
-			if *w.dst, err = r.rb.Weight(p+w.name, w.shape...); err != nil {
+			if *w.dst, err = r.rb.WeightSplit(p+w.name, w.split, w.shape...); err != nil {
 				return err
 			}
 		}
 	}
 	K := c.Linear.ConvKernel
-	if L.conv, err = r.f32Weight(p+"conv1d.weight", []int{ch, 1, K}, []int{ch, K}, 0); err != nil {
+	if L.conv, err = r.f32WeightSplit(p+"conv1d.weight", []int{f.ConvChannels(), 1, K}, []int{f.ConvChannels(), K}, 0, runbase.RowSplit(qkvRows...)); err != nil {
 		return err
 	}
-	if L.aLog, err = r.f32Weight(p+"A_log", []int{d.VHeads}, []int{d.VHeads}, 0); err != nil {
+	if L.aLog, err = r.f32WeightSplit(p+"A_log", []int{f.VHeads}, []int{f.VHeads}, 0, runbase.RowSplit(vh)); err != nil {
 		return err
 	}
-	if L.dtBias, err = r.f32Weight(p+"dt_bias", []int{d.VHeads}, []int{d.VHeads}, 0); err != nil {
+	if L.dtBias, err = r.f32WeightSplit(p+"dt_bias", []int{f.VHeads}, []int{f.VHeads}, 0, runbase.RowSplit(vh)); err != nil {
 		return err
 	}
 	if L.gnorm, err = r.f32Weight(p+"norm.weight", []int{d.VDim}, []int{d.VDim}, 0); err != nil {
 		return err
 	}
-	if L.outProj, err = r.rb.Weight(p+"out_proj.weight", H, vd); err != nil {
+	if L.outProj, err = r.rb.WeightSplit(p+"out_proj.weight", runbase.ColSplit(vh.Scale(f.VDim)), H, fvd); err != nil {
 		return err
 	}
 	for _, b := range []struct {
@@ -360,8 +401,11 @@ func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	if err != nil {
 		return err
 	}
+	// with tensor parallelism the rank's heads (q, gate, k, v column-
+	// parallel, o row-parallel)
+	qh, kvh := block.RankHeads(r.rb, c)
 	var qRows, gRows [][2]int
-	for h := 0; h < nh; h++ {
+	for h := qh.First; h < qh.First+qh.Count; h++ {
 		qRows = append(qRows, [2]int{2 * h * hd, hd})
 		gRows = append(gRows, [2]int{2*h*hd + hd, hd})
 	}
@@ -372,13 +416,13 @@ func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	if a.Gate, err = r.gatherRows(qg, p+"q_proj.weight[gate]", gRows); err != nil {
 		return err
 	}
-	if a.K, err = r.rb.Weight(p+"k_proj.weight", kvd, H); err != nil {
+	if a.K, err = r.rb.WeightSplit(p+"k_proj.weight", runbase.RowSplit(kvh.Scale(hd)), kvd, H); err != nil {
 		return err
 	}
-	if a.V, err = r.rb.Weight(p+"v_proj.weight", kvd, H); err != nil {
+	if a.V, err = r.rb.WeightSplit(p+"v_proj.weight", runbase.RowSplit(kvh.Scale(hd)), kvd, H); err != nil {
 		return err
 	}
-	if a.O, err = r.rb.Weight(p+"o_proj.weight", H, nh*hd); err != nil {
+	if a.O, err = r.rb.WeightSplit(p+"o_proj.weight", runbase.ColSplit(qh.Scale(hd)), H, nh*hd); err != nil {
 		return err
 	}
 	if a.QNorm, err = r.f32Weight(p+"q_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
@@ -407,9 +451,6 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 		}
 		return L.mlp.BindLoRA(r.lo, l, "mlp.", c.IntermediateSize, H)
 	}
-	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
-		return err
-	}
 	if L.shared, err = block.LoadMLP(r.rb, p+"shared_expert.", c.SharedExpertIntermediateSize, H); err != nil {
 		return err
 	}
@@ -417,6 +458,12 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 		return err
 	}
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
+		return err
+	}
+	if !r.rb.Root() {
+		return nil // rank 0 computes the routed experts
+	}
+	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
 		return err
 	}
 	if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
@@ -435,7 +482,7 @@ func (r *Runner) allocate() error {
 	}
 	var err error
 	hd := c.HeadDim
-	r.rope, r.attn = block.Params(c)
+	r.rope, r.attn = block.RankParams(r.rb, c)
 	nLinear := 0
 	for l := range r.layers {
 		if r.layers[l].linear {
@@ -471,15 +518,15 @@ func (r *Runner) allocate() error {
 		{&r.z, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}}, {&r.core, tensor.F32, []int{T, lin(d.VHeads * d.VDim)}},
 		{&r.ga, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gb, tensor.F32, []int{T, lin(d.VHeads)}},
 		{&r.gg, tensor.F32, []int{T, lin(d.VHeads)}}, {&r.gbeta, tensor.F32, []int{T, lin(d.VHeads)}},
-		{&r.ab.Q, tensor.F32, []int{T, c.NumHeads * hd}}, {&r.ab.Gate, tensor.F32, []int{T, c.NumHeads * hd}},
-		{&r.ab.Out, tensor.F32, []int{T, c.NumHeads * hd}},
-		{&r.ab.K, tensor.F32, []int{T, c.NumKVHeads * hd}}, {&r.ab.V, tensor.F32, []int{T, c.NumKVHeads * hd}},
+		{&r.ab.Q, tensor.F32, []int{T, r.attn.Heads * hd}}, {&r.ab.Gate, tensor.F32, []int{T, r.attn.Heads * hd}},
+		{&r.ab.Out, tensor.F32, []int{T, r.attn.Heads * hd}},
+		{&r.ab.K, tensor.F32, []int{T, r.attn.KVHeads * hd}}, {&r.ab.V, tensor.F32, []int{T, r.attn.KVHeads * hd}},
 		{&r.rlogits, tensor.F32, []int{T, max(c.NumExperts, 1)}},
 		{&r.rw, tensor.F32, []int{T, k}}, {&r.rids, tensor.I32, []int{T, k}},
-		{&r.seG, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
-		{&r.seU, tensor.F32, []int{T, max(c.SharedExpertIntermediateSize, 1)}},
+		{&r.seG, tensor.F32, []int{T, max(block.Width(r.rb, c.SharedExpertIntermediateSize), 1)}},
+		{&r.seU, tensor.F32, []int{T, max(block.Width(r.rb, c.SharedExpertIntermediateSize), 1)}},
 		{&r.seS, tensor.F32, []int{T, 1}},
-		{&r.mlpG, tensor.F32, []int{T, max(c.IntermediateSize, 1)}}, {&r.mlpU, tensor.F32, []int{T, max(c.IntermediateSize, 1)}},
+		{&r.mlpG, tensor.F32, []int{T, max(block.Width(r.rb, c.IntermediateSize), 1)}}, {&r.mlpU, tensor.F32, []int{T, max(block.Width(r.rb, c.IntermediateSize), 1)}},
 	} {
 		if *a.dst, err = r.rb.BE.Alloc(a.dt, a.shape...); err != nil {
 			return fmt.Errorf("allocating activations: %w", err)
@@ -539,11 +586,13 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 func (r *Runner) layersForward(n int) error {
 	be, la, c := r.rb.BE, r.la, r.cfg
 	eps := float32(c.RMSNormEps)
-	be.Embed(r.x, r.embed)
+	r.rb.Embed(r.x, r.embed)
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	// the hybrid step predicts the first MoE layer's picks from here
-	if err := r.routed.StepStart(r.x, n); err != nil {
-		return err
+	if r.routed != nil {
+		if err := r.routed.StepStart(r.x, n); err != nil {
+			return err
+		}
 	}
 	for l := range r.layers {
 		L := &r.layers[l]
@@ -559,24 +608,35 @@ func (r *Runner) layersForward(n int) error {
 			la.GatedRMSNorm(r.core, r.core, r.z, L.gnorm, eps, n*r.delta.VHeads)
 			be.MatMul(r.tmp, r.core, L.outProj, n)
 			r.lo.Apply(&L.lout, r.tmp, r.core, n)
+			r.rb.AllReduce(r.tmp, n) // out_proj is row-parallel
 		} else {
 			L.attn.Attend(be, &r.ab, r.h, &r.rope, &r.attn, eps, n) // the gate too (r.ab.Gate)
 			r.lo.Apply(&L.lgate, r.ab.Gate, r.h, n)
 			la.SigmoidGate(r.ab.Out, r.ab.Out, r.ab.Gate, n)
 			be.MatMul(r.tmp, r.ab.Out, L.attn.O, n)
 			r.lo.Apply(&L.lo, r.tmp, r.ab.Out, n)
+			r.rb.AllReduce(r.tmp, n) // o is row-parallel
 		}
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
-			// routed experts plus the shared expert (sharedExpert), which
-			// runs on the backend while the CPU computes the routed
-			// experts in the hybrid step
-			if err := r.routed.Layer(l, &r.blk, n); err != nil {
-				return err
+			if r.routed != nil {
+				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
+				// routed experts plus the shared expert (sharedExpert),
+				// which runs on the backend while the CPU computes the
+				// routed experts in the hybrid step
+				if err := r.routed.Layer(l, &r.blk, n); err != nil {
+					return err
+				}
+			} else {
+				// another rank computes the routed experts (the residual
+				// stream is the same on every rank): this rank adds its
+				// share of the shared expert
+				r.sharedInto(r.tmp, l, n)
 			}
+			r.rb.AllReduce(r.tmp, n) // the shared expert's down is row-parallel
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.mlpG, r.mlpU, n)
+			r.rb.AllReduce(r.tmp, n) // down is row-parallel
 		}
 		// the residual add, with the next layer's input norm where there
 		// is one (the final norm runs on the rows the head keeps)
@@ -592,9 +652,15 @@ func (r *Runner) layersForward(n int) error {
 // sharedExpert queues MoE layer l's shared expert over the first n rows of
 // r.h, scaled by its sigmoid gate, into r.tmp2 (hybrid.Block.Shared).
 func (r *Runner) sharedExpert(l, n int) backend.Tensor {
+	r.sharedInto(r.tmp2, l, n)
+	return r.tmp2
+}
+
+// sharedInto queues MoE layer l's shared expert over the first n rows of
+// r.h, scaled by its sigmoid gate, into out (r.tmp2 as scratch).
+func (r *Runner) sharedInto(out backend.Tensor, l, n int) {
 	be, L := r.rb.BE, &r.layers[l]
 	L.shared.Forward(be, r.tmp2, r.h, r.seG, r.seU, n)
 	be.MatMul(r.seS, r.h, L.seScale, n)
-	r.la.SigmoidGate(r.tmp2, r.tmp2, r.seS, n)
-	return r.tmp2
+	r.la.SigmoidGate(out, r.tmp2, r.seS, n)
 }

@@ -103,3 +103,22 @@ func TestGraphDecodeIdentical(t *testing.T) {
 		t.Run(fx, func(t *testing.T) { modeltest.GraphDecodeIdentical(t, fx, Load) })
 	}
 }
+
+// TestTensorParallel runs every fixture over 2 and 4 CPU ranks against one
+// rank (modeltest.TPMatchesSingle): attention heads and Gated DeltaNet
+// heads with their conv and recurrent state split over the ranks; where
+// the key heads do not divide, the refusal.
+func TestTensorParallel(t *testing.T) {
+	modeltest.TPMatchesSingle(t, []modeltest.TPCase{
+		{Fixture: "qwen3next-a", Size: 2},
+		{Fixture: "qwen3next-a", Size: 4, Refusal: "linear_num_key_heads: 2 does not divide over tensor-parallel size 4"},
+		{Fixture: "qwen3next-b", Size: 2},
+		{Fixture: "qwen3next-b", Size: 4},
+		{Fixture: "qwen35moe-a", Size: 2},
+		{Fixture: "qwen35moe-a", Size: 4, Refusal: "linear_num_key_heads: 2 does not divide over tensor-parallel size 4"},
+		{Fixture: "qwen35moe-b", Size: 2},
+		{Fixture: "qwen35moe-b", Size: 4},
+		{Fixture: "qwen35moe-fp8", Size: 2},
+		{Fixture: "qwen35moe-fp8", Size: 4, Refusal: "linear_num_key_heads: 2 does not divide over tensor-parallel size 4"},
+	})
+}

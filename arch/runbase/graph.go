@@ -448,7 +448,13 @@ func (b *Base) queueHead(h Head, first, count int) {
 	be := b.BE
 	be.GatherRows(b.sel, h.X, first, count)
 	be.RMSNorm(b.sel, b.sel, h.Norm, h.Eps, count)
-	be.MatMul(b.logits, b.sel, h.LMHead, count)
+	if b.logShard != nil {
+		// vocabulary-parallel: this rank's columns, then every rank's
+		be.MatMul(b.logShard, b.sel, h.LMHead, count)
+		b.TP.AllGatherCols(b.logits, b.logShard, count)
+	} else {
+		be.MatMul(b.logits, b.sel, h.LMHead, count)
+	}
 	if b.picker != nil && first == 0 {
 		// the picks beside the logits: in a decode graph always, as
 		// whether the step's chunks want only them changes per step (the

@@ -19,6 +19,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
+	"github.com/ktserve/kt/tp"
 )
 
 // Base is the shared part of a loaded model runner. Its methods that match
@@ -35,14 +36,22 @@ type Base struct {
 	// FP8Block is quantization_config.weight_block_size of an fp8
 	// checkpoint ([bn, bk]); zero otherwise.
 	FP8Block [2]int
+	// TP is the runner's rank of a tensor-parallel model (Opts.TP); nil
+	// without tensor parallelism (tp.go).
+	TP tp.Comm
 
 	ownBE   bool
 	seen    []bool
 	logRows int // rows of the logits buffer per lm-head block
 	sel     backend.Tensor
 	logits  backend.Tensor
-	hostLog []float32
-	rowsBuf [][]float32
+	// with tensor parallelism: the rank's vocabulary rows (Embedding, the
+	// lm head's too) and its logits columns [logRows, vocab.Count],
+	// gathered into logits
+	vocab    tp.Span
+	logShard backend.Tensor
+	hostLog  []float32
+	rowsBuf  [][]float32
 	// the greedy picks the backend makes after the lm head (backend.Picker;
 	// nil picker: the backend has none): F32 [logRows, 2], and their copy
 	picker   backend.Picker
@@ -68,7 +77,8 @@ func Open(name, dir string, o arch.Options, families ...modelconfig.Family) (*Ba
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	b := &Base{Name: name, Dir: dir, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg)}
+	b := &Base{Name: name, Dir: dir, Opts: o, Ckpt: ck, BE: o.Backend, Info: NewInfo(dir, cfg), TP: o.TP}
+	b.vocab = tp.Span{Count: cfg.VocabSize}
 	if cfg.Quantization == "fp8" && len(cfg.WeightBlockSize) == 2 {
 		b.FP8Block = [2]int{cfg.WeightBlockSize[0], cfg.WeightBlockSize[1]}
 	}
@@ -77,6 +87,14 @@ func Open(name, dir string, o arch.Options, families ...modelconfig.Family) (*Ba
 		b.ownBE = true
 	}
 	b.initGraphs()
+	if err := b.checkTP(cfg); err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if b.Parallel() {
+		// each rank would capture its own collectives: not done yet
+		b.DisableGraphs("tensor parallelism (decode steps run op by op)")
+	}
 	return b, cfg, nil
 }
 
@@ -184,10 +202,11 @@ func sameShape(a []int64, b []int) bool {
 }
 
 // LMHead returns the lm head: lm_head.weight [vocab, hidden], or embed when
-// the embeddings are tied.
+// the embeddings are tied. With tensor parallelism it is the rank's
+// vocabulary rows, as Embedding's.
 func (b *Base) LMHead(embed backend.Tensor, tie bool, vocab, hidden int) (backend.Tensor, error) {
 	if _, has := b.Ckpt.Info("lm_head.weight"); has && !tie {
-		return b.Weight("lm_head.weight", vocab, hidden)
+		return b.WeightSplit("lm_head.weight", RowSplit(b.Layout().Vocab(vocab)), vocab, hidden)
 	}
 	if tie {
 		return embed, nil
@@ -230,6 +249,11 @@ func (b *Base) AllocStep(hidden, vocab int) error {
 	}
 	if b.logits, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, vocab); err != nil {
 		return fmt.Errorf("allocating activations: %w", err)
+	}
+	if b.Parallel() {
+		if b.logShard, err = b.BE.Alloc(b.BE.ActDType(), b.logRows, b.Layout().Vocab(vocab).Count); err != nil {
+			return fmt.Errorf("allocating activations: %w", err)
+		}
 	}
 	if p, ok := b.BE.(backend.Picker); ok {
 		if b.picks, err = b.BE.Alloc(tensor.F32, b.logRows, 2); err != nil {
@@ -341,7 +365,11 @@ func (b *Base) buildStep(bt *model.Batch) error {
 
 // Sync waits for the backend's ops and returns their first error.
 func (b *Base) Sync() error {
-	if err := b.BE.Sync(); err != nil {
+	err := b.BE.Sync()
+	if b.TP != nil {
+		err = errors.Join(err, b.TP.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("%s: forward: %w", b.Name, err)
 	}
 	return nil
@@ -366,9 +394,15 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 	for first := 0; first < nOut; first += b.logRows {
 		m := min(b.logRows, nOut-first)
 		b.queueHead(h, first, m)
+		if !b.Root() {
+			continue // rank 0's logits are read
+		}
 		if err := b.BE.Read(b.hostLog[first*V:(first+m)*V], b.logits, m); err != nil {
 			return fmt.Errorf("%s: forward: %w", b.Name, err)
 		}
+	}
+	if !b.Root() {
+		return b.advance(bt)
 	}
 	return b.hand(bt, out, b.hostLog)
 }
@@ -377,6 +411,9 @@ func (b *Base) Finish(x, norm, lmHead backend.Tensor, eps float32, bt *model.Bat
 // the backend's page-locked memory where it has some) and hands them out.
 func (b *Base) deliver(bt *model.Batch, out *model.Logits, nOut int) error {
 	V := b.Info.VocabSize
+	if !b.Root() {
+		return b.advance(bt) // rank 0's logits are read
+	}
 	if b.picker != nil && pickOnly(bt) {
 		return b.handPicks(bt, out, nOut)
 	}

@@ -67,6 +67,34 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 	}
 }
 
+// EmbedVocab implements backend.VocabEmbedder: a vocabulary shard's
+// rows, zero rows for the tokens other ranks hold.
+func (b *Backend) EmbedVocab(out, table backend.Tensor, first int) {
+	if !b.ok() || b.stepMissing("EmbedVocab") {
+		return
+	}
+	tt := b.t(table, "EmbedVocab table")
+	if tt == nil {
+		return
+	}
+	if b.refuse(backend.CheckMatrix("EmbedVocab", "table", tt.arg())) {
+		return
+	}
+	v, h := tt.shape[0], tt.shape[1]
+	n := len(b.step.Tokens)
+	o := b.f32(out, n*h, "EmbedVocab out")
+	if o == nil {
+		return
+	}
+	for i, id := range b.step.Tokens {
+		if r := int(id) - first; r >= 0 && r < v {
+			tt.row(r, h, o[i*h:(i+1)*h])
+		} else {
+			clear(o[i*h : (i+1)*h])
+		}
+	}
+}
+
 func (b *Backend) stepMissing(op string) bool {
 	if b.step == nil {
 		b.fail("%s: no step set", op)

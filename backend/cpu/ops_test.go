@@ -541,3 +541,43 @@ func TestAttentionChecksEveryPage(t *testing.T) {
 		t.Fatalf("page size 0: Sync returned %v", err)
 	}
 }
+
+// TestEmbedVocab looks up two vocabulary shards of a table and checks
+// that they add up to the whole table's lookup, each row from one shard.
+func TestEmbedVocab(t *testing.T) {
+	b := New(Options{Threads: 1})
+	defer b.Close()
+	const V, H = 10, 3
+	vals := make([]float32, V*H)
+	for i := range vals {
+		vals[i] = float32(i + 1)
+	}
+	whole := f32Tensor(t, b, vals, V, H)
+	lo := f32Tensor(t, b, vals[:6*H], 6, H)
+	hi := f32Tensor(t, b, vals[6*H:], 4, H)
+	step := &backend.Step{Tokens: []int32{0, 5, 6, 9, 3}, Pos: []int32{0, 1, 2, 3, 4}, Seqs: []backend.Seq{{Len: 5}}}
+	if err := b.SetStep(step); err != nil {
+		t.Fatal(err)
+	}
+	n := len(step.Tokens)
+	want, _ := b.Alloc(tensor.F32, n, H)
+	a, _ := b.Alloc(tensor.F32, n, H)
+	c, _ := b.Alloc(tensor.F32, n, H)
+	b.Embed(want, whole)
+	b.EmbedVocab(a, lo, 0)
+	b.EmbedVocab(c, hi, 6)
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range step.Tokens {
+		for j := 0; j < H; j++ {
+			x, y := a.(*Tensor).f32[i*H+j], c.(*Tensor).f32[i*H+j]
+			if (tok < 6) != (y == 0) || (tok >= 6) != (x == 0) {
+				t.Errorf("token %d col %d: shards %v and %v, one must be zero", tok, j, x, y)
+			}
+			if x+y != want.(*Tensor).f32[i*H+j] {
+				t.Errorf("token %d col %d: shards add to %v, want %v", tok, j, x+y, want.(*Tensor).f32[i*H+j])
+			}
+		}
+	}
+}

@@ -34,6 +34,28 @@ func (b *Backend) Embed(out, table backend.Tensor) {
 	b.check("Embed", b.d.launch(b.s, "m_embed", grid1(n), grid1(min(256, max(32, h))), 0, o.buf, tt.buf, dt, b.reg(rTokens), h))
 }
 
+// EmbedVocab implements backend.VocabEmbedder.
+func (b *Backend) EmbedVocab(out, table backend.Tensor, first int) {
+	if !b.ok() || b.stepMissing("EmbedVocab") {
+		return
+	}
+	tt := b.t(table, "EmbedVocab table")
+	if tt == nil {
+		return
+	}
+	if b.refuse(backend.CheckMatrix("EmbedVocab", "table", tt.arg())) {
+		return
+	}
+	dt, _ := wcode(tt.dt)
+	v, h := tt.shape[0], tt.shape[1]
+	n := len(b.step.Tokens)
+	o := b.f32(out, n*h, "EmbedVocab out")
+	if o == nil {
+		return
+	}
+	b.check("EmbedVocab", b.d.launch(b.s, "m_embed_vocab", grid1(n), grid1(min(256, max(32, h))), 0, o.buf, tt.buf, dt, b.reg(rTokens), h, first, v))
+}
+
 // MatMul implements backend.Ops: out = x·wᵀ through cuBLASLt with float32
 // output. For a bf16 (f16) weight the float32 activations are split into
 // hi = bf16(x) and lo = bf16(x − hi), stacked as 2n rows of the scratch

@@ -21,6 +21,7 @@ static char load_err[512];
 	X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice)) \
 	X(cuDeviceTotalMem_v2, CUresult, (size_t *, CUdevice)) \
 	X(cuDeviceGetPCIBusId, CUresult, (char *, int, CUdevice)) \
+	X(cuDeviceCanAccessPeer, CUresult, (int *, CUdevice, CUdevice)) \
 	X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice)) \
 	X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice)) \
 	X(cuCtxSetCurrent, CUresult, (CUcontext)) \
@@ -143,6 +144,7 @@ CUresult kt_cuDeviceGetName(char *b, int n, CUdevice d) { NOCTX return p_cuDevic
 CUresult kt_cuDeviceGetAttribute(int *v, int a, CUdevice d) { NOCTX return p_cuDeviceGetAttribute(v, a, d); }
 CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d) { NOCTX return p_cuDeviceTotalMem_v2(b, d); }
 CUresult kt_cuDeviceGetPCIBusId(char *b, int n, CUdevice d) { NOCTX return p_cuDeviceGetPCIBusId(b, n, d); }
+CUresult kt_cuDeviceCanAccessPeer(int *v, CUdevice a, CUdevice b) { NOCTX return p_cuDeviceCanAccessPeer(v, a, b); }
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRetain(c, d); }
 CUresult kt_cuDevicePrimaryCtxRelease(CUdevice d) { NOCTX return p_cuDevicePrimaryCtxRelease_v2(d); }
 CUresult kt_cuCtxSynchronize(CUcontext ctx) { SETCTX return p_cuCtxSynchronize(); }
@@ -341,17 +343,48 @@ const char *kt_cublasLtStatusString(cublasStatus_t s) {
 }
 
 // ---- NCCL -----------------------------------------------------------------
-static int (*p_ncclGetVersion)(int *);
+// The collectives tensor parallelism uses (backend/cuda/nccl.go), resolved
+// at load with ncclGetVersion: every one is in NCCL 2.4 and later.
+#define NCCL_FUNCS(X) \
+	X(ncclGetVersion, int, (int *)) \
+	X(ncclGetErrorString, const char *, (int)) \
+	X(ncclCommInitAll, int, (ncclComm_t *, int, const int *)) \
+	X(ncclCommDestroy, int, (ncclComm_t)) \
+	X(ncclCommAbort, int, (ncclComm_t)) \
+	X(ncclAllReduce, int, (const void *, void *, size_t, int, int, ncclComm_t, CUstream)) \
+	X(ncclBroadcast, int, (const void *, void *, size_t, int, int, ncclComm_t, CUstream)) \
+	X(ncclAllGather, int, (const void *, void *, size_t, int, ncclComm_t, CUstream)) \
+	X(ncclGroupStart, int, (void)) \
+	X(ncclGroupEnd, int, (void))
+#define NCCL_DECL(name, ret, args) static ret(*p_##name) args;
+NCCL_FUNCS(NCCL_DECL)
 const char *kt_load_nccl(const char *path) {
 	if (h_nccl) return NULL;
 	void *h;
 	const char *err = open_lib(&h, path);
 	if (err) return err;
-	if ((err = resolve(h, path, "ncclGetVersion", (void **)&p_ncclGetVersion)) != NULL) {
-		dlclose(h);
-		return err;
-	}
+#define NCCL_RESOLVE(name, ret, args) \
+	if ((err = resolve(h, path, #name, (void **)&p_##name)) != NULL) { dlclose(h); return err; }
+	NCCL_FUNCS(NCCL_RESOLVE)
 	h_nccl = h;
 	return NULL;
 }
-int kt_ncclGetVersion(int *v) { if (!h_nccl) return KT_ERR_NOT_LOADED; return p_ncclGetVersion(v); }
+#define NCCLCHECK if (!h_nccl) return KT_ERR_NOT_LOADED;
+#define NCCLCTX NCCLCHECK if (ctx && h_driver) { CUresult _r = p_cuCtxSetCurrent(ctx); if (_r) return KT_NCCL_CTX_ERROR; }
+int kt_ncclGetVersion(int *v) { NCCLCHECK return p_ncclGetVersion(v); }
+const char *kt_ncclGetErrorString(int r) {
+	if (!h_nccl) return "NCCL library not loaded";
+	return p_ncclGetErrorString(r);
+}
+int kt_ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) { NCCLCHECK return p_ncclCommInitAll(comms, n, devs); }
+int kt_ncclCommDestroy(ncclComm_t c) { NCCLCHECK return p_ncclCommDestroy(c); }
+int kt_ncclCommAbort(ncclComm_t c) { NCCLCHECK return p_ncclCommAbort(c); }
+int kt_ncclAllReduce(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, int op, ncclComm_t c, CUstream s) {
+	NCCLCTX return p_ncclAllReduce((const void *)send, (void *)recv, count, dt, op, c, s);
+}
+int kt_ncclBroadcast(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, int root, ncclComm_t c, CUstream s) {
+	NCCLCTX return p_ncclBroadcast((const void *)send, (void *)recv, count, dt, root, c, s);
+}
+int kt_ncclAllGather(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, ncclComm_t c, CUstream s) {
+	NCCLCTX return p_ncclAllGather((const void *)send, (void *)recv, count, dt, c, s);
+}

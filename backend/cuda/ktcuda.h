@@ -18,6 +18,11 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 
+typedef struct ncclComm *ncclComm_t;
+// KT_NCCL_CTX_ERROR is what an NCCL trampoline returns when the context
+// could not be made current (outside NCCL's own result codes).
+#define KT_NCCL_CTX_ERROR 1000
+
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 
@@ -41,6 +46,17 @@ const char *kt_load_nvrtc(const char *path);
 const char *kt_load_cublaslt(const char *path);
 const char *kt_load_nccl(const char *path);
 
+// NCCL trampolines (the collectives of tensor parallelism). Those taking
+// ctx make it current first; results are ncclResult_t codes.
+int kt_ncclGetVersion(int *v);
+const char *kt_ncclGetErrorString(int r);
+int kt_ncclCommInitAll(ncclComm_t *comms, int n, const int *devs);
+int kt_ncclCommDestroy(ncclComm_t c);
+int kt_ncclCommAbort(ncclComm_t c);
+int kt_ncclAllReduce(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, int op, ncclComm_t c, CUstream s);
+int kt_ncclBroadcast(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, int root, ncclComm_t c, CUstream s);
+int kt_ncclAllGather(CUcontext ctx, CUdeviceptr send, CUdeviceptr recv, size_t count, int dt, ncclComm_t c, CUstream s);
+
 // Driver API trampolines. Those taking ctx make it current on the calling
 // OS thread first (goroutines move between threads between cgo calls).
 CUresult kt_cuInit(void);
@@ -49,6 +65,7 @@ CUresult kt_cuDeviceGetCount(int *n);
 CUresult kt_cuDeviceGet(CUdevice *d, int ordinal);
 CUresult kt_cuDeviceGetName(char *buf, int len, CUdevice d);
 CUresult kt_cuDeviceGetAttribute(int *v, int attr, CUdevice d);
+CUresult kt_cuDeviceCanAccessPeer(int *v, CUdevice a, CUdevice b);
 CUresult kt_cuDeviceTotalMem(size_t *b, CUdevice d);
 CUresult kt_cuDeviceGetPCIBusId(char *buf, int len, CUdevice d);
 CUresult kt_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
@@ -134,8 +151,5 @@ cublasStatus_t kt_cublasLtMatmul(CUcontext ctx, cublasLtHandle_t h, cublasLtMatm
 		CUdeviceptr c, cublasLtMatrixLayout_t cl, CUdeviceptr d, cublasLtMatrixLayout_t dl,
 		const cublasLtMatmulAlgo_t *algo, CUdeviceptr ws, size_t wsSize, CUstream s);
 const char *kt_cublasLtStatusString(cublasStatus_t s);
-
-// NCCL (version only, for kt doctor).
-int kt_ncclGetVersion(int *v);
 
 #endif

@@ -27,7 +27,7 @@ import (
 // it).
 type routingBenchOpts struct {
 	data, calib, tokenizerPath string
-	ctx, threads               int
+	ctx, threads, tpSize       int
 }
 
 var routingOpts routingBenchOpts
@@ -56,6 +56,7 @@ func init() {
 			f.StringVar(&o.tokenizerPath, "tokenizer-path", "", "routing: directory with tokenizer.json (default: --model-path)")
 			f.IntVar(&o.ctx, "ctx", 512, "routing: window in tokens; windows do not overlap")
 			f.IntVar(&o.threads, "threads", 0, "routing: CPU threads (0 = all cores)")
+			registerTP(f, &o.tpSize, "routing: CPU ranks the model is split over (tensor parallelism; the routing is the same)")
 		},
 		run: func(cmd *cobra.Command, out io.Writer) error {
 			paths, err := cmd.Flags().GetStringArray("model-path")
@@ -183,8 +184,11 @@ func runRoutingBench(dir string, o routingBenchOpts, log io.Writer) (*routingRes
 		}
 	}
 	var active arch.ExpertRecorder = rec
+	if o.tpSize < 1 {
+		return nil, fmt.Errorf("--tensor-parallel-size %d: want at least 1", o.tpSize)
+	}
 	opts := arch.Options{MaxSeqs: 1, MaxTotalTokens: ctx + 16, MaxBatchTokens: ctx, Threads: o.threads, Device: "cpu", Experts: "auto",
-		ExpertRecorder: recorderSwitch{&active}}
+		ExpertRecorder: recorderSwitch{&active}, TensorParallel: o.tpSize}
 	r, err := arch.Load(dir, opts)
 	if err != nil {
 		return nil, err

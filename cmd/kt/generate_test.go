@@ -22,6 +22,7 @@ type generateRef struct {
 	Steps   int
 	Chunk   int
 	Top     int
+	Args    []string // more flags
 }
 
 // checkGenerate runs each row through `kt generate --json` and compares the
@@ -46,6 +47,7 @@ func checkGenerate(t *testing.T, rows []generateRef) {
 				args = append(args, "--top-logprobs", strconv.Itoa(r.Top))
 			}
 			args = append(args, "--chunked-prefill-size", strconv.Itoa(r.Chunk), "--threads", "2")
+			args = append(args, r.Args...)
 			stdout, stderr, err := runKT(t, args...)
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", r.Fixture, err, stderr)
@@ -101,6 +103,16 @@ func TestGenerateQwen3NextAndQwen35(t *testing.T) {
 	})
 }
 
+// TestGenerateTensorParallel drives `kt generate` over 2 CPU ranks (and
+// 4 through the alias) and checks the greedy continuation against
+// transformers.
+func TestGenerateTensorParallel(t *testing.T) {
+	checkGenerate(t, []generateRef{
+		{Fixture: "qwen3moe-c", Case: 1, Steps: 12, Chunk: 16, Args: []string{"--device", "cpu", "--tensor-parallel-size", "2"}},
+		{Fixture: "qwen35moe-b", Case: -1, Steps: 8, Chunk: 37, Args: []string{"--device", "cpu", "--tp-size", "4"}},
+	})
+}
+
 func TestGenerateFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"generate"},
@@ -108,6 +120,8 @@ func TestGenerateFlagErrors(t *testing.T) {
 		{"generate", "--model-path", "x", "--input-ids", "1", "--prompt", "a"},
 		{"generate", "--model-path", "x", "--input-ids", "1,-2"},
 		{"generate", "--model-path", t.TempDir(), "--input-ids", "1"},
+		{"generate", "--model-path", fixtures.Dir("qwen3moe-a"), "--input-ids", "1", "--tp-size", "0"},
+		{"generate", "--model-path", fixtures.Dir("qwen3moe-a"), "--input-ids", "1", "--device", "cpu", "--tp-size", "3"},
 	} {
 		root := newRootCmd()
 		root.SetOut(&bytes.Buffer{})

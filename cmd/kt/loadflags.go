@@ -36,6 +36,7 @@ type loadFlags struct {
 	ktDeferred        int // --kt-max-deferred-experts-per-token
 	device            string
 	baseGPUID         int
+	tpSize            int // --tensor-parallel-size
 	memFraction       float64
 	noGraph           bool
 }
@@ -59,7 +60,8 @@ func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.ktDynamicUpdate, "kt-enable-dynamic-expert-update", false, "hybrid step: after a layerwise prefill, refill each layer's GPU expert slots with the batch's most picked experts (needs --kt-gpu-prefill-token-threshold)")
 	fl.IntVar(&f.ktDeferred, "kt-max-deferred-experts-per-token", 0, "routed experts per token whose CPU work may finish during the next MoE layer (0 off, 1-4 recommended; CPU experts only)")
 	fl.StringVar(&f.device, "device", "auto", "where the model runs: auto (the GPU when one is usable and the model fits), cuda, cpu")
-	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use, among those CUDA_VISIBLE_DEVICES leaves")
+	fl.IntVar(&f.baseGPUID, "base-gpu-id", 0, "GPU to use (the first of --tensor-parallel-size), among those CUDA_VISIBLE_DEVICES leaves")
+	registerTP(fl, &f.tpSize, "ranks to split attention, dense layers and the vocabulary over: GPUs from --base-gpu-id (NCCL), or CPU thread groups with --device cpu")
 	fl.Float64Var(&f.memFraction, "mem-fraction-static", 0, "fraction of GPU memory for weights, KV cache and activations (0: default 0.88)")
 	fl.BoolVar(&f.noGraph, "disable-cuda-graph", false, "run GPU decode steps op by op instead of replaying a captured CUDA graph")
 }
@@ -74,6 +76,12 @@ func (f *loadFlags) options(cmd *cobra.Command) (arch.Options, error) {
 	}
 	if !slices.Contains(arch.Devices, f.device) {
 		return o, fmt.Errorf("--device %q: want one of %s", f.device, strings.Join(arch.Devices, ", "))
+	}
+	if f.tpSize < 1 {
+		return o, fmt.Errorf("--tensor-parallel-size %d: want at least 1", f.tpSize)
+	}
+	if f.baseGPUID < 0 {
+		return o, fmt.Errorf("--base-gpu-id %d: want at least 0", f.baseGPUID)
 	}
 	if f.memFraction < 0 || f.memFraction > 1 {
 		return o, fmt.Errorf("--mem-fraction-static %v outside (0, 1]", f.memFraction)
@@ -103,7 +111,15 @@ func (f *loadFlags) options(cmd *cobra.Command) (arch.Options, error) {
 	return arch.Options{Threads: f.threads, Experts: experts,
 		ExpertWeightPath: f.ktWeightPath, ExpertThreads: f.ktCPUInfer, ExpertPools: f.ktPools, ExpertNUMANodes: f.ktNUMANodes,
 		GPUExperts: gpuExperts, ExpertDeferral: f.ktDeferred, GPUPrefillThreshold: f.ktPrefillThresh, DynamicExpertUpdate: f.ktDynamicUpdate,
-		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction, DisableCUDAGraph: f.noGraph}, nil
+		Device: f.device, BaseGPUID: f.baseGPUID, MemFractionStatic: f.memFraction, DisableCUDAGraph: f.noGraph,
+		TensorParallel: f.tpSize}, nil
+}
+
+// registerTP defines --tensor-parallel-size and its alias --tp-size on fl,
+// both setting n, with use as the help text.
+func registerTP(fl *pflag.FlagSet, n *int, use string) {
+	fl.IntVar(n, "tensor-parallel-size", 1, use)
+	fl.IntVar(n, "tp-size", 1, "alias of --tensor-parallel-size")
 }
 
 // tokenizerDir is --tokenizer-path, else --model-path.

@@ -50,14 +50,19 @@ func newServeCmd() *cobra.Command {
 }
 
 // serveFeatures says what this build can do. The model runs wholly on the
-// CPU or one GPU; with --kt-weight-path its routed experts run on the KT
+// CPU or one GPU, or split over several ranks (--tensor-parallel-size: GPUs
+// through NCCL, or CPU thread groups); with --kt-weight-path its routed experts run on the KT
 // CPU expert engine (the methods cpuExpertMethods lists; none in a build
 // without cgo), with expert deferral wherever the engine runs. LoRA
 // serving is not there yet, so its flags are refused by name.
 func serveFeatures() serveconfig.Features {
 	methods := cpuExpertMethods()
 	gpus := arch.GPUCount()
+	maxTP, whyTP := arch.GPUTensorParallel()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
+		// tensor parallelism: over the GPUs through NCCL, or CPU ranks;
+		// LoRA, deferral, GPU experts and layerwise prefill not with it yet
+		MaxTensorParallel: maxTP, TensorParallelWhy: whyTP,
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
 		// layerwise prefill and dynamic update are the hybrid step's too
@@ -131,7 +136,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	sopt := server.Options{
 		Engine: eng, ModelName: cfg.ModelName(), ModelPath: cfg.ModelPath, Tokenizer: text.tok, TokenizerPath: cfg.TokenizerPath,
 		Template: text.template, ReasoningParser: reasoning, ToolCallParser: tools, APIKey: cfg.APIKey, ServerArgs: serverArgs,
-		StreamOutput: cfg.StreamOutput, PageSize: m.pageSize,
+		StreamOutput: cfg.StreamOutput, PageSize: m.pageSize, TPSize: cfg.TensorParallelSize,
 		Version: version, Logger: log, AccessLog: logLevel(cfg.LogLevelHTTP) <= slog.LevelInfo,
 		LoRANames: m.loras.Names(), CacheReport: cfg.EnableCacheReport,
 		Limits: server.Limits{MaxConnections: cfg.MaxConnections, ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
@@ -236,7 +241,7 @@ func loadInterruptible(ctx context.Context, dir string, opts arch.Options) (mode
 func loadServedModel(ctx context.Context, cfg *serveconfig.Config, mcfg modelSummary, sz serveSizes, log *slog.Logger) (*servedModel, error) {
 	opts := arch.Options{MaxSeqs: sz.maxRunning, MaxTotalTokens: sz.maxTotal, MaxBatchTokens: sz.batchTokens, Threads: sz.threads,
 		Device: cfg.Device, BaseGPUID: cfg.BaseGPUID, MemFractionStatic: cfg.MemFractionStatic,
-		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS}
+		DisableCUDAGraph: cfg.DisableCUDAGraph, CUDAGraphMaxBS: cfg.CUDAGraphMaxBS, TensorParallel: cfg.TensorParallelSize}
 	if !cfg.DisableRadixCache {
 		// hybrid models: recurrent-state snapshots the prefix cache keeps
 		// (plus one rolling state per slot)

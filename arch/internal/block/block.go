@@ -15,6 +15,7 @@ import (
 	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/tp"
 )
 
 // Params returns the rotary and attention parameters of c's attention
@@ -25,10 +26,27 @@ func Params(c *modelconfig.Config) (backend.Rope, backend.Attn) {
 		backend.Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
 }
 
+// RankParams is Params for rb's rank of a tensor-parallel model: its
+// query heads and the kv heads they read (tp.Layout.KVHeads).
+func RankParams(rb *runbase.Base, c *modelconfig.Config) (backend.Rope, backend.Attn) {
+	rope, attn := Params(c)
+	q, kv := RankHeads(rb, c)
+	attn.Heads, attn.KVHeads = q.Count, kv.Count
+	return rope, attn
+}
+
+// RankHeads returns the attention query heads and kv heads rb's rank
+// holds (all of them without tensor parallelism).
+func RankHeads(rb *runbase.Base, c *modelconfig.Config) (q, kv tp.Span) {
+	l := rb.Layout()
+	return l.Split(c.NumHeads), l.KVHeads(c.NumHeads, c.NumKVHeads)
+}
+
 // AllocKV allocates one attention layer's paged KV cache: the pool's pages
-// of the options' page size, c's kv heads and head dim.
+// of the options' page size, the rank's kv heads of c and c's head dim.
 func AllocKV(rb *runbase.Base, c *modelconfig.Config) (*backend.KVCache, error) {
-	return rb.BE.AllocKV(rb.Pool.NumPages(), rb.Opts.PageSize, c.NumKVHeads, c.HeadDim)
+	_, kv := RankHeads(rb, c)
+	return rb.BE.AllocKV(rb.Pool.NumPages(), rb.Opts.PageSize, kv.Count, c.HeadDim)
 }
 
 // Attention is one attention layer's weights: the q, k, v projections
@@ -119,7 +137,10 @@ func (m *MLP) BindLoRA(lo *LoRAs, layer int, p string, inter, hidden int) (err e
 }
 
 // LoadMLP binds the SwiGLU MLP stored under p (p+"gate_proj.weight",
-// "up_proj.weight", "down_proj.weight") with intermediate size inter.
+// "up_proj.weight", "down_proj.weight") with intermediate size inter. With
+// tensor parallelism gate and up are column-parallel and down row-parallel:
+// the rank holds its share of the intermediate columns (Width), and
+// Forward's output is a partial sum for runbase.Base.AllReduce.
 func LoadMLP(rb *runbase.Base, p string, inter, hidden int) (MLP, error) {
 	var m MLP
 	var err error
@@ -127,17 +148,22 @@ func LoadMLP(rb *runbase.Base, p string, inter, hidden int) (MLP, error) {
 		dst        *backend.Tensor
 		name       string
 		rows, cols int
+		split      runbase.Split
 	}{
-		{&m.Gate, "gate_proj.weight", inter, hidden},
-		{&m.Up, "up_proj.weight", inter, hidden},
-		{&m.Down, "down_proj.weight", hidden, inter},
+		{&m.Gate, "gate_proj.weight", inter, hidden, rb.ColumnParallel(inter)},
+		{&m.Up, "up_proj.weight", inter, hidden, rb.ColumnParallel(inter)},
+		{&m.Down, "down_proj.weight", hidden, inter, rb.RowParallel(inter)},
 	} {
-		if *w.dst, err = rb.Weight(p+w.name, w.rows, w.cols); err != nil {
+		if *w.dst, err = rb.WeightSplit(p+w.name, w.split, w.rows, w.cols); err != nil {
 			return MLP{}, err
 		}
 	}
 	return m, nil
 }
+
+// Width is the intermediate width of the rank's share of an MLP of
+// intermediate size inter (Forward's scratch width).
+func Width(rb *runbase.Base, inter int) int { return rb.Layout().Split(inter).Count }
 
 // Forward computes out = down(silu(gate(x)) · up(x)) over n rows, with g
 // and u [T, I] as scratch.
