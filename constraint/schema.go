@@ -444,8 +444,11 @@ func (c *schemaCompiler) intKeyword(m map[string]json.RawMessage, path, k string
 		return 0, false, nil
 	}
 	var f float64
-	if json.Unmarshal(v, &f) != nil || f < 0 || f != math.Trunc(f) || f > 1<<20 {
-		return 0, true, c.errf(path, k, "must be a non-negative integer")
+	switch {
+	case json.Unmarshal(v, &f) != nil || f < 0 || f != math.Trunc(f):
+		return 0, true, c.errf(path, k, "must be a non-negative integer, got %s", v)
+	case f > 1<<20:
+		return 0, true, c.errf(path, k, "%s is larger than the %d supported", v, 1<<20)
 	}
 	return int(f), true, nil
 }
@@ -728,8 +731,13 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 	if hasMax && maxI < minI {
 		return "", c.errf(path, "maxItems", "maxItems %d is below minItems %d", maxI, minI)
 	}
-	if minI > 100 || maxI > 100 {
-		return "", c.errf(path, "maxItems", "item counts over 100 are not supported")
+	for _, b := range []struct {
+		k string
+		n int
+	}{{"minItems", minI}, {"maxItems", maxI}} {
+		if b.n > 100 {
+			return "", c.errf(path, b.k, "%s %d: item counts over 100 are not supported", b.k, b.n)
+		}
 	}
 	sep := ws + "," + ws
 	var body string

@@ -118,6 +118,10 @@ func TestSchemaRefusals(t *testing.T) {
 		{`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a"],"additionalProperties":false}`, true, `missing "b"`},
 		{`{"anyOf":[{"type":"object"}]}`, true, `root schema`},
 		{`not json`, false, `not valid JSON`},
+		{`{"type":"array","minItems":200}`, false, `keyword "minItems": minItems 200`},
+		{`{"type":"array","minItems":1,"maxItems":101}`, false, `keyword "maxItems": maxItems 101`},
+		{`{"type":"string","maxLength":1000000000000}`, false, `1000000000000 is larger than`},
+		{`{"type":"string","minLength":1.5}`, false, `must be a non-negative integer, got 1.5`},
 	} {
 		_, err := CompileSchema([]byte(tc.schema), SchemaOptions{Strict: tc.strict})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

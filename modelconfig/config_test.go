@@ -70,7 +70,7 @@ func TestParseErrors(t *testing.T) {
 		{"sliding window", "qwen3moe-a", func(m, _ map[string]any) { m["use_sliding_window"] = true }, []string{"use_sliding_window: sliding-window attention is not supported"}},
 		{"quant method", "qwen3moe-a", func(m, _ map[string]any) { m["quantization_config"] = map[string]any{"quant_method": "gptq"} }, []string{`quant_method: "gptq" is not supported`}},
 		{"float where int", "qwen3moe-a", func(m, _ map[string]any) { m["hidden_size"] = 64.5 }, []string{"hidden_size: 64.5 is not an integer"}},
-		{"huge int", "qwen3moe-a", func(m, _ map[string]any) { m["vocab_size"] = 1e30 }, []string{"vocab_size: 1e+30 is not an integer"}},
+		{"huge int", "qwen3moe-a", func(m, _ map[string]any) { m["vocab_size"] = 1e30 }, []string{"vocab_size: 1e+30 is out of range"}},
 		{"no context", "qwen3moe-a", func(m, _ map[string]any) { m["max_position_embeddings"] = 0 }, []string{"max_position_embeddings: must be positive, is 0"}},
 	}
 	for _, c := range cases {

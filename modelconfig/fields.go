@@ -51,24 +51,28 @@ func (o object) sub(name string) (object, bool) {
 	return s, true
 }
 
-func parseInt(raw json.RawMessage) (int, bool) {
+// parseInt reads an integer that fits in 32 bits (integral floats such as
+// 4.0 too); the error says what is wrong with raw.
+func parseInt(raw json.RawMessage) (int, error) {
 	var n json.Number
 	if json.Unmarshal(raw, &n) != nil {
-		return 0, false
+		return 0, fmt.Errorf("%s is not an integer", raw)
 	}
 	v, err := strconv.ParseInt(string(n), 10, 64)
 	if err != nil {
-		// Accept integral floats such as 4.0.
 		f, ferr := strconv.ParseFloat(string(n), 64)
-		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return 0, false
+		if ferr != nil || f != math.Trunc(f) {
+			return 0, fmt.Errorf("%s is not an integer", raw)
+		}
+		if math.Abs(f) > math.MaxInt32 {
+			return 0, fmt.Errorf("%s is out of range (at most %d in magnitude)", raw, math.MaxInt32)
 		}
 		v = int64(f)
 	}
 	if v > math.MaxInt32 || v < math.MinInt32 {
-		return 0, false
+		return 0, fmt.Errorf("%s is out of range (at most %d in magnitude)", raw, math.MaxInt32)
 	}
-	return int(v), true
+	return int(v), nil
 }
 
 // intField reads a required positive integer.
@@ -77,9 +81,9 @@ func (o object) intField(name string) int {
 		o.fail(name, "missing")
 		return 0
 	}
-	v, ok := parseInt(o.m[name])
-	if !ok {
-		o.fail(name, "%s is not an integer", o.m[name])
+	v, err := parseInt(o.m[name])
+	if err != nil {
+		o.fail(name, "%v", err)
 		return 0
 	}
 	if v <= 0 {
@@ -93,9 +97,9 @@ func (o object) optInt(name string, def int) int {
 	if !o.has(name) {
 		return def
 	}
-	v, ok := parseInt(o.m[name])
-	if !ok {
-		o.fail(name, "%s is not an integer", o.m[name])
+	v, err := parseInt(o.m[name])
+	if err != nil {
+		o.fail(name, "%v", err)
 		return def
 	}
 	return v
@@ -165,9 +169,9 @@ func (o object) optInts(name string) []int {
 	}
 	out := make([]int, len(raw))
 	for i, r := range raw {
-		v, ok := parseInt(r)
-		if !ok {
-			o.fail(name, "element %d (%s) is not an integer", i, r)
+		v, err := parseInt(r)
+		if err != nil {
+			o.fail(name, "element %d: %v", i, err)
 			return nil
 		}
 		out[i] = v
@@ -181,7 +185,7 @@ func (o object) optIntOrInts(name string) []int {
 	if !o.has(name) {
 		return nil
 	}
-	if v, ok := parseInt(o.m[name]); ok {
+	if v, err := parseInt(o.m[name]); err == nil {
 		return []int{v}
 	}
 	return o.optInts(name)

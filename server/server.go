@@ -159,7 +159,7 @@ func (s *Server) Handler() http.Handler {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, writeTimeout: s.lim.WriteTimeout}
 		switch {
-		case s.opt.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r):
+		case s.opt.APIKey != "" && !openRoute(r.URL.Path) && !s.authorized(r):
 			// The body stays unread: close the connection rather than let
 			// net/http drain the body, which a client could trickle forever.
 			w.Header().Set("Connection", "close")
@@ -179,10 +179,19 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// openRoute reports whether path is served without the API key: as in
+// SGLang, the health checks (/health, /health_generate) and /metrics, which
+// load balancers and Prometheus scrape without credentials.
+func openRoute(path string) bool {
+	return strings.HasPrefix(path, "/health") || strings.HasPrefix(path, "/metrics")
+}
+
+// authorized reports whether r carries the API key, as Authorization:
+// Bearer KEY (the scheme in any case) or X-API-Key: KEY.
 func (s *Server) authorized(r *http.Request) bool {
 	got := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(got, "Bearer ")
-	if !ok {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(got), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		key = r.Header.Get("X-API-Key")
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.opt.APIKey)) == 1

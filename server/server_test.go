@@ -781,21 +781,45 @@ func TestSkipTokenizerInit(t *testing.T) {
 	}
 }
 
+// TestAPIKey: with --api-key, every route but SGLang's open ones (the
+// health checks and /metrics) needs the key, as a Bearer token (the scheme
+// in any case) or X-API-Key.
 func TestAPIKey(t *testing.T) {
 	ts := newTestServer(t, fakemodel.Config{}, engine.Config{}, func(o *Options) { o.APIKey = "sekret" })
-	if code, _ := ts.get(t, "/health"); code != 200 {
-		t.Errorf("/health needs no key: %d", code)
+	for _, path := range []string{"/health", "/health_generate", "/metrics"} {
+		if code, body := ts.get(t, path); code != 200 {
+			t.Errorf("%s needs no key: %d %s", path, code, body)
+		}
 	}
-	for _, path := range []string{"/v1/models", "/metrics", "/get_server_info", "/health_generate"} {
+	for _, path := range []string{"/v1/models", "/get_server_info", "/get_model_info", "/healthz/../v1/models"} {
 		code, body := ts.get(t, path)
 		if code != 401 || !strings.Contains(string(body), "API key") {
 			t.Errorf("%s without key: %d %s", path, code, body)
 		}
 	}
-	req, _ := http.NewRequest("GET", ts.url+"/v1/models", nil)
-	req.Header.Set("Authorization", "Bearer wrong")
-	if resp, _ := http.DefaultClient.Do(req); resp.StatusCode != 401 {
-		t.Errorf("wrong key: %d", resp.StatusCode)
+	for _, c := range []struct {
+		header, value string
+		want          int
+	}{
+		{"Authorization", "Bearer wrong", 401},
+		{"Authorization", "sekret", 401},
+		{"Authorization", "Basic sekret", 401},
+		{"Authorization", "Bearer sekret", 200},
+		{"Authorization", "bearer sekret", 200},
+		{"Authorization", "BEARER  sekret", 200},
+		{"X-API-Key", "sekret", 200},
+		{"X-API-Key", "wrong", 401},
+	} {
+		req, _ := http.NewRequest("GET", ts.url+"/v1/models", nil)
+		req.Header.Set(c.header, c.value)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %q: %d, want %d", c.header, c.value, resp.StatusCode, c.want)
+		}
 	}
 	// The OpenAI client sends the key.
 	if _, err := ts.client.ListModels(context.Background()); err != nil {

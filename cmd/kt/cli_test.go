@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,6 +48,22 @@ func TestInspect(t *testing.T) {
 	}
 }
 
+// TestInspectServingRefusal: a config kt serve refuses (a rope scaling
+// its model definitions do not compute) fails kt inspect too, saying why.
+func TestInspectServingRefusal(t *testing.T) {
+	dir := copyModel(t, "../../testdata/models/qwen3moe-a")
+	editConfig(t, dir, func(c map[string]any) {
+		c["rope_parameters"] = map[string]any{"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+	})
+	out, err := runCLI(t, "inspect", "--model-path", dir)
+	if err == nil || !strings.Contains(err.Error(), `rope type "dynamic" is not supported`) {
+		t.Errorf("inspect of a refused rope scaling: %v", err)
+	}
+	if !strings.Contains(out, "serving          refused: ") {
+		t.Errorf("inspect output lacks the serving refusal:\n%s", out)
+	}
+}
+
 func TestDoctor(t *testing.T) {
 	out, err := runCLI(t, "doctor", "--json", "--model-path", "../../testdata/models/qwen3next-a")
 	if err != nil && err != errChecksFailed {
@@ -69,5 +87,36 @@ func TestDoctor(t *testing.T) {
 	}
 	if names["model.weights"] != "pass" {
 		t.Errorf("model.weights = %s", names["model.weights"])
+	}
+}
+
+// copyModel copies the model directory src into a temporary directory.
+func copyModel(t *testing.T, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// editConfig rewrites dir/config.json through edit.
+func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := map[string]any{}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	edit(c)
+	if b, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

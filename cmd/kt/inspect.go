@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/sysinfo"
@@ -52,6 +55,9 @@ with status 1.`,
 			}
 			defer ck.Close()
 			r := modelconfig.Check(c, ck)
+			// What kt serve's model definitions refuse (a rope scaling, an
+			// activation), so "ok" here means it serves.
+			serveErr := runbase.Supported(c, c.Family)
 			mem := sysinfo.Detect().Memory
 			avail := mem.EffectiveMemory()
 			fits := avail > 0 && r.RoutedExpertBytes <= avail*8/10
@@ -61,7 +67,7 @@ with status 1.`,
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(map[string]any{
 					"model_path": modelPath, "config": c, "generation": g, "check": r,
-					"ram_available": avail, "routed_experts_fit_in_ram": fits,
+					"ram_available": avail, "routed_experts_fit_in_ram": fits, "serving_error": errString(serveErr),
 				}); err != nil {
 					return err
 				}
@@ -75,11 +81,22 @@ with status 1.`,
 					verdict = "do NOT fit (kt quant to INT8/INT4, or more RAM)"
 				}
 				fmt.Fprintf(w, "%-16s routed experts %s in %.1f GiB available (80%% rule)\n", "RAM", verdict, float64(avail)/(1<<30))
+				if serveErr != nil {
+					fmt.Fprintf(w, "%-16s refused: %s\n", "serving", strings.ReplaceAll(serveErr.Error(), "\n", "; "))
+				}
 			}
-			return r.Err()
+			return errors.Join(r.Err(), serveErr)
 		},
 	}
 	cmd.Flags().StringVar(&modelPath, "model-path", "", "model directory (config.json + *.safetensors)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the description as JSON")
 	return cmd
+}
+
+// errString is err's message, or "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -10,14 +10,18 @@
 package expertdist
 
 import (
+	"errors"
 	"fmt"
-	"github.com/ktserve/kt/internal/settings"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ktserve/kt/internal/settings"
 
 	"github.com/ktserve/kt/internal/torchpt"
 )
@@ -41,7 +45,15 @@ type Recorder struct {
 	sum    bool      // buffer -1: ring[0] accumulates every pass
 	next   int       // ring slot of the next pass
 	passes int64     // passes recorded since Start
+
+	dumpMu sync.Mutex
+	dumps  []string // the files Dump wrote, oldest first, at most MaxDumps
 }
+
+// MaxDumps is how many dump files a recorder keeps: each Dump past it
+// deletes the oldest file the recorder wrote, so repeated dump requests
+// cannot fill the disk.
+const MaxDumps = 16
 
 // New makes a recorder for a model of layers layers (num_hidden_layers:
 // dense layers' rows stay zero) with experts routed experts per layer.
@@ -154,8 +166,30 @@ func (r *Recorder) commit() {
 }
 
 // Dump writes the buffer to <dir>/expert_distribution_recorder_{unix
-// time}.pt and returns the path. Recording goes on if it was on.
+// time}.pt and returns the path; past MaxDumps files it deletes the oldest
+// one it wrote. Recording goes on if it was on.
 func (r *Recorder) Dump() (string, error) {
+	r.dumpMu.Lock()
+	defer r.dumpMu.Unlock()
+	path, err := r.write()
+	if err != nil {
+		return "", err
+	}
+	if i := slices.Index(r.dumps, path); i >= 0 {
+		r.dumps = slices.Delete(r.dumps, i, i+1) // the same stamp: overwritten
+	}
+	r.dumps = append(r.dumps, path)
+	for len(r.dumps) > MaxDumps {
+		if err := os.Remove(r.dumps[0]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return path, fmt.Errorf("expertdist: removing the oldest dump: %w", err)
+		}
+		r.dumps = r.dumps[1:]
+	}
+	return path, nil
+}
+
+// write writes the buffer to a new dump file and returns its path.
+func (r *Recorder) write() (string, error) {
 	r.mu.Lock()
 	lc := &torchpt.IntTensor{Shape: []int{len(r.ring), r.layers, r.experts}}
 	lc.Data = make([]int32, 0, len(r.ring)*r.layers*r.experts)

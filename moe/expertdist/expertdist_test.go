@@ -156,3 +156,36 @@ func TestNewErrors(t *testing.T) {
 		t.Error("dump into a path that is a file: no error")
 	}
 }
+
+// TestDumpsBounded: a recorder keeps its newest MaxDumps files and deletes
+// the older ones it wrote, never a file it did not write.
+func TestDumpsBounded(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "expert_distribution_recorder_1.000000.pt")
+	if err := os.WriteFile(other, []byte("not ours"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(2, 4, 1, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := int64(1700000000)
+	r.now = func() time.Time { sec++; return time.Unix(sec, 0) }
+	var paths []string
+	for range MaxDumps + 5 {
+		p, err := r.Dump()
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		if kept := i >= 5; kept != (err == nil) {
+			t.Errorf("dump %d (%s): kept %v, want %v", i, p, err == nil, kept)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file the recorder did not write was removed: %v", err)
+	}
+}
