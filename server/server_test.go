@@ -825,6 +825,20 @@ func TestAPIKey(t *testing.T) {
 	if _, err := ts.client.ListModels(context.Background()); err != nil {
 		t.Errorf("with key: %v", err)
 	}
+	// No route hands the key back.
+	for _, path := range []string{"/get_server_info", "/server_info", "/get_model_info", "/v1/models"} {
+		req, _ := http.NewRequest("GET", ts.url+path, nil)
+		req.Header.Set("Authorization", "Bearer sekret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || strings.Contains(string(b), "sekret") {
+			t.Errorf("%s: %d, key in the body: %v", path, resp.StatusCode, strings.Contains(string(b), "sekret"))
+		}
+	}
 }
 
 func TestInfoRoutes(t *testing.T) {
