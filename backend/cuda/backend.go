@@ -59,6 +59,9 @@ type Backend struct {
 	// of the rope frequencies seen.
 	mlaQ, mlaO, mlaAcc, mlaML Buffer
 	mlaRope                   []mlaFreqs
+	// mlaChunkMax caps MLAttention's rows per chunk (0: by the scratch
+	// bound; tests set it to reach several chunks).
+	mlaChunkMax int
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (tests and benchmarks compare the two).
 	generalOnly bool

@@ -113,10 +113,15 @@ func (b *Backend) mlaSplits(m, groups int) int {
 }
 
 // mlaChunkRows is the most rows one pass of the attention kernels takes:
-// their latent queries and attended latents within mlaScratchBytes.
-func mlaChunkRows(p *backend.MLAParams, n int) int {
+// their latent queries and attended latents within mlaScratchBytes (and
+// within b.mlaChunkMax when set).
+func (b *Backend) mlaChunkRows(p *backend.MLAParams, n int) int {
 	per := p.Heads * (p.CacheWidth() + p.Rank) * 4
-	return max(1, min(n, mlaScratchBytes/per))
+	c := max(1, min(n, mlaScratchBytes/per))
+	if b.mlaChunkMax > 0 {
+		c = min(c, b.mlaChunkMax)
+	}
+	return c
 }
 
 // MLAttention implements backend.MLA.
@@ -172,7 +177,7 @@ func (b *Backend) MLAttention(out, q, kv, kvNorm, kvB backend.Tensor, c *backend
 	} else {
 		wdt, _ = wcode(wb.dt)
 	}
-	chunk := mlaChunkRows(p, n)
+	chunk := b.mlaChunkRows(p, n)
 	groups := blocks(H, hg)
 	maxS := b.mlaSplits(chunk, groups)
 	if m := n % chunk; m != 0 {
