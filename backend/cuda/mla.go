@@ -31,6 +31,9 @@ const wtMLAFP8 = 3
 // mlaTP is mla.cu's MLA_TP: positions per tile of mla_attn.
 const mlaTP = 32
 
+// mlaRB is mla.cu's MLA_RB: rows per block of mla_q_absorb and mla_v_up.
+const mlaRB = 8
+
 // mlaScratchBytes bounds the latent queries and attended latents of one
 // chunk of rows (float32 [rows, heads, W] and [rows, heads, R]).
 const mlaScratchBytes = 64 << 20
@@ -199,7 +202,7 @@ func (b *Backend) MLAttention(out, q, kv, kvNorm, kvB backend.Tensor, c *backend
 		op := os.buf.Ptr + uint64(4*r0*H*V)
 		S := b.mlaSplits(m, groups)
 		if !b.check("MLAttention", b.d.launch(b.s, "mla_q_rope", grid2(m, H), grid1(32), 0, b.mlaQ, qp, invf, pos, H, p.Nope, p.RopeDim, R, af, inter)) ||
-			!b.check("MLAttention", b.d.launch(b.s, "mla_q_absorb", grid3(blocks(R, 128), H, blocks(m, 8)), grid1(128), 8*p.Nope*4,
+			!b.check("MLAttention", b.d.launch(b.s, "mla_q_absorb", grid3(blocks(R, 128), H, blocks(m, mlaRB)), grid1(128), mlaRB*p.Nope*4,
 				b.mlaQ, qp, wb.buf, wsc, wdt, bn, bk, sc, H, p.Nope, p.RopeDim, V, R, m)) ||
 			!b.check("MLAttention", b.d.launch(b.s, "mla_attn", grid3(m, groups, S), grid1(hg*32), smem,
 				b.mlaO, b.mlaAcc, b.mlaML, b.mlaQ, cache.buf, pos, rowseq, b.reg(rPageOff), b.reg(rPages), ps, H, R, W, p.Scale, S, hg)) {
@@ -208,7 +211,7 @@ func (b *Backend) MLAttention(out, q, kv, kvNorm, kvB backend.Tensor, c *backend
 		if S > 1 && !b.check("MLAttention", b.d.launch(b.s, "mla_merge", grid2(m, H), grid1(256), 0, b.mlaO, b.mlaAcc, b.mlaML, H, R, S)) {
 			return
 		}
-		if !b.check("MLAttention", b.d.launch(b.s, "mla_v_up", grid3(blocks(V, 8), H, blocks(m, 8)), grid1(256), 8*R*4,
+		if !b.check("MLAttention", b.d.launch(b.s, "mla_v_up", grid3(blocks(V, 8), H, blocks(m, mlaRB)), grid1(256), mlaRB*R*4,
 			op, b.mlaO, wb.buf, wsc, wdt, bn, bk, sc, H, p.Nope, V, R, m)) {
 			return
 		}
