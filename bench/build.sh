@@ -15,7 +15,7 @@ export CGO_ENABLED=1
 echo "== kt -> $BIN/kt"
 go build -o "$BIN/kt" ./cmd/kt
 # package directory : binary name
-for p in backend/cuda:cuda backend/cpu:cpu arch/qwen3next:qwen3next arch/qwen3moe:qwen3moe \
+for p in backend/cuda:cuda backend/cpu:cpu arch/qwen3next:qwen3next arch/qwen3moe:qwen3moe arch/deepseekv3:deepseekv3 \
   hybrid:hybrid moe/cpuexperts:cpuexperts cmd/kt:kt; do
   dir=${p%%:*} name=${p##*:}
   echo "== ./$dir -> $BIN/$name.test"

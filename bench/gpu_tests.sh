@@ -2,10 +2,10 @@
 # Runs the tests that need the GPU machine (they skip elsewhere): every test of
 # the CUDA backend (ops against the CPU backend, all transformers fixtures
 # wholly on the GPU: TestModelsMatchTransformers, TestChunkedPrefill,
-# TestMixedBatch, decode graphs, FP8, the pick), of both model families (the
+# TestMixedBatch, decode graphs, FP8, the pick), of the model families (the
 # hybrid step against the CPU: TestHybridMatchesCPU, TestHybridGraphDecode,
 # TestHybridDeferral, TestHybridPrefetch, TestLayerwisePrefill, LoRA on the
-# GPU), of hybrid/, of the CPU expert engine on a CPU with AMX, and of the kt
+# GPU; DeepSeek-V3's TestHybridMatchesCPU, TestHybridGraphDecode), of hybrid/, of the CPU expert engine on a CPU with AMX, and of the kt
 # commands. Each binary runs in its package directory with KT_TESTDATA_MODELS
 # pointing at the repository's fixtures.
 #
@@ -16,7 +16,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export KT_TESTDATA_MODELS=${KT_TESTDATA_MODELS:-$ROOT/testdata/models}
-PKGS=${PKGS:-cuda qwen3next qwen3moe hybrid cpuexperts kt}
+PKGS=${PKGS:-cuda qwen3next qwen3moe deepseekv3 hybrid cpuexperts kt}
 RUN=${RUN:-.}
 TIMEOUT=${TIMEOUT:-20m}
 OUTDIR=${OUTDIR:-$(mktemp -d)}
@@ -25,7 +25,7 @@ mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 dir_of() {
   case $1 in
     cuda) echo backend/cuda ;;
-    qwen3next | qwen3moe) echo "arch/$1" ;;
+    qwen3next | qwen3moe | deepseekv3) echo "arch/$1" ;;
     hybrid) echo hybrid ;;
     cpuexperts) echo moe/cpuexperts ;;
     kt) echo cmd/kt ;;

@@ -53,6 +53,15 @@ type Backend struct {
 	moeG    moeGrouped
 	attnAcc Buffer // float32 [rows, heads, splits, D]: split-K attention partials
 	attnML  Buffer // float32 [rows, heads, splits, 2]: their max and sum
+	// MLAttention's scratch (mla.go), sized for one chunk of rows: the
+	// latent queries [rows, heads, W], the attended latents [rows, heads,
+	// R], the split partials and their max and sum; and the device copies
+	// of the rope frequencies seen.
+	mlaQ, mlaO, mlaAcc, mlaML Buffer
+	mlaRope                   []mlaFreqs
+	// mlaChunkMax caps MLAttention's rows per chunk (0: by the scratch
+	// bound; tests set it to reach several chunks).
+	mlaChunkMax int
 	// generalOnly keeps the general-shape kernels even where a fast
 	// variant fits (tests and benchmarks compare the two).
 	generalOnly bool

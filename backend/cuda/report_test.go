@@ -52,7 +52,8 @@ func TestKernelSourcesIndex(t *testing.T) {
 	for want, mod := range map[string]string{"m_embed": "rows", "m_matmul": "matmul", "m_rmsnorm": "norm", "m_rope": "rope",
 		"m_attention": "attention", "m_attn_split128": "attnf32", "m_add": "elementwise", "m_copy_words": "elementwise",
 		"m_router_topk": "router", "m_moe_gateup": "moe", "moe_align": "moe", "m_gdn_chunk": "gdn", "m_gemv_bf16": "gemv",
-		"fp8_gemv": "fp8", "m_pick": "sample", "m_pick_rows": "sample", "m_route_logits": "predict", "m_wait_host": "sync"} {
+		"fp8_gemv": "fp8", "m_pick": "sample", "m_pick_rows": "sample", "m_route_logits": "predict", "m_wait_host": "sync",
+		"mla_attn": "mla", "mla_store": "mla", "m_router_group_topk": "router"} {
 		if got, ok := names[want]; !ok || got != mod {
 			t.Errorf("kernel %s found in module %q, want %q", want, got, mod)
 		}
@@ -64,6 +65,14 @@ func TestKernelSourcesIndex(t *testing.T) {
 	}
 	if src := mods["sample"]; !strings.Contains(src, fmt.Sprintf("#define PICK_GRID %d ", pickGrid)) {
 		t.Errorf("sample.cu's PICK_GRID is not pickGrid (%d)", pickGrid)
+	}
+	for _, c := range []struct {
+		def string
+		val int
+	}{{"MLA_FP8", wtMLAFP8}, {"MLA_TP", mlaTP}, {"MLA_RB", mlaRB}} {
+		if !strings.Contains(mods["mla"], fmt.Sprintf("#define %s %d ", c.def, c.val)) {
+			t.Errorf("mla.cu's %s is not mla.go's %d", c.def, c.val)
+		}
 	}
 	for m, src := range mods {
 		if !strings.Contains(src, "typedef unsigned short bf16") {

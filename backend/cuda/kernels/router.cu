@@ -182,3 +182,84 @@ extern "C" __global__ void m_router_topk_reg(float *wts, int *ids, const act_t *
 		wts[(long long)t * k + lane] = myw;
 	}
 }
+
+// m_router_group_topk: DeepSeek-V3's router (Backend.RouterGroupTopK), a
+// warp per row of logits [n, E]: s = sigmoid(logit) (in float64, as the
+// CPU), c = s + bias (code bdt); each of the G groups of E/G experts scores
+// the sum of its two largest c; the TG best groups (ties: the lower group)
+// stay eligible and every other expert's c becomes 0; the k largest c
+// (ties: the lower id) are the ids, their weights s, divided by their sum
+// + 1e-20 when norm, times scale. Rows at or past *live route nowhere.
+// grid n, block 32, shared memory (routerGroupSmem in mla.go): s [E] |
+// c [E] | group scores [G] floats | group flags [G] ints | taken [E] bytes.
+extern "C" __global__ void m_router_group_topk(float *wts, int *ids, const act_t *logits, const void *bias, int bdt, int n, int E, int G,
+					       int TG, int k, int norm, float scale, const int *live) {
+	KT_GRID_DEP();
+	extern __shared__ float rsm[];
+	const int t = blockIdx.x, lane = threadIdx.x & 31;
+	if (t >= n || router_pad_row(wts, ids, live, t, k, lane, 32)) return; // the whole warp
+	float *s = rsm, *c = rsm + E, *gs = rsm + 2 * E;
+	int *keep = (int *)(gs + G);
+	unsigned char *taken = (unsigned char *)(keep + G);
+	const act_t *row = logits + (long long)t * E;
+	for (int e = lane; e < E; e += 32) {
+		const float v = sigmoid_d(ld_act(row, e));
+		s[e] = v;
+		c[e] = v + ldw(bias, e, bdt);
+		taken[e] = 0;
+	}
+	__syncwarp();
+	const int per = E / G;
+	for (int g = lane; g < G; g += 32) {
+		float a = -KT_INF, b = -KT_INF;
+		for (int e = g * per; e < (g + 1) * per; e++) {
+			const float v = c[e];
+			if (v > a) {
+				b = a;
+				a = v;
+			} else if (v > b) {
+				b = v;
+			}
+		}
+		gs[g] = a + b;
+	}
+	__syncwarp();
+	for (int g = lane; g < G; g += 32) {
+		int better = 0;
+		for (int j = 0; j < G; j++)
+			if (gs[j] > gs[g] || (gs[j] == gs[g] && j < g)) better++;
+		keep[g] = better < TG;
+	}
+	__syncwarp();
+	for (int e = lane; e < E; e += 32)
+		if (!keep[e / per]) c[e] = 0.0f;
+	__syncwarp();
+	int *id = ids + (long long)t * k;
+	float *w = wts + (long long)t * k;
+	float sum = 0.0f;
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		float bv = 0.0f;
+		for (int e = lane; e < E; e += 32)
+			if (!taken[e] && (best < 0 || c[e] > bv)) {
+				best = e;
+				bv = c[e];
+			}
+		warp_argmax(best, bv);
+		if (lane == 0) {
+			id[j] = best;
+			w[j] = s[best];
+			sum += s[best];
+		}
+		if (best >= 0 && lane == (best & 31)) taken[best] = 1;
+		__syncwarp();
+	}
+	if (lane == 0) {
+		const float den = sum + 1e-20f;
+		for (int j = 0; j < k; j++) {
+			float v = w[j];
+			if (norm) v /= den;
+			w[j] = v * scale;
+		}
+	}
+}

@@ -3,7 +3,12 @@
 // sequential scan (the k largest, ties to the lower id), weights match the
 // CPU's softmax within 4e-6 relative (k = 32 sums the renormalisation in
 // another order); m_router_topk_reg's ids and weights equal
-// m_router_topk_warp's bit for bit.
+// m_router_topk_warp's bit for bit. m_router_group_topk (DeepSeek-V3's
+// grouped sigmoid router) against backend/cpu's RouterGroupTopK as a
+// sequential scan in the same float32 operations: ids and weights bit for
+// bit, on scores with many ties (equal group scores, masked experts picked
+// where every eligible biased score is negative), bf16 and f32 biases,
+// padding rows.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -44,6 +49,13 @@ float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_x
 float rsm[1 << 14];
 typedef float act_t;
 inline float ld_act(const act_t *p, long long i) { return p[i]; }
+typedef unsigned short bf16;
+typedef unsigned int u32;
+inline float bf2f(bf16 x) { u32 u = ((u32)x) << 16; float f; memcpy(&f, &u, 4); return f; }
+#define WT_F32 0
+#define WT_BF16 1
+inline float ldw(const void *p, long long i, int dt) { return dt == WT_BF16 ? bf2f(((const bf16 *)p)[i]) : ((const float *)p)[i]; }
+inline float sigmoid_d(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 #include "router_part.cu"
 int main() {
 	std::mt19937 rng(3);
@@ -89,6 +101,69 @@ int main() {
 			for (int j = 0; j < k; j++) {
 				if (id[t * k + j] != ref[j]) { printf("E=%d row %d id[%d] = %d want %d\n", E, t, j, id[t * k + j], ref[j]); bad++; }
 				if (fabs(w[t * k + j] - rw[j] / s) > 4e-6 * fabs(rw[j] / s)) { printf("E=%d row %d w[%d] = %g want %g\n", E, t, j, w[t * k + j], rw[j] / s); bad++; }
+			}
+		}
+	}
+	// m_router_group_topk: E, groups, eligible groups, k, rows
+	for (auto [E, G, TG, k, n] : std::vector<std::tuple<int, int, int, int, int>>{
+		     {256, 8, 4, 8, 5}, {384, 1, 1, 8, 3}, {16, 4, 2, 4, 6}, {32, 8, 3, 6, 4}, {24, 1, 1, 6, 3}, {64, 32, 5, 7, 4}}) {
+		for (int variant = 0; variant < 3; variant++) {
+			// variant 0: f32 bias; 1: bf16 bias, no renorm; 2: negative
+			// biases (masked experts at 0 beat the eligible ones), padding row
+			const int bdt = variant == 1 ? WT_BF16 : WT_F32, norm = variant != 1, live = variant == 2 ? n - 1 : n;
+			const float scale = variant == 0 ? 2.5f : 1.0f;
+			std::vector<float> lg(n * E), bf(E);
+			std::vector<bf16> bb(E);
+			for (auto &x : lg) x = std::round(N(rng) * 2) / 2; // many ties
+			for (int e = 0; e < E; e++) {
+				float b = std::round(N(rng) * 8) / 64;
+				if (variant == 2) b = -2.0f + b;
+				u32 u; memcpy(&u, &b, 4); bb[e] = (bf16)(u >> 16);
+				bf[e] = variant == 1 ? bf2f(bb[e]) : b;
+			}
+			const void *bias = variant == 1 ? (const void *)bb.data() : (const void *)bf.data();
+			std::vector<float> w(n * k, 7.0f);
+			std::vector<int> id(n * k, 7);
+			for (int b = 0; b < n; b++) {
+				wbar.clear();
+				wbar.push_back(std::make_unique<std::barrier<>>(32));
+				std::vector<std::thread> th;
+				for (int tt = 0; tt < 32; tt++) th.emplace_back([&, tt, b] { threadIdx.x = tt; blockIdx.x = b;
+					m_router_group_topk(w.data(), id.data(), lg.data(), bias, bdt, n, E, G, TG, k, norm, scale, variant == 2 ? &live : nullptr); });
+				for (auto &x : th) x.join();
+			}
+			for (int t = 0; t < n; t++) {
+				std::vector<int> rid(k, -1);
+				std::vector<float> rw(k, 0.0f);
+				if (t < live) { // backend/cpu's RouterGroupTopK
+					std::vector<float> sv(E), c(E), gs(G);
+					for (int e = 0; e < E; e++) { sv[e] = (float)(1 / (1 + exp(-(double)lg[t * E + e]))); c[e] = sv[e] + bf[e]; }
+					const int per = E / G;
+					for (int g = 0; g < G; g++) {
+						float a = -INFINITY, b2 = -INFINITY;
+						for (int e = g * per; e < (g + 1) * per; e++) { if (c[e] > a) { b2 = a; a = c[e]; } else if (c[e] > b2) b2 = c[e]; }
+						gs[g] = a + b2;
+					}
+					for (int g = 0; g < G; g++) {
+						int better = 0;
+						for (int j = 0; j < G; j++) if (gs[j] > gs[g] || (gs[j] == gs[g] && j < g)) better++;
+						if (better >= TG) for (int e = g * per; e < (g + 1) * per; e++) c[e] = 0;
+					}
+					float sum = 0;
+					for (int j = 0; j < k; j++) {
+						int best = -1;
+						for (int e = 0; e < E; e++) {
+							bool tk = false; for (int p = 0; p < j; p++) tk |= rid[p] == e;
+							if ((best < 0 || c[e] > c[best]) && !tk) best = e;
+						}
+						rid[j] = best; rw[j] = sv[best]; sum += sv[best];
+					}
+					for (int j = 0; j < k; j++) { if (norm) rw[j] /= sum + 1e-20f; rw[j] *= scale; }
+				}
+				for (int j = 0; j < k; j++)
+					if (id[t * k + j] != rid[j] || memcmp(&w[t * k + j], &rw[j], 4)) {
+						if (bad++ < 10) printf("group router E=%d G=%d TG=%d k=%d variant %d row %d [%d]: id %d weight %.9g, want %d %.9g\n", E, G, TG, k, variant, t, j, id[t * k + j], w[t * k + j], rid[j], rw[j]);
+					}
 			}
 		}
 	}

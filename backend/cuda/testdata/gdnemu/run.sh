@@ -1,13 +1,15 @@
 #!/bin/sh
 # Host emulation of gdn.cu's m_gdn_chunk, m_gdn_commit, m_gdn_decode and
 # conv1d kernels, router.cu's routers, norm.cu's norms, gemv.cu's
-# m_gemv_bf16 and attnf32.cu (no GPU needed): one std::thread per CUDA
+# m_gemv_bf16, attnf32.cu and mla.cu (no GPU needed): one std::thread per CUDA
 # thread, barriers for __syncthreads and __syncwarp. Checks the chunked
 # rule against a float64 recurrent reference and that a prompt split into
 # pieces or run as decode steps (m_gdn_decode) gives bit-identical outputs
 # and state; router ids against a sequential scan with many ties; the
 # one-pass norms against the general ones; m_conv1d_decode bit for bit;
-# sample.cu's picks against a sort-based reference of the sampler.
+# sample.cu's picks against a sort-based reference of the sampler; the
+# grouped router bit for bit against the CPU's scan; multi-head latent
+# attention against transformers' expanded form in float64.
 # Usage: sh backend/cuda/testdata/gdnemu/run.sh   (needs g++ with C++20)
 set -e
 d=$(cd "$(dirname "$0")" && pwd)
@@ -79,3 +81,11 @@ P4
 g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/pick" "$d/pick.cpp"
 "$tmp/pick"
 rm -rf "$tmp"
+python3 - "$d/../../kernels/mla.cu" "$tmp/mla_part.cu" <<'P5'
+import re, sys
+s = open(sys.argv[1]).read()
+s = s[s.index('// MLA_EMU_BEGIN'):].replace('extern "C" ', '').replace('extern __shared__ float mlasm[];', '')
+open(sys.argv[2], 'w').write(re.sub(r'#pragma unroll( \d+)?', '', s))
+P5
+g++ -std=c++20 -O1 -pthread -I"$tmp" -o "$tmp/mla" "$d/mla.cpp"
+"$tmp/mla"

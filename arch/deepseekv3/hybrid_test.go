@@ -1,0 +1,242 @@
+//go:build linux && amd64 && cgo
+
+package deepseekv3
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/internal/modeltest"
+	"github.com/ktserve/kt/backend/cuda"
+	"github.com/ktserve/kt/internal/stepper"
+	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
+)
+
+// hybridTol bounds |logprob(GPU or hybrid) - logprob(all on the CPU)|: the
+// GPU's ops (split-bf16 GEMMs, other summation orders) differ from the CPU
+// backend's by up to ~5e-3 on the fixtures; the routed experts are the
+// same engine either way.
+const hybridTol = 5e-3
+
+// engineShape is a synthetic DeepSeek-V3 the CPU expert engine serves
+// (hidden 128, experts of 64), with q LoRA, 4 groups of 2 experts (2
+// eligible) and shared experts; dense sets the leading dense layers.
+func engineShape(dense int) SynthShape {
+	return SynthShape{Layers: 4, DenseLayers: dense, Hidden: 128, Heads: 4, QLoRA: 32, KVLoRA: 32, Nope: 16, Rope: 8, V: 16,
+		Experts: 8, TopK: 3, MoEInter: 64, Shared: 1, Dense: 96, Groups: 4, TopKGroups: 2, Vocab: 300, Exp: 123}
+}
+
+// openTestGPU opens the GPU the hybrid tests share (a fifth of the memory),
+// closed when the test ends, or skips the test without a GPU.
+func openTestGPU(t *testing.T) *cuda.Device {
+	t.Helper()
+	dev, err := cuda.Open(cuda.Options{MemFractionStatic: 0.2})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// greedyLogprobs returns the logprob rows of prompt and of steps greedy
+// decode steps after it (slot 0).
+func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]float64 {
+	t.Helper()
+	var lps [][]float64
+	for _, row := range modeltest.Forward(t, r, 0, prompt, true) {
+		lps = append(lps, modeltest.LogSoftmax(row))
+	}
+	for range steps {
+		last := lps[len(lps)-1]
+		next := 0
+		for v := range last {
+			if last[v] > last[next] {
+				next = v
+			}
+		}
+		row := modeltest.Forward(t, r, 0, []int32{int32(next)}, false)
+		lps = append(lps, modeltest.LogSoftmax(row[0]))
+	}
+	return lps
+}
+
+// TestHybridMatchesCPU runs synthetic DeepSeek-V3 models (a dense first
+// layer, and every layer MoE: the first MoE layer's picks predicted at the
+// step's start) wholly on the GPU (multi-head latent attention, the
+// grouped router and the MoE op there), and in the hybrid step (routed
+// experts on the CPU expert engine, everything else on the GPU) with 0
+// and 3 routed experts per layer on the GPU, and compares every logprob
+// of a 40-token prompt (YaRN positions, several cache pages) and 6 greedy
+// decode steps with the model wholly on the CPU (routed experts on the
+// same engine). On the GPU the decode steps run as CUDA graphs: the first
+// op by op, the second captured, the rest replayed (in pieces between the
+// MoE hand-offs in the hybrid step). It skips without a GPU.
+func TestHybridMatchesCPU(t *testing.T) {
+	dev := openTestGPU(t)
+	prompt := make([]int32, 40)
+	for _, dense := range []int{1, 0} {
+		t.Run(fmt.Sprintf("dense layers %d", dense), func(t *testing.T) {
+			shape := engineShape(dense)
+			dir := t.TempDir()
+			if err := WriteSynthetic(dir, shape, 11); err != nil {
+				t.Fatal(err)
+			}
+			for i := range prompt {
+				prompt[i] = int32(i * 37 % shape.Vocab)
+			}
+			run := func(name string, onGPU bool, experts, want string, gpuExperts placement.Request) [][]float64 {
+				t.Helper()
+				o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts, GPUExperts: gpuExperts}
+				if onGPU {
+					g, err := cuda.NewBackendOn(dev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer g.Close()
+					o.Backend = g
+				}
+				r, err := Load(dir, o)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				defer r.Close()
+				t.Logf("%s: %s", name, r.ExpertPath())
+				if !strings.Contains(r.ExpertPath(), want) {
+					t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
+				}
+				lps := greedyLogprobs(t, testRunner{r}, prompt, 6)
+				st, _ := arch.GraphStatsOf(r)
+				t.Logf("%s: decode graphs: %s", name, st)
+				if onGPU && (st.Off != "" || st.Failed != "" || st.Captures != 1 || st.Replays != 5) {
+					t.Fatalf("%s: graph stats %s; want 1 capture and 5 replays", name, st)
+				}
+				return lps
+			}
+			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", placement.Request{})
+			gpuAll := run("gpu", true, "backend", "backend MoE op", placement.Request{})
+			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", placement.Request{})
+			moe := shape.Layers - shape.DenseLayers
+			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, shape.Experts*moe), placement.Request{PerLayer: 3})
+			var spread float64
+			for _, row := range cpuRef {
+				for v := range row {
+					spread = math.Max(spread, math.Abs(row[v]-row[0]))
+				}
+			}
+			if spread < 0.5 {
+				t.Fatalf("synthetic model too flat to compare (spread %g)", spread)
+			}
+			for _, c := range []struct {
+				name      string
+				got, want [][]float64
+			}{
+				{"gpu vs cpu", gpuAll, cpuRef},
+				{"hybrid vs cpu", hyb, cpuRef},
+				{"hybrid vs gpu", hyb, gpuAll},
+				{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
+			} {
+				worst := modeltest.WorstDiff(c.got, c.want)
+				t.Logf("RESULT %s: worst logprob difference %.3g over %d rows (spread %.3g)", c.name, worst, len(c.want), spread)
+				if worst > hybridTol {
+					t.Errorf("%s: logprobs differ by %g", c.name, worst)
+				}
+			}
+		})
+	}
+}
+
+// TestHybridGraphDecode runs the hybrid step on a synthetic DeepSeek-V3
+// model with 4 sequences: prompts, decode steps of 1, 2, 3 (padded to 4)
+// and 4 sequences, 40 more steps of 4 (contexts cross latent-cache pages),
+// a mixed step and more decode steps, on three hybrid runners: decode
+// graphs on, the same padded steps op by op, graphs off. Graph replays
+// (one piece per stretch between MoE hand-offs) must equal the op-by-op
+// padded steps bit for bit; against unpadded steps they must stay within
+// hybridTol. It skips without a GPU.
+func TestHybridGraphDecode(t *testing.T) {
+	dev := openTestGPU(t)
+	shape := engineShape(1)
+	dir := t.TempDir()
+	if err := WriteSynthetic(dir, shape, 5); err != nil {
+		t.Fatal(err)
+	}
+	load := func(mode string) model.Runner {
+		g, err := cuda.NewBackendOn(dev) // one backend each: a graph keeps its backend's buffers
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		r, err := Load(dir, arch.Options{Backend: g, MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64, Threads: 2, Experts: "BF16",
+			EagerGraphSteps: mode == "eager", DisableCUDAGraph: mode == "off"})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		t.Cleanup(func() { r.Close() })
+		if !strings.Contains(r.ExpertPath(), "hybrid") {
+			t.Fatalf("%s: experts run on %q, want the hybrid step", mode, r.ExpertPath())
+		}
+		return r
+	}
+	on, eager, off := load("on"), load("eager"), load("off")
+	sp := stepper.New(on, eager, off)
+	var padDiff float64
+	steps := 0
+	step := func(what string, slots []int, prompt map[int][]int32) {
+		t.Helper()
+		b, rows := sp.Run(t, what, slots, prompt)
+		modeltest.RequireIdentical(t, what+": graph replay vs the same padded step op by op", rows[0], rows[1])
+		d := worstLogprob(rows[0], rows[2])
+		if d > hybridTol {
+			t.Fatalf("%s: graph step differs from the unpadded op-by-op step by %.3g", what, d)
+		}
+		padDiff = math.Max(padDiff, d)
+		sp.Advance(b, rows[1])
+		steps++
+	}
+	prompt := func(s, n int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32((i*37 + s*101 + 5) % shape.Vocab)
+		}
+		return p
+	}
+	for s := 0; s < 4; s++ {
+		step(fmt.Sprintf("prefill slot %d", s), []int{s}, map[int][]int32{s: prompt(s, 12+3*s)})
+	}
+	for _, bs := range []int{1, 2, 3, 4} {
+		for i := 0; i < 3; i++ {
+			step(fmt.Sprintf("decode %d sequences, step %d", bs, i), []int{0, 1, 2, 3}[:bs], nil)
+		}
+	}
+	for i := 0; i < 40; i++ {
+		step(fmt.Sprintf("long decode step %d", i), []int{0, 1, 2, 3}, nil)
+	}
+	sp.Free(3)
+	step("mixed step", []int{0, 3}, map[int][]int32{3: prompt(7, 7)})
+	for i := 0; i < 3; i++ {
+		step(fmt.Sprintf("decode after the mixed step %d", i), []int{0, 1, 2, 3}, nil)
+	}
+	moe := shape.Layers - shape.DenseLayers
+	st, _ := arch.GraphStatsOf(on)
+	if st.Off != "" || st.Failed != "" || st.Captures < 3 || st.Replays < 40 || st.Segments != moe+1 {
+		t.Fatalf("graph stats: %s (segments %d); want at least 3 captures and 40 replays, %d graphs per step", st, st.Segments, moe+1)
+	}
+	t.Logf("RESULT hybrid decode graph: %d steps, %s; replays bit-identical to op-by-op padded steps; vs unpadded worst logprob %.3g", steps, st, padDiff)
+}
+
+// worstLogprob is the largest |logprob difference| between two sets of
+// logits rows.
+func worstLogprob(a, b [][]float32) float64 {
+	var w float64
+	for i := range a {
+		la, lb := modeltest.LogSoftmax(a[i]), modeltest.LogSoftmax(b[i])
+		for v := range la {
+			w = math.Max(w, math.Abs(la[v]-lb[v]))
+		}
+	}
+	return w
+}
