@@ -76,6 +76,7 @@ type Runner struct {
 	lmHead         backend.Tensor
 
 	routed *hybrid.Experts   // what computes the routed experts
+	plan   *hybrid.Plan      // which rank computes which routed experts
 	moe    []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
 	blk    hybrid.Block      // what the MoE layers hand the routed experts
 
@@ -173,6 +174,9 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
+	if r.plan, err = hybrid.NewPlan(r.rb, c); err != nil {
+		return err
+	}
 	type w struct {
 		dst   *backend.Tensor
 		name  string
@@ -219,7 +223,7 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
-		if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		if r.moe[l], err = hybrid.Load(r.rb, r.plan, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
 		// the hybrid step's next-layer prediction ranks the raw router

@@ -84,7 +84,8 @@ type Runner struct {
 	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg            *Config
 	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed         *hybrid.Experts   // what computes the routed experts
+	routed         *hybrid.Experts   // what computes the routed experts (nil: another rank)
+	plan           *hybrid.Plan      // which rank computes which routed experts
 	moe            []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
 	blk            hybrid.Block      // what the MoE layers hand the routed experts
 	la             backend.LinearAttention
@@ -134,7 +135,7 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	if !rb.Root() {
+	if !r.plan.Computes() {
 		return r, nil // rank 0 computes the routed experts for every rank
 	}
 	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
@@ -256,6 +257,9 @@ func (r *Runner) loadWeights() error {
 	r.delta = r.full
 	r.delta.KHeads, r.delta.VHeads = r.kHeads.Count, r.full.VHeads/r.rb.Layout().Size
 	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
+		return err
+	}
+	if r.plan, err = hybrid.NewPlan(r.rb, c); err != nil {
 		return err
 	}
 	r.layers = make([]layer, c.NumLayers)
@@ -460,13 +464,13 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	if !r.rb.Root() {
+	if !r.plan.OnRank(l) {
 		return nil // rank 0 computes the routed experts
 	}
 	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
 		return err
 	}
-	if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+	if r.moe[l], err = hybrid.Load(r.rb, r.plan, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 		return err
 	}
 	r.moe[l].Router, r.moe[l].RouterNorm = L.router, L.postNorm
@@ -619,7 +623,7 @@ func (r *Runner) layersForward(n int) error {
 		}
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			if r.routed != nil {
+			if r.moe[l] != nil {
 				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 				// routed experts plus the shared expert (sharedExpert),
 				// which runs on the backend while the CPU computes the
@@ -628,7 +632,7 @@ func (r *Runner) layersForward(n int) error {
 					return err
 				}
 			} else {
-				// another rank computes the routed experts (the residual
+				// rank 0 computes the routed experts (the residual
 				// stream is the same on every rank): this rank adds its
 				// share of the shared expert
 				r.sharedInto(r.tmp, l, n)

@@ -182,9 +182,6 @@ func (b *Base) checkTP(c *modelconfig.Config) error {
 	if o.ExpertDeferral > 0 {
 		refuse("--kt-max-deferred-experts-per-token")
 	}
-	if o.GPUExperts.Active() {
-		refuse("GPU-resident routed experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio)")
-	}
 	if o.GPUPrefillThreshold > 0 {
 		refuse("--kt-gpu-prefill-token-threshold")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // TPTol is the logprob tolerance of a tensor-parallel model against the
@@ -20,12 +21,15 @@ const TPTol = 1e-4
 // TPCase is one fixture at one tensor-parallel size: Refusal empty means it
 // must load and match the model on one rank, else the load must fail with
 // an error containing Refusal. Experts is Options.Experts of both loads
-// ("" is "backend", the reference op).
+// ("" is "backend", the reference op), Device their Options.GPUExperts
+// (device experts: on the CPU backend, the backend's MoE op computes them,
+// split over the ranks).
 type TPCase struct {
 	Fixture string
 	Size    int
 	Refusal string
 	Experts string
+	Device  placement.Request
 }
 
 // tracked counts the tokens each slot holds, for the checks that read
@@ -55,13 +59,13 @@ func (r *tracked) Free(slot int) {
 	delete(r.lens, slot)
 }
 
-// loadTP loads fixture through arch.Load on the CPU over size ranks (1:
-// the whole model) with 4 slots, 2048 tokens, 512 tokens a step, pages of
-// 16, 2 threads in all and the routed experts on experts.
-func loadTP(t *testing.T, fixture string, size int, experts string) (*tracked, error) {
+// loadTP loads tc's fixture through arch.Load on the CPU over size ranks
+// (1: the whole model) with 4 slots, 2048 tokens, 512 tokens a step, pages
+// of 16, 2 threads in all and the routed experts on experts and tc.Device.
+func loadTP(t *testing.T, tc TPCase, size int, experts string) (*tracked, error) {
 	t.Helper()
-	r, err := arch.Load(FixtureDir(fixture), arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
-		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts})
+	r, err := arch.Load(FixtureDir(tc.Fixture), arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
+		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts, GPUExperts: tc.Device})
 	if err != nil {
 		return nil, err
 	}
@@ -86,8 +90,12 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 		if experts == "" {
 			experts = "backend"
 		}
-		t.Run(fmt.Sprintf("%s/tp=%d/experts=%s", tc.Fixture, tc.Size, experts), func(t *testing.T) {
-			par, err := loadTP(t, tc.Fixture, tc.Size, experts)
+		name := fmt.Sprintf("%s/tp=%d/experts=%s", tc.Fixture, tc.Size, experts)
+		if tc.Device.Active() {
+			name += fmt.Sprintf("/device=%d,%.2g,%s", tc.Device.PerLayer, tc.Device.Ratio, tc.Device.Strategy)
+		}
+		t.Run(name, func(t *testing.T) {
+			par, err := loadTP(t, tc, tc.Size, experts)
 			if tc.Refusal != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.Refusal) {
 					t.Fatalf("load: %v, want a refusal containing %q", err, tc.Refusal)
@@ -97,7 +105,7 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			one, err := loadTP(t, tc.Fixture, 1, experts)
+			one, err := loadTP(t, tc, 1, experts)
 			if err != nil {
 				t.Fatal(err)
 			}
