@@ -171,7 +171,7 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
-		if L.lo, err = L.attn.BindLoRA(r.lo, l, H, qd, kd, qd, nil); err != nil {
+		if L.lo, err = L.attn.BindLoRA(r.lo, l, H, qd, kd, qd, qs, kvs, runbase.ColSplit(qh.Scale(hd))); err != nil {
 			return err
 		}
 		L.moe = c.Layers[l].IsMoE

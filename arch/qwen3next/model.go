@@ -380,15 +380,20 @@ func (r *Runner) loadLinear(L *layer, l int, p string) error {
 	if L.outProj, err = r.rb.WeightSplit(p+"out_proj.weight", runbase.ColSplit(vh.Scale(f.VDim)), H, fvd); err != nil {
 		return err
 	}
+	// the adapters' factors split as the weights (Qwen3.5's layout)
 	for _, b := range []struct {
 		dst     *block.LoRA
 		module  string
 		out, in int
+		split   runbase.Split
 	}{
-		{&L.lqkv, "in_proj_qkv", ch, H}, {&L.lz, "in_proj_z", vd, H}, {&L.lb, "in_proj_b", d.VHeads, H},
-		{&L.la, "in_proj_a", d.VHeads, H}, {&L.lout, "out_proj", H, vd},
+		{&L.lqkv, "in_proj_qkv", f.ConvChannels(), H, runbase.RowSplit(qkvRows...)},
+		{&L.lz, "in_proj_z", fvd, H, runbase.RowSplit(vh.Scale(f.VDim))},
+		{&L.lb, "in_proj_b", f.VHeads, H, runbase.RowSplit(vh)},
+		{&L.la, "in_proj_a", f.VHeads, H, runbase.RowSplit(vh)},
+		{&L.lout, "out_proj", H, fvd, runbase.ColSplit(vh.Scale(f.VDim))},
 	} {
-		if *b.dst, err = r.lo.Bind(l, "linear_attn."+b.module, b.out, b.in, nil); err != nil {
+		if *b.dst, err = r.lo.Bind(l, "linear_attn."+b.module, b.out, b.in, b.split); err != nil {
 			return err
 		}
 	}
@@ -435,11 +440,20 @@ func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	if a.KNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
 		return err
 	}
-	if L.lo, err = a.BindLoRA(r.lo, l, H, 2*nh*hd, kvd, nh*hd, qRows); err != nil {
+	if L.lo, err = a.BindLoRA(r.lo, l, H, 2*nh*hd, kvd, nh*hd, rowSplit(qRows), runbase.RowSplit(kvh.Scale(hd)), runbase.ColSplit(qh.Scale(hd))); err != nil {
 		return err
 	}
-	L.lgate, err = r.lo.Bind(l, "self_attn.q_proj", 2*nh*hd, H, gRows)
+	L.lgate, err = r.lo.Bind(l, "self_attn.q_proj", 2*nh*hd, H, rowSplit(gRows))
 	return err
+}
+
+// rowSplit is the split holding the row parts (first, count) of a matrix.
+func rowSplit(parts [][2]int) runbase.Split {
+	spans := make([]tp.Span, len(parts))
+	for i, p := range parts {
+		spans[i] = tp.Span{First: p[0], Count: p[1]}
+	}
+	return runbase.RowSplit(spans...)
 }
 
 // loadMLP binds the sparse MoE block (router, experts, shared expert and

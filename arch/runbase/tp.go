@@ -176,9 +176,6 @@ func (b *Base) checkTP(c *modelconfig.Config) error {
 	refuse := func(flag string) {
 		errs = append(errs, fmt.Errorf("%s with --tensor-parallel-size %d is not supported yet", flag, n))
 	}
-	if !o.LoRA.Empty() {
-		refuse("LoRA adapters (--lora-paths, --kt-lora-path, --kt-expert-lora-path)")
-	}
 	if o.ExpertDeferral > 0 {
 		refuse("--kt-max-deferred-experts-per-token")
 	}

@@ -114,7 +114,7 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 				one.Free(0)
 				par.Free(0)
 				a, b := Forward(t, one, 0, c.PromptIDs, true), Forward(t, par, 0, c.PromptIDs, true)
-				worst = math.Max(worst, rowsClose(t, c.Name+" prompt", b, a, c.PromptIDs[1:]))
+				worst = math.Max(worst, RowsClose(t, c.Name+" prompt", b, a, c.PromptIDs[1:]))
 				la, lb := a[len(a)-1], b[len(b)-1]
 				for s := range c.GreedyIDs {
 					pa, pb := LogSoftmax(la), LogSoftmax(lb)
@@ -122,7 +122,7 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 					if ga != gb && margin(pa) > TPTol {
 						t.Fatalf("%s: greedy step %d: token %d over %d ranks, %d on one", c.Name, s, gb, tc.Size, ga)
 					}
-					worst = math.Max(worst, rowsClose(t, fmt.Sprintf("%s greedy step %d", c.Name, s), [][]float32{lb}, [][]float32{la}, []int32{ga}))
+					worst = math.Max(worst, RowsClose(t, fmt.Sprintf("%s greedy step %d", c.Name, s), [][]float32{lb}, [][]float32{la}, []int32{ga}))
 					la, lb = Forward(t, one, 0, []int32{ga}, false)[0], Forward(t, par, 0, []int32{ga}, false)[0]
 				}
 			}
@@ -140,11 +140,11 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 	}
 }
 
-// rowsClose fails unless, in each row i of got, the logprob of token
+// RowsClose fails unless, in each row i of got, the logprob of token
 // ids[i] (the next prompt token or the greedy pick; rows past ids: none)
 // and of want's top 8 tokens are within TPTol of want's; it returns the
 // worst difference.
-func rowsClose(t *testing.T, what string, got, want [][]float32, ids []int32) float64 {
+func RowsClose(t *testing.T, what string, got, want [][]float32, ids []int32) float64 {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
