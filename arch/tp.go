@@ -3,12 +3,17 @@ package arch
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/sysinfo"
 	"github.com/ktserve/kt/tp"
 )
 
@@ -42,34 +47,82 @@ func TPDevice(o Options, n int) (string, error) {
 }
 
 // openRanks opens n ranks' backends and their communicators: on the CPU n
-// backends of a share of o.Threads each and a tp.Local group; on the GPU
-// one backend per GPU and an NCCL group (openGPUGroup).
-func openRanks(o Options, n int) ([]backend.Backend, tp.Group, string, error) {
+// backends of a share of o.Threads each and a tp.Local group, each rank's
+// threads pinned to its NUMA node's CPUs where the machine has several
+// (cpus: per rank, nil when unpinned); on the GPU one backend per GPU and
+// an NCCL group (openGPUGroup).
+func openRanks(o Options, n int) (bes []backend.Backend, g tp.Group, cpus [][]int, note string, err error) {
 	dev, err := TPDevice(o, n)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	if dev == "cuda" {
 		bes, g, err := openGPUGroup(o, n)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("--tensor-parallel-size %d: %w", n, err)
+			return nil, nil, nil, "", fmt.Errorf("--tensor-parallel-size %d: %w", n, err)
 		}
-		return bes, g, fmt.Sprintf("tensor parallel over %d GPUs from %d (NCCL): rank 0 on %s", n, o.BaseGPUID, bes[0].Name()), nil
+		return bes, g, nil, fmt.Sprintf("tensor parallel over %d GPUs from %d (NCCL): rank 0 on %s", n, o.BaseGPUID, bes[0].Name()), nil
 	}
 	threads := o.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
 	per := max(threads/n, 1)
-	bes := make([]backend.Backend, n)
+	cpus = tp.CPUGroups(sysinfo.NodeCores(os.DirFS("/"), cpu.AllowedCPUs()), n)
+	bes = make([]backend.Backend, n)
+	var pinErr error
 	for r := range bes {
-		bes[r] = cpu.New(cpu.Options{Threads: per})
+		var mine []int
+		if cpus != nil {
+			mine = cpus[r]
+		}
+		b := cpu.New(cpu.Options{Threads: per, CPUs: mine})
+		if err := b.PinErr(); err != nil && pinErr == nil {
+			pinErr = fmt.Errorf("rank %d: %w", r, err)
+		}
+		bes[r] = b
 	}
-	g, err := tp.NewLocal(n)
+	g, err = tp.NewLocal(n)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
-	return bes, g, fmt.Sprintf("tensor parallel over %d CPU ranks of %d threads each: %s", n, per, bes[0].Name()), nil
+	note = fmt.Sprintf("tensor parallel over %d CPU ranks of %d threads each: %s", n, per, bes[0].Name())
+	switch {
+	case pinErr != nil:
+		note += "; not pinned to NUMA nodes: " + pinErr.Error()
+	case cpus != nil:
+		note += "; each rank's threads pinned to its NUMA node's CPUs (" + describeGroups(cpus) + ")"
+	}
+	return bes, g, cpus, note, nil
+}
+
+// describeGroups says which CPUs each rank runs on ("rank 0: 0-7, rank 1:
+// 8-15").
+func describeGroups(cpus [][]int) string {
+	var parts []string
+	for r, cs := range cpus {
+		parts = append(parts, fmt.Sprintf("rank %d: %s", r, cpuList(cs)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cpuList writes cpus as a Linux cpulist ("0-3,8"), in increasing order.
+func cpuList(cpus []int) string {
+	s := slices.Sorted(slices.Values(cpus))
+	var parts []string
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", s[i], s[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(s[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // loadTP loads the model in dir as o.TensorParallel ranks with fn.
@@ -77,11 +130,11 @@ func loadTP(dir string, fn LoadFunc, o Options) (model.Runner, error) {
 	if o.Backend != nil || o.TP != nil {
 		return nil, errors.New("tensor parallelism: each rank opens its own backend; Options.Backend and Options.TP must be unset")
 	}
-	bes, g, note, err := openRanks(o, o.TensorParallel)
+	bes, g, cpus, note, err := openRanks(o, o.TensorParallel)
 	if err != nil {
 		return nil, err
 	}
-	return loadRanks(dir, fn, o, bes, g, note)
+	return loadRanks(dir, fn, o, bes, g, cpus, note)
 }
 
 // LoadRanks loads the model in dir as a tensor-parallel model of one rank
@@ -102,14 +155,17 @@ func LoadRanks(dir string, o Options, bes []backend.Backend, g tp.Group) (model.
 		g.Close()
 		return nil, err
 	}
-	return loadRanks(dir, fn, o.WithDefaults(), bes, g, fmt.Sprintf("tensor parallel over %d ranks: rank 0 on %s", len(bes), bes[0].Name()))
+	return loadRanks(dir, fn, o.WithDefaults(), bes, g, nil, fmt.Sprintf("tensor parallel over %d ranks: rank 0 on %s", len(bes), bes[0].Name()))
 }
 
-// loadRanks loads the ranks with fn on bes and g, noting note.
-func loadRanks(dir string, fn LoadFunc, o Options, bes []backend.Backend, g tp.Group, note string) (model.Runner, error) {
+// loadRanks loads the ranks with fn on bes and g, rank r's worker thread
+// pinned to cpus[r][0] (cpus nil: unpinned), noting note.
+func loadRanks(dir string, fn LoadFunc, o Options, bes []backend.Backend, g tp.Group, cpus [][]int, note string) (model.Runner, error) {
 	n := len(bes)
 	t := &tpRunner{group: g, bes: bes, ranks: make([]model.Runner, n), outs: make([]model.Logits, n)}
-	t.start(n)
+	if err := t.start(n, cpus); err != nil {
+		note += "; rank threads not pinned: " + err.Error()
+	}
 	err := t.each(func(r int) error {
 		ro := o
 		ro.Backend, ro.TP, ro.TensorParallel = bes[r], g.Comm(r), 0
@@ -155,21 +211,38 @@ var (
 	_ model.PrefixBrancher = (*tpRunner)(nil)
 )
 
-// start starts one worker per rank, each on an OS thread of its own.
-func (t *tpRunner) start(n int) {
+// start starts one worker per rank, each on an OS thread of its own,
+// rank r's bound to cpus[r][0] when cpus is set (the rank's backend pins
+// its other workers); it returns the first failure to bind, the workers
+// running unbound then.
+func (t *tpRunner) start(n int, cpus [][]int) error {
 	t.jobs = make([]chan func(), n)
+	pinned := make(chan error, n)
 	for r := range t.jobs {
 		t.jobs[r] = make(chan func())
 		t.wg.Add(1)
 		go func(jobs chan func()) {
 			defer t.wg.Done()
 			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
+			if cpus != nil && len(cpus[r]) > 0 {
+				// a bound thread ends with the worker (locked at exit)
+				pinned <- cpu.PinThread(cpus[r][:1])
+			} else {
+				pinned <- nil
+				defer runtime.UnlockOSThread()
+			}
 			for f := range jobs {
 				f()
 			}
 		}(t.jobs[r])
 	}
+	var err error
+	for range n {
+		if e := <-pinned; e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
 }
 
 // each runs fn for every rank on the rank's worker and waits for all. The

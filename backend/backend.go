@@ -76,8 +76,8 @@
 //     them to sum 1 when norm is set. wts is F32 [n, k], ids I32 [n, k].
 //     Rows at or past the step's Live (when set) get ids -1 and weights 0.
 //   - MoE(out, x, e, wts, ids, n): out[i] = sum_j wts[i,j] *
-//     down_e(silu(gate_e(x[i])) * up_e(x[i])), e = ids[i,j]; ids < 0 are
-//     skipped (experts served elsewhere).
+//     down_e(silu(gate_e(x[i])) * up_e(x[i])), e = ids[i,j]; ids < 0 and experts without
+//     weights (Experts) are skipped (experts served elsewhere).
 //   - GatherRows(out, x, first, count): out[j] = x[step.OutRows[first+j]]
 //     for j < count (the lm head runs on the gathered rows in blocks).
 //   - Read(dst, t, rows): copies the first rows rows of t to host memory as
@@ -224,9 +224,10 @@ type Attn struct {
 }
 
 // Experts is one MoE layer's routed experts: per expert, gate and up
-// [inter, hidden] and down [hidden, inter] weights. The CUDA backend's MoE
-// also accepts experts whose three weights are nil (served elsewhere, the
-// hybrid step's CPU experts) and skips them as it skips ids < 0.
+// [inter, hidden] and down [hidden, inter] weights. MoE also accepts
+// experts whose three weights are nil (served elsewhere: the hybrid step's
+// CPU experts, another tensor-parallel rank's) and skips them as it skips
+// ids < 0.
 type Experts struct {
 	Gate, Up, Down []Tensor
 	Hidden, Inter  int

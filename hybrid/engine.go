@@ -303,6 +303,10 @@ func (x *engine) deferredForward(l int, xs []float32, is []int32, ws, outs []flo
 	return x.eng.Sync()
 }
 
+// onCPU reports whether the engine serves the CPU backend (not the
+// hybrid step).
+func (x *engine) onCPU() bool { return x.gpu == nil }
+
 // predict queues the prediction of layer l's expert picks during the MoE
 // layer before it in the hybrid step (gpuLink.predict; a no-op otherwise).
 func (x *engine) predict(l int, h, add, norm, router backend.Tensor, eps float32, n int) error {

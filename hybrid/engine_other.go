@@ -21,6 +21,8 @@ func (*engine) start(*runbase.Base, int, backend.Tensor, backend.Tensor, backend
 	return errors.New("no CPU expert engine")
 }
 
+func (*engine) onCPU() bool { return true }
+
 func (*engine) join(int, backend.Tensor, int) error { return errors.New("no CPU expert engine") }
 
 func (*engine) predict(int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, float32, int) error {

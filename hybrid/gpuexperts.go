@@ -7,8 +7,10 @@ import (
 
 	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/moe/placement"
+	"github.com/ktserve/kt/tp"
 )
 
 // GPU experts (--kt-num-gpu-experts and its placement options): in the
@@ -19,12 +21,24 @@ import (
 // update (--kt-enable-dynamic-expert-update) the GPU expert slots of each
 // layer are refilled after its layerwise prefill with the step's most
 // picked experts (HottestExperts, AssignSlots, RebindSlots).
+//
+// On the CPU backend the placement's experts (device experts) run on the
+// backend's MoE op and the engine skips them the same way: the same split
+// of the work, which the tests compare against the unsplit model.
+//
+// With tensor parallelism the device experts of a layer are split over
+// the ranks (RankShare): each rank holds and computes its share on its own
+// backend, rank 0 also runs the CPU expert engine on the rest, and the
+// ranks' outputs are summed by an all-reduce (Plan.Reduced).
 
-// Placement returns the GPU expert mask of the model of config c for
-// rb.Opts.GPUExperts in the hybrid step, with the number of GPU experts
-// over all MoE layers; nil when no routed expert goes to the GPU.
+// Placement returns the device expert mask of the model of config c for
+// rb.Opts.GPUExperts, with the number of device experts over all MoE
+// layers; nil when no routed expert goes to the device: the hybrid step
+// (the GPU) or the CPU backend only (a GPU without a CPU expert method
+// runs every expert on the GPU already).
 func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, error) {
-	if !Hybrid(rb) || !rb.Opts.GPUExperts.Active() {
+	_, isCPU := rb.BE.(*cpu.Backend)
+	if !(Hybrid(rb) || isCPU) || !rb.Opts.GPUExperts.Active() {
 		return nil, 0, nil
 	}
 	moe := make([]bool, len(c.Layers))
@@ -36,6 +50,101 @@ func Placement(rb *runbase.Base, c *modelconfig.Config) (placement.Mask, int, er
 		return nil, 0, fmt.Errorf("%s: %w", rb.Name, err)
 	}
 	return m, n, nil
+}
+
+// RankShare returns rank's share of the device experts of one layer
+// (mask: true for a device expert) over size ranks: the device experts in
+// id order cut into size runs, the first ones one longer where the count
+// does not divide (a rank may get none). Every rank computes the same
+// shares.
+func RankShare(mask []bool, rank, size int) []bool {
+	share := make([]bool, len(mask))
+	var dev []int
+	for e, on := range mask {
+		if on {
+			dev = append(dev, e)
+		}
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return share
+	}
+	per, extra := len(dev)/size, len(dev)%size
+	first := rank*per + min(rank, extra)
+	n := per
+	if rank < extra {
+		n++
+	}
+	for _, e := range dev[first : first+n] {
+		share[e] = true
+	}
+	return share
+}
+
+// Plan says where a model's routed experts run over its ranks: the
+// placement's device experts (Placement) and this rank's share of them.
+// Without tensor parallelism rank 0 computes everything.
+type Plan struct {
+	mask placement.Mask // nil: no device expert
+	moe  []bool         // per model layer: a MoE layer
+	lay  tp.Layout
+}
+
+// NewPlan computes the plan of rb's rank for the model of config c.
+func NewPlan(rb *runbase.Base, c *modelconfig.Config) (*Plan, error) {
+	m, _, err := Placement(rb, c)
+	if err != nil {
+		return nil, err
+	}
+	moe := make([]bool, len(c.Layers))
+	for l, L := range c.Layers {
+		moe[l] = L.IsMoE
+	}
+	return &Plan{mask: m, moe: moe, lay: rb.Layout()}, nil
+}
+
+// device reports whether layer l is a MoE layer with device experts.
+func (p *Plan) device(l int) bool {
+	return l < len(p.moe) && p.moe[l] && l < len(p.mask) && p.mask.Count(l) > 0
+}
+
+// Mask returns MoE layer l's device experts (true: on the device), nil
+// when it has none.
+func (p *Plan) Mask(l int) []bool {
+	if !p.device(l) {
+		return nil
+	}
+	return p.mask[l]
+}
+
+// Share returns this rank's share of MoE layer l's device experts
+// (RankShare), nil when the layer has none.
+func (p *Plan) Share(l int) []bool {
+	if !p.device(l) {
+		return nil
+	}
+	return RankShare(p.mask[l], p.lay.Rank, p.lay.Size)
+}
+
+// Reduced reports whether the ranks' outputs of MoE layer l are partial
+// sums to add over the ranks (several ranks and device experts in the
+// layer: each rank computed its share) rather than rank 0's whole output,
+// which the others receive.
+func (p *Plan) Reduced(l int) bool { return p.lay.Size > 1 && p.device(l) }
+
+// OnRank reports whether this rank computes routed experts of MoE layer
+// l: rank 0 always, another rank when the layer is Reduced (its share of
+// the device experts, possibly none: its output is then zeros).
+func (p *Plan) OnRank(l int) bool { return p.lay.Rank == 0 || p.Reduced(l) }
+
+// Computes reports whether this rank computes routed experts of any
+// layer (the model then makes its Experts).
+func (p *Plan) Computes() bool {
+	for l, moe := range p.moe {
+		if moe && p.OnRank(l) {
+			return true
+		}
+	}
+	return p.lay.Rank == 0
 }
 
 // CountPicks adds to counts (one per expert) the expert picks in ids;

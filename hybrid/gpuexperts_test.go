@@ -154,3 +154,44 @@ func TestRebindSlots(t *testing.T) {
 		}
 	}
 }
+
+func TestRankShare(t *testing.T) {
+	mask := func(s string) []bool {
+		m := make([]bool, len(s))
+		for i, c := range s {
+			m[i] = c == '1'
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		mask string
+		size int
+		want []string // per rank
+	}{
+		{"one rank holds all", "01101", 1, []string{"01101"}},
+		{"even", "11110000", 2, []string{"11000000", "00110000"}},
+		{"the first ranks one more", "0111011", 2, []string{"0111000", "0000011"}},
+		{"fewer than ranks", "10010", 4, []string{"10000", "00010", "00000", "00000"}},
+		{"none", "0000", 2, []string{"0000", "0000"}},
+		{"all", "111111", 4, []string{"110000", "001100", "000010", "000001"}},
+	} {
+		cover := make([]int, len(c.mask))
+		for r, want := range c.want {
+			got := RankShare(mask(c.mask), r, c.size)
+			if !slices.Equal(got, mask(want)) {
+				t.Errorf("%s: rank %d of %d: share %v, want %s", c.name, r, c.size, got, want)
+			}
+			for e, on := range got {
+				if on {
+					cover[e]++
+				}
+			}
+		}
+		for e, n := range cover {
+			if want := map[bool]int{true: 1, false: 0}[c.mask[e] == '1']; n != want {
+				t.Errorf("%s: expert %d in %d shares, want %d", c.name, e, n, want)
+			}
+		}
+	}
+}

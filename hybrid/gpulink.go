@@ -89,9 +89,14 @@ func newGPULink(rb *runbase.Base, x *engine, layers []*Weights, timed bool) (*gp
 		}
 		g.experts = len(w.Gate)
 		if w.NGPU > 0 {
-			g.gpuExp[l], g.nGPU[l] = &w.OnGPU, w.NGPU
+			// the GPU runs this rank's share (a layer wholly on the
+			// GPUs: also an empty one, which writes zeros)
+			g.nGPU[l] = w.NGPU
 			g.allGPU[l] = w.NGPU == len(w.Gate)
-			split = split || !g.allGPU[l]
+			if w.NShare > 0 || g.allGPU[l] {
+				g.gpuExp[l] = &w.OnGPU
+			}
+			split = split || (!g.allGPU[l] && w.NShare > 0)
 		}
 	}
 	var err error

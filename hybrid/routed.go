@@ -34,6 +34,7 @@ package hybrid
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/runbase"
@@ -70,15 +71,23 @@ func (t hostTensor) Shape() []int        { return t.h.Shape }
 // Weights are one layer's routed experts: the backend's tensors and the
 // checkpoint bytes they were made from (what the CPU expert engine reads).
 type Weights struct {
+	// Experts are the experts this rank computes with the backend's op
+	// (Experts' tensors; nil entries for the experts other ranks compute,
+	// which the op skips); in the hybrid step host stand-ins for the CPU
+	// expert engine's.
 	backend.Experts
 	HostGate, HostUp, HostDown []backend.Host // per expert
-	// In the hybrid step with GPU experts (Options.GPUExperts): GPU[e] is
-	// true for the experts uploaded to the GPU, NGPU counts them, and
-	// OnGPU holds their tensors (nil entries for the CPU's: the GPU MoE op
-	// skips those). GPU is nil when the layer has none.
-	GPU   []bool
-	NGPU  int
-	OnGPU backend.Experts
+	// With device experts (Options.GPUExperts; the hybrid step's GPU
+	// experts, or the CPU backend's MoE op): GPU[e] is true for the
+	// layer's device experts, which the CPU expert engine skips, NGPU
+	// counts them, and OnGPU holds the tensors of this rank's share of
+	// them (all of them on one rank; nil entries for the others: the MoE
+	// op skips those), NShare counting it. GPU is nil when the layer has
+	// none.
+	GPU    []bool
+	NGPU   int
+	OnGPU  backend.Experts
+	NShare int
 	// Router is the layer's router weight and RouterNorm the norm weight
 	// of the router's input (the layer's post-attention norm), set by the
 	// model after Load: the hybrid step predicts the layer's picks with
@@ -90,31 +99,42 @@ type Weights struct {
 // Load binds the E experts of layer l under p (a layer's "...mlp.experts.")
 // from per-expert keys (p+"{e}.{gate,up,down}_proj.weight") or from the
 // fused p+"gate_up_proj" [E, 2I, H] (gate rows first) and p+"down_proj"
-// [E, H, I]. In the hybrid step (Hybrid) the experts stay in host memory
-// for the CPU expert engine, except those the placement (Placement of c)
-// puts on the GPU: only those are uploaded.
-func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int) (*Weights, error) {
+// [E, H, I], as plan places them. In the hybrid step (Hybrid) the experts
+// stay in host memory for the CPU expert engine, except the device experts
+// of this rank's share: only those are uploaded. Rank 0 binds every
+// expert but the other ranks' shares; another rank only its share.
+func Load(rb *runbase.Base, plan *Plan, l int, p string, E, H, I int) (*Weights, error) {
 	hybrid := Hybrid(rb)
 	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
 		Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
 		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E)}
-	mask, _, err := Placement(rb, c)
-	if err != nil {
-		return nil, err
-	}
-	if l < len(mask) && mask.Count(l) > 0 {
-		if len(mask[l]) != E {
-			return nil, fmt.Errorf("%s: layer %d: placement for %d experts, the layer has %d", rb.Name, l, len(mask[l]), E)
+	share := plan.Share(l)
+	if mask := plan.Mask(l); mask != nil {
+		if len(mask) != E {
+			return nil, fmt.Errorf("%s: layer %d: placement for %d experts, the layer has %d", rb.Name, l, len(mask), E)
 		}
-		w.GPU, w.NGPU = mask[l], mask.Count(l)
+		w.GPU = mask
+		for e := range E {
+			if mask[e] {
+				w.NGPU++
+			}
+			if share[e] {
+				w.NShare++
+			}
+		}
 		w.OnGPU = backend.Experts{Hidden: H, Inter: I,
 			Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}
 	}
+	root := rb.Root()
 	// e is the expert a bind call serves (set by the loops below)
 	e := 0
 	bind := func(dst *backend.Tensor, host *backend.Host, h backend.Host) error {
 		*host = h
-		if hybrid && (w.GPU == nil || !w.GPU[e]) {
+		device, mine := w.GPU != nil && w.GPU[e], share != nil && share[e]
+		switch {
+		case device && !mine, !device && !root:
+			return nil // another rank computes it
+		case hybrid && !device:
 			if err := h.Check(); err != nil {
 				return err
 			}
@@ -125,9 +145,10 @@ func Load(rb *runbase.Base, c *modelconfig.Config, l int, p string, E, H, I int)
 		*dst, err = rb.BE.Weight(h)
 		return err
 	}
-	// onGPU copies expert e's backend tensors to OnGPU for a GPU expert.
+	// onGPU copies expert e's backend tensors to OnGPU for a device
+	// expert of this rank's share.
 	onGPU := func() {
-		if w.GPU != nil && w.GPU[e] {
+		if share != nil && share[e] {
 			w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = w.Gate[e], w.Up[e], w.Down[e]
 		}
 	}
@@ -199,12 +220,13 @@ type Experts struct {
 	rb      *runbase.Base
 	engine  *engine // nil: the backend's MoE op
 	path    string
-	idsHost []int32    // expert picks read back while recording
-	def     *deferral  // expert deferral (Options.ExpertDeferral); nil when off
-	layers  []*Weights // per model layer; nil for a dense one
-	first   int        // the first MoE layer (-1: none)
-	next    []int      // per model layer, the next MoE layer after it (-1: none)
-	eps     float32    // the epsilon of the routers' input norm
+	idsHost []int32        // expert picks read back while recording
+	def     *deferral      // expert deferral (Options.ExpertDeferral); nil when off
+	layers  []*Weights     // per model layer; nil for a dense one
+	devOut  backend.Tensor // CPU backend: the device experts' share of a layer, added to the engine's
+	first   int            // the first MoE layer (-1: none)
+	next    []int          // per model layer, the next MoE layer after it (-1: none)
+	eps     float32        // the epsilon of the routers' input norm
 }
 
 // New chooses what computes the routed experts of layers (indexed by model
@@ -218,6 +240,11 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	x.first, x.next = order(layers)
 	method := rb.Opts.Experts
 	if c.NumMoELayers() == 0 {
+		return x, nil
+	}
+	if !rb.Root() {
+		// another rank: its share of the device experts, on its backend
+		x.path = fmt.Sprintf("rank %d: its share of the device experts on the backend MoE op (%s)%s", rb.Layout().Rank, rb.BE.Name(), describeDevice(layers))
 		return x, nil
 	}
 	if err := attachLoRA(rb, c, layers); err != nil {
@@ -261,10 +288,53 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 			x.engine.hybridGraphs(rb)
 		}
 		x.path = x.engine.describe() + x.def.describe()
+		if err := x.deviceSetup(); err != nil {
+			x.engine.close()
+			return nil, fmt.Errorf("%s: %w", rb.Name, err)
+		}
 	} else if x.def != nil {
 		x.path += "; reference path" + x.def.describe()
 	}
+	if !Hybrid(rb) {
+		x.path += describeDevice(layers)
+	}
 	return x, nil
+}
+
+// deviceSetup allocates, on the CPU backend, the buffer for the device
+// experts' share of a layer that the CPU expert engine also has experts of
+// (the two are added).
+func (x *Experts) deviceSetup() error {
+	if _, isCPU := x.rb.BE.(*cpu.Backend); !isCPU {
+		return nil
+	}
+	for _, w := range x.layers {
+		if w != nil && w.NShare > 0 && w.NGPU < len(w.Gate) {
+			var err error
+			if x.devOut, err = x.rb.BE.Alloc(tensor.F32, x.rb.Opts.MaxBatchTokens, w.Hidden); err != nil {
+				return fmt.Errorf("buffer for the device experts' share: %w", err)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// describeDevice says how many device experts of each MoE layer this rank
+// computes on the backend's MoE op ("" with none), for Path.
+func describeDevice(layers []*Weights) string {
+	var per []string
+	total := 0
+	for _, w := range layers {
+		if w != nil {
+			per = append(per, fmt.Sprintf("%d/%d", w.NShare, w.NGPU))
+			total += w.NGPU
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	return "; device experts (this rank's / the layer's) per MoE layer " + strings.Join(per, ",") + " on the backend MoE op"
 }
 
 // checkLayerwise refuses layerwise prefill and dynamic expert update
@@ -414,7 +484,7 @@ func (x *Experts) Layer(l int, b *Block, n int) error {
 // while the CPU computes the routed experts of the hybrid step. Every
 // other path completes the work in start.
 func (x *Experts) start(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
-	if rec := x.rb.Opts.ExpertRecorder; rec != nil && rec.Recording() {
+	if rec := x.rb.Opts.ExpertRecorder; rec != nil && rec.Recording() && x.rb.Root() { // rank 0 records every rank's picks
 		if err := x.record(rec, l, ids, n); err != nil {
 			return err
 		}
@@ -429,8 +499,34 @@ func (x *Experts) start(l int, out, h backend.Tensor, w *Weights, wts, ids backe
 		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
 		return nil
 	}
+	if x.engine.onCPU() && w.NGPU > 0 {
+		return x.startDevice(l, out, h, w, wts, ids, n)
+	}
 	if err := x.engine.start(x.rb, l, h, out, wts, ids, n); err != nil {
 		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+	}
+	return nil
+}
+
+// startDevice is start of a layer with device experts on the CPU backend:
+// the CPU expert engine computes the experts it does not skip, the
+// backend's MoE op this rank's share of the device experts, and the two
+// are added (a layer wholly on the device: the op alone).
+func (x *Experts) startDevice(l int, out, h backend.Tensor, w *Weights, wts, ids backend.Tensor, n int) error {
+	be := x.rb.BE
+	if w.NGPU == len(w.Gate) {
+		if x.def != nil {
+			x.def.begin(l) // defers nothing, as the layer before it
+		}
+		be.MoE(out, h, &w.OnGPU, wts, ids, n)
+		return nil
+	}
+	if err := x.engine.start(x.rb, l, h, out, wts, ids, n); err != nil {
+		return fmt.Errorf("%s: layer %d experts: %w", x.rb.Name, l, err)
+	}
+	if w.NShare > 0 {
+		be.MoE(x.devOut, h, &w.OnGPU, wts, ids, n)
+		be.Add(out, out, x.devOut, n)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ktserve/kt/adapter/ktlora"
 	"github.com/ktserve/kt/adapter/peft"
@@ -82,6 +83,7 @@ type Adapter struct {
 	Scale   float32
 	RSLoRA  bool
 	modules map[string]*Pair // "layer.module" -> factors
+	mu      sync.Mutex       // guards used (tensor-parallel ranks bind modules concurrently)
 	used    map[string]bool
 	// Experts holds the expert LoRA by layer (nil map when there is none).
 	Experts map[int]*ExpertLayer
@@ -334,7 +336,9 @@ func (a *Adapter) Module(layer int, module string, out, in int) (*Pair, error) {
 	if p == nil {
 		return nil, nil
 	}
+	a.mu.Lock()
 	a.used[id] = true
+	a.mu.Unlock()
 	if p.A.Data == nil || p.B.Data == nil {
 		have := p.A.Name + p.B.Name
 		return nil, fmt.Errorf("lora adapter %s: layer %d %s has only one LoRA factor (%s)", a.Dir, layer, module, have)
@@ -351,6 +355,8 @@ func (a *Adapter) Module(layer int, module string, out, in int) (*Pair, error) {
 // Unused returns an error naming the non-expert modules no model module took:
 // target modules kt does not apply LoRA to, or layers the model lacks.
 func (a *Adapter) Unused() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	var left []string
 	for id, p := range a.modules {
 		if !a.used[id] {

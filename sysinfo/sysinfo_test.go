@@ -141,3 +141,21 @@ func TestDiskFree(t *testing.T) {
 		t.Error("no error for a missing path")
 	}
 }
+
+func TestNodeCores(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fs      fstest.MapFS
+		allowed []int
+		want    string
+	}{
+		{"two nodes of two cores of two threads", dualSocket(), nil, "[[[0 4] [1 5]] [[2 6] [3 7]]]"},
+		{"affinity leaves one node", dualSocket(), []int{0, 1, 4}, "[[[0 4] [1]]]"},
+		{"no NUMA information", fstest.MapFS{}, nil, "[]"},
+		{"no topology: one core per CPU", fstest.MapFS{"sys/devices/system/node/node0/cpulist": {Data: []byte("0-2\n")}}, nil, "[[[0] [1] [2]]]"},
+	} {
+		if got := fmt.Sprint(NodeCores(c.fs, c.allowed)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}

@@ -320,3 +320,46 @@ func CPUInfoFlags() []string {
 	info := &Info{}
 	return info.readCPUInfo(os.DirFS("/"))
 }
+
+// NodeCores returns the cores of each NUMA node of fsys (a tree rooted at
+// "/"), in node id order, keeping only the CPUs in allowed (nil: all) and
+// the nodes left with some: per node its cores (hardware threads of one
+// (package, core_id), counted as its own core where the topology is not
+// readable) in order of their first CPU, each core's CPUs in increasing
+// order. It returns nil when /sys has no NUMA nodes.
+func NodeCores(fsys fs.FS, allowed []int) [][][]int {
+	info := &Info{}
+	info.readNUMA(fsys)
+	ok := map[int]bool{}
+	for _, c := range allowed {
+		ok[c] = true
+	}
+	type core struct{ pkg, id string }
+	var out [][][]int
+	for _, n := range info.NUMA {
+		idx := map[core]int{}
+		var cores [][]int
+		for _, c := range n.CPUs { // increasing: a core's first CPU comes first
+			if allowed != nil && !ok[c] {
+				continue
+			}
+			dir := fmt.Sprintf("sys/devices/system/cpu/cpu%d/topology", c)
+			pkg, err1 := readTrim(fsys, dir+"/physical_package_id")
+			id, err2 := readTrim(fsys, dir+"/core_id")
+			if err1 != nil || err2 != nil {
+				pkg, id = "?", strconv.Itoa(c)
+			}
+			k := core{pkg, id}
+			if i, seen := idx[k]; seen {
+				cores[i] = append(cores[i], c)
+				continue
+			}
+			idx[k] = len(cores)
+			cores = append(cores, []int{c})
+		}
+		if len(cores) > 0 {
+			out = append(out, cores)
+		}
+	}
+	return out
+}

@@ -197,6 +197,9 @@ func CheckModel(c *modelconfig.Config, size int) error {
 	if c.NumMoELayers() > 0 && c.SharedExpertIntermediateSize > 0 {
 		add(l.Divides("shared_expert_intermediate_size", c.SharedExpertIntermediateSize))
 	}
+	if c.NumMoELayers() > 0 && c.SharedExperts > 0 { // DeepSeek-V3's shared experts: one MLP
+		add(l.Divides("n_shared_experts × moe_intermediate_size", c.SharedExperts*c.MoEIntermediateSize))
+	}
 	add(l.CheckVocab(c.VocabSize))
 	if len(errs) == 0 {
 		return nil

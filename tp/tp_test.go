@@ -2,6 +2,7 @@ package tp
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -273,6 +274,37 @@ func TestLocalOneRankBadArgs(t *testing.T) {
 	for r := range 3 {
 		if err := g.Comm(r).Err(); err != nil {
 			t.Errorf("rank %d after the errors were read: %v", r, err)
+		}
+	}
+}
+
+func TestCPUGroups(t *testing.T) {
+	// node k: cores of two threads, c and c+100
+	node := func(first, cores int) [][]int {
+		var n [][]int
+		for c := first; c < first+cores; c++ {
+			n = append(n, []int{c, c + 100})
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name  string
+		nodes [][][]int
+		size  int
+		want  string
+	}{
+		{"one node: not pinned", [][][]int{node(0, 4)}, 2, "[]"},
+		{"no NUMA information: not pinned", nil, 2, "[]"},
+		{"one rank: not pinned", [][][]int{node(0, 2), node(2, 2)}, 1, "[]"},
+		{"a node per rank", [][][]int{node(0, 2), node(2, 2)}, 2, "[[0 1 100 101] [2 3 102 103]]"},
+		{"two nodes per rank", [][][]int{node(0, 1), node(1, 1), node(2, 1), node(3, 1)}, 2, "[[0 1 100 101] [2 3 102 103]]"},
+		{"two ranks per node, whole cores", [][][]int{node(0, 2), node(2, 2)}, 4, "[[0 100] [1 101] [2 102] [3 103]]"},
+		{"uneven: 3 ranks on 2 nodes", [][][]int{node(0, 3), node(3, 3)}, 3, "[[0 1 100 101] [2 102] [3 4 5 103 104 105]]"},
+		{"uneven: 3 nodes for 2 ranks", [][][]int{node(0, 1), node(1, 1), node(2, 1)}, 2, "[[0 1 100 101] [2 102]]"},
+		{"fewer cores than ranks on a node", [][][]int{node(0, 1), node(1, 1)}, 4, "[[0 100] [0 100] [1 101] [1 101]]"},
+	} {
+		if got := fmt.Sprint(CPUGroups(c.nodes, c.size)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
 }

@@ -69,6 +69,7 @@ type Runner struct {
 	mla            backend.MLA
 	router         backend.GroupRouter
 	params         backend.MLAParams
+	heads          tp.Span // the rank's attention heads
 	route          backend.GroupRoute
 	layers         []layer
 	embed          backend.Tensor
@@ -76,6 +77,7 @@ type Runner struct {
 	lmHead         backend.Tensor
 
 	routed *hybrid.Experts   // what computes the routed experts
+	plan   *hybrid.Plan      // which rank computes which routed experts
 	moe    []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
 	blk    hybrid.Block      // what the MoE layers hand the routed experts
 
@@ -108,9 +110,11 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
-		r.Close()
-		return nil, err
+	if r.plan.Computes() {
+		if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	if mtp := cfg.MTPTensors(rb.Ckpt.Names()); len(mtp) > 0 && rb.Opts.Notify != nil {
 		rb.Opts.Notify(fmt.Sprintf("deepseekv3: skipping the %d tensors of the multi-token-prediction layers past layer %d (not used for generation)", len(mtp), cfg.NumLayers-1))
@@ -131,11 +135,13 @@ func (r *Runner) check() error {
 	if r.rb.Opts.LoRA != nil {
 		return fmt.Errorf("deepseekv3: LoRA adapters are not supported for %s", Architecture)
 	}
-	if r.rb.Parallel() {
-		return fmt.Errorf("deepseekv3: --tensor-parallel-size %d is not supported for %s yet (multi-head latent attention is not split over ranks)", tp.Size(r.rb.TP), Architecture)
-	}
 	c := r.cfg
 	r.params = AttnParams(c)
+	// with tensor parallelism the rank's heads: their rows of q_b_proj (or
+	// q_proj) and kv_b_proj, their columns of o_proj; the latent cache,
+	// shared by every head, is kept whole on every rank
+	r.heads = r.rb.Layout().Split(c.NumHeads)
+	r.params.Heads = r.heads.Count
 	r.route = backend.GroupRoute{K: c.TopK, Groups: c.Routing.Groups, TopKGroups: c.Routing.TopKGroups,
 		Norm: c.NormTopKProb, Scale: float32(c.Routing.ScalingFactor)}
 	return nil
@@ -143,11 +149,21 @@ func (r *Runner) check() error {
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string { return r.routed.Path() }
+func (r *Runner) ExpertPath() string {
+	if r.routed == nil {
+		return "rank 0's"
+	}
+	return r.routed.Path()
+}
 
 // HybridTiming reports the hybrid step's hand-off times when
 // KT_HYBRID_TIMING=1 asked for them, else "" (arch.HybridTiming).
-func (r *Runner) HybridTiming() string { return r.routed.Timing() }
+func (r *Runner) HybridTiming() string {
+	if r.routed == nil {
+		return ""
+	}
+	return r.routed.Timing()
+}
 
 // LayerwiseSummary reports what layerwise GPU prefill and the dynamic
 // expert update did so far, else "" (arch.LayerwiseSummary).
@@ -164,7 +180,7 @@ func (r *Runner) loadWeights() error {
 	H, heads := c.HiddenSize, c.NumHeads
 	qk := m.QKNopeHeadDim + m.QKRopeHeadDim
 	var err error
-	if r.embed, err = r.rb.Weight("model.embed_tokens.weight", c.VocabSize, H); err != nil {
+	if r.embed, err = r.rb.Embedding("model.embed_tokens.weight", c.VocabSize, H); err != nil {
 		return err
 	}
 	if r.norm, err = r.rb.Weight("model.norm.weight", H); err != nil {
@@ -173,38 +189,44 @@ func (r *Runner) loadWeights() error {
 	if r.lmHead, err = r.rb.LMHead(r.embed, c.TieWordEmbeddings, c.VocabSize, H); err != nil {
 		return err
 	}
+	if r.plan, err = hybrid.NewPlan(r.rb, c); err != nil {
+		return err
+	}
 	type w struct {
 		dst   *backend.Tensor
 		name  string
 		shape []int
+		split runbase.Split
 	}
+	hs := r.heads
 	r.layers = make([]layer, c.NumLayers)
 	for l := range r.layers {
 		L := &r.layers[l]
 		p := fmt.Sprintf("model.layers.%d.", l)
 		ws := []w{
-			{&L.inNorm, "input_layernorm.weight", []int{H}},
-			{&L.postNorm, "post_attention_layernorm.weight", []int{H}},
-			{&L.attn.kvA, "self_attn.kv_a_proj_with_mqa.weight", []int{m.KVLoRARank + m.QKRopeHeadDim, H}},
-			{&L.attn.kvANorm, "self_attn.kv_a_layernorm.weight", []int{m.KVLoRARank}},
-			{&L.attn.kvB, "self_attn.kv_b_proj.weight", []int{heads * (m.QKNopeHeadDim + m.VHeadDim), m.KVLoRARank}},
-			{&L.attn.o, "self_attn.o_proj.weight", []int{H, heads * m.VHeadDim}},
+			{&L.inNorm, "input_layernorm.weight", []int{H}, runbase.Split{}},
+			{&L.postNorm, "post_attention_layernorm.weight", []int{H}, runbase.Split{}},
+			{&L.attn.kvA, "self_attn.kv_a_proj_with_mqa.weight", []int{m.KVLoRARank + m.QKRopeHeadDim, H}, runbase.Split{}},
+			{&L.attn.kvANorm, "self_attn.kv_a_layernorm.weight", []int{m.KVLoRARank}, runbase.Split{}},
+			{&L.attn.kvB, "self_attn.kv_b_proj.weight", []int{heads * (m.QKNopeHeadDim + m.VHeadDim), m.KVLoRARank},
+				runbase.RowSplit(hs.Scale(m.QKNopeHeadDim + m.VHeadDim))},
+			{&L.attn.o, "self_attn.o_proj.weight", []int{H, heads * m.VHeadDim}, runbase.ColSplit(hs.Scale(m.VHeadDim))},
 		}
 		if m.QLoRARank > 0 {
 			ws = append(ws,
-				w{&L.attn.qA, "self_attn.q_a_proj.weight", []int{m.QLoRARank, H}},
-				w{&L.attn.qANorm, "self_attn.q_a_layernorm.weight", []int{m.QLoRARank}},
-				w{&L.attn.qB, "self_attn.q_b_proj.weight", []int{heads * qk, m.QLoRARank}})
+				w{&L.attn.qA, "self_attn.q_a_proj.weight", []int{m.QLoRARank, H}, runbase.Split{}},
+				w{&L.attn.qANorm, "self_attn.q_a_layernorm.weight", []int{m.QLoRARank}, runbase.Split{}},
+				w{&L.attn.qB, "self_attn.q_b_proj.weight", []int{heads * qk, m.QLoRARank}, runbase.RowSplit(hs.Scale(qk))})
 		} else {
-			ws = append(ws, w{&L.attn.q, "self_attn.q_proj.weight", []int{heads * qk, H}})
+			ws = append(ws, w{&L.attn.q, "self_attn.q_proj.weight", []int{heads * qk, H}, runbase.RowSplit(hs.Scale(qk))})
 		}
 		L.moe = c.Layers[l].IsMoE
-		if L.moe {
-			ws = append(ws, w{&L.router, "mlp.gate.weight", []int{c.NumExperts, H}},
-				w{&L.bias, "mlp.gate.e_score_correction_bias", []int{c.NumExperts}})
+		if L.moe && r.plan.OnRank(l) { // rank 0 routes, or every rank with device experts
+			ws = append(ws, w{&L.router, "mlp.gate.weight", []int{c.NumExperts, H}, runbase.Split{}},
+				w{&L.bias, "mlp.gate.e_score_correction_bias", []int{c.NumExperts}, runbase.Split{}})
 		}
 		for _, x := range ws {
-			if *x.dst, err = r.rb.Weight(p+x.name, x.shape...); err != nil {
+			if *x.dst, err = r.rb.WeightSplit(p+x.name, x.split, x.shape...); err != nil {
 				return err
 			}
 		}
@@ -219,7 +241,10 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
-		if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		if !r.plan.OnRank(l) {
+			continue // rank 0 computes the routed experts
+		}
+		if r.moe[l], err = hybrid.Load(r.rb, r.plan, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
 		// the hybrid step's next-layer prediction ranks the raw router
@@ -242,7 +267,8 @@ func (r *Runner) allocate() error {
 		}
 	}
 	T, H := o.MaxBatchTokens, c.HiddenSize
-	inter, sharedInter := max(c.IntermediateSize, 1), max(c.SharedExperts*c.MoEIntermediateSize, 1)
+	// with tensor parallelism the rank's share of the MLP widths
+	inter, sharedInter := max(block.Width(r.rb, c.IntermediateSize), 1), max(block.Width(r.rb, c.SharedExperts*c.MoEIntermediateSize), 1)
 	k := max(c.TopK, 1)
 	act := be.ActDType()
 	for _, a := range []struct {
@@ -252,7 +278,7 @@ func (r *Runner) allocate() error {
 	}{
 		{&r.x, act, []int{T, H}}, {&r.h, act, []int{T, H}}, {&r.tmp, act, []int{T, H}}, {&r.sh, act, []int{T, H}},
 		{&r.qa, act, []int{T, max(c.MLA.QLoRARank, 1)}}, {&r.q, act, []int{T, r.params.QWidth()}},
-		{&r.kv, act, []int{T, r.params.CacheWidth()}}, {&r.attnOut, act, []int{T, c.NumHeads * c.MLA.VHeadDim}},
+		{&r.kv, act, []int{T, r.params.CacheWidth()}}, {&r.attnOut, act, []int{T, r.heads.Count * c.MLA.VHeadDim}},
 		{&r.gate, act, []int{T, inter}}, {&r.up, act, []int{T, inter}},
 		{&r.seG, act, []int{T, sharedInter}}, {&r.seU, act, []int{T, sharedInter}},
 		{&r.rlogits, act, []int{T, max(c.NumExperts, 1)}},
@@ -307,25 +333,42 @@ func (r *Runner) Forward(b *model.Batch, out *model.Logits) error {
 func (r *Runner) layersForward(n int) error {
 	be := r.rb.BE
 	eps := float32(r.cfg.RMSNormEps)
-	be.Embed(r.x, r.embed)
+	r.rb.Embed(r.x, r.embed)
 	be.RMSNorm(r.h, r.x, r.layers[0].inNorm, eps, n)
 	// the hybrid step predicts the first MoE layer's picks from here
-	if err := r.routed.StepStart(r.x, n); err != nil {
-		return err
+	if r.routed != nil {
+		if err := r.routed.StepStart(r.x, n); err != nil {
+			return err
+		}
 	}
 	for l := range r.layers {
 		L := &r.layers[l]
 		r.attend(&L.attn, n)
 		be.MatMul(r.tmp, r.attnOut, L.attn.o, n)
+		r.rb.AllReduce(r.tmp, n) // o is row-parallel
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			be.MatMul(r.rlogits, r.h, L.router, n)
-			r.router.RouterGroupTopK(r.rw, r.rids, r.rlogits, L.bias, &r.route, n)
-			if err := r.routed.Layer(l, &r.blk, n); err != nil {
-				return err
+			// the residual stream is the same on every rank: rank 0
+			// computes the routed experts (with device experts every rank
+			// its share) with its shard of the shared experts, the other
+			// ranks their shards
+			if r.moe[l] != nil {
+				be.MatMul(r.rlogits, r.h, L.router, n)
+				r.router.RouterGroupTopK(r.rw, r.rids, r.rlogits, L.bias, &r.route, n)
+				if err := r.routed.Layer(l, &r.blk, n); err != nil {
+					return err
+				}
+			} else if r.shared != nil {
+				L.shared.Forward(be, r.tmp, r.h, r.seG, r.seU, n)
+			}
+			if r.shared != nil || r.plan.Reduced(l) {
+				r.rb.AllReduce(r.tmp, n)
+			} else {
+				r.rb.Broadcast(r.tmp, n)
 			}
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.gate, r.up, n)
+			r.rb.AllReduce(r.tmp, n) // down is row-parallel
 		}
 		// the residual add, with the next layer's input norm where there
 		// is one (the final norm runs on the rows the head keeps)

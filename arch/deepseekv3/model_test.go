@@ -1,6 +1,7 @@
 package deepseekv3
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
@@ -186,3 +188,40 @@ func TestNeedsMLABackend(t *testing.T) {
 
 // plainBackend is a backend with only the Backend interface's methods.
 type plainBackend struct{ backend.Backend }
+
+// TestTensorParallel runs a synthetic checkpoint over 2 and 4 CPU ranks
+// against one rank (modeltest.TPMatchesSingle): the attention heads split
+// (their rows of q_b_proj or q_proj and kv_b_proj, their columns of
+// o_proj, the latent cache whole on every rank), the dense MLP and shared
+// experts column/row-parallel, the routed experts on rank 0 or with device
+// experts split over the ranks; and a size the heads do not divide.
+func TestTensorParallel(t *testing.T) {
+	shape := SynthShape{Layers: 3, DenseLayers: 1, Hidden: 64, Heads: 4, QLoRA: 32, KVLoRA: 32, Nope: 16, Rope: 8, V: 16,
+		Experts: 8, TopK: 2, MoEInter: 32, Shared: 1, Dense: 64, Groups: 2, TopKGroups: 1, Vocab: 256, Exp: 122}
+	qlora, qproj := t.TempDir(), t.TempDir()
+	if err := WriteSynthetic(qlora, shape, 7); err != nil {
+		t.Fatal(err)
+	}
+	shape.QLoRA, shape.Shared = 0, 0 // one q_proj, no shared experts (rank 0's routed output broadcast)
+	if err := WriteSynthetic(qproj, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	// three prompts (the mixed batch's: the second over 30 tokens, the
+	// third at least 40), each followed by 4 greedy steps
+	var cases []modeltest.Case
+	for i, n := range []int{12, 36, 48} {
+		c := modeltest.Case{Name: fmt.Sprintf("synthetic %d", i), GreedyIDs: make([]int32, 4)}
+		for j := range n {
+			c.PromptIDs = append(c.PromptIDs, int32((j*53+i*17+1)%shape.Vocab))
+		}
+		cases = append(cases, c)
+	}
+	three := placement.Request{PerLayer: 3}
+	modeltest.TPMatchesSingle(t, []modeltest.TPCase{
+		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 2},
+		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 4},
+		{Fixture: "synthetic-qproj", Dir: qproj, Cases: cases, Size: 2},
+		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 4, Device: three},
+		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 3, Refusal: "num_attention_heads: 4 does not divide over tensor-parallel size 3"},
+	})
+}

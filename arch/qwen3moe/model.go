@@ -58,7 +58,8 @@ type Runner struct {
 	lmHead         backend.Tensor
 
 	lo     *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed *hybrid.Experts   // what computes the routed experts
+	routed *hybrid.Experts   // what computes the routed experts (nil: another rank)
+	plan   *hybrid.Plan      // which rank computes which routed experts
 	moe    []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
 	blk    hybrid.Block      // what the MoE layers hand the routed experts
 
@@ -85,7 +86,7 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	if !rb.Root() {
+	if !r.plan.Computes() {
 		return r, nil // rank 0 computes the routed experts for every rank
 	}
 	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
@@ -144,6 +145,9 @@ func (r *Runner) loadWeights() error {
 	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
 		return err
 	}
+	if r.plan, err = hybrid.NewPlan(r.rb, c); err != nil {
+		return err
+	}
 	r.layers = make([]layer, c.NumLayers)
 	for l := range r.layers {
 		L := &r.layers[l]
@@ -167,7 +171,7 @@ func (r *Runner) loadWeights() error {
 				return err
 			}
 		}
-		if L.lo, err = L.attn.BindLoRA(r.lo, l, H, qd, kd, qd, nil); err != nil {
+		if L.lo, err = L.attn.BindLoRA(r.lo, l, H, qd, kd, qd, qs, kvs, runbase.ColSplit(qh.Scale(hd))); err != nil {
 			return err
 		}
 		L.moe = c.Layers[l].IsMoE
@@ -180,13 +184,13 @@ func (r *Runner) loadWeights() error {
 			}
 			continue
 		}
-		if !r.rb.Root() {
+		if !r.plan.OnRank(l) {
 			continue // rank 0 computes the routed experts
 		}
 		if L.router, err = r.rb.Weight(p+"mlp.gate.weight", c.NumExperts, H); err != nil {
 			return err
 		}
-		if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+		if r.moe[l], err = hybrid.Load(r.rb, r.plan, l, p+"mlp.experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 			return err
 		}
 		r.moe[l].Router, r.moe[l].RouterNorm = L.router, L.postNorm
@@ -284,14 +288,20 @@ func (r *Runner) layersForward(n int) error {
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			// the residual stream is the same on every rank: rank 0
-			// computes the routed experts once and hands them over
-			if r.routed != nil {
+			// computes the routed experts once and hands them over, or
+			// with device experts every rank its share of them (rank 0
+			// also the rest) and the shares are summed
+			if r.moe[l] != nil {
 				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 				if err := r.routed.Layer(l, &r.blk, n); err != nil {
 					return err
 				}
 			}
-			r.rb.Broadcast(r.tmp, n)
+			if r.plan.Reduced(l) {
+				r.rb.AllReduce(r.tmp, n)
+			} else {
+				r.rb.Broadcast(r.tmp, n)
+			}
 		} else {
 			L.mlp.Forward(be, r.tmp, r.h, r.gate, r.up, n)
 			r.rb.AllReduce(r.tmp, n) // down is row-parallel

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
@@ -81,16 +82,26 @@ func TestGraphDecodeIdentical(t *testing.T) {
 
 // TestTensorParallel runs every fixture over 2 and 4 CPU ranks against one
 // rank (modeltest.TPMatchesSingle), on the reference MoE op and the CPU
-// expert engine, and a size the heads do not divide.
+// expert engine, with device experts split over the ranks, and a size the
+// heads do not divide.
 func TestTensorParallel(t *testing.T) {
 	var cases []modeltest.TPCase
 	for _, fx := range fixtures {
 		cases = append(cases, modeltest.TPCase{Fixture: fx, Size: 2}, modeltest.TPCase{Fixture: fx, Size: 4})
 	}
+	// 6 of 16 experts per layer on the device: shares of 2, 2, 1, 1 over 4 ranks
+	six := placement.Request{PerLayer: 6}
+	// half of all experts from the first layer: layer 0 wholly on the
+	// device, layer 1 half, layer 2 on the CPU expert engine alone
+	front := placement.Request{Ratio: 0.5, RatioSet: true, Strategy: placement.FrontLoading}
 	cases = append(cases,
 		// rank 0's CPU expert engine serves every rank
 		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto"},
 		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 4, Experts: "auto"},
+		modeltest.TPCase{Fixture: "qwen3moe-b", Size: 2, Device: six},
+		modeltest.TPCase{Fixture: "qwen3moe-b", Size: 4, Device: six},
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto", Device: front},
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 4, Experts: "auto", Device: front},
 		modeltest.TPCase{Fixture: "qwen3moe-a", Size: 3, Refusal: "num_attention_heads: 4 does not divide over tensor-parallel size 3"})
 	modeltest.TPMatchesSingle(t, cases)
 }

@@ -28,7 +28,7 @@ func openTestGPU(t *testing.T) *cuda.Backend {
 
 // greedyLogprobs returns the logprob rows of prompt and of steps greedy
 // decode steps after it (slot 0).
-func greedyLogprobs(t *testing.T, tr testRunner, prompt []int32, steps int) [][]float64 {
+func greedyLogprobs(t *testing.T, tr modeltest.Runner, prompt []int32, steps int) [][]float64 {
 	t.Helper()
 	var lps [][]float64
 	for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {

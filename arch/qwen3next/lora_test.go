@@ -1,11 +1,13 @@
 package qwen3next
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
+	"github.com/ktserve/kt/arch/internal/modeltest"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/lora"
 	"github.com/ktserve/kt/model"
@@ -74,7 +76,7 @@ func readLoRARef(t *testing.T) loraRef {
 
 // runMixed prefills every reference sequence in one step, sequence s with
 // adapter ids[s], and returns each sequence's logits rows.
-func runMixed(t *testing.T, r *Runner, ids [][]int32, adapters []int) [][][]float32 {
+func runMixed(t *testing.T, r model.Runner, ids [][]int32, adapters []int) [][][]float32 {
 	t.Helper()
 	var b model.Batch
 	for s, toks := range ids {
@@ -191,5 +193,46 @@ func checkNonExpertMixed(t *testing.T, r *Runner, ref loraRef, label string, tol
 				t.Errorf("%sadapters %v seq %d: max |logit diff| %.3g > %g", label, ad, s, d, tol)
 			}
 		}
+	}
+}
+
+// TestLoRATensorParallel serves the whole merged adapter over 2 and 4 CPU
+// ranks: the non-expert factors split as the weights they adapt (B's rows
+// of the column-parallel projections, A's columns of the row-parallel
+// ones), the expert LoRA on rank 0 with the routed experts. In steps mixing
+// a sequence with the adapter and one without, every row's logprobs of the
+// next token and of the top 8 must be within modeltest.TPTol of the model
+// on one rank, and within loraTol of the transformers reference.
+func TestLoRATensorParallel(t *testing.T) {
+	ref := readLoRARef(t)
+	set, err := lora.Open(lora.Flags{LoRAPaths: []string{"neko=" + filepath.Join(loraFixture, "merged")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(size int) model.Runner {
+		r, err := arch.Load(fixtureDir("qwen35moe-b"), arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
+			MaxSeqs: 4, MaxTotalTokens: 512, MaxBatchTokens: 64, PageSize: 16, Experts: "backend", LoRA: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	one := load(1)
+	for _, size := range []int{2, 4} {
+		par := load(size)
+		worst := 0.0
+		for _, ad := range [][]int{{1, 0}, {0, 1}} {
+			want, got := runMixed(t, one, ref.ids, ad), runMixed(t, par, ref.ids, ad)
+			for s := range got {
+				worst = math.Max(worst, modeltest.RowsClose(t, fmt.Sprintf("tp=%d adapters %v seq %d", size, ad, s), got[s], want[s], ref.ids[s][1:]))
+				if r := ref.full; ad[s] == 1 && r != nil {
+					if d := maxDiff(got[s], r[s]); d > loraTol {
+						t.Errorf("tp=%d adapters %v seq %d: max |logit diff| to the reference %.3g > %g", size, ad, s, d, loraTol)
+					}
+				}
+			}
+		}
+		t.Logf("tp=%d: worst logprob difference to one rank %.3g", size, worst)
 	}
 }

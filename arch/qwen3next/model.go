@@ -84,7 +84,8 @@ type Runner struct {
 	rb             *runbase.Base     // checkpoint, backend, KV pages, step layout, lm head
 	cfg            *Config
 	lo             *block.LoRAs      // non-expert LoRA adapters (nil: none)
-	routed         *hybrid.Experts   // what computes the routed experts
+	routed         *hybrid.Experts   // what computes the routed experts (nil: another rank)
+	plan           *hybrid.Plan      // which rank computes which routed experts
 	moe            []*hybrid.Weights // per layer: its routed experts, nil for a dense MLP
 	blk            hybrid.Block      // what the MoE layers hand the routed experts
 	la             backend.LinearAttention
@@ -134,7 +135,7 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
-	if !rb.Root() {
+	if !r.plan.Computes() {
 		return r, nil // rank 0 computes the routed experts for every rank
 	}
 	if r.routed, err = hybrid.New(rb, cfg, r.moe); err != nil {
@@ -258,6 +259,9 @@ func (r *Runner) loadWeights() error {
 	if r.lo, err = block.NewLoRAs(r.rb); err != nil {
 		return err
 	}
+	if r.plan, err = hybrid.NewPlan(r.rb, c); err != nil {
+		return err
+	}
 	r.layers = make([]layer, c.NumLayers)
 	nLinear := 0
 	for l := range r.layers {
@@ -376,15 +380,20 @@ func (r *Runner) loadLinear(L *layer, l int, p string) error {
 	if L.outProj, err = r.rb.WeightSplit(p+"out_proj.weight", runbase.ColSplit(vh.Scale(f.VDim)), H, fvd); err != nil {
 		return err
 	}
+	// the adapters' factors split as the weights (Qwen3.5's layout)
 	for _, b := range []struct {
 		dst     *block.LoRA
 		module  string
 		out, in int
+		split   runbase.Split
 	}{
-		{&L.lqkv, "in_proj_qkv", ch, H}, {&L.lz, "in_proj_z", vd, H}, {&L.lb, "in_proj_b", d.VHeads, H},
-		{&L.la, "in_proj_a", d.VHeads, H}, {&L.lout, "out_proj", H, vd},
+		{&L.lqkv, "in_proj_qkv", f.ConvChannels(), H, runbase.RowSplit(qkvRows...)},
+		{&L.lz, "in_proj_z", fvd, H, runbase.RowSplit(vh.Scale(f.VDim))},
+		{&L.lb, "in_proj_b", f.VHeads, H, runbase.RowSplit(vh)},
+		{&L.la, "in_proj_a", f.VHeads, H, runbase.RowSplit(vh)},
+		{&L.lout, "out_proj", H, fvd, runbase.ColSplit(vh.Scale(f.VDim))},
 	} {
-		if *b.dst, err = r.lo.Bind(l, "linear_attn."+b.module, b.out, b.in, nil); err != nil {
+		if *b.dst, err = r.lo.Bind(l, "linear_attn."+b.module, b.out, b.in, b.split); err != nil {
 			return err
 		}
 	}
@@ -431,11 +440,20 @@ func (r *Runner) loadAttention(L *layer, l int, p string) error {
 	if a.KNorm, err = r.f32Weight(p+"k_norm.weight", []int{hd}, []int{hd}, 1); err != nil {
 		return err
 	}
-	if L.lo, err = a.BindLoRA(r.lo, l, H, 2*nh*hd, kvd, nh*hd, qRows); err != nil {
+	if L.lo, err = a.BindLoRA(r.lo, l, H, 2*nh*hd, kvd, nh*hd, rowSplit(qRows), runbase.RowSplit(kvh.Scale(hd)), runbase.ColSplit(qh.Scale(hd))); err != nil {
 		return err
 	}
-	L.lgate, err = r.lo.Bind(l, "self_attn.q_proj", 2*nh*hd, H, gRows)
+	L.lgate, err = r.lo.Bind(l, "self_attn.q_proj", 2*nh*hd, H, rowSplit(gRows))
 	return err
+}
+
+// rowSplit is the split holding the row parts (first, count) of a matrix.
+func rowSplit(parts [][2]int) runbase.Split {
+	spans := make([]tp.Span, len(parts))
+	for i, p := range parts {
+		spans[i] = tp.Span{First: p[0], Count: p[1]}
+	}
+	return runbase.RowSplit(spans...)
 }
 
 // loadMLP binds the sparse MoE block (router, experts, shared expert and
@@ -460,13 +478,13 @@ func (r *Runner) loadMLP(L *layer, l int, p string) error {
 	if L.seScale, err = r.rb.Weight(p+"shared_expert_gate.weight", 1, H); err != nil {
 		return err
 	}
-	if !r.rb.Root() {
+	if !r.plan.OnRank(l) {
 		return nil // rank 0 computes the routed experts
 	}
 	if L.router, err = r.rb.Weight(p+"gate.weight", c.NumExperts, H); err != nil {
 		return err
 	}
-	if r.moe[l], err = hybrid.Load(r.rb, c, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
+	if r.moe[l], err = hybrid.Load(r.rb, r.plan, l, p+"experts.", c.NumExperts, H, c.MoEIntermediateSize); err != nil {
 		return err
 	}
 	r.moe[l].Router, r.moe[l].RouterNorm = L.router, L.postNorm
@@ -619,7 +637,7 @@ func (r *Runner) layersForward(n int) error {
 		}
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			if r.routed != nil {
+			if r.moe[l] != nil {
 				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 				// routed experts plus the shared expert (sharedExpert),
 				// which runs on the backend while the CPU computes the
@@ -628,7 +646,7 @@ func (r *Runner) layersForward(n int) error {
 					return err
 				}
 			} else {
-				// another rank computes the routed experts (the residual
+				// rank 0 computes the routed experts (the residual
 				// stream is the same on every rank): this rank adds its
 				// share of the shared expert
 				r.sharedInto(r.tmp, l, n)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // fixtures are the transformers reference checkpoints (testdata/models).
@@ -120,5 +121,10 @@ func TestTensorParallel(t *testing.T) {
 		{Fixture: "qwen35moe-b", Size: 4},
 		{Fixture: "qwen35moe-fp8", Size: 2},
 		{Fixture: "qwen35moe-fp8", Size: 4, Refusal: "linear_num_key_heads: 2 does not divide over tensor-parallel size 4"},
+		// device experts split over the ranks, summed with the shared
+		// expert's shards: a random placement (per layer 1 to 6 of 8), and
+		// 3 per layer over 4 ranks (the last rank's share empty)
+		{Fixture: "qwen3next-b", Size: 2, Device: placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random}},
+		{Fixture: "qwen35moe-b", Size: 4, Device: placement.Request{PerLayer: 3}},
 	})
 }

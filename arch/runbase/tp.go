@@ -176,14 +176,8 @@ func (b *Base) checkTP(c *modelconfig.Config) error {
 	refuse := func(flag string) {
 		errs = append(errs, fmt.Errorf("%s with --tensor-parallel-size %d is not supported yet", flag, n))
 	}
-	if !o.LoRA.Empty() {
-		refuse("LoRA adapters (--lora-paths, --kt-lora-path, --kt-expert-lora-path)")
-	}
 	if o.ExpertDeferral > 0 {
 		refuse("--kt-max-deferred-experts-per-token")
-	}
-	if o.GPUExperts.Active() {
-		refuse("GPU-resident routed experts (--kt-num-gpu-experts, --kt-gpu-experts-ratio)")
 	}
 	if o.GPUPrefillThreshold > 0 {
 		refuse("--kt-gpu-prefill-token-threshold")

@@ -64,6 +64,11 @@ type Options struct {
 	Threads int
 	// NoSIMD forces the portable Go kernels (for tests and comparison).
 	NoSIMD bool
+	// CPUs, when set, pins the workers: the pool's goroutine i (1 ≤ i <
+	// Threads) runs on a thread of its own bound to CPUs[i % len(CPUs)].
+	// The goroutine calling the ops also works on each op; the caller pins
+	// it (PinThread with CPUs[0]) where it wants to.
+	CPUs []int
 }
 
 // Backend is the CPU backend. It is not safe for concurrent use.
@@ -71,6 +76,7 @@ type Backend struct {
 	threads int
 	simd    bool
 	pool    *pool
+	pinErr  error // Options.CPUs not applied (PinErr)
 	step    *backend.Step
 	err     error
 	closed  bool
@@ -98,7 +104,8 @@ func New(o Options) *Backend {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	b := &Backend{threads: n, simd: !o.NoSIMD && haveAVX512(), pool: newPool(n)}
+	p, pinErr := newPool(n, o.CPUs)
+	b := &Backend{threads: n, simd: !o.NoSIMD && haveAVX512(), pool: p, pinErr: pinErr}
 	b.attnBuf = make([][]float32, n)
 	return b
 }
@@ -111,6 +118,11 @@ func (b *Backend) Name() string {
 	}
 	return fmt.Sprintf("cpu (%s, %d threads)", isa, b.threads)
 }
+
+// PinErr reports why Options.CPUs could not be applied to a worker (nil
+// when every worker is pinned, or none was asked to be); the backend
+// works unpinned then.
+func (b *Backend) PinErr() error { return b.pinErr }
 
 // SIMD reports whether the AVX-512 kernels are in use.
 func (b *Backend) SIMD() bool { return b.simd }
@@ -280,19 +292,36 @@ type poolTask struct {
 	done   *sync.WaitGroup
 }
 
-func newPool(n int) *pool {
+// newPool starts the n-1 worker goroutines of a pool of n; with cpus each
+// locks its OS thread and binds it to one of them (worker i to
+// cpus[i % len(cpus)]), and the first failure to bind is returned.
+func newPool(n int, cpus []int) (*pool, error) {
 	p := &pool{n: n, work: make(chan poolTask, n)}
+	pinned := make(chan error, n)
 	for i := 1; i < n; i++ {
 		go func() {
+			if len(cpus) > 0 {
+				// the thread ends with the goroutine (locked at exit)
+				runtime.LockOSThread()
+				pinned <- PinThread([]int{cpus[i%len(cpus)]})
+			}
 			for t := range p.work {
 				t.j.run(t.worker, t.lo, t.hi)
 				t.done.Done()
 			}
 		}()
 	}
+	var err error
+	if len(cpus) > 0 {
+		for i := 1; i < n; i++ {
+			if e := <-pinned; e != nil && err == nil {
+				err = e
+			}
+		}
+	}
 	var once sync.Once
 	p.close = func() { once.Do(func() { close(p.work) }) }
-	return p
+	return p, err
 }
 
 // job is a parallel loop body. Hot ops pass pointers to job structs kept

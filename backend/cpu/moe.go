@@ -18,8 +18,15 @@ func grow(s []float32, n int) []float32 {
 	return s[:n]
 }
 
+// elsewhere reports whether expert ex has no weights here (all three nil:
+// served elsewhere), which MoE skips as it skips ids < 0.
+func elsewhere(e *backend.Experts, ex int) bool {
+	return e.Gate[ex] == nil && e.Up[ex] == nil && e.Down[ex] == nil
+}
+
 // MoE implements backend.Ops: tokens are grouped by expert so each
-// expert's three matmuls run once over all its tokens.
+// expert's three matmuls run once over all its tokens; experts without
+// weights (elsewhere) are skipped.
 func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backend.Tensor, n int) {
 	if !b.ok() {
 		return
@@ -56,7 +63,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 			b.fail("MoE: expert id %d outside [0,%d)", id, ne)
 			return
 		}
-		if id >= 0 {
+		if id >= 0 && !elsewhere(e, int(id)) {
 			s.count[id]++
 		}
 	}
@@ -71,7 +78,7 @@ func (b *Backend) MoE(out, x backend.Tensor, e *backend.Experts, wts, ids backen
 	s.order = s.order[:tot]
 	clear(s.count) // reuse as fill cursor
 	for idx, id := range is {
-		if id >= 0 {
+		if id >= 0 && !elsewhere(e, int(id)) {
 			s.order[s.start[id]+s.count[id]] = int32(idx)
 			s.count[id]++
 		}

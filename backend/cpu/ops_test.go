@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -376,38 +377,47 @@ func TestMoE(t *testing.T) {
 		ids := mustAlloc(t, b, tensor.I32, n, k)
 		copy(ids.i32, idv)
 		w := f32Tensor(t, b, wv, n, k)
-		out := mustAlloc(t, b, tensor.F32, n, h)
-		b.MoE(out, x, e, w, ids, n)
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		want := make([]float64, n*h)
-		for tk := 0; tk < n; tk++ {
-			for j := 0; j < k; j++ {
-				id := idv[tk*k+j]
-				if id < 0 {
-					continue
-				}
-				r := refs[id]
-				act := make([]float64, inter)
-				for i := 0; i < inter; i++ {
-					var g, u float64
-					for c := 0; c < h; c++ {
-						g += r[0][i*h+c] * float64(xv[tk*h+c])
-						u += r[1][i*h+c] * float64(xv[tk*h+c])
+		// every expert, then expert 2 without weights (served elsewhere:
+		// skipped as ids < 0)
+		for _, missing := range []int32{-1, 2} {
+			ex := *e
+			if missing >= 0 {
+				ex.Gate, ex.Up, ex.Down = slices.Clone(e.Gate), slices.Clone(e.Up), slices.Clone(e.Down)
+				ex.Gate[missing], ex.Up[missing], ex.Down[missing] = nil, nil, nil
+			}
+			out := mustAlloc(t, b, tensor.F32, n, h)
+			b.MoE(out, x, &ex, w, ids, n)
+			if err := b.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float64, n*h)
+			for tk := 0; tk < n; tk++ {
+				for j := 0; j < k; j++ {
+					id := idv[tk*k+j]
+					if id < 0 || id == missing {
+						continue
 					}
-					act[i] = g / (1 + math.Exp(-g)) * u
-				}
-				for c := 0; c < h; c++ {
-					var y float64
+					r := refs[id]
+					act := make([]float64, inter)
 					for i := 0; i < inter; i++ {
-						y += r[2][c*inter+i] * act[i]
+						var g, u float64
+						for c := 0; c < h; c++ {
+							g += r[0][i*h+c] * float64(xv[tk*h+c])
+							u += r[1][i*h+c] * float64(xv[tk*h+c])
+						}
+						act[i] = g / (1 + math.Exp(-g)) * u
 					}
-					want[tk*h+c] += float64(wv[tk*k+j]) * y
+					for c := 0; c < h; c++ {
+						var y float64
+						for i := 0; i < inter; i++ {
+							y += r[2][c*inter+i] * act[i]
+						}
+						want[tk*h+c] += float64(wv[tk*k+j]) * y
+					}
 				}
 			}
+			closeTo(t, fmt.Sprintf("%s without expert %d", name, missing), out.f32, want, func(i int) float64 { return 1e-4 * (1 + math.Abs(want[i])) })
 		}
-		closeTo(t, name, out.f32, want, func(i int) float64 { return 1e-4 * (1 + math.Abs(want[i])) })
 	}
 }
 

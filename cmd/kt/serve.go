@@ -61,8 +61,11 @@ func serveFeatures() serveconfig.Features {
 	maxTP, whyTP := arch.GPUTensorParallel()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// tensor parallelism: over the GPUs through NCCL, or CPU ranks;
-		// LoRA, deferral, GPU experts and layerwise prefill not with it yet
+		// GPU experts split over the ranks, LoRA split as the weights;
+		// deferral and layerwise prefill not with it yet
 		MaxTensorParallel: maxTP, TensorParallelWhy: whyTP,
+		TensorParallelWith: []string{"kt-num-gpu-experts", "kt-gpu-experts-ratio",
+			"enable-lora", "lora-paths", "kt-lora-path", "kt-expert-lora-path"},
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
 		// layerwise prefill and dynamic update are the hybrid step's too

@@ -69,19 +69,21 @@ type Attention struct {
 
 // BindLoRA binds the adapters' q/k/v/o_proj LoRA of layer (prefix
 // "self_attn."): q, k, v into a, o returned for the model's o projection.
-// qParts, when set, selects the query rows of a doubled q_proj of qFull rows.
-func (a *Attention) BindLoRA(lo *LoRAs, layer, hidden, qFull, kvd, qd int, qParts [][2]int) (o LoRA, err error) {
+// qFull, kvd and qd are the checkpoint's q_proj and k/v_proj rows and
+// o_proj columns; q, kv and o the parts the model holds of them (as it
+// split the weights: the rank's heads, a doubled q_proj's query rows).
+func (a *Attention) BindLoRA(lo *LoRAs, layer, hidden, qFull, kvd, qd int, q, kv, o runbase.Split) (oLoRA LoRA, err error) {
 	a.Lo = lo
-	if a.LQ, err = lo.Bind(layer, "self_attn.q_proj", qFull, hidden, qParts); err != nil {
-		return o, err
+	if a.LQ, err = lo.Bind(layer, "self_attn.q_proj", qFull, hidden, q); err != nil {
+		return oLoRA, err
 	}
-	if a.LK, err = lo.Bind(layer, "self_attn.k_proj", kvd, hidden, nil); err != nil {
-		return o, err
+	if a.LK, err = lo.Bind(layer, "self_attn.k_proj", kvd, hidden, kv); err != nil {
+		return oLoRA, err
 	}
-	if a.LV, err = lo.Bind(layer, "self_attn.v_proj", kvd, hidden, nil); err != nil {
-		return o, err
+	if a.LV, err = lo.Bind(layer, "self_attn.v_proj", kvd, hidden, kv); err != nil {
+		return oLoRA, err
 	}
-	return lo.Bind(layer, "self_attn.o_proj", hidden, qd, nil)
+	return lo.Bind(layer, "self_attn.o_proj", hidden, qd, o)
 }
 
 // AttnBufs are the activations the attention block writes: Q and Out
@@ -123,16 +125,21 @@ type MLP struct {
 }
 
 // BindLoRA binds the adapters' gate/up/down_proj LoRA of the MLP module
-// prefix p of layer (e.g. "mlp.shared_expert.").
+// prefix p of layer (e.g. "mlp.shared_expert."), of intermediate size
+// inter, split over the ranks as LoadMLP splits the weights.
 func (m *MLP) BindLoRA(lo *LoRAs, layer int, p string, inter, hidden int) (err error) {
 	m.Lo = lo
-	if m.LGate, err = lo.Bind(layer, p+"gate_proj", inter, hidden, nil); err != nil {
+	if lo == nil {
+		return nil
+	}
+	col, row := lo.rb.ColumnParallel(inter), lo.rb.RowParallel(inter)
+	if m.LGate, err = lo.Bind(layer, p+"gate_proj", inter, hidden, col); err != nil {
 		return err
 	}
-	if m.LUp, err = lo.Bind(layer, p+"up_proj", inter, hidden, nil); err != nil {
+	if m.LUp, err = lo.Bind(layer, p+"up_proj", inter, hidden, col); err != nil {
 		return err
 	}
-	m.LDown, err = lo.Bind(layer, p+"down_proj", hidden, inter, nil)
+	m.LDown, err = lo.Bind(layer, p+"down_proj", hidden, inter, row)
 	return err
 }
 

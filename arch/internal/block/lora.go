@@ -53,17 +53,19 @@ func NewLoRAs(rb *runbase.Base) (*LoRAs, error) {
 }
 
 // Bind returns the LoRA of module (e.g. "self_attn.q_proj") of layer with
-// shape [out, in]. parts, when set, keeps only those row ranges (first,
-// count) of the module's output, as the model splits the weight (Qwen3.5's
-// q_proj into query and gate halves); outFull is then the checkpoint's row
-// count. Nil receiver: no adapters, a zero LoRA.
-func (s *LoRAs) Bind(layer int, module string, outFull, in int, parts [][2]int) (LoRA, error) {
+// checkpoint shape [outFull, inFull], as the model holds the module's
+// weight (split, runbase.Split): only the rows split keeps of the output
+// (B's rows: a column-parallel weight, or Qwen3.5's q_proj split into query
+// and gate halves) or only its columns of the input (A's columns: a
+// row-parallel weight, whose delta is then a partial sum like the
+// product's). Nil receiver: no adapters, a zero LoRA.
+func (s *LoRAs) Bind(layer int, module string, outFull, inFull int, split runbase.Split) (LoRA, error) {
 	var l LoRA
 	if s == nil {
 		return l, nil
 	}
 	for _, bd := range s.bounds {
-		p, err := bd.Adapter.Module(layer, module, outFull, in)
+		p, err := bd.Adapter.Module(layer, module, outFull, inFull)
 		if err != nil {
 			return LoRA{}, err
 		}
@@ -71,18 +73,22 @@ func (s *LoRAs) Bind(layer int, module string, outFull, in int, parts [][2]int) 
 			continue
 		}
 		r := bd.Adapter.Rank
-		bRows := p.B.Data
-		out := outFull
-		if parts != nil {
-			out = 0
-			var sel []float32
-			for _, pt := range parts {
-				sel = append(sel, p.B.Data[pt[0]*r:(pt[0]+pt[1])*r]...)
-				out += pt[1]
+		bRows, out := p.B.Data, outFull
+		if split.Rows != nil {
+			bRows, out = nil, 0
+			for _, sp := range split.Rows {
+				bRows = append(bRows, p.B.Data[sp.First*r:(sp.First+sp.Count)*r]...)
+				out += sp.Count
 			}
-			bRows = sel
 		}
-		a, err := s.weight(p.A.Name, p.A.Data, r, in)
+		aCols, in := p.A.Data, inFull
+		if c := split.Cols; c.Count > 0 {
+			aCols, in = make([]float32, 0, r*c.Count), c.Count
+			for i := range r {
+				aCols = append(aCols, p.A.Data[i*inFull+c.First:i*inFull+c.First+c.Count]...)
+			}
+		}
+		a, err := s.weight(p.A.Name, aCols, r, in)
 		if err != nil {
 			return LoRA{}, err
 		}

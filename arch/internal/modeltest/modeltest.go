@@ -204,7 +204,13 @@ func MatchesTransformers(t *testing.T, r Runner, fixture string) float64 {
 // bit-identical to one prefill (size 1 is skipped in -short mode).
 func ChunkedPrefillIdentical(t *testing.T, r Runner, fixture string, minLen int, sizes []int) {
 	t.Helper()
-	cases := ReadRef(t, fixture)
+	chunkedPrefill(t, r, fixture, ReadRef(t, fixture), minLen, sizes)
+}
+
+// chunkedPrefill is ChunkedPrefillIdentical over the prompts of cases
+// (fixture names them).
+func chunkedPrefill(t *testing.T, r Runner, fixture string, cases []Case, minLen int, sizes []int) {
+	t.Helper()
 	c := cases[len(cases)-1]
 	if len(c.PromptIDs) < minLen {
 		t.Fatalf("%s: longest prompt has %d tokens, want >= %d to cross chunk boundaries", fixture, len(c.PromptIDs), minLen)
@@ -229,7 +235,13 @@ func ChunkedPrefillIdentical(t *testing.T, r Runner, fixture string, minLen int,
 // 0-3 of a fresh r) and checks each row against the sequence run alone.
 func MixedBatchIdentical(t *testing.T, r Runner, fixture string) {
 	t.Helper()
-	cases := ReadRef(t, fixture)
+	mixedBatch(t, r, fixture, ReadRef(t, fixture))
+}
+
+// mixedBatch is MixedBatchIdentical over the prompts of cases (fixture
+// names them).
+func mixedBatch(t *testing.T, r Runner, fixture string, cases []Case) {
+	t.Helper()
 	a, b, c := cases[0].PromptIDs, cases[1].PromptIDs, cases[2].PromptIDs
 	// alone
 	aloneA := Forward(t, r, 0, a, true)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // TPTol is the logprob tolerance of a tensor-parallel model against the
@@ -20,12 +21,23 @@ const TPTol = 1e-4
 // TPCase is one fixture at one tensor-parallel size: Refusal empty means it
 // must load and match the model on one rank, else the load must fail with
 // an error containing Refusal. Experts is Options.Experts of both loads
-// ("" is "backend", the reference op).
+// ("" is "backend", the reference op), Device their Options.GPUExperts
+// (device experts: on the CPU backend, the backend's MoE op computes them,
+// split over the ranks).
+//
+// Dir, when set, is a checkpoint to load instead of the fixture's (a
+// synthetic one, Fixture naming it), with Cases as its prompts (each run
+// for as many greedy steps as it has GreedyIDs; the ids themselves are not
+// read): the mixed batch needs three, the second of over 30 tokens and
+// the third of at least 40, and chunked prefill takes the last.
 type TPCase struct {
 	Fixture string
 	Size    int
 	Refusal string
 	Experts string
+	Device  placement.Request
+	Dir     string
+	Cases   []Case
 }
 
 // tracked counts the tokens each slot holds, for the checks that read
@@ -55,13 +67,17 @@ func (r *tracked) Free(slot int) {
 	delete(r.lens, slot)
 }
 
-// loadTP loads fixture through arch.Load on the CPU over size ranks (1:
-// the whole model) with 4 slots, 2048 tokens, 512 tokens a step, pages of
-// 16, 2 threads in all and the routed experts on experts.
-func loadTP(t *testing.T, fixture string, size int, experts string) (*tracked, error) {
+// loadTP loads tc's fixture through arch.Load on the CPU over size ranks
+// (1: the whole model) with 4 slots, 2048 tokens, 512 tokens a step, pages
+// of 16, 2 threads in all and the routed experts on experts and tc.Device.
+func loadTP(t *testing.T, tc TPCase, size int, experts string) (*tracked, error) {
 	t.Helper()
-	r, err := arch.Load(FixtureDir(fixture), arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
-		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts})
+	dir := tc.Dir
+	if dir == "" {
+		dir = FixtureDir(tc.Fixture)
+	}
+	r, err := arch.Load(dir, arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
+		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts, GPUExperts: tc.Device})
 	if err != nil {
 		return nil, err
 	}
@@ -86,8 +102,12 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 		if experts == "" {
 			experts = "backend"
 		}
-		t.Run(fmt.Sprintf("%s/tp=%d/experts=%s", tc.Fixture, tc.Size, experts), func(t *testing.T) {
-			par, err := loadTP(t, tc.Fixture, tc.Size, experts)
+		name := fmt.Sprintf("%s/tp=%d/experts=%s", tc.Fixture, tc.Size, experts)
+		if tc.Device.Active() {
+			name += fmt.Sprintf("/device=%d,%.2g,%s", tc.Device.PerLayer, tc.Device.Ratio, tc.Device.Strategy)
+		}
+		t.Run(name, func(t *testing.T) {
+			par, err := loadTP(t, tc, tc.Size, experts)
 			if tc.Refusal != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.Refusal) {
 					t.Fatalf("load: %v, want a refusal containing %q", err, tc.Refusal)
@@ -97,16 +117,20 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			one, err := loadTP(t, tc.Fixture, 1, experts)
+			one, err := loadTP(t, tc, 1, experts)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cases := tc.Cases
+			if tc.Dir == "" {
+				cases = ReadRef(t, tc.Fixture)
+			}
 			worst := 0.0
-			for _, c := range ReadRef(t, tc.Fixture) {
+			for _, c := range cases {
 				one.Free(0)
 				par.Free(0)
 				a, b := Forward(t, one, 0, c.PromptIDs, true), Forward(t, par, 0, c.PromptIDs, true)
-				worst = math.Max(worst, rowsClose(t, c.Name+" prompt", b, a, c.PromptIDs[1:]))
+				worst = math.Max(worst, RowsClose(t, c.Name+" prompt", b, a, c.PromptIDs[1:]))
 				la, lb := a[len(a)-1], b[len(b)-1]
 				for s := range c.GreedyIDs {
 					pa, pb := LogSoftmax(la), LogSoftmax(lb)
@@ -114,7 +138,7 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 					if ga != gb && margin(pa) > TPTol {
 						t.Fatalf("%s: greedy step %d: token %d over %d ranks, %d on one", c.Name, s, gb, tc.Size, ga)
 					}
-					worst = math.Max(worst, rowsClose(t, fmt.Sprintf("%s greedy step %d", c.Name, s), [][]float32{lb}, [][]float32{la}, []int32{ga}))
+					worst = math.Max(worst, RowsClose(t, fmt.Sprintf("%s greedy step %d", c.Name, s), [][]float32{lb}, [][]float32{la}, []int32{ga}))
 					la, lb = Forward(t, one, 0, []int32{ga}, false)[0], Forward(t, par, 0, []int32{ga}, false)[0]
 				}
 			}
@@ -123,20 +147,20 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 				return
 			}
 			par.Free(0)
-			ChunkedPrefillIdentical(t, par, tc.Fixture, 0, []int{5, 17, 64})
+			chunkedPrefill(t, par, tc.Fixture, cases, 0, []int{5, 17, 64})
 			for s := range 4 {
 				par.Free(s)
 			}
-			MixedBatchIdentical(t, par, tc.Fixture)
+			mixedBatch(t, par, tc.Fixture, cases)
 		})
 	}
 }
 
-// rowsClose fails unless, in each row i of got, the logprob of token
+// RowsClose fails unless, in each row i of got, the logprob of token
 // ids[i] (the next prompt token or the greedy pick; rows past ids: none)
 // and of want's top 8 tokens are within TPTol of want's; it returns the
 // worst difference.
-func rowsClose(t *testing.T, what string, got, want [][]float32, ids []int32) float64 {
+func RowsClose(t *testing.T, what string, got, want [][]float32, ids []int32) float64 {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
