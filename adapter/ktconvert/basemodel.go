@@ -68,7 +68,7 @@ func loadBaseModel(nameOrPath string) (bm *baseModel, ok bool, err error) {
 		}
 		return fromModelConfig(path, mc), true, nil
 	}
-	// KT SFT also trains families kt does not serve (DeepSeek, Kimi, ...):
+	// KT SFT also trains families kt does not serve (GLM, ...):
 	// read just the fields the check needs.
 	bm, err = parseBaseConfig(path, data)
 	return bm, true, err

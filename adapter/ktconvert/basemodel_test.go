@@ -73,7 +73,7 @@ func TestBaseModelCheck(t *testing.T) {
 			"expert LoRA for layer(s) 3-4, base model has 3 layers (text_config.num_hidden_layers)",
 			"adapter_model.safetensors has LoRA for layer(s) 3-4",
 		}},
-		{"deepseek_style_fallback", `{"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 5, "n_routed_experts": 8, "hidden_size": 64,
+		{"glm_style_fallback", `{"architectures": ["Glm4MoeForCausalLM"], "num_hidden_layers": 5, "n_routed_experts": 8, "hidden_size": 64,
 			"moe_intermediate_size": 32, "first_k_dense_replace": 1}`, []string{"(1 mismatch)", "layer(s) 0, which are dense"}},
 		{"mlp_only_layers_fallback", `{"num_hidden_layers": 5, "num_experts": 8, "hidden_size": 64, "moe_intermediate_size": 32, "mlp_only_layers": [1, 2]}`,
 			[]string{"layer(s) 1-2, which are dense"}},
