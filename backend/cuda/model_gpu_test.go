@@ -37,10 +37,7 @@ var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a",
 	// block-scaled FP8 checkpoints: FP8 MatMul weights and FP8 MoE experts
 	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8",
 	// trained on real text (tools/train/train_moe.py)
-	"qwen3moe-trained",
-	// multi-head latent attention and the grouped sigmoid router (bf16,
-	// YaRN, Kimi-K2-style one group, FP8 kv_b_proj and projections)
-	"deepseekv3-a", "deepseekv3-b", "deepseekv3-c", "deepseekv3-fp8"}
+	"qwen3moe-trained"}
 
 var fixtureDir = testfixtures.Dir
 
