@@ -2,6 +2,7 @@ package deepseekv3
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -17,6 +18,112 @@ import (
 type testRunner struct{ *Runner }
 
 func (r testRunner) SlotLen(slot int) int { return r.rb.Pool.Len(slot) }
+
+// structShapes are synthetic checkpoints in the shapes of the reference
+// fixtures (tools/fixtures/gen_hf_fixtures.py deepseekv3-a and -b): q LoRA,
+// groups, a dense first layer; and one q_proj, one group, two shared
+// experts, fused experts.
+var structShapes = map[string]SynthShape{
+	"a": {Layers: 3, DenseLayers: 1, Hidden: 64, Heads: 4, QLoRA: 48, KVLoRA: 32, Nope: 32, Rope: 16, V: 24,
+		Experts: 16, TopK: 4, MoEInter: 32, Shared: 1, Dense: 96, Groups: 4, TopKGroups: 2, Vocab: 1000, Exp: 122},
+	"b": {Layers: 3, Hidden: 64, Heads: 8, KVLoRA: 32, Nope: 32, Rope: 16, V: 24,
+		Experts: 24, TopK: 6, MoEInter: 32, Shared: 2, Dense: 96, Groups: 1, TopKGroups: 1, Vocab: 1000, Exp: 122, Fused: true},
+}
+
+// structModel writes the synthetic checkpoint of structShapes[name] and
+// returns its directory and prompts of 8, 70 and 200 random tokens.
+func structModel(t *testing.T, name string) (string, []modeltest.Case) {
+	t.Helper()
+	dir := t.TempDir()
+	s := structShapes[name]
+	if err := WriteSynthetic(dir, s, 7); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(name)), 9))
+	var cases []modeltest.Case
+	for _, n := range []int{8, 70, 200} {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(s.Vocab))
+		}
+		cases = append(cases, modeltest.Case{Name: fmt.Sprintf("len%d", n), PromptIDs: ids})
+	}
+	return dir, cases
+}
+
+// loadStruct loads the synthetic checkpoint in dir on the CPU backend with
+// 4 slots and 512 tokens a step.
+func loadStruct(t *testing.T, dir string) testRunner {
+	t.Helper()
+	r, err := Load(dir, arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Threads: 2, Experts: "backend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return testRunner{r}
+}
+
+// TestChunkedPrefillIdentical prefills the longest prompt in chunks of
+// several sizes and checks the logits are bit-identical to one prefill.
+func TestChunkedPrefillIdentical(t *testing.T) {
+	for name := range structShapes {
+		dir, cases := structModel(t, name)
+		modeltest.ChunkedPrefillCases(t, loadStruct(t, dir), name, cases, 0, []int{1, 5, 16, 17, 64, 100})
+	}
+}
+
+// TestMixedBatchIdentical runs several sequences at different positions in
+// one step (a decode, a prefill chunk starting mid-prompt, a fresh prompt)
+// and checks each row against the sequence run alone.
+func TestMixedBatchIdentical(t *testing.T) {
+	for name := range structShapes {
+		dir, cases := structModel(t, name)
+		modeltest.MixedBatchCases(t, loadStruct(t, dir), name, cases)
+	}
+}
+
+// TestForwardRejectsBadBatches checks misuse is an error, not a panic, and
+// leaves the slot unchanged.
+func TestForwardRejectsBadBatches(t *testing.T) {
+	dir, _ := structModel(t, "a")
+	modeltest.RejectsBadBatches(t, loadStruct(t, dir))
+}
+
+// TestGraphDecodeIdentical checks the decode graph path (padding rows
+// routed nowhere) against op-by-op steps, bit for bit.
+func TestGraphDecodeIdentical(t *testing.T) {
+	for name := range structShapes {
+		dir, cases := structModel(t, name)
+		modeltest.GraphDecodeIdenticalIn(t, dir, cases, Load)
+	}
+}
+
+// TestPrefixCacheIdentical caches a prompt's full pages, attaches them to a
+// second request with the same prefix and checks its logits are
+// bit-identical to a run without the cache.
+func TestPrefixCacheIdentical(t *testing.T) {
+	dir, cases := structModel(t, "a")
+	r := loadStruct(t, dir)
+	ids := cases[1].PromptIDs
+	want := modeltest.Forward(t, r, 0, ids, true)
+	pc, ok := model.As[model.PrefixCache](r.Runner)
+	if !ok {
+		t.Fatal("no prefix cache")
+	}
+	if err := pc.CachePrefix(0, 0, ids); err != nil {
+		t.Fatal(err)
+	}
+	r.Free(0)
+	got, err := pc.MatchPrefix(1, 0, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == 0 || got%16 != 0 {
+		t.Fatalf("matched %d tokens", got)
+	}
+	rows := modeltest.Forward(t, r, 1, ids[got:], true)
+	modeltest.RequireIdentical(t, "after the cached prefix", rows, want[got:])
+}
 
 // TestSyntheticLoadsAndRuns writes small synthetic checkpoints in both
 // expert layouts and checks that they load and give the same logits.

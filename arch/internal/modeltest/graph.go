@@ -2,6 +2,7 @@ package modeltest
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
@@ -73,9 +74,17 @@ func (f *FakeGraphs) ReadPinned(t backend.Tensor, rows int) ([]float32, error) {
 // and replayed, and that bumping the epoch re-captures.
 func GraphDecodeIdentical[R model.Runner](t *testing.T, fixture string, load func(dir string, o arch.Options) (R, error)) {
 	t.Helper()
+	GraphDecodeIdenticalIn(t, FixtureDir(fixture), ReadRef(t, fixture), load)
+}
+
+// GraphDecodeIdenticalIn is GraphDecodeIdentical on the checkpoint in dir
+// with the prompts of cases: for a synthetic checkpoint without a
+// reference.
+func GraphDecodeIdenticalIn[R model.Runner](t *testing.T, dir string, cases []Case, load func(dir string, o arch.Options) (R, error)) {
+	t.Helper()
 	open := func(disable bool) (R, *FakeGraphs) {
 		be := &FakeGraphs{Backend: cpu.New(cpu.Options{Threads: 2})}
-		r, err := load(FixtureDir(fixture), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be, DisableCUDAGraph: disable})
+		r, err := load(dir, arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Backend: be, DisableCUDAGraph: disable})
 		if err != nil {
 			be.Close()
 			t.Fatal(err)
@@ -88,7 +97,6 @@ func GraphDecodeIdentical[R model.Runner](t *testing.T, fixture string, load fun
 	if s, _ := arch.GraphStatsOf(ref); s.Off == "" {
 		t.Fatalf("graphs disabled, yet stats say %s", s)
 	}
-	cases := ReadRef(t, fixture)
 	sp := stepper.New(ref, gr)
 	step := func(what string, slots []int, prompt map[int][]int32) {
 		t.Helper()
@@ -120,7 +128,7 @@ func GraphDecodeIdentical[R model.Runner](t *testing.T, fixture string, load fun
 	}
 	// a mixed step (prefill + decode) runs op by op between replays
 	sp.Free(3)
-	step("mixed step", []int{0, 3}, map[int][]int32{3: cases[0].PromptIDs[:7]})
+	step("mixed step", []int{0, 3}, map[int][]int32{3: cases[1].PromptIDs[:7]})
 	step("decode after the mixed step", []int{0, 1, 2, 3}, nil)
-	t.Logf("%s: %s", fixture, st)
+	t.Logf("%s: %s", filepath.Base(dir), st)
 }

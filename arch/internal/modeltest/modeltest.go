@@ -204,12 +204,12 @@ func MatchesTransformers(t *testing.T, r Runner, fixture string) float64 {
 // bit-identical to one prefill (size 1 is skipped in -short mode).
 func ChunkedPrefillIdentical(t *testing.T, r Runner, fixture string, minLen int, sizes []int) {
 	t.Helper()
-	chunkedPrefill(t, r, fixture, ReadRef(t, fixture), minLen, sizes)
+	ChunkedPrefillCases(t, r, fixture, ReadRef(t, fixture), minLen, sizes)
 }
 
-// chunkedPrefill is ChunkedPrefillIdentical over the prompts of cases
-// (fixture names them).
-func chunkedPrefill(t *testing.T, r Runner, fixture string, cases []Case, minLen int, sizes []int) {
+// ChunkedPrefillCases is ChunkedPrefillIdentical over the prompts of cases
+// (name names them): for a synthetic checkpoint without a reference.
+func ChunkedPrefillCases(t *testing.T, r Runner, fixture string, cases []Case, minLen int, sizes []int) {
 	t.Helper()
 	c := cases[len(cases)-1]
 	if len(c.PromptIDs) < minLen {
@@ -235,12 +235,12 @@ func chunkedPrefill(t *testing.T, r Runner, fixture string, cases []Case, minLen
 // 0-3 of a fresh r) and checks each row against the sequence run alone.
 func MixedBatchIdentical(t *testing.T, r Runner, fixture string) {
 	t.Helper()
-	mixedBatch(t, r, fixture, ReadRef(t, fixture))
+	MixedBatchCases(t, r, fixture, ReadRef(t, fixture))
 }
 
-// mixedBatch is MixedBatchIdentical over the prompts of cases (fixture
-// names them).
-func mixedBatch(t *testing.T, r Runner, fixture string, cases []Case) {
+// MixedBatchCases is MixedBatchIdentical over the prompts of cases (name
+// names them; at least 3, the second over 30 tokens, the third over 40).
+func MixedBatchCases(t *testing.T, r Runner, fixture string, cases []Case) {
 	t.Helper()
 	a, b, c := cases[0].PromptIDs, cases[1].PromptIDs, cases[2].PromptIDs
 	// alone

@@ -147,11 +147,11 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 				return
 			}
 			par.Free(0)
-			chunkedPrefill(t, par, tc.Fixture, cases, 0, []int{5, 17, 64})
+			ChunkedPrefillCases(t, par, tc.Fixture, cases, 0, []int{5, 17, 64})
 			for s := range 4 {
 				par.Free(s)
 			}
-			mixedBatch(t, par, tc.Fixture, cases)
+			MixedBatchCases(t, par, tc.Fixture, cases)
 		})
 	}
 }
