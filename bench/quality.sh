@@ -19,8 +19,12 @@ tmp=$(mktemp -d)
 head -c "$SLICE" "$MODEL/heldout.txt" >"$tmp/heldout.txt"
 python3 "$ROOT/tools/train/check_kt.py" "$MODEL" "$KT" --modes "$MODES"
 echo "== held-out perplexity on the first $SLICE bytes"
-for m in backend ${METHODS//,/ }; do
-  printf '%s: ' "$m"
-  "$KT" eval --type perplexity --model-path "$MODEL" --data "$tmp/heldout.txt" --device cpu --experts "$m" 2>/dev/null | grep perplexity
-done
+ppl() { # ppl DIR METHOD
+  printf '%s: ' "$2"
+  "$KT" eval --type perplexity --model-path "$1" --data "$tmp/heldout.txt" --device cpu --experts "$2" 2>/dev/null | grep perplexity
+}
+for m in backend ${METHODS//,/ }; do ppl "$MODEL" "$m"; done
+echo "== the same on a block-scaled FP8 copy of the model (tools/train/to_fp8.py)"
+python3 "$ROOT/tools/train/to_fp8.py" "$MODEL" "$tmp/fp8" >/dev/null
+for m in backend FP8; do ppl "$tmp/fp8" "$m"; done
 rm -rf "$tmp"
