@@ -25,7 +25,7 @@ func (r testRunner) SlotLen(slot int) int { return r.rb.Pool.Len(slot) }
 // experts, fused experts.
 var structShapes = map[string]SynthShape{
 	"a": {Layers: 3, DenseLayers: 1, Hidden: 64, Heads: 4, QLoRA: 48, KVLoRA: 32, Nope: 32, Rope: 16, V: 24,
-		Experts: 16, TopK: 4, MoEInter: 32, Shared: 1, Dense: 96, Groups: 4, TopKGroups: 2, Vocab: 1000, Exp: 122},
+		Experts: 16, TopK: 4, MoEInter: 32, Shared: 1, Dense: 96, Groups: 4, TopKGroups: 2, Vocab: 1000, Exp: 122, MTP: true},
 	"b": {Layers: 3, Hidden: 64, Heads: 8, KVLoRA: 32, Nope: 32, Rope: 16, V: 24,
 		Experts: 24, TopK: 6, MoEInter: 32, Shared: 2, Dense: 96, Groups: 1, TopKGroups: 1, Vocab: 1000, Exp: 122, Fused: true},
 }
@@ -87,6 +87,42 @@ func TestMixedBatchIdentical(t *testing.T) {
 func TestForwardRejectsBadBatches(t *testing.T) {
 	dir, _ := structModel(t, "a")
 	modeltest.RejectsBadBatches(t, loadStruct(t, dir))
+}
+
+// TestLoadErrors: an empty directory, a config without weights, and
+// weights of another shape are errors.
+func TestLoadErrors(t *testing.T) {
+	a, _ := structModel(t, "a")
+	b, _ := structModel(t, "b")
+	modeltest.LoadErrorsIn(t, func(dir string) error {
+		_, err := Load(dir, arch.Options{})
+		return err
+	}, a, b)
+}
+
+// TestRegistry loads a checkpoint through arch.Load and checks the
+// multi-token-prediction layer is skipped with one note.
+func TestRegistry(t *testing.T) {
+	dir, _ := structModel(t, "a")
+	var notes []string
+	r, err := arch.Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 16, Device: "cpu",
+		Notify: func(s string) { notes = append(notes, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if info := r.Info(); info.Architecture != Architecture || info.VocabSize != 1000 || len(info.EOSTokenIDs) == 0 {
+		t.Fatalf("info %+v", info)
+	}
+	mtp := 0
+	for _, n := range notes {
+		if strings.Contains(n, "multi-token-prediction") {
+			mtp++
+		}
+	}
+	if mtp != 1 {
+		t.Errorf("notes %q: want one about the multi-token-prediction layer", notes)
+	}
 }
 
 // TestGraphDecodeIdentical checks the decode graph path (padding rows

@@ -14,6 +14,9 @@ type SynthShape struct {
 	Groups, TopKGroups                     int
 	Vocab                                  int
 	Fused                                  bool // fused 3-D expert tensors instead of per-expert keys
+	// MTP writes a multi-token-prediction layer past the last layer (its
+	// projection and norms), as the published checkpoints hold one.
+	MTP bool
 	// Exp is the magnitude of the random weights: |w| in [2^(Exp-127),
 	// 2^(Exp-126)); 0 means 120 (about 0.01).
 	Exp int
@@ -88,6 +91,13 @@ func WriteSynthetic(dir string, s SynthShape, seed uint64) error {
 			ck.Add(p+"mlp.shared_experts.down_proj.weight", H, si)
 		}
 		ck.AddExperts(p+"mlp.experts.", E, I, H, s.Fused)
+	}
+	if s.MTP {
+		p := fmt.Sprintf("model.layers.%d.", s.Layers)
+		ck.Add(p+"eh_proj.weight", H, 2*H)
+		for _, n := range []string{"enorm", "hnorm", "shared_head.norm"} {
+			ck.AddFilled(p+n+".weight", synth.One, H)
+		}
 	}
 	ck.AddFilled("model.norm.weight", synth.One, H)
 	ck.Add("lm_head.weight", int64(s.Vocab), H)

@@ -308,11 +308,18 @@ func RejectsBadBatches(t *testing.T, r Runner) {
 // errors.
 func LoadErrors(t *testing.T, load func(dir string) error, configFixture, weightsFixture string) {
 	t.Helper()
+	LoadErrorsIn(t, load, FixtureDir(configFixture), FixtureDir(weightsFixture))
+}
+
+// LoadErrorsIn is LoadErrors with the checkpoints in configDir and
+// weightsDir (model.safetensors): for synthetic checkpoints.
+func LoadErrorsIn(t *testing.T, load func(dir string) error, configDir, weightsDir string) {
+	t.Helper()
 	if _, err := arch.Load(t.TempDir(), arch.Options{}); err == nil {
 		t.Error("loading an empty directory succeeded")
 	}
 	dir := t.TempDir()
-	cfg, _ := os.ReadFile(filepath.Join(FixtureDir(configFixture), "config.json"))
+	cfg, _ := os.ReadFile(filepath.Join(configDir, "config.json"))
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
 	if err := load(dir); err == nil {
 		t.Error("loading without weights succeeded")
@@ -320,7 +327,7 @@ func LoadErrors(t *testing.T, load func(dir string) error, configFixture, weight
 		t.Log(err)
 	}
 	// weights of a different config: shape errors name the tensor
-	st, _ := os.ReadFile(filepath.Join(FixtureDir(weightsFixture), "model.safetensors"))
+	st, _ := os.ReadFile(filepath.Join(weightsDir, "model.safetensors"))
 	os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644)
 	if err := load(dir); err == nil {
 		t.Error("loading mismatched weights succeeded")
