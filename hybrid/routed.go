@@ -398,14 +398,20 @@ func (x *Experts) LayerwiseStats() LayerwiseStats {
 }
 
 // Path says what computes the routed experts (the CPU expert engine and
-// its kernels, or the backend's MoE op and why).
-func (x *Experts) Path() string { return x.path }
+// its kernels, or the backend's MoE op and why); a tensor-parallel rank
+// other than 0 has no Experts (nil): rank 0's compute them.
+func (x *Experts) Path() string {
+	if x == nil {
+		return "rank 0's"
+	}
+	return x.path
+}
 
 // Timing reports the hybrid step's hand-off times when
 // settings.HybridTiming asks for them (what the decode steps so far spent waiting for the GPU pieces and
 // in the CPU experts), else "".
 func (x *Experts) Timing() string {
-	if x.engine == nil {
+	if x == nil || x.engine == nil {
 		return ""
 	}
 	return x.engine.timing()

@@ -527,30 +527,12 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, plan *chatPl
 	chunk := func(choices []chatChunkChoice) chatChunk {
 		return chatChunk{ID: plan.id, Object: "chat.completion.chunk", Created: plan.created, Model: plan.model, Choices: choices}
 	}
-	events := make(chan any, 16)
 	outs := make([]chatOutcome, plan.n)
-	var wg sync.WaitGroup
-	for i := range plan.n {
-		wg.Go(func() {
-			outs[i] = s.streamChatChoice(ctx, plan, i, func(c chatChunkChoice) error {
-				select {
-				case events <- chunk([]chatChunkChoice{c}):
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			})
+	ev.fanIn(ctx, cancel, plan.n, func(i int, send func(any) error) {
+		outs[i] = s.streamChatChoice(ctx, plan, i, func(c chatChunkChoice) error {
+			return send(chunk([]chatChunkChoice{c}))
 		})
-	}
-	go func() {
-		wg.Wait()
-		close(events)
-	}()
-	for e := range events {
-		if ev.send(e) != nil {
-			cancel() // the client is gone: stop every choice
-		}
-	}
+	})
 	if ev.err != nil {
 		return
 	}

@@ -279,67 +279,49 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, call *
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	ev := newSSE(w)
-	events := make(chan completionResponse, 16)
 	results := make([]genResult, len(call.specs))
 	errs := make([]error, len(call.specs))
-	var wg sync.WaitGroup
-	for i := range call.specs {
-		wg.Go(func() {
-			send := func(c completionChoice) error {
-				select {
-				case events <- completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{c}}:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			// A chunk goes out only with text: tokens that add none yet
-			// (part of a UTF-8 character, a possible stop string) wait
-			// with their logprobs for the next chunk with text, or for
-			// the finish. text_offset counts the bytes of the tokens
-			// before, from the choice's start (as without streaming).
-			var held []engine.Token
-			var prompt []engine.TokenLogprob
-			var promptTop [][]engine.TokenLogprob
-			sent, off := false, 0
-			res, err := s.run(ctx, call.specs[i], func(d genDelta) error {
-				held = append(held, d.Tokens...)
-				if d.PromptLogprobs != nil {
-					prompt, promptTop = d.PromptLogprobs, d.PromptTop
-				}
-				text := d.Text
-				if !sent {
-					text = s.echo(call, i) + text
-				}
-				if text == "" {
-					return nil
-				}
-				c := s.completionChoiceOf(call, i, text, held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent)
-				off = shiftOffsets(c.Logprobs, off)
-				held, sent = nil, true
-				return send(c)
-			})
-			if err == nil && res.Err == nil {
-				fr := res.finishReason()
-				c := completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)}
-				if len(held) > 0 {
-					c.Logprobs = s.completionChoiceOf(call, i, "", held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent).Logprobs
-					shiftOffsets(c.Logprobs, off)
-				}
-				err = send(c)
-			}
-			results[i], errs[i] = res, err
-		})
-	}
-	go func() {
-		wg.Wait()
-		close(events)
-	}()
-	for e := range events {
-		if ev.send(e) != nil {
-			cancel()
+	ev.fanIn(ctx, cancel, len(call.specs), func(i int, emit func(any) error) {
+		send := func(c completionChoice) error {
+			return emit(completionResponse{ID: call.id, Object: "text_completion", Created: call.created, Model: call.model, Choices: []completionChoice{c}})
 		}
-	}
+		// A chunk goes out only with text: tokens that add none yet
+		// (part of a UTF-8 character, a possible stop string) wait
+		// with their logprobs for the next chunk with text, or for
+		// the finish. text_offset counts the bytes of the tokens
+		// before, from the choice's start (as without streaming).
+		var held []engine.Token
+		var prompt []engine.TokenLogprob
+		var promptTop [][]engine.TokenLogprob
+		sent, off := false, 0
+		res, err := s.run(ctx, call.specs[i], func(d genDelta) error {
+			held = append(held, d.Tokens...)
+			if d.PromptLogprobs != nil {
+				prompt, promptTop = d.PromptLogprobs, d.PromptTop
+			}
+			text := d.Text
+			if !sent {
+				text = s.echo(call, i) + text
+			}
+			if text == "" {
+				return nil
+			}
+			c := s.completionChoiceOf(call, i, text, held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent)
+			off = shiftOffsets(c.Logprobs, off)
+			held, sent = nil, true
+			return send(c)
+		})
+		if err == nil && res.Err == nil {
+			fr := res.finishReason()
+			c := completionChoice{Index: i, FinishReason: &fr, MatchedStop: nullIfEmpty(res.MatchedStop)}
+			if len(held) > 0 {
+				c.Logprobs = s.completionChoiceOf(call, i, "", held, &genResult{PromptLogprobs: prompt, PromptTop: promptTop}, !sent).Logprobs
+				shiftOffsets(c.Logprobs, off)
+			}
+			err = send(c)
+		}
+		results[i], errs[i] = res, err
+	})
 	if ev.err != nil {
 		return
 	}

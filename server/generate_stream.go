@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 )
 
 // streamGenerate runs the call's items at once and sends every update of
@@ -18,34 +17,16 @@ func (s *Server) streamGenerate(w http.ResponseWriter, r *http.Request, call *na
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	ev := newSSE(w)
-	events := make(chan map[string]any, 16)
 	results := make([]genResult, len(call.items))
 	errs := make([]error, len(call.items))
-	var wg sync.WaitGroup
-	for i, it := range call.items {
-		wg.Go(func() {
-			results[i], errs[i] = s.streamGenerateItem(ctx, call, it, func(out map[string]any) error {
-				if call.batch {
-					out["index"] = i
-				}
-				select {
-				case events <- out:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			})
+	ev.fanIn(ctx, cancel, len(call.items), func(i int, send func(any) error) {
+		results[i], errs[i] = s.streamGenerateItem(ctx, call, call.items[i], func(out map[string]any) error {
+			if call.batch {
+				out["index"] = i
+			}
+			return send(out)
 		})
-	}
-	go func() {
-		wg.Wait()
-		close(events)
-	}()
-	for e := range events {
-		if ev.send(e) != nil {
-			cancel() // the client is gone: stop every item
-		}
-	}
+	})
 	if ev.err != nil {
 		return
 	}

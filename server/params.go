@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/ktserve/kt/engine"
 )
@@ -142,6 +144,35 @@ func newSSE(w http.ResponseWriter) *sse {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+// fanIn runs n producers at once (run(i, send) for each i) and writes the
+// events they send, in the order they arrive; once the client is gone it
+// cancels them all. It returns when every producer has returned.
+func (e *sse) fanIn(ctx context.Context, cancel context.CancelFunc, n int, run func(i int, send func(any) error)) {
+	events := make(chan any, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			run(i, func(v any) error {
+				select {
+				case events <- v:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(events)
+	}()
+	for v := range events {
+		if e.send(v) != nil {
+			cancel() // the client is gone: stop every producer
+		}
+	}
 }
 
 // send writes one data event and flushes it.

@@ -98,21 +98,11 @@ func Load(dir string, o arch.Options) (*Runner, error) {
 
 // ExpertPath says what computes the routed experts (the CPU expert engine
 // and its kernels, or the backend's MoE op and why).
-func (r *Runner) ExpertPath() string {
-	if r.routed == nil {
-		return "rank 0's"
-	}
-	return r.routed.Path()
-}
+func (r *Runner) ExpertPath() string { return r.routed.Path() }
 
 // HybridTiming reports the hybrid step's hand-off times when
 // KT_HYBRID_TIMING=1 asked for them, else "" (arch.HybridTiming).
-func (r *Runner) HybridTiming() string {
-	if r.routed == nil {
-		return ""
-	}
-	return r.routed.Timing()
-}
+func (r *Runner) HybridTiming() string { return r.routed.Timing() }
 
 // LayerwiseSummary reports what layerwise GPU prefill and the dynamic
 // expert update did so far, else "" (arch.LayerwiseSummary).
