@@ -3,7 +3,7 @@
 # Every script reads its binaries from BIN (default: bin/ at the repository
 # root, where bench/build.sh puts them) and writes what it prints to stdout.
 # Binaries can be named one by one: KT (the kt command), and the test binaries
-# QWEN3NEXT_TEST, QWEN3MOE_TEST, CPU_TEST. To compare two builds, set KT_A and
+# QWEN3NEXT_TEST, QWEN3MOE_TEST, DEEPSEEKV3_TEST, CPU_TEST. To compare two builds, set KT_A and
 # KT_B: the scripts that take them alternate the two, flipping the order every
 # other round, so both see the same host state.
 
@@ -12,6 +12,7 @@ BIN=${BIN:-$ROOT/bin}
 KT=${KT:-$BIN/kt}
 QWEN3NEXT_TEST=${QWEN3NEXT_TEST:-$BIN/qwen3next.test}
 QWEN3MOE_TEST=${QWEN3MOE_TEST:-$BIN/qwen3moe.test}
+DEEPSEEKV3_TEST=${DEEPSEEKV3_TEST:-$BIN/deepseekv3.test}
 CPU_TEST=${CPU_TEST:-$BIN/cpu.test}
 # Synthetic checkpoints: real widths, random bf16 weights, 8 layers.
 SYNTH_Q35=${SYNTH_Q35:-/tmp/kt-synth-qwen35}
@@ -53,20 +54,22 @@ label() {
   if [ ${#BUILDS[@]} = 1 ]; then echo kt; elif [ "$1" = 0 ]; then echo A; else echo B; fi
 }
 
-# synth FAMILY DIR writes an 8-layer synthetic checkpoint of FAMILY
-# (qwen3next: Qwen3.5-35B-A3B widths; qwen3moe: Qwen3-30B-A3B widths) to DIR
-# unless one is there.
+# synth FAMILY DIR writes a synthetic checkpoint of SYNTH_LAYERS (8) layers of
+# FAMILY (qwen3next: Qwen3.5-35B-A3B widths; qwen3moe: Qwen3-30B-A3B widths;
+# deepseek-v3, kimi-k2: those models' widths) to DIR unless one is there.
 synth() {
-  local family=$1 dir=$2 test
+  local family=$1 dir=$2 test run='^TestMakeSynthetic$'
   [ -f "$dir/config.json" ] && return 0
   case $family in
     qwen3next) test=$QWEN3NEXT_TEST ;;
     qwen3moe) test=$QWEN3MOE_TEST ;;
+    deepseek-v3) test=$DEEPSEEKV3_TEST ;;
+    kimi-k2) test=$DEEPSEEKV3_TEST run='^TestMakeSyntheticKimiK2$' ;;
     *) echo "synth: unknown family $family" >&2; return 1 ;;
   esac
   need "$test"
   echo "== writing the synthetic $family checkpoint to $dir"
-  KT_SYNTH_OUT=$dir KT_SYNTH_LAYERS=${SYNTH_LAYERS:-8} "$test" -test.run '^TestMakeSynthetic$' -test.timeout 0 | tail -1
+  KT_SYNTH_OUT=$dir KT_SYNTH_LAYERS=${SYNTH_LAYERS:-8} "$test" -test.run "$run" -test.timeout 0 | tail -1
   sync
 }
 

@@ -175,11 +175,20 @@ func TestSyntheticLoadsAndRuns(t *testing.T) {
 }
 
 // TestMakeSynthetic writes a DeepSeek-V3-shaped checkpoint to
-// $KT_SYNTH_OUT with $KT_SYNTH_LAYERS layers (default 8) for the decode
-// benchmark; skipped unless KT_SYNTH_OUT is set.
-func TestMakeSynthetic(t *testing.T) {
-	modeltest.MakeSynthetic(t, "DeepSeek-V3", func(dir string, layers int) error {
-		s := DeepSeekV3
+// $KT_SYNTH_OUT with $KT_SYNTH_LAYERS layers (default 8; the first dense, the
+// rest MoE, when fewer than the model's 61) for the decode benchmark;
+// skipped unless KT_SYNTH_OUT is set.
+func TestMakeSynthetic(t *testing.T) { makeSynthetic(t, "DeepSeek-V3", DeepSeekV3) }
+
+// TestMakeSyntheticKimiK2 is TestMakeSynthetic at Kimi-K2's shape.
+func TestMakeSyntheticKimiK2(t *testing.T) { makeSynthetic(t, "Kimi-K2", KimiK2) }
+
+func makeSynthetic(t *testing.T, what string, shape SynthShape) {
+	modeltest.MakeSynthetic(t, what, func(dir string, layers int) error {
+		s := shape
+		if layers < s.Layers {
+			s.DenseLayers = 1
+		}
 		s.Layers = layers
 		return WriteSynthetic(dir, s, 42)
 	})

@@ -28,6 +28,12 @@ var DeepSeekV3 = SynthShape{Layers: 61, DenseLayers: 3, Hidden: 7168, Heads: 128
 	QLoRA: 1536, KVLoRA: 512, Nope: 128, Rope: 64, V: 128,
 	Experts: 256, TopK: 8, MoEInter: 2048, Shared: 1, Dense: 18432, Groups: 8, TopKGroups: 4, Vocab: 129280}
 
+// KimiK2 is the shape of moonshotai/Kimi-K2-Instruct (61 layers, the first
+// dense): 384 experts in one group, 64 heads.
+var KimiK2 = SynthShape{Layers: 61, DenseLayers: 1, Hidden: 7168, Heads: 64,
+	QLoRA: 1536, KVLoRA: 512, Nope: 128, Rope: 64, V: 128,
+	Experts: 384, TopK: 8, MoEInter: 2048, Shared: 1, Dense: 18432, Groups: 1, TopKGroups: 1, Vocab: 163840}
+
 // WriteSynthetic writes config.json and model.safetensors of a DeepSeek-V3
 // model with random bf16 weights (magnitude set by s.Exp, random sign;
 // norms 1) to dir: YaRN rope as published (factor 40 from 4096), sigmoid
