@@ -43,7 +43,7 @@ func loadGraphMode(t *testing.T, name, mode string) model.Runner {
 // a bucket until the first padded step, and within modelTol after it
 // (padding changed the GEMMs' row count, so their rounding).
 func TestModelGraphDecode(t *testing.T) {
-	for _, fx := range []string{"qwen3moe-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b"} {
+	for _, fx := range []string{"qwen3moe-a", "qwen3next-b", "qwen35moe-a", "qwen35moe-b", "deepseekv3-a"} {
 		t.Run(fx, func(t *testing.T) {
 			on, eager, off := loadGraphMode(t, fx, "on"), loadGraphMode(t, fx, "eager"), loadGraphMode(t, fx, "off")
 			cases := testfixtures.Load(t, fx)

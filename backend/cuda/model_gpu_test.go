@@ -37,7 +37,9 @@ var fixtures = []string{"qwen3moe-a", "qwen3moe-b", "qwen3moe-c", "qwen3next-a",
 	// block-scaled FP8 checkpoints: FP8 MatMul weights and FP8 MoE experts
 	"qwen3moe-fp8-a", "qwen3moe-fp8-b", "qwen35moe-fp8",
 	// trained on real text (tools/train/train_moe.py)
-	"qwen3moe-trained"}
+	"qwen3moe-trained",
+	// Multi-head Latent Attention, grouped sigmoid routing (DeepSeek-V3, Kimi-K2)
+	"deepseekv3-a", "deepseekv3-b", "deepseekv3-c", "deepseekv3-fp8"}
 
 var fixtureDir = testfixtures.Dir
 

@@ -22,7 +22,7 @@ import (
 // GEMMs are not bit-identical across row counts), twice over (a second
 // slot attaching the same pages).
 func TestPrefixCacheModel(t *testing.T) {
-	for _, fx := range []string{"qwen3moe-a", "qwen3next-a", "qwen35moe-b"} {
+	for _, fx := range []string{"qwen3moe-a", "qwen3next-a", "qwen35moe-b", "deepseekv3-b"} {
 		t.Run(fx, func(t *testing.T) {
 			r := loadPrefixModel(t, fx)
 			pc, ok := r.(model.PrefixCache)
