@@ -1,6 +1,7 @@
 package runbase
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -389,11 +390,16 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		sg.destroy()
 		sg.warm = false
 	}
+	live := b.allAgree(sg.live())
+	if !live && sg.live() {
+		sg.destroy() // another rank has none: capture again together
+	}
 	switch {
-	case sg.live():
+	case live:
 		g.stats.Replays++
 		return sg.replay(g.gb)
-	case g.eagerPad || sg.failed || !sg.warm:
+	case !b.allAgree(!g.eagerPad && !sg.failed && sg.warm):
+		// op by op: a first step of its bucket, or another rank's is
 		if err := queue(); err != nil {
 			return err
 		}
@@ -429,6 +435,10 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 			}
 		}
 	}
+	if ok := err == nil; !b.allAgree(ok) && ok {
+		sg.destroy()
+		err = errors.New("another tensor-parallel rank's capture failed")
+	}
 	if err == nil {
 		sg.epoch = epoch
 		g.stats.Captures++
@@ -440,6 +450,22 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 	g.stats.Failed = fmt.Sprintf("batch %d: %v", g.key, err)
 	slog.Warn("decode step graph capture failed; the step runs op by op", "model", b.Name, "batch", g.key, "err", err)
 	return queue()
+}
+
+// agreer is a tensor-parallel communicator whose ranks must take the same
+// path in a decode step, graph or op by op (cuda.SameDeviceGroup: its
+// collectives op by op meet on the host, in a graph they do not). NCCL's
+// ranks need no agreement: their collectives pair up in order either way.
+type agreer interface {
+	AllAgree(ok bool) bool
+}
+
+// allAgree is ok on every rank, where the ranks must agree; else ok.
+func (b *Base) allAgree(ok bool) bool {
+	if a, is := b.TP.(agreer); is {
+		return a.AllAgree(ok)
+	}
+	return ok
 }
 
 // queueHead queues the final norm and lm head of count wanted rows from

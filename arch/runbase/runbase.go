@@ -91,10 +91,6 @@ func Open(name, dir string, o arch.Options, families ...modelconfig.Family) (*Ba
 		b.Close()
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if b.Parallel() {
-		// each rank would capture its own collectives: not done yet
-		b.DisableGraphs("tensor parallelism (decode steps run op by op)")
-	}
 	return b, cfg, nil
 }
 

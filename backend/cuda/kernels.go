@@ -240,6 +240,26 @@ func (d *Device) CompileAll() (map[string]string, error) {
 	return out, nil
 }
 
+// loadAll loads every embedded kernel function, so that no later launch
+// loads one. Ranks that wait for each other on the GPU need that (a
+// same-device group): loading a function may wait for the whole context
+// to be idle, which a rank's barrier kernel, waiting for a rank whose host
+// thread queues behind the load, never is.
+func (k *kernels) loadAll() error {
+	k.mu.Lock()
+	names := make([]string, 0, len(k.src.names))
+	for name := range k.src.names {
+		names = append(names, name)
+	}
+	k.mu.Unlock()
+	for _, name := range names {
+		if _, err := k.function(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (k *kernels) close() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -310,9 +310,11 @@ func (c *ncclRank) AllGatherCols(out, x backend.Tensor, n int) {
 	}
 }
 
-// grow replaces the gather buffers with ones of need bytes per rank.
+// grow replaces the gather buffers with ones of need bytes per rank; a
+// graph that recorded the old ones must not be replayed (GraphEpoch).
 func (c *ncclRank) grow(need int64) error {
 	d := c.b.d
+	c.b.epoch++
 	for _, buf := range []*Buffer{&c.send, &c.recv} {
 		if buf.Size > 0 {
 			d.Free(*buf)

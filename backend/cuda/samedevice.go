@@ -5,6 +5,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -14,21 +16,34 @@ import (
 // SameDeviceGroup is a tp.Group of several ranks on one GPU, each rank a
 // backend with its own stream on the same Device: the tensor-parallel
 // partitioning tested on one GPU, with the collectives as kernels instead
-// of NCCL. At each collective every rank records an event on its stream and
-// meets the others on the host (tp.Barrier); each stream then waits for
-// every rank's event, runs its share of the work over every rank's buffer
-// (device addresses of one device), records a second event, and after a
-// second meeting waits for all of those before its next op. For tests: the
-// host meets twice per collective.
+// of NCCL. At each collective the ranks' host threads meet (tp.Barrier) to
+// read each other's buffer addresses (device addresses of one device); each
+// rank's stream then runs a GPU barrier (m_tp_barrier: every rank's work
+// before the collective done), its share of the work over every rank's
+// buffer, and a second GPU barrier (every rank's share done), and the host
+// threads meet again before the next collective may publish new buffers.
+// The streams meet on the GPU, so a rank's collectives can be recorded in
+// its CUDA graphs and replayed with no host between them, as NCCL's are;
+// the ranks must then take the same path (graph or op by op) in a step,
+// which AllAgree settles. For tests.
 type SameDeviceGroup struct {
 	bar   *tp.Barrier
 	ranks []*sameRank
+	// count holds each rank's GPU barrier counter (device memory); abort
+	// is a word of pinned host memory that, set, releases every rank
+	// waiting in a GPU barrier (Abort).
+	count Buffer
+	abort *HostBuffer
 }
 
 var _ tp.Group = (*SameDeviceGroup)(nil)
 
 // maxSameDeviceRanks is the most ranks m_tp_sum takes.
 const maxSameDeviceRanks = 8
+
+// sameDeviceTimeout is how long a GPU barrier waits for a rank that does
+// not come before it traps (a hung host thread).
+const sameDeviceTimeout = 60 * time.Second
 
 // NewSameDeviceGroup makes the group of bes, rank r on bes[r]; every
 // backend must be on the same Device.
@@ -39,23 +54,46 @@ func NewSameDeviceGroup(bes []*Backend) (*SameDeviceGroup, error) {
 	g := &SameDeviceGroup{bar: tp.NewBarrier(len(bes))}
 	for r, b := range bes {
 		if b == nil || b.d == nil || b.d != bes[0].d {
-			g.Close()
 			return nil, fmt.Errorf("cuda: same-device group: rank %d is not on rank 0's device", r)
 		}
-		pre, err := b.d.NewEvent(false)
-		if err != nil {
-			g.Close()
-			return nil, err
-		}
-		post, err := b.d.NewEvent(false)
-		if err != nil {
-			pre.Destroy()
-			g.Close()
-			return nil, err
-		}
-		g.ranks = append(g.ranks, &sameRank{g: g, rank: r, b: b, pre: pre, post: post})
+		g.ranks = append(g.ranks, &sameRank{g: g, rank: r, b: b})
+	}
+	d := bes[0].d
+	if err := d.kern.loadAll(); err != nil {
+		return nil, fmt.Errorf("cuda: same-device group: %w", err)
+	}
+	var err error
+	if g.count, err = d.Alloc(4*maxSameDeviceRanks, "tp barrier counters"); err != nil {
+		return nil, err
+	}
+	if g.abort, err = d.AllocHost(4096); err != nil {
+		d.Free(g.count)
+		return nil, err
+	}
+	if err := g.zero(); err != nil {
+		g.Close()
+		return nil, err
 	}
 	return g, nil
+}
+
+// zero sets every GPU barrier counter and the abort word to 0, once every
+// rank's stream is idle.
+func (g *SameDeviceGroup) zero() error {
+	for _, r := range g.ranks {
+		if err := r.b.Sync(); err != nil {
+			return err
+		}
+	}
+	s := g.ranks[0].b.s
+	if err := s.Memset(g.count, 0); err != nil {
+		return err
+	}
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	HostSlice[uint32](g.abort)[0] = 0
+	return nil
 }
 
 // Size implements tp.Group.
@@ -64,17 +102,32 @@ func (g *SameDeviceGroup) Size() int { return len(g.ranks) }
 // Comm implements tp.Group.
 func (g *SameDeviceGroup) Comm(rank int) tp.Comm { return g.ranks[rank] }
 
-// Abort implements tp.Group.
-func (g *SameDeviceGroup) Abort(err error) { g.bar.Abort(err) }
+// Abort implements tp.Group: the host meetings fail, and the abort word
+// releases the ranks' streams from their GPU barriers.
+func (g *SameDeviceGroup) Abort(err error) {
+	atomic.StoreUint32(&HostSlice[uint32](g.abort)[0], 1)
+	g.bar.Abort(err)
+}
 
-// Reset implements tp.Group.
-func (g *SameDeviceGroup) Reset() { g.bar.Reset() }
+// Reset implements tp.Group: once the ranks' streams are idle the counters
+// start again from 0 (an aborted step left them apart).
+func (g *SameDeviceGroup) Reset() {
+	if err := g.zero(); err != nil {
+		for _, r := range g.ranks {
+			r.fail(fmt.Errorf("reset: %w", err))
+		}
+	}
+	g.bar.Reset()
+}
 
 // Close implements tp.Group.
 func (g *SameDeviceGroup) Close() error {
 	var errs []error
-	for _, r := range g.ranks {
-		errs = append(errs, r.pre.Destroy(), r.post.Destroy())
+	if len(g.ranks) > 0 && g.count.Size > 0 {
+		g.ranks[0].b.d.Free(g.count)
+	}
+	if g.abort != nil {
+		errs = append(errs, g.abort.Free())
 	}
 	g.ranks = nil
 	return errors.Join(errs...)
@@ -82,15 +135,15 @@ func (g *SameDeviceGroup) Close() error {
 
 // sameRank is one rank of a SameDeviceGroup.
 type sameRank struct {
-	g         *SameDeviceGroup
-	rank      int
-	b         *Backend
-	pre, post *Event
-	err       error
+	g    *SameDeviceGroup
+	rank int
+	b    *Backend
+	err  error
 	// the collective's arguments, read by the other ranks between the two
 	// meetings
 	x, out *Tensor
 	w, ow  int
+	agree  bool // AllAgree's argument
 }
 
 func (c *sameRank) Rank() int { return c.rank }
@@ -108,20 +161,20 @@ func (c *sameRank) fail(err error) {
 	}
 }
 
-// enter publishes the rank's tensors, records its event and meets the
-// others; its stream then waits for every rank's prior work. It returns
-// false (with the failure recorded) when the collective cannot go on; a
-// rank whose own arguments are wrong (or that failed before) still meets
-// the others, which then fail too, so that no rank waits for it.
+// enter publishes the rank's tensors and meets the others on the host;
+// its stream then waits on the GPU for every rank's prior work
+// (m_tp_barrier). It returns false (with the failure recorded) when the
+// collective cannot go on: every rank sees the same published arguments,
+// so all of them then skip the GPU work alike and only meet again in
+// leave. A rank whose own arguments are wrong (or that failed before)
+// still meets the others, which then fail too, so that no rank waits for
+// it.
 func (c *sameRank) enter(x, out backend.Tensor, n int, op string) bool {
 	c.x, c.out = nil, nil
 	if c.err != nil {
 		// a rank with a failure still meets the others (without a tensor)
 	} else if err := c.args(x, out, n, op); err != nil {
 		c.fail(err)
-		c.x = nil
-	} else if err := c.pre.Record(c.b.s); err != nil {
-		c.fail(fmt.Errorf("%s: %w", op, err))
 		c.x = nil
 	}
 	if err := c.g.bar.Wait(); err != nil {
@@ -131,18 +184,24 @@ func (c *sameRank) enter(x, out backend.Tensor, n int, op string) bool {
 	for _, o := range c.g.ranks {
 		if o.x == nil || (op != "AllGatherCols" && o.w != c.w) {
 			c.fail(fmt.Errorf("%s: rank %d passed no usable tensor or another width", op, o.rank))
-			c.leave(op)
+			c.meet(op)
 			return false
 		}
 	}
-	for _, o := range c.g.ranks {
-		if err := c.b.s.Wait(o.pre); err != nil {
-			c.fail(fmt.Errorf("%s: %w", op, err))
-			c.leave(op)
-			return false
-		}
+	if err := c.gpuBarrier(); err != nil {
+		c.fail(fmt.Errorf("%s: %w", op, err))
 	}
 	return true
+}
+
+// gpuBarrier queues m_tp_barrier on the rank's stream.
+func (c *sameRank) gpuBarrier() error {
+	g := c.g
+	abort, err := g.abort.DevicePtr()
+	if err != nil {
+		return err
+	}
+	return c.b.d.launch(c.b.s, "m_tp_barrier", grid1(1), grid1(1), 0, g.count, abort, c.rank, c.Size(), uint64(sameDeviceTimeout))
 }
 
 // args checks and keeps a collective's tensors: F32 cuda tensors with n
@@ -166,22 +225,38 @@ func (c *sameRank) args(x, out backend.Tensor, n int, op string) error {
 	return nil
 }
 
-// leave records the rank's second event, meets the others and makes its
-// stream wait for every rank's share of the collective.
+// leave queues the second GPU barrier (every rank's share done before any
+// rank's stream goes on) and meets the others on the host, after which
+// they may publish the next collective's tensors.
 func (c *sameRank) leave(op string) {
-	if err := c.post.Record(c.b.s); err != nil {
+	if err := c.gpuBarrier(); err != nil {
 		c.fail(fmt.Errorf("%s: %w", op, err))
 	}
+	c.meet(op)
+}
+
+// meet is the host meeting that ends a collective.
+func (c *sameRank) meet(op string) {
 	if err := c.g.bar.Wait(); err != nil {
 		c.fail(fmt.Errorf("%s: %w", op, err))
-		return
 	}
+}
+
+// AllAgree reports, to every rank, whether every rank passed ok: the ranks
+// meet on the host. The graph path calls it so that all ranks replay,
+// capture or run op by op together (their GPU barriers pair up in order).
+func (c *sameRank) AllAgree(ok bool) bool {
+	c.agree = ok
+	if err := c.g.bar.Wait(); err != nil {
+		c.fail(fmt.Errorf("AllAgree: %w", err))
+		return false
+	}
+	all := true
 	for _, o := range c.g.ranks {
-		if err := c.b.s.Wait(o.post); err != nil {
-			c.fail(fmt.Errorf("%s: %w", op, err))
-			return
-		}
+		all = all && o.agree
 	}
+	c.meet("AllAgree")
+	return all
 }
 
 // AllReduce implements tp.Comm: rank r sums the r-th share of the

@@ -22,3 +22,37 @@ extern "C" __global__ void m_wait_host(const u32 *flag, u32 v, u64 timeout_ns) {
 		if (t - t0 > timeout_ns) asm volatile("trap;");
 	}
 }
+
+// m_tp_barrier: the ranks of a same-device tensor-parallel group meet on
+// the GPU, so that their collectives need no host between them and can be
+// recorded in each rank's CUDA graph. One thread: the rank's counter
+// (count[rank], device memory) goes up by one, then the thread waits until
+// every rank's counter has reached the rank's own (every rank runs the same
+// barriers in the same order, so counters differ by at most one), or until
+// *stop (a word of pinned host memory) is set, or timeout_ns of the GPU's
+// global timer pass (trap: a rank that never comes is a hung host). The
+// fences before and after make the writes of the work before each rank's
+// barrier visible to the work after every rank's.
+extern "C" __global__ void m_tp_barrier(u32 *count, const u32 *stop, int rank, int np, u64 timeout_ns) {
+	KT_GRID_DEP();
+	__threadfence();
+	u32 e = atomicAdd(&count[rank], 1u) + 1u;
+	u64 t0, t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	for (int j = 0; j < np; j++) {
+		for (int spin = 0;; spin++) {
+			u32 c;
+			asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(c) : "l"(count + j) : "memory");
+			if ((int)(c - e) >= 0) break;
+			if ((spin & 63) == 63) {
+				u32 a;
+				asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(a) : "l"(stop) : "memory");
+				if (a) return;
+				asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+				if (t - t0 > timeout_ns) asm volatile("trap;");
+				__nanosleep(100);
+			}
+		}
+	}
+	__threadfence();
+}
