@@ -353,10 +353,14 @@ func (x *Experts) checkLayerwise() error {
 }
 
 // setDeferral sets up rb.Opts.ExpertDeferral over layers: on the CPU
-// expert engine (the CPU backend or the hybrid step; a layer whose experts
-// are all on the GPU runs no CPU task and defers nothing, nor does the MoE
-// layer before it) or, on the CPU backend, the backend's MoE op (the
-// reference). The backend's op on the GPU has no CPU task to defer.
+// expert engine (the CPU backend or the hybrid step) or, on the CPU
+// backend, the backend's MoE op (the reference). Device experts are never
+// deferred, so a layer whose experts are all on the device defers
+// nothing, nor does the MoE layer before it. The backend's op on the GPU
+// has no CPU task to defer. With tensor parallelism only rank 0 defers
+// (the other ranks have no deferral state): the deferred output is added
+// to the next MoE layer's on rank 0, before that layer's Broadcast or
+// all-reduce.
 func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
 	d := x.rb.Opts.ExpertDeferral
 	if d == 0 {
@@ -368,7 +372,7 @@ func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
 	}
 	onCPU := make([]bool, len(layers))
 	for l, w := range layers {
-		onCPU[l] = w != nil && !(x.engine != nil && w.NGPU > 0 && w.NGPU == len(w.Gate))
+		onCPU[l] = w != nil && !(w.NGPU > 0 && w.NGPU == len(w.Gate))
 	}
 	f, err := newDeferral(layers, onCPU, d, c.TopK, c.NumExperts, x.rb.Opts.MaxBatchTokens)
 	if err != nil {

@@ -176,9 +176,6 @@ func (b *Base) checkTP(c *modelconfig.Config) error {
 	refuse := func(flag string) {
 		errs = append(errs, fmt.Errorf("%s with --tensor-parallel-size %d is not supported yet", flag, n))
 	}
-	if o.ExpertDeferral > 0 {
-		refuse("--kt-max-deferred-experts-per-token")
-	}
 	if o.GPUPrefillThreshold > 0 {
 		refuse("--kt-gpu-prefill-token-threshold")
 	}
