@@ -32,14 +32,14 @@ const TPTol = 1e-4
 // read): the mixed batch needs three, the second of over 30 tokens and
 // the third of at least 40, and chunked prefill takes the last.
 type TPCase struct {
-	Fixture string
-	Size    int
-	Refusal string
-	Experts string
+	Fixture  string
+	Size     int
+	Refusal  string
+	Experts  string
 	Device   placement.Request
 	Deferral int
 	Dir      string
-	Cases   []Case
+	Cases    []Case
 }
 
 // tracked counts the tokens each slot holds, for the checks that read
