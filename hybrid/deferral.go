@@ -167,6 +167,22 @@ func (f *deferral) split(ids []int32, wts []float32, n, d int) {
 	SplitDeferred(ids, wts, n, f.k, d, f.E, f.imm[:n*f.k], f.def[:n*f.k], f.flag)
 }
 
+// keepDevice moves the deferred picks of device experts (gpu[e]; nil:
+// none) of n tokens back to the immediate ones: device experts are never
+// deferred (the engine skips them and the device computes them at once),
+// on the reference path as on the engine's and the hybrid step's, so that
+// the split is the same whichever rank holds a device expert.
+func (f *deferral) keepDevice(gpu []bool, n int) {
+	if gpu == nil {
+		return
+	}
+	for i, id := range f.def[:n*f.k] {
+		if id >= 0 && int(id) < len(gpu) && gpu[id] {
+			f.imm[i], f.def[i] = id, -1
+		}
+	}
+}
+
 // describe says what deferral does, for Path.
 func (f *deferral) describe() string {
 	if f == nil {
@@ -209,6 +225,7 @@ func (x *Experts) refStart(l int, out, h backend.Tensor, w *Weights, wts, ids ba
 	immIDs := ids
 	if d > 0 {
 		f.split(ct(ids).I32()[:n*f.k], ct(wts).F32()[:n*f.k], n, d)
+		f.keepDevice(w.GPU, n)
 		copy(ct(f.refImm).I32(), f.imm[:n*f.k])
 		copy(ct(f.refDef).I32(), f.def[:n*f.k])
 		immIDs = f.refImm

@@ -126,7 +126,8 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 			return nil, err
 		}
 		if t := o.GPUPrefillThreshold; t > 0 {
-			if x.gpu.lw, err = newLayerwise(x.gpu, layers, t, o.DynamicExpertUpdate, string(m)); err != nil {
+			skip := func(l int, gpu []bool) error { return setSkip(x.layers[l], gpu) }
+			if x.gpu.lw, err = newLayerwise(rb, layers, t, o.DynamicExpertUpdate, string(m), c.TopK, skip); err != nil {
 				x.gpu.close()
 				eng.Close()
 				return nil, err

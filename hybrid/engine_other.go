@@ -44,3 +44,22 @@ func (*engine) hybridGraphs(*runbase.Base) {}
 func (*engine) close() {}
 
 func (*engine) layerwiseStats() LayerwiseStats { return LayerwiseStats{} }
+
+// layerwise is unavailable in this build: it needs the CUDA backend.
+type layerwise struct{}
+
+func newLayerwise(*runbase.Base, []*Weights, int, bool, string, int, func(int, []bool) error) (*layerwise, error) {
+	return nil, errors.New("layerwise GPU prefill needs linux/amd64 with cgo")
+}
+
+func (*layerwise) use(int) bool { return false }
+
+func (*layerwise) forward(int, backend.Tensor, backend.Tensor, backend.Tensor, backend.Tensor, int) error {
+	return errors.New("no layerwise GPU prefill")
+}
+
+func (*layerwise) describe() string { return "" }
+
+func (*layerwise) statsNow() LayerwiseStats { return LayerwiseStats{} }
+
+func (*layerwise) close() {}

@@ -29,7 +29,11 @@ import (
 // With tensor parallelism the device experts of a layer are split over
 // the ranks (RankShare): each rank holds and computes its share on its own
 // backend, rank 0 also runs the CPU expert engine on the rest, and the
-// ranks' outputs are summed by an all-reduce (Plan.Reduced).
+// ranks' outputs are summed by an all-reduce (Plan.Reduced). A layerwise
+// prefill step (layerwise.go) splits every expert of each MoE layer over
+// the ranks the same way, rank 0's engine idle; the dynamic update then
+// computes the same new device experts on every rank (the routing is the
+// same) and each rank takes its share of them.
 
 // Placement returns the device expert mask of the model of config c for
 // rb.Opts.GPUExperts, with the number of device experts over all MoE
@@ -81,12 +85,19 @@ func RankShare(mask []bool, rank, size int) []bool {
 }
 
 // Plan says where a model's routed experts run over its ranks: the
-// placement's device experts (Placement) and this rank's share of them.
-// Without tensor parallelism rank 0 computes everything.
+// placement's device experts (Placement) and this rank's share of them,
+// and, in the hybrid step with layerwise prefill, the steps in which every
+// rank computes its share of every expert. Without tensor parallelism rank
+// 0 computes everything.
 type Plan struct {
 	mask placement.Mask // nil: no device expert
 	moe  []bool         // per model layer: a MoE layer
 	lay  tp.Layout
+	// lw is the layerwise prefill threshold when every rank takes part
+	// in layerwise steps (tensor parallelism in the hybrid step), else 0;
+	// rb tells whether the step being queued is a graph decode step
+	lw int
+	rb *runbase.Base
 }
 
 // NewPlan computes the plan of rb's rank for the model of config c.
@@ -99,7 +110,11 @@ func NewPlan(rb *runbase.Base, c *modelconfig.Config) (*Plan, error) {
 	for l, L := range c.Layers {
 		moe[l] = L.IsMoE
 	}
-	return &Plan{mask: m, moe: moe, lay: rb.Layout()}, nil
+	p := &Plan{mask: m, moe: moe, lay: rb.Layout(), rb: rb}
+	if rb.Parallel() && Hybrid(rb) && rb.Opts.GPUPrefillThreshold > 0 {
+		p.lw = rb.Opts.GPUPrefillThreshold
+	}
+	return p, nil
 }
 
 // device reports whether layer l is a MoE layer with device experts.
@@ -125,16 +140,35 @@ func (p *Plan) Share(l int) []bool {
 	return RankShare(p.mask[l], p.lay.Rank, p.lay.Size)
 }
 
-// Reduced reports whether the ranks' outputs of MoE layer l are partial
-// sums to add over the ranks (several ranks and device experts in the
-// layer: each rank computed its share) rather than rank 0's whole output,
-// which the others receive.
-func (p *Plan) Reduced(l int) bool { return p.lay.Size > 1 && p.device(l) }
+// layerwise reports whether every rank computes its share of every
+// routed expert in a step of n rows: a layerwise prefill step
+// (UseLayerwise) under tensor parallelism in the hybrid step.
+func (p *Plan) layerwise(n int) bool {
+	return p.lw > 0 && UseLayerwise(p.lw, n, p.rb.DecodeGraphStep())
+}
 
-// OnRank reports whether this rank computes routed experts of MoE layer
-// l: rank 0 always, another rank when the layer is Reduced (its share of
-// the device experts, possibly none: its output is then zeros).
-func (p *Plan) OnRank(l int) bool { return p.lay.Rank == 0 || p.Reduced(l) }
+// Reduced reports whether the ranks' outputs of MoE layer l in the step
+// being queued, of n rows, are partial sums to add over the ranks
+// (several ranks, and device experts in the layer or a layerwise step:
+// each rank computed its share) rather than rank 0's whole output, which
+// the others receive. Every rank answers the same.
+func (p *Plan) Reduced(l, n int) bool {
+	return p.lay.Size > 1 && l < len(p.moe) && p.moe[l] && (p.device(l) || p.layerwise(n))
+}
+
+// Runs reports whether this rank computes routed experts of MoE layer l
+// in the step being queued, of n rows: rank 0 always, another rank when
+// the layer is Reduced (its share, possibly none: its output is then
+// zeros).
+func (p *Plan) Runs(l, n int) bool { return p.lay.Rank == 0 || p.Reduced(l, n) }
+
+// OnRank reports whether this rank holds routed experts of MoE layer l,
+// to compute in some step (Runs): rank 0 always; another rank when the
+// layer has device experts, or in the hybrid step with layerwise prefill
+// (its share of every expert, uploaded in layerwise steps).
+func (p *Plan) OnRank(l int) bool {
+	return p.lay.Rank == 0 || p.lay.Size > 1 && l < len(p.moe) && p.moe[l] && (p.device(l) || p.lw > 0)
+}
 
 // Computes reports whether this rank computes routed experts of any
 // layer (the model then makes its Experts).
@@ -230,16 +264,20 @@ func MaskFromSlots(mask []bool, slots []int) {
 }
 
 // RebindSlots points w's GPU experts at new places after a dynamic
-// update: slot i (tensors slotT[i]: gate, up, down) now holds expert
-// slots[i] (−1: none). w.GPU (updated in place: the CPU engine's skip
-// mask is set from it), w.OnGPU (what the GPU MoE op reads; nil for the
-// CPU's experts) and w.Experts (device tensors for GPU experts, host
-// stand-ins for the others, as Load binds them) follow.
-func RebindSlots(w *Weights, slotT [][3]backend.Tensor, slots []int) {
-	MaskFromSlots(w.GPU, slots)
+// update: gpu (len E) holds the layer's new GPU experts over every rank
+// and is copied into w.GPU (updated in place: the CPU engine's skip mask
+// is set from it); this rank's slot i (tensors slotT[i]: gate, up, down)
+// now holds expert slots[i] (−1: none). w.OnGPU (what the GPU MoE op
+// reads: this rank's slots, nil for every other expert) and w.Experts
+// follow as Load binds them: the slot tensors for this rank's GPU
+// experts, host stand-ins for the CPU's where host (the rank of the CPU
+// expert engine), nil elsewhere.
+func RebindSlots(w *Weights, slotT [][3]backend.Tensor, slots []int, gpu []bool, host bool) {
+	copy(w.GPU, gpu)
 	for e := range w.Gate {
 		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = nil, nil, nil
-		if !w.GPU[e] {
+		w.Gate[e], w.Up[e], w.Down[e] = nil, nil, nil
+		if !w.GPU[e] && host {
 			w.Gate[e], w.Up[e], w.Down[e] = hostTensor{w.HostGate[e]}, hostTensor{w.HostUp[e]}, hostTensor{w.HostDown[e]}
 		}
 	}

@@ -1,11 +1,15 @@
 package hybrid
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
+	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/moe/placement"
 	"github.com/ktserve/kt/tensor"
+	"github.com/ktserve/kt/tp"
 )
 
 func TestCountPicks(t *testing.T) {
@@ -131,7 +135,9 @@ func TestRebindSlots(t *testing.T) {
 	if !slices.Equal(next, []int{4, 1}) || !slices.Equal(copies, []SlotCopy{{0, 4}}) {
 		t.Fatalf("AssignSlots: %v %v", next, copies)
 	}
-	RebindSlots(w, slotT, next)
+	gpu := make([]bool, E)
+	MaskFromSlots(gpu, next)
+	RebindSlots(w, slotT, next, gpu, true)
 	if want := []bool{false, true, false, false, true}; !slices.Equal(w.GPU, want) || &mask[0] != &w.GPU[0] {
 		t.Errorf("mask %v, want %v, updated in place", w.GPU, want)
 	}
@@ -151,6 +157,50 @@ func TestRebindSlots(t *testing.T) {
 		}
 		if h, ok := w.Down[e].(hostTensor); want == nil && (!ok || h.h.Name != w.HostDown[e].Name) {
 			t.Errorf("Down[%d] = %v, want the host stand-in of %s", e, w.Down[e], w.HostDown[e].Name)
+		}
+	}
+}
+
+// TestRebindSlotsRank rebinds the slots of one rank of two after a
+// dynamic update: the layer's GPU experts are every rank's, the slots
+// and OnGPU this rank's share, and a rank without the CPU expert engine
+// binds no host stand-in.
+func TestRebindSlotsRank(t *testing.T) {
+	const E = 6
+	w := &Weights{Experts: backend.Experts{Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)},
+		HostGate: make([]backend.Host, E), HostUp: make([]backend.Host, E), HostDown: make([]backend.Host, E),
+		GPU: []bool{true, true, true, true, false, false}, NGPU: 4,
+		OnGPU: backend.Experts{Gate: make([]backend.Tensor, E), Up: make([]backend.Tensor, E), Down: make([]backend.Tensor, E)}}
+	// rank 1 of 2 holds experts 2 and 3 in its slots
+	slotT := [][3]backend.Tensor{{fakeT("g0"), fakeT("u0"), fakeT("d0")}, {fakeT("g1"), fakeT("u1"), fakeT("d1")}}
+	for i, e := range []int{2, 3} {
+		w.OnGPU.Gate[e], w.OnGPU.Up[e], w.OnGPU.Down[e] = slotT[i][0], slotT[i][1], slotT[i][2]
+		w.Gate[e], w.Up[e], w.Down[e] = slotT[i][0], slotT[i][1], slotT[i][2]
+	}
+	// the new GPU experts 0, 3, 4, 5: rank 1's share is 4 and 5
+	gpu := []bool{true, false, false, true, true, true}
+	share := SlotsFromMask(RankShare(gpu, 1, 2))
+	next, copies, err := AssignSlots([]int{2, 3}, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(next, []int{4, 5}) || len(copies) != 2 {
+		t.Fatalf("AssignSlots: %v %v", next, copies)
+	}
+	RebindSlots(w, slotT, next, gpu, false)
+	if !slices.Equal(w.GPU, gpu) {
+		t.Errorf("mask %v, want the layer's GPU experts %v", w.GPU, gpu)
+	}
+	for e := range E {
+		var want backend.Tensor
+		switch e {
+		case 4:
+			want = fakeT("g0")
+		case 5:
+			want = fakeT("g1")
+		}
+		if w.OnGPU.Gate[e] != want || w.Gate[e] != want {
+			t.Errorf("expert %d: OnGPU.Gate %v, Gate %v, want %v", e, w.OnGPU.Gate[e], w.Gate[e], want)
 		}
 	}
 }
@@ -193,5 +243,46 @@ func TestRankShare(t *testing.T) {
 				t.Errorf("%s: expert %d in %d shares, want %d", c.name, e, n, want)
 			}
 		}
+	}
+}
+
+// TestPlanLayerwise checks which ranks compute which MoE layers, and
+// whether their outputs are summed or rank 0's broadcast, over a dense
+// layer 0, a MoE layer 1 with device experts and a MoE layer 2 without,
+// with and without layerwise prefill (threshold 16) under tensor
+// parallelism: a layerwise step (16 rows or more) has every rank compute
+// its share of every MoE layer, and sums them.
+func TestPlanLayerwise(t *testing.T) {
+	moe := []bool{false, true, true}
+	mask := placement.Mask{nil, {true, true, false, false}, {false, false, false, false}}
+	for _, c := range []struct {
+		rank, size, lw, n int
+		runs, reduced     [3]bool // per layer
+		onRank            [3]bool
+	}{
+		{rank: 0, size: 1, lw: 0, n: 32, runs: [3]bool{true, true, true}, onRank: [3]bool{true, true, true}},
+		{rank: 0, size: 2, lw: 0, n: 32, runs: [3]bool{true, true, true}, reduced: [3]bool{false, true, false}, onRank: [3]bool{true, true, true}},
+		{rank: 1, size: 2, lw: 0, n: 32, runs: [3]bool{false, true, false}, reduced: [3]bool{false, true, false}, onRank: [3]bool{false, true, false}},
+		{rank: 1, size: 2, lw: 16, n: 8, runs: [3]bool{false, true, false}, reduced: [3]bool{false, true, false}, onRank: [3]bool{false, true, true}},
+		{rank: 1, size: 2, lw: 16, n: 16, runs: [3]bool{false, true, true}, reduced: [3]bool{false, true, true}, onRank: [3]bool{false, true, true}},
+		{rank: 0, size: 2, lw: 16, n: 16, runs: [3]bool{true, true, true}, reduced: [3]bool{false, true, true}, onRank: [3]bool{true, true, true}},
+	} {
+		t.Run(fmt.Sprintf("rank=%d,size=%d,lw=%d,n=%d", c.rank, c.size, c.lw, c.n), func(t *testing.T) {
+			p := &Plan{mask: mask, moe: moe, lay: tp.Layout{Rank: c.rank, Size: c.size}, lw: c.lw, rb: &runbase.Base{}}
+			for l := 1; l < 3; l++ {
+				if got := p.Runs(l, c.n); got != c.runs[l] {
+					t.Errorf("layer %d: Runs %v, want %v", l, got, c.runs[l])
+				}
+				if got := p.Reduced(l, c.n); got != c.reduced[l] {
+					t.Errorf("layer %d: Reduced %v, want %v", l, got, c.reduced[l])
+				}
+				if got := p.OnRank(l); got != c.onRank[l] {
+					t.Errorf("layer %d: OnRank %v, want %v", l, got, c.onRank[l])
+				}
+			}
+			if p.Reduced(0, c.n) {
+				t.Error("dense layer 0: Reduced")
+			}
+		})
 	}
 }

@@ -27,7 +27,15 @@ import (
 //     from the shadow buffer, device to device, with the step's most picked
 //     experts of that layer (HottestExperts), and the CPU engine's skip
 //     mask and the GPU MoE op's expert table are rewritten in place, so
-//     decode graphs captured before see the new placement.
+//     decode graphs captured before see the new placement;
+//   - with tensor parallelism every rank takes part: each holds, uploads
+//     and computes its share of every layer's experts (RankShare over all
+//     of them; rank 0's CPU expert engine is idle in such a layer) and the
+//     all-reduce after the MoE layer sums the shares (Plan.Reduced); the
+//     dynamic update picks the same new GPU experts on every rank (the
+//     routing is the same) and each rank refills its slots with its
+//     RankShare of them, from its shadow buffer or, for an expert another
+//     rank uploaded, from host memory.
 
 // LayerwiseStats counts what layerwise prefill and the dynamic expert
 // update did.
@@ -38,7 +46,11 @@ type LayerwiseStats struct {
 	UploadBytes int64         // bytes uploaded
 	UploadTime  time.Duration // host time filling the staging slots and queueing the copies
 	Updates     int           // dynamic updates that changed a layer's GPU experts
-	Moved       int           // experts copied into GPU expert slots
+	Moved       int           // experts copied into this rank's GPU expert slots
+	// Fetched counts the moved experts copied from host memory rather
+	// than from the shadow layer buffer: with tensor parallelism a rank's
+	// new share of the GPU experts may hold experts another rank uploaded
+	Fetched int
 }
 
 // String summarises s for a log line ("" when nothing ran layerwise).
@@ -50,6 +62,9 @@ func (s LayerwiseStats) String() string {
 		s.Steps, s.Layers, s.Uploads, float64(s.UploadBytes)/(1<<20), float64(s.UploadTime.Microseconds())/1000/float64(max(s.Uploads, 1)))
 	if s.Updates > 0 {
 		out += fmt.Sprintf("; dynamic expert update: %d layer updates, %d experts moved to the GPU", s.Updates, s.Moved)
+		if s.Fetched > 0 {
+			out += fmt.Sprintf(" (%d from host memory)", s.Fetched)
+		}
 	}
 	return out
 }

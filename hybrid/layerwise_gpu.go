@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ktserve/kt/arch/runbase"
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/internal/settings"
@@ -24,9 +25,19 @@ import (
 // on several goroutines, while the other's copy to the GPU runs; the next
 // layer's upload as a whole runs on its own goroutine while this layer's
 // MoE is queued); with dynamic expert update, the per-layer GPU expert
-// slots it refills.
+// slots it refills. With tensor parallelism each rank holds, uploads and
+// computes only its share of a layer's experts (mine: RankShare over every
+// expert), and the all-reduce after the MoE layer sums the shares; rank
+// 0's is part of its hybrid step (gpuLink.lw), another rank's stands
+// alone (Experts.lw).
 type layerwise struct {
-	g         *gpuLink
+	be        *cuda.Backend
+	rb        *runbase.Base
+	maxTok, k int   // the step's rows at most, the routed experts per row
+	mine      []int // the experts this rank uploads and computes, in id order
+	// skip sets the CPU expert engine's skip mask of a layer after a
+	// dynamic update (rank 0 of the hybrid step); nil: no engine here
+	skip      func(l int, gpu []bool) error
 	threshold int
 	layers    []*Weights
 	order     []int        // per model layer: its index among the MoE layers, −1 for a dense one
@@ -72,9 +83,15 @@ type devWeight struct {
 // the wait for the slot's previous transfer comes once per group.
 const stageTarget = 64 << 20
 
-// newLayerwise sets up layerwise prefill over layers for threshold t,
-// with dynamic expert update when dynamic.
-func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method string) (*layerwise, error) {
+// newLayerwise sets up layerwise prefill over layers (nil for a dense
+// one; top-k k) on rb's GPU backend for threshold t, with dynamic expert
+// update when dynamic; skip sets the CPU expert engine's skip mask of a
+// layer (nil on a rank without the engine).
+func newLayerwise(rb *runbase.Base, layers []*Weights, t int, dynamic bool, method string, k int, skip func(l int, gpu []bool) error) (*layerwise, error) {
+	be, ok := rb.BE.(*cuda.Backend)
+	if !ok {
+		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d) needs the CUDA backend; the model runs on %s", t, rb.BE.Name())
+	}
 	if err := CheckLayerwiseSource(layers, method); err != nil {
 		return nil, err
 	}
@@ -87,8 +104,8 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 	if err != nil {
 		return nil, err
 	}
-	lw := &layerwise{g: g, threshold: t, layers: layers, order: make([]int, len(layers)), next: make([]int, len(layers)),
-		logged: make([]bool, len(layers)), sets: make([]*shadowSet, nsets)}
+	lw := &layerwise{be: be, rb: rb, maxTok: rb.Opts.MaxBatchTokens, k: k, skip: skip, threshold: t, layers: layers,
+		order: make([]int, len(layers)), next: make([]int, len(layers)), logged: make([]bool, len(layers)), sets: make([]*shadowSet, nsets)}
 	first, n, prev := -1, 0, -1
 	for l, w := range layers {
 		lw.order[l], lw.next[l] = -1, -1
@@ -107,29 +124,36 @@ func newLayerwise(g *gpuLink, layers []*Weights, t int, dynamic bool, method str
 	if first < 0 {
 		return nil, nil
 	}
+	lay := rb.Layout()
+	all := make([]bool, len(layers[first].HostGate))
+	for e := range all {
+		all[e] = true
+	}
+	lw.mine = SlotsFromMask(RankShare(all, lay.Rank, lay.Size))
 	if err := lw.alloc(layers[first]); err != nil {
 		lw.close()
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
 	lw.sets[0].layer = first // alloc uploaded its weights (synchronously); it uses set 0
-	if err := g.be.ReserveMoE(g.maxTok*g.k, len(layers[first].HostGate), layers[first].Hidden, layers[first].Inter); err != nil {
+	if err := be.ReserveMoE(lw.maxTok*k, len(layers[first].HostGate), layers[first].Hidden, layers[first].Inter); err != nil {
 		lw.close()
 		return nil, fmt.Errorf("layerwise prefill (--kt-gpu-prefill-token-threshold %d): %w", t, err)
 	}
-	if mt := g.rb.Opts.MaxBatchTokens; t > mt {
+	if t > lw.maxTok && rb.Root() {
 		slog.Warn("layerwise prefill never runs: the threshold is above the largest forward pass (--chunked-prefill-size)",
-			"model", g.rb.Name, "threshold", t, "max_batch_tokens", mt)
+			"model", rb.Name, "threshold", t, "max_batch_tokens", lw.maxTok)
 	}
 	if dynamic {
-		lw.dyn = newDynamicUpdate(g, layers)
+		lw.dyn = newDynamicUpdate(lw, layers)
 	}
 	return lw, nil
 }
 
-// alloc makes the copy stream, the two shadow sets (each from the experts
-// of w, the first MoE layer, which it then holds) and the staging slots.
+// alloc makes the copy stream, the two shadow sets (each from this rank's
+// experts of w, the first MoE layer, which it then holds; nil tensors for
+// the other ranks') and the staging slots.
 func (lw *layerwise) alloc(w *Weights) error {
-	be, dev := lw.g.be, lw.g.be.Device()
+	be, dev := lw.be, lw.be.Device()
 	var err error
 	if lw.cs, err = dev.NewStream(); err != nil {
 		return err
@@ -147,7 +171,7 @@ func (lw *layerwise) alloc(w *Weights) error {
 		E := len(w.HostGate)
 		s.ex.Gate, s.ex.Up, s.ex.Down = make([]backend.Tensor, E), make([]backend.Tensor, E), make([]backend.Tensor, E)
 		s.dst = make([][3]devWeight, E)
-		for e := range E {
+		for _, e := range lw.mine {
 			var per int64
 			for j, h := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
 				t, err := be.Weight(h)
@@ -184,13 +208,14 @@ func (lw *layerwise) alloc(w *Weights) error {
 // use reports whether a step of n rows runs its routed experts layer by
 // layer on the GPU.
 func (lw *layerwise) use(n int) bool {
-	return lw != nil && UseLayerwise(lw.threshold, n, lw.g.rb.DecodeGraphStep())
+	return lw != nil && UseLayerwise(lw.threshold, n, lw.rb.DecodeGraphStep())
 }
 
 // forward is layer l's routed experts in a layerwise step of n rows: its
 // weights in a shadow set (uploaded now unless the previous layer's call
 // did), the next MoE layer's upload into the other set started on its own
-// goroutine, the GPU MoE op over every pick, the dynamic update.
+// goroutine, the GPU MoE op over every pick (of this rank's experts: the
+// others' picks are the other ranks'), the dynamic update.
 func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) error {
 	if err := lw.join(); err != nil { // the previous call's upload of this layer
 		return err
@@ -211,30 +236,30 @@ func (lw *layerwise) forward(l int, out, h, wts, ids backend.Tensor, n int) erro
 		lw.pending = ch
 		go func() { ch <- lw.upload(nx, other) }()
 	}
-	g := lw.g
-	if err := g.s.Wait(s.ready); err != nil {
+	st := lw.be.Stream()
+	if err := st.Wait(s.ready); err != nil {
 		return err
 	}
-	g.be.MoE(out, h, &s.ex, wts, ids, n)
+	lw.be.MoE(out, h, &s.ex, wts, ids, n)
 	lw.stats.Layers++
 	if nx < 0 {
 		lw.stats.Steps++
 	}
 	if lw.dyn != nil {
-		if err := lw.dyn.update(g, l, s, ids, n); err != nil {
+		if err := lw.dyn.update(lw, l, s, ids, n); err != nil {
 			return fmt.Errorf("dynamic expert update: %w", err)
 		}
 	}
-	if err := s.free.Record(g.s); err != nil {
+	if err := s.free.Record(st); err != nil {
 		return err
 	}
 	s.used = true
 	return nil
 }
 
-// upload queues layer l's expert weights into s on the copy stream, after
-// the last read of s, through the staging slots; nothing when s holds
-// them already (weights never change).
+// upload queues layer l's expert weights (this rank's) into s on the
+// copy stream, after the last read of s, through the staging slots;
+// nothing when s holds them already (weights never change).
 func (lw *layerwise) upload(l int, s *shadowSet) error {
 	if s.layer == l {
 		return nil
@@ -246,32 +271,9 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 			return err
 		}
 	}
-	var bytes int64
-	for e0 := 0; e0 < len(s.dst); {
-		k := lw.stageNext
-		lw.stageNext ^= 1
-		if lw.stageUsed[k] {
-			if err := lw.stageEv[k].Synchronize(); err != nil { // its last copy to the GPU is done
-				return err
-			}
-		}
-		buf := lw.stage[k].Bytes()
-		e, n, err := lw.stageGroup(l, s, e0, int64(len(buf)))
-		if err != nil {
-			return err
-		}
-		parallelCopy(buf, lw.parts)
-		for _, p := range lw.parts {
-			if err := lw.cs.CopyHtoD(p.dst, lw.stage[k], p.off, int64(len(p.src))); err != nil {
-				return err
-			}
-		}
-		if err := lw.stageEv[k].Record(lw.cs); err != nil {
-			return err
-		}
-		lw.stageUsed[k] = true
-		bytes += n
-		e0 = e
+	bytes, err := lw.stageCopy(lw.cs, l, lw.mine, func(e int) ([3]devWeight, error) { return s.dst[e], nil })
+	if err != nil {
+		return err
 	}
 	if err := s.ready.Record(lw.cs); err != nil {
 		return err
@@ -283,39 +285,81 @@ func (lw *layerwise) upload(l int, s *shadowSet) error {
 	lw.stats.UploadTime += dt
 	if !lw.logged[l] {
 		lw.logged[l] = true
-		slog.Info(fmt.Sprintf("layerwise prefill: layer %d prepare weight = %.2f ms", l, float64(dt.Microseconds())/1000),
-			"model", lw.g.rb.Name, "bytes", bytes)
+		attrs := []any{"model", lw.rb.Name, "bytes", bytes}
+		if lw.rb.Parallel() {
+			attrs = append(attrs, "rank", lw.rb.Layout().Rank)
+		}
+		slog.Info(fmt.Sprintf("layerwise prefill: layer %d prepare weight = %.2f ms", l, float64(dt.Microseconds())/1000), attrs...)
 	}
 	return nil
 }
 
-// stageGroup lists in lw.parts the host copies of layer l's experts e0..
-// that fit a staging slot of slot bytes (at least one expert), each at its
-// offset in the slot and bound for its matrix in s; it returns the expert
-// after the group and the group's bytes.
-func (lw *layerwise) stageGroup(l int, s *shadowSet, e0 int, slot int64) (int, int64, error) {
+// stageCopy queues on st the copies of layer l's experts es from host
+// memory into the device matrices dst gives for each, through the staging
+// slots (each filled with a group of experts on several goroutines while
+// the other's copy runs); it returns the bytes copied.
+func (lw *layerwise) stageCopy(st *cuda.Stream, l int, es []int, dst func(e int) ([3]devWeight, error)) (int64, error) {
+	var bytes int64
+	for len(es) > 0 {
+		k := lw.stageNext
+		lw.stageNext ^= 1
+		if lw.stageUsed[k] {
+			if err := lw.stageEv[k].Synchronize(); err != nil { // its last copy to the GPU is done
+				return bytes, err
+			}
+		}
+		buf := lw.stage[k].Bytes()
+		taken, n, err := lw.stageGroup(l, es, dst, int64(len(buf)))
+		if err != nil {
+			return bytes, err
+		}
+		parallelCopy(buf, lw.parts)
+		for _, p := range lw.parts {
+			if err := st.CopyHtoD(p.dst, lw.stage[k], p.off, int64(len(p.src))); err != nil {
+				return bytes, err
+			}
+		}
+		if err := lw.stageEv[k].Record(st); err != nil {
+			return bytes, err
+		}
+		lw.stageUsed[k] = true
+		bytes += n
+		es = es[taken:]
+	}
+	return bytes, nil
+}
+
+// stageGroup lists in lw.parts the host copies of layer l's experts es
+// (from the first) that fit a staging slot of slot bytes (at least one
+// expert), each at its offset in the slot and bound for its matrix in
+// dst(e); it returns the number of experts in the group and its bytes.
+func (lw *layerwise) stageGroup(l int, es []int, dst func(e int) ([3]devWeight, error), slot int64) (int, int64, error) {
 	w := lw.layers[l]
 	lw.parts = lw.parts[:0]
 	var off int64
-	e := e0
-	for ; e < len(s.dst); e++ {
-		var need int64
-		for _, d := range s.dst[e] {
-			need += d.nData + d.nScale
+	i := 0
+	for ; i < len(es); i++ {
+		e := es[i]
+		d, err := dst(e)
+		if err != nil {
+			return 0, 0, err
 		}
-		if e > e0 && off+need > slot {
+		var need int64
+		for _, m := range d {
+			need += m.nData + m.nScale
+		}
+		if i > 0 && off+need > slot {
 			break
 		}
 		for j, hm := range [3]backend.Host{w.HostGate[e], w.HostUp[e], w.HostDown[e]} {
-			d := s.dst[e][j]
 			data, scale, err := cuda.WeightBytes(hm)
 			if err != nil {
 				return 0, 0, err
 			}
-			if int64(len(data)) != d.nData || int64(len(scale)) != d.nScale {
-				return 0, 0, fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the shadow buffer %d+%d", l, e, hm.Name, len(data), len(scale), d.nData, d.nScale)
+			if int64(len(data)) != d[j].nData || int64(len(scale)) != d[j].nScale {
+				return 0, 0, fmt.Errorf("layer %d expert %d: %s has %d+%d bytes, the device matrix %d+%d", l, e, hm.Name, len(data), len(scale), d[j].nData, d[j].nScale)
 			}
-			for _, p := range []copyPart{{dst: d.data, src: data}, {dst: d.scale, src: scale}} {
+			for _, p := range []copyPart{{dst: d[j].data, src: data}, {dst: d[j].scale, src: scale}} {
 				if len(p.src) > 0 {
 					p.off = off
 					lw.parts = append(lw.parts, p)
@@ -324,7 +368,7 @@ func (lw *layerwise) stageGroup(l int, s *shadowSet, e0 int, slot int64) (int, i
 			}
 		}
 	}
-	return e, off, nil
+	return i, off, nil
 }
 
 // copyPart is one host copy into a staging slot: src to the slot's bytes
@@ -437,22 +481,34 @@ func (lw *layerwise) describe() string {
 		return ""
 	}
 	s := fmt.Sprintf("; layerwise prefill: forward passes of ≥ %d tokens run every routed expert on the GPU (%d shadow layer buffer(s), uploads on a copy stream)", lw.threshold, len(lw.sets))
+	if E := len(lw.sets[0].dst); len(lw.mine) < E {
+		s += fmt.Sprintf(", this rank's share: %d of the %d experts", len(lw.mine), E)
+	}
 	if lw.dyn != nil {
 		s += "; dynamic expert update: after each layerwise layer its GPU expert slots take the batch's most picked experts"
 	}
 	return s
 }
 
+// statsNow reports what layerwise prefill and the dynamic update did so
+// far on this rank (zero when off).
+func (lw *layerwise) statsNow() LayerwiseStats {
+	if lw == nil {
+		return LayerwiseStats{}
+	}
+	_ = lw.join() // a step that failed part-way may have left one running
+	st := lw.stats
+	if d := lw.dyn; d != nil {
+		st.Updates, st.Moved, st.Fetched = d.updates, d.moved, d.fetched
+	}
+	return st
+}
+
 // layerwiseStats reports what layerwise prefill and the dynamic update
 // did so far (zero when off).
 func (g *gpuLink) layerwiseStats() LayerwiseStats {
-	if g == nil || g.lw == nil {
+	if g == nil {
 		return LayerwiseStats{}
 	}
-	_ = g.lw.join() // a step that failed part-way may have left one running
-	st := g.lw.stats
-	if d := g.lw.dyn; d != nil {
-		st.Updates, st.Moved = d.updates, d.moved
-	}
-	return st
+	return g.lw.statsNow()
 }

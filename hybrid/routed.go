@@ -102,7 +102,9 @@ type Weights struct {
 // [E, H, I], as plan places them. In the hybrid step (Hybrid) the experts
 // stay in host memory for the CPU expert engine, except the device experts
 // of this rank's share: only those are uploaded. Rank 0 binds every
-// expert but the other ranks' shares; another rank only its share.
+// expert but the other ranks' shares; another rank only its share (every
+// expert's host bytes are kept on every rank: layerwise prefill uploads
+// a rank's share of them).
 func Load(rb *runbase.Base, plan *Plan, l int, p string, E, H, I int) (*Weights, error) {
 	hybrid := Hybrid(rb)
 	w := &Weights{Experts: backend.Experts{Hidden: H, Inter: I,
@@ -222,6 +224,7 @@ type Experts struct {
 	path    string
 	idsHost []int32        // expert picks read back while recording
 	def     *deferral      // expert deferral (Options.ExpertDeferral); nil when off
+	lw      *layerwise     // a tensor-parallel rank other than 0: its layerwise prefill (rank 0's is the engine's); nil when off
 	layers  []*Weights     // per model layer; nil for a dense one
 	devOut  backend.Tensor // CPU backend: the device experts' share of a layer, added to the engine's
 	first   int            // the first MoE layer (-1: none)
@@ -243,8 +246,16 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		return x, nil
 	}
 	if !rb.Root() {
-		// another rank: its share of the device experts, on its backend
+		// another rank: its share of the device experts, on its backend,
+		// and of every expert in a layerwise prefill step
 		x.path = fmt.Sprintf("rank %d: its share of the device experts on the backend MoE op (%s)%s", rb.Layout().Rank, rb.BE.Name(), describeDevice(layers))
+		if t := rb.Opts.GPUPrefillThreshold; t > 0 && Hybrid(rb) {
+			var err error
+			if x.lw, err = newLayerwise(rb, layers, t, rb.Opts.DynamicExpertUpdate, method, c.TopK, nil); err != nil {
+				return nil, fmt.Errorf("%s: rank %d: %w", rb.Name, rb.Layout().Rank, err)
+			}
+			x.path += x.lw.describe()
+		}
 		return x, nil
 	}
 	if err := attachLoRA(rb, c, layers); err != nil {
@@ -353,10 +364,14 @@ func (x *Experts) checkLayerwise() error {
 }
 
 // setDeferral sets up rb.Opts.ExpertDeferral over layers: on the CPU
-// expert engine (the CPU backend or the hybrid step; a layer whose experts
-// are all on the GPU runs no CPU task and defers nothing, nor does the MoE
-// layer before it) or, on the CPU backend, the backend's MoE op (the
-// reference). The backend's op on the GPU has no CPU task to defer.
+// expert engine (the CPU backend or the hybrid step) or, on the CPU
+// backend, the backend's MoE op (the reference). Device experts are never
+// deferred, so a layer whose experts are all on the device defers
+// nothing, nor does the MoE layer before it. The backend's op on the GPU
+// has no CPU task to defer. With tensor parallelism only rank 0 defers
+// (the other ranks have no deferral state): the deferred output is added
+// to the next MoE layer's on rank 0, before that layer's Broadcast or
+// all-reduce.
 func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
 	d := x.rb.Opts.ExpertDeferral
 	if d == 0 {
@@ -368,7 +383,7 @@ func (x *Experts) setDeferral(c *modelconfig.Config, layers []*Weights) error {
 	}
 	onCPU := make([]bool, len(layers))
 	for l, w := range layers {
-		onCPU[l] = w != nil && !(x.engine != nil && w.NGPU > 0 && w.NGPU == len(w.Gate))
+		onCPU[l] = w != nil && !(w.NGPU > 0 && w.NGPU == len(w.Gate))
 	}
 	f, err := newDeferral(layers, onCPU, d, c.TopK, c.NumExperts, x.rb.Opts.MaxBatchTokens)
 	if err != nil {
@@ -391,7 +406,12 @@ func (x *Experts) Deferred(l int) int {
 // LayerwiseStats reports what layerwise GPU prefill and the dynamic
 // expert update did so far (zero when they are off).
 func (x *Experts) LayerwiseStats() LayerwiseStats {
-	if x == nil || x.engine == nil {
+	switch {
+	case x == nil:
+		return LayerwiseStats{}
+	case x.lw != nil:
+		return x.lw.statsNow()
+	case x.engine == nil:
 		return LayerwiseStats{}
 	}
 	return x.engine.layerwiseStats()
@@ -495,6 +515,12 @@ func (x *Experts) start(l int, out, h backend.Tensor, w *Weights, wts, ids backe
 			return err
 		}
 	}
+	if x.lw.use(n) { // a rank other than 0: its share of every expert
+		if err := x.lw.forward(l, out, h, wts, ids, n); err != nil {
+			return fmt.Errorf("%s: layer %d experts, layerwise: %w", x.rb.Name, l, err)
+		}
+		return nil
+	}
 	if x.engine == nil {
 		if x.def != nil {
 			if err := x.refStart(l, out, h, w, wts, ids, n); err != nil {
@@ -502,7 +528,11 @@ func (x *Experts) start(l int, out, h backend.Tensor, w *Weights, wts, ids backe
 			}
 			return nil
 		}
-		x.rb.BE.MoE(out, h, &w.Experts, wts, ids, n)
+		ex := &w.Experts
+		if !x.rb.Root() && w.GPU != nil {
+			ex = &w.OnGPU // this rank's share of the device experts, which the dynamic update moves
+		}
+		x.rb.BE.MoE(out, h, ex, wts, ids, n)
 		return nil
 	}
 	if x.engine.onCPU() && w.NGPU > 0 {
@@ -587,12 +617,18 @@ func (x *Experts) join(l int, out backend.Tensor, n int) error {
 	return nil
 }
 
-// Close releases the engine's layers and threads.
+// Close releases the engine's layers and threads, or a rank's layerwise
+// prefill buffers.
 func (x *Experts) Close() {
-	if x != nil && x.engine != nil {
+	if x == nil {
+		return
+	}
+	if x.engine != nil {
 		x.engine.close()
 		x.engine = nil
 	}
+	x.lw.close()
+	x.lw = nil
 }
 
 // attachLoRA checks the served expert LoRA (rb.Opts.LoRA.Expert) against

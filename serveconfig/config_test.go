@@ -174,12 +174,7 @@ func TestValidateFeatures(t *testing.T) {
 	engine := Features{CPUExpertMethods: []string{"BF16", "AMXBF16", "AMXINT8", "AMXINT4", "INT4_KGROUP", "FP8"}, Deferral: true}
 	full := Features{GPUs: 4, MaxTensorParallel: 4, CPUExpertMethods: KTMethods, GPUExperts: true,
 		Deferral: true, LayerwisePrefill: true, DynamicExpertUpdate: true, ExpertDistributionRecorder: true,
-		PlacementStrategies: PlacementStrategies, LoRA: true, KTLoRA: true,
-		TensorParallelWith: []string{"enable-lora", "lora-paths", "kt-lora-path", "kt-expert-lora-path", "kt-max-deferred-experts-per-token",
-			"kt-num-gpu-experts", "kt-gpu-experts-ratio", "kt-gpu-prefill-token-threshold", "kt-enable-dynamic-expert-update"}}
-	// what kt serve declares: tensor parallelism without LoRA, GPU experts and the rest
-	fullTP1 := full
-	fullTP1.TensorParallelWith = nil
+		PlacementStrategies: PlacementStrategies, LoRA: true, KTLoRA: true}
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -188,17 +183,17 @@ func TestValidateFeatures(t *testing.T) {
 		notes   []string // flags expected among the notices
 	}{
 		{"seed003 on a CPU-only machine", seed003, cpuOnly,
-			[]string{"--kt-num-gpu-experts: is not supported with --tensor-parallel-size 4 yet", "--kt-num-gpu-experts: GPU experts need a GPU"},
+			[]string{"--kt-num-gpu-experts: GPU experts need a GPU"},
 			[]string{"mem-fraction-static", "trust-remote-code", "attention-backend", "enable-p2p-check"}},
 		{"seed003 with every feature", seed003, full, nil, []string{"trust-remote-code", "disable-shared-experts-fusion"}},
-		{"seed000 without LoRA", seed000, cpuOnly, []string{"--enable-lora: LoRA serving is not implemented yet", "--enable-lora: is not supported with --tensor-parallel-size 4 yet"}, nil},
-		{"seed000, LoRA without tensor parallelism", seed000, fullTP1, []string{"--enable-lora: is not supported with --tensor-parallel-size 4", "--lora-paths: is not supported with --tensor-parallel-size 4"}, nil},
-		{"seed003, GPU experts without tensor parallelism", seed003, fullTP1, []string{"--kt-num-gpu-experts: is not supported with --tensor-parallel-size 4"}, nil},
-		{"tp on the CPU", []string{"--model", "/m", "--device", "cpu", "--tp-size", "4"}, fullTP1, nil, nil},
+		{"seed000 without LoRA", seed000, cpuOnly, []string{"--enable-lora: LoRA serving is not implemented yet"}, nil},
+		{"tp on the CPU", []string{"--model", "/m", "--device", "cpu", "--tp-size", "4"}, full, nil, nil},
 		{"tp without a GPU", []string{"--model", "/m", "--tp-size", "2"}, cpuOnly, nil, nil},
-		{"tp beyond the GPUs", []string{"--model", "/m", "--tp-size", "8"}, fullTP1, []string{"--tensor-parallel-size: 8 needs 8 GPUs; 4 found"}, nil},
+		{"tp beyond the GPUs", []string{"--model", "/m", "--tp-size", "8"}, full, []string{"--tensor-parallel-size: 8 needs 8 GPUs; 4 found"}, nil},
 		{"tp without NCCL", []string{"--model", "/m", "--tp-size", "2"}, Features{GPUs: 2, MaxTensorParallel: 1, TensorParallelWhy: "libnccl.so.2 not found"}, []string{"--tensor-parallel-size: tensor parallelism over 2 GPUs needs NCCL: libnccl.so.2 not found"}, nil},
-		{"tp with deferral", []string{"--model", "/m", "--device", "cpu", "--tp-size", "2", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, []string{"--kt-max-deferred-experts-per-token: is not supported with --tensor-parallel-size 2 yet"}, nil},
+		{"tp with deferral", []string{"--model", "/m", "--device", "cpu", "--tp-size", "2", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, nil, nil},
+		{"tp with GPU experts, deferral, layerwise prefill and dynamic update", []string{"--model", "/m", "--tp-size", "2", "--kt-weight-path", "/w", "--kt-method", "BF16",
+			"--kt-num-gpu-experts", "4", "--kt-max-deferred-experts-per-token", "1", "--kt-gpu-prefill-token-threshold", "512", "--kt-enable-dynamic-expert-update"}, full, nil, nil},
 		{"seed000 with LoRA", seed000, full, nil, []string{"lora-backend"}},
 		{"cuda graph flags without a GPU", []string{"--model", "/m", "--disable-cuda-graph", "--cuda-graph-max-bs", "8"}, cpuOnly, nil,
 			[]string{"disable-cuda-graph", "cuda-graph-max-bs"}},

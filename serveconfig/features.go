@@ -10,13 +10,9 @@ import (
 // The serve command fills it from the packages linked in and the hardware
 // found; Validate refuses flags that need a feature that is missing.
 type Features struct {
-	GPUs              int    // usable GPUs found
-	MaxTensorParallel int    // largest --tensor-parallel-size over GPUs (the GPUs, with NCCL; else 1)
-	TensorParallelWhy string // why MaxTensorParallel is 1 with several GPUs (NCCL missing)
-	// TensorParallelWith lists the flags among LoRA, expert deferral, GPU
-	// experts and layerwise prefill that work with --tensor-parallel-size
-	// > 1 (the others are refused by name with it).
-	TensorParallelWith         []string
+	GPUs                       int      // usable GPUs found
+	MaxTensorParallel          int      // largest --tensor-parallel-size over GPUs (the GPUs, with NCCL; else 1)
+	TensorParallelWhy          string   // why MaxTensorParallel is 1 with several GPUs (NCCL missing)
 	CPUExpertMethods           []string // --kt-method values the CPU expert engine implements (none: no engine in this build)
 	GPUExperts                 bool     // hot routed experts resident on the GPU
 	Deferral                   bool     // --kt-max-deferred-experts-per-token (the CPU expert engine splits its task)
@@ -64,20 +60,6 @@ func (c *Config) Validate(f Features) ([]Notice, error) {
 		case gpu && n > max(f.MaxTensorParallel, 1):
 			refuse("tensor-parallel-size", "tensor parallelism over %d GPUs needs NCCL: %s", n, orNone([]string{f.TensorParallelWhy}))
 		}
-		tpRefuse := func(flag string, given bool) {
-			if given && !slices.Contains(f.TensorParallelWith, flag) {
-				refuse(flag, "is not supported with --tensor-parallel-size %d yet", n)
-			}
-		}
-		tpRefuse("enable-lora", c.EnableLoRA)
-		tpRefuse("lora-paths", len(c.LoRAPaths) > 0)
-		tpRefuse("kt-lora-path", c.KTLoRAPath != "")
-		tpRefuse("kt-expert-lora-path", c.KTExpertLoRAPath != "")
-		tpRefuse("kt-max-deferred-experts-per-token", c.KTMaxDeferredExpertsPerToken > 0)
-		tpRefuse("kt-num-gpu-experts", c.KTNumGPUExperts > 0)
-		tpRefuse("kt-gpu-experts-ratio", c.KTGPUExpertsRatioSet && c.KTGPUExpertsRatio > 0)
-		tpRefuse("kt-gpu-prefill-token-threshold", c.KTGPUPrefillTokenThreshold > 0)
-		tpRefuse("kt-enable-dynamic-expert-update", c.KTEnableDynamicExpertUpdate)
 	}
 	if gpu && c.BaseGPUID+max(c.TensorParallelSize, 1) > f.GPUs {
 		refuse("base-gpu-id", "GPU %d asked for but only %d usable GPU(s) found (ids count from 0 among those CUDA_VISIBLE_DEVICES leaves)", c.BaseGPUID+max(c.TensorParallelSize, 1)-1, f.GPUs)

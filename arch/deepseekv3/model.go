@@ -337,10 +337,11 @@ func (r *Runner) layersForward(n int) error {
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
 			// the residual stream is the same on every rank: rank 0
-			// computes the routed experts (with device experts every rank
-			// its share) with its shard of the shared experts, the other
-			// ranks their shards
-			if r.moe[l] != nil {
+			// computes the routed experts (with device experts, or in a
+			// layerwise prefill step, every rank its share: hybrid.Plan)
+			// with its shard of the shared experts, the other ranks their
+			// shards
+			if r.plan.Runs(l, n) {
 				be.MatMul(r.rlogits, r.h, L.router, n)
 				r.router.RouterGroupTopK(r.rw, r.rids, r.rlogits, L.bias, &r.route, n)
 				if err := r.routed.Layer(l, &r.blk, n); err != nil {
@@ -349,7 +350,7 @@ func (r *Runner) layersForward(n int) error {
 			} else if r.shared != nil {
 				L.shared.Forward(be, r.tmp, r.h, r.seG, r.seU, n)
 			}
-			if r.shared != nil || r.plan.Reduced(l) {
+			if r.shared != nil || r.plan.Reduced(l, n) {
 				r.rb.AllReduce(r.tmp, n)
 			} else {
 				r.rb.Broadcast(r.tmp, n)

@@ -266,6 +266,7 @@ func TestTensorParallel(t *testing.T) {
 		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 2},
 		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 4},
 		{Fixture: "synthetic-qproj", Dir: qproj, Cases: cases, Size: 2},
+		{Fixture: "synthetic-qproj", Dir: qproj, Cases: cases, Size: 2, Deferral: 1}, // rank 0 defers; its output broadcast
 		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 4, Device: three},
 		{Fixture: "synthetic-qlora", Dir: qlora, Cases: cases, Size: 3, Refusal: "num_attention_heads: 4 does not divide over tensor-parallel size 3"},
 	})

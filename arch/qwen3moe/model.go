@@ -280,14 +280,15 @@ func (r *Runner) layersForward(n int) error {
 			// the residual stream is the same on every rank: rank 0
 			// computes the routed experts once and hands them over, or
 			// with device experts every rank its share of them (rank 0
-			// also the rest) and the shares are summed
-			if r.moe[l] != nil {
+			// also the rest), in a layerwise prefill step its share of
+			// every expert, and the shares are summed (hybrid.Plan)
+			if r.plan.Runs(l, n) {
 				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 				if err := r.routed.Layer(l, &r.blk, n); err != nil {
 					return err
 				}
 			}
-			if r.plan.Reduced(l) {
+			if r.plan.Reduced(l, n) {
 				r.rb.AllReduce(r.tmp, n)
 			} else {
 				r.rb.Broadcast(r.tmp, n)

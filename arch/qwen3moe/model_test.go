@@ -82,8 +82,8 @@ func TestGraphDecodeIdentical(t *testing.T) {
 
 // TestTensorParallel runs every fixture over 2 and 4 CPU ranks against one
 // rank (modeltest.TPMatchesSingle), on the reference MoE op and the CPU
-// expert engine, with device experts split over the ranks, and a size the
-// heads do not divide.
+// expert engine, with device experts split over the ranks, with expert
+// deferral, and a size the heads do not divide.
 func TestTensorParallel(t *testing.T) {
 	var cases []modeltest.TPCase
 	for _, fx := range fixtures {
@@ -102,6 +102,14 @@ func TestTensorParallel(t *testing.T) {
 		modeltest.TPCase{Fixture: "qwen3moe-b", Size: 4, Device: six},
 		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto", Device: front},
 		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 4, Experts: "auto", Device: front},
+		// expert deferral on rank 0's engine (and on the reference op,
+		// where the device experts, split over the ranks, are never
+		// deferred): the deferred output joins the next MoE layer on rank
+		// 0 before its Broadcast or all-reduce
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto", Deferral: 1},
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 4, Experts: "auto", Deferral: 2},
+		modeltest.TPCase{Fixture: "qwen3moe-trained", Size: 2, Experts: "auto", Device: front, Deferral: 2},
+		modeltest.TPCase{Fixture: "qwen3moe-b", Size: 4, Device: six, Deferral: 1},
 		modeltest.TPCase{Fixture: "qwen3moe-a", Size: 3, Refusal: "num_attention_heads: 4 does not divide over tensor-parallel size 3"})
 	modeltest.TPMatchesSingle(t, cases)
 }

@@ -627,7 +627,7 @@ func (r *Runner) layersForward(n int) error {
 		}
 		backend.AddRMSNorm(be, r.h, r.x, r.tmp, L.postNorm, eps, n)
 		if L.moe {
-			if r.moe[l] != nil {
+			if r.plan.Runs(l, n) {
 				block.Route(be, r.rw, r.rids, r.rlogits, r.h, L.router, c.TopK, c.NormTopKProb, n)
 				// routed experts plus the shared expert (sharedExpert),
 				// which runs on the backend while the CPU computes the
@@ -637,7 +637,8 @@ func (r *Runner) layersForward(n int) error {
 				}
 			} else {
 				// rank 0 computes the routed experts (the residual
-				// stream is the same on every rank): this rank adds its
+				// stream is the same on every rank; hybrid.Plan says
+				// when each rank computes a share): this rank adds its
 				// share of the shared expert
 				r.sharedInto(r.tmp, l, n)
 			}

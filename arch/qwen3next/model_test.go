@@ -108,7 +108,8 @@ func TestGraphDecodeIdentical(t *testing.T) {
 // TestTensorParallel runs every fixture over 2 and 4 CPU ranks against one
 // rank (modeltest.TPMatchesSingle): attention heads and Gated DeltaNet
 // heads with their conv and recurrent state split over the ranks; where
-// the key heads do not divide, the refusal.
+// the key heads do not divide, the refusal; with device experts and with
+// expert deferral.
 func TestTensorParallel(t *testing.T) {
 	modeltest.TPMatchesSingle(t, []modeltest.TPCase{
 		{Fixture: "qwen3next-a", Size: 2},
@@ -126,5 +127,20 @@ func TestTensorParallel(t *testing.T) {
 		// 3 per layer over 4 ranks (the last rank's share empty)
 		{Fixture: "qwen3next-b", Size: 2, Device: placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random}},
 		{Fixture: "qwen35moe-b", Size: 4, Device: placement.Request{PerLayer: 3}},
+		// expert deferral on rank 0, its deferred output added before the
+		// all-reduce with the shared expert's shards (and the device
+		// experts' shares, never deferred)
+		{Fixture: "qwen35moe-b", Size: 2, Deferral: 1},
+		{Fixture: "qwen35moe-b", Size: 4, Device: placement.Request{PerLayer: 3}, Deferral: 2},
+	})
+	// the same on rank 0's CPU expert engine: a synthetic Qwen3.5 model
+	// of hidden 128, which the engine serves
+	dir, shape := writeEngineSynth(t, 3)
+	c := modeltest.Case{Name: "synthetic", GreedyIDs: make([]int32, 4)}
+	for j := range 12 {
+		c.PromptIDs = append(c.PromptIDs, int32((j*53+1)%shape.Vocab))
+	}
+	modeltest.TPMatchesSingle(t, []modeltest.TPCase{
+		{Fixture: "synthetic", Dir: dir, Cases: []modeltest.Case{c}, Size: 2, Experts: "BF16", Deferral: 1},
 	})
 }

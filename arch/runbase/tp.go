@@ -163,28 +163,14 @@ func (b *Base) Broadcast(x backend.Tensor, n int) {
 	}
 }
 
-// checkTP refuses, at Open, what a rank cannot run: features that do not
-// support tensor parallelism yet, a backend without the vocabulary-shard
-// lookup, and model widths that do not divide (tp.CheckModel).
+// checkTP refuses, at Open, what a rank cannot run: a backend without the
+// vocabulary-shard lookup, and model widths that do not divide
+// (tp.CheckModel).
 func (b *Base) checkTP(c *modelconfig.Config) error {
 	if !b.Parallel() {
 		return nil
 	}
-	o := b.Opts
 	var errs []error
-	n := tp.Size(b.TP)
-	refuse := func(flag string) {
-		errs = append(errs, fmt.Errorf("%s with --tensor-parallel-size %d is not supported yet", flag, n))
-	}
-	if o.ExpertDeferral > 0 {
-		refuse("--kt-max-deferred-experts-per-token")
-	}
-	if o.GPUPrefillThreshold > 0 {
-		refuse("--kt-gpu-prefill-token-threshold")
-	}
-	if o.DynamicExpertUpdate {
-		refuse("--kt-enable-dynamic-expert-update")
-	}
 	if _, ok := b.BE.(backend.VocabEmbedder); !ok {
 		errs = append(errs, fmt.Errorf("backend %s has no vocabulary-parallel embedding lookup", b.BE.Name()))
 	}

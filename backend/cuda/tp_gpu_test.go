@@ -5,6 +5,7 @@ package cuda_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
@@ -12,6 +13,7 @@ import (
 	"github.com/ktserve/kt/backend/cuda"
 	testfixtures "github.com/ktserve/kt/internal/fixtures"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/placement"
 )
 
 // tpTol is the logprob tolerance of a tensor-parallel model against the
@@ -23,29 +25,47 @@ const tpTol = 1e-4
 // one GPU (cuda.SameDeviceGroup through arch.LoadRanks: each rank its own
 // backend and stream, the collectives as kernels) and checks the logprobs
 // of every prompt's next tokens and of 4 greedy steps against the model on
-// one rank on the same GPU, within tpTol, with the same greedy tokens.
+// one rank on the same GPU, within tpTol, with the same greedy tokens; and
+// the hybrid step (the CPU expert engine on rank 0) on the trained fixture
+// with expert deferral, with layerwise prefill (threshold 16: the 70- and
+// 200-token prompts run every routed expert on the GPU, split over the
+// ranks) and with the dynamic update of 8 GPU experts per layer after it.
+// Each case runs with decode CUDA graphs (every rank must capture its
+// steps, collectives included, and replay them) and without.
 func TestTensorParallelSameDevice(t *testing.T) {
 	d := gpu(t)
+	hyb := func(o arch.Options) arch.Options { o.Experts = "BF16"; return o }
 	for _, c := range []struct {
 		fixture string
 		ranks   int
+		name    string       // of the features; "" for none
+		o       arch.Options // the features of both runs
 	}{
-		{"qwen3moe-a", 2}, {"qwen3moe-b", 4}, {"qwen3moe-fp8-b", 2}, {"qwen3moe-trained", 4},
-		{"qwen3next-b", 2}, {"qwen35moe-b", 4}, {"qwen35moe-fp8", 2},
+		{fixture: "qwen3moe-a", ranks: 2}, {fixture: "qwen3moe-b", ranks: 4}, {fixture: "qwen3moe-fp8-b", ranks: 2}, {fixture: "qwen3moe-trained", ranks: 4},
+		{fixture: "qwen3next-b", ranks: 2}, {fixture: "qwen35moe-b", ranks: 4}, {fixture: "qwen35moe-fp8", ranks: 2},
+		{fixture: "deepseekv3-a", ranks: 2}, {fixture: "deepseekv3-b", ranks: 4},
+		{"qwen3moe-trained", 2, "hybrid, deferral 1", hyb(arch.Options{ExpertDeferral: 1})},
+		{"qwen3moe-trained", 4, "hybrid, 8 GPU experts, deferral 2", hyb(arch.Options{GPUExperts: placement.Request{PerLayer: 8}, ExpertDeferral: 2})},
+		{"qwen3moe-trained", 2, "hybrid, layerwise 16", hyb(arch.Options{GPUPrefillThreshold: 16})},
+		{"qwen3moe-trained", 4, "hybrid, layerwise 16, dynamic update of 8", hyb(arch.Options{GPUExperts: placement.Request{PerLayer: 8}, GPUPrefillThreshold: 16, DynamicExpertUpdate: true})},
 	} {
 		for _, graphs := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/tp=%d/graphs=%v", c.fixture, c.ranks, graphs), func(t *testing.T) {
-				tensorParallelSameDevice(t, d, c.fixture, c.ranks, graphs)
+			name := fmt.Sprintf("%s/tp=%d", c.fixture, c.ranks)
+			if c.name != "" {
+				name += "/" + c.name
+			}
+			c.o.DisableCUDAGraph = !graphs
+			t.Run(fmt.Sprintf("%s/graphs=%v", name, graphs), func(t *testing.T) {
+				tensorParallelSameDevice(t, d, c.fixture, c.ranks, c.name, c.o)
 			})
 		}
 	}
 }
 
-// tensorParallelSameDevice is one case of TestTensorParallelSameDevice;
-// with graphs, every rank must have captured its decode steps (the
-// collectives recorded in its graphs) and replayed them.
-func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, ranks int, graphs bool) {
-	one := load(t, fixture, true)
+// tensorParallelSameDevice is one case of TestTensorParallelSameDevice:
+// fixture over ranks ranks against one rank, both with o's features.
+func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, ranks int, name string, o arch.Options) {
+	one := loadWith(t, fixture, o)
 	bes := make([]*cuda.Backend, ranks)
 	abes := make([]backend.Backend, ranks)
 	for r := range bes {
@@ -59,11 +79,24 @@ func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, rank
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr, err := arch.LoadRanks(fixtureDir(fixture), arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, DisableCUDAGraph: !graphs}, abes, g)
+	rr, err := arch.LoadRanks(fixtureDir(fixture), tpOptions(o), abes, g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rr.Close() })
+	if name != "" {
+		path := arch.ExpertPath(rr)
+		t.Logf("one rank: %s; rank 0 of %d: %s", arch.ExpertPath(one.r), ranks, path)
+		for _, w := range []struct {
+			on   bool
+			what string
+		}{{true, "cpuexperts"}, {o.ExpertDeferral > 0, "deferral"}, {o.GPUPrefillThreshold > 0, "layerwise prefill"},
+			{o.DynamicExpertUpdate, "dynamic expert update"}, {o.GPUExperts.Active(), "GPU experts per MoE layer"}} {
+			if w.on && !strings.Contains(path, w.what) {
+				t.Fatalf("rank 0's experts run on %q, want %q", path, w.what)
+			}
+		}
+	}
 	par := &runner{r: rr, pos: map[int]int{}}
 	worst := 0.0
 	check := func(what string, got, want []float32, tok int32) {
@@ -92,7 +125,7 @@ func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, rank
 		}
 	}
 	t.Logf("worst logprob difference to one rank %.3g", worst)
-	checkRankGraphs(t, rr, ranks, graphs)
+	checkRankGraphs(t, rr, ranks, !o.DisableCUDAGraph)
 }
 
 // checkRankGraphs checks that with graphs every rank of rr captured its
@@ -114,4 +147,33 @@ func checkRankGraphs(t *testing.T, rr model.Runner, ranks int, graphs bool) {
 			t.Fatalf("rank %d: %d captures with graphs off", r, st.Captures)
 		}
 	}
+}
+
+// tpOptions are the options of TestTensorParallelSameDevice's runs: 4
+// slots, 2048 tokens, 512 a step, pages of 16, with o's routed-expert
+// features (Experts, GPUExperts, ExpertDeferral, GPUPrefillThreshold,
+// DynamicExpertUpdate) and graph switch (DisableCUDAGraph).
+func tpOptions(o arch.Options) arch.Options {
+	return arch.Options{MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16,
+		Experts: o.Experts, GPUExperts: o.GPUExperts, ExpertDeferral: o.ExpertDeferral,
+		GPUPrefillThreshold: o.GPUPrefillThreshold, DynamicExpertUpdate: o.DynamicExpertUpdate, DisableCUDAGraph: o.DisableCUDAGraph}
+}
+
+// loadWith loads fixture name on one rank on a backend of its own on the
+// test GPU with tpOptions(o).
+func loadWith(t *testing.T, name string, o arch.Options) *runner {
+	t.Helper()
+	g, err := cuda.NewBackendOn(gpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := tpOptions(o)
+	ro.Backend = g
+	r, err := arch.Load(fixtureDir(name), ro)
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); g.Close() })
+	return &runner{r: r, pos: map[int]int{}}
 }

@@ -53,19 +53,17 @@ func newServeCmd() *cobra.Command {
 // CPU or one GPU, or split over several ranks (--tensor-parallel-size: GPUs
 // through NCCL, or CPU thread groups); with --kt-weight-path its routed experts run on the KT
 // CPU expert engine (the methods cpuExpertMethods lists; none in a build
-// without cgo), with expert deferral wherever the engine runs. LoRA
-// serving is not there yet, so its flags are refused by name.
+// without cgo), with expert deferral wherever the engine runs, and with
+// LoRA; every feature works with tensor parallelism. What a build or
+// machine lacks is refused by name.
 func serveFeatures() serveconfig.Features {
 	methods := cpuExpertMethods()
 	gpus := arch.GPUCount()
 	maxTP, whyTP := arch.GPUTensorParallel()
 	return serveconfig.Features{GPUs: gpus, CPUExpertMethods: methods,
 		// tensor parallelism: over the GPUs through NCCL, or CPU ranks;
-		// GPU experts split over the ranks, LoRA split as the weights;
-		// deferral and layerwise prefill not with it yet
+		// every feature below works with it (arch.Load, hybrid.Plan)
 		MaxTensorParallel: maxTP, TensorParallelWhy: whyTP,
-		TensorParallelWith: []string{"kt-num-gpu-experts", "kt-gpu-experts-ratio",
-			"enable-lora", "lora-paths", "kt-lora-path", "kt-expert-lora-path"},
 		// GPU experts are the hybrid step's: a GPU and the CPU expert engine
 		GPUExperts: gpus > 0 && len(methods) > 0, PlacementStrategies: placementStrategies,
 		// layerwise prefill and dynamic update are the hybrid step's too

@@ -23,7 +23,8 @@ const TPTol = 1e-4
 // an error containing Refusal. Experts is Options.Experts of both loads
 // ("" is "backend", the reference op), Device their Options.GPUExperts
 // (device experts: on the CPU backend, the backend's MoE op computes them,
-// split over the ranks).
+// split over the ranks), Deferral their Options.ExpertDeferral (rank 0
+// defers; the deferred output joins the next MoE layer there).
 //
 // Dir, when set, is a checkpoint to load instead of the fixture's (a
 // synthetic one, Fixture naming it), with Cases as its prompts (each run
@@ -31,13 +32,14 @@ const TPTol = 1e-4
 // read): the mixed batch needs three, the second of over 30 tokens and
 // the third of at least 40, and chunked prefill takes the last.
 type TPCase struct {
-	Fixture string
-	Size    int
-	Refusal string
-	Experts string
-	Device  placement.Request
-	Dir     string
-	Cases   []Case
+	Fixture  string
+	Size     int
+	Refusal  string
+	Experts  string
+	Device   placement.Request
+	Deferral int
+	Dir      string
+	Cases    []Case
 }
 
 // tracked counts the tokens each slot holds, for the checks that read
@@ -69,7 +71,8 @@ func (r *tracked) Free(slot int) {
 
 // loadTP loads tc's fixture through arch.Load on the CPU over size ranks
 // (1: the whole model) with 4 slots, 2048 tokens, 512 tokens a step, pages
-// of 16, 2 threads in all and the routed experts on experts and tc.Device.
+// of 16, 2 threads in all and the routed experts on experts and tc.Device
+// with tc.Deferral.
 func loadTP(t *testing.T, tc TPCase, size int, experts string) (*tracked, error) {
 	t.Helper()
 	dir := tc.Dir
@@ -77,7 +80,8 @@ func loadTP(t *testing.T, tc TPCase, size int, experts string) (*tracked, error)
 		dir = FixtureDir(tc.Fixture)
 	}
 	r, err := arch.Load(dir, arch.Options{Device: "cpu", Threads: 2, TensorParallel: size,
-		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts, GPUExperts: tc.Device})
+		MaxSeqs: 4, MaxTotalTokens: 2048, MaxBatchTokens: 512, PageSize: 16, Experts: experts, GPUExperts: tc.Device,
+		ExpertDeferral: tc.Deferral})
 	if err != nil {
 		return nil, err
 	}
@@ -91,10 +95,11 @@ func loadTP(t *testing.T, tc TPCase, size int, experts string) (*tracked, error)
 // greedy tokens (where the top-2 margin
 // exceeds TPTol) with their logprobs over the reference's continuation
 // length and, with the backend's MoE op (the CPU expert engine's kernels
-// are not bit-identical over batch sizes, on one rank either), chunked
-// prefill bit-identical to one prefill and a mixed batch bit-identical to
-// its sequences run alone; or, for a case with a Refusal, that the load
-// fails saying why.
+// are not bit-identical over batch sizes, on one rank either) and without
+// deferral (which splits a step's picks batch-wide), chunked prefill
+// bit-identical to one prefill and a mixed batch bit-identical to its
+// sequences run alone; or, for a case with a Refusal, that the load fails
+// saying why.
 func TPMatchesSingle(t *testing.T, cases []TPCase) {
 	t.Helper()
 	for _, tc := range cases {
@@ -105,6 +110,9 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 		name := fmt.Sprintf("%s/tp=%d/experts=%s", tc.Fixture, tc.Size, experts)
 		if tc.Device.Active() {
 			name += fmt.Sprintf("/device=%d,%.2g,%s", tc.Device.PerLayer, tc.Device.Ratio, tc.Device.Strategy)
+		}
+		if tc.Deferral > 0 {
+			name += fmt.Sprintf("/deferral=%d", tc.Deferral)
 		}
 		t.Run(name, func(t *testing.T) {
 			par, err := loadTP(t, tc, tc.Size, experts)
@@ -142,8 +150,12 @@ func TPMatchesSingle(t *testing.T, cases []TPCase) {
 					la, lb = Forward(t, one, 0, []int32{ga}, false)[0], Forward(t, par, 0, []int32{ga}, false)[0]
 				}
 			}
-			t.Logf("worst logprob difference to one rank %.3g (routed experts: %s)", worst, arch.ExpertPath(par))
-			if experts != "backend" {
+			path := arch.ExpertPath(par)
+			t.Logf("worst logprob difference to one rank %.3g (routed experts: %s)", worst, path)
+			if tc.Deferral > 0 && !strings.Contains(path, "deferral") {
+				t.Errorf("deferral %d: rank 0's routed experts (%s) do not defer", tc.Deferral, path)
+			}
+			if experts != "backend" || tc.Deferral > 0 {
 				return
 			}
 			par.Free(0)
