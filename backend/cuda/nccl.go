@@ -9,8 +9,8 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
-	"unsafe"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/tensor"
@@ -115,14 +115,13 @@ func ncclDevices(bes []*Backend) ([]int, error) {
 
 // setNVLSOff sets NCCL_NVLS_ENABLE=0 for the NCCL library of this process
 // unless the user set it (NCCL reads its environment when a communicator
-// is made).
+// is made). os.Setenv sets the C environment too in a cgo program.
 func setNVLSOff() error {
-	name := C.CString("NCCL_NVLS_ENABLE")
-	defer C.free(unsafe.Pointer(name))
-	val := C.CString("0")
-	defer C.free(unsafe.Pointer(val))
-	if C.setenv(name, val, 0) != 0 {
-		return errors.New("nccl: setting NCCL_NVLS_ENABLE=0 failed")
+	if _, set := os.LookupEnv("NCCL_NVLS_ENABLE"); set {
+		return nil
+	}
+	if err := os.Setenv("NCCL_NVLS_ENABLE", "0"); err != nil {
+		return fmt.Errorf("nccl: setting NCCL_NVLS_ENABLE=0: %w", err)
 	}
 	return nil
 }
