@@ -386,20 +386,11 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 		g.byKey[g.key] = sg
 	}
 	epoch := g.gb.GraphEpoch()
-	if sg.live() && sg.epoch != epoch {
-		sg.destroy()
-		sg.warm = false
-	}
-	live := b.allAgree(sg.live())
-	if !live && sg.live() {
-		sg.destroy() // another rank has none: capture again together
-	}
-	switch {
-	case live:
+	switch g.nextAction(sg, epoch, b.allAgree) {
+	case replayGraph:
 		g.stats.Replays++
 		return sg.replay(g.gb)
-	case !b.allAgree(!g.eagerPad && !sg.failed && sg.warm):
-		// op by op: a first step of its bucket, or another rank's is
+	case runEager:
 		if err := queue(); err != nil {
 			return err
 		}
@@ -435,10 +426,7 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 			}
 		}
 	}
-	if ok := err == nil; !b.allAgree(ok) && ok {
-		sg.destroy()
-		err = errors.New("another tensor-parallel rank's capture failed")
-	}
+	err = agreeCaptured(sg, err, b.allAgree)
 	if err == nil {
 		sg.epoch = epoch
 		g.stats.Captures++
@@ -450,6 +438,52 @@ func (b *Base) decodeStep(n int, h Head, body func(n int) error) error {
 	g.stats.Failed = fmt.Sprintf("batch %d: %v", g.key, err)
 	slog.Warn("decode step graph capture failed; the step runs op by op", "model", b.Name, "batch", g.key, "err", err)
 	return queue()
+}
+
+// graphAction is what a decode step of a bucket does.
+type graphAction int
+
+const (
+	replayGraph  graphAction = iota // replay the bucket's graph (or pieces)
+	runEager                        // run op by op
+	captureGraph                    // record the bucket's graph, then replay it
+)
+
+// nextAction decides a decode step of bucket sg at the backend's graph
+// epoch: a graph recorded before a buffer moved is dropped (and its
+// bucket warms up again); replay when there is a graph, else op by op
+// for a bucket's first step (or with Options.EagerGraphSteps, or after a
+// failed capture), else capture. With tensor parallelism the ranks must
+// agree (agree is AND over the ranks): a rank's graph is replayed only
+// when every rank has one, and dropped when another has none, so that the
+// ranks capture it again together.
+func (g *graphState) nextAction(sg *stepGraph, epoch uint64, agree func(bool) bool) graphAction {
+	if sg.live() && sg.epoch != epoch {
+		sg.destroy()
+		sg.warm = false
+	}
+	live := agree(sg.live())
+	if !live && sg.live() {
+		sg.destroy()
+	}
+	switch {
+	case live:
+		return replayGraph
+	case !agree(!g.eagerPad && !sg.failed && sg.warm):
+		return runEager
+	}
+	return captureGraph
+}
+
+// agreeCaptured is a capture's outcome (err) once every rank has said
+// whether its own succeeded: a rank whose capture succeeded drops its
+// graphs when another's failed, so that all run the bucket op by op.
+func agreeCaptured(sg *stepGraph, err error, agree func(bool) bool) error {
+	if ok := err == nil; !agree(ok) && ok {
+		sg.destroy()
+		return errors.New("another tensor-parallel rank's capture failed")
+	}
+	return err
 }
 
 // agreer is a tensor-parallel communicator whose ranks must take the same

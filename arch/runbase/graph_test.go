@@ -3,9 +3,11 @@ package runbase
 import (
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/ktserve/kt/backend"
+	"github.com/ktserve/kt/tp"
 )
 
 func TestBuckets(t *testing.T) {
@@ -242,6 +244,167 @@ func TestPiecewiseCaptureReplay(t *testing.T) {
 		b.gr.off = "graphs off for the test"
 		if ok, why := b.PiecewiseGraphs(); ok || why != b.gr.off {
 			t.Errorf("PiecewiseGraphs with graphs off = %v, %q", ok, why)
+		}
+	})
+}
+
+// fakeGraph is a captured graph that records its destruction.
+type fakeGraph struct{ dead bool }
+
+func (g *fakeGraph) Destroy() error { g.dead = true; return nil }
+
+// agreeing is the host agreement of n ranks (goroutines): AND of their
+// values, as cuda.SameDeviceGroup's AllAgree.
+type agreeing struct {
+	bar  *tp.Barrier
+	vals []bool
+}
+
+func (a *agreeing) agree(rank int) func(bool) bool {
+	return func(ok bool) bool {
+		a.vals[rank] = ok
+		if err := a.bar.Wait(); err != nil {
+			panic(err)
+		}
+		all := true
+		for _, v := range a.vals {
+			all = all && v
+		}
+		if err := a.bar.Wait(); err != nil {
+			panic(err)
+		}
+		return all
+	}
+}
+
+// TestGraphPathAgreement steps two ranks' decode graph decisions together
+// (nextAction, agreeCaptured) through the scenarios where they would part:
+// a buffer that moved on one rank, a capture that failed on one rank. The
+// ranks must always take the same path; alone (no agreement), a rank's
+// path is the single-rank one.
+func TestGraphPathAgreement(t *testing.T) {
+	type rankState struct {
+		g     graphState
+		sg    stepGraph
+		epoch uint64
+	}
+	// step runs one decode step on every rank: moved bumps those ranks'
+	// epochs first, failCapture fails those ranks' captures. It returns
+	// each rank's action and the captures' outcome.
+	step := func(ranks []*rankState, moved, failCapture map[int]bool) ([]graphAction, []error) {
+		a := &agreeing{bar: tp.NewBarrier(len(ranks)), vals: make([]bool, len(ranks))}
+		acts, errs := make([]graphAction, len(ranks)), make([]error, len(ranks))
+		var wg sync.WaitGroup
+		for r, st := range ranks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				agree := a.agree(r)
+				if moved[r] {
+					st.epoch++
+				}
+				acts[r] = st.g.nextAction(&st.sg, st.epoch, agree)
+				switch acts[r] {
+				case runEager:
+					st.sg.warm = true
+				case captureGraph:
+					var err error
+					if failCapture[r] {
+						err = errors.New("capture failed")
+					} else {
+						st.sg.g = &fakeGraph{}
+					}
+					if err = agreeCaptured(&st.sg, err, agree); err == nil {
+						st.sg.epoch = st.epoch
+					} else {
+						st.sg.failed = true
+					}
+					errs[r] = err
+				}
+			}()
+		}
+		wg.Wait()
+		return acts, errs
+	}
+	same := func(t *testing.T, what string, acts []graphAction, want graphAction) {
+		t.Helper()
+		for r, a := range acts {
+			if a != want {
+				t.Fatalf("%s: rank %d's action %d, want %d (all: %v)", what, r, a, want, acts)
+			}
+		}
+	}
+	newRanks := func(n int) []*rankState {
+		rs := make([]*rankState, n)
+		for i := range rs {
+			rs[i] = &rankState{}
+		}
+		return rs
+	}
+	t.Run("warm-up, capture, replay", func(t *testing.T) {
+		rs := newRanks(2)
+		acts, _ := step(rs, nil, nil)
+		same(t, "first step", acts, runEager)
+		acts, errs := step(rs, nil, nil)
+		same(t, "second step", acts, captureGraph)
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("captures failed: %v", errs)
+		}
+		acts, _ = step(rs, nil, nil)
+		same(t, "third step", acts, replayGraph)
+	})
+	t.Run("a buffer moved on one rank", func(t *testing.T) {
+		rs := newRanks(2)
+		step(rs, nil, nil)
+		step(rs, nil, nil)
+		old := rs[0].sg.g.(*fakeGraph)
+		acts, _ := step(rs, map[int]bool{1: true}, nil)
+		same(t, "after the move", acts, runEager)
+		if !old.dead || rs[0].sg.live() {
+			t.Fatal("rank 0 kept a graph rank 1 no longer has")
+		}
+		acts, _ = step(rs, nil, nil)
+		same(t, "the step after", acts, captureGraph)
+		acts, _ = step(rs, nil, nil)
+		same(t, "then", acts, replayGraph)
+	})
+	t.Run("a capture failed on one rank", func(t *testing.T) {
+		rs := newRanks(2)
+		step(rs, nil, nil)
+		acts, errs := step(rs, nil, map[int]bool{0: true})
+		same(t, "capture", acts, captureGraph)
+		if errs[0] == nil || errs[1] == nil {
+			t.Fatalf("capture outcomes %v: every rank must fail when one does", errs)
+		}
+		if rs[1].sg.live() {
+			t.Fatal("rank 1 kept the graph of a capture rank 0 failed")
+		}
+		for range 2 {
+			acts, _ = step(rs, nil, nil)
+			same(t, "after the failure", acts, runEager)
+		}
+	})
+	t.Run("one rank", func(t *testing.T) {
+		alone := func(ok bool) bool { return ok }
+		var g graphState
+		sg := &stepGraph{}
+		want := []graphAction{runEager, captureGraph, replayGraph}
+		for i, w := range want {
+			a := g.nextAction(sg, 0, alone)
+			if a != w {
+				t.Fatalf("step %d: action %d, want %d", i, a, w)
+			}
+			switch a {
+			case runEager:
+				sg.warm = true
+			case captureGraph:
+				sg.g = &fakeGraph{}
+			}
+		}
+		g.eagerPad = true
+		sg.destroy()
+		if a := g.nextAction(sg, 0, alone); a != runEager {
+			t.Fatalf("EagerGraphSteps: action %d, want op by op", a)
 		}
 	})
 }
