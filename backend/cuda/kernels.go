@@ -253,7 +253,14 @@ func (k *kernels) loadAll() error {
 	}
 	k.mu.Unlock()
 	for _, name := range names {
-		if _, err := k.function(name); err != nil {
+		kf, err := k.function(name)
+		if err != nil {
+			return err
+		}
+		// reading an attribute loads a lazily loaded function
+		// (CU_FUNC_ATTRIBUTE_NUM_REGS)
+		var regs C.int
+		if err := cuErr(C.kt_cuFuncGetAttribute(k.d.ctx, &regs, 4, kf.f), "cuFuncGetAttribute(%s)", name); err != nil {
 			return err
 		}
 	}

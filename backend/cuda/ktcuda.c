@@ -51,6 +51,7 @@ static char load_err[512];
 	X(cuModuleUnload, CUresult, (CUmodule)) \
 	X(cuModuleGetFunction, CUresult, (CUfunction *, CUmodule, const char *)) \
 	X(cuFuncSetAttribute, CUresult, (CUfunction, int, int)) \
+	X(cuFuncGetAttribute, CUresult, (int *, int, CUfunction)) \
 	X(cuLaunchKernel, CUresult, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
 	X(cuStreamBeginCapture_v2, CUresult, (CUstream, int)) \
 	X(cuStreamEndCapture, CUresult, (CUstream, CUgraph *)) \
@@ -179,6 +180,7 @@ CUresult kt_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *img) { SETC
 CUresult kt_cuModuleUnload(CUcontext ctx, CUmodule m) { SETCTX return p_cuModuleUnload(m); }
 CUresult kt_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *n) { SETCTX return p_cuModuleGetFunction(f, m, n); }
 CUresult kt_cuFuncSetAttribute(CUcontext ctx, CUfunction f, int a, int v) { SETCTX return p_cuFuncSetAttribute(f, a, v); }
+CUresult kt_cuFuncGetAttribute(CUcontext ctx, int *v, int a, CUfunction f) { SETCTX return p_cuFuncGetAttribute(v, a, f); }
 
 int kt_has_launch_ex(void) { return p_cuLaunchKernelEx != NULL; }
 

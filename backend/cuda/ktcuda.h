@@ -98,6 +98,7 @@ CUresult kt_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image);
 CUresult kt_cuModuleUnload(CUcontext ctx, CUmodule m);
 CUresult kt_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
 CUresult kt_cuFuncSetAttribute(CUcontext ctx, CUfunction f, int attr, int v);
+CUresult kt_cuFuncGetAttribute(CUcontext ctx, int *v, int attr, CUfunction f);
 // kt_launch builds the kernel parameter array from args (8-byte slots, one
 // per parameter) and calls cuLaunchKernel, or with early set (and the
 // driver has it) cuLaunchKernelEx with programmatic stream serialization:
