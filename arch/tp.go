@@ -166,6 +166,10 @@ func loadRanks(dir string, fn LoadFunc, o Options, bes []backend.Backend, g tp.G
 	if err := t.start(n, cpus); err != nil {
 		note += "; rank threads not pinned: " + err.Error()
 	}
+	if o.ExpertRecorder != nil {
+		t.rec = &stepRecorder{rec: o.ExpertRecorder}
+		o.ExpertRecorder = t.rec
+	}
 	err := t.each(func(r int) error {
 		ro := o
 		ro.Backend, ro.TP, ro.TensorParallel = bes[r], g.Comm(r), 0
@@ -197,6 +201,7 @@ type tpRunner struct {
 	ranks []model.Runner
 	outs  []model.Logits // the other ranks' (empty) results
 	info  model.Info
+	rec   *stepRecorder // the ranks' expert recorder; nil without one
 	jobs  []chan func()
 	wg    sync.WaitGroup
 	// each's per-call state
@@ -282,6 +287,9 @@ func (t *tpRunner) Reserve(slot, n int) error {
 // Forward implements model.Runner: every rank runs the step; rank 0's
 // logits are the result.
 func (t *tpRunner) Forward(b *model.Batch, out *model.Logits) error {
+	if t.rec != nil {
+		t.rec.on = t.rec.rec.Recording()
+	}
 	return t.each(func(r int) error {
 		o := out
 		if r > 0 {
@@ -290,6 +298,22 @@ func (t *tpRunner) Forward(b *model.Batch, out *model.Logits) error {
 		return t.ranks[r].Forward(b, o)
 	})
 }
+
+// stepRecorder is the ranks' view of Options.ExpertRecorder: whether it
+// records is read once per step, before the ranks start it, so that every
+// rank takes the same path (a recording step runs op by op and unpadded,
+// another may be padded to a graph bucket) even when the recorder is
+// switched mid-step.
+type stepRecorder struct {
+	rec ExpertRecorder
+	on  bool // Recording at the start of the step (written before the ranks run it)
+}
+
+// Recording implements ExpertRecorder: the step's snapshot.
+func (s *stepRecorder) Recording() bool { return s.on }
+
+// Add implements ExpertRecorder.
+func (s *stepRecorder) Add(layer int, ids []int32) { s.rec.Add(layer, ids) }
 
 // Free implements model.Runner.
 func (t *tpRunner) Free(slot int) {
