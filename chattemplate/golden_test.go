@@ -51,8 +51,17 @@ func loadTemplate(t *testing.T, name string) *Template {
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	// The golden file was rendered with the Qwen3 tokenizer's special tokens.
-	tm.EOSToken, tm.PADToken = "<|im_end|>", "<|endoftext|>"
+	// The golden file was rendered with the special tokens of the model the
+	// template belongs to (gen_golden.py, special_tokens).
+	base := strings.ToLower(filepath.Base(name))
+	switch {
+	case strings.HasPrefix(base, "deepseek"):
+		tm.BOSToken, tm.EOSToken, tm.PADToken = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+	case strings.Contains(base, "kimi"):
+		tm.BOSToken, tm.EOSToken, tm.PADToken, tm.UNKToken = "[BOS]", "[EOS]", "[PAD]", "[UNK]"
+	default:
+		tm.EOSToken, tm.PADToken = "<|im_end|>", "<|endoftext|>"
+	}
 	return tm
 }
 
@@ -118,22 +127,24 @@ func TestHFJSCrossCheck(t *testing.T) {
 		t.Fatalf("%d Python cases, %d JS cases", len(py.Cases), len(js.Cases))
 	}
 	// The JS port prints booleans as true/false under |string (Python:
-	// True/False), and adds a string and a list where Python raises.
-	known := map[string]bool{
+	// True/False), and adds a string and a list or dict where Python
+	// raises "can only concatenate str".
+	boolString := map[string]bool{
 		"templates/Qwen3-Coder.jinja/tools_user":                          true,
 		"templates/Qwen3-Coder.jinja/tools_system_user":                   true,
 		"templates/Qwen3-Coder.jinja/tool_call_with_text_and_nested_args": true,
-		"templates/Qwen3-Coder.jinja/vision_parts":                        true,
+		"templates/Qwen3-Coder.jinja/reasoning_with_tool_calls":           true,
 	}
 	agree := 0
 	for i, p := range py.Cases {
 		j := js.Cases[i]
 		same := (p.Error != nil) == (j.Error != nil) && (p.Output == nil || *p.Output == *j.Output)
 		key := p.Template + "/" + p.Conversation
+		concat := p.Error != nil && j.Error == nil && strings.Contains(*p.Error, "can only concatenate str")
 		switch {
 		case same:
 			agree++
-		case !known[key]:
+		case !boolString[key] && !concat:
 			t.Errorf("%s: Python and JS references differ outside the known cases", key)
 		}
 	}

@@ -20,13 +20,19 @@ type SchemaOptions struct {
 	// every object lists all its properties in required and sets
 	// additionalProperties to false.
 	Strict bool
+	// SingleLine keeps the JSON text on one line: the whitespace between
+	// tokens is spaces and tabs (strings never hold a raw newline), for
+	// formats read line by line (Kimi-K2's tool-call arguments).
+	SingleLine bool
 }
 
 // Regex pieces of JSON.
 const (
 	// ws is the whitespace allowed between tokens: any run of JSON
 	// whitespace, as xgrammar's default (any_whitespace) in SGLang.
-	ws         = `[ \n\t]*`
+	ws = `[ \n\t]*`
+	// wsLine is ws without newlines (SchemaOptions.SingleLine).
+	wsLine     = `[ \t]*`
 	strChar    = `(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u` + hex4 + `)`
 	hex4       = `[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]`
 	jsonString = `"` + strChar + `*"`
@@ -130,7 +136,10 @@ func SchemaRegex(schema []byte, opt SchemaOptions) (string, error) {
 	if err := json.Unmarshal(schema, &root); err != nil {
 		return "", &SchemaError{Path: "#", Msg: "not valid JSON: " + err.Error()}
 	}
-	c := &schemaCompiler{root: schema, strict: opt.Strict}
+	c := &schemaCompiler{root: schema, strict: opt.Strict, ws: ws}
+	if opt.SingleLine {
+		c.ws = wsLine
+	}
 	if opt.Strict {
 		if m, ok := root.(map[string]any); !ok || m["type"] != "object" {
 			return "", &SchemaError{Path: "#", Keyword: "type", Msg: `strict mode needs the root schema to be of type "object"`}
@@ -146,6 +155,7 @@ func SchemaRegex(schema []byte, opt SchemaOptions) (string, error) {
 type schemaCompiler struct {
 	root   []byte
 	strict bool
+	ws     string   // whitespace between tokens (ws or wsLine)
 	refs   []string // $refs being expanded (recursion check)
 	size   int
 }
@@ -191,7 +201,7 @@ func (c *schemaCompiler) value(raw []byte, path string, depth int) (string, erro
 	raw = bytes.TrimSpace(raw)
 	switch string(raw) {
 	case "true", "{}":
-		return anyValue(anyDepth), nil
+		return anyValue(anyDepth, c.ws), nil
 	case "false":
 		return "", c.errf(path, "", "schema false matches nothing")
 	}
@@ -288,7 +298,7 @@ func (c *schemaCompiler) object(m map[string]json.RawMessage, raw []byte, path s
 		return c.literals(vals, types, path, "enum")
 	}
 	if types == nil {
-		return anyValue(anyDepth), nil
+		return anyValue(anyDepth, c.ws), nil
 	}
 	alts := make([]string, 0, len(types))
 	for _, t := range types {
@@ -710,10 +720,10 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 	if _, ok := m["prefixItems"]; ok {
 		return c.tuple(m, path, depth)
 	}
-	item := anyValue(anyDepth)
+	item := anyValue(anyDepth, c.ws)
 	if v, ok := m["items"]; ok {
 		if string(bytes.TrimSpace(v)) == "false" {
-			return `\[` + ws + `\]`, nil
+			return `\[` + c.ws + `\]`, nil
 		}
 		var err error
 		if item, err = c.value(v, path+"/items", depth+1); err != nil {
@@ -739,7 +749,7 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 			return "", c.errf(path, b.k, "%s %d: item counts over 100 are not supported", b.k, b.n)
 		}
 	}
-	sep := ws + "," + ws
+	sep := c.ws + "," + c.ws
 	var body string
 	switch {
 	case hasMax && maxI == 0:
@@ -757,7 +767,7 @@ func (c *schemaCompiler) array(m map[string]json.RawMessage, path string, depth 
 		}
 		body = item + "(?:" + sep + item + ")" + rest
 	}
-	return `\[` + ws + body + ws + `\]`, nil
+	return `\[` + c.ws + body + c.ws + `\]`, nil
 }
 
 // tuple handles prefixItems when the array has exactly as many items as
@@ -789,7 +799,7 @@ func (c *schemaCompiler) tuple(m map[string]json.RawMessage, path string, depth 
 		}
 		parts[i] = r
 	}
-	return `\[` + ws + strings.Join(parts, ws+","+ws) + ws + `\]`, nil
+	return `\[` + c.ws + strings.Join(parts, c.ws+","+c.ws) + c.ws + `\]`, nil
 }
 
 func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path string, depth int) (string, error) {
@@ -841,9 +851,9 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 		if err != nil {
 			return "", err
 		}
-		kv[i] = regexp.QuoteMeta(key) + ws + ":" + ws + val
+		kv[i] = regexp.QuoteMeta(key) + c.ws + ":" + c.ws + val
 	}
-	sep := ws + "," + ws
+	sep := c.ws + "," + c.ws
 	// piece(j): property j after a comma, optional unless required.
 	piece := func(j int) string {
 		if isRequired[names[j]] {
@@ -902,7 +912,7 @@ func (c *schemaCompiler) obj(m map[string]json.RawMessage, raw []byte, path stri
 			body += "?"
 		}
 	}
-	return `\{` + ws + body + ws + `\}`, nil
+	return `\{` + c.ws + body + c.ws + `\}`, nil
 }
 
 // mapObject is an object with no listed properties whose values all
@@ -912,8 +922,8 @@ func (c *schemaCompiler) mapObject(v json.RawMessage, path string, depth int) (s
 	if err != nil {
 		return "", err
 	}
-	member := jsonString + ws + ":" + ws + val
-	return `\{` + ws + "(?:" + member + "(?:" + ws + "," + ws + member + ")*)?" + ws + `\}`, nil
+	member := jsonString + c.ws + ":" + c.ws + val
+	return `\{` + c.ws + "(?:" + member + "(?:" + c.ws + "," + c.ws + member + ")*)?" + c.ws + `\}`, nil
 }
 
 // jsonQuote is s as a JSON string, without encoding/json's HTML escaping
@@ -926,13 +936,14 @@ func jsonQuote(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// anyValue matches any JSON value nesting at most depth levels.
-func anyValue(depth int) string {
+// anyValue matches any JSON value nesting at most depth levels, with ws
+// between tokens.
+func anyValue(depth int, ws string) string {
 	scalar := jsonString + "|" + jsonNumber + "|true|false|null"
 	if depth == 0 {
 		return "(?:" + scalar + ")"
 	}
-	v := anyValue(depth - 1)
+	v := anyValue(depth-1, ws)
 	sep := ws + "," + ws
 	member := jsonString + ws + ":" + ws + v
 	obj := `\{` + ws + "(?:" + member + "(?:" + sep + member + ")*)?" + ws + `\}`

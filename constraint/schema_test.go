@@ -273,3 +273,33 @@ func TestIntRangeExhaustive(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaSingleLine: SingleLine allows spaces and tabs between tokens
+// but no newline, in described and in free-form values alike.
+func TestSchemaSingleLine(t *testing.T) {
+	schema := []byte(`{"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "required": ["a"]}`)
+	for _, tc := range []struct {
+		text       string
+		line, full bool // accepted with SingleLine, without
+	}{
+		{`{"a": 1, "b": [1, {"x": null}]}`, true, true},
+		{"{\t\"a\":1}", true, true},
+		{"{\n\"a\": 1}", false, true},
+		{"{\"a\": 1, \"b\": [1,\n2]}", false, true},
+		{`{"a": "x"}`, false, false},
+	} {
+		for _, single := range []bool{true, false} {
+			d, err := CompileSchema(schema, SchemaOptions{SingleLine: single})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.full
+			if single {
+				want = tc.line
+			}
+			if got := d.Match(tc.text); got != want {
+				t.Errorf("%q SingleLine=%v: match %v, want %v", tc.text, single, got, want)
+			}
+		}
+	}
+}

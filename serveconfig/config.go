@@ -139,10 +139,10 @@ var AttentionBackends = []string{"triton", "torch_native", "flex_attention", "fl
 	"intel_amx", "dual_chunk_flash_attn", "hybrid_linear_attn", "nsa"}
 
 // ReasoningParsers lists the `--reasoning-parser` values kt implements.
-var ReasoningParsers = []string{"auto", "none", "qwen3", "deepseek-r1"}
+var ReasoningParsers = []string{"auto", "none", "qwen3", "deepseek-r1", "deepseek-v3", "kimi", "kimi_k2"}
 
 // ToolCallParsers lists the `--tool-call-parser` values kt implements.
-var ToolCallParsers = []string{"auto", "none", "qwen", "qwen25", "qwen3_coder"}
+var ToolCallParsers = []string{"auto", "none", "qwen", "qwen25", "qwen3_coder", "deepseekv3", "deepseekv31", "kimi_k2"}
 
 // LogLevels lists the `--log-level` values.
 var LogLevels = []string{"debug", "info", "warning", "error", "critical"}
@@ -201,8 +201,8 @@ func flagSet(c *Config) *pflag.FlagSet {
 	fs.BoolVar(&c.TrustRemoteCode, "trust-remote-code", false, "accepted for compatibility: kt never runs code from a model directory; every architecture is built in")
 	fs.BoolVar(&c.SkipTokenizerInit, "skip-tokenizer-init", false, "load no tokenizer: /generate takes input_ids and returns output_ids only; text routes answer 400")
 	fs.IntVar(&c.ContextLength, "context-length", 0, "maximum tokens per request, prompt plus output (default: the model's max_position_embeddings)")
-	fs.StringVar(&c.ReasoningParser, "reasoning-parser", "auto", "split <think>...</think> into reasoning_content: auto (from the chat template), none, qwen3, deepseek-r1")
-	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "auto", "parse tool calls from the output: auto (from the chat template), none, qwen25 (<tool_call>{json}</tool_call>), qwen3_coder (<function=...> XML); forced tool_choice calls are written in this format")
+	fs.StringVar(&c.ReasoningParser, "reasoning-parser", "auto", "split the think block into reasoning_content: auto (from the chat template), none, qwen3, deepseek-r1 (always thinking), deepseek-v3 (DeepSeek-V3.1: thinking when chat_template_kwargs thinking is true), kimi (◁think▷), kimi_k2 (Kimi-K2-Thinking: thinking unless thinking is false)")
+	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "auto", "parse tool calls from the output: auto (from the chat template), none, qwen25 (<tool_call>{json}</tool_call>), qwen3_coder (<function=...> XML), deepseekv3 (DeepSeek-V3/R1, ```json arguments), deepseekv31 (DeepSeek-V3.1), kimi_k2 (Kimi-K2, functions.NAME:IDX); forced tool_choice calls are written in this format")
 	fs.StringVar(&c.Device, "device", "auto", "where dense layers and attention run: auto (GPU when one is usable), cuda, cpu")
 	fs.Int64("random-seed", 0, "seed of the sampler for requests that give no seed (default: random)")
 

@@ -25,6 +25,12 @@ type chatInput struct {
 	prefix string
 	tools  []toolDef  // the tools offered to the model (nil: none)
 	choice toolChoice // tool_choice
+	// thinking is chat_template_kwargs "thinking" when it is a boolean: the
+	// switch of DeepSeek-V3.1's and Kimi-K2's reasoning (reasoningFormatFor).
+	thinking *bool
+	// toolHistory counts the tool calls of the conversation's assistant
+	// messages (Kimi-K2's call ids continue from it).
+	toolHistory int
 }
 
 // buildChatInput validates and normalizes the request's messages, tools and
@@ -44,14 +50,20 @@ func buildChatInput(req *chatRequest) (*chatInput, error) {
 		return nil, badRequest("messages", "messages must hold at least one message")
 	}
 	msgs := make([]jsonObject, len(req.Messages))
+	in := &chatInput{conv: chattemplate.Conversation{AddGenerationPrompt: true}}
 	for i, r := range req.Messages {
 		m, err := normalizeMessage(i, r)
 		if err != nil {
 			return nil, err
 		}
 		msgs[i] = m
+		if calls, ok := m.get("tool_calls"); ok {
+			var list []json.RawMessage
+			if json.Unmarshal(calls, &list) == nil {
+				in.toolHistory += len(list)
+			}
+		}
 	}
-	in := &chatInput{conv: chattemplate.Conversation{AddGenerationPrompt: true}}
 	last := msgs[len(msgs)-1]
 	if role, _ := last.get("role"); string(role) == `"assistant"` {
 		var content string
@@ -99,6 +111,12 @@ func buildChatInput(req *chatRequest) (*chatInput, error) {
 	}
 	if len(kw) > 0 {
 		in.conv.ChatTemplateKwargs, _ = kw.MarshalJSON()
+	}
+	if v, ok := kw.get("thinking"); ok {
+		var b bool
+		if json.Unmarshal(v, &b) == nil {
+			in.thinking = &b
+		}
 	}
 	return in, nil
 }
@@ -283,6 +301,10 @@ type chatPlan struct {
 	grammar    *constraint.Grammar // response_format json_schema
 	usage      bool
 	toolArray  bool // forced tool calls written as a JSON array (toolchoice.go)
+	// reasoning is the reasoning parser's format for this request (nil:
+	// --reasoning-parser none).
+	reasoning   *reasoningFormat
+	toolHistory int // chatInput.toolHistory
 }
 
 // planChat checks a chat request and renders its prompt: everything its
@@ -342,7 +364,14 @@ func (s *Server) planChat(ctx context.Context, req *chatRequest) (*chatPlan, err
 		id: newID(), created: time.Now().Unix(), prompt: prompt, promptText: text,
 		params: p, n: n, stops: stops, stopRegex: stopRe, skip: req.SkipSpecialTokens == nil || *req.SkipSpecialTokens,
 		noTrim: req.NoStopTrim, separate: req.SeparateReasoning == nil || *req.SeparateReasoning,
-		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		usage:       req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		reasoning:   reasoningFormatFor(s.opt.ReasoningParser, text, in.thinking),
+		toolHistory: in.toolHistory,
+	}
+	if len(in.tools) > 0 {
+		// As SGLang: with tools offered, special tokens stay in the text,
+		// for formats whose markers are special tokens (Kimi-K2's).
+		plan.skip = false
 	}
 	if s.opt.ToolCallParser != "none" && len(in.tools) > 0 {
 		plan.tools = in.tools
@@ -368,7 +397,7 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 		p.Constraint = plan.grammar.NewConstraint()
 	}
 	if p.Constraint != nil {
-		p.Constraint = s.withThinking(p.Constraint, plan.promptText)
+		p.Constraint = s.withThinking(p.Constraint, plan.reasoning, plan.promptText)
 	}
 	return genSpec{
 		req:   engine.Request{ID: fmt.Sprintf("%s-%d", plan.id, i), Prompt: plan.prompt, Params: p, Adapter: plan.adapter},
@@ -380,14 +409,12 @@ func (s *Server) specFor(plan *chatPlan, i int) genSpec {
 // apart when the server's parsers and the request ask for it.
 func (s *Server) newChatState(plan *chatPlan, i int) *chatState {
 	c := &chatState{idx: i, wantLogprobs: plan.params.Logprobs}
-	if s.opt.ReasoningParser != "none" && plan.separate {
-		c.rs = newReasoningSplitter(plan.promptText)
-		if s.opt.ReasoningParser == "deepseek-r1" {
-			c.rs.in = true
-		}
+	if plan.reasoning != nil && plan.separate {
+		c.rs = newReasoningSplitter(plan.reasoning)
 	}
 	if plan.tools != nil {
-		c.te = &toolExtractor{tools: plan.tools, prefix: plan.id[:8] + fmt.Sprint(i), array: plan.toolArray}
+		c.te = &toolExtractor{tools: plan.tools, prefix: plan.id[:8] + fmt.Sprint(i), array: plan.toolArray,
+			section: sectionFormats[s.opt.ToolCallParser], history: plan.toolHistory}
 	}
 	return c
 }
@@ -483,6 +510,9 @@ func chatChoiceOf(plan *chatPlan, i int, o chatOutcome) chatChoice {
 		msg.ReasoningContent = strPtr(o.st.reasoning.String())
 	}
 	fr := o.res.finishReason()
+	if o.st.te != nil {
+		*msg.Content = o.st.te.answer(*msg.Content)
+	}
 	if o.st.te != nil && len(o.st.te.calls) > 0 {
 		msg.ToolCalls = o.st.te.calls
 		for j := range msg.ToolCalls {

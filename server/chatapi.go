@@ -248,21 +248,26 @@ func (s *Server) reasoningTokens(plan *chatPlan, o chatOutcome) int {
 	starts := make([]int, len(o.res.Tokens))
 	for i, t := range o.res.Tokens {
 		starts[i] = len(raw)
-		if !s.tok.IsSpecial(t.ID) {
-			b, _ := s.tok.TokenBytes(t.ID)
-			raw = append(raw, b...)
-		}
+		b, _ := s.tok.TokenBytes(t.ID) // special ones too: a marker may be one (Kimi-K2's tool section)
+		raw = append(raw, b...)
 	}
-	opened := s.opt.ReasoningParser == "deepseek-r1" || newReasoningSplitter(plan.promptText).in ||
-		bytes.HasPrefix(bytes.TrimLeft(raw, " \n"), []byte(thinkOpen))
+	f := plan.reasoning
+	opened := f.forced || bytes.HasPrefix(bytes.TrimLeft(raw, " \n"), []byte(f.open))
 	if !opened {
 		return 0
 	}
-	end := bytes.Index(raw, []byte(thinkClose))
+	end := bytes.Index(raw, []byte(f.close))
+	if end >= 0 {
+		end += len(f.close)
+	}
+	if f.toolStart != "" {
+		if j := bytes.Index(raw, []byte(f.toolStart)); j >= 0 && (end < 0 || j < end) {
+			end = j
+		}
+	}
 	if end < 0 {
 		return len(o.res.Tokens)
 	}
-	end += len(thinkClose)
 	n := 0
 	for n < len(starts) && starts[n] < end {
 		n++

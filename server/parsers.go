@@ -6,13 +6,75 @@ import (
 	"strings"
 )
 
-// reasoningSplitter separates <think>...</think> from the answer in a
-// stream of text. It starts inside the reasoning when the prompt opened a
-// think block (Qwen3.5 and Qwen3-Next thinking templates end the prompt with
-// "<think>\n"); otherwise it enters it when the output starts with
-// "<think>". Text that could be the start of a tag is held back until the
-// next feed decides it.
+// reasoningFormat is a reasoning parser (--reasoning-parser, SGLang's
+// names): the markers of its think block, a tool-call marker that ends the
+// block when it comes first, and whether the output starts inside the
+// block.
+type reasoningFormat struct {
+	open, close string
+	// toolStart, when the output reaches it inside the block, ends the
+	// reasoning there; the marker and what follows are answer (Qwen3.5 and
+	// Kimi-K2 may start their tool calls without closing the block).
+	toolStart string
+	forced    bool // the output starts inside the block
+}
+
+const (
+	thinkOpen  = "<think>"
+	thinkClose = "</think>"
+)
+
+// reasoningFormatFor resolves the server's reasoning parser for one
+// request: parser is the --reasoning-parser value, prompt the rendered
+// prompt and thinking the request's chat_template_kwargs "thinking" (nil
+// when absent or not a boolean). Nil when the parser is none.
+//
+//   - qwen3: <think>...</think>; inside from the start when the prompt
+//     ends with <think> (Qwen3.5 and Qwen3-Next thinking templates);
+//   - deepseek-r1: always inside from the start (DeepSeek-R1 opens the
+//     block in its prompt or as its first token);
+//   - deepseek-v3: DeepSeek-V3.1, inside from the start only when the
+//     request enables thinking (chat_template_kwargs thinking: true) or
+//     the prompt opens the block;
+//   - kimi: ◁think▷...◁/think▷ (Kimi thinking models), when the output
+//     opens the block;
+//   - kimi_k2: Kimi-K2-Thinking's <think>...</think>, inside from the start
+//     unless the request disables thinking (thinking: false); the tool-call
+//     section ends the block.
+//
+// Whatever the parser, an output that opens with the block's marker is
+// inside it.
+func reasoningFormatFor(parser, prompt string, thinking *bool) *reasoningFormat {
+	f := &reasoningFormat{open: thinkOpen, close: thinkClose}
+	switch parser {
+	case "qwen3":
+		f.toolStart = toolOpen
+	case "deepseek-r1":
+		f.forced = true
+	case "deepseek-v3":
+		f.toolStart = toolOpen
+		f.forced = thinking != nil && *thinking
+	case "kimi":
+		f.open, f.close = "◁think▷", "◁/think▷"
+	case "kimi_k2":
+		f.toolStart = kimiSectionBegin
+		f.forced = thinking == nil || *thinking
+	default:
+		return nil
+	}
+	if strings.HasSuffix(strings.TrimRight(prompt, " \n"), f.open) {
+		f.forced = true
+	}
+	return f
+}
+
+// reasoningSplitter separates a think block from the answer in a stream
+// of text. It starts inside the block when its format says so; otherwise
+// it enters it when the output starts with the opening marker. Text that
+// could be the start of a marker is held back until the next feed decides
+// it.
 type reasoningSplitter struct {
+	f         *reasoningFormat
 	in        bool // inside the think block
 	started   bool // some output has been seen
 	done      bool // the think block closed
@@ -21,14 +83,8 @@ type reasoningSplitter struct {
 	held      string
 }
 
-const (
-	thinkOpen  = "<think>"
-	thinkClose = "</think>"
-)
-
-func newReasoningSplitter(promptText string) *reasoningSplitter {
-	p := strings.TrimRight(promptText, " \n")
-	return &reasoningSplitter{in: strings.HasSuffix(p, thinkOpen)}
+func newReasoningSplitter(f *reasoningFormat) *reasoningSplitter {
+	return &reasoningSplitter{f: f, in: f.forced}
 }
 
 // feed returns the reasoning and answer text that text completes.
@@ -38,20 +94,21 @@ func (r *reasoningSplitter) feed(text string, final bool) (reasoning, content st
 	if r.done {
 		return "", r.trimAnswer(buf)
 	}
+	open := r.f.open
 	if !r.started {
 		t := strings.TrimLeft(buf, " \n")
 		if t == "" && !final {
 			r.held = buf
 			return "", ""
 		}
-		if strings.HasPrefix(thinkOpen, t) && !final && len(t) < len(thinkOpen) {
+		if strings.HasPrefix(open, t) && !final && len(t) < len(open) {
 			r.held = buf
 			return "", ""
 		}
 		r.started = true
-		if strings.HasPrefix(t, thinkOpen) {
+		if strings.HasPrefix(t, open) {
 			r.in, r.trimThink = true, true
-			buf = t[len(thinkOpen):]
+			buf = t[len(open):]
 		}
 		if !r.in {
 			r.done = true
@@ -65,12 +122,23 @@ func (r *reasoningSplitter) feed(text string, final bool) (reasoning, content st
 		}
 		r.trimThink = false
 	}
-	if i := strings.Index(buf, thinkClose); i >= 0 {
+	i := strings.Index(buf, r.f.close)
+	if t := r.f.toolStart; t != "" {
+		if j := strings.Index(buf, t); j >= 0 && (i < 0 || j < i) {
+			r.done, r.in = true, false
+			return buf[:j], buf[j:]
+		}
+	}
+	if i >= 0 {
 		r.done, r.in, r.trim = true, false, true
-		return buf[:i], r.trimAnswer(buf[i+len(thinkClose):])
+		return buf[:i], r.trimAnswer(buf[i+len(r.f.close):])
 	}
 	if !final {
-		if k := partialSuffix(buf, thinkClose); k > 0 {
+		k := partialSuffix(buf, r.f.close)
+		if r.f.toolStart != "" {
+			k = max(k, partialSuffix(buf, r.f.toolStart))
+		}
+		if k > 0 {
 			r.held = buf[len(buf)-k:]
 			buf = buf[:len(buf)-k]
 		}
@@ -102,18 +170,14 @@ func partialSuffix(s, tag string) int {
 	return 0
 }
 
-// splitReasoning splits a whole output at once.
-func splitReasoning(promptText, text string) (reasoning, content string) {
-	r := newReasoningSplitter(promptText)
-	return r.feed(text, true)
-}
-
-// toolExtractor finds tool calls in Qwen's formats in a stream of answer
-// text: <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5,
+// toolExtractor finds tool calls in a stream of answer text. Without a
+// section format it reads Qwen's formats:
+// <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5,
 // Qwen3) and <tool_call><function=NAME><parameter=P>V</parameter></function>
-// </tool_call> (Qwen3-Coder, Qwen3.5). Text before the first tool call
+// </tool_call> (Qwen3-Coder, Qwen3.5); text before the first tool call
 // streams as content; from the first "<tool_call>" on, text is kept and
-// parsed when the call closes.
+// parsed when the call closes. With one (DeepSeek's and Kimi-K2's formats,
+// toolformats.go) it reads that format's section (feedSection).
 type toolExtractor struct {
 	tools    []toolDef
 	calls    []toolCall
@@ -125,6 +189,11 @@ type toolExtractor struct {
 	prefix   string // id prefix, unique per request
 	errs     []string
 	array    bool // forced calls as a JSON array (feedArray)
+
+	section *sectionFormat  // nil: Qwen's formats
+	full    strings.Builder // the whole answer text (section formats)
+	parsed  bool            // a section was read (its answer is trimmed when the format says so)
+	history int             // tool calls in the conversation so far (Kimi-K2's ids)
 }
 
 const (
@@ -136,6 +205,9 @@ const (
 func (t *toolExtractor) feed(text string, final bool) string {
 	if t.array {
 		return t.feedArray(text, final)
+	}
+	if t.section != nil {
+		return t.feedSection(text, final)
 	}
 	buf := t.held + text
 	t.held = ""

@@ -38,7 +38,7 @@ func TestReasoningSplitter(t *testing.T) {
 		{"<|im_start|>assistant\n", "a < b and </think> stays", "", "a < b and </think> stays"},
 	} {
 		for _, parts := range chunkings(tc.out) {
-			r := newReasoningSplitter(tc.prompt)
+			r := newReasoningSplitter(reasoningFormatFor("qwen3", tc.prompt, nil))
 			var rs, cs strings.Builder
 			for _, p := range parts {
 				a, b := r.feed(p, false)

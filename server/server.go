@@ -55,12 +55,17 @@ type Options struct {
 	ModelPath string
 	// Tokenizer is nil when the server runs with --skip-tokenizer-init:
 	// then only /generate with input_ids works.
-	Tokenizer       Tokenizer
-	TokenizerPath   string
-	Template        ChatTemplate // nil: chat routes answer 400
-	ReasoningParser string       // "none", "qwen3" or "deepseek-r1"
-	ToolCallParser  string       // "none", "qwen25" or "qwen3_coder" (both formats are parsed; forced tool_choice calls are written in this one)
-	APIKey          string
+	Tokenizer     Tokenizer
+	TokenizerPath string
+	Template      ChatTemplate // nil: chat routes answer 400
+	// ReasoningParser is "none" or one of SGLang's names kt implements:
+	// qwen3, deepseek-r1, deepseek-v3, kimi, kimi_k2 (reasoningFormatFor).
+	ReasoningParser string
+	// ToolCallParser is "none", "qwen"/"qwen25" or "qwen3_coder" (both Qwen
+	// formats are parsed; forced tool_choice calls are written in the one
+	// named), or deepseekv3, deepseekv31, kimi_k2 (toolformats.go).
+	ToolCallParser string
+	APIKey         string
 	// ServerArgs is reported by /get_server_info (the parsed flags).
 	ServerArgs any
 	// TPSize is the model's tensor-parallel size, /get_server_info's
@@ -119,6 +124,14 @@ func New(opt Options) (*Server, error) {
 		if *p == "" {
 			*p = "none"
 		}
+	}
+	if opt.ReasoningParser != "none" && reasoningFormatFor(opt.ReasoningParser, "", nil) == nil {
+		return nil, fmt.Errorf("server: unknown reasoning parser %q", opt.ReasoningParser)
+	}
+	switch opt.ToolCallParser {
+	case "none", "qwen", "qwen25", "qwen3_coder", "deepseekv3", "deepseekv31", "kimi_k2":
+	default:
+		return nil, fmt.Errorf("server: unknown tool-call parser %q", opt.ToolCallParser)
 	}
 	s := &Server{opt: opt, eng: opt.Engine, tok: opt.Tokenizer, log: opt.Logger, started: time.Now(), gram: &grammars{},
 		lim: opt.Limits.withDefaults(opt.Engine.ContextLength())}

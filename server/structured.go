@@ -208,23 +208,22 @@ const (
 // maxThinkGap bounds the whitespace tokens between </think> and the answer.
 const maxThinkGap = 4
 
-// withThinking wraps c for a reasoning model when the server has a
-// reasoning parser and the tokenizer has single <think> and </think>
-// tokens; prompt is the rendered prompt (it may already open the block).
-func (s *Server) withThinking(c engine.Constraint, prompt string) engine.Constraint {
-	if s.opt.ReasoningParser == "none" || s.tok == nil {
+// withThinking wraps c for a reasoning model when the request has a
+// reasoning format f and the tokenizer has single tokens for its block
+// markers; prompt is the rendered prompt (it may have closed the block).
+func (s *Server) withThinking(c engine.Constraint, f *reasoningFormat, prompt string) engine.Constraint {
+	if f == nil || s.tok == nil {
 		return c
 	}
-	open, close := s.tok.Encode(thinkOpen), s.tok.Encode(thinkClose)
+	open, close := s.tok.Encode(f.open), s.tok.Encode(f.close)
 	if len(open) != 1 || len(close) != 1 {
 		return c
 	}
-	p := strings.TrimRight(prompt, " \n")
-	if strings.HasSuffix(p, thinkClose) {
-		return c // the template closed the block (enable_thinking false)
+	if strings.HasSuffix(strings.TrimRight(prompt, " \n"), f.close) {
+		return c // the template closed the block (thinking off)
 	}
 	t := &thinkFirst{inner: c, tok: s.tok, open: open[0], close: close[0], eos: s.eng.EOSTokenIDs()}
-	if s.opt.ReasoningParser == "deepseek-r1" || strings.HasSuffix(p, thinkOpen) {
+	if f.forced {
 		t.phase = thinkIn
 	}
 	return t

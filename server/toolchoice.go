@@ -20,11 +20,17 @@ import (
 //   - qwen3_coder: <tool_call>\n<function=NAME>\n<parameter=P>\nV\n</parameter>\n...
 //     </function>\n</tool_call> (Qwen3-Coder and Qwen3.5 templates), string
 //     parameters as raw text, the others as JSON;
+//   - deepseekv3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+//     ...<｜tool▁calls▁end｜> (DeepSeek-V3, R1), calls separated by a newline;
+//   - deepseekv31: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//     (DeepSeek-V3.1);
+//   - kimi_k2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS
+//     <|tool_call_end|>...<|tool_calls_section_end|> (Kimi-K2), IDX any number;
 //   - no parser: a JSON array [{"name": NAME, "parameters": ARGS}, ...], as
 //     SGLang's fallback, parsed into tool_calls here.
 //
-// One or more calls, separated by a newline; one only with
-// parallel_tool_calls false. A named choice renders only that tool in the
+// One or more calls, separated by a newline in the Qwen forms; one only
+// with parallel_tool_calls false. A named choice renders only that tool in the
 // prompt, as SGLang does.
 
 // toolChoice is a request's tool_choice.
@@ -105,9 +111,12 @@ func parseTools(req *chatRequest) ([]toolDef, []json.RawMessage, toolChoice, err
 type toolForm int
 
 const (
-	formJSONTag toolForm = iota // <tool_call>{json}</tool_call>
-	formXML                     // <tool_call><function=...>
-	formArray                   // [{"name", "parameters"}]
+	formJSONTag     toolForm = iota // <tool_call>{json}</tool_call>
+	formXML                         // <tool_call><function=...>
+	formArray                       // [{"name", "parameters"}]
+	formDeepSeekV3                  // deepseekv3's section
+	formDeepSeekV31                 // deepseekv31's section
+	formKimiK2                      // kimi_k2's section
 )
 
 // planToolChoice constrains a chat plan whose tool_choice forces tool
@@ -126,6 +135,12 @@ func (s *Server) planToolChoice(plan *chatPlan, in *chatInput, parallel bool) er
 		form = formJSONTag
 	case "qwen3_coder":
 		form = formXML
+	case "deepseekv3":
+		form = formDeepSeekV3
+	case "deepseekv31":
+		form = formDeepSeekV31
+	case "kimi_k2":
+		form = formKimiK2
 	}
 	tag, err := toolCallFormat(in.tools, form, parallel)
 	if err != nil {
@@ -173,9 +188,35 @@ func toolCallFormat(tools []toolDef, form toolForm, parallel bool) ([]byte, erro
 		return marshalPlain(obj{"type": "structural_tag", "format": obj{"type": "json_schema", "json_schema": schema}}), nil
 	}
 	var tags []any
+	// The section formats: their calls between the section's markers.
+	var sectionBegin, sectionEnd, separator string
+	switch form {
+	case formDeepSeekV3:
+		sectionBegin, sectionEnd, separator = dsCallsBegin, dsCallsEnd, "\n"
+	case formDeepSeekV31:
+		sectionBegin, sectionEnd = dsCallsBegin, dsCallsEnd
+	case formKimiK2:
+		sectionBegin, sectionEnd = kimiSectionBegin, kimiSectionEnd
+	}
 	for i, t := range tools {
 		name := string(marshalPlain(t.Function.Name))
+		args := obj{"type": "json_schema", "json_schema": toolParams(t)}
 		switch form {
+		case formDeepSeekV3:
+			tags = append(tags, obj{"type": "tag",
+				"begin": dsCallBegin + "function" + dsSep + t.Function.Name + "\n```json\n", "content": args, "end": "\n```" + dsCallEnd})
+		case formDeepSeekV31:
+			tags = append(tags, obj{"type": "tag", "begin": dsCallBegin + t.Function.Name + dsSep, "content": args, "end": dsCallEnd})
+		case formKimiK2:
+			// The arguments on one line: kimi_k2 reads them only so.
+			expr, err := constraint.SchemaRegex(toolParams(t), constraint.SchemaOptions{SingleLine: true})
+			if err != nil {
+				return nil, badRequest(fmt.Sprintf("tools[%d].function.parameters", i), "tools[%d].function.parameters: %v", i, err)
+			}
+			tags = append(tags, obj{"type": "tag", "begin": kimiCallBegin + "functions." + t.Function.Name + ":",
+				"content": obj{"type": "sequence", "elements": []any{obj{"type": "regex", "pattern": "[0-9]+"},
+					obj{"type": "const_string", "value": kimiArgBegin}, obj{"type": "regex", "pattern": expr}}},
+				"end": kimiCallEnd})
 		case formJSONTag:
 			tags = append(tags, obj{"type": "tag",
 				"begin":   "<tool_call>\n{\"name\": " + name + ", \"arguments\": ",
@@ -192,9 +233,17 @@ func toolCallFormat(tools []toolDef, form toolForm, parallel bool) ([]byte, erro
 				"end":     "</function>\n</tool_call>"})
 		}
 	}
-	return marshalPlain(obj{"type": "structural_tag", "format": obj{
-		"type": "tags_with_separator", "separator": "\n", "tags": tags,
-		"at_least_one": true, "stop_after_first": !parallel}}), nil
+	calls := obj{"type": "tags_with_separator", "separator": "\n", "tags": tags,
+		"at_least_one": true, "stop_after_first": !parallel}
+	if sectionBegin == "" {
+		return marshalPlain(obj{"type": "structural_tag", "format": calls}), nil
+	}
+	// The section's end marker may be left out: the parser reads the calls
+	// without it, and the sequence may end after the last call.
+	calls["separator"] = separator
+	end := obj{"type": "or", "elements": []any{obj{"type": "const_string", "value": sectionEnd}, obj{"type": "const_string", "value": ""}}}
+	return marshalPlain(obj{"type": "structural_tag", "format": obj{"type": "sequence", "elements": []any{
+		obj{"type": "const_string", "value": sectionBegin}, calls, end}}}), nil
 }
 
 // xmlParams is the content of a qwen3_coder call: each property of the

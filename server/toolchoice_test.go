@@ -143,12 +143,15 @@ func chatChoices(t *testing.T, ts *testServer, body map[string]any) []gotChoice 
 // text (TEXT) or answers at random.
 func TestToolChoiceForced(t *testing.T) {
 	schemas := toolSchemas(t)
-	for _, parser := range []string{"qwen25", "qwen3_coder", "none"} {
+	for _, parser := range []string{"qwen25", "qwen3_coder", "none", "deepseekv3", "deepseekv31", "kimi_k2"} {
 		script := scripted(map[string]string{
 			"CALL": map[string]string{
 				"qwen25":      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n</tool_call>",
 				"qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
 				"none":        `[{"name": "get_weather", "parameters": {"city": "Rome", "days": 3}}]`,
+				"deepseekv3":  "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Rome\", \"days\": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+				"deepseekv31": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Rome\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+				"kimi_k2":     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Rome\", \"days\": 3}<|tool_call_end|><|tool_calls_section_end|>",
 			}[parser],
 			"TEXT": "I would rather not call a tool.",
 		})

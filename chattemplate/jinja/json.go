@@ -150,6 +150,20 @@ func FromGo(v any) (Value, error) {
 	return nil, fmt.Errorf("cannot use %T as a template value", v)
 }
 
+// PythonJSON decodes JSON text as Python's json.loads does and encodes it
+// again as json.dumps(value, ensure_ascii=ensureASCII) does: keys in their
+// order, ", " and ": " between items, numbers as Python prints them. Empty
+// reports a value Python treats as false (an empty object, array or string,
+// zero, false or null).
+func PythonJSON(data []byte, ensureASCII bool) (out string, empty bool, err error) {
+	v, err := FromJSON(data)
+	if err != nil {
+		return "", false, err
+	}
+	out, err = toJSON(v, jsonOptions{ensureASCII: ensureASCII, itemSep: ", ", keySep: ": "})
+	return out, !truth(v), err
+}
+
 // jsonOptions are the arguments of Python's json.dumps that tojson takes.
 type jsonOptions struct {
 	ensureASCII bool

@@ -7,6 +7,28 @@ import (
 	"unicode"
 )
 
+// mutatingMethod reports whether name is a method that mutates obj, a list
+// or dict: the immutable sandbox refuses to hand these out (Jinja2's
+// modifies_known_mutable), even when a dict has an item of that name.
+func mutatingMethod(obj Value, name string) bool {
+	switch o := obj.(type) {
+	case *List:
+		if o.Tuple {
+			return false
+		}
+		switch name {
+		case "append", "clear", "pop", "reverse", "insert", "sort", "extend", "remove":
+			return true
+		}
+	case *Dict:
+		switch name {
+		case "clear", "pop", "popitem", "setdefault", "update":
+			return true
+		}
+	}
+	return false
+}
+
 // method returns the bound method name of obj (Python's str, dict and
 // list methods that do not mutate), or nil.
 func method(obj Value, name string) Value {

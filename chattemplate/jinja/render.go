@@ -883,6 +883,9 @@ func (r *renderer) evalCall(e *callExpr, s *scope, caller *macro) (Value, error)
 		}
 		return v, nil
 	case Undefined:
+		if f.Unsafe != "" {
+			return nil, r.errorf(e.line, "%s", f.Unsafe)
+		}
 		return nil, r.errorf(e.line, "'%s' is undefined", f.Name)
 	}
 	return nil, r.errorf(e.line, "'%s' object is not callable", typeName(fn))
@@ -904,6 +907,9 @@ func (r *renderer) getAttr(obj Value, name string, line int) (Value, error) {
 	}
 	if m := method(obj, name); m != nil {
 		return m, nil
+	}
+	if mutatingMethod(obj, name) {
+		return Undefined{Name: name, Unsafe: fmt.Sprintf("access to attribute '%s' of '%s' object is unsafe.", name, typeName(obj))}, nil
 	}
 	if d, ok := obj.(*Dict); ok {
 		if v, ok := d.Get(name); ok {

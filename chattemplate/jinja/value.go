@@ -24,7 +24,13 @@ type Value any
 // Undefined is the value of a missing variable, attribute or item. It
 // prints as nothing and is false; most other uses are errors, as in
 // Jinja's default Undefined.
-type Undefined struct{ Name string }
+type Undefined struct {
+	Name string
+	// Unsafe is set for a mutating method of a list or dict, which the
+	// sandbox hides: calling it fails with this message, as Jinja2's
+	// ImmutableSandboxedEnvironment raises SecurityError.
+	Unsafe string
+}
 
 // List is a Python list, or a tuple when Tuple is set.
 type List struct {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -340,22 +341,54 @@ func loadTextInput(cfg *serveconfig.Config, info model.Info, eos []int32, log *s
 }
 
 // outputParsers resolves --reasoning-parser and --tool-call-parser auto
-// from the chat template's source.
+// from the chat template's source: Kimi's (<|im_assistant|>) with a think
+// block is Kimi-K2-Thinking's (kimi_k2); DeepSeek's (<｜Assistant｜>) with a
+// think block is DeepSeek-V3.1's when it has the thinking switch
+// (deepseek-v3), else R1's (deepseek-r1); ◁think▷ is kimi; another <think>
+// is qwen3. Tool calls by their markers: Kimi-K2's section, DeepSeek's with
+// ```json arguments (deepseekv3) or bare ones (deepseekv31), Qwen's XML or
+// JSON.
 func outputParsers(cfg *serveconfig.Config, templateSource string) (reasoning, tools string) {
 	reasoning, tools = cfg.ReasoningParser, cfg.ToolCallParser
+	src := templateSource
+	think := strings.Contains(src, "<think>") || strings.Contains(src, "</think>")
 	if reasoning == "auto" {
-		reasoning = "none"
-		if strings.Contains(templateSource, "<think>") {
+		switch {
+		case strings.Contains(src, "<|im_assistant|>"):
+			reasoning = "none"
+			if think {
+				reasoning = "kimi_k2"
+			}
+		case strings.Contains(src, "<｜Assistant｜>"):
+			switch {
+			case !think:
+				reasoning = "none"
+			case thinkingSwitch.MatchString(src):
+				reasoning = "deepseek-v3"
+			default:
+				reasoning = "deepseek-r1"
+			}
+		case strings.Contains(src, "◁think▷"):
+			reasoning = "kimi"
+		case strings.Contains(src, "<think>"):
 			reasoning = "qwen3"
+		default:
+			reasoning = "none"
 		}
 	}
 	if tools == "auto" {
-		// Both formats are parsed either way; the name picks the format
+		// Both Qwen formats are parsed either way; the name picks the format
 		// that forced tool calls (tool_choice required) are written in.
 		switch {
-		case strings.Contains(templateSource, "<function="):
+		case strings.Contains(src, "<|tool_calls_section_begin|>"):
+			tools = "kimi_k2"
+		case strings.Contains(src, "<｜tool▁calls▁begin｜>") && strings.Contains(src, "```json"):
+			tools = "deepseekv3"
+		case strings.Contains(src, "<｜tool▁calls▁begin｜>"):
+			tools = "deepseekv31"
+		case strings.Contains(src, "<function="):
 			tools = "qwen3_coder"
-		case strings.Contains(templateSource, "<tool_call>"):
+		case strings.Contains(src, "<tool_call>"):
 			tools = "qwen25"
 		default:
 			tools = "none"
@@ -363,6 +396,10 @@ func outputParsers(cfg *serveconfig.Config, templateSource string) (reasoning, t
 	}
 	return reasoning, tools
 }
+
+// thinkingSwitch finds a template variable named thinking (DeepSeek-V3.1's
+// switch; not enable_thinking).
+var thinkingSwitch = regexp.MustCompile(`\bthinking\b`)
 
 // newServeEngine makes the scheduler with the flags' settings; its
 // watchdog exits the process.

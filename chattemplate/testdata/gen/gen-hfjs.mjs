@@ -15,11 +15,20 @@ const convs = Object.fromEntries(JSON.parse(fs.readFileSync(path.join(td, "conve
 const source = (name) => name.endsWith("tokenizer_config.json")
   ? JSON.parse(fs.readFileSync(path.join(td, name), "utf8")).chat_template
   : fs.readFileSync(path.join(td, name), "utf8");
+// The special tokens of the model each template belongs to, as gen_golden.py's special_tokens.
+const special = (name) => {
+  const base = name.split("/").pop().toLowerCase();
+  if (base.startsWith("deepseek") || name.startsWith("deepseek")) {
+    return { bos_token: "<｜begin▁of▁sentence｜>", eos_token: "<｜end▁of▁sentence｜>", pad_token: "<｜end▁of▁sentence｜>" };
+  }
+  if (base.includes("kimi")) return { bos_token: "[BOS]", eos_token: "[EOS]", pad_token: "[PAD]", unk_token: "[UNK]" };
+  return { eos_token: "<|im_end|>", pad_token: "<|endoftext|>" };
+};
 const compiled = {};
 const out = golden.map((c) => {
   compiled[c.template] ??= new Template(source(c.template));
   const conv = convs[c.conversation];
-  const ctx = { eos_token: "<|im_end|>", pad_token: "<|endoftext|>", messages: conv.messages, tools: conv.tools ?? null,
+  const ctx = { ...special(c.template), messages: conv.messages, tools: conv.tools ?? null,
     documents: null, add_generation_prompt: c.add_generation_prompt, ...c.chat_template_kwargs };
   const e = { template: c.template, conversation: c.conversation, add_generation_prompt: c.add_generation_prompt, chat_template_kwargs: c.chat_template_kwargs };
   try { e.output = compiled[c.template].render(ctx); } catch (err) { e.error = String(err.message ?? err); }

@@ -4,7 +4,8 @@ Hugging Face transformers' apply_chat_template does it
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with the
 loopcontrols extension, a tojson filter that is json.dumps(ensure_ascii=False),
 and raise_exception/strftime_now globals. The render context is
-messages, tools, add_generation_prompt, the tokenizer's special tokens and the
+messages, tools, add_generation_prompt, the tokenizer's special tokens (those of
+the model the template belongs to: special_tokens below) and the
 chat_template_kwargs.
 
     python3 gen_golden.py     # from chattemplate/testdata/gen; needs jinja2>=3.1
@@ -53,10 +54,28 @@ def compile_template(src):
     return env.from_string(src)
 
 
+# The special tokens each model's tokenizer_config.json sets (None ones are
+# left out, as in transformers' special_tokens_map), by template name prefix.
+QWEN = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+DEEPSEEK = {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>",
+            "pad_token": "<｜end▁of▁sentence｜>"}
+KIMI = {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]"}
+
+
+def special_tokens(name):
+    base = name.split("/")[-1].lower()
+    if base.startswith("deepseek") or name.startswith("deepseek"):
+        return DEEPSEEK
+    if "kimi" in base:
+        return KIMI
+    return QWEN
+
+
 def templates():
     out = {}
-    cfg = json.load(open(os.path.join(TD, "qwen3", "tokenizer_config.json"), encoding="utf-8"))
-    out["qwen3/tokenizer_config.json"] = cfg["chat_template"]
+    for cfg_dir in ("qwen3", "deepseek-v3"):
+        cfg = json.load(open(os.path.join(TD, cfg_dir, "tokenizer_config.json"), encoding="utf-8"))
+        out[cfg_dir + "/tokenizer_config.json"] = cfg["chat_template"]
     for name in sorted(os.listdir(os.path.join(TD, "templates"))):
         if name.endswith(".jinja"):
             with open(os.path.join(TD, "templates", name), encoding="utf-8", newline="") as f:
@@ -66,15 +85,17 @@ def templates():
 
 def main():
     convs = json.load(open(os.path.join(TD, "conversations.json"), encoding="utf-8"))["conversations"]
-    # The special tokens of the Qwen3 tokenizer_config.json (None ones are left out,
-    # as in transformers' special_tokens_map).
-    special = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    # enable_thinking switches Qwen3's templates and the llama.cpp form of
+    # DeepSeek-V3.1's; thinking switches DeepSeek-V3.1's and takes precedence there.
+    kwargs_list = ({}, {"enable_thinking": False}, {"enable_thinking": True}, {"thinking": True},
+                   {"thinking": False, "enable_thinking": True})
     cases = []
     for tname, src in templates().items():
         tmpl = compile_template(src)
+        special = special_tokens(tname)
         for conv in convs:
             for agp in (False, True):
-                for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+                for kwargs in kwargs_list:
                     ctx = dict(special)
                     ctx.update(messages=conv["messages"], tools=conv.get("tools"), documents=None,
                                add_generation_prompt=agp)
