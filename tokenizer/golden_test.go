@@ -32,7 +32,7 @@ var (
 			return nil, err
 		}
 		t := *base
-		t.split, t.cache = sp, newWordCache()
+		t.splits, t.cache = []splitRule{sp}, newWordCache()
 		return &t, nil
 	})
 )
@@ -45,8 +45,9 @@ func TestParseQwen35Pattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tok.split.marksAreLetters != (p == qwen35Pattern) {
-			t.Errorf("pattern %q: marksAreLetters = %v", p, tok.split.marksAreLetters)
+		sp, ok := tok.splits[0].(*splitter)
+		if len(tok.splits) != 1 || !ok || sp.marksAreLetters != (p == qwen35Pattern) {
+			t.Errorf("pattern %q: splits = %#v", p, tok.splits)
 		}
 	}
 	// In Qwen3.5 a mark after a letter stays in the word; in Qwen3 it

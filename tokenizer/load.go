@@ -74,10 +74,10 @@ func LoadFile(path string) (*Tokenizer, error) {
 }
 
 // Parse builds a tokenizer from the contents of a tokenizer.json file.
-// It supports byte-level BPE as Qwen models use it and reports anything
-// else (another model type, normalizer, split regex or decoder) as an error
-// that names the field, rather than tokenizing differently from Hugging
-// Face.
+// It supports byte-level BPE as Qwen and DeepSeek models use it and
+// reports anything else (another model type, normalizer, split regex or
+// decoder) as an error that names the field, rather than tokenizing
+// differently from Hugging Face.
 func Parse(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
@@ -255,9 +255,12 @@ type byteLevelJSON struct {
 	UseRegex       *bool `json:"use_regex"`
 }
 
+// parsePreTokenizer accepts a Sequence of one or more Split rules with
+// known patterns (behavior Isolated, invert false) followed by ByteLevel
+// without its own regex or prefix space.
 func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
 	if isNull(raw) {
-		return errors.New("missing (want Split with a Qwen regex, then ByteLevel)")
+		return errors.New("missing (want a Sequence of Split with known regexes, then ByteLevel)")
 	}
 	var seq struct {
 		typed
@@ -266,9 +269,36 @@ func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &seq); err != nil {
 		return err
 	}
-	if seq.Type != "Sequence" || len(seq.Pretokenizers) != 2 {
+	if seq.Type != "Sequence" {
 		return fmt.Errorf("type %q is not supported (want a Sequence of Split and ByteLevel)", seq.Type)
 	}
+	n := len(seq.Pretokenizers)
+	if n < 2 {
+		return fmt.Errorf("pretokenizers: %d entries (want one or more Split, then ByteLevel)", n)
+	}
+	t.splits = make([]splitRule, 0, n-1)
+	for i, sub := range seq.Pretokenizers[:n-1] {
+		sp, err := parseSplit(sub)
+		if err != nil {
+			return fmt.Errorf("pretokenizers[%d]: %w", i, err)
+		}
+		t.splits = append(t.splits, sp)
+	}
+	var bl byteLevelJSON
+	if err := json.Unmarshal(seq.Pretokenizers[n-1], &bl); err != nil {
+		return fmt.Errorf("pretokenizers[%d]: %w", n-1, err)
+	}
+	if bl.Type != "ByteLevel" {
+		return fmt.Errorf("pretokenizers[%d]: type %q is not supported (want ByteLevel last)", n-1, bl.Type)
+	}
+	if bl.AddPrefixSpace || bl.UseRegex == nil || *bl.UseRegex {
+		return fmt.Errorf("pretokenizers[%d]: ByteLevel with add_prefix_space or use_regex is not supported", n-1)
+	}
+	return nil
+}
+
+// parseSplit reads one Split pre-tokenizer.
+func parseSplit(raw json.RawMessage) (splitRule, error) {
 	var split struct {
 		typed
 		Pattern struct {
@@ -278,34 +308,19 @@ func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
 		Behavior string `json:"behavior"`
 		Invert   bool   `json:"invert"`
 	}
-	if err := json.Unmarshal(seq.Pretokenizers[0], &split); err != nil {
-		return fmt.Errorf("pretokenizers[0]: %w", err)
+	if err := json.Unmarshal(raw, &split); err != nil {
+		return nil, err
 	}
 	if split.Type != "Split" {
-		return fmt.Errorf("pretokenizers[0]: type %q is not supported (want Split)", split.Type)
+		return nil, fmt.Errorf("type %q is not supported (want Split; ByteLevel only last)", split.Type)
 	}
 	if split.Pattern.Regex == nil {
-		return errors.New("pretokenizers[0]: pattern: want a Regex")
+		return nil, errors.New("pattern: want a Regex")
 	}
 	if split.Behavior != "Isolated" || split.Invert {
-		return fmt.Errorf("pretokenizers[0]: behavior %q, invert %v is not supported (want Isolated, false)", split.Behavior, split.Invert)
+		return nil, fmt.Errorf("behavior %q, invert %v is not supported (want Isolated, false)", split.Behavior, split.Invert)
 	}
-	sp, err := newSplitter(*split.Pattern.Regex)
-	if err != nil {
-		return fmt.Errorf("pretokenizers[0]: %w", err)
-	}
-	t.split = sp
-	var bl byteLevelJSON
-	if err := json.Unmarshal(seq.Pretokenizers[1], &bl); err != nil {
-		return fmt.Errorf("pretokenizers[1]: %w", err)
-	}
-	if bl.Type != "ByteLevel" {
-		return fmt.Errorf("pretokenizers[1]: type %q is not supported (want ByteLevel)", bl.Type)
-	}
-	if bl.AddPrefixSpace || bl.UseRegex == nil || *bl.UseRegex {
-		return errors.New("pretokenizers[1]: ByteLevel with add_prefix_space or use_regex is not supported")
-	}
-	return nil
+	return newSplitter(*split.Pattern.Regex)
 }
 
 func checkDecoder(raw json.RawMessage) error {

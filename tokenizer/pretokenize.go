@@ -69,6 +69,17 @@ var (
 	qwen35Table = sync.OnceValue(func() *bmpTable { return buildTable(true) })
 )
 
+// splitRule is one Split pre-tokenizer with behavior "Isolated" and
+// invert false: the text is cut at the pattern's matches (leftmost-first,
+// as Oniguruma finds them), and every match and every run of text between
+// two matches becomes a piece of its own.
+type splitRule interface {
+	// next returns the end of the piece of s that starts at s[i]
+	// (i < len(s)). s is the whole piece the rule splits: a pattern's
+	// lookahead and runs end at its end.
+	next(s string, i int) int
+}
+
 // splitter is a hand-written scanner equivalent to one of the split
 // patterns above under Oniguruma's leftmost-first, backtracking semantics,
 // as Hugging Face tokenizers runs it with behavior "Isolated". It covers
@@ -81,14 +92,20 @@ type splitter struct {
 
 // newSplitter returns the scanner for a known pattern, or an error naming
 // the pattern.
-func newSplitter(pattern string) (*splitter, error) {
+func newSplitter(pattern string) (splitRule, error) {
 	switch pattern {
 	case qwen2Pattern:
 		return &splitter{marksAreLetters: false, table: qwen2Table()}, nil
 	case qwen35Pattern:
 		return &splitter{marksAreLetters: true, table: qwen35Table()}, nil
+	case deepseekDigitsPattern:
+		return digitSplitter{}, nil
+	case deepseekCJKPattern:
+		return cjkSplitter{}, nil
+	case deepseekWordPattern:
+		return &deepseekSplitter{table: deepseekTable()}, nil
 	}
-	return nil, fmt.Errorf("unsupported split regex %q (supported: the Qwen2/Qwen3 and Qwen3.5 patterns)", pattern)
+	return nil, fmt.Errorf("unsupported split regex %q (supported: the Qwen2/Qwen3, Qwen3.5 and DeepSeek-V3 patterns)", pattern)
 }
 
 // at decodes the rune at s[i] and returns it with its width and class.

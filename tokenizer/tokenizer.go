@@ -1,11 +1,13 @@
 // Package tokenizer encodes and decodes text with a Hugging Face
-// tokenizer.json of the byte-level BPE kind Qwen models use (Qwen2 to
-// Qwen3.5), giving the same ids as Hugging Face's tokenizers library.
+// tokenizer.json of the byte-level BPE kind Qwen (Qwen2 to Qwen3.5) and
+// DeepSeek (V3, R1) models use, giving the same ids as Hugging Face's
+// tokenizers library.
 //
 // Encoding runs the same pipeline: added and special tokens are matched
-// first (leftmost-longest), the rest is NFC-normalized, split by the
-// model's regex (a hand-written scanner equivalent to the Oniguruma
-// pattern, lookahead included), mapped to bytes and merged by rank.
+// first (leftmost-longest), the rest is NFC-normalized if the file says
+// so, split by the model's regexes in turn (hand-written scanners
+// equivalent to the Oniguruma patterns, lookahead included), mapped to
+// bytes and merged by rank.
 // Decoding maps ids back to bytes; StreamDecoder does it incrementally for
 // streaming without ever splitting a UTF-8 character.
 //
@@ -23,8 +25,10 @@ import (
 type Tokenizer struct {
 	bl    *byteLevel
 	model bpe
-	split *splitter
-	nfc   bool
+	// splits are the pre-tokenizer's Split rules in order, each applied
+	// to the pieces the one before left.
+	splits []splitRule
+	nfc    bool
 
 	added     []AddedToken
 	addedIDs  map[string]int32 // content -> id
@@ -101,9 +105,19 @@ func (t *Tokenizer) encodeNormalized(dst []int32, s string, skipSpecial bool) []
 
 // encodeText pre-tokenizes s and runs BPE on each piece.
 func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
+	return t.encodeSplit(dst, s, 0)
+}
+
+// encodeSplit splits s by rule k and the pieces by the rules after it,
+// then runs BPE on each final piece.
+func (t *Tokenizer) encodeSplit(dst []int32, s string, k int) []int32 {
+	if k == len(t.splits) {
+		return t.encodeWord(dst, s)
+	}
+	sp := t.splits[k]
 	for i := 0; i < len(s); {
-		j := t.split.next(s, i)
-		dst = t.encodeWord(dst, s[i:j])
+		j := sp.next(s, i)
+		dst = t.encodeSplit(dst, s[i:j], k+1)
 		i = j
 	}
 	return dst
