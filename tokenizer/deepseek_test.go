@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -387,6 +388,28 @@ func referenceDeepseekPieces(s string) []string {
 func TestReferenceWordAlternatives(t *testing.T) {
 	if got := strings.Join(refWordAlts, "|"); got != deepseekWordPattern {
 		t.Fatalf("reference alternatives join to %q, want %q", got, deepseekWordPattern)
+	}
+}
+
+// TestDeepseekMatchesReference compares the scanners with the regexp
+// reference on seeded random strings over characters of every class the
+// patterns tell apart.
+func TestDeepseekMatchesReference(t *testing.T) {
+	atoms := []string{"a", "Z", "é", "ω", "한", "ि", "\u0301", "中", "龥", "\u9fa6", "ぁ", "゠", "ー", "・", "゛", "〇",
+		"0", "7", "٣", "½", "²", "Ⅻ", " ", "  ", "\t", "\n", "\r", "\u00a0", "\u3000", "\u0085", "\u000b",
+		".", "'", "-", "_", "(", "|", "\\", "`", "~", "…", "。", "€", "©", "\x00", "\u200d", "\ufeff", "\ue000",
+		"🤖", "\U0001F3FD", "\U00010400", "\U0001D7D8", "\U00020000"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rules := deepseek(t).splits
+	for range 3000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(24) {
+			b.WriteString(atoms[rng.IntN(len(atoms))])
+		}
+		s := b.String()
+		if got, want := pieces(rules, s), referenceDeepseekPieces(s); !slices.Equal(got, want) {
+			t.Fatalf("pieces of %q\n got %q\nwant %q", s, got, want)
+		}
 	}
 }
 
