@@ -38,18 +38,9 @@ func TestReasoningSplitter(t *testing.T) {
 		{"<|im_start|>assistant\n", "a < b and </think> stays", "", "a < b and </think> stays"},
 	} {
 		for _, parts := range chunkings(tc.out) {
-			r := newReasoningSplitter(reasoningFormatFor("qwen3", tc.prompt, nil))
-			var rs, cs strings.Builder
-			for _, p := range parts {
-				a, b := r.feed(p, false)
-				rs.WriteString(a)
-				cs.WriteString(b)
-			}
-			a, b := r.feed("", true)
-			rs.WriteString(a)
-			cs.WriteString(b)
-			if rs.String() != tc.reasoning || cs.String() != tc.content {
-				t.Errorf("%q in %d parts: reasoning %q content %q, want %q %q", tc.out, len(parts), rs.String(), cs.String(), tc.reasoning, tc.content)
+			rs, cs := splitReasoning(reasoningFormatFor("qwen3", tc.prompt, nil), parts)
+			if rs != tc.reasoning || cs != tc.content {
+				t.Errorf("%q in %d parts: reasoning %q content %q, want %q %q", tc.out, len(parts), rs, cs, tc.reasoning, tc.content)
 				break
 			}
 		}
@@ -148,4 +139,20 @@ func FuzzChatRequest(f *testing.F) {
 			t.Fatalf("%q: status %d %s", body, w.Code, w.Body.String())
 		}
 	})
+}
+
+// splitReasoning feeds parts, in order, to a reasoning splitter of format f
+// and returns the reasoning and the content it split them into.
+func splitReasoning(f *reasoningFormat, parts []string) (reasoning, content string) {
+	r := newReasoningSplitter(f)
+	var rs, cs strings.Builder
+	for _, p := range parts {
+		a, b := r.feed(p, false)
+		rs.WriteString(a)
+		cs.WriteString(b)
+	}
+	a, b := r.feed("", true)
+	rs.WriteString(a)
+	cs.WriteString(b)
+	return rs.String(), cs.String()
 }

@@ -161,18 +161,9 @@ func TestReasoningFormats(t *testing.T) {
 		{"qwen3", "<|im_start|>assistant\n<think>\n", nil, "need a tool\n<tool_call>\n{}\n</tool_call>", "need a tool\n", "<tool_call>\n{}\n</tool_call>"},
 	} {
 		for _, parts := range chunkings(tc.out) {
-			r := newReasoningSplitter(reasoningFormatFor(tc.parser, tc.prompt, tc.thinking))
-			var rs, cs strings.Builder
-			for _, p := range parts {
-				a, b := r.feed(p, false)
-				rs.WriteString(a)
-				cs.WriteString(b)
-			}
-			a, b := r.feed("", true)
-			rs.WriteString(a)
-			cs.WriteString(b)
-			if rs.String() != tc.reasoning || cs.String() != tc.content {
-				t.Errorf("%s %q in %d parts: reasoning %q content %q, want %q %q", tc.parser, tc.out, len(parts), rs.String(), cs.String(), tc.reasoning, tc.content)
+			rs, cs := splitReasoning(reasoningFormatFor(tc.parser, tc.prompt, tc.thinking), parts)
+			if rs != tc.reasoning || cs != tc.content {
+				t.Errorf("%s %q in %d parts: reasoning %q content %q, want %q %q", tc.parser, tc.out, len(parts), rs, cs, tc.reasoning, tc.content)
 				break
 			}
 		}
