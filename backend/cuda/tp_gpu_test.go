@@ -17,9 +17,12 @@ import (
 )
 
 // tpTol is the logprob tolerance of a tensor-parallel model against the
-// same model on one rank (the row-parallel products summed in another
-// order).
-const tpTol = 1e-4
+// same model on one rank on the GPU: the row-parallel products summed in
+// another order, the Gated DeltaNet kernels over other head subsets, and in
+// the hybrid step the CPU expert engine's bf16 rounding of activations
+// that differ in their last bits (worst measured on an H100: 2.7e-4; the
+// CPU backend's ranks stay within 1e-4).
+const tpTol = 1e-3
 
 // TestTensorParallelSameDevice runs fixtures over 2 or 4 ranks that share
 // one GPU (cuda.SameDeviceGroup through arch.LoadRanks: each rank its own
