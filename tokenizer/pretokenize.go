@@ -166,17 +166,27 @@ func (sp *splitter) next(s string, i int) int {
 		return j
 	}
 
-	// Only whitespace is left. Find the whitespace run, the end of its last
-	// newline and the start of its last character.
+	// Only whitespace is left.
+	return spaceMatchEnd(s, i)
+}
+
+// spaceMatchEnd is the end of the match of \s*[\r\n]+|\s+(?!\S)|\s+ (the
+// whitespace alternatives the Qwen and DeepSeek patterns share) at s[i], a
+// whitespace character: it finds the whitespace run, the end of its last
+// newline and the start of its last character.
+func spaceMatchEnd(s string, i int) int {
 	end, lastNL, last := i, -1, i
 	for end < len(s) {
-		_, n, k := sp.at(s, end)
-		if k != clsSpace && k != clsNewline {
+		r, n := rune(s[end]), 1
+		if r >= utf8.RuneSelf {
+			r, n = utf8.DecodeRuneInString(s[end:])
+		}
+		if !unicode.IsSpace(r) {
 			break
 		}
 		last = end
 		end += n
-		if k == clsNewline {
+		if r == '\r' || r == '\n' {
 			lastNL = end
 		}
 	}

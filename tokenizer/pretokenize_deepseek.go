@@ -230,27 +230,6 @@ func (sp *deepseekSplitter) match(s string, i int) int {
 	if k0 == dsOther {
 		return -1
 	}
-	// Only whitespace is left: \s*[\r\n]+|\s+(?!\S)|\s+ as in the Qwen
-	// patterns.
-	end, lastNL, last := i, -1, i
-	for end < len(s) {
-		n, k := sp.at(s, end)
-		if k != dsSpace && k != dsNewline {
-			break
-		}
-		last = end
-		end += n
-		if k == dsNewline {
-			lastNL = end
-		}
-	}
-	switch {
-	case lastNL >= 0:
-		return lastNL
-	case end == len(s):
-		return end
-	case last > i:
-		return last
-	}
-	return end
+	// Only whitespace is left.
+	return spaceMatchEnd(s, i)
 }
