@@ -34,6 +34,7 @@ type SameDeviceGroup struct {
 	// waiting in a GPU barrier (Abort).
 	count Buffer
 	abort *HostBuffer
+	stop  uint64 // abort's device address, m_tp_barrier's argument
 }
 
 var _ tp.Group = (*SameDeviceGroup)(nil)
@@ -66,11 +67,13 @@ func NewSameDeviceGroup(bes []*Backend) (*SameDeviceGroup, error) {
 	if g.count, err = d.Alloc(4*maxSameDeviceRanks, "tp barrier counters"); err != nil {
 		return nil, err
 	}
-	if g.abort, err = d.AllocHost(4096); err != nil {
-		d.Free(g.count)
-		return nil, err
+	if g.abort, err = d.AllocHost(4096); err == nil {
+		g.stop, err = g.abort.DevicePtr()
 	}
-	if err := g.zero(); err != nil {
+	if err == nil {
+		err = g.zero()
+	}
+	if err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -197,11 +200,7 @@ func (c *sameRank) enter(x, out backend.Tensor, n int, op string) bool {
 // gpuBarrier queues m_tp_barrier on the rank's stream.
 func (c *sameRank) gpuBarrier() error {
 	g := c.g
-	abort, err := g.abort.DevicePtr()
-	if err != nil {
-		return err
-	}
-	return c.b.d.launch(c.b.s, "m_tp_barrier", grid1(1), grid1(1), 0, g.count, abort, c.rank, c.Size(), uint64(sameDeviceTimeout))
+	return c.b.d.launch(c.b.s, "m_tp_barrier", grid1(1), grid1(1), 0, g.count, g.stop, c.rank, c.Size(), uint64(sameDeviceTimeout))
 }
 
 // args checks and keeps a collective's tensors: F32 cuda tensors with n
