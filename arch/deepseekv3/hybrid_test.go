@@ -75,8 +75,10 @@ func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]f
 // experts on the CPU expert engine, everything else on the GPU) with 0
 // and 3 routed experts per layer on the GPU, and compares every logprob
 // of a 40-token prompt (YaRN positions, several cache pages) and 6 greedy
-// decode steps with the model wholly on the CPU (routed experts on the
-// same engine). On the GPU the decode steps run as CUDA graphs: the first
+// decode steps with the model wholly on the CPU: the hybrid runs with the
+// CPU's run on the same engine, the GPU's with the CPU's run on the
+// backend's MoE op (in f32, as on the GPU; against the engine's bf16
+// activations a routing choice a hair apart may flip). On the GPU the decode steps run as CUDA graphs: the first
 // op by op, the second captured, the rest replayed (in pieces between the
 // MoE hand-offs in the hybrid step). It skips without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
@@ -121,6 +123,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 				return lps
 			}
 			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", placement.Request{})
+			cpuOp := run("cpu, reference op", false, "backend", "backend MoE op", placement.Request{})
 			gpuAll := run("gpu", true, "backend", "backend MoE op", placement.Request{})
 			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", placement.Request{})
 			moe := shape.Layers - shape.DenseLayers
@@ -138,9 +141,8 @@ func TestHybridMatchesCPU(t *testing.T) {
 				name      string
 				got, want [][]float64
 			}{
-				{"gpu vs cpu", gpuAll, cpuRef},
+				{"gpu vs cpu reference op", gpuAll, cpuOp},
 				{"hybrid vs cpu", hyb, cpuRef},
-				{"hybrid vs gpu", hyb, gpuAll},
 				{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
 			} {
 				worst := modeltest.WorstDiff(c.got, c.want)

@@ -18,11 +18,22 @@ import (
 
 // tpTol is the logprob tolerance of a tensor-parallel model against the
 // same model on one rank on the GPU: the row-parallel products summed in
-// another order, the Gated DeltaNet kernels over other head subsets, and in
-// the hybrid step the CPU expert engine's bf16 rounding of activations
-// that differ in their last bits (worst measured on an H100: 2.7e-4; the
-// CPU backend's ranks stay within 1e-4).
+// another order and the Gated DeltaNet kernels over other head subsets
+// (the CPU backend's ranks stay within 1e-4).
 const tpTol = 1e-3
+
+// The hybrid step's bars. The CPU expert engine rounds its input rows to
+// bf16, so the last-bit differences the all-reduce leaves in the residual
+// stream flip a few of those roundings by a whole bf16 step (2^-8): the
+// same expected change, concentrated on a few values, which moves single
+// logprobs by up to about 1e-2 on the trained model (rare tokens most)
+// while the mean over all rows stays small. A systematic error (a share
+// summed twice or lost, a rank reading another step's result) moves every
+// row and fails the mean.
+const (
+	tpHybridWorst = 2e-2
+	tpHybridMean  = 1e-3
+)
 
 // TestTensorParallelSameDevice runs fixtures over 2 or 4 ranks that share
 // one GPU (cuda.SameDeviceGroup through arch.LoadRanks: each rank its own
@@ -101,13 +112,18 @@ func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, rank
 		}
 	}
 	par := &runner{r: rr, pos: map[int]int{}}
-	worst := 0.0
+	hybrid := strings.Contains(arch.ExpertPath(one.r), "cpuexperts")
+	worstBar := tpTol
+	if hybrid {
+		worstBar = tpHybridWorst
+	}
+	worst, sum, rows := 0.0, 0.0, 0
 	check := func(what string, got, want []float32, tok int32) {
 		g, w := logSoftmax(got), logSoftmax(want)
 		d := math.Abs(g[tok] - w[tok])
-		worst = math.Max(worst, d)
-		if !(d <= tpTol) {
-			t.Fatalf("%s: token %d logprob %.7f over %d ranks, %.7f on one", what, tok, g[tok], ranks, w[tok])
+		worst, sum, rows = math.Max(worst, d), sum+d, rows+1
+		if !(d <= worstBar) {
+			t.Errorf("%s: token %d logprob %.7f over %d ranks, %.7f on one", what, tok, g[tok], ranks, w[tok])
 		}
 	}
 	for _, cs := range testfixtures.Load(t, fixture) {
@@ -127,7 +143,11 @@ func tensorParallelSameDevice(t *testing.T, d *cuda.Device, fixture string, rank
 			la, lb = one.forward(t, 0, []int32{ga}, false)[0], par.forward(t, 0, []int32{ga}, false)[0]
 		}
 	}
-	t.Logf("worst logprob difference to one rank %.3g", worst)
+	mean := sum / float64(max(rows, 1))
+	t.Logf("RESULT logprob difference to one rank: worst %.3g, mean %.3g over %d rows", worst, mean, rows)
+	if hybrid && !(mean <= tpHybridMean) {
+		t.Errorf("mean logprob difference %.3g over %d rows, more than %g", mean, rows, tpHybridMean)
+	}
 	checkRankGraphs(t, rr, ranks, !o.DisableCUDAGraph)
 }
 
