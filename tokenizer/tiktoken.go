@@ -287,7 +287,6 @@ func newTiktoken(ranks [][]byte, cfg *tiktokenConfig) (*Tokenizer, error) {
 	t.model.ignoreMerges = true
 	t.model.wordIDs = make(map[string]int32, n)
 	t.grow(n + kimiSpecialCount)
-	pairs := 0
 	for id, tok := range ranks {
 		s := t.bl.encode(tok)
 		t.vocab[s] = int32(id)
@@ -296,9 +295,12 @@ func newTiktoken(ranks [][]byte, cfg *tiktokenConfig) (*Tokenizer, error) {
 		if len(tok) == 1 {
 			t.model.byteIDs[tok[0]] = int32(id)
 		}
-		pairs += len(tok) - 1
 	}
-	t.model.merges = newMergeTable(pairs)
+	type pairMerge struct {
+		key uint64
+		merge
+	}
+	var merges []pairMerge
 	for id, tok := range ranks {
 		for k := 1; k < len(tok); k++ {
 			a, ok := t.model.wordIDs[string(tok[:k])]
@@ -306,9 +308,13 @@ func newTiktoken(ranks [][]byte, cfg *tiktokenConfig) (*Tokenizer, error) {
 				continue
 			}
 			if b, ok := t.model.wordIDs[string(tok[k:])]; ok {
-				t.model.merges.put(pairKey(a, b), merge{rank: int32(id), id: int32(id)})
+				merges = append(merges, pairMerge{pairKey(a, b), merge{rank: int32(id), id: int32(id)}})
 			}
 		}
+	}
+	t.model.merges = newMergeTable(len(merges))
+	for _, m := range merges {
+		t.model.merges.put(m.key, m.merge)
 	}
 	t.splits = []splitRule{newKimiSplitter()}
 
