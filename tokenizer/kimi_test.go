@@ -704,7 +704,7 @@ func TestLoadTiktoken(t *testing.T) {
 			t.Errorf("%s: err = %v, want it to contain %q", c.name, err, c.want)
 		}
 	}
-	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "neither tokenizer.json nor tiktoken.model") {
+	if _, err := Load(t.TempDir()); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "neither tokenizer.json nor tiktoken.model") {
 		t.Errorf("empty dir: err = %v", err)
 	}
 	if f := FileIn(t.TempDir()); f != "" {

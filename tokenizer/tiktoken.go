@@ -57,7 +57,7 @@ func Load(dir string) (*Tokenizer, error) {
 		if _, err := os.Stat(filepath.Join(dir, TiktokenFile)); err == nil {
 			return LoadTiktoken(dir)
 		}
-		return nil, fmt.Errorf("tokenizer: %s has neither tokenizer.json nor %s", dir, TiktokenFile)
+		return nil, fmt.Errorf("tokenizer: %s has neither tokenizer.json nor %s: %w", dir, TiktokenFile, fs.ErrNotExist)
 	}
 	return LoadFile(path)
 }
