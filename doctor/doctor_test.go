@@ -150,6 +150,30 @@ func TestModelChecks(t *testing.T) {
 			t.Errorf("tokenizer: %s", r.Status)
 		}
 	})
+	t.Run("tokenizer files", func(t *testing.T) {
+		for _, c := range []struct {
+			name   string
+			files  []string
+			status Status
+			detail string
+		}{
+			{"tokenizer.json", []string{"tokenizer.json", "tokenizer_config.json"}, Pass, "tokenizer.json and tokenizer_config.json present"},
+			{"tiktoken", []string{"tiktoken.model", "tokenizer_config.json"}, Pass, "tiktoken.model and tokenizer_config.json present"},
+			{"no config", []string{"tiktoken.model"}, Warn, "missing tokenizer_config.json"},
+			{"none", nil, Warn, "missing tokenizer.json (or Kimi-K2's tiktoken.model), tokenizer_config.json"},
+		} {
+			dir := t.TempDir()
+			for _, f := range c.files {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte("{}"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rs := checkTokenizer(&Env{ModelPath: dir})
+			if len(rs) != 1 || rs[0].Status != c.status || rs[0].Detail != c.detail {
+				t.Errorf("%s: %+v, want %s %q", c.name, rs, c.status, c.detail)
+			}
+		}
+	})
 	t.Run("does not fit", func(t *testing.T) {
 		env := &Env{Sys: machine(avx512VNNI, "[always]", 0), ModelPath: filepath.Join(fixtures, "qwen3moe-a")}
 		env.Sys.Memory.Available = 100 << 10 // 100 KiB: less than the fixture's 288 KiB of experts

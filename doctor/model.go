@@ -12,6 +12,7 @@ import (
 	"github.com/ktserve/kt/modelconfig"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/sysinfo"
+	"github.com/ktserve/kt/tokenizer"
 )
 
 // modelState is the model directory, loaded once for all model checks.
@@ -130,13 +131,15 @@ func checkTokenizer(env *Env) []Result {
 	}
 	r := modelResult("model.tokenizer")
 	var missing []string
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		if _, err := os.Stat(filepath.Join(env.ModelPath, f)); errors.Is(err, fs.ErrNotExist) {
-			missing = append(missing, f)
-		}
+	file := tokenizer.FileIn(env.ModelPath)
+	if file == "" {
+		missing = append(missing, "tokenizer.json (or Kimi-K2's "+tokenizer.TiktokenFile+")")
+	}
+	if _, err := os.Stat(filepath.Join(env.ModelPath, "tokenizer_config.json")); errors.Is(err, fs.ErrNotExist) {
+		missing = append(missing, "tokenizer_config.json")
 	}
 	if len(missing) == 0 {
-		r.Status, r.Detail = Pass, "tokenizer.json and tokenizer_config.json present"
+		r.Status, r.Detail = Pass, file+" and tokenizer_config.json present"
 	} else {
 		r.Status, r.Detail = Warn, "missing "+strings.Join(missing, ", ")
 		r.Hint = "text requests need the tokenizer files of the model's release (--tokenizer-path can point elsewhere); token-id requests work without"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -45,11 +44,6 @@ type modelJSON struct {
 // typed is the "type" field every component object carries.
 type typed struct {
 	Type string `json:"type"`
-}
-
-// Load reads DIR/tokenizer.json.
-func Load(dir string) (*Tokenizer, error) {
-	return LoadFile(filepath.Join(dir, "tokenizer.json"))
 }
 
 // LoadFile reads a tokenizer.json file.

@@ -1,13 +1,15 @@
 // Package tokenizer encodes and decodes text with a Hugging Face
 // tokenizer.json of the byte-level BPE kind Qwen (Qwen2 to Qwen3.5) and
 // DeepSeek (V3, R1) models use, giving the same ids as Hugging Face's
-// tokenizers library.
+// tokenizers library, and Kimi-K2's tiktoken.model (its
+// tokenization_kimi.py class), giving the same ids as tiktoken.
 //
 // Encoding runs the same pipeline: added and special tokens are matched
 // first (leftmost-longest), the rest is NFC-normalized if the file says
 // so, split by the model's regexes in turn (hand-written scanners
 // equivalent to the Oniguruma patterns, lookahead included), mapped to
-// bytes and merged by rank.
+// bytes and merged by rank. A tiktoken vocabulary is loaded into the same
+// form: its ranks become merge rules, and its special tokens added tokens.
 // Decoding maps ids back to bytes; StreamDecoder does it incrementally for
 // streaming without ever splitting a UTF-8 character.
 //
@@ -21,7 +23,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Tokenizer is a loaded tokenizer.json.
+// Tokenizer is a loaded tokenizer.json or tiktoken.model.
 type Tokenizer struct {
 	bl    *byteLevel
 	model bpe
@@ -29,6 +31,9 @@ type Tokenizer struct {
 	// to the pieces the one before left.
 	splits []splitRule
 	nfc    bool
+	// tiktoken marks a tokenizer loaded from tiktoken.model: encoding
+	// follows tokenization_kimi.py (see encodeTiktoken).
+	tiktoken bool
 
 	added     []AddedToken
 	addedIDs  map[string]int32 // content -> id
@@ -48,13 +53,16 @@ type Tokenizer struct {
 // encode(text, add_special_tokens=False) does: added tokens in the text,
 // special ones included, become their ids. Invalid UTF-8 is first replaced
 // by U+FFFD (maximal subparts), as any Hugging Face caller would see it.
+// A tiktoken tokenizer encodes as tokenization_kimi.py's encode(text).
 func (t *Tokenizer) Encode(text string) []int32 {
 	return t.encode(nil, text, false)
 }
 
 // EncodeOrdinary is Encode with special tokens treated as plain text
 // (Hugging Face's split_special_tokens=True), for untrusted text that must
-// not inject control tokens. Non-special added tokens still match.
+// not inject control tokens. Non-special added tokens still match, except
+// in a tiktoken tokenizer, where no added token does (Kimi-K2's
+// encode(allow_special_tokens=False)).
 func (t *Tokenizer) EncodeOrdinary(text string) []int32 {
 	return t.encode(nil, text, true)
 }
@@ -66,6 +74,9 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
 
 func (t *Tokenizer) encode(dst []int32, text string, skipSpecial bool) []int32 {
 	text = validString(text)
+	if t.tiktoken {
+		return t.encodeTiktoken(dst, text, skipSpecial)
+	}
 	if t.rawAdded == nil {
 		return t.encodeNormalized(dst, text, skipSpecial)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,7 +52,7 @@ func init() {
 			o := &routingOpts
 			f.StringVar(&o.data, "data", "", "routing: UTF-8 text whose routing is measured")
 			f.StringVar(&o.calib, "calib", "", "routing: a different text whose counts place the frequency strategy's GPU experts (without it, frequency is skipped)")
-			f.StringVar(&o.tokenizerPath, "tokenizer-path", "", "routing: directory with tokenizer.json (default: --model-path)")
+			f.StringVar(&o.tokenizerPath, "tokenizer-path", "", "routing: directory with tokenizer.json or tiktoken.model (default: --model-path)")
 			f.IntVar(&o.ctx, "ctx", 512, "routing: window in tokens; windows do not overlap")
 			f.IntVar(&o.threads, "threads", 0, "routing: CPU threads (0 = all cores)")
 			registerTP(f, &o.tpSize, "routing: CPU ranks the model is split over (tensor parallelism; the routing is the same)")
@@ -153,7 +152,7 @@ func runRoutingBench(dir string, o routingBenchOpts, log io.Writer) (*routingRes
 	}
 	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
-		return nil, fmt.Errorf("the model's tokenizer (%s; or give --tokenizer-path): %w", filepath.Join(tokDir, "tokenizer.json"), err)
+		return nil, fmt.Errorf("the model's tokenizer (%s; or give --tokenizer-path): %w", tokDir, err)
 	}
 	ids, err := encodeFile(tok, o.data, "--data")
 	if err != nil {

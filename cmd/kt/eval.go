@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,7 +75,7 @@ func runEval(cmd *cobra.Command, f *evalFlags) error {
 	tokDir := f.tokenizerDir()
 	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
-		return fmt.Errorf("eval: the model's tokenizer (%s; or give --tokenizer-path): %w", filepath.Join(tokDir, "tokenizer.json"), err)
+		return fmt.Errorf("eval: the model's tokenizer (%s; or give --tokenizer-path): %w", tokDir, err)
 	}
 	t0 := time.Now()
 	ids := tok.Encode(string(text))

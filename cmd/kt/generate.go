@@ -142,14 +142,15 @@ func (f *generateFlags) validate(cmd *cobra.Command) (arch.Options, error) {
 func (f *generateFlags) promptIDs() ([]int32, *tokenizer.Tokenizer, error) {
 	var tok *tokenizer.Tokenizer
 	tokDir := f.tokenizerDir()
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err == nil {
+	if tokenizer.FileIn(tokDir) != "" {
+		var err error
 		if tok, err = tokenizer.Load(tokDir); err != nil {
 			return nil, nil, fmt.Errorf("generate: %w", err)
 		}
 	}
 	if f.prompt != "" {
 		if tok == nil {
-			return nil, nil, fmt.Errorf("generate: --prompt needs %s (or --tokenizer-path); use --input-ids", filepath.Join(tokDir, "tokenizer.json"))
+			return nil, nil, fmt.Errorf("generate: --prompt needs %s or %s (or --tokenizer-path); use --input-ids", filepath.Join(tokDir, "tokenizer.json"), tokenizer.TiktokenFile)
 		}
 		ids := tok.Encode(f.prompt)
 		if len(ids) == 0 {

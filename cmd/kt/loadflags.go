@@ -44,7 +44,7 @@ type loadFlags struct {
 // register defines the flags on fl.
 func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.modelPath, "model-path", "", "checkpoint directory (config.json + *.safetensors)")
-	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json (default: --model-path)")
+	fl.StringVar(&f.tokenizerPath, "tokenizer-path", "", "directory with tokenizer.json or tiktoken.model (default: --model-path)")
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0 = all cores)")
 	fl.StringVar(&f.experts, "experts", "auto", "routed experts on the CPU: auto (CPU expert engine when it fits), backend (reference op), or a method (BF16, AMXINT8, ...)")
 	fl.StringVar(&f.ktMethod, "kt-method", "", "CPU expert method, as kt serve's flag (same as --experts METHOD)")

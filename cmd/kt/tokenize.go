@@ -29,7 +29,8 @@ func newTokenizeCmd() *cobra.Command {
 		Use:   "tokenize [TEXT...]",
 		Short: "Encode text to token ids (or decode ids) with a model's tokenizer",
 		Long: `Encode text to token ids with DIR/tokenizer.json, as Hugging Face's
-encode(text, add_special_tokens=False) does. The text comes from the
+encode(text, add_special_tokens=False) does, or with Kimi-K2's
+DIR/tiktoken.model as its tokenization_kimi.py does. The text comes from the
 arguments (joined by spaces) or from stdin.
 
   --decode      read ids (space, comma or JSON array separated) and print the text

@@ -20,6 +20,9 @@ func TestTokenize(t *testing.T) {
 	}{
 		{"stdin", "你好，世界！", []string{"tokenize", "--tokenizer-path", dir}, "108386 3837 99489 6313\n"},
 		{"decode", "", []string{"tokenize", "--tokenizer-path", dir, "--decode", "[9707, 11, 151645]"}, "Hello,<|im_end|>\n"},
+		// Kimi-K2's tiktoken tokenizer (tokenizer/testdata/kimi-k2: its
+		// pattern and special tokens over 10,000 o200k_base ranks).
+		{"tiktoken", "Hello<|im_end|>", []string{"tokenize", "--tokenizer-path", filepath.Join(dir, "kimi-k2")}, "39 6053 10002\n"},
 		// The ids Hugging Face gives for this chat (shared/reference/test-assets.md §2).
 		{"chat", "", []string{"tokenize", "--tokenizer-path", dir, "--chat", conv}, "---\n151644 872 198 108386 11162 97 244 2915 1887 368 6257 151645 198 151644 77091 198 151667 271 151668 271\n"},
 	} {
