@@ -20,16 +20,7 @@ import (
 // The reduced DeepSeek-V3 tokenizer.json (see testdata/PROVENANCE.md):
 // the real pre_tokenizer, normalizer and decoder with a 6000-merge
 // vocabulary.
-var deepseekOnce = sync.OnceValues(func() (*Tokenizer, error) { return Load("testdata/deepseek-v3") })
-
-func deepseek(t testing.TB) *Tokenizer {
-	t.Helper()
-	tok, err := deepseekOnce()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+var deepseek = onceTokenizer("testdata/deepseek-v3")
 
 // pieces runs the split rules in turn, as encodeSplit does.
 func pieces(rules []splitRule, s string) []string {

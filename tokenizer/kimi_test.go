@@ -21,16 +21,7 @@ import (
 
 // The Kimi-K2 test tokenizer (see testdata/PROVENANCE.md): Kimi-K2's
 // pattern and special tokens over the first 10,000 ranks of o200k_base.
-var kimiOnce = sync.OnceValues(func() (*Tokenizer, error) { return Load("testdata/kimi-k2") })
-
-func kimi(t testing.TB) *Tokenizer {
-	t.Helper()
-	tok, err := kimiOnce()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+var kimi = onceTokenizer("testdata/kimi-k2")
 
 type kimiCase struct {
 	Name        string   `json:"name"`

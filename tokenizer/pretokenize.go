@@ -56,9 +56,15 @@ func classify(r rune, marksAreLetters bool) class {
 type bmpTable [0x10000]class
 
 func buildTable(marksAreLetters bool) *bmpTable {
-	t := new(bmpTable)
+	return (*bmpTable)(bmpClasses(func(r rune) class { return classify(r, marksAreLetters) }))
+}
+
+// bmpClasses tabulates a scanner's classification over the Basic
+// Multilingual Plane, the lookup its hot loop uses.
+func bmpClasses[C any](classify func(rune) C) *[0x10000]C {
+	t := new([0x10000]C)
 	for r := range t {
-		t[r] = classify(rune(r), marksAreLetters)
+		t[r] = classify(rune(r))
 	}
 	return t
 }

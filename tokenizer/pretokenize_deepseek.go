@@ -111,13 +111,7 @@ func classifyDeepseek(r rune) dsClass {
 
 // deepseekTable caches classifyDeepseek over the Basic Multilingual Plane;
 // it is built on first use and never written again.
-var deepseekTable = sync.OnceValue(func() *[0x10000]dsClass {
-	t := new([0x10000]dsClass)
-	for r := range t {
-		t[r] = classifyDeepseek(rune(r))
-	}
-	return t
-})
+var deepseekTable = sync.OnceValue(func() *[0x10000]dsClass { return bmpClasses(classifyDeepseek) })
 
 // deepseekSplitter is a hand-written scanner equivalent to
 // deepseekWordPattern under Oniguruma's leftmost-first, backtracking

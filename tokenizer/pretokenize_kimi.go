@@ -93,13 +93,7 @@ func classifyKimi(r rune) kimiClass {
 
 // kimiTable caches classifyKimi over the Basic Multilingual Plane; it is
 // built on first use and never written again.
-var kimiTable = sync.OnceValue(func() *[0x10000]kimiClass {
-	t := new([0x10000]kimiClass)
-	for r := range t {
-		t[r] = classifyKimi(rune(r))
-	}
-	return t
-})
+var kimiTable = sync.OnceValue(func() *[0x10000]kimiClass { return bmpClasses(classifyKimi) })
 
 // kimiSplitter is a hand-written scanner equivalent to kimiPattern under
 // the leftmost-first, backtracking semantics tiktoken's fancy-regex gives

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -394,5 +395,19 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		if _, ok := fastMerges([]byte(raw)); ok {
 			t.Errorf("fastMerges(%s) accepted", raw)
 		}
+	}
+}
+
+// onceTokenizer returns a getter of the tokenizer in dir, loaded on first
+// use and shared by the tests (a failed load fails each caller).
+func onceTokenizer(dir string) func(testing.TB) *Tokenizer {
+	load := sync.OnceValues(func() (*Tokenizer, error) { return Load(dir) })
+	return func(t testing.TB) *Tokenizer {
+		t.Helper()
+		tok, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
 	}
 }
