@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -390,18 +389,7 @@ func TestDeepseekMatchesReference(t *testing.T) {
 		"0", "7", "٣", "½", "²", "Ⅻ", " ", "  ", "\t", "\n", "\r", "\u00a0", "\u3000", "\u0085", "\u000b",
 		".", "'", "-", "_", "(", "|", "\\", "`", "~", "…", "。", "€", "©", "\x00", "\u200d", "\ufeff", "\ue000",
 		"🤖", "\U0001F3FD", "\U00010400", "\U0001D7D8", "\U00020000"}
-	rng := rand.New(rand.NewPCG(1, 2))
-	rules := deepseek(t).splits
-	for range 3000 {
-		var b strings.Builder
-		for range 1 + rng.IntN(24) {
-			b.WriteString(atoms[rng.IntN(len(atoms))])
-		}
-		s := b.String()
-		if got, want := pieces(rules, s), referenceDeepseekPieces(s); !slices.Equal(got, want) {
-			t.Fatalf("pieces of %q\n got %q\nwant %q", s, got, want)
-		}
-	}
+	splitMatchesReference(t, 1, atoms, deepseek(t).splits, referenceDeepseekPieces)
 }
 
 // FuzzDeepseekSplit compares the DeepSeek pre-tokenizer with the regexp

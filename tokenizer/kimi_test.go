@@ -368,18 +368,7 @@ var kimiAtoms = []string{"a", "s", "S", "Z", "é", "ß", "ſ", "ǅ", "ʰ", "ª",
 // TestKimiMatchesReference compares the scanner with the regexp reference
 // on seeded random strings.
 func TestKimiMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	rules := []splitRule{newKimiSplitter()}
-	for range 3000 {
-		var b strings.Builder
-		for range 1 + rng.IntN(24) {
-			b.WriteString(kimiAtoms[rng.IntN(len(kimiAtoms))])
-		}
-		s := b.String()
-		if got, want := pieces(rules, s), referenceKimiPieces(s); !slices.Equal(got, want) {
-			t.Fatalf("pieces of %q\n got %q\nwant %q", s, got, want)
-		}
-	}
+	splitMatchesReference(t, 3, kimiAtoms, []splitRule{newKimiSplitter()}, referenceKimiPieces)
 }
 
 // FuzzKimiSplit compares the scanner with the regexp reference on

@@ -69,6 +69,26 @@ func bmpClasses[C any](classify func(rune) C) *[0x10000]C {
 	return t
 }
 
+// runeClasses gives a scanner's class of the rune at a position: the Basic
+// Multilingual Plane from its table, the rest through classify.
+type runeClasses[C any] struct {
+	table    *[0x10000]C
+	classify func(rune) C
+}
+
+// at returns the width and class of the rune at s[i].
+func (rc runeClasses[C]) at(s string, i int) (int, C) {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		return 1, rc.table[c]
+	}
+	r, n := utf8.DecodeRuneInString(s[i:])
+	if r < 0x10000 {
+		return n, rc.table[r]
+	}
+	return n, rc.classify(r)
+}
+
 // The two tables are built on first use and never written again.
 var (
 	qwen2Table  = sync.OnceValue(func() *bmpTable { return buildTable(false) })
@@ -109,7 +129,7 @@ func newSplitter(pattern string) (splitRule, error) {
 	case deepseekCJKPattern:
 		return cjkSplitter{}, nil
 	case deepseekWordPattern:
-		return &deepseekSplitter{table: deepseekTable()}, nil
+		return &deepseekSplitter{runeClasses[dsClass]{deepseekTable(), classifyDeepseek}}, nil
 	}
 	return nil, fmt.Errorf("unsupported split regex %q (supported: the Qwen2/Qwen3, Qwen3.5 and DeepSeek-V3 patterns)", pattern)
 }

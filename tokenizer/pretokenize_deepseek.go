@@ -119,19 +119,7 @@ var deepseekTable = sync.OnceValue(func() *[0x10000]dsClass { return bmpClasses(
 // every character: a number, control or format character that no letter
 // follows starts no match, and runs of those become pieces of their own.
 type deepseekSplitter struct {
-	table *[0x10000]dsClass
-}
-
-func (sp *deepseekSplitter) at(s string, i int) (int, dsClass) {
-	c := s[i]
-	if c < utf8.RuneSelf {
-		return 1, sp.table[c]
-	}
-	r, n := utf8.DecodeRuneInString(s[i:])
-	if r < 0x10000 {
-		return n, sp.table[r]
-	}
-	return n, classifyDeepseek(r)
+	runeClasses[dsClass]
 }
 
 // run returns the end of the run of characters of class k from s[j].

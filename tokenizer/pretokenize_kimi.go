@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"unicode"
-	"unicode/utf8"
 )
 
 // kimiPatternAlts are the alternatives of Kimi-K2's split pattern, as
@@ -100,22 +99,11 @@ var kimiTable = sync.OnceValue(func() *[0x10000]kimiClass { return bmpClasses(cl
 // it, lookahead included. The pattern matches every character, so the
 // pieces tile the input.
 type kimiSplitter struct {
-	table *[0x10000]kimiClass
+	runeClasses[kimiClass]
 }
 
-func newKimiSplitter() *kimiSplitter { return &kimiSplitter{table: kimiTable()} }
-
-// at returns the width and class of the rune at s[i].
-func (sp *kimiSplitter) at(s string, i int) (int, kimiClass) {
-	c := s[i]
-	if c < utf8.RuneSelf {
-		return 1, sp.table[c]
-	}
-	r, n := utf8.DecodeRuneInString(s[i:])
-	if r < 0x10000 {
-		return n, sp.table[r]
-	}
-	return n, classifyKimi(r)
+func newKimiSplitter() *kimiSplitter {
+	return &kimiSplitter{runeClasses[kimiClass]{kimiTable(), classifyKimi}}
 }
 
 // run returns the end of the run of runes with any bit of k from s[j].

@@ -411,3 +411,20 @@ func onceTokenizer(dir string) func(testing.TB) *Tokenizer {
 		return tok
 	}
 }
+
+// splitMatchesReference compares the pieces rules cut from 3000 seeded
+// random strings of 1 to 24 atoms with the reference's.
+func splitMatchesReference(t *testing.T, seed uint64, atoms []string, rules []splitRule, reference func(string) []string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for range 3000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(24) {
+			b.WriteString(atoms[rng.IntN(len(atoms))])
+		}
+		s := b.String()
+		if got, want := pieces(rules, s), reference(s); !slices.Equal(got, want) {
+			t.Fatalf("pieces of %q\n got %q\nwant %q", s, got, want)
+		}
+	}
+}
