@@ -72,8 +72,9 @@ func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]f
 // layer, and every layer MoE: the first MoE layer's picks predicted at the
 // step's start) wholly on the GPU (multi-head latent attention, the
 // grouped router and the MoE op there), and in the hybrid step (routed
-// experts on the CPU expert engine, everything else on the GPU) with 0
-// and 3 routed experts per layer on the GPU, and compares every logprob
+// experts on the CPU expert engine, everything else on the GPU) with no
+// routed expert on the GPU, 3 per layer, a random 40 % and 10 front-loaded
+// ones, and compares every logprob
 // of a 40-token prompt (YaRN positions, several cache pages) and 6 greedy
 // decode steps with the model wholly on the CPU: the hybrid runs with the
 // CPU's run on the same engine, the GPU's with the CPU's run on the
@@ -127,7 +128,12 @@ func TestHybridMatchesCPU(t *testing.T) {
 			gpuAll := run("gpu", true, "backend", "backend MoE op", placement.Request{})
 			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", placement.Request{})
 			moe := shape.Layers - shape.DenseLayers
-			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, shape.Experts*moe), placement.Request{PerLayer: 3})
+			all := shape.Experts * moe
+			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, all), placement.Request{PerLayer: 3})
+			gpuRand := run("hybrid, random 40% on the GPU", true, "BF16", fmt.Sprintf("(%d of %d)", all*2/5, all),
+				placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random})
+			gpuFront := run("hybrid, 10 front-loaded on the GPU", true, "BF16", fmt.Sprintf("(10 of %d)", all),
+				placement.Request{Ratio: 10 / float64(all), RatioSet: true, Strategy: placement.FrontLoading})
 			var spread float64
 			for _, row := range cpuRef {
 				for v := range row {
@@ -144,6 +150,8 @@ func TestHybridMatchesCPU(t *testing.T) {
 				{"gpu vs cpu reference op", gpuAll, cpuOp},
 				{"hybrid vs cpu", hyb, cpuRef},
 				{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
+				{"hybrid random 40% vs cpu", gpuRand, cpuRef},
+				{"hybrid front-loaded 10 vs cpu", gpuFront, cpuRef},
 			} {
 				worst := modeltest.WorstDiff(c.got, c.want)
 				t.Logf("RESULT %s: worst logprob difference %.3g over %d rows (spread %.3g)", c.name, worst, len(c.want), spread)
