@@ -22,18 +22,6 @@ import (
 // same engine either way.
 const hybridTol = 5e-3
 
-// engineShape is a synthetic DeepSeek-V3 the CPU expert engine serves
-// (hidden 128, experts of 64), with q LoRA, 4 groups of 2 experts (2
-// eligible) and shared experts; dense sets the leading dense layers. Its
-// weights are of magnitude 2^-6..2^-5 (Exp 121): with 2^-4..2^-3 the model
-// amplifies the engine's bf16 rounding of the activations in its AMX
-// prefill (the reference here) to 0.02–0.03 in logprob, while the GPU
-// and the CPU's reference op still agree within 1.5e-4.
-func engineShape(dense int) SynthShape {
-	return SynthShape{Layers: 4, DenseLayers: dense, Hidden: 128, Heads: 4, QLoRA: 32, KVLoRA: 32, Nope: 16, Rope: 8, V: 16,
-		Experts: 8, TopK: 3, MoEInter: 64, Shared: 1, Dense: 96, Groups: 4, TopKGroups: 2, Vocab: 300, Exp: 121}
-}
-
 // openTestGPU opens the GPU the hybrid tests share (a fifth of the memory),
 // closed when the test ends, or skips the test without a GPU.
 func openTestGPU(t *testing.T) *cuda.Device {
