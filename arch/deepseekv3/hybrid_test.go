@@ -62,14 +62,16 @@ func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]f
 // grouped router and the MoE op there), and in the hybrid step (routed
 // experts on the CPU expert engine, everything else on the GPU) with no
 // routed expert on the GPU, 3 per layer, a random 40 % and 10 front-loaded
-// ones, and compares every logprob
-// of a 40-token prompt (YaRN positions, several cache pages) and 6 greedy
+// ones, and with layerwise prefill (the 40-token prompt runs every routed
+// expert on the GPU, layer by layer), and compares every logprob of a
+// 40-token prompt (YaRN positions, several cache pages) and 6 greedy
 // decode steps with the model wholly on the CPU: the hybrid runs with the
 // CPU's run on the same engine, the GPU's with the CPU's run on the
 // backend's MoE op (in f32, as on the GPU; against the engine's bf16
-// activations a routing choice a hair apart may flip). On the GPU the decode steps run as CUDA graphs: the first
-// op by op, the second captured, the rest replayed (in pieces between the
-// MoE hand-offs in the hybrid step). It skips without a GPU.
+// activations a routing choice a hair apart may flip). On the GPU the
+// decode steps run as CUDA graphs: the first op by op, the second
+// captured, the rest replayed (in pieces between the MoE hand-offs in the
+// hybrid step). It skips without a GPU.
 func TestHybridMatchesCPU(t *testing.T) {
 	dev := openTestGPU(t)
 	prompt := make([]int32, 40)
@@ -83,9 +85,13 @@ func TestHybridMatchesCPU(t *testing.T) {
 			for i := range prompt {
 				prompt[i] = int32(i * 37 % shape.Vocab)
 			}
-			run := func(name string, onGPU bool, experts, want string, gpuExperts placement.Request) [][]float64 {
+			// run loads the model with its routed experts on experts (and
+			// the GPU experts and layerwise threshold of extra) and
+			// returns the logprob rows; want is in its expert path.
+			run := func(name string, onGPU bool, experts, want string, extra arch.Options) [][]float64 {
 				t.Helper()
-				o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts, GPUExperts: gpuExperts}
+				o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts,
+					GPUExperts: extra.GPUExperts, GPUPrefillThreshold: extra.GPUPrefillThreshold}
 				if onGPU {
 					g, err := cuda.NewBackendOn(dev)
 					if err != nil {
@@ -111,17 +117,18 @@ func TestHybridMatchesCPU(t *testing.T) {
 				}
 				return lps
 			}
-			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", placement.Request{})
-			cpuOp := run("cpu, reference op", false, "backend", "backend MoE op", placement.Request{})
-			gpuAll := run("gpu", true, "backend", "backend MoE op", placement.Request{})
-			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", placement.Request{})
+			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", arch.Options{})
+			cpuOp := run("cpu, reference op", false, "backend", "backend MoE op", arch.Options{})
+			gpuAll := run("gpu", true, "backend", "backend MoE op", arch.Options{})
+			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", arch.Options{})
+			layerwise := run("hybrid, layerwise prefill from 16 tokens", true, "BF16", "layerwise prefill", arch.Options{GPUPrefillThreshold: 16})
 			moe := shape.Layers - shape.DenseLayers
 			all := shape.Experts * moe
-			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, all), placement.Request{PerLayer: 3})
+			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, all), arch.Options{GPUExperts: placement.Request{PerLayer: 3}})
 			gpuRand := run("hybrid, random 40% on the GPU", true, "BF16", fmt.Sprintf("(%d of %d)", all*2/5, all),
-				placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random})
+				arch.Options{GPUExperts: placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random}})
 			gpuFront := run("hybrid, 10 front-loaded on the GPU", true, "BF16", fmt.Sprintf("(10 of %d)", all),
-				placement.Request{Ratio: 10 / float64(all), RatioSet: true, Strategy: placement.FrontLoading})
+				arch.Options{GPUExperts: placement.Request{Ratio: 10 / float64(all), RatioSet: true, Strategy: placement.FrontLoading}})
 			var spread float64
 			for _, row := range cpuRef {
 				for v := range row {
@@ -137,6 +144,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 			}{
 				{"gpu vs cpu reference op", gpuAll, cpuOp},
 				{"hybrid vs cpu", hyb, cpuRef},
+				{"hybrid, layerwise prefill vs cpu", layerwise, cpuRef},
 				{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
 				{"hybrid random 40% vs cpu", gpuRand, cpuRef},
 				{"hybrid front-loaded 10 vs cpu", gpuFront, cpuRef},
