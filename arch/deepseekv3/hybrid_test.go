@@ -13,6 +13,7 @@ import (
 	"github.com/ktserve/kt/backend/cuda"
 	"github.com/ktserve/kt/internal/stepper"
 	"github.com/ktserve/kt/model"
+	"github.com/ktserve/kt/moe/expertdist"
 	"github.com/ktserve/kt/moe/placement"
 )
 
@@ -61,8 +62,8 @@ func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]f
 // step's start) wholly on the GPU (multi-head latent attention, the
 // grouped router and the MoE op there), and in the hybrid step (routed
 // experts on the CPU expert engine, everything else on the GPU) with no
-// routed expert on the GPU, 3 per layer, a random 40 % and 10 front-loaded
-// ones, and with layerwise prefill (the 40-token prompt runs every routed
+// routed expert on the GPU, 3 per layer, a random 40 %, 10 front-loaded
+// ones and the busiest by the CPU run's recorded picks, and with layerwise prefill (the 40-token prompt runs every routed
 // expert on the GPU, layer by layer), and compares every logprob of a
 // 40-token prompt (YaRN positions, several cache pages) and 6 greedy
 // decode steps with the model wholly on the CPU: the hybrid runs with the
@@ -86,12 +87,12 @@ func TestHybridMatchesCPU(t *testing.T) {
 				prompt[i] = int32(i * 37 % shape.Vocab)
 			}
 			// run loads the model with its routed experts on experts (and
-			// the GPU experts and layerwise threshold of extra) and
+			// the GPU experts, layerwise threshold and recorder of extra) and
 			// returns the logprob rows; want is in its expert path.
 			run := func(name string, onGPU bool, experts, want string, extra arch.Options) [][]float64 {
 				t.Helper()
 				o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts,
-					GPUExperts: extra.GPUExperts, GPUPrefillThreshold: extra.GPUPrefillThreshold}
+					GPUExperts: extra.GPUExperts, GPUPrefillThreshold: extra.GPUPrefillThreshold, ExpertRecorder: extra.ExpertRecorder}
 				if onGPU {
 					g, err := cuda.NewBackendOn(dev)
 					if err != nil {
@@ -117,7 +118,19 @@ func TestHybridMatchesCPU(t *testing.T) {
 				}
 				return lps
 			}
-			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", arch.Options{})
+			// the CPU run records its picks: the frequency placement's
+			// statistics
+			rec, err := expertdist.New(shape.Layers, shape.Experts, -1, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Start()
+			cpuRef := run("cpu", false, "BF16", "cpuexperts BF16", arch.Options{ExpertRecorder: rec})
+			rec.Stop()
+			stats, err := rec.Dump()
+			if err != nil {
+				t.Fatal(err)
+			}
 			cpuOp := run("cpu, reference op", false, "backend", "backend MoE op", arch.Options{})
 			gpuAll := run("gpu", true, "backend", "backend MoE op", arch.Options{})
 			hyb := run("hybrid", true, "BF16", "no routed expert on the GPU", arch.Options{})
@@ -127,6 +140,8 @@ func TestHybridMatchesCPU(t *testing.T) {
 			gpu3 := run("hybrid, 3 GPU experts per layer", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, all), arch.Options{GPUExperts: placement.Request{PerLayer: 3}})
 			gpuRand := run("hybrid, random 40% on the GPU", true, "BF16", fmt.Sprintf("(%d of %d)", all*2/5, all),
 				arch.Options{GPUExperts: placement.Request{Ratio: 0.4, RatioSet: true, Strategy: placement.Random}})
+			gpuFreq := run("hybrid, the 3 x MoE layers busiest on the GPU", true, "BF16", fmt.Sprintf("(%d of %d)", 3*moe, all),
+				arch.Options{GPUExperts: placement.Request{PerLayer: 3, Strategy: placement.Frequency, StatsPath: stats}})
 			gpuFront := run("hybrid, 10 front-loaded on the GPU", true, "BF16", fmt.Sprintf("(10 of %d)", all),
 				arch.Options{GPUExperts: placement.Request{Ratio: 10 / float64(all), RatioSet: true, Strategy: placement.FrontLoading}})
 			var spread float64
@@ -147,6 +162,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 				{"hybrid, layerwise prefill vs cpu", layerwise, cpuRef},
 				{"hybrid 3 GPU experts/layer vs cpu", gpu3, cpuRef},
 				{"hybrid random 40% vs cpu", gpuRand, cpuRef},
+				{"hybrid frequency vs cpu", gpuFreq, cpuRef},
 				{"hybrid front-loaded 10 vs cpu", gpuFront, cpuRef},
 			} {
 				worst := modeltest.WorstDiff(c.got, c.want)
