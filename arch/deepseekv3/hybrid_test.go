@@ -266,3 +266,27 @@ func worstLogprob(a, b [][]float32) float64 {
 	}
 	return w
 }
+
+// TestHybridDeferral runs expert deferral in the hybrid step on the
+// synthetic DeepSeek-V3 model with a dense first layer against the same
+// deferral wholly on the CPU, op by op and as piecewise graphs
+// (modeltest.HybridDeferral). It skips without a GPU.
+func TestHybridDeferral(t *testing.T) {
+	dev := openTestGPU(t)
+	g, err := cuda.NewBackendOn(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dir, shape := t.TempDir(), engineShape(1)
+	if err := WriteSynthetic(dir, shape, 12); err != nil {
+		t.Fatal(err)
+	}
+	modeltest.HybridDeferral(t, g, shape.Vocab, shape.Layers-shape.DenseLayers, hybridTol, func(o arch.Options) (modeltest.EngineRunner, error) {
+		r, err := Load(dir, o)
+		if err != nil {
+			return nil, err
+		}
+		return testRunner{r}, nil
+	})
+}
