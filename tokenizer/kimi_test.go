@@ -702,3 +702,33 @@ func BenchmarkKimiEncode(b *testing.B) {
 		tok.Encode(text)
 	}
 }
+
+// FuzzParseTiktoken feeds tiktoken.model files (the 256 single bytes, then
+// arbitrary lines) to the parser: it must not panic, and a file it accepts
+// must give a tokenizer whose encoding of any text decodes back to it.
+func FuzzParseTiktoken(f *testing.F) {
+	var base strings.Builder
+	for b := range 256 {
+		fmt.Fprintf(&base, "%s %d\n", base64.StdEncoding.EncodeToString([]byte{byte(b)}), b)
+	}
+	for _, extra := range []string{"", "aGk= 256\n", "aGk= 256\r\naGkh 257", "aGk= 300\n", "aGk= 256\naGk= 257\n", "!!! 256\n", "aGk=\n", "aGk= -1\n", "aGk= 256 7\n"} {
+		f.Add([]byte(extra), "hi hi! 北京 it's")
+	}
+	f.Fuzz(func(t *testing.T, extra []byte, text string) {
+		ranks, err := parseTiktokenRanks(append([]byte(base.String()), extra...))
+		if err != nil {
+			return
+		}
+		n := len(ranks) // bos and eos: the first two reserved tokens
+		cfg := &tiktokenConfig{BOS: tokenName{true, fmt.Sprintf("<|reserved_token_%d|>", n)},
+			EOS: tokenName{true, fmt.Sprintf("<|reserved_token_%d|>", n+1)}, AdditionalSpecialTokens: &[]tokenName{}}
+		tok, err := newTiktoken(ranks, cfg)
+		if err != nil {
+			t.Fatalf("ranks accepted, tokenizer refused: %v", err)
+		}
+		text = strings.ToValidUTF8(text, "\uFFFD")
+		if got := tok.Decode(tok.EncodeOrdinary(text)); got != text {
+			t.Fatalf("%q decodes to %q", text, got)
+		}
+	})
+}
