@@ -88,6 +88,7 @@ import (
 	"fmt"
 	"github.com/ktserve/kt/model"
 	"math"
+	"slices"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -116,20 +117,49 @@ type Host struct {
 	// every other weight.
 	Scale *Host
 	Block [2]int
+	// Int4Group > 0 makes h a compressed-tensors pack-quantized INT4
+	// matrix (routed experts only; the CPU expert engine reads it): Shape
+	// stays [rows, cols], Data holds rows x ceil(cols/8) little-endian
+	// words of eight 4-bit codes (value + 8, the lowest nibble first) and
+	// Scale the [rows, ceil(cols/Int4Group)] group scales.
+	Int4Group int
 }
 
 // FP8 reports whether h is a block-scaled FP8 weight (h.Scale set).
-func (h Host) FP8() bool { return h.Scale != nil }
+func (h Host) FP8() bool { return h.Scale != nil && h.Int4Group == 0 }
+
+// PackedInt4 reports whether h is a pack-quantized INT4 matrix.
+func (h Host) PackedInt4() bool { return h.Int4Group > 0 }
 
 // Check validates that h's data length matches its shape and dtype, and for
 // a block-scaled FP8 weight its scales and block shape (CheckFP8).
 func (h Host) Check() error {
+	if h.PackedInt4() {
+		return checkPackedInt4(h)
+	}
 	if h.Scale != nil || h.DType == tensor.F8E4M3 {
 		if err := CheckFP8(h); err != nil {
 			return err
 		}
 	}
 	return h.checkSize()
+}
+
+// checkPackedInt4 checks a pack-quantized INT4 matrix's words and group
+// scales against its [rows, cols] shape.
+func checkPackedInt4(h Host) error {
+	if len(h.Shape) != 2 || h.Shape[0] < 1 || h.Shape[1] < 1 || h.DType != tensor.I32 || h.Scale == nil {
+		return fmt.Errorf("tensor %s: packed INT4 wants I32 words, a [rows, cols] shape and group scales (%s %v)", h.Name, h.DType, h.Shape)
+	}
+	rows, cols := h.Shape[0], h.Shape[1]
+	if want := 4 * rows * ((cols + 7) / 8); len(h.Data) != want {
+		return fmt.Errorf("tensor %s: packed INT4 [%d %d] needs %d bytes of words, have %d", h.Name, rows, cols, want, len(h.Data))
+	}
+	groups := (cols + h.Int4Group - 1) / h.Int4Group
+	if !slices.Equal(h.Scale.Shape, []int{rows, groups}) {
+		return fmt.Errorf("tensor %s: group scales %v, want [%d %d] (groups of %d)", h.Name, h.Scale.Shape, rows, groups, h.Int4Group)
+	}
+	return h.Scale.checkSize()
 }
 
 func (h Host) checkSize() error {

@@ -136,7 +136,9 @@ func Load(rb *runbase.Base, plan *Plan, l int, p string, E, H, I int) (*Weights,
 		switch {
 		case device && !mine, !device && !root:
 			return nil // another rank computes it
-		case hybrid && !device:
+		case h.PackedInt4() && device:
+			return fmt.Errorf("%s: expert %d is packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no GPU experts (--kt-num-gpu-experts 0) or layerwise prefill with such a checkpoint", h.Name, e)
+		case hybrid && !device, h.PackedInt4():
 			if err := h.Check(); err != nil {
 				return err
 			}
@@ -267,16 +269,28 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		eng, err = newEngine(rb, method, c, layers)
 	}
 	switch {
+	case method == "backend" && packedInt4(layers):
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors): they run on the CPU expert engine only (--kt-method AMXINT4, AMXINT8 or AMXBF16)", rb.Name)
 	case method == "backend":
 	case err == nil:
 		x.engine = eng
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
+	case packedInt4(layers):
+		// the backend's op cannot read them, and converting to a method's
+		// format is the user's choice of size and accuracy
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which the CPU expert engine converts: name a method with --kt-method (AMXINT4 keeps their size; AMXINT8, AMXBF16 more accuracy, more memory)", rb.Name)
 	default:
 		x.path += "; CPU expert engine not used: " + err.Error()
 	}
 	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
 		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
+	}
+	if rb.Opts.GPUPrefillThreshold > 0 && packedInt4(layers) {
+		if x.engine != nil {
+			x.engine.close()
+		}
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no layerwise prefill (--kt-gpu-prefill-token-threshold) with such a checkpoint", rb.Name)
 	}
 	if err := x.checkLayerwise(); err != nil {
 		if x.engine != nil {
@@ -659,4 +673,15 @@ func attachLoRA(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) erro
 		w.LoRA = &backend.ExpertLoRA{Rank: el.Rank, Scale: a.Scale, GateA: el.GateA, GateB: el.GateB, UpA: el.UpA, UpB: el.UpB, DownA: el.DownA, DownB: el.DownB}
 	}
 	return nil
+}
+
+// packedInt4 reports whether any layer's routed experts are pack-quantized
+// INT4 (backend.Host.PackedInt4), which only the CPU expert engine reads.
+func packedInt4(layers []*Weights) bool {
+	for _, w := range layers {
+		if w != nil && len(w.HostGate) > 0 && w.HostGate[0].PackedInt4() {
+			return true
+		}
+	}
+	return false
 }

@@ -233,6 +233,13 @@ func (k *checker) mlp(p string, inter int64) {
 // linear checks a linear layer's weight [out, in], its bias when asked,
 // and FP8 block scales when the weight is F8_E4M3.
 func (k *checker) linear(p string, out, in int64, bias bool) {
+	if k.c.Int4GroupSize > 0 && !k.has(p+".weight") && k.has(p+".weight_packed") {
+		k.packedInt4(p, out, in)
+		if bias {
+			k.expect(p+".bias", out)
+		}
+		return
+	}
 	ti, ok := k.expect(p+".weight", out, in)
 	if bias {
 		k.expect(p+".bias", out)
@@ -240,6 +247,52 @@ func (k *checker) linear(p string, out, in int64, bias bool) {
 	if ok && ti.DType == tensor.F8E4M3 && len(k.c.WeightBlockSize) == 2 {
 		b0, b1 := int64(k.c.WeightBlockSize[0]), int64(k.c.WeightBlockSize[1])
 		k.expect(p+".weight_scale_inv", (out+b0-1)/b0, (in+b1-1)/b1)
+	}
+}
+
+// has reports whether the checkpoint holds tensor name.
+func (k *checker) has(name string) bool {
+	_, ok := k.src.Info(name)
+	return ok
+}
+
+// packedInt4 checks a compressed-tensors pack-quantized INT4 linear layer:
+// weight_packed (I32, eight 4-bit values a word along the input columns),
+// weight_scale (a float per group of Int4GroupSize input columns) and
+// weight_shape ([out, in]). Only routed experts may be packed: they run on
+// the CPU expert engine, which reads them group by group.
+func (k *checker) packedInt4(p string, out, in int64) {
+	if !k.expert {
+		k.r.Problems = append(k.r.Problems, fmt.Sprintf("%s: packed INT4 outside the routed experts is not supported", p+".weight_packed"))
+		return
+	}
+	g := int64(k.c.Int4GroupSize)
+	for _, t := range []struct {
+		name   string
+		shape  []int64
+		dtypes []tensor.DType
+	}{
+		{".weight_packed", []int64{out, (in + 7) / 8}, []tensor.DType{tensor.I32}},
+		{".weight_scale", []int64{out, (in + g - 1) / g}, []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}},
+		{".weight_shape", []int64{2}, []tensor.DType{tensor.I32, tensor.I64}},
+	} {
+		name := p + t.name
+		ti, ok := k.src.Info(name)
+		switch {
+		case !ok:
+			k.r.Problems = append(k.r.Problems, fmt.Sprintf("%s: missing (want shape %v)", name, t.shape))
+			continue
+		case !slices.Equal(ti.Shape, t.shape):
+			k.r.Problems = append(k.r.Problems, fmt.Sprintf("%s: shape %v, config implies %v", name, ti.Shape, t.shape))
+		case !slices.Contains(t.dtypes, ti.DType):
+			k.r.Problems = append(k.r.Problems, fmt.Sprintf("%s: dtype %s, want one of %v", name, ti.DType, t.dtypes))
+		}
+		k.used[name] = true
+		k.r.RoutedExpertBytes += ti.Size
+		k.layerExp += ti.Size
+		if t.name == ".weight_packed" {
+			k.r.Params += out * in
+		}
 	}
 }
 

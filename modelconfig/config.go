@@ -226,6 +226,11 @@ type Config struct {
 	// (weight_scale_inv) of WeightBlockSize.
 	Quantization    string
 	WeightBlockSize []int
+	// Int4GroupSize is the group size of compressed-tensors pack-quantized
+	// weights (symmetric INT4, one scale per group of input columns, as
+	// Kimi-K2-Thinking's routed experts); 0 unless Quantization is
+	// "compressed-tensors".
+	Int4GroupSize int
 
 	// TextPrefix is where the language model's tensors live in the
 	// checkpoint: "model." or, for Qwen3_5MoeForConditionalGeneration,
@@ -513,13 +518,61 @@ func (c *Config) parseQuant(top, t object) {
 		return
 	}
 	c.Quantization = q.optString("quant_method", "")
-	c.WeightBlockSize = q.optInts("weight_block_size")
-	if c.Quantization != "fp8" {
-		q.fail("quant_method", "%q is not supported (only fp8 block-scaled checkpoints load directly; use kt quant for INT4/INT8)", c.Quantization)
+	switch c.Quantization {
+	case "fp8":
+		c.WeightBlockSize = q.optInts("weight_block_size")
+		if len(c.WeightBlockSize) != 2 || c.WeightBlockSize[0] <= 0 || c.WeightBlockSize[1] <= 0 {
+			q.fail("weight_block_size", "must be two positive integers, is %v", c.WeightBlockSize)
+		}
+	case "compressed-tensors":
+		c.Int4GroupSize = parsePackedInt4(q)
+	default:
+		q.fail("quant_method", "%q is not supported (fp8 block-scaled and compressed-tensors pack-quantized INT4 checkpoints load directly; use kt quant for other INT4/INT8)", c.Quantization)
 	}
-	if len(c.WeightBlockSize) != 2 || c.WeightBlockSize[0] <= 0 || c.WeightBlockSize[1] <= 0 {
-		q.fail("weight_block_size", "must be two positive integers, is %v", c.WeightBlockSize)
+}
+
+// parsePackedInt4 reads a compressed-tensors quantization_config of the
+// kind Kimi-K2-Thinking ships: format pack-quantized, one config group of
+// symmetric INT4 weights with a scale per group of input columns, weights
+// only. It returns the group size (0 after a failure).
+func parsePackedInt4(q object) int {
+	if f := q.optString("format", ""); f != "pack-quantized" {
+		q.fail("format", "%q is not supported (compressed-tensors: pack-quantized only)", f)
+		return 0
 	}
+	groups, ok := q.sub("config_groups")
+	if !ok || len(groups.m) != 1 {
+		q.fail("config_groups", "want one group, has %d", len(groups.m))
+		return 0
+	}
+	for name := range groups.m {
+		g, ok := groups.sub(name)
+		if !ok {
+			return 0
+		}
+		if g.has("input_activations") {
+			g.fail("input_activations", "activation quantization is not supported (weights only)")
+		}
+		w, ok := g.sub("weights")
+		if !ok {
+			g.fail("weights", "missing")
+			return 0
+		}
+		bits, typ := w.optInt("num_bits", 0), w.optString("type", "")
+		strategy, sym, dynamic := w.optString("strategy", ""), w.optBool("symmetric", false), w.optBool("dynamic", false)
+		size := w.optInt("group_size", 0)
+		switch {
+		case bits != 4 || typ != "int":
+			w.fail("num_bits", "%d-bit %q weights are not supported (4-bit int only)", bits, typ)
+		case strategy != "group" || size <= 0:
+			w.fail("strategy", "%q with group_size %d is not supported (group, with a positive group_size)", strategy, size)
+		case !sym || dynamic:
+			w.fail("symmetric", "symmetric %v, dynamic %v is not supported (symmetric static scales only)", sym, dynamic)
+		default:
+			return size
+		}
+	}
+	return 0
 }
 
 // Sanity caps: far above any real model, low enough that an absurd value

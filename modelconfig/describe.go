@@ -105,7 +105,11 @@ func Describe(w io.Writer, c *Config, g *GenerationConfig, r *Report) error {
 		line("sampling", "%s", strings.Join(s, ", "))
 	}
 	if c.Quantization != "" {
-		line("quantization", "%s, blocks %v", c.Quantization, c.WeightBlockSize)
+		if c.Int4GroupSize > 0 {
+			line("quantization", "%s, pack-quantized INT4, groups of %d", c.Quantization, c.Int4GroupSize)
+		} else {
+			line("quantization", "%s, blocks %v", c.Quantization, c.WeightBlockSize)
+		}
 	}
 	if r != nil {
 		var dts []string

@@ -3,10 +3,14 @@
 package deepseekv3
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/arch/internal/modeltest"
+	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/placement"
+	"github.com/ktserve/kt/safetensors"
 )
 
 // TestFP8CheckpointCPUExperts serves an FP8 copy (128 x 128 blocks, as the
@@ -28,4 +32,88 @@ func TestFP8CheckpointCPUExperts(t *testing.T) {
 		}
 		return testRunner{r}, nil
 	})
+}
+
+// TestPackedInt4CheckpointCPUExperts serves a synthetic DeepSeek-V3 model
+// whose routed experts are compressed-tensors pack-quantized INT4 (groups
+// of 32, as Kimi-K2-Thinking ships them) on the CPU expert engine: each
+// method gives the logits of the same model with those experts as the f32
+// values they stand for, bit for bit.
+func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
+	src := t.TempDir()
+	shape := engineShape(1)
+	shape.MoEInter = 128
+	if err := WriteSynthetic(src, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	packedDir, deqDir := modeltest.WritePackedInt4Pair(t, src, 32)
+	// the checkpoint check (kt inspect, kt doctor) accounts for the
+	// packed experts: a quarter of the bytes of their bf16 form and then
+	// some (the group scales)
+	reports := map[string]*modelconfig.Report{}
+	for _, dir := range []string{src, packedDir} {
+		c, err := modelconfig.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := safetensors.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports[dir] = modelconfig.Check(c, ck)
+		ck.Close()
+		if len(reports[dir].Problems) > 0 {
+			t.Fatalf("%s: %v", dir, reports[dir].Problems)
+		}
+	}
+	if p, b := reports[packedDir].RoutedExpertBytes, reports[src].RoutedExpertBytes; 4*p <= b || 3*p > b {
+		t.Errorf("routed expert bytes: packed %d, bf16 %d", p, b)
+	}
+	prompt := []int32{3, 17, 99, 4, 250, 31, 8, 77, 120, 5, 61, 200}
+	run := func(dir, experts string) [][]float32 {
+		t.Helper()
+		r, err := Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 128, MaxBatchTokens: 64, Threads: 2, Experts: experts})
+		if err != nil {
+			t.Fatalf("%s with experts %s: %v", dir, experts, err)
+		}
+		defer r.Close()
+		return modeltest.Forward(t, testRunner{r}, 0, prompt, true)
+	}
+	for _, m := range []string{"AMXBF16", "AMXINT8", "AMXINT4"} {
+		modeltest.RequireIdentical(t, m+": packed INT4 vs its f32 values", run(packedDir, m), run(deqDir, m))
+	}
+}
+
+// TestPackedInt4Refusals checks that a checkpoint with packed INT4 routed
+// experts is refused, with the reason, where they would not run on the CPU
+// expert engine with a converting method: "auto" (which would read bf16 in
+// place), the backend's MoE op, the in-place BF16 method, and device
+// experts.
+func TestPackedInt4Refusals(t *testing.T) {
+	src := t.TempDir()
+	shape := engineShape(1)
+	shape.MoEInter = 128
+	if err := WriteSynthetic(src, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	packedDir, _ := modeltest.WritePackedInt4Pair(t, src, 32)
+	for _, c := range []struct {
+		name string
+		o    arch.Options
+		want string
+	}{
+		{"auto", arch.Options{Experts: "auto"}, "name a method with --kt-method"},
+		{"backend", arch.Options{Experts: "backend"}, "run on the CPU expert engine only"},
+		{"BF16 in place", arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
+		{"device experts", arch.Options{Experts: "AMXINT8", GPUExperts: placement.Request{PerLayer: 2}}, "no GPU experts"},
+	} {
+		c.o.MaxSeqs, c.o.MaxTotalTokens, c.o.MaxBatchTokens, c.o.Threads = 1, 64, 64, 2
+		r, err := Load(packedDir, c.o)
+		if err == nil {
+			r.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
 }

@@ -10,6 +10,7 @@ package runbase
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend"
@@ -17,6 +18,7 @@ import (
 	"github.com/ktserve/kt/kvcache"
 	"github.com/ktserve/kt/model"
 	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/expertsource"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 	"github.com/ktserve/kt/tp"
@@ -36,6 +38,9 @@ type Base struct {
 	// FP8Block is quantization_config.weight_block_size of an fp8
 	// checkpoint ([bn, bk]); zero otherwise.
 	FP8Block [2]int
+	// Int4Group is the group size of a compressed-tensors pack-quantized
+	// INT4 checkpoint (0 for others): Host reads a weight stored packed.
+	Int4Group int
 	// TP is the runner's rank of a tensor-parallel model (Opts.TP); nil
 	// without tensor parallelism (tp.go).
 	TP tp.Comm
@@ -82,6 +87,7 @@ func Open(name, dir string, o arch.Options, families ...modelconfig.Family) (*Ba
 	if cfg.Quantization == "fp8" && len(cfg.WeightBlockSize) == 2 {
 		b.FP8Block = [2]int{cfg.WeightBlockSize[0], cfg.WeightBlockSize[1]}
 	}
+	b.Int4Group = cfg.Int4GroupSize
 	if b.BE == nil {
 		b.BE = cpu.New(cpu.Options{Threads: o.Threads})
 		b.ownBE = true
@@ -130,6 +136,15 @@ func (b *Base) Close() error {
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
+		if base, ok := strings.CutSuffix(name, ".weight"); ok && b.Int4Group > 0 {
+			if _, perr := b.Ckpt.Tensor(base + ".weight_packed"); perr == nil {
+				h, err := expertsource.PackedInt4Host(b.Ckpt, base, b.Int4Group)
+				if err == nil && !sameShape([]int64{int64(h.Shape[0]), int64(h.Shape[1])}, shape) {
+					err = fmt.Errorf("tensor %s has shape %v, want %v", h.Name, h.Shape, shape)
+				}
+				return h, err
+			}
+		}
 		return backend.Host{}, err
 	}
 	if !sameShape(t.Shape, shape) {

@@ -1,0 +1,132 @@
+package modeltest
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ktserve/kt/safetensors"
+	"github.com/ktserve/kt/tensor"
+)
+
+// WritePackedInt4Pair writes two copies of the checkpoint in srcDir:
+// packed, with every routed expert's 2-D *_proj weight in compressed-tensors
+// pack-quantized INT4 (symmetric, a bf16 scale per group of group input
+// columns; weight_packed, weight_scale, weight_shape; config's
+// quantization_config as Kimi-K2-Thinking's), and deq with those weights
+// as the f32 values the packed form stands for.
+func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deqDir string) {
+	t.Helper()
+	ck, err := safetensors.OpenDir(srcDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	type entry struct {
+		spec safetensors.Spec
+		data []byte
+	}
+	var packed, deq []entry
+	nq := 0
+	for _, name := range ck.Names() {
+		tt, err := ck.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := safetensors.Spec{Name: name, DType: tt.DType, Shape: tt.Shape}
+		if !strings.Contains(name, ".mlp.experts.") || !strings.HasSuffix(name, "_proj.weight") || len(tt.Shape) != 2 {
+			packed, deq = append(packed, entry{sp, tt.Data}), append(deq, entry{sp, tt.Data})
+			continue
+		}
+		w, err := tt.ToF32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, in := int(tt.Shape[0]), int(tt.Shape[1])
+		groups, words := (in+group-1)/group, (in+7)/8
+		pk := make([]byte, 4*out*words)
+		sc := make([]byte, 2*out*groups)
+		df := make([]byte, 4*out*in)
+		for r := range out {
+			for g := range groups {
+				lo, hi := g*group, min((g+1)*group, in)
+				amax := 0.0
+				for c := lo; c < hi; c++ {
+					amax = math.Max(amax, math.Abs(float64(w[r*in+c])))
+				}
+				s := tensor.BF16ToF32(tensor.F32ToBF16(float32(max(amax/7, 1e-8))))
+				binary.LittleEndian.PutUint16(sc[2*(r*groups+g):], tensor.F32ToBF16(s))
+				for c := lo; c < hi; c++ {
+					q := int(math.Max(-8, math.Min(7, math.Round(float64(w[r*in+c]/s)))))
+					i := 4 * (r*words + c/8)
+					binary.LittleEndian.PutUint32(pk[i:], binary.LittleEndian.Uint32(pk[i:])|uint32(q+8)<<(4*(c%8)))
+					binary.LittleEndian.PutUint32(df[4*(r*in+c):], math.Float32bits(float32(q)*s))
+				}
+			}
+		}
+		base := strings.TrimSuffix(name, ".weight")
+		shape := make([]byte, 16)
+		binary.LittleEndian.PutUint64(shape, uint64(out))
+		binary.LittleEndian.PutUint64(shape[8:], uint64(in))
+		packed = append(packed,
+			entry{safetensors.Spec{Name: base + ".weight_packed", DType: tensor.I32, Shape: []int64{int64(out), int64(words)}}, pk},
+			entry{safetensors.Spec{Name: base + ".weight_scale", DType: tensor.BF16, Shape: []int64{int64(out), int64(groups)}}, sc},
+			entry{safetensors.Spec{Name: base + ".weight_shape", DType: tensor.I64, Shape: []int64{2}}, shape})
+		deq = append(deq, entry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, df})
+		nq++
+	}
+	if nq == 0 {
+		t.Fatalf("%s: no routed expert weights", srcDir)
+	}
+	cfgData, err := os.ReadFile(filepath.Join(srcDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	packedDir, deqDir = filepath.Join(t.TempDir(), "packed"), filepath.Join(t.TempDir(), "deq")
+	for _, d := range []struct {
+		dir    string
+		es     []entry
+		packed bool
+	}{{packedDir, packed, true}, {deqDir, deq, false}} {
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		specs := make([]safetensors.Spec, len(d.es))
+		for i, e := range d.es {
+			specs[i] = e.spec
+		}
+		w, err := safetensors.Create(filepath.Join(d.dir, "model.safetensors"), specs, map[string]string{"format": "pt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range d.es {
+			if _, err := w.Write(e.data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(cfgData, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if d.packed {
+			cfg["quantization_config"] = map[string]any{
+				"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+				"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "input_activations": nil,
+					"weights": map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
+						"group_size": group, "dynamic": false, "observer": "minmax"}}},
+				"ignore": []string{"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}
+		}
+		out, _ := json.Marshal(cfg)
+		if err := os.WriteFile(filepath.Join(d.dir, "config.json"), out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return packedDir, deqDir
+}
