@@ -69,9 +69,15 @@ func TestParseErrors(t *testing.T) {
 		{"linear heads", "qwen3next-a", func(m, _ map[string]any) { m["linear_num_value_heads"] = 3 }, []string{"linear_num_value_heads: 3 is not a multiple of linear_num_key_heads 2"}},
 		{"sliding window", "qwen3moe-a", func(m, _ map[string]any) { m["use_sliding_window"] = true }, []string{"use_sliding_window: sliding-window attention is not supported"}},
 		{"quant method", "qwen3moe-a", func(m, _ map[string]any) { m["quantization_config"] = map[string]any{"quant_method": "gptq"} }, []string{`quant_method: "gptq" is not supported`}},
-		{"compressed-tensors format", "deepseekv3-a", func(m, _ map[string]any) { m["quantization_config"] = packedInt4Quant("naive-quantized", 4, "group", 32, nil) }, []string{`format: "naive-quantized" is not supported`}},
-		{"compressed-tensors bits", "deepseekv3-a", func(m, _ map[string]any) { m["quantization_config"] = packedInt4Quant("pack-quantized", 8, "group", 32, nil) }, []string{`8-bit "int" weights are not supported`}},
-		{"compressed-tensors strategy", "deepseekv3-a", func(m, _ map[string]any) { m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "channel", 0, nil) }, []string{`"channel" with group_size 0 is not supported`}},
+		{"compressed-tensors format", "deepseekv3-a", func(m, _ map[string]any) {
+			m["quantization_config"] = packedInt4Quant("naive-quantized", 4, "group", 32, nil)
+		}, []string{`format: "naive-quantized" is not supported`}},
+		{"compressed-tensors bits", "deepseekv3-a", func(m, _ map[string]any) {
+			m["quantization_config"] = packedInt4Quant("pack-quantized", 8, "group", 32, nil)
+		}, []string{`8-bit "int" weights are not supported`}},
+		{"compressed-tensors strategy", "deepseekv3-a", func(m, _ map[string]any) {
+			m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "channel", 0, nil)
+		}, []string{`"channel" with group_size 0 is not supported`}},
 		{"compressed-tensors activations", "deepseekv3-a", func(m, _ map[string]any) {
 			m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "group", 32, map[string]any{"num_bits": 8})
 		}, []string{"input_activations: activation quantization is not supported"}},
@@ -204,7 +210,9 @@ func packedInt4Quant(format string, bits int, strategy string, group int, activa
 // TestPackedInt4Config reads Kimi-K2-Thinking's kind of quantization_config:
 // the group size, and a description that names it.
 func TestPackedInt4Config(t *testing.T) {
-	c, err := Parse(mutate(t, "deepseekv3-a", func(m, _ map[string]any) { m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "group", 32, nil) }))
+	c, err := Parse(mutate(t, "deepseekv3-a", func(m, _ map[string]any) {
+		m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "group", 32, nil)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
