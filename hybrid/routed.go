@@ -241,6 +241,9 @@ type Experts struct {
 // when it can serve the model, else the op (Path says why); a method name
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
+	if rb.Opts.GPUPrefillThreshold > 0 && packedInt4(layers) {
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no layerwise prefill (--kt-gpu-prefill-token-threshold) with such a checkpoint", rb.Name)
+	}
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")", layers: layers, eps: float32(c.RMSNormEps)}
 	x.first, x.next = order(layers)
 	method := rb.Opts.Experts
@@ -285,12 +288,6 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	}
 	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
 		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
-	}
-	if rb.Opts.GPUPrefillThreshold > 0 && packedInt4(layers) {
-		if x.engine != nil {
-			x.engine.close()
-		}
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no layerwise prefill (--kt-gpu-prefill-token-threshold) with such a checkpoint", rb.Name)
 	}
 	if err := x.checkLayerwise(); err != nil {
 		if x.engine != nil {
