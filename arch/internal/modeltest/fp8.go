@@ -1,9 +1,7 @@
 package modeltest
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,11 +26,7 @@ func WriteFP8Pair(t *testing.T, srcDir string, block [2]int) (fp8Dir, deqDir str
 	}
 	defer ck.Close()
 	fp8Dir, deqDir = filepath.Join(t.TempDir(), "fp8"), filepath.Join(t.TempDir(), "deq")
-	type entry struct {
-		spec safetensors.Spec
-		data []byte
-	}
-	var fp8s, deqs []entry
+	var fp8s, deqs []tensorEntry
 	nq := 0
 	for _, name := range ck.Names() {
 		tt, err := ck.Tensor(name)
@@ -41,8 +35,8 @@ func WriteFP8Pair(t *testing.T, srcDir string, block [2]int) (fp8Dir, deqDir str
 		}
 		sp := safetensors.Spec{Name: name, DType: tt.DType, Shape: tt.Shape}
 		if !strings.HasSuffix(name, "_proj.weight") || len(tt.Shape) != 2 {
-			fp8s = append(fp8s, entry{sp, tt.Data})
-			deqs = append(deqs, entry{sp, tt.Data})
+			fp8s = append(fp8s, tensorEntry{sp, tt.Data})
+			deqs = append(deqs, tensorEntry{sp, tt.Data})
 			continue
 		}
 		w, err := tt.ToF32()
@@ -55,58 +49,20 @@ func WriteFP8Pair(t *testing.T, srcDir string, block [2]int) (fp8Dir, deqDir str
 			t.Fatal(err)
 		}
 		nq++
-		fp8s = append(fp8s, entry{safetensors.Spec{Name: name, DType: tensor.F8E4M3, Shape: tt.Shape}, h.Data},
-			entry{safetensors.Spec{Name: name + "_scale_inv", DType: tensor.F32, Shape: []int64{int64(h.Scale.Shape[0]), int64(h.Scale.Shape[1])}}, h.Scale.Data})
+		fp8s = append(fp8s, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F8E4M3, Shape: tt.Shape}, h.Data},
+			tensorEntry{safetensors.Spec{Name: name + "_scale_inv", DType: tensor.F32, Shape: []int64{int64(h.Scale.Shape[0]), int64(h.Scale.Shape[1])}}, h.Scale.Data})
 		db := make([]byte, 4*len(deq))
 		for i, v := range deq {
 			b := math.Float32bits(v)
 			db[4*i], db[4*i+1], db[4*i+2], db[4*i+3] = byte(b), byte(b>>8), byte(b>>16), byte(b>>24)
 		}
-		deqs = append(deqs, entry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, db})
+		deqs = append(deqs, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, db})
 	}
 	if nq == 0 {
 		t.Fatalf("%s: no projection weights", src)
 	}
-	cfgData, err := os.ReadFile(filepath.Join(srcDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []struct {
-		dir string
-		es  []entry
-		fp8 bool
-	}{{fp8Dir, fp8s, true}, {deqDir, deqs, false}} {
-		if err := os.MkdirAll(d.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		specs := make([]safetensors.Spec, len(d.es))
-		for i, e := range d.es {
-			specs[i] = e.spec
-		}
-		w, err := safetensors.Create(filepath.Join(d.dir, "model.safetensors"), specs, map[string]string{"format": "pt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range d.es {
-			if _, err := w.Write(e.data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		var cfg map[string]any
-		if err := json.Unmarshal(cfgData, &cfg); err != nil {
-			t.Fatal(err)
-		}
-		if d.fp8 {
-			cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": block[:]}
-		}
-		out, _ := json.Marshal(cfg)
-		if err := os.WriteFile(filepath.Join(d.dir, "config.json"), out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeCheckpoint(t, fp8Dir, srcDir, fp8s, map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": block[:]})
+	writeCheckpoint(t, deqDir, srcDir, deqs, nil)
 	return fp8Dir, deqDir
 }
 

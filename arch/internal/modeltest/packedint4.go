@@ -2,9 +2,7 @@ package modeltest
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,11 +24,7 @@ func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deq
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	type entry struct {
-		spec safetensors.Spec
-		data []byte
-	}
-	var packed, deq []entry
+	var packed, deq []tensorEntry
 	nq := 0
 	for _, name := range ck.Names() {
 		tt, err := ck.Tensor(name)
@@ -39,7 +33,7 @@ func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deq
 		}
 		sp := safetensors.Spec{Name: name, DType: tt.DType, Shape: tt.Shape}
 		if !strings.Contains(name, ".mlp.experts.") || !strings.HasSuffix(name, "_proj.weight") || len(tt.Shape) != 2 {
-			packed, deq = append(packed, entry{sp, tt.Data}), append(deq, entry{sp, tt.Data})
+			packed, deq = append(packed, tensorEntry{sp, tt.Data}), append(deq, tensorEntry{sp, tt.Data})
 			continue
 		}
 		w, err := tt.ToF32()
@@ -73,60 +67,22 @@ func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deq
 		binary.LittleEndian.PutUint64(shape, uint64(out))
 		binary.LittleEndian.PutUint64(shape[8:], uint64(in))
 		packed = append(packed,
-			entry{safetensors.Spec{Name: base + ".weight_packed", DType: tensor.I32, Shape: []int64{int64(out), int64(words)}}, pk},
-			entry{safetensors.Spec{Name: base + ".weight_scale", DType: tensor.BF16, Shape: []int64{int64(out), int64(groups)}}, sc},
-			entry{safetensors.Spec{Name: base + ".weight_shape", DType: tensor.I64, Shape: []int64{2}}, shape})
-		deq = append(deq, entry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, df})
+			tensorEntry{safetensors.Spec{Name: base + ".weight_packed", DType: tensor.I32, Shape: []int64{int64(out), int64(words)}}, pk},
+			tensorEntry{safetensors.Spec{Name: base + ".weight_scale", DType: tensor.BF16, Shape: []int64{int64(out), int64(groups)}}, sc},
+			tensorEntry{safetensors.Spec{Name: base + ".weight_shape", DType: tensor.I64, Shape: []int64{2}}, shape})
+		deq = append(deq, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, df})
 		nq++
 	}
 	if nq == 0 {
 		t.Fatalf("%s: no routed expert weights", srcDir)
 	}
-	cfgData, err := os.ReadFile(filepath.Join(srcDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	packedDir, deqDir = filepath.Join(t.TempDir(), "packed"), filepath.Join(t.TempDir(), "deq")
-	for _, d := range []struct {
-		dir    string
-		es     []entry
-		packed bool
-	}{{packedDir, packed, true}, {deqDir, deq, false}} {
-		if err := os.MkdirAll(d.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		specs := make([]safetensors.Spec, len(d.es))
-		for i, e := range d.es {
-			specs[i] = e.spec
-		}
-		w, err := safetensors.Create(filepath.Join(d.dir, "model.safetensors"), specs, map[string]string{"format": "pt"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range d.es {
-			if _, err := w.Write(e.data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		var cfg map[string]any
-		if err := json.Unmarshal(cfgData, &cfg); err != nil {
-			t.Fatal(err)
-		}
-		if d.packed {
-			cfg["quantization_config"] = map[string]any{
-				"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
-				"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "input_activations": nil,
-					"weights": map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
-						"group_size": group, "dynamic": false, "observer": "minmax"}}},
-				"ignore": []string{"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}
-		}
-		out, _ := json.Marshal(cfg)
-		if err := os.WriteFile(filepath.Join(d.dir, "config.json"), out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeCheckpoint(t, packedDir, srcDir, packed, map[string]any{
+		"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "input_activations": nil,
+			"weights": map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
+				"group_size": group, "dynamic": false, "observer": "minmax"}}},
+		"ignore": []string{"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}})
+	writeCheckpoint(t, deqDir, srcDir, deq, nil)
 	return packedDir, deqDir
 }
