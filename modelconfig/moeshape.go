@@ -19,6 +19,9 @@ type MoEShape struct {
 	Intermediate int    // one routed expert's intermediate size
 	TopK         int    // experts per token
 	Layers       int    // num_hidden_layers, 0 where the config does not state it
+	// Int4Group is the group size of compressed-tensors pack-quantized
+	// INT4 experts (Kimi-K2-Thinking's quantization_config); 0: none.
+	Int4Group int
 }
 
 // Field names of the routed-expert count, intermediate size and top-k
@@ -78,6 +81,12 @@ func ParseMoEShape(data []byte) (MoEShape, error) {
 		t.fail(topKFields[0], "missing (nor any of %v)", topKFields[1:])
 	}
 	s.Layers = t.optInt("num_hidden_layers", 0)
+	for _, o := range []object{top, t} {
+		if q, ok := o.sub("quantization_config"); ok && q.optString("quant_method", "") == "compressed-tensors" {
+			s.Int4Group = parsePackedInt4(q)
+			break
+		}
+	}
 	if s.Layers < 0 {
 		t.fail("num_hidden_layers", "must not be negative, is %d", s.Layers)
 	}

@@ -164,7 +164,7 @@ func runQuant(model string, o quantOpts, out, errw io.Writer) error {
 			bar.set(base+perLayer, fmt.Sprintf("layer %d/%d (done before)", i+1, len(layers)))
 			continue
 		}
-		src := &expertsource.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming}
+		src := &expertsource.CheckpointSource{Ckpt: ckpt, Prefix: et.Prefix, Layer: l, Naming: et.Naming, Int4Group: shape.Int4Group}
 		quantize := ktformat.QuantizeLayer
 		if layout == ktformat.LayoutKT {
 			quantize = ktformat.QuantizeLayerKT

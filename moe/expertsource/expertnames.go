@@ -106,7 +106,7 @@ func parseExpertTensor(n string) (k expertKey, layer, expert int, ok bool) {
 }
 
 var (
-	expertTensorRE = regexp.MustCompile(`^(.*)layers\.(\d+)\.(mlp\.experts\.\d+\.(?:gate|up|down)_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight$`)
+	expertTensorRE = regexp.MustCompile(`^(.*)layers\.(\d+)\.(mlp\.experts\.\d+\.(?:gate|up|down)_proj|block_sparse_moe\.experts\.\d+\.w[123])\.weight(?:_packed)?$`)
 	fusedTensorRE  = regexp.MustCompile(`^(.*)layers\.(\d+)\.mlp\.experts\.(?:gate_up|down)_proj$`)
 )
 

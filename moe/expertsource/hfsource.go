@@ -2,6 +2,7 @@ package expertsource
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
@@ -16,14 +17,19 @@ type TensorGetter interface {
 
 // CheckpointSource reads one layer's routed experts from a Hugging Face
 // checkpoint: {Prefix}layers.{Layer}.mlp.experts.{e}.{gate,up,down}_proj.weight
-// (or the Naming's other pattern), bf16, or fp8 e4m3 with a
-// .weight_scale_inv block-scale tensor beside it. The bytes alias the
-// checkpoint's mapping (BF16 and FP8 use them in place).
+// (or the Naming's other pattern), bf16, fp8 e4m3 with a
+// .weight_scale_inv block-scale tensor beside it, or pack-quantized INT4
+// (Int4Group). The bytes alias the checkpoint's mapping (BF16 and FP8 use
+// them in place; packed INT4 is unpacked one matrix at a time).
 type CheckpointSource struct {
 	Ckpt   TensorGetter
 	Prefix string // "model." or "model.language_model."
 	Layer  int
 	Naming ExpertNaming // the zero value is NamingProj
+	// Int4Group is the group size of compressed-tensors pack-quantized
+	// INT4 experts (.weight_packed, .weight_scale, .weight_shape), which
+	// Matrix unpacks to f32; 0 when the checkpoint has none.
+	Int4Group int
 }
 
 // Matrix implements Source.
@@ -69,6 +75,11 @@ func (s *CheckpointSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, 
 func (s *CheckpointSource) host(name string) (backend.Host, error) {
 	t, err := s.Ckpt.Tensor(name)
 	if err != nil {
+		if base, ok := strings.CutSuffix(name, ".weight"); ok && s.Int4Group > 0 {
+			if _, perr := s.Ckpt.Tensor(base + ".weight_packed"); perr == nil {
+				return PackedInt4Host(s.Ckpt, base, s.Int4Group)
+			}
+		}
 		return backend.Host{}, err
 	}
 	h := backend.Host{Name: name, DType: t.DType, Shape: ints(t.Shape), Data: t.Data}

@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ktserve/kt/moe/cpuexperts"
 	"github.com/ktserve/kt/safetensors"
 	"github.com/ktserve/kt/tensor"
 )
@@ -129,5 +131,44 @@ func TestPackedInt4Errors(t *testing.T) {
 		if _, err := PackedInt4Host(m, "w", 8); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestPackedInt4CheckpointSource checks that a checkpoint whose experts
+// are packed INT4 is found by its .weight_packed names and that
+// CheckpointSource serves their f32 values (what kt quant converts).
+func TestPackedInt4CheckpointSource(t *testing.T) {
+	q := [][]int{{-8, -1, 0, 1, 7, 3, 2, -2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, -8}}
+	scales := [][]float32{{2, 0.5}, {1, -1}}
+	one := packedCase(q, scales, 8, tensor.I32)
+	ck := tensors{}
+	var names []string
+	for _, p := range []string{"gate", "up", "down"} {
+		for suffix, tt := range one {
+			name := "model.layers.3.mlp.experts.0." + p + "_proj" + strings.TrimPrefix(suffix, "w")
+			tt.Name = name
+			ck[name] = tt
+			names = append(names, name)
+		}
+	}
+	et, err := FindExpertTensors(names, nil)
+	if err != nil || et.Prefix != "model." || et.Naming != NamingProj || !slices.Equal(et.Layers, []int{3}) || et.Experts != 1 {
+		t.Fatalf("found %+v, %v", et, err)
+	}
+	src := &CheckpointSource{Ckpt: ck, Prefix: "model.", Layer: 3, Int4Group: 8}
+	m, err := src.Matrix(0, cpuexperts.Up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range q {
+		for c := range q[r] {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(m.Data[4*(r*len(q[r])+c):]))
+			if want := float32(q[r][c]) * scales[r][c/8]; got != want {
+				t.Fatalf("[%d %d] = %g, want %g", r, c, got, want)
+			}
+		}
+	}
+	if _, err := (&CheckpointSource{Ckpt: ck, Prefix: "model.", Layer: 3}).Matrix(0, cpuexperts.Up); err == nil {
+		t.Error("packed experts read without a group size")
 	}
 }
