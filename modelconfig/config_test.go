@@ -220,7 +220,9 @@ func TestPackedInt4Config(t *testing.T) {
 		t.Errorf("quantization %q, group %d", c.Quantization, c.Int4GroupSize)
 	}
 	// the routed-expert shape any MoE tool reads (kt quant) carries it too
-	s, err := ParseMoEShape(mutate(t, "deepseekv3-a", func(m, _ map[string]any) { m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "group", 32, nil) }))
+	s, err := ParseMoEShape(mutate(t, "deepseekv3-a", func(m, _ map[string]any) {
+		m["quantization_config"] = packedInt4Quant("pack-quantized", 4, "group", 32, nil)
+	}))
 	if err != nil || s.Int4Group != 32 {
 		t.Errorf("MoE shape %+v, %v", s, err)
 	}
