@@ -19,6 +19,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { randomCases as randomStrings } from "./random.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const td = path.join(here, "..");
@@ -82,21 +83,11 @@ function reduced() {
   };
 }
 
-function rng(seed) {
-  return () => {
-    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 // Random strings over an alphabet that stresses every split pattern:
 // digits of all kinds next to letters, the CJK/kana ranges and their edges,
 // ASCII punctuation before ASCII and non-ASCII letters, marks, controls,
 // format characters, whitespace of every kind, emoji and added tokens.
 function randomCases(n, seed) {
-  const r = rng(seed);
   const atoms = [
     "a", "b", "Z", "é", "ß", "ω", "Я", "한", "ก", "क", "ि", "\u0301", "\u20dd", "\u3099",
     "中", "文", "一", "龥", "龦", "\u9fff", "ぁ", "の", "ゟ", "゠", "ア", "ヿ", "ー", "・", "゛", "ㇰ", "〇", "々",
@@ -108,14 +99,7 @@ function randomCases(n, seed) {
     "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<|EOT|>", "<｜tool▁sep｜>",
     "hello", "World", " the", "func", "x.y", "你好", "東京", "12345",
   ];
-  const res = [];
-  for (let i = 0; i < n; i++) {
-    const len = 1 + Math.floor(r() * 30);
-    let s = "";
-    for (let j = 0; j < len; j++) s += atoms[Math.floor(r() * atoms.length)];
-    res.push({ name: `random_${i}`, text: s });
-  }
-  return res;
+  return randomStrings(n, seed, atoms, 30);
 }
 
 const digitRuns = [];

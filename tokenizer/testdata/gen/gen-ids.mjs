@@ -12,6 +12,7 @@ import { Tokenizer } from "@anush008/tokenizers";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { randomCases as randomStrings } from "./random.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const td = path.join(here, "..");
@@ -22,21 +23,10 @@ const QWEN35_RE = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p
 const tokJSON = fs.readFileSync(path.join(td, "tokenizer.json"), "utf8");
 if (!tokJSON.includes(JSON.stringify(QWEN3_RE))) throw new Error("tokenizer.json lacks the Qwen3 regex");
 
-// mulberry32: a small deterministic PRNG, so the random cases are stable.
-function rng(seed) {
-  return () => {
-    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 // Random strings over an alphabet that stresses every branch of the split
 // regex: letters, marks, digits, punctuation, all kinds of whitespace,
 // apostrophe contractions, CJK, emoji and special tokens.
 function randomCases(n, seed) {
-  const r = rng(seed);
   const atoms = [
     "a", "b", "Z", "é", "ß", "ſ", "İ", "ω", "Я", "中", "文", "の", "ア", "한", "ก", "ि", "्", "क",
     "\u0301", "\u0300", "\u20dd", "\u05c1", "\u0e31",
@@ -48,14 +38,7 @@ function randomCases(n, seed) {
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|endoftext|>", "<tool_call>",
     "hello", "world", " the", "func", "你好", "東京",
   ];
-  const out = [];
-  for (let i = 0; i < n; i++) {
-    const len = 1 + Math.floor(r() * 40);
-    let s = "";
-    for (let j = 0; j < len; j++) s += atoms[Math.floor(r() * atoms.length)];
-    out.push({ name: `random_${i}`, text: s });
-  }
-  return out;
+  return randomStrings(n, seed, atoms, 40);
 }
 
 function llamaCases(name) {

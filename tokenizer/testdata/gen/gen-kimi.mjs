@@ -28,6 +28,7 @@ import { Tiktoken } from "tiktoken";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { randomCases as randomStrings } from "./random.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const td = path.join(here, "..");
@@ -239,15 +240,6 @@ function jsPieces(text) {
 }
 
 // ---- Cases. ----
-function rng(seed) {
-  return () => {
-    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const R = (k) => `<|reserved_token_${RANKS + k}|>`;
 const kimiCases = [
   ["han_run", "中文分词测试，这是一个句子。"],
@@ -298,7 +290,6 @@ const kimiCases = [
 ];
 
 function randomCases(n, seed) {
-  const r = rng(seed);
   const atoms = [
     "a", "b", "Z", "Q", "é", "ß", "ſ", "İ", "ω", "Я", "ǅ", "ʰ", "ª", "中", "文", "々", "〇", "⺀", "の", "ア", "ー", "한", "ก", "ि", "्", "क",
     "\u0301", "\u0300", "\u20dd", "\u0e31", "\u1C89", "\u{13460}", "\u{20000}",
@@ -310,14 +301,7 @@ function randomCases(n, seed) {
     "[BOS]", "<|im_end|>", "<|im_user|>", "<think>", "</think>", "<|tool_call_begin|>", R(7), "<|im_end", "|>",
     "hello", "World", " the", "HTTP", "func", "你好", "東京",
   ];
-  const out = [];
-  for (let i = 0; i < n; i++) {
-    const len = 1 + Math.floor(r() * 40);
-    let s = "";
-    for (let j = 0; j < len; j++) s += atoms[Math.floor(r() * atoms.length)];
-    out.push({ name: `random_${i}`, text: s });
-  }
-  return out;
+  return randomStrings(n, seed, atoms, 40);
 }
 
 const corpus = JSON.parse(fs.readFileSync(path.join(td, "corpus.json"), "utf8")).cases;
