@@ -2,7 +2,6 @@ package modeltest
 
 import (
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,51 +18,16 @@ import (
 // weights dequantised to F32 (the values the FP8 contract gives them).
 func WriteFP8Pair(t *testing.T, srcDir string, block [2]int) (fp8Dir, deqDir string) {
 	t.Helper()
-	src := srcDir
-	ck, err := safetensors.OpenDir(srcDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	fp8Dir, deqDir = filepath.Join(t.TempDir(), "fp8"), filepath.Join(t.TempDir(), "deq")
-	var fp8s, deqs []tensorEntry
-	nq := 0
-	for _, name := range ck.Names() {
-		tt, err := ck.Tensor(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sp := safetensors.Spec{Name: name, DType: tt.DType, Shape: tt.Shape}
-		if !strings.HasSuffix(name, "_proj.weight") || len(tt.Shape) != 2 {
-			fp8s = append(fp8s, tensorEntry{sp, tt.Data})
-			deqs = append(deqs, tensorEntry{sp, tt.Data})
-			continue
-		}
-		w, err := tt.ToF32()
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, k := int(tt.Shape[0]), int(tt.Shape[1])
-		h, deq, err := backend.QuantizeFP8(name, w, o, k, block)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nq++
-		fp8s = append(fp8s, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F8E4M3, Shape: tt.Shape}, h.Data},
-			tensorEntry{safetensors.Spec{Name: name + "_scale_inv", DType: tensor.F32, Shape: []int64{int64(h.Scale.Shape[0]), int64(h.Scale.Shape[1])}}, h.Scale.Data})
-		db := make([]byte, 4*len(deq))
-		for i, v := range deq {
-			b := math.Float32bits(v)
-			db[4*i], db[4*i+1], db[4*i+2], db[4*i+3] = byte(b), byte(b>>8), byte(b>>16), byte(b>>24)
-		}
-		deqs = append(deqs, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, db})
-	}
-	if nq == 0 {
-		t.Fatalf("%s: no projection weights", src)
-	}
-	writeCheckpoint(t, fp8Dir, srcDir, fp8s, map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": block[:]})
-	writeCheckpoint(t, deqDir, srcDir, deqs, nil)
-	return fp8Dir, deqDir
+	return writeQuantizedPair(t, srcDir, func(name string) bool { return strings.HasSuffix(name, "_proj.weight") },
+		func(name string, w []float32, out, in int) ([]tensorEntry, []float32) {
+			h, deq, err := backend.QuantizeFP8(name, w, out, in, block)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []tensorEntry{{safetensors.Spec{Name: name, DType: tensor.F8E4M3, Shape: []int64{int64(out), int64(in)}}, h.Data},
+				{safetensors.Spec{Name: name + "_scale_inv", DType: tensor.F32, Shape: []int64{int64(h.Scale.Shape[0]), int64(h.Scale.Shape[1])}}, h.Scale.Data}}, deq
+		},
+		map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": block[:]})
 }
 
 // FP8CheckpointCPUExperts serves an FP8 copy of the checkpoint in src

@@ -3,7 +3,6 @@ package modeltest
 import (
 	"encoding/binary"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,32 +18,14 @@ import (
 // as the f32 values the packed form stands for.
 func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deqDir string) {
 	t.Helper()
-	ck, err := safetensors.OpenDir(srcDir)
-	if err != nil {
-		t.Fatal(err)
+	picks := func(name string) bool {
+		return strings.Contains(name, ".mlp.experts.") && strings.HasSuffix(name, "_proj.weight")
 	}
-	defer ck.Close()
-	var packed, deq []tensorEntry
-	nq := 0
-	for _, name := range ck.Names() {
-		tt, err := ck.Tensor(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sp := safetensors.Spec{Name: name, DType: tt.DType, Shape: tt.Shape}
-		if !strings.Contains(name, ".mlp.experts.") || !strings.HasSuffix(name, "_proj.weight") || len(tt.Shape) != 2 {
-			packed, deq = append(packed, tensorEntry{sp, tt.Data}), append(deq, tensorEntry{sp, tt.Data})
-			continue
-		}
-		w, err := tt.ToF32()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, in := int(tt.Shape[0]), int(tt.Shape[1])
+	return writeQuantizedPair(t, srcDir, picks, func(name string, w []float32, out, in int) ([]tensorEntry, []float32) {
 		groups, words := (in+group-1)/group, (in+7)/8
 		pk := make([]byte, 4*out*words)
 		sc := make([]byte, 2*out*groups)
-		df := make([]byte, 4*out*in)
+		deq := make([]float32, out*in)
 		for r := range out {
 			for g := range groups {
 				lo, hi := g*group, min((g+1)*group, in)
@@ -58,31 +39,20 @@ func WritePackedInt4Pair(t *testing.T, srcDir string, group int) (packedDir, deq
 					q := int(math.Max(-8, math.Min(7, math.Round(float64(w[r*in+c]/s)))))
 					i := 4 * (r*words + c/8)
 					binary.LittleEndian.PutUint32(pk[i:], binary.LittleEndian.Uint32(pk[i:])|uint32(q+8)<<(4*(c%8)))
-					binary.LittleEndian.PutUint32(df[4*(r*in+c):], math.Float32bits(float32(q)*s))
+					deq[r*in+c] = float32(q) * s
 				}
 			}
 		}
 		base := strings.TrimSuffix(name, ".weight")
-		shape := make([]byte, 16)
-		binary.LittleEndian.PutUint64(shape, uint64(out))
-		binary.LittleEndian.PutUint64(shape[8:], uint64(in))
-		packed = append(packed,
-			tensorEntry{safetensors.Spec{Name: base + ".weight_packed", DType: tensor.I32, Shape: []int64{int64(out), int64(words)}}, pk},
-			tensorEntry{safetensors.Spec{Name: base + ".weight_scale", DType: tensor.BF16, Shape: []int64{int64(out), int64(groups)}}, sc},
-			tensorEntry{safetensors.Spec{Name: base + ".weight_shape", DType: tensor.I64, Shape: []int64{2}}, shape})
-		deq = append(deq, tensorEntry{safetensors.Spec{Name: name, DType: tensor.F32, Shape: tt.Shape}, df})
-		nq++
-	}
-	if nq == 0 {
-		t.Fatalf("%s: no routed expert weights", srcDir)
-	}
-	packedDir, deqDir = filepath.Join(t.TempDir(), "packed"), filepath.Join(t.TempDir(), "deq")
-	writeCheckpoint(t, packedDir, srcDir, packed, map[string]any{
+		shape := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, uint64(out)), uint64(in))
+		return []tensorEntry{
+			{safetensors.Spec{Name: base + ".weight_packed", DType: tensor.I32, Shape: []int64{int64(out), int64(words)}}, pk},
+			{safetensors.Spec{Name: base + ".weight_scale", DType: tensor.BF16, Shape: []int64{int64(out), int64(groups)}}, sc},
+			{safetensors.Spec{Name: base + ".weight_shape", DType: tensor.I64, Shape: []int64{2}}, shape}}, deq
+	}, map[string]any{
 		"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
 		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "input_activations": nil,
 			"weights": map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
 				"group_size": group, "dynamic": false, "observer": "minmax"}}},
 		"ignore": []string{"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}})
-	writeCheckpoint(t, deqDir, srcDir, deq, nil)
-	return packedDir, deqDir
 }
