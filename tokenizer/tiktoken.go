@@ -52,14 +52,13 @@ func FileIn(dir string) string {
 // DeepSeek), else tiktoken.model with tokenizer_config.json (Kimi-K2; see
 // LoadTiktoken).
 func Load(dir string) (*Tokenizer, error) {
-	path := filepath.Join(dir, "tokenizer.json")
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(filepath.Join(dir, TiktokenFile)); err == nil {
-			return LoadTiktoken(dir)
-		}
+	switch FileIn(dir) {
+	case TiktokenFile:
+		return LoadTiktoken(dir)
+	case "":
 		return nil, fmt.Errorf("tokenizer: %s has neither tokenizer.json nor %s: %w", dir, TiktokenFile, fs.ErrNotExist)
 	}
-	return LoadFile(path)
+	return LoadFile(filepath.Join(dir, "tokenizer.json"))
 }
 
 // LoadTiktoken reads a tiktoken tokenizer directory as Kimi-K2 ships it:
