@@ -10,7 +10,7 @@ package runbase
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/ktserve/kt/arch"
 	"github.com/ktserve/kt/backend"
@@ -136,16 +136,14 @@ func (b *Base) Close() error {
 func (b *Base) Host(name string, shape ...int) (backend.Host, error) {
 	t, err := b.Ckpt.Tensor(name)
 	if err != nil {
-		if base, ok := strings.CutSuffix(name, ".weight"); ok && b.Int4Group > 0 {
-			if _, perr := b.Ckpt.Tensor(base + ".weight_packed"); perr == nil {
-				h, err := expertsource.PackedInt4Host(b.Ckpt, base, b.Int4Group)
-				if err == nil && !sameShape([]int64{int64(h.Shape[0]), int64(h.Shape[1])}, shape) {
-					err = fmt.Errorf("tensor %s has shape %v, want %v", h.Name, h.Shape, shape)
-				}
-				return h, err
-			}
+		h, ok, perr := expertsource.PackedInt4For(b.Ckpt, name, b.Int4Group)
+		if !ok {
+			return backend.Host{}, err
 		}
-		return backend.Host{}, err
+		if perr == nil && !slices.Equal(h.Shape, shape) {
+			perr = fmt.Errorf("tensor %s has shape %v, want %v", h.Name, h.Shape, shape)
+		}
+		return h, perr
 	}
 	if !sameShape(t.Shape, shape) {
 		return backend.Host{}, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Shape, shape)

@@ -2,7 +2,6 @@ package expertsource
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
@@ -75,10 +74,8 @@ func (s *CheckpointSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, 
 func (s *CheckpointSource) host(name string) (backend.Host, error) {
 	t, err := s.Ckpt.Tensor(name)
 	if err != nil {
-		if base, ok := strings.CutSuffix(name, ".weight"); ok && s.Int4Group > 0 {
-			if _, perr := s.Ckpt.Tensor(base + ".weight_packed"); perr == nil {
-				return PackedInt4Host(s.Ckpt, base, s.Int4Group)
-			}
+		if h, ok, perr := PackedInt4For(s.Ckpt, name, s.Int4Group); ok {
+			return h, perr
 		}
 		return backend.Host{}, err
 	}

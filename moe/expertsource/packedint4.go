@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/moe/cpuexperts"
@@ -59,6 +60,21 @@ func PackedInt4Host(ck TensorGetter, base string, group int) (backend.Host, erro
 		return backend.Host{}, err
 	}
 	return h, nil
+}
+
+// PackedInt4For returns weight name ("....weight") as PackedInt4Host
+// reads it when the checkpoint stores it packed (name's .weight_packed is
+// there and group > 0); ok is false when it does not.
+func PackedInt4For(ck TensorGetter, name string, group int) (h backend.Host, ok bool, err error) {
+	base, isWeight := strings.CutSuffix(name, ".weight")
+	if !isWeight || group < 1 {
+		return backend.Host{}, false, nil
+	}
+	if _, err := ck.Tensor(base + ".weight_packed"); err != nil {
+		return backend.Host{}, false, nil
+	}
+	h, err = PackedInt4Host(ck, base, group)
+	return h, true, err
 }
 
 // dequantPackedInt4 is the f32 matrix a pack-quantized INT4 host stands
