@@ -106,10 +106,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 					t.Fatalf("%s: %v", name, err)
 				}
 				defer r.Close()
-				t.Logf("%s: %s", name, r.ExpertPath())
-				if !strings.Contains(r.ExpertPath(), want) {
-					t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
-				}
+				modeltest.RequireExpertPath(t, name, r.ExpertPath(), want)
 				lps := greedyLogprobs(t, testRunner{r}, prompt, 6)
 				st, _ := arch.GraphStatsOf(r)
 				t.Logf("%s: decode graphs: %s", name, st)

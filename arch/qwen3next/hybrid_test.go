@@ -4,7 +4,6 @@ package qwen3next
 
 import (
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
@@ -83,10 +82,7 @@ func TestHybridMatchesCPU(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		defer r.Close()
-		t.Logf("%s: %s", name, r.ExpertPath())
-		if !strings.Contains(r.ExpertPath(), want) {
-			t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
-		}
+		modeltest.RequireExpertPath(t, name, r.ExpertPath(), want)
 		lps := greedyLogprobs(t, testRunner{r}, prompt, 6)
 		// on the GPU the 6 decode steps run through the graph path (the
 		// first op by op, the second captured, all from the second on

@@ -5,7 +5,6 @@ package qwen3next
 import (
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch"
@@ -104,10 +103,7 @@ func runScript(t *testing.T, dir string, experts int, script []lwOp, name string
 		t.Fatalf("%s: %v", name, err)
 	}
 	defer r.Close()
-	t.Logf("%s: %s", name, r.ExpertPath())
-	if !strings.Contains(r.ExpertPath(), want) {
-		t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
-	}
+	modeltest.RequireExpertPath(t, name, r.ExpertPath(), want)
 	run := lwRun{script: script}
 	for _, op := range script {
 		rec.tag = op.tag

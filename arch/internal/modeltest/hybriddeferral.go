@@ -33,10 +33,7 @@ func HybridDeferral(t *testing.T, gpu backend.Backend, vocab, moeLayers int, tol
 			t.Fatalf("%s: %v", name, err)
 		}
 		defer r.Close()
-		t.Logf("%s: %s", name, r.ExpertPath())
-		if !strings.Contains(r.ExpertPath(), want) {
-			t.Fatalf("%s: experts run on %q, want %q", name, r.ExpertPath(), want)
-		}
+		RequireExpertPath(t, name, r.ExpertPath(), want)
 		rows, toks := DeferralRows(t, r, vocab, decode)
 		if decode == nil {
 			decode = toks

@@ -463,3 +463,13 @@ func LayoutsAgree(t *testing.T, write func(dir string, fused bool) error, load f
 		}
 	}
 }
+
+// RequireExpertPath logs where run name computes its routed experts (path,
+// a runner's ExpertPath) and fails the test unless path contains want.
+func RequireExpertPath(t testing.TB, name, path, want string) {
+	t.Helper()
+	t.Logf("%s: %s", name, path)
+	if !strings.Contains(path, want) {
+		t.Fatalf("%s: experts run on %q, want %q", name, path, want)
+	}
+}
