@@ -50,7 +50,8 @@ func (s hostSource) Matrix(e int, p cpuexperts.Proj) (cpuexperts.Matrix, error) 
 	return expertsource.HostMatrix(h)
 }
 
-// newEngine builds the engine for method ("auto" means BF16 in place) with
+// newEngine builds the engine for method ("auto" means BF16 in place, or
+// RAWINT4 for a pack-quantized INT4 checkpoint) with
 // the pools, threads and weights rb.Opts gives (--kt-*). It returns an
 // error saying why when the engine cannot serve this model or backend;
 // for "auto" the caller then uses the backend's MoE op.
@@ -59,12 +60,19 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 	if !isCPU && !Hybrid(rb) {
 		return nil, fmt.Errorf("the model runs on %s: the routed experts stay there unless a CPU expert method is named (--kt-method with --kt-weight-path)", rb.BE.Name())
 	}
+	packed := packedInt4(layers)
 	m := cpuexperts.BF16
+	if packed {
+		m = cpuexperts.RAWINT4 // the checkpoint's own INT4 codes
+	}
 	if method != "auto" {
 		var err error
 		if m, err = cpuexperts.ParseMethod(method); err != nil {
 			return nil, err
 		}
+	}
+	if m == cpuexperts.RAWINT4 && !packed {
+		return nil, fmt.Errorf("RAWINT4 runs the routed experts of a pack-quantized INT4 checkpoint (compressed-tensors, as Kimi-K2-Thinking's) on their own codes; this checkpoint's are not packed: use AMXINT4, INT4_KGROUP or AMXINT8%s", alternatives(m, c, max(rb.Opts.ExpertPools, 1), false))
 	}
 	o := rb.Opts
 	qd, err := openQuantDir(rb, m, c)
@@ -88,7 +96,7 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 		if method == "auto" {
 			return nil, err // the caller falls back to the backend's op
 		}
-		return nil, fmt.Errorf("%w%s", err, alternatives(m, c, pools))
+		return nil, fmt.Errorf("%w%s", err, alternatives(m, c, pools, packed))
 	}
 	threads := o.ExpertThreads
 	if threads == 0 {
@@ -143,6 +151,10 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 		x.from = "the checkpoint, converted at load"
 	}
 	spec := cpuexperts.LayerSpec{Method: m, Experts: c.NumExperts, Hidden: c.HiddenSize, Intermediate: c.MoEIntermediateSize}
+	if m == cpuexperts.RAWINT4 {
+		spec.GroupSize = rb.Int4Group
+		x.from = "the checkpoint's INT4 codes, repacked at load"
+	}
 	for l, w := range layers {
 		if w == nil {
 			continue
@@ -167,11 +179,11 @@ func newEngine(rb *runbase.Base, method string, c *modelconfig.Config, layers []
 }
 
 // alternatives names the methods a model's shapes allow, for an error
-// about method m.
-func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int) string {
+// about method m (RAWINT4 only where the experts are packed INT4).
+func alternatives(m cpuexperts.Method, c *modelconfig.Config, pools int, packed bool) string {
 	var alt []string
 	for _, a := range cpuexperts.MethodsFor(c.HiddenSize, c.MoEIntermediateSize, pools) {
-		if a != m {
+		if a != m && (a != cpuexperts.RAWINT4 || packed) {
 			alt = append(alt, string(a))
 		}
 	}

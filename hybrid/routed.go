@@ -238,7 +238,8 @@ type Experts struct {
 // layer, nil for a dense one) of the model of config c as rb.Opts.Experts
 // says: "backend" is the
 // backend's MoE op; "auto" the CPU expert engine with bf16 weights in place
-// when it can serve the model, else the op (Path says why); a method name
+// (a pack-quantized INT4 checkpoint's codes: RAWINT4) when it can serve the
+// model, else the op (Path says why); a method name
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	if rb.Opts.GPUPrefillThreshold > 0 && packedInt4(layers) {
@@ -273,16 +274,15 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	}
 	switch {
 	case method == "backend" && packedInt4(layers):
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors): they run on the CPU expert engine only (--kt-method AMXINT4, AMXINT8 or AMXBF16)", rb.Name)
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors): they run on the CPU expert engine only (--kt-method RAWINT4, or AMXINT4, AMXINT8, AMXBF16 converting them)", rb.Name)
 	case method == "backend":
 	case err == nil:
 		x.engine = eng
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	case packedInt4(layers):
-		// the backend's op cannot read them, and converting to a method's
-		// format is the user's choice of size and accuracy
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which the CPU expert engine converts: name a method with --kt-method (AMXINT4 keeps their size; AMXINT8, AMXBF16 more accuracy, more memory)", rb.Name)
+		// the backend's op cannot read them
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which run on the CPU expert engine only, and it cannot run them here: %w", rb.Name, err)
 	default:
 		x.path += "; CPU expert engine not used: " + err.Error()
 	}

@@ -207,7 +207,7 @@ func TestValidateFeatures(t *testing.T) {
 			"--chunked-prefill-size", "64"}, engine, nil, nil},
 		{"engine: kt's own method names", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "INT4_KGROUP"}, engine, nil, nil},
 		{"engine: AMXBF16", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "AMXBF16"}, engine, nil, nil},
-		{"engine: SGLang method it lacks", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "RAWINT4"}, engine, []string{"--kt-method: RAWINT4 is not implemented yet in kt; this build has BF16, AMXBF16"}, nil},
+		{"engine: SGLang method it lacks", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "GPTQ_INT4"}, engine, []string{"--kt-method: GPTQ_INT4 is not implemented yet in kt; this build has BF16, AMXBF16"}, nil},
 		{"engine: GPU experts on the CPU", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, engine, []string{"--kt-num-gpu-experts: GPU experts need a GPU", "--kt-num-gpu-experts 0"}, nil},
 		{"engine: GPU experts, no hybrid step", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-num-gpu-experts", "4"}, Features{GPUs: 1, CPUExpertMethods: engine.CPUExpertMethods}, []string{"GPU-resident routed experts are not implemented yet"}, nil},
 		{"engine: deferral", []string{"--model", "/m", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, engine, nil, nil},

@@ -82,13 +82,29 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 	for _, m := range []string{"AMXBF16", "AMXINT8", "AMXINT4"} {
 		modeltest.RequireIdentical(t, m+": packed INT4 vs its f32 values", run(packedDir, m), run(deqDir, m))
 	}
+	// RAWINT4 runs the codes themselves ("auto" picks it): against the
+	// reference MoE op on their f32 values only the engine's int8 rounding
+	// of its activations differs
+	raw := run(packedDir, "RAWINT4")
+	modeltest.RequireIdentical(t, "auto vs RAWINT4", run(packedDir, "auto"), raw)
+	logprobs := func(rows [][]float32) [][]float64 {
+		lp := make([][]float64, len(rows))
+		for i, row := range rows {
+			lp[i] = modeltest.LogSoftmax(row)
+		}
+		return lp
+	}
+	worst := modeltest.WorstDiff(logprobs(run(deqDir, "backend")), logprobs(raw))
+	t.Logf("RAWINT4 vs the reference op on the f32 values: worst logprob difference %.3g", worst)
+	if worst > modeltest.EngineBF16Tol {
+		t.Errorf("RAWINT4 differs from the reference op by %.3g > %g", worst, modeltest.EngineBF16Tol)
+	}
 }
 
 // TestPackedInt4Refusals checks that a checkpoint with packed INT4 routed
 // experts is refused, with the reason, where they would not run on the CPU
-// expert engine with a converting method: "auto" (which would read bf16 in
-// place), the backend's MoE op, the in-place BF16 method, and device
-// experts.
+// expert engine: the backend's MoE op, the in-place BF16 method, and device
+// experts; and that RAWINT4 refuses experts that are not packed.
 func TestPackedInt4Refusals(t *testing.T) {
 	src := t.TempDir()
 	shape := engineShape(1)
@@ -99,16 +115,17 @@ func TestPackedInt4Refusals(t *testing.T) {
 	packedDir, _ := modeltest.WritePackedInt4Pair(t, src, 32)
 	for _, c := range []struct {
 		name string
+		dir  string
 		o    arch.Options
 		want string
 	}{
-		{"auto", arch.Options{Experts: "auto"}, "name a method with --kt-method"},
-		{"backend", arch.Options{Experts: "backend"}, "run on the CPU expert engine only"},
-		{"BF16 in place", arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
-		{"device experts", arch.Options{Experts: "AMXINT8", GPUExperts: placement.Request{PerLayer: 2}}, "no GPU experts"},
+		{"backend", packedDir, arch.Options{Experts: "backend"}, "run on the CPU expert engine only"},
+		{"BF16 in place", packedDir, arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
+		{"device experts", packedDir, arch.Options{Experts: "AMXINT8", GPUExperts: placement.Request{PerLayer: 2}}, "no GPU experts"},
+		{"RAWINT4 of bf16 experts", src, arch.Options{Experts: "RAWINT4"}, "this checkpoint's are not packed"},
 	} {
 		c.o.MaxSeqs, c.o.MaxTotalTokens, c.o.MaxBatchTokens, c.o.Threads = 1, 64, 64, 2
-		r, err := Load(packedDir, c.o)
+		r, err := Load(c.dir, c.o)
 		if err == nil {
 			r.Close()
 		}

@@ -106,8 +106,8 @@ func TestServeKTMethods(t *testing.T) {
 			[]string{"converted for 1 thread pools but --kt-threadpool-count is 2"}},
 		{[]string{"--kt-weight-path", t.TempDir(), "--kt-method", "BF16"},
 			[]string{"not a kt quant output", "not the model directory"}},
-		{[]string{"--kt-weight-path", dir, "--kt-method", "RAWINT4"},
-			[]string{"--kt-method: RAWINT4 is not implemented yet in kt"}},
+		{[]string{"--kt-weight-path", dir, "--kt-method", "GPTQ_INT4"},
+			[]string{"--kt-method: GPTQ_INT4 is not implemented yet in kt"}},
 	} {
 		err := runServe(context.Background(), append(append([]string{"--port", "0"}, common...), c.args...), io.Discard, io.Discard, nil)
 		for _, w := range c.want {

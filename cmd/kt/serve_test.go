@@ -135,7 +135,7 @@ func TestServeFlagErrors(t *testing.T) {
 		// accepted with tensor parallelism: the model directory is read
 		{[]string{"--model-path", "/nonexistent", "--device", "cpu", "--tensor-parallel-size", "4", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-max-deferred-experts-per-token", "1"}, "config.json"},
 		{[]string{"--model-path", "x", "--enable-lora", "--lora-paths", "a=/b", "--lora-paths", "c=/d"}, "Only one merged KT composite LoRA adapter is supported"},
-		{[]string{"--model-path", "x", "--kt-weight-path", "/w", "--kt-method", "RAWINT4"}, "--kt-method: RAWINT4 is not implemented yet in kt"},
+		{[]string{"--model-path", "x", "--kt-weight-path", "/w", "--kt-method", "GPTQ_INT4"}, "--kt-method: GPTQ_INT4 is not implemented yet in kt"},
 		{[]string{"--model-path", "x", "--device", "cpu", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-gpu-prefill-token-threshold", "512"}, "--kt-gpu-prefill-token-threshold: layerwise GPU prefill needs a GPU"},
 		{[]string{"--model-path", "x", "--kt-weight-path", "/w", "--kt-method", "BF16", "--kt-enable-dynamic-expert-update"}, "--kt-gpu-prefill-token-threshold"},
 	} {

@@ -155,13 +155,13 @@ const (
 
 // tileFormat reports whether method m's prefill runs on real AMX tiles
 // with these ISA bits (not the emulation), and whether its tile products
-// are int8 (AMXINT8, AMXINT4, INT4_KGROUP) or bf16 (BF16, AMXBF16, FP8):
+// are int8 (Method.intKernels) or bf16 (BF16, AMXBF16, FP8):
 // the prefill choice describe names.
 func tileFormat(m Method, bits int) (i8, ok bool) {
 	if !amxPrefill(bits) || bits&isaAMXEmu != 0 {
 		return false, false
 	}
-	return m == AMXINT8 || m == AMXINT4 || m == INT4KGroup, true
+	return m.intKernels(), true
 }
 
 // amxPrefill reports whether the prefill runs on the AMX tile kernels (real
@@ -175,7 +175,7 @@ func describe(m Method, bits int) string {
 	if bits&isaAVX512 != 0 {
 		dec = "avx512"
 		switch {
-		case (m == AMXINT8 || m == AMXINT4 || m == INT4KGroup) && bits&isaVNNI != 0:
+		case m.intKernels() && bits&isaVNNI != 0:
 			dec = "avx512-vnni"
 		case (m == BF16 || m == AMXBF16 || m == FP8) && bits&isaBF16 != 0:
 			dec = "avx512-bf16"

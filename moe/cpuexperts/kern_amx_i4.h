@@ -73,36 +73,41 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(cons
                                                                             __m512 rm, int group, int pf,
                                                                             int8_t* lo_d, int8_t* hi_d) {
   const uint8_t* b0 = src + (int64_t)c * 16 * 64;
-  int g0 = sc ? c * 128 / group : 0, g1 = sc ? (c * 128 + 64) / group : 0;  // the low and high halves' groups
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
-  __m512i f0l = _mm512_setzero_si512(), f0h = f0l, f1l = f0l, f1h = f0l;
-  if (sc) {
-    amx_i4g_factor(sc + (int64_t)g0 * 16, rm, &f0l, &f0h);
-    if (g1 == g0) {
-      f1l = f0l;
-      f1h = f0h;
-    } else {
-      amx_i4g_factor(sc + (int64_t)g1 * 16, rm, &f1l, &f1h);
+  // the factors of the block's quarters: 0 and 1 the low nibbles of lines
+  // 0-7 and 8-15 (columns 0-31, 32-63), 2 and 3 the high ones (64-127); a
+  // quarter in the group of the one before shares its factor
+  __m512i fl[4], fh[4];
+  for (int j = 0; j < 4; j++) fl[j] = fh[j] = _mm512_setzero_si512();
+  if (sc)
+    for (int j = 0; j < 4; j++) {
+      int g = (c * 128 + 32 * j) / group;
+      if (j > 0 && g == (c * 128 + 32 * (j - 1)) / group) {
+        fl[j] = fl[j - 1];
+        fh[j] = fh[j - 1];
+      } else {
+        amx_i4g_factor(sc + (int64_t)g * 16, rm, &fl[j], &fh[j]);
+      }
     }
-  }
-  for (int r = 0; r < 16; r++) {
-    if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
-    __m512i b = _mm512_loadu_si512(b0 + r * 64);
-    __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
-    if (sc) {
-      lo = amx_i4g_requant(lo, f0l, f0h);
-      hi = amx_i4g_requant(hi, f1l, f1h);
+  for (int h = 0; h < 2; h++)
+    for (int r = 8 * h; r < 8 * h + 8; r++) {
+      if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
+      __m512i b = _mm512_loadu_si512(b0 + r * 64);
+      __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
+      if (sc) {
+        lo = amx_i4g_requant(lo, fl[h], fh[h]);
+        hi = amx_i4g_requant(hi, fl[2 + h], fh[2 + h]);
+      }
+      _mm512_storeu_si512(lo_d + r * 64, lo);
+      _mm512_storeu_si512(hi_d + r * 64, hi);
     }
-    _mm512_storeu_si512(lo_d + r * 64, lo);
-    _mm512_storeu_si512(hi_d + r * 64, hi);
-  }
 }
 
 // amx_i4_unpack unpacks weight rows [n0, n0+nn) of a KT_FMT_I4_PK matrix
 // into int8 panels at dst in the KT_FMT_I8_PK layout (per 128 columns, the
 // 16 lines of the low nibbles, then the 16 of the high ones: amx_i4_block).
-// A KT_FMT_I4G_PK matrix (grouped: a scale per row and group of 64 or 128
-// columns) is requantized per row as amx_i4_block says, rmax holding each
+// A KT_FMT_I4G_PK matrix (grouped: a scale per row and group of 32, 64 or
+// 128 columns) is requantized per row as amx_i4_block says, rmax holding each
 // row's largest group scale.
 //
 // With a K slab in s (k_end > 0, int8 tile steps of 64 columns, even

@@ -70,12 +70,14 @@ T2 void kt_avx2_bf16pk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, 
 }
 
 // ---------------------------------------------------------------- int8 / int4 panels
-// s8 x s8 through vpmaddubsw with the sign trick: |x| (u8) * sign(w, x) (s8).
-// |x| <= 127 and |w| <= 127, so a pair sum never saturates int16.
+// s8 x s8 through vpmaddubsw with the sign trick: |w| (u8) * sign(x, w) (s8).
+// |w| <= 128 and |x| <= 127, so a pair sum never saturates int16.
 
 INL T2 __m256i dot4(__m256i w, int32_t xq) {
   __m256i xb = _mm256_set1_epi32(xq);
-  __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xb), _mm256_sign_epi8(w, xb));
+  // a weight of -128 (int4 code -8 as q*16) has no positive twin: w's
+  // magnitude goes unsigned, the activation takes its sign
+  __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w));
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
@@ -177,7 +179,19 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
           l1 = _mm256_add_epi32(l1, dot4(_mm256_and_si256(_mm256_slli_epi16(b1, 4), mask), xl));
           h0 = _mm256_add_epi32(h0, dot4(_mm256_and_si256(b0, mask), xh));
           h1 = _mm256_add_epi32(h1, dot4(_mm256_and_si256(b1, mask), xh));
+          if (W->group == 32 && (r & 7) == 7) {
+            // groups of 32: lines 0-7 (8-15) hold the block's quarters 0
+            // and 2 (1 and 3) in their low and high nibbles
+            const float* gl = sc + (4 * c + (r >> 3)) * 16;
+            const float* gh = gl + 2 * 16;
+            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_loadu_ps(gl), f0);
+            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_loadu_ps(gl + 8), f1);
+            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h0), _mm256_loadu_ps(gh), f0);
+            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h1), _mm256_loadu_ps(gh + 8), f1);
+            l0 = l1 = h0 = h1 = _mm256_setzero_si256();
+          }
         }
+        if (W->group == 32) continue;
         int g0 = (128 * c) / W->group, g1 = (128 * c + 64) / W->group;
         if (g0 == g1) {
           l0 = _mm256_add_epi32(l0, h0);

@@ -173,6 +173,49 @@ INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, cons
   }
 }
 
+// i4_quarters is i4_block for groups of 32 columns: it adds 128-column
+// block c's products to the sums of its four quarters, q[0] and q[1] the
+// low nibbles of lines 0-7 and 8-15 (columns 0-31 and 32-63 of the block),
+// q[2] and q[3] the high nibbles (64-95, 96-127), each [t] per token. One
+// token runs four chains, lines r and r + 8 a step, as i4_one does.
+INL TVNNI void i4_quarters(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, kt_scratch* s,
+                           __m512i (*q)[4]) {
+  const uint8_t* p = pan + (int64_t)c * 1024;
+  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  if (MT == 1) {
+    int32_t xf[32];
+    flip_words(x[0] + 32 * c, xf);
+    flip_words(x[0] + 32 * c + 16, xf + 16);
+    for (int r = 0; r < 8; r++) {
+      const uint8_t* l0 = p + r * 64;
+      const uint8_t* l1 = l0 + 8 * 64;
+      if (pf > 0) {
+        _mm_prefetch((const char*)l0 + pf, _MM_HINT_T0);
+        _mm_prefetch((const char*)l1 + pf, _MM_HINT_T0);
+      }
+      kt_side_pf(s);
+      __m512i b0 = _mm512_loadu_si512(l0), b1 = _mm512_loadu_si512(l1);
+      q[0][0] = _mm512_dpbusd_epi32(q[0][0], _mm512_set1_epi32(xf[r]), _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask));
+      q[2][0] = _mm512_dpbusd_epi32(q[2][0], _mm512_set1_epi32(xf[16 + r]), _mm512_and_si512(b0, mask));
+      q[1][0] = _mm512_dpbusd_epi32(q[1][0], _mm512_set1_epi32(xf[8 + r]), _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask));
+      q[3][0] = _mm512_dpbusd_epi32(q[3][0], _mm512_set1_epi32(xf[24 + r]), _mm512_and_si512(b1, mask));
+    }
+    return;
+  }
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  for (int r = 0; r < 16; r++) {
+    if (pf > 0) _mm_prefetch((const char*)p + r * 64 + pf, _MM_HINT_T0);
+    __m512i b = _mm512_loadu_si512(p + r * 64);
+    __m512i bl = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+    __m512i bh = _mm512_and_si512(b, mask);
+    int h = r >> 3;
+    for (int t = 0; t < MT; t++) {
+      q[h][t] = _mm512_dpbusd_epi32(q[h][t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), bl);
+      q[2 + h][t] = _mm512_dpbusd_epi32(q[2 + h][t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), bh);
+    }
+  }
+}
+
 // pf > 0: the panel is prefetched pf bytes ahead (a panel is one contiguous
 // stream; a work item's panels are short streams for the hardware
 // prefetcher); the drivers pass it for a panel's first pass only.
@@ -259,7 +302,8 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
 INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
 INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 
-// Group-wise int4: integer sums per group, scaled per group into f32.
+// Group-wise int4 (groups of 32, 64 or 128 columns): integer sums per
+// group, scaled per group into f32.
 // pf > 0: the panel is prefetched pf bytes ahead as in i8pk_body, and its
 // group scales and corrections (two more streams, 64 bytes per group each)
 // two 128-column blocks ahead (the driver passes it for the first pass).
@@ -272,6 +316,18 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
     __m512i alo[4], ahi[4];
     for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
     if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, co, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
+    if (group == 32) {
+      __m512i q[4][4];
+      for (int j = 0; j < 4; j++)
+        for (int t = 0; t < MT; t++) q[j][t] = _mm512_setzero_si512();
+      i4_quarters(pan, c, x, MT, pf, s, q);
+      for (int j = 0; j < 4; j++) {
+        __m512i cg = _mm512_loadu_si512(co + (4 * c + j) * 16);
+        __m512 sg = _mm512_loadu_ps(sc + (4 * c + j) * 16);
+        for (int t = 0; t < MT; t++) f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q[j][t], cg)), sg, f[t]);
+      }
+      continue;
+    }
     i4_block(pan, c, x, MT, pf, s, alo, ahi);
     if (group == 128) {
       __m512i cg = _mm512_loadu_si512(co + c * 16);

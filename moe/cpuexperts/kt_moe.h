@@ -46,7 +46,7 @@ typedef struct {
   const int32_t* corr;  // 128*sum(q) per row / per group (same shape as scale); packed int only
   int64_t ld;           // row-major formats: row stride in elements
   int n, k;             // rows, columns
-  int group;            // KT_FMT_I4G_PK group size (64 or 128)
+  int group;            // KT_FMT_I4G_PK group size (32, 64 or 128)
   int row0, col0;       // fp8: offset of this slice in the full matrix (for block scales)
   int64_t sld;          // fp8: stride of the scale grid (blocks per row of blocks)
 } kt_mat;
@@ -242,6 +242,10 @@ void kt_pack_bf16(const float* src, int64_t ld, int n, int k, uint16_t* dst);
 void kt_pack_i8(const float* src, int64_t ld, int n, int k, int8_t* dst, float* scale, int32_t* corr);
 void kt_pack_i4(const float* src, int64_t ld, int n, int k, uint8_t* dst, float* scale, int32_t* corr);
 void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale, int32_t* corr);
+// kt_pack_i4g_codes packs compressed-tensors INT4 codes (int32 words of eight
+// nibbles, wld words per row; scales sld per row) as they are.
+void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, int64_t sld, int n, int k, int group,
+                       uint8_t* dst, float* scale, int32_t* corr);
 // Row-major quantization (the on-disk layout of kt quant) and packing of it.
 void kt_quant_rows_i8(const float* src, int64_t ld, int n, int k, int8_t* q, float* scale);
 void kt_quant_rows_i4(const float* src, int64_t ld, int n, int k, uint8_t* q, float* scale);

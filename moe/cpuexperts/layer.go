@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -40,6 +41,9 @@ type region struct {
 func (s *LayerSpec) validate(e *Engine) error {
 	if s.GroupSize == 0 {
 		s.GroupSize = 128
+		if s.Method == RAWINT4 {
+			s.GroupSize = 32 // Kimi-K2-Thinking's
+		}
 	}
 	if _, err := ParseMethod(string(s.Method)); err != nil {
 		return err
@@ -54,6 +58,9 @@ func (s *LayerSpec) validate(e *Engine) error {
 	}
 	if s.Method == INT4KGroup && s.GroupSize != 64 && s.GroupSize != 128 {
 		return fmt.Errorf("INT4_KGROUP group size %d: must be 64 or 128", s.GroupSize)
+	}
+	if s.Method == RAWINT4 && s.GroupSize != 32 && s.GroupSize != 64 && s.GroupSize != 128 {
+		return fmt.Errorf("RAWINT4: the checkpoint's INT4 groups of %d columns: the engine runs groups of 32, 64 or 128 (AMXINT4 or AMXINT8 convert other groups)", s.GroupSize)
 	}
 	return nil
 }
@@ -70,7 +77,7 @@ func (l *Layer) fmtOf() int {
 		return C.KT_FMT_I8_PK
 	case AMXINT4:
 		return C.KT_FMT_I4_PK
-	case INT4KGroup:
+	case INT4KGroup, RAWINT4:
 		return C.KT_FMT_I4G_PK
 	}
 	return 0
@@ -210,29 +217,21 @@ func (l *Layer) checkMatrix(x int, p Proj, m Matrix) error {
 		rows, cols = cols, rows
 	}
 	where := fmt.Sprintf("expert %d %s_proj", x, p)
-	if m.Rows != rows || m.Cols != cols {
-		return fmt.Errorf("%s: shape [%d %d], want [%d %d]", where, m.Rows, m.Cols, rows, cols)
+	if err := m.Check(rows, cols); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
 	}
-	want := map[Method][]tensor.DType{
-		BF16: {tensor.BF16}, FP8: {tensor.F8E4M3},
-		AMXBF16: {tensor.BF16, tensor.F32, tensor.F8E4M3}, AMXINT8: {tensor.BF16, tensor.F32, tensor.F8E4M3},
-		AMXINT4: {tensor.BF16, tensor.F32, tensor.F8E4M3}, INT4KGroup: {tensor.BF16, tensor.F32, tensor.F8E4M3},
-	}[l.spec.Method]
-	ok := false
-	for _, d := range want {
-		ok = ok || d == m.DType
-	}
-	if !ok {
-		return fmt.Errorf("%s: dtype %s cannot be used by method %s (accepts %v)", where, m.DType, l.spec.Method, want)
-	}
-	if int64(len(m.Data)) != int64(rows)*int64(cols)*int64(m.DType.Size()) {
-		return fmt.Errorf("%s: %d bytes of data, want %d", where, len(m.Data), int64(rows)*int64(cols)*int64(m.DType.Size()))
-	}
-	if m.DType == tensor.F8E4M3 {
-		br, bc := (rows+127)/128, (cols+127)/128
-		if len(m.BlockScale) != br*bc {
-			return fmt.Errorf("%s: weight_scale_inv has %d values, want %d (%dx%d blocks of 128x128)", where, len(m.BlockScale), br*bc, br, bc)
-		}
+	converts := []tensor.DType{tensor.BF16, tensor.F32, tensor.F8E4M3}
+	switch method := l.spec.Method; {
+	case method == RAWINT4 && !m.PackedInt4():
+		return fmt.Errorf("%s: %s: RAWINT4 runs the codes of a pack-quantized INT4 checkpoint (compressed-tensors); this one's experts are %s: use AMXINT4, INT4_KGROUP or AMXINT8", where, m.DType, m.DType)
+	case method == RAWINT4 && m.Int4Group != l.spec.GroupSize:
+		return fmt.Errorf("%s: INT4 groups of %d columns, the layer's are %d", where, m.Int4Group, l.spec.GroupSize)
+	case method == RAWINT4:
+	case m.PackedInt4() && method.InPlace():
+		return fmt.Errorf("%s: pack-quantized INT4 cannot be used by method %s in place: run it with RAWINT4 (its own codes) or convert it with AMXINT4, AMXINT8 or AMXBF16", where, method)
+	case m.PackedInt4():
+	case method == BF16 && m.DType != tensor.BF16, method == FP8 && m.DType != tensor.F8E4M3, !method.InPlace() && !slices.Contains(converts, m.DType):
+		return fmt.Errorf("%s: dtype %s cannot be used by method %s", where, m.DType, method)
 	}
 	return nil
 }
@@ -253,6 +252,12 @@ func (l *Layer) load(src Source) error {
 			if err := l.checkMatrix(x, p, m); err != nil {
 				return err
 			}
+			if l.spec.Method == RAWINT4 {
+				for pool := 0; pool < l.e.cfg.Pools; pool++ {
+					l.packCodes(pool, x, p, m)
+				}
+				continue
+			}
 			f := m.ToF32(buf)
 			for pool := 0; pool < l.e.cfg.Pools; pool++ {
 				l.packF32(pool, x, p, f, m.Cols)
@@ -264,10 +269,7 @@ func (l *Layer) load(src Source) error {
 
 // packF32 packs pool's slice of the f32 matrix f (row stride ld) into place.
 func (l *Layer) packF32(pool, x int, p Proj, f []float32, ld int) {
-	i0 := 0
-	for q := 0; q < pool; q++ {
-		i0 += l.e.inter[q]
-	}
+	i0 := l.poolStart(pool)
 	start := i0 * ld // gate/up: rows i0..
 	if p == Down {
 		start = i0 // down: columns i0..
@@ -287,14 +289,43 @@ func (l *Layer) packF32(pool, x int, p Proj, f []float32, ld int) {
 	}
 }
 
-// ToF32 widens m to f32 (applying FP8 block scales) into *buf, grown as
-// needed, and returns the rows.
+// poolStart is the first intermediate row (gate, up) or column (down) of
+// pool's slice.
+func (l *Layer) poolStart(pool int) int {
+	i0 := 0
+	for q := 0; q < pool; q++ {
+		i0 += l.e.inter[q]
+	}
+	return i0
+}
+
+// packCodes packs pool's slice of the pack-quantized INT4 matrix m into
+// place as it is (RAWINT4).
+func (l *Layer) packCodes(pool, x int, p Proj, m Matrix) {
+	words, groups := (m.Cols+7)/8, (m.Cols+m.Int4Group-1)/m.Int4Group
+	w0, s0 := 0, 0 // gate/up: rows i0.. start at their rows' first word
+	if i0 := l.poolStart(pool); p == Down {
+		w0, s0 = i0/8, i0/m.Int4Group // down: columns i0.. (multiples of 128)
+	} else {
+		w0, s0 = i0*words, i0*groups
+	}
+	cm := l.mat(pool, x, p)
+	C.kt_pack_i4g_codes((*C.uint32_t)(unsafe.Pointer(&m.Data[4*w0])), C.int64_t(words),
+		(*C.float)(unsafe.Pointer(&m.GroupScale[s0])), C.int64_t(groups), cm.n, cm.k, cm.group, cm.w, cm.scale, cm.corr)
+}
+
+// ToF32 widens m to f32 (applying FP8 block scales, dequantizing packed
+// INT4) into *buf, grown as needed, and returns the rows.
 func (m Matrix) ToF32(buf *[]float32) []float32 {
 	n := m.Rows * m.Cols
 	if cap(*buf) < n {
 		*buf = make([]float32, n)
 	}
 	f := (*buf)[:n]
+	if m.PackedInt4() {
+		m.dequantInt4(f)
+		return f
+	}
 	switch m.DType {
 	case tensor.F32:
 		copy(f, unsafe.Slice((*float32)(unsafe.Pointer(&m.Data[0])), n))

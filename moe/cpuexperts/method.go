@@ -22,7 +22,8 @@ import (
 type Method string
 
 // Methods. BF16 and FP8 read Hugging Face weights in place; the AMX* and
-// INT4_KGROUP methods repack (and quantize) the weights at load.
+// INT4_KGROUP methods repack (and quantize) the weights at load; RAWINT4
+// repacks a pack-quantized INT4 checkpoint's codes as they are.
 const (
 	// BF16 uses HF bf16 weights as they are, with no copy.
 	BF16 Method = "BF16"
@@ -37,10 +38,14 @@ const (
 	INT4KGroup Method = "INT4_KGROUP"
 	// FP8 reads block-scaled e4m3 checkpoints (weight_scale_inv, 128x128) natively.
 	FP8 Method = "FP8"
+	// RAWINT4 runs compressed-tensors pack-quantized INT4 experts (Kimi-K2-Thinking:
+	// symmetric, a scale per row and group of 32 columns) on their own codes and
+	// scales, repacked into the engine's panels without re-quantizing.
+	RAWINT4 Method = "RAWINT4"
 )
 
 // Methods lists every method the engine implements.
-var Methods = []Method{BF16, AMXBF16, AMXINT8, AMXINT4, INT4KGroup, FP8}
+var Methods = []Method{BF16, AMXBF16, AMXINT8, AMXINT4, INT4KGroup, FP8, RAWINT4}
 
 // ParseMethod maps a --kt-method value (case-insensitive) to a Method.
 func ParseMethod(s string) (Method, error) {
@@ -58,29 +63,40 @@ func ParseMethod(s string) (Method, error) {
 
 // ExpertBytesEstimate is about the bytes one routed expert of hidden x
 // intermediate takes in method m: gate and up (rows of hidden columns) and
-// down (rows of intermediate columns), scales included (INT4_KGROUP at
-// group 128).
+// down (rows of intermediate columns), scales and corrections included
+// (INT4_KGROUP at group 128, RAWINT4 at group 32).
 func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
 	HI := float64(hidden) * float64(intermediate)
-	return int64(2*HI*m.bytesPerWeight(hidden, 128) + HI*m.bytesPerWeight(intermediate, 128))
+	g := 128
+	if m == RAWINT4 {
+		g = 32
+	}
+	return int64(2*HI*m.bytesPerWeight(hidden, g) + HI*m.bytesPerWeight(intermediate, g))
 }
 
 // bytesPerWeight is the storage cost of one weight element under m
-// (scales included) for a group size g (INT4_KGROUP only).
+// (scales and corrections included) for a group size g (INT4_KGROUP and
+// RAWINT4 only).
 func (m Method) bytesPerWeight(cols, g int) float64 {
 	switch m {
 	case BF16, AMXBF16:
 		return 2
 	case AMXINT8:
-		return 1 + 4/float64(cols)
+		return 1 + 8/float64(cols)
 	case AMXINT4:
-		return 0.5 + 4/float64(cols)
-	case INT4KGroup:
-		return 0.5 + 4/float64(g)
+		return 0.5 + 8/float64(cols)
+	case INT4KGroup, RAWINT4:
+		return 0.5 + 8/float64(g)
 	case FP8:
 		return 1 + 4.0/(128*128)
 	}
 	return 0
+}
+
+// intKernels reports whether m's weights are integer panels (int8 or int4)
+// that the int8 kernels (VNNI dot products, AMX int8 tiles) multiply.
+func (m Method) intKernels() bool {
+	return m == AMXINT8 || m == AMXINT4 || m == INT4KGroup || m == RAWINT4
 }
 
 // InPlace reports whether m reads the checkpoint's weights without a copy.

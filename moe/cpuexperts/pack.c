@@ -233,6 +233,32 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
   }
 }
 
+// kt_pack_i4g_codes packs an n x k slice of a compressed-tensors
+// pack-quantized INT4 matrix into KT_FMT_I4G_PK panels as it is: row r's
+// codes are the k nibbles of words + r*wld (int32 words of eight, the
+// lowest nibble first, a code being the signed value + 8), its group scales
+// gscale + r*sld (one per group of columns). No value is re-quantized.
+void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, int64_t sld, int n, int k, int group,
+                       uint8_t* dst, float* scale, int32_t* corr) {
+  int ng = k / group;
+  for (int row = 0; row < n; row++) {
+    const uint32_t* w = words + (int64_t)row * wld;
+    uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
+    int p = row / 16, rr = row % 16;
+    for (int g = 0; g < ng; g++) {
+      int32_t sum = 0;
+      for (int i = g * group; i < (g + 1) * group; i++) {
+        int v = (int)((w[i / 8] >> (4 * (i % 8))) & 15) - 8;
+        put4(panel, rr, i, v);
+        sum += v * 16;
+      }
+      int64_t at = ((int64_t)p * ng + g) * 16 + rr;
+      scale[at] = gscale[(int64_t)row * sld + g] / 16.0f;
+      corr[at] = 128 * sum;
+    }
+  }
+}
+
 // kt_pack_rm_to_bf16pk packs rows [n0, n0+nn) of a row-major bf16 or fp8
 // matrix into bf16 panels (nn/16 panels of 16 x W->k), applying fp8 block scales.
 void kt_pack_rm_to_bf16pk(const kt_mat* W, int n0, int nn, uint16_t* dst) {

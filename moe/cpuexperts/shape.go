@@ -23,7 +23,7 @@ func CheckShape(m Method, hidden, intermediate, pools int) error {
 	} else {
 		ip := intermediate / pools
 		switch {
-		case (m == AMXINT4 || m == INT4KGroup || m == FP8) && ip%128 != 0:
+		case (m == AMXINT4 || m == INT4KGroup || m == FP8 || m == RAWINT4) && ip%128 != 0:
 			bad = append(bad, fmt.Sprintf("method %s needs each pool's intermediate slice (%d = %d / %d pools) to be a multiple of 128", m, ip, intermediate, pools))
 		case ip%32 != 0:
 			bad = append(bad, fmt.Sprintf("each pool's intermediate slice (%d = %d / %d pools) is not a multiple of 32", ip, intermediate, pools))

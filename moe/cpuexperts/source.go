@@ -1,6 +1,11 @@
 package cpuexperts
 
-import "github.com/ktserve/kt/tensor"
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/ktserve/kt/tensor"
+)
 
 // LayerSpec names the method and shapes of a layer.
 type LayerSpec struct {
@@ -8,18 +13,71 @@ type LayerSpec struct {
 	Experts      int
 	Hidden       int
 	Intermediate int
-	// GroupSize is the INT4_KGROUP group (64 or 128); 0 = 128.
+	// GroupSize is the INT4_KGROUP group (64 or 128; 0 = 128), or RAWINT4's:
+	// the checkpoint's (32, 64 or 128; 0 = 32).
 	GroupSize int
 }
 
 // Matrix is one projection of one expert as a checkpoint stores it: gate and
 // up are [Intermediate][Hidden], down is [Hidden][Intermediate], row-major.
 type Matrix struct {
-	DType      tensor.DType // BF16, F32 or F8E4M3
+	DType      tensor.DType // BF16, F32, F8E4M3, or I32 for pack-quantized INT4
 	Rows, Cols int
 	Data       []byte
 	// BlockScale is FP8's weight_scale_inv, [ceil(Rows/128)][ceil(Cols/128)].
 	BlockScale []float32
+	// Int4Group > 0 makes m a compressed-tensors pack-quantized INT4 matrix
+	// (DType I32): each row is ceil(Cols/8) little-endian int32 words of
+	// eight 4-bit codes, the lowest nibble first, a code being the signed
+	// value + 8, and GroupScale holds the scale of every row and group of
+	// Int4Group columns, [Rows][ceil(Cols/Int4Group)].
+	Int4Group  int
+	GroupScale []float32
+}
+
+// PackedInt4 reports whether m is a pack-quantized INT4 matrix.
+func (m Matrix) PackedInt4() bool { return m.Int4Group > 0 }
+
+// dequantInt4 stores the values of pack-quantized INT4 matrix m (each code
+// times its group's scale) in f, Rows x Cols.
+func (m Matrix) dequantInt4(f []float32) {
+	words, groups := (m.Cols+7)/8, (m.Cols+m.Int4Group-1)/m.Int4Group
+	for r := range m.Rows {
+		row := m.Data[4*r*words : 4*(r+1)*words]
+		sc := m.GroupScale[r*groups : (r+1)*groups]
+		for c := range m.Cols {
+			word := binary.LittleEndian.Uint32(row[4*(c/8):])
+			f[r*m.Cols+c] = float32(int((word>>(4*(c%8)))&0xF)-8) * sc[c/m.Int4Group]
+		}
+	}
+}
+
+// Check reports whether m is a rows x cols matrix whose data and scales
+// have the lengths its dtype needs.
+func (m Matrix) Check(rows, cols int) error {
+	if m.Rows != rows || m.Cols != cols {
+		return fmt.Errorf("shape [%d %d], want [%d %d]", m.Rows, m.Cols, rows, cols)
+	}
+	if m.PackedInt4() {
+		words, groups := int64(cols+7)/8, (cols+m.Int4Group-1)/m.Int4Group
+		if m.DType != tensor.I32 || int64(len(m.Data)) != 4*int64(rows)*words {
+			return fmt.Errorf("packed INT4: %s with %d bytes, want I32 with %d (%d words of 8 codes per row)", m.DType, len(m.Data), 4*int64(rows)*words, words)
+		}
+		if len(m.GroupScale) != rows*groups {
+			return fmt.Errorf("packed INT4: %d group scales, want %d (%d per row, groups of %d)", len(m.GroupScale), rows*groups, groups, m.Int4Group)
+		}
+		return nil
+	}
+	if want := int64(rows) * int64(cols) * int64(m.DType.Size()); int64(len(m.Data)) != want {
+		return fmt.Errorf("%s: %d bytes of data, want %d", m.DType, len(m.Data), want)
+	}
+	if m.DType == tensor.F8E4M3 {
+		br, bc := (rows+127)/128, (cols+127)/128
+		if len(m.BlockScale) != br*bc {
+			return fmt.Errorf("weight_scale_inv has %d values, want %d (%dx%d blocks of 128x128)", len(m.BlockScale), br*bc, br, bc)
+		}
+	}
+	return nil
 }
 
 // Source yields the full matrices of a layer's experts (HF layout). Matrix

@@ -3,6 +3,7 @@
 package cpuexperts
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -12,8 +13,9 @@ import (
 // SyntheticSource generates real-shaped random weights quickly and without
 // keeping them: each call regenerates expert e's matrix from a hash of
 // (Seed, e, p). Values are roughly N(0, 1/cols) (sum of four uniforms), as
-// bf16 or as e4m3 with 128x128 block scales. Safe for concurrent use; meant
-// for benchmarks, where generating 256 experts must take well under a second
+// bf16, as e4m3 with 128x128 block scales, or (I32) as random pack-quantized
+// INT4 codes with one scale for every group of Spec.GroupSize columns
+// (0 = 32). Safe for concurrent use; meant for benchmarks, where generating 256 experts must take well under a second
 // per core.
 type SyntheticSource struct {
 	Spec  LayerSpec
@@ -61,6 +63,23 @@ func (s *SyntheticSource) Matrix(e int, p Proj) (Matrix, error) {
 		m.Data = make([]byte, n)
 		for i := 0; i < n; i++ {
 			m.Data[i] = f32ToE4M3(float64(next()) * inv)
+		}
+	case tensor.I32: // pack-quantized INT4: random codes, one scale for every group
+		m.Int4Group = s.Spec.GroupSize
+		if m.Int4Group == 0 {
+			m.Int4Group = 32
+		}
+		words, groups := (cols+7)/8, (cols+m.Int4Group-1)/m.Int4Group
+		m.Data = make([]byte, 4*rows*words)
+		for i := 0; i < len(m.Data); i += 4 {
+			st ^= st << 13
+			st ^= st >> 7
+			st ^= st << 17
+			binary.LittleEndian.PutUint32(m.Data[i:], uint32(st>>32))
+		}
+		m.GroupScale = make([]float32, rows*groups)
+		for i := range m.GroupScale {
+			m.GroupScale[i] = 2 * scale / 8 // codes of -8..7 over the bf16 values' range
 		}
 	default:
 		return Matrix{}, fmt.Errorf("synthetic source: unsupported dtype %s", s.DType)

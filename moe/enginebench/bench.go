@@ -94,8 +94,11 @@ func (r BenchResult) TFLOPS() float64 { return r.FLOPs / r.Seconds / 1e12 }
 func SyntheticLayer(e *cpuexperts.Engine, s BenchShape, m cpuexperts.Method, seed uint64) (*cpuexperts.Layer, error) {
 	spec := cpuexperts.LayerSpec{Method: m, Experts: s.Experts, Hidden: s.Hidden, Intermediate: s.Intermediate}
 	dt := tensor.BF16
-	if m == cpuexperts.FP8 {
+	switch m {
+	case cpuexperts.FP8:
 		dt = tensor.F8E4M3
+	case cpuexperts.RAWINT4:
+		dt = tensor.I32 // pack-quantized INT4, groups of 32
 	}
 	return e.NewLayer(spec, &cpuexperts.SyntheticSource{Spec: spec, DType: dt, Seed: seed})
 }

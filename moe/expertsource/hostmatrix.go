@@ -15,11 +15,12 @@ import (
 // FP8 in 128 x 128 blocks (DeepSeek's and Qwen's FP8 checkpoints); a weight
 // in other blocks (a row slice of fused experts off the block boundaries
 // carries one scale row per weight row) is dequantized to f32 here, which
-// every converting method takes and the in-place FP8 method refuses; so is
-// pack-quantized INT4, one matrix at a time.
+// every converting method takes and the in-place FP8 method refuses.
+// Pack-quantized INT4 keeps its codes (RAWINT4 runs them; the converting
+// methods dequantize them, cpuexperts.Matrix.ToF32).
 func HostMatrix(h backend.Host) (cpuexperts.Matrix, error) {
 	if h.PackedInt4() {
-		return dequantPackedInt4(h)
+		return packedInt4Matrix(h)
 	}
 	m := cpuexperts.Matrix{DType: h.DType, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data}
 	if !h.FP8() {

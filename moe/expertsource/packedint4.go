@@ -3,7 +3,6 @@ package expertsource
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/ktserve/kt/backend"
@@ -18,7 +17,7 @@ import (
 // signed value + 8; base.weight_scale: one scale per row and group of
 // input columns (group, quantization_config's group_size);
 // base.weight_shape: [out, in]) as a backend.Host that aliases the
-// checkpoint's bytes (backend.Host.PackedInt4); HostMatrix dequantizes it.
+// checkpoint's bytes (backend.Host.PackedInt4).
 func PackedInt4Host(ck TensorGetter, base string, group int) (backend.Host, error) {
 	if group < 1 {
 		return backend.Host{}, fmt.Errorf("packed INT4 weight %s: group size %d", base, group)
@@ -77,9 +76,9 @@ func PackedInt4For(ck TensorGetter, name string, group int) (h backend.Host, ok 
 	return h, true, err
 }
 
-// dequantPackedInt4 is the f32 matrix a pack-quantized INT4 host stands
-// for: each value times its group's scale.
-func dequantPackedInt4(h backend.Host) (cpuexperts.Matrix, error) {
+// packedInt4Matrix is a pack-quantized INT4 host as the CPU expert engine
+// takes it: its words as they are, its group scales widened to f32.
+func packedInt4Matrix(h backend.Host) (cpuexperts.Matrix, error) {
 	if err := h.Check(); err != nil {
 		return cpuexperts.Matrix{}, err
 	}
@@ -87,18 +86,8 @@ func dequantPackedInt4(h backend.Host) (cpuexperts.Matrix, error) {
 	if err != nil {
 		return cpuexperts.Matrix{}, err
 	}
-	out, in, g := h.Shape[0], h.Shape[1], h.Int4Group
-	words, groups := (in+7)/8, (in+g-1)/g
-	data := make([]byte, 4*out*in)
-	for r := range out {
-		row := h.Data[4*r*words : 4*(r+1)*words]
-		for c := range in {
-			word := binary.LittleEndian.Uint32(row[4*(c/8):])
-			q := int((word>>(4*(c%8)))&0xF) - 8
-			binary.LittleEndian.PutUint32(data[4*(r*in+c):], math.Float32bits(float32(q)*scale[r*groups+c/g]))
-		}
-	}
-	return cpuexperts.Matrix{DType: tensor.F32, Rows: out, Cols: in, Data: data}, nil
+	return cpuexperts.Matrix{DType: tensor.I32, Rows: h.Shape[0], Cols: h.Shape[1], Data: h.Data,
+		Int4Group: h.Int4Group, GroupScale: scale}, nil
 }
 
 // packedShape reads a weight_shape tensor: two positive I32 or I64 sizes.

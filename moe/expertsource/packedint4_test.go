@@ -84,12 +84,13 @@ func TestPackedInt4Dequant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.DType != tensor.F32 || m.Rows != rows || m.Cols != cols {
-			t.Fatalf("matrix %s %dx%d", m.DType, m.Rows, m.Cols)
+		if err := m.Check(rows, cols); err != nil || !m.PackedInt4() || m.Int4Group != g {
+			t.Fatalf("matrix %s %dx%d group %d: %v", m.DType, m.Rows, m.Cols, m.Int4Group, err)
 		}
+		f := m.ToF32(new([]float32))
 		for r := range rows {
 			for c := range cols {
-				got := math.Float32frombits(binary.LittleEndian.Uint32(m.Data[4*(r*cols+c):]))
+				got := f[r*cols+c]
 				if want := float32(q[r][c]) * scales[r][c/g]; got != want {
 					t.Fatalf("%s: [%d %d] = %g, want %g", dt, r, c, got, want)
 				}
@@ -136,7 +137,8 @@ func TestPackedInt4Errors(t *testing.T) {
 
 // TestPackedInt4CheckpointSource checks that a checkpoint whose experts
 // are packed INT4 is found by its .weight_packed names and that
-// CheckpointSource serves their f32 values (what kt quant converts).
+// CheckpointSource serves their codes and scales, whose f32 values
+// (Matrix.ToF32) are what kt quant converts.
 func TestPackedInt4CheckpointSource(t *testing.T) {
 	q := [][]int{{-8, -1, 0, 1, 7, 3, 2, -2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, -8}}
 	scales := [][]float32{{2, 0.5}, {1, -1}}
@@ -160,9 +162,10 @@ func TestPackedInt4CheckpointSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := m.ToF32(new([]float32))
 	for r := range q {
 		for c := range q[r] {
-			got := math.Float32frombits(binary.LittleEndian.Uint32(m.Data[4*(r*len(q[r])+c):]))
+			got := f[r*len(q[r])+c]
 			if want := float32(q[r][c]) * scales[r][c/8]; got != want {
 				t.Fatalf("[%d %d] = %g, want %g", r, c, got, want)
 			}

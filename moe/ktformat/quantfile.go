@@ -158,11 +158,11 @@ func quantizeLayer(src cpuexperts.Source, spec cpuexperts.LayerSpec, pools, laye
 				if p == cpuexperts.Down {
 					rows, cols = H, I
 				}
-				if m.Rows != rows || m.Cols != cols || int64(len(m.Data)) != int64(rows)*int64(cols)*int64(m.DType.Size()) {
-					return fmt.Errorf("layer %d expert %d %s_proj: [%d %d] %s with %d bytes, want [%d %d]", layer, e, p, m.Rows, m.Cols, m.DType, len(m.Data), rows, cols)
+				if err := m.Check(rows, cols); err != nil {
+					return fmt.Errorf("layer %d expert %d %s_proj: %w", layer, e, p, err)
 				}
-				if m.DType != tensor.BF16 && m.DType != tensor.F32 && m.DType != tensor.F8E4M3 {
-					return fmt.Errorf("layer %d expert %d %s_proj: dtype %s, want BF16, F32 or F8_E4M3", layer, e, p, m.DType)
+				if !m.PackedInt4() && m.DType != tensor.BF16 && m.DType != tensor.F32 && m.DType != tensor.F8E4M3 {
+					return fmt.Errorf("layer %d expert %d %s_proj: dtype %s, want BF16, F32, F8_E4M3 or pack-quantized INT4", layer, e, p, m.DType)
 				}
 				f := m.ToF32(buf)
 				for pool := 0; pool < pools; pool++ {
