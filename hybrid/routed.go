@@ -137,7 +137,12 @@ func Load(rb *runbase.Base, plan *Plan, l int, p string, E, H, I int) (*Weights,
 		case device && !mine, !device && !root:
 			return nil // another rank computes it
 		case h.PackedInt4() && device:
-			return fmt.Errorf("%s: expert %d is packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no GPU experts (--kt-num-gpu-experts 0) or layerwise prefill with such a checkpoint", h.Name, e)
+			// a device expert of a pack-quantized INT4 checkpoint runs on
+			// the backend's MoE op as its bf16 values
+			var err error
+			if h, err = backend.PackedInt4BF16(h); err != nil {
+				return err
+			}
 		case hybrid && !device, h.PackedInt4():
 			if err := h.Check(); err != nil {
 				return err

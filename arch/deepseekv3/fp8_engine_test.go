@@ -70,6 +70,16 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 		t.Errorf("routed expert bytes: packed %d, bf16 %d", p, b)
 	}
 	prompt := []int32{3, 17, 99, 4, 250, 31, 8, 77, 120, 5, 61, 200}
+	runWith := func(dir string, o arch.Options) [][]float32 {
+		t.Helper()
+		o.MaxSeqs, o.MaxTotalTokens, o.MaxBatchTokens, o.Threads = 1, 128, 64, 2
+		r, err := Load(dir, o)
+		if err != nil {
+			t.Fatalf("%s with %+v: %v", dir, o, err)
+		}
+		defer r.Close()
+		return modeltest.Forward(t, testRunner{r}, 0, prompt, true)
+	}
 	run := func(dir, experts string) [][]float32 {
 		t.Helper()
 		r, err := Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 128, MaxBatchTokens: 64, Threads: 2, Experts: experts})
@@ -94,17 +104,28 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 		}
 		return lp
 	}
-	worst := modeltest.WorstDiff(logprobs(run(deqDir, "backend")), logprobs(raw))
-	t.Logf("RAWINT4 vs the reference op on the f32 values: worst logprob difference %.3g", worst)
-	if worst > modeltest.EngineBF16Tol {
-		t.Errorf("RAWINT4 differs from the reference op by %.3g > %g", worst, modeltest.EngineBF16Tol)
+	ref := logprobs(run(deqDir, "backend"))
+	// device experts (2 a layer) run on the backend's MoE op as their bf16
+	// values, the rest on RAWINT4
+	for _, c := range []struct {
+		what string
+		rows [][]float32
+	}{
+		{"RAWINT4", raw},
+		{"RAWINT4 + 2 device experts a layer", runWith(packedDir, arch.Options{Experts: "RAWINT4", GPUExperts: placement.Request{PerLayer: 2}})},
+	} {
+		worst := modeltest.WorstDiff(ref, logprobs(c.rows))
+		t.Logf("%s vs the reference op on the f32 values: worst logprob difference %.3g", c.what, worst)
+		if worst > modeltest.EngineBF16Tol {
+			t.Errorf("%s differs from the reference op by %.3g > %g", c.what, worst, modeltest.EngineBF16Tol)
+		}
 	}
 }
 
 // TestPackedInt4Refusals checks that a checkpoint with packed INT4 routed
 // experts is refused, with the reason, where they would not run on the CPU
-// expert engine: the backend's MoE op, the in-place BF16 method, and device
-// experts; and that RAWINT4 refuses experts that are not packed.
+// expert engine: the backend's MoE op, the in-place BF16 method, and
+// layerwise prefill; and that RAWINT4 refuses experts that are not packed.
 func TestPackedInt4Refusals(t *testing.T) {
 	src := t.TempDir()
 	shape := engineShape(1)
@@ -121,7 +142,7 @@ func TestPackedInt4Refusals(t *testing.T) {
 	}{
 		{"backend", packedDir, arch.Options{Experts: "backend"}, "run on the CPU expert engine only"},
 		{"BF16 in place", packedDir, arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
-		{"device experts", packedDir, arch.Options{Experts: "AMXINT8", GPUExperts: placement.Request{PerLayer: 2}}, "no GPU experts"},
+		{"layerwise prefill", packedDir, arch.Options{Experts: "RAWINT4", GPUPrefillThreshold: 16}, "no layerwise prefill"},
 		{"RAWINT4 of bf16 experts", src, arch.Options{Experts: "RAWINT4"}, "this checkpoint's are not packed"},
 	} {
 		c.o.MaxSeqs, c.o.MaxTotalTokens, c.o.MaxBatchTokens, c.o.Threads = 1, 64, 64, 2

@@ -287,3 +287,53 @@ func TestHybridDeferral(t *testing.T) {
 		return testRunner{r}, nil
 	})
 }
+
+// TestHybridPackedInt4 runs a synthetic DeepSeek-V3 model whose routed
+// experts are compressed-tensors pack-quantized INT4 (groups of 32, as
+// Kimi-K2-Thinking ships them) in the hybrid step on RAWINT4, with no
+// routed expert on the GPU and with 3 per layer there (their bf16 values
+// on the GPU's MoE op), and compares every logprob of a 40-token prompt
+// and 6 greedy decode steps with the same split on the CPU backend. It
+// skips without a GPU.
+func TestHybridPackedInt4(t *testing.T) {
+	dev := openTestGPU(t)
+	src := t.TempDir()
+	shape := engineShape(1)
+	shape.MoEInter = 128 // RAWINT4 works on 128-column blocks
+	if err := WriteSynthetic(src, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	packedDir, _ := modeltest.WritePackedInt4Pair(t, src, 32)
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % shape.Vocab)
+	}
+	run := func(name string, onGPU bool, perLayer int) [][]float64 {
+		t.Helper()
+		o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "RAWINT4",
+			GPUExperts: placement.Request{PerLayer: perLayer}}
+		if onGPU {
+			g, err := cuda.NewBackendOn(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			o.Backend = g
+		}
+		r, err := Load(packedDir, o)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer r.Close()
+		modeltest.RequireExpertPath(t, name, r.ExpertPath(), "cpuexperts RAWINT4")
+		return greedyLogprobs(t, testRunner{r}, prompt, 6)
+	}
+	for _, n := range []int{0, 3} {
+		name := fmt.Sprintf("%d GPU experts per layer", n)
+		worst := modeltest.WorstDiff(run("hybrid, "+name, true, n), run("cpu, "+name, false, n))
+		t.Logf("RESULT hybrid vs cpu, RAWINT4, %s: worst logprob difference %.3g", name, worst)
+		if worst > hybridTol {
+			t.Errorf("hybrid vs cpu, RAWINT4, %s: logprobs differ by %g", name, worst)
+		}
+	}
+}
