@@ -117,6 +117,7 @@ static void free_engine(kt_engine* e) {
       kt_free(w->s.pack2, e->packbytes);
       free(w->s.ci);
       free(w->s.row);
+      free(w->s.gsum);
       free(w->cg);
       free(w->cu);
       free(w->cd);
@@ -330,6 +331,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.pack2 = kt_alloc(e->packbytes, e->pools[p].node);
       w->s.ci = (int32_t*)xalloc(sizeof(int32_t) * KT_MCH * KT_NB);
       w->s.row = (float*)xalloc(sizeof(float) * (size_t)maxk + 64);
+      w->s.gsum = (int32_t*)xalloc(sizeof(int32_t) * KT_GSUM_TOK * (size_t)(maxk / 32 + 1));
       w->cg = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cu = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
       w->cd = (float*)xalloc(sizeof(float) * KT_MCH * KT_NB);
@@ -349,7 +351,7 @@ kt_engine* kt_engine_new(const kt_engine_config* cfg, char* err, int errlen) {
       w->s.dec_pf = cfg->dec_pf;
       w->parts = (const void**)xalloc(sizeof(void*) * (size_t)(cfg->max_k * e->npools));
       w->pw = (float*)xalloc(sizeof(float) * (size_t)(cfg->max_k * e->npools));
-      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->cg || !w->cu || !w->cd || !w->park || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
+      if (!w->s.pack || !w->s.pack2 || !w->s.ci || !w->s.row || !w->s.gsum || !w->cg || !w->cu || !w->cd || !w->park || !w->trow || !w->xa || !w->xas || !w->parts || !w->pw)
         FAIL("out of memory for thread scratch");
     }
   if (cfg->cpus)

@@ -81,7 +81,8 @@ static void* kb_thread(void* p) {
   float* C = kt_alloc((int64_t)mp * KT_NB * 4, -1);
   int32_t* ci = kt_alloc((int64_t)KT_MCH * KT_NB * 4, -1);
   char* pack = i4 ? kt_alloc((int64_t)KT_NB * k, -1) : NULL;  // the int4 kernels' unpacked panels
-  int ok = w && x && sc && corr && as && C && ci && (!i4 || pack) && (a->noamx || kt_amx_init_thread() == 0);
+  int32_t* gsum = malloc(sizeof(int32_t) * KT_GSUM_TOK * (size_t)(k / 32 + 1));  // the group-wise kernels' sums
+  int ok = w && x && sc && corr && gsum && as && C && ci && (!i4 || pack) && (a->noamx || kt_amx_init_thread() == 0);
   if (ok) {
     // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63 / int4 nibbles 0..7)
     for (int64_t i = 0; i < wb; i++)
@@ -98,6 +99,7 @@ static void* kb_thread(void* p) {
   s.amx_pfm = a->pfm > 0 ? a->pfm : 3;
   s.amx_nxl = a->nxl;
   s.pack = pack;
+  s.gsum = gsum;
   s.i4_pf = s.i4g_pf = s.i4f_pf = a->i4pf;
   s.dec_pf = a->noamx ? a->i4pf : 0;  // the decode kernels' panel prefetch (noamx)
   s.i4_fuse = a->i4fuse ? KT_MCH : 0;
@@ -105,7 +107,7 @@ static void* kb_thread(void* p) {
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
   W.scale = sc;
-  W.corr = corr;
+  W.corr = a->fmt == KT_FMT_I4G_PK ? NULL : corr;
   W.n = (int)(npairs * KT_NB);
   W.k = k;
   W.group = a->fmt == KT_FMT_I4G_PK ? KB_GROUP : 0;
@@ -141,6 +143,7 @@ static void* kb_thread(void* p) {
   kt_free(x, mp * k * xesz);
   free(sc);
   free(corr);
+  free(gsum);
   free(as);
   kt_free(C, (int64_t)mp * KT_NB * 4);
   kt_free(ci, (int64_t)KT_MCH * KT_NB * 4);

@@ -73,7 +73,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(cons
                                                                             __m512 rm, int group, int pf,
                                                                             int8_t* lo_d, int8_t* hi_d) {
   const uint8_t* b0 = src + (int64_t)c * 16 * 64;
-  const __m512i mask = _mm512_set1_epi8((char)0xf0);
+  const __m512i mask = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
   // the factors of the block's quarters: 0 and 1 the low nibbles of lines
   // 0-7 and 8-15 (columns 0-31, 32-63), 2 and 3 the high ones (64-127); a
   // quarter in the group of the one before shares its factor
@@ -94,9 +94,9 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(cons
       if (pf > 0) _mm_prefetch((const char*)b0 + r * 64 + pf, _MM_HINT_T0);
       __m512i b = _mm512_loadu_si512(b0 + r * 64);
       __m512i lo = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask), hi = _mm512_and_si512(b, mask);
-      if (sc) {
-        lo = amx_i4g_requant(lo, fl[h], fh[h]);
-        hi = amx_i4g_requant(hi, fl[2 + h], fh[2 + h]);
+      if (sc) {  // unsigned codes u = v + 8: 16u xor 0x80 is 16v as a signed byte
+        lo = amx_i4g_requant(_mm512_xor_si512(lo, flip), fl[h], fh[h]);
+        hi = amx_i4g_requant(_mm512_xor_si512(hi, flip), fl[2 + h], fh[2 + h]);
       }
       _mm512_storeu_si512(lo_d + r * 64, lo);
       _mm512_storeu_si512(hi_d + r * 64, hi);

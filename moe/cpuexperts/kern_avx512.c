@@ -173,19 +173,20 @@ INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, cons
   }
 }
 
-// i4_quarters is i4_block for groups of 32 columns: it adds 128-column
-// block c's products to the sums of its four quarters, q[0] and q[1] the
-// low nibbles of lines 0-7 and 8-15 (columns 0-31 and 32-63 of the block),
-// q[2] and q[3] the high nibbles (64-95, 96-127), each [t] per token. One
-// token runs four chains, lines r and r + 8 a step, as i4_one does.
-INL TVNNI void i4_quarters(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, kt_scratch* s,
-                           __m512i (*q)[4]) {
+// i4u_quarters adds 128-column block c of a group-wise int4 panel (unsigned
+// codes u = v + 8) times MT tokens' int8 activations to the sums of the
+// block's four 32-column quarters: q[0] and q[1] the low nibbles of lines
+// 0-7 and 8-15 (columns 0-31 and 32-63 of the block), q[2] and q[3] the high
+// nibbles (64-95, 96-127), each [t] per token, as Σ 16u·x (the codes
+// unsigned in vpdpbusd's first operand, the activations signed in its
+// second). One token runs the four quarters as four chains, lines r and
+// r + 8 a step, as i4_one does.
+INL TVNNI void i4u_quarters(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, kt_scratch* s,
+                            __m512i (*q)[4]) {
   const uint8_t* p = pan + (int64_t)c * 1024;
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   if (MT == 1) {
-    int32_t xf[32];
-    flip_words(x[0] + 32 * c, xf);
-    flip_words(x[0] + 32 * c + 16, xf + 16);
+    const int32_t* xc = x[0] + 32 * c;
     for (int r = 0; r < 8; r++) {
       const uint8_t* l0 = p + r * 64;
       const uint8_t* l1 = l0 + 8 * 64;
@@ -195,14 +196,13 @@ INL TVNNI void i4_quarters(const uint8_t* pan, int c, const int32_t* const* x, c
       }
       kt_side_pf(s);
       __m512i b0 = _mm512_loadu_si512(l0), b1 = _mm512_loadu_si512(l1);
-      q[0][0] = _mm512_dpbusd_epi32(q[0][0], _mm512_set1_epi32(xf[r]), _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask));
-      q[2][0] = _mm512_dpbusd_epi32(q[2][0], _mm512_set1_epi32(xf[16 + r]), _mm512_and_si512(b0, mask));
-      q[1][0] = _mm512_dpbusd_epi32(q[1][0], _mm512_set1_epi32(xf[8 + r]), _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask));
-      q[3][0] = _mm512_dpbusd_epi32(q[3][0], _mm512_set1_epi32(xf[24 + r]), _mm512_and_si512(b1, mask));
+      q[0][0] = _mm512_dpbusd_epi32(q[0][0], _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask), _mm512_set1_epi32(xc[r]));
+      q[2][0] = _mm512_dpbusd_epi32(q[2][0], _mm512_and_si512(b0, mask), _mm512_set1_epi32(xc[16 + r]));
+      q[1][0] = _mm512_dpbusd_epi32(q[1][0], _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask), _mm512_set1_epi32(xc[8 + r]));
+      q[3][0] = _mm512_dpbusd_epi32(q[3][0], _mm512_and_si512(b1, mask), _mm512_set1_epi32(xc[24 + r]));
     }
     return;
   }
-  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   for (int r = 0; r < 16; r++) {
     if (pf > 0) _mm_prefetch((const char*)p + r * 64 + pf, _MM_HINT_T0);
     __m512i b = _mm512_loadu_si512(p + r * 64);
@@ -210,8 +210,8 @@ INL TVNNI void i4_quarters(const uint8_t* pan, int c, const int32_t* const* x, c
     __m512i bh = _mm512_and_si512(b, mask);
     int h = r >> 3;
     for (int t = 0; t < MT; t++) {
-      q[h][t] = _mm512_dpbusd_epi32(q[h][t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + r]), flip), bl);
-      q[2 + h][t] = _mm512_dpbusd_epi32(q[2 + h][t], _mm512_xor_si512(_mm512_set1_epi32(x[t][32 * c + 16 + r]), flip), bh);
+      q[h][t] = _mm512_dpbusd_epi32(q[h][t], bl, _mm512_set1_epi32(x[t][32 * c + r]));
+      q[2 + h][t] = _mm512_dpbusd_epi32(q[2 + h][t], bh, _mm512_set1_epi32(x[t][32 * c + 16 + r]));
     }
   }
 }
@@ -302,44 +302,32 @@ INL TVNNI void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m
 INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
 INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 
-// Group-wise int4 (groups of 32, 64 or 128 columns): integer sums per
-// group, scaled per group into f32.
-// pf > 0: the panel is prefetched pf bytes ahead as in i8pk_body, and its
-// group scales and corrections (two more streams, 64 bytes per group each)
-// two 128-column blocks ahead (the driver passes it for the first pass).
-INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* co,
+// Group-wise int4 (groups of 32, 64 or 128 columns; panels of unsigned
+// codes u = v + 8): each quarter's Σ 16u·x (i4u_quarters) less 128 times
+// the activations' sum over it (gs[t], kt_gsum32) is Σ 16v·x; a group's
+// quarters are added as integers and scaled into f32 (the scales are per
+// 16 v). pf > 0: the panel is prefetched pf bytes ahead as in i8pk_body,
+// and its group scales (64 bytes per group) two 128-column blocks ahead
+// (the driver passes it for the first pass).
+INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* const* gs,
                         const int32_t* const* x, __m512* f, const int MT, int pf, kt_scratch* s) {
-  const int gb = 128 / group;  // groups per 128-column block
+  const int gb = 128 / group, q32 = group / 32;  // groups per 128-column block, quarters per group
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
-  if (pf > 0) kt_pf_groups(sc, co, 0, 2 * gb < k / group ? 2 * gb : k / group);
+  if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < k / group ? 2 * gb : k / group);
   for (int c = 0; c < k / 128; c++) {
-    __m512i alo[4], ahi[4];
-    for (int t = 0; t < MT; t++) alo[t] = ahi[t] = _mm512_setzero_si512();
-    if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, co, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
-    if (group == 32) {
-      __m512i q[4][4];
-      for (int j = 0; j < 4; j++)
-        for (int t = 0; t < MT; t++) q[j][t] = _mm512_setzero_si512();
-      i4_quarters(pan, c, x, MT, pf, s, q);
-      for (int j = 0; j < 4; j++) {
-        __m512i cg = _mm512_loadu_si512(co + (4 * c + j) * 16);
-        __m512 sg = _mm512_loadu_ps(sc + (4 * c + j) * 16);
-        for (int t = 0; t < MT; t++) f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q[j][t], cg)), sg, f[t]);
-      }
-      continue;
-    }
-    i4_block(pan, c, x, MT, pf, s, alo, ahi);
-    if (group == 128) {
-      __m512i cg = _mm512_loadu_si512(co + c * 16);
-      __m512 sg = _mm512_loadu_ps(sc + c * 16);
-      for (int t = 0; t < MT; t++)
-        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(alo[t], ahi[t]), cg)), sg, f[t]);
-    } else {
-      __m512i c0 = _mm512_loadu_si512(co + (2 * c) * 16), c1 = _mm512_loadu_si512(co + (2 * c + 1) * 16);
-      __m512 s0 = _mm512_loadu_ps(sc + (2 * c) * 16), s1 = _mm512_loadu_ps(sc + (2 * c + 1) * 16);
+    if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
+    __m512i q[4][4];
+    for (int j = 0; j < 4; j++)
+      for (int t = 0; t < MT; t++) q[j][t] = _mm512_setzero_si512();
+    i4u_quarters(pan, c, x, MT, pf, s, q);
+    for (int j = 0; j < 4; j++)
+      for (int t = 0; t < MT; t++) q[j][t] = _mm512_sub_epi32(q[j][t], _mm512_set1_epi32(128 * gs[t][4 * c + j]));
+    for (int j = 0; j < 4; j += q32) {
+      __m512 sg = _mm512_loadu_ps(sc + (int64_t)((128 * c + 32 * j) / group) * 16);
       for (int t = 0; t < MT; t++) {
-        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(alo[t], c0)), s0, f[t]);
-        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ahi[t], c1)), s1, f[t]);
+        __m512i a = q[j][t];
+        for (int i = 1; i < q32; i++) a = _mm512_add_epi32(a, q[j + i][t]);
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), sg, f[t]);
       }
     }
   }
@@ -349,25 +337,34 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
                          kt_scratch* s) {
   int k = W->k, ng = k / W->group, pf = s->dec_pf;
   const int8_t* X = (const int8_t*)A->a;
-  for (int p = 0; p < nn / 16; p++) {
-    int pi = n0 / 16 + p;
-    const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
-    const float* sc = W->scale + (int64_t)pi * ng * 16;
-    const int32_t* co = W->corr + (int64_t)pi * ng * 16;
-    for (int t0 = 0; t0 < m; t0 += 4) {
-      int mt = m - t0 < 4 ? m - t0 : 4;
-      const int32_t* x[4];
-      __m512 f[4];
-      for (int t = 0; t < 4; t++) x[t] = (const int32_t*)(X + (int64_t)(t0 + (t < mt ? t : 0)) * A->ld);
-      int pft = t0 == 0 ? pf : 0;  // later passes find the panel in the caches
-      if (mt == 1)
-        i4g_body(pan, k, W->group, sc, co, x, f, 1, pft, s);
-      else if (mt == 2)
-        i4g_body(pan, k, W->group, sc, co, x, f, 2, pft, s);
-      else
-        i4g_body(pan, k, W->group, sc, co, x, f, 4, pft, s);
-      for (int t = 0; t < mt; t++)
-        _mm512_storeu_ps(C + (int64_t)(t0 + t) * ldc + p * 16, _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[t0 + t])));
+  for (int c0 = 0; c0 < m; c0 += KT_GSUM_TOK) {
+    int mc = m - c0 < KT_GSUM_TOK ? m - c0 : KT_GSUM_TOK;
+    kt_gsum32(X + (int64_t)c0 * A->ld, A->ld, mc, k, s->gsum);
+    for (int p = 0; p < nn / 16; p++) {
+      int pi = n0 / 16 + p;
+      const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
+      const float* sc = W->scale + (int64_t)pi * ng * 16;
+      for (int t0 = 0; t0 < mc; t0 += 4) {
+        int mt = mc - t0 < 4 ? mc - t0 : 4;
+        const int32_t* x[4];
+        const int32_t* gs[4];
+        __m512 f[4];
+        for (int t = 0; t < 4; t++) {
+          int tt = t0 + (t < mt ? t : 0);
+          x[t] = (const int32_t*)(X + (int64_t)(c0 + tt) * A->ld);
+          gs[t] = s->gsum + (int64_t)tt * (k / 32);
+        }
+        int pft = c0 == 0 && t0 == 0 ? pf : 0;  // later passes find the panel in the caches
+        if (mt == 1)
+          i4g_body(pan, k, W->group, sc, gs, x, f, 1, pft, s);
+        else if (mt == 2)
+          i4g_body(pan, k, W->group, sc, gs, x, f, 2, pft, s);
+        else
+          i4g_body(pan, k, W->group, sc, gs, x, f, 4, pft, s);
+        for (int t = 0; t < mt; t++)
+          _mm512_storeu_ps(C + (int64_t)(c0 + t0 + t) * ldc + p * 16,
+                           _mm512_mul_ps(f[t], _mm512_set1_ps(A->as[c0 + t0 + t])));
+      }
     }
   }
 }

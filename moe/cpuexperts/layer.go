@@ -102,9 +102,9 @@ func (l *Layer) packedSizes(n, k int) (w, s, c int64) {
 		return N * K, 4 * N, 4 * N
 	case C.KT_FMT_I4_PK:
 		return N * K / 2, 4 * N, 4 * N
-	case C.KT_FMT_I4G_PK:
+	case C.KT_FMT_I4G_PK: // no corrections: the kernels take the activations' sums (kt_gsum32)
 		g := int64(l.spec.GroupSize)
-		return N * K / 2, 4 * N * K / g, 4 * N * K / g
+		return N * K / 2, 4 * N * K / g, 0
 	}
 	return 0, 0, 0
 }
@@ -185,6 +185,8 @@ func (l *Layer) allocPacked() error {
 				if s > 0 {
 					m.scale = (*C.float)(unsafe.Add(ptr, off))
 					off += align64(s)
+				}
+				if c > 0 {
 					m.corr = (*C.int32_t)(unsafe.Add(ptr, off))
 					off += align64(c)
 				}
@@ -285,7 +287,7 @@ func (l *Layer) packF32(pool, x int, p Proj, f []float32, ld int) {
 	case C.KT_FMT_I4_PK:
 		C.kt_pack_i4(src, C.int64_t(ld), n, k, m.w, m.scale, m.corr)
 	case C.KT_FMT_I4G_PK:
-		C.kt_pack_i4g(src, C.int64_t(ld), n, k, m.group, m.w, m.scale, m.corr)
+		C.kt_pack_i4g(src, C.int64_t(ld), n, k, m.group, m.w, m.scale)
 	}
 }
 
@@ -311,7 +313,7 @@ func (l *Layer) packCodes(pool, x int, p Proj, m Matrix) {
 	}
 	cm := l.mat(pool, x, p)
 	C.kt_pack_i4g_codes((*C.uint32_t)(unsafe.Pointer(&m.Data[4*w0])), C.int64_t(words),
-		(*C.float)(unsafe.Pointer(&m.GroupScale[s0])), C.int64_t(groups), cm.n, cm.k, cm.group, cm.w, cm.scale, cm.corr)
+		(*C.float)(unsafe.Pointer(&m.GroupScale[s0])), C.int64_t(groups), cm.n, cm.k, cm.group, cm.w, cm.scale)
 }
 
 // ToF32 widens m to f32 (applying FP8 block scales, dequantizing packed

@@ -63,7 +63,8 @@ func ParseMethod(s string) (Method, error) {
 
 // ExpertBytesEstimate is about the bytes one routed expert of hidden x
 // intermediate takes in method m: gate and up (rows of hidden columns) and
-// down (rows of intermediate columns), scales and corrections included
+// down (rows of intermediate columns), scales (and the per-row methods'
+// corrections) included
 // (INT4_KGROUP at group 128, RAWINT4 at group 32).
 func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
 	HI := float64(hidden) * float64(intermediate)
@@ -75,8 +76,8 @@ func (m Method) ExpertBytesEstimate(hidden, intermediate int) int64 {
 }
 
 // bytesPerWeight is the storage cost of one weight element under m
-// (scales and corrections included) for a group size g (INT4_KGROUP and
-// RAWINT4 only).
+// (scales and per-row corrections included) for a group size g
+// (INT4_KGROUP and RAWINT4 only).
 func (m Method) bytesPerWeight(cols, g int) float64 {
 	switch m {
 	case BF16, AMXBF16:
@@ -86,7 +87,7 @@ func (m Method) bytesPerWeight(cols, g int) float64 {
 	case AMXINT4:
 		return 0.5 + 8/float64(cols)
 	case INT4KGroup, RAWINT4:
-		return 0.5 + 8/float64(g)
+		return 0.5 + 4/float64(g)
 	case FP8:
 		return 1 + 4.0/(128*128)
 	}

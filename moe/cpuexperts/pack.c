@@ -113,7 +113,8 @@ void kt_pack_i8(const float* src, int64_t ld, int n, int k, int8_t* dst, float* 
   }
 }
 
-// put4 stores int4 value v (-8..7) for element kk of row rr into an int4 panel.
+// put4 stores the low 4 bits of v (an int4 value -8..7, or a group-wise
+// panel's unsigned code 0..15) for element kk of row rr into an int4 panel.
 static void put4(uint8_t* panel, int rr, int kk, int v) {
   int c = kk / 128, off = kk % 128;
   int hi = off >= 64;
@@ -209,8 +210,7 @@ static float best_scale4(const float* x, int n, int vec) {
   return best;
 }
 
-void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale,
-                 int32_t* corr) {
+void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale) {
   int ng = k / group;
   int vec = __builtin_cpu_supports("avx512f");  // the scale search in vector lanes, same bits
   for (int row = 0; row < n; row++) {
@@ -220,15 +220,8 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
     for (int g = 0; g < ng; g++) {
       float s = best_scale4(r + g * group, group, vec);
       float inv = s > 0 ? 1.0f / s : 0.0f;
-      int32_t sum = 0;
-      for (int i = g * group; i < (g + 1) * group; i++) {
-        int v = clampi((int)lrintf(r[i] * inv), -7, 7);
-        put4(panel, rr, i, v);
-        sum += v * 16;
-      }
-      int64_t at = ((int64_t)p * ng + g) * 16 + rr;
-      scale[at] = s / 16.0f;
-      corr[at] = 128 * sum;
+      for (int i = g * group; i < (g + 1) * group; i++) put4(panel, rr, i, clampi((int)lrintf(r[i] * inv), -7, 7) + 8);
+      scale[((int64_t)p * ng + g) * 16 + rr] = s / 16.0f;
     }
   }
 }
@@ -236,26 +229,18 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
 // kt_pack_i4g_codes packs an n x k slice of a compressed-tensors
 // pack-quantized INT4 matrix into KT_FMT_I4G_PK panels as it is: row r's
 // codes are the k nibbles of words + r*wld (int32 words of eight, the
-// lowest nibble first, a code being the signed value + 8), its group scales
-// gscale + r*sld (one per group of columns). No value is re-quantized.
+// lowest nibble first, a code being the signed value + 8, as the panels
+// hold them), its group scales gscale + r*sld (one per group of columns).
+// No value is re-quantized.
 void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, int64_t sld, int n, int k, int group,
-                       uint8_t* dst, float* scale, int32_t* corr) {
+                       uint8_t* dst, float* scale) {
   int ng = k / group;
   for (int row = 0; row < n; row++) {
     const uint32_t* w = words + (int64_t)row * wld;
     uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
     int p = row / 16, rr = row % 16;
-    for (int g = 0; g < ng; g++) {
-      int32_t sum = 0;
-      for (int i = g * group; i < (g + 1) * group; i++) {
-        int v = (int)((w[i / 8] >> (4 * (i % 8))) & 15) - 8;
-        put4(panel, rr, i, v);
-        sum += v * 16;
-      }
-      int64_t at = ((int64_t)p * ng + g) * 16 + rr;
-      scale[at] = gscale[(int64_t)row * sld + g] / 16.0f;
-      corr[at] = 128 * sum;
-    }
+    for (int i = 0; i < k; i++) put4(panel, rr, i, (int)((w[i / 8] >> (4 * (i % 8))) & 15));
+    for (int g = 0; g < ng; g++) scale[((int64_t)p * ng + g) * 16 + rr] = gscale[(int64_t)row * sld + g] / 16.0f;
   }
 }
 
