@@ -35,6 +35,32 @@ func openTestGPU(t *testing.T) *cuda.Device {
 	return dev
 }
 
+// loadOn loads the model in dir with o (one sequence of up to 64 tokens, 2
+// threads) on a backend of dev (onGPU) or on the CPU, and returns it with
+// the function that closes it (and the backend).
+func loadOn(t *testing.T, dev *cuda.Device, onGPU bool, name, dir string, o arch.Options) (*Runner, func()) {
+	t.Helper()
+	o.MaxSeqs, o.MaxTotalTokens, o.MaxBatchTokens, o.Threads = 1, 64, 64, 2
+	closeBackend := func() {}
+	if onGPU {
+		g, err := cuda.NewBackendOn(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeBackend = func() { g.Close() }
+		o.Backend = g
+	}
+	r, err := Load(dir, o)
+	if err != nil {
+		closeBackend()
+		t.Fatalf("%s: %v", name, err)
+	}
+	return r, func() {
+		r.Close()
+		closeBackend()
+	}
+}
+
 // greedyLogprobs returns the logprob rows of prompt and of steps greedy
 // decode steps after it (slot 0).
 func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]float64 {
@@ -91,21 +117,10 @@ func TestHybridMatchesCPU(t *testing.T) {
 			// returns the logprob rows; want is in its expert path.
 			run := func(name string, onGPU bool, experts, want string, extra arch.Options) [][]float64 {
 				t.Helper()
-				o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts,
-					GPUExperts: extra.GPUExperts, GPUPrefillThreshold: extra.GPUPrefillThreshold, ExpertRecorder: extra.ExpertRecorder}
-				if onGPU {
-					g, err := cuda.NewBackendOn(dev)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer g.Close()
-					o.Backend = g
-				}
-				r, err := Load(dir, o)
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				defer r.Close()
+				o := arch.Options{Experts: experts, GPUExperts: extra.GPUExperts, GPUPrefillThreshold: extra.GPUPrefillThreshold,
+					ExpertRecorder: extra.ExpertRecorder}
+				r, done := loadOn(t, dev, onGPU, name, dir, o)
+				defer done()
 				modeltest.RequireExpertPath(t, name, r.ExpertPath(), want)
 				lps := greedyLogprobs(t, testRunner{r}, prompt, 6)
 				st, _ := arch.GraphStatsOf(r)
@@ -310,21 +325,8 @@ func TestHybridPackedInt4(t *testing.T) {
 	}
 	run := func(name string, onGPU bool, perLayer int) [][]float64 {
 		t.Helper()
-		o := arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: "RAWINT4",
-			GPUExperts: placement.Request{PerLayer: perLayer}}
-		if onGPU {
-			g, err := cuda.NewBackendOn(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			o.Backend = g
-		}
-		r, err := Load(packedDir, o)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		defer r.Close()
+		r, done := loadOn(t, dev, onGPU, name, packedDir, arch.Options{Experts: "RAWINT4", GPUExperts: placement.Request{PerLayer: perLayer}})
+		defer done()
 		modeltest.RequireExpertPath(t, name, r.ExpertPath(), "cpuexperts RAWINT4")
 		return greedyLogprobs(t, testRunner{r}, prompt, 6)
 	}
