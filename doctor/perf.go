@@ -92,7 +92,7 @@ func checkTileRate(env *Env) []Result {
 }
 
 // decodeMethods are the CPU expert formats whose decode bound perf.decode
-// states.
+// states (and RAWINT4 first for a pack-quantized INT4 checkpoint).
 var decodeMethods = []cpuexperts.Method{cpuexperts.AMXBF16, cpuexperts.AMXINT8, cpuexperts.AMXINT4}
 
 func checkDecodeBound(env *Env) []Result {
@@ -101,10 +101,14 @@ func checkDecodeBound(env *Env) []Result {
 	}
 	var layers, topK int
 	var token func(cpuexperts.Method) int64 // routed-expert bytes per decoded token
+	methods := decodeMethods
 	if m := env.loadModel(); m.cfgErr == nil {
 		c := m.cfg
 		if c.NumExperts == 0 {
 			return nil
+		}
+		if c.Int4GroupSize > 0 {
+			methods = append([]cpuexperts.Method{cpuexperts.RAWINT4}, decodeMethods...)
 		}
 		layers, topK = c.NumMoELayers(), c.TopK
 		token = func(meth cpuexperts.Method) int64 {
@@ -121,7 +125,7 @@ func checkDecodeBound(env *Env) []Result {
 	r := perfResult("perf.decode")
 	data := map[string]any{"read_gbps": env.readGBps}
 	var parts []string
-	for _, meth := range decodeMethods {
+	for _, meth := range methods {
 		bytes := float64(token(meth))
 		tps := env.readGBps * 1e9 / bytes
 		parts = append(parts, fmt.Sprintf("%s %s -> %.0f tok/s", meth, units.Bytes(int64(bytes)), tps))

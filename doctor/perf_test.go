@@ -45,10 +45,11 @@ func TestPerfChecks(t *testing.T) {
 	}
 	dec := find(t, rs, "perf.decode")
 	H, I := float64(c.HiddenSize), float64(c.MoEIntermediateSize)
+	// the int methods read a scale and a correction (4 bytes each) per row of k weights
 	for meth, perWeight := range map[cpuexperts.Method]func(k float64) float64{
 		cpuexperts.AMXBF16: func(float64) float64 { return 2 },
-		cpuexperts.AMXINT8: func(k float64) float64 { return 1 + 4/k },
-		cpuexperts.AMXINT4: func(k float64) float64 { return 0.5 + 4/k },
+		cpuexperts.AMXINT8: func(k float64) float64 { return 1 + 8/k },
+		cpuexperts.AMXINT4: func(k float64) float64 { return 0.5 + 8/k },
 	} {
 		want := float64(c.NumMoELayers()*c.TopK) * (2*H*I*perWeight(H) + H*I*perWeight(I))
 		got, _ := dec.Data[string(meth)].(map[string]any)
