@@ -325,7 +325,7 @@ func (m Matrix) ToF32(buf *[]float32) []float32 {
 	}
 	f := (*buf)[:n]
 	if m.PackedInt4() {
-		m.dequantInt4(f)
+		m.DequantInt4(f)
 		return f
 	}
 	switch m.DType {

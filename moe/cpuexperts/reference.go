@@ -77,7 +77,7 @@ func widen(m Matrix, buf *[]float32) []float32 {
 	}
 	f := (*buf)[:n]
 	if m.PackedInt4() {
-		m.dequantInt4(f)
+		m.DequantInt4(f)
 		return f
 	}
 	for i := range f {

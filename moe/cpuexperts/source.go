@@ -38,9 +38,10 @@ type Matrix struct {
 // PackedInt4 reports whether m is a pack-quantized INT4 matrix.
 func (m Matrix) PackedInt4() bool { return m.Int4Group > 0 }
 
-// dequantInt4 stores the values of pack-quantized INT4 matrix m (each code
-// times its group's scale) in f, Rows x Cols.
-func (m Matrix) dequantInt4(f []float32) {
+// DequantInt4 stores the values of pack-quantized INT4 matrix m (each code
+// times its group's scale) in f, Rows x Cols (ToF32's way for such a
+// matrix, in Go alone).
+func (m Matrix) DequantInt4(f []float32) {
 	words, groups := (m.Cols+7)/8, (m.Cols+m.Int4Group-1)/m.Int4Group
 	for r := range m.Rows {
 		row := m.Data[4*r*words : 4*(r+1)*words]

@@ -87,7 +87,8 @@ func TestPackedInt4Dequant(t *testing.T) {
 		if err := m.Check(rows, cols); err != nil || !m.PackedInt4() || m.Int4Group != g {
 			t.Fatalf("matrix %s %dx%d group %d: %v", m.DType, m.Rows, m.Cols, m.Int4Group, err)
 		}
-		f := m.ToF32(new([]float32))
+		f := make([]float32, rows*cols)
+		m.DequantInt4(f)
 		for r := range rows {
 			for c := range cols {
 				got := f[r*cols+c]
@@ -138,7 +139,7 @@ func TestPackedInt4Errors(t *testing.T) {
 // TestPackedInt4CheckpointSource checks that a checkpoint whose experts
 // are packed INT4 is found by its .weight_packed names and that
 // CheckpointSource serves their codes and scales, whose f32 values
-// (Matrix.ToF32) are what kt quant converts.
+// (Matrix.DequantInt4) are what kt quant converts.
 func TestPackedInt4CheckpointSource(t *testing.T) {
 	q := [][]int{{-8, -1, 0, 1, 7, 3, 2, -2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, -8}}
 	scales := [][]float32{{2, 0.5}, {1, -1}}
@@ -162,7 +163,8 @@ func TestPackedInt4CheckpointSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := m.ToF32(new([]float32))
+	f := make([]float32, len(q)*len(q[0]))
+	m.DequantInt4(f)
 	for r := range q {
 		for c := range q[r] {
 			got := f[r*len(q[r])+c]
