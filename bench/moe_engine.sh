@@ -15,7 +15,8 @@
 #
 # Settings: PART (table, target or both), MODELS (qwen3.5-35b-a3b,qwen3-30b-a3b;
 # also qwen3-next-80b-a3b, deepseek-v3, kimi-k2), METHODS
-# (AMXINT4,INT4_KGROUP,AMXINT8,AMXBF16), TOKENS (1,4,32,512,4096), ROUNDS (3),
+# (AMXINT4,INT4_KGROUP,AMXINT8,AMXBF16; also RAWINT4: random packed INT4
+# codes in groups of 32, as Kimi-K2-Thinking's), TOKENS (1,4,32,512,4096), ROUNDS (3),
 # TORCH (1), ROUNDS_AB (1: rounds of the A/B alternation).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
