@@ -149,15 +149,17 @@ INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256
 INT2_DRIVER(kt_avx2_i8pk, i8pk_body, 16 * k)
 INT2_DRIVER(kt_avx2_i4pk, i4pk_body, 8 * k)
 
-// kt_gsum32: the sum of each run of 32 int8 activations (vpsadbw over the
-// bytes flipped to unsigned, less 32 * 128).
-T2 void kt_gsum32(const int8_t* x, int64_t ld, int m, int k, int32_t* out) {
+// kt_gsum: each group's runs of 32 int8 activations summed by vpsadbw over
+// the bytes flipped to unsigned, less 128 a byte.
+T2 void kt_gsum(const int8_t* x, int64_t ld, int m, int k, int group, int32_t* out) {
   const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
   for (int t = 0; t < m; t++)
-    for (int g = 0; g < k / 32; g++) {
-      __m256i v = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + (int64_t)t * ld + 32 * g)), flip), zero);
+    for (int g = 0; g < k / group; g++) {
+      __m256i v = zero;
+      for (int j = g * group; j < (g + 1) * group; j += 32)
+        v = _mm256_add_epi64(v, _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + (int64_t)t * ld + j)), flip), zero));
       __m128i h = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-      out[(int64_t)t * (k / 32) + g] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+      out[(int64_t)t * (k / group) + g] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - group * 128;
     }
 }
 
@@ -169,9 +171,9 @@ INL T2 __m256i dotu4(__m256i u, int32_t xq) {
 
 // Group-wise int4 (AVX2; groups of 32, 64 or 128 columns): one token at a
 // time per panel half-pair. The panels hold unsigned codes u = v + 8: each
-// 32-column quarter of a 128-column block sums u·x, less 8 times the
-// activations' sum over it (kt_gsum32), which is Σ v·x; a group's quarters
-// are added as integers and scaled into f32 (the scales are per 16 v, so
+// group's Σ u·x (a 32-column quarter of a 128-column block, or halves or
+// the whole block, added as integers) less 8 times the activations' sum
+// over it (kt_gsum) is Σ v·x, scaled into f32 (the scales are per 16 v, so
 // the sums are taken 16 times). The first token's pass prefetches the panel
 // dec_pf bytes ahead and the group scales (64 bytes per group) two
 // 128-column blocks ahead, as the VNNI kernel does.
@@ -182,20 +184,21 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
   const int8_t* X = (const int8_t*)A->a;
   for (int c0 = 0; c0 < m; c0 += KT_GSUM_TOK) {
     int mc = m - c0 < KT_GSUM_TOK ? m - c0 : KT_GSUM_TOK;
-    kt_gsum32(X + (int64_t)c0 * A->ld, A->ld, mc, k, s->gsum);
+    kt_gsum(X + (int64_t)c0 * A->ld, A->ld, mc, k, W->group, s->gsum);
     for (int p = 0; p < nn / 16; p++) {
       int pi = n0 / 16 + p;
       const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
       const float* sc = W->scale + (int64_t)pi * ng * 16;
       for (int t = 0; t < mc; t++) {
         const int32_t* x = (const int32_t*)(X + (int64_t)(c0 + t) * A->ld);
-        const int32_t* gs = s->gsum + (int64_t)t * (k / 32);
+        const int32_t* gs = s->gsum + (int64_t)t * ng;
         int pf = c0 == 0 && t == 0 ? s->dec_pf : 0;
         __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
         if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < ng ? 2 * gb : ng);
         for (int c = 0; c < k / 128; c++) {
           // a[j][0] rows 0-7 and a[j][1] rows 8-15 of quarter j: the low
-          // nibbles of lines 0-7 (j 0) and 8-15 (j 1), the high ones (2, 3)
+          // nibbles of lines 0-7 (j 0) and 8-15 (j 1), the high ones (2, 3);
+          // with groups of 64 or more the halves (0 and 2) take all
           __m256i a[4][2];
           for (int j = 0; j < 4; j++) a[j][0] = a[j][1] = _mm256_setzero_si256();
           if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
@@ -204,16 +207,11 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
             if (pf > 0) _mm_prefetch((const char*)l + pf, _MM_HINT_T0);
             __m256i b0 = _mm256_loadu_si256((const __m256i*)l), b1 = _mm256_loadu_si256((const __m256i*)(l + 32));
             int32_t xl = x[32 * c + r], xh = x[32 * c + 16 + r];
-            int h = r >> 3;
+            int h = q32 == 1 ? r >> 3 : 0;
             a[h][0] = _mm256_add_epi32(a[h][0], dotu4(_mm256_and_si256(b0, low), xl));
             a[h][1] = _mm256_add_epi32(a[h][1], dotu4(_mm256_and_si256(b1, low), xl));
             a[2 + h][0] = _mm256_add_epi32(a[2 + h][0], dotu4(_mm256_and_si256(_mm256_srli_epi16(b0, 4), low), xh));
             a[2 + h][1] = _mm256_add_epi32(a[2 + h][1], dotu4(_mm256_and_si256(_mm256_srli_epi16(b1, 4), low), xh));
-          }
-          for (int j = 0; j < 4; j++) {
-            __m256i off = _mm256_set1_epi32(8 * gs[4 * c + j]);
-            a[j][0] = _mm256_sub_epi32(a[j][0], off);
-            a[j][1] = _mm256_sub_epi32(a[j][1], off);
           }
           for (int j = 0; j < 4; j += q32) {
             __m256i s0 = a[j][0], s1 = a[j][1];
@@ -221,7 +219,11 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
               s0 = _mm256_add_epi32(s0, a[j + i][0]);
               s1 = _mm256_add_epi32(s1, a[j + i][1]);
             }
-            const float* g = sc + (int64_t)((128 * c + 32 * j) / W->group) * 16;
+            int gi = (128 * c + 32 * j) / W->group;
+            __m256i off = _mm256_set1_epi32(8 * gs[gi]);
+            s0 = _mm256_sub_epi32(s0, off);
+            s1 = _mm256_sub_epi32(s1, off);
+            const float* g = sc + (int64_t)gi * 16;
             f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s0, 4)), _mm256_loadu_ps(g), f0);
             f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s1, 4)), _mm256_loadu_ps(g + 8), f1);
           }

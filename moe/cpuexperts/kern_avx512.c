@@ -173,33 +173,46 @@ INL TVNNI void i4_block(const uint8_t* pan, int c, const int32_t* const* x, cons
   }
 }
 
-// i4u_quarters adds 128-column block c of a group-wise int4 panel (unsigned
-// codes u = v + 8) times MT tokens' int8 activations to the sums of the
-// block's four 32-column quarters: q[0] and q[1] the low nibbles of lines
-// 0-7 and 8-15 (columns 0-31 and 32-63 of the block), q[2] and q[3] the high
-// nibbles (64-95, 96-127), each [t] per token, as Σ 16u·x (the codes
+// i4u_block adds 128-column block c of a group-wise int4 panel (unsigned
+// codes u = v + 8) times MT tokens' int8 activations, as Σ 16u·x (the codes
 // unsigned in vpdpbusd's first operand, the activations signed in its
-// second). One token runs the four quarters as four chains, lines r and
-// r + 8 a step, as i4_one does.
-INL TVNNI void i4u_quarters(const uint8_t* pan, int c, const int32_t* const* x, const int MT, int pf, kt_scratch* s,
-                            __m512i (*q)[4]) {
+// second), to the sums of the block's parts, each [t] per token. Halves
+// (H 2: groups of 64 or 128): q[0] the low nibbles (columns 0-63 of the
+// block), q[1] the high ones (64-127). Quarters (H 4: groups of 32): q[0]
+// and q[1] the low nibbles of lines 0-7 and 8-15 (columns 0-31, 32-63),
+// q[2] and q[3] the high nibbles (64-95, 96-127). One token runs four
+// chains, two lines a step (quarters: lines r and r + 8), as i4_one does.
+INL TVNNI void i4u_block(const uint8_t* pan, int c, const int32_t* const* x, const int MT, const int H, int pf,
+                         kt_scratch* s, __m512i (*q)[4]) {
   const uint8_t* p = pan + (int64_t)c * 1024;
   const __m512i mask = _mm512_set1_epi8((char)0xf0);
   if (MT == 1) {
     const int32_t* xc = x[0] + 32 * c;
-    for (int r = 0; r < 8; r++) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    const int d = H == 4 ? 8 : 1;  // the second line of a step
+    for (int i = 0; i < 8; i++) {
+      int r = H == 4 ? i : 2 * i;
       const uint8_t* l0 = p + r * 64;
-      const uint8_t* l1 = l0 + 8 * 64;
+      const uint8_t* l1 = p + (r + d) * 64;
       if (pf > 0) {
         _mm_prefetch((const char*)l0 + pf, _MM_HINT_T0);
         _mm_prefetch((const char*)l1 + pf, _MM_HINT_T0);
       }
       kt_side_pf(s);
       __m512i b0 = _mm512_loadu_si512(l0), b1 = _mm512_loadu_si512(l1);
-      q[0][0] = _mm512_dpbusd_epi32(q[0][0], _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask), _mm512_set1_epi32(xc[r]));
-      q[2][0] = _mm512_dpbusd_epi32(q[2][0], _mm512_and_si512(b0, mask), _mm512_set1_epi32(xc[16 + r]));
-      q[1][0] = _mm512_dpbusd_epi32(q[1][0], _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask), _mm512_set1_epi32(xc[8 + r]));
-      q[3][0] = _mm512_dpbusd_epi32(q[3][0], _mm512_and_si512(b1, mask), _mm512_set1_epi32(xc[24 + r]));
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(_mm512_slli_epi16(b0, 4), mask), _mm512_set1_epi32(xc[r]));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(b0, mask), _mm512_set1_epi32(xc[16 + r]));
+      a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(_mm512_slli_epi16(b1, 4), mask), _mm512_set1_epi32(xc[r + d]));
+      a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(b1, mask), _mm512_set1_epi32(xc[16 + r + d]));
+    }
+    if (H == 4) {
+      q[0][0] = _mm512_add_epi32(q[0][0], a0);
+      q[1][0] = _mm512_add_epi32(q[1][0], a2);
+      q[2][0] = _mm512_add_epi32(q[2][0], a1);
+      q[3][0] = _mm512_add_epi32(q[3][0], a3);
+    } else {
+      q[0][0] = _mm512_add_epi32(q[0][0], _mm512_add_epi32(a0, a2));
+      q[1][0] = _mm512_add_epi32(q[1][0], _mm512_add_epi32(a1, a3));
     }
     return;
   }
@@ -208,10 +221,10 @@ INL TVNNI void i4u_quarters(const uint8_t* pan, int c, const int32_t* const* x, 
     __m512i b = _mm512_loadu_si512(p + r * 64);
     __m512i bl = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
     __m512i bh = _mm512_and_si512(b, mask);
-    int h = r >> 3;
+    int lo = H == 4 ? r >> 3 : 0, hi = H == 4 ? 2 + (r >> 3) : 1;
     for (int t = 0; t < MT; t++) {
-      q[h][t] = _mm512_dpbusd_epi32(q[h][t], bl, _mm512_set1_epi32(x[t][32 * c + r]));
-      q[2 + h][t] = _mm512_dpbusd_epi32(q[2 + h][t], bh, _mm512_set1_epi32(x[t][32 * c + 16 + r]));
+      q[lo][t] = _mm512_dpbusd_epi32(q[lo][t], bl, _mm512_set1_epi32(x[t][32 * c + r]));
+      q[hi][t] = _mm512_dpbusd_epi32(q[hi][t], bh, _mm512_set1_epi32(x[t][32 * c + 16 + r]));
     }
   }
 }
@@ -303,30 +316,35 @@ INT_PANEL_DRIVER(kt_vnni_i8pk, i8pk_body, 16 * k)
 INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 
 // Group-wise int4 (groups of 32, 64 or 128 columns; panels of unsigned
-// codes u = v + 8): each quarter's Σ 16u·x (i4u_quarters) less 128 times
-// the activations' sum over it (gs[t], kt_gsum32) is Σ 16v·x; a group's
-// quarters are added as integers and scaled into f32 (the scales are per
-// 16 v). pf > 0: the panel is prefetched pf bytes ahead as in i8pk_body,
-// and its group scales (64 bytes per group) two 128-column blocks ahead
-// (the driver passes it for the first pass).
+// codes u = v + 8): each group's Σ 16u·x (i4u_block's parts, added as
+// integers) less 128 times the activations' sum over it (gs[t], kt_gsum)
+// is Σ 16v·x, scaled into f32 (the scales are per 16 v). pf > 0: the panel
+// is prefetched pf bytes ahead as in i8pk_body, and its group scales (64
+// bytes per group) two 128-column blocks ahead (the driver passes it for
+// the first pass).
 INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* const* gs,
                         const int32_t* const* x, __m512* f, const int MT, int pf, kt_scratch* s) {
-  const int gb = 128 / group, q32 = group / 32;  // groups per 128-column block, quarters per group
+  const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
   if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < k / group ? 2 * gb : k / group);
   for (int c = 0; c < k / 128; c++) {
     if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
     __m512i q[4][4];
-    for (int j = 0; j < 4; j++)
+    const int H = group == 32 ? 4 : 2;  // parts of the block: quarters or halves
+    for (int j = 0; j < H; j++)
       for (int t = 0; t < MT; t++) q[j][t] = _mm512_setzero_si512();
-    i4u_quarters(pan, c, x, MT, pf, s, q);
-    for (int j = 0; j < 4; j++)
-      for (int t = 0; t < MT; t++) q[j][t] = _mm512_sub_epi32(q[j][t], _mm512_set1_epi32(128 * gs[t][4 * c + j]));
-    for (int j = 0; j < 4; j += q32) {
-      __m512 sg = _mm512_loadu_ps(sc + (int64_t)((128 * c + 32 * j) / group) * 16);
+    if (H == 4)
+      i4u_block(pan, c, x, MT, 4, pf, s, q);
+    else
+      i4u_block(pan, c, x, MT, 2, pf, s, q);
+    const int per = H / gb;  // parts per group
+    for (int g = 0; g < gb; g++) {
+      int gi = c * gb + g;
+      __m512 sg = _mm512_loadu_ps(sc + (int64_t)gi * 16);
       for (int t = 0; t < MT; t++) {
-        __m512i a = q[j][t];
-        for (int i = 1; i < q32; i++) a = _mm512_add_epi32(a, q[j + i][t]);
+        __m512i a = q[g * per][t];
+        for (int i = 1; i < per; i++) a = _mm512_add_epi32(a, q[g * per + i][t]);
+        a = _mm512_sub_epi32(a, _mm512_set1_epi32(128 * gs[t][gi]));
         f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), sg, f[t]);
       }
     }
@@ -339,7 +357,7 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
   const int8_t* X = (const int8_t*)A->a;
   for (int c0 = 0; c0 < m; c0 += KT_GSUM_TOK) {
     int mc = m - c0 < KT_GSUM_TOK ? m - c0 : KT_GSUM_TOK;
-    kt_gsum32(X + (int64_t)c0 * A->ld, A->ld, mc, k, s->gsum);
+    kt_gsum(X + (int64_t)c0 * A->ld, A->ld, mc, k, W->group, s->gsum);
     for (int p = 0; p < nn / 16; p++) {
       int pi = n0 / 16 + p;
       const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
@@ -352,7 +370,7 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
         for (int t = 0; t < 4; t++) {
           int tt = t0 + (t < mt ? t : 0);
           x[t] = (const int32_t*)(X + (int64_t)(c0 + tt) * A->ld);
-          gs[t] = s->gsum + (int64_t)tt * (k / 32);
+          gs[t] = s->gsum + (int64_t)tt * ng;
         }
         int pft = c0 == 0 && t0 == 0 ? pf : 0;  // later passes find the panel in the caches
         if (mt == 1)

@@ -97,7 +97,7 @@ typedef struct {
   int i4f_pf;     // ... calls with the fused unpack (i4_fuse), both formats
   int i4_fuse;    // AMX int4 prefill: calls of at most this many tokens unpack block by block inside the tile loop (CORE_FN4)
   int i4_fuse1;   // ... longer calls: the unpack fused with their first 32 tokens, into the whole panels (amx_i4_run); bit 0 AMXINT4, bit 1 INT4_KGROUP
-  int32_t* gsum;  // group-wise int4 kernels (VNNI, AVX2): KT_GSUM_TOK tokens' activation sums per 32 columns (kt_gsum32)
+  int32_t* gsum;  // group-wise int4 kernels (VNNI, AVX2): KT_GSUM_TOK tokens' activation sums per group (kt_gsum)
   float wsc[32];  // AMX group-wise int4 prefill: the row scales of the call's requantized panels (KT_NB rows)
   // One-token decode side stream (cfg.miss_pf): the AVX-512 int8/int4 panel
   // kernels prefetch into L2 one line of it per 128 weight bytes they read
@@ -150,13 +150,14 @@ static inline void kt_pf_groups(const float* sc, const int32_t* co, int64_t g0, 
 }
 #define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
-#define KT_GSUM_TOK 32  // tokens whose activation sums per 32 columns kt_scratch.gsum holds
+#define KT_GSUM_TOK 32  // tokens whose activation sums per group kt_scratch.gsum holds
 
-// kt_gsum32 stores, for each of the m int8 activation rows x + t*ld, the
-// sums of its k/32 runs of 32 columns at out + t*(k/32): what the
-// group-wise int4 kernels, whose panels hold unsigned codes (the value + 8),
-// take back out of their sums (8 or 128 times, by the codes' scaling).
-void kt_gsum32(const int8_t* x, int64_t ld, int m, int k, int32_t* out);
+// kt_gsum stores, for each of the m int8 activation rows x + t*ld, the sums
+// of its k/group groups of columns (group a multiple of 32) at
+// out + t*(k/group): what the group-wise int4 kernels, whose panels hold
+// unsigned codes (the value + 8), take back out of their sums (8 or 128
+// times, by the codes' scaling).
+void kt_gsum(const int8_t* x, int64_t ld, int m, int k, int group, int32_t* out);
 
 // C[i*ldc + j] = sum_k W[n0+j][k] * A[i][k], i < m, j < nn (nn multiple of 16, <= KT_NB).
 typedef void (*kt_kernel)(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C,
