@@ -63,6 +63,43 @@ func TestAMXCoreEmulated(t *testing.T) {
 	}
 }
 
+// TestAMXInt4GroupEmulated runs the group-wise int4 AMX kernel (panels of
+// unsigned codes, each unpacked to 16v as a signed byte and requantized to
+// one int8 scale per row) over emulated tiles, for groups of 32, 64 and 128
+// whose scales differ within a row, with the unpack of whole panels and the
+// one fused into the tile loop: against the panels' own int4 values only
+// the requantization (half an int8 step of the row's largest group scale a
+// weight) is left, and the two unpacks give the same bits.
+func TestAMXInt4GroupEmulated(t *testing.T) {
+	f := DetectFeatures()
+	if !f.AVX512 {
+		t.Skip("the emulated kernel needs AVX-512F and BW")
+	}
+	for _, group := range []int{32, 64, 128} {
+		for _, sh := range [][3]int{{1, 256, 16}, {17, 384, 32}, {40, 128, 16}} {
+			m, k, nn := sh[0], sh[1], sh[2]
+			var outs [2][]float32
+			for i, fused := range []bool{false, true} {
+				out, e, err := emuAMXI4GRun(m, k, nn, group, fused)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("group %d m=%d k=%d nn=%d fused=%v", group, m, k, nn, fused)
+				t.Logf("%s: error %.3g", name, e)
+				if !(e < 0.01) {
+					t.Errorf("%s: error %.3g against the int4 values, want < 0.01", name, e)
+				}
+				outs[i] = out
+			}
+			for j := range outs[0] {
+				if math.Float32bits(outs[0][j]) != math.Float32bits(outs[1][j]) {
+					t.Fatalf("group %d m=%d k=%d: C[%d] = %g fused, %g unpacked whole", group, m, k, j, outs[1][j], outs[0][j])
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkAMXKernel times the AMX prefill kernels alone on one core (its
 // weights resident in L2), on half and on all physical cores (the engine's
 // pinning), each thread of the latter streaming

@@ -8,6 +8,7 @@
 // path with them (tests only). Needs AVX-512F and BW (the epilogues and
 // the int4 unpack use them); never called on the hot path.
 #include <immintrin.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,3 +228,90 @@ done:
   return ret;
 }
 
+
+// kt_emu_amx_i4g_run runs the emulated group-wise int4 kernel
+// (KT_FMT_I4G_PK: panels of unsigned codes, requantized to int8 panels as
+// they are unpacked, amx_i4_run) on fixed random data: nn weight rows of k
+// columns in groups of group, m tokens in the tile-order layout; fused
+// selects the unpack inside the tile loop (CORE_FN4) over the unpack of
+// whole panels. out receives C (m x nn); *maxerr the largest |C - reference|
+// relative to the largest |reference|, the reference being the panels' own
+// int4 values (code - 8 times the group scale) against the int8
+// activations in float64: what is left is the requantization to int8.
+// Returns 0, or -1 on bad arguments or no memory.
+TEMU int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* out, double* maxerr) {
+  if (m < 1 || m > KT_MCH || k < 128 || k % 128 || nn < 16 || nn > KT_NB || nn % 16 ||
+      (group != 32 && group != 64 && group != 128))
+    return -1;
+  int mp = (m + 31) / 32 * 32, ldc = KT_NB, ng = k / group;
+  float* wf = malloc(sizeof(float) * nn * k);
+  float* af = malloc(sizeof(float) * mp * k);
+  uint8_t* wp = aligned_alloc(64, (size_t)nn * k / 2);
+  float* ws = malloc(sizeof(float) * nn * ng);
+  char* abuf = aligned_alloc(64, (size_t)mp * k);
+  int8_t* arow = malloc((size_t)k);
+  float* as = malloc(sizeof(float) * mp);
+  float* C = aligned_alloc(64, sizeof(float) * mp * ldc);
+  int32_t* ci = aligned_alloc(64, sizeof(int32_t) * KT_MCH * KT_NB);
+  int8_t* pack = aligned_alloc(64, (size_t)KT_NB * k);
+  int ret = -1;
+  if (!wf || !af || !wp || !ws || !abuf || !arow || !as || !C || !ci || !pack) goto done;
+  uint32_t seed = 777;
+  // weights whose groups differ in scale: the requantization's case
+  for (int64_t i = 0; i < (int64_t)nn * k; i++) wf[i] = emu_rand(&seed) * (float)(1 + (i / group) % 5);
+  for (int64_t i = 0; i < (int64_t)mp * k; i++) af[i] = emu_rand(&seed);
+  memset(abuf, 0, (size_t)mp * k);
+  kt_pack_i4g(wf, k, nn, k, group, wp, ws);
+  for (int r = 0; r < m; r++) {
+    kt_quant_rows_i8(af + (int64_t)r * k, k, 1, k, arow, &as[r]);
+    for (int c = 0; c < k; c++) af[(int64_t)r * k + c] = arow[c] * as[r];
+    kt_put_row(abuf, r, k, arow, 1);
+  }
+  // the int4 values the panels hold, read back by the layout of put4
+  for (int j = 0; j < nn; j++)
+    for (int c = 0; c < k; c++) {
+      int off = c % 128, r = (off % 64) / 4;
+      uint8_t b = wp[(int64_t)(j / 16) * 8 * k + ((int64_t)(c / 128) * 16 + r) * 64 + (j % 16) * 4 + off % 4];
+      int code = off >= 64 ? b >> 4 : b & 15;
+      wf[(int64_t)j * k + c] = (float)(code - 8) * 16.0f * ws[((int64_t)(j / 16) * ng + c / group) * 16 + j % 16];
+    }
+  kt_scratch s;
+  memset(&s, 0, sizeof s);
+  s.ci = ci;
+  s.pack = pack;
+  s.i4_fuse = fused ? KT_MCH : 0;
+  kt_mat W;
+  memset(&W, 0, sizeof W);
+  W.w = wp;
+  W.scale = ws;
+  W.n = nn;
+  W.k = k;
+  W.group = group;
+  kt_act A = {abuf, k, as, 1};
+  memset(C, 0, sizeof(float) * mp * ldc);
+  kt_amx_emu_i4gpk(&W, 0, nn, &A, m, C, ldc, &s);
+  double emax = 0, rmax = 0;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < nn; j++) {
+      double ref = 0;
+      for (int c = 0; c < k; c++) ref += (double)af[(int64_t)i * k + c] * wf[(int64_t)j * k + c];
+      double d = fabs(C[i * ldc + j] - ref);
+      if (d > emax) emax = d;
+      if (fabs(ref) > rmax) rmax = fabs(ref);
+      out[i * nn + j] = C[i * ldc + j];
+    }
+  *maxerr = rmax > 0 ? emax / rmax : emax;
+  ret = 0;
+done:
+  free(wf);
+  free(af);
+  free(wp);
+  free(ws);
+  free(abuf);
+  free(arow);
+  free(as);
+  free(C);
+  free(ci);
+  free(pack);
+  return ret;
+}

@@ -9,6 +9,7 @@ package cpuexperts
 #include "kt_moe.h"
 int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm, int nxl, int c_nt, int tiled,
                    float* out, double* maxerr);
+int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* out, double* maxerr);
 int64_t kt_amx_emu_calls(void);
 int64_t kt_amx_emu_fused_calls(void);
 int kt_scale4_errs(const float* x, int n, int vec, float* s9, float* e9);
@@ -38,6 +39,21 @@ func emuAMXRun(i8 bool, m, k, nn int, kn amxKnobs) ([]float32, float64, error) {
 	if C.kt_emu_amx_run(fmtc, C.int(m), C.int(k), C.int(nn), C.int(kn.kch), C.int(kn.pf), C.int(kn.pfm), C.int(kn.nxl),
 		b2i(kn.nt), b2i(kn.tiled), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
 		return nil, 0, fmt.Errorf("emulated AMX kernel: bad shape m=%d k=%d nn=%d", m, k, nn)
+	}
+	return out, float64(maxerr), nil
+}
+
+// emuAMXI4GRun runs the group-wise int4 AMX kernel (INT4_KGROUP's and
+// RAWINT4's panels, requantized to int8 as they are unpacked) over emulated
+// tiles (needs AVX-512F and BW) for nn weight rows of k columns in groups of
+// group and m tokens of fixed random data, with the unpack fused into the
+// tile loop or not; it returns C (m x nn) and the largest error relative to
+// a float64 reference over the panels' own int4 values.
+func emuAMXI4GRun(m, k, nn, group int, fused bool) ([]float32, float64, error) {
+	out := make([]float32, m*nn)
+	var maxerr C.double
+	if C.kt_emu_amx_i4g_run(C.int(m), C.int(k), C.int(nn), C.int(group), b2i(fused), (*C.float)(unsafe.Pointer(&out[0])), &maxerr) != 0 {
+		return nil, 0, fmt.Errorf("emulated group-wise int4 AMX kernel: bad shape m=%d k=%d nn=%d group %d", m, k, nn, group)
 	}
 	return out, float64(maxerr), nil
 }
