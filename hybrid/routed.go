@@ -248,7 +248,7 @@ type Experts struct {
 // (BF16, AMXINT8, ...) the engine with that method, or an error.
 func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, error) {
 	if rb.Opts.GPUPrefillThreshold > 0 && packedInt4(layers) {
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which runs on the CPU expert engine only: no layerwise prefill (--kt-gpu-prefill-token-threshold) with such a checkpoint", rb.Name)
+		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which layerwise prefill does not upload: no --kt-gpu-prefill-token-threshold with such a checkpoint", rb.Name)
 	}
 	x := &Experts{rb: rb, path: "backend MoE op (" + rb.BE.Name() + ")", layers: layers, eps: float32(c.RMSNormEps)}
 	x.first, x.next = order(layers)
@@ -279,15 +279,20 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 	}
 	switch {
 	case method == "backend" && packedInt4(layers):
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors): they run on the CPU expert engine only (--kt-method RAWINT4, or AMXINT4, AMXINT8, AMXBF16 converting them)", rb.Name)
+		if err := bindPackedOnBackend(rb, layers); err != nil {
+			return nil, fmt.Errorf("%s: %w", rb.Name, err)
+		}
+		x.path += ", the packed INT4 experts as their bf16 values"
 	case method == "backend":
 	case err == nil:
 		x.engine = eng
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
 	case packedInt4(layers):
-		// the backend's op cannot read them
-		return nil, fmt.Errorf("%s: the routed experts are packed INT4 (compressed-tensors), which run on the CPU expert engine only, and it cannot run them here: %w", rb.Name, err)
+		if err := bindPackedOnBackend(rb, layers); err != nil {
+			return nil, fmt.Errorf("%s: %w", rb.Name, err)
+		}
+		x.path += ", the packed INT4 experts as their bf16 values; CPU expert engine not used: " + err.Error()
 	default:
 		x.path += "; CPU expert engine not used: " + err.Error()
 	}
@@ -677,8 +682,38 @@ func attachLoRA(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) erro
 	return nil
 }
 
+// bindPackedOnBackend makes the pack-quantized INT4 experts that Load left
+// in host memory for the CPU expert engine backend weights of their bf16
+// values (backend.PackedInt4BF16), for the backend's MoE op.
+func bindPackedOnBackend(rb *runbase.Base, layers []*Weights) error {
+	for _, w := range layers {
+		if w == nil {
+			continue
+		}
+		for e := range w.Gate {
+			for _, p := range []struct {
+				dst *backend.Tensor
+				h   backend.Host
+			}{{&w.Gate[e], w.HostGate[e]}, {&w.Up[e], w.HostUp[e]}, {&w.Down[e], w.HostDown[e]}} {
+				if _, onHost := (*p.dst).(hostTensor); !onHost || !p.h.PackedInt4() {
+					continue
+				}
+				h, err := backend.PackedInt4BF16(p.h)
+				if err != nil {
+					return err
+				}
+				if *p.dst, err = rb.BE.Weight(h); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // packedInt4 reports whether any layer's routed experts are pack-quantized
-// INT4 (backend.Host.PackedInt4), which only the CPU expert engine reads.
+// INT4 (backend.Host.PackedInt4), which the CPU expert engine reads as they
+// are and the backend's MoE op as their bf16 values.
 func packedInt4(layers []*Weights) bool {
 	for _, w := range layers {
 		if w != nil && len(w.HostGate) > 0 && w.HostGate[0].PackedInt4() {

@@ -113,6 +113,7 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 	}{
 		{"RAWINT4", raw},
 		{"RAWINT4 + 2 device experts a layer", runWith(packedDir, arch.Options{Experts: "RAWINT4", GPUExperts: placement.Request{PerLayer: 2}})},
+		{"the backend's MoE op on the bf16 values", run(packedDir, "backend")},
 	} {
 		worst := modeltest.WorstDiff(ref, logprobs(c.rows))
 		t.Logf("%s vs the reference op on the f32 values: worst logprob difference %.3g", c.what, worst)
@@ -122,10 +123,45 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 	}
 }
 
+// TestPackedInt4SmallShapes serves a packed INT4 model whose expert width
+// (96) the CPU expert engine's int4 panels cannot take: "auto" runs its
+// experts on the backend's MoE op as their bf16 values, within the bound of
+// the reference op on their f32 values.
+func TestPackedInt4SmallShapes(t *testing.T) {
+	src := t.TempDir()
+	shape := engineShape(1)
+	shape.MoEInter = 96
+	if err := WriteSynthetic(src, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	packedDir, deqDir := modeltest.WritePackedInt4Pair(t, src, 32)
+	prompt := []int32{3, 17, 99, 4, 250, 31, 8, 77}
+	run := func(dir, experts, want string) [][]float64 {
+		t.Helper()
+		r, err := Load(dir, arch.Options{MaxSeqs: 1, MaxTotalTokens: 64, MaxBatchTokens: 64, Threads: 2, Experts: experts})
+		if err != nil {
+			t.Fatalf("%s with experts %s: %v", dir, experts, err)
+		}
+		defer r.Close()
+		modeltest.RequireExpertPath(t, experts, r.ExpertPath(), want)
+		var lps [][]float64
+		for _, row := range modeltest.Forward(t, testRunner{r}, 0, prompt, true) {
+			lps = append(lps, modeltest.LogSoftmax(row))
+		}
+		return lps
+	}
+	worst := modeltest.WorstDiff(run(deqDir, "backend", "backend MoE op"), run(packedDir, "auto", "as their bf16 values"))
+	t.Logf("auto (the backend's op on the bf16 values) vs the reference op on the f32 values: worst logprob difference %.3g", worst)
+	if worst > modeltest.EngineBF16Tol {
+		t.Errorf("packed INT4 on the backend's op differs by %.3g > %g", worst, modeltest.EngineBF16Tol)
+	}
+}
+
 // TestPackedInt4Refusals checks that a checkpoint with packed INT4 routed
 // experts is refused, with the reason, where they would not run on the CPU
-// expert engine: the backend's MoE op, the in-place BF16 method, and
-// layerwise prefill; and that RAWINT4 refuses experts that are not packed.
+// expert engine or as their bf16 values on the backend's MoE op: the
+// in-place BF16 method and layerwise prefill; and that RAWINT4 refuses
+// experts that are not packed.
 func TestPackedInt4Refusals(t *testing.T) {
 	src := t.TempDir()
 	shape := engineShape(1)
@@ -140,7 +176,6 @@ func TestPackedInt4Refusals(t *testing.T) {
 		o    arch.Options
 		want string
 	}{
-		{"backend", packedDir, arch.Options{Experts: "backend"}, "run on the CPU expert engine only"},
 		{"BF16 in place", packedDir, arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
 		{"layerwise prefill", packedDir, arch.Options{Experts: "RAWINT4", GPUPrefillThreshold: 16}, "no layerwise prefill"},
 		{"RAWINT4 of bf16 experts", src, arch.Options{Experts: "RAWINT4"}, "this checkpoint's are not packed"},
