@@ -177,7 +177,7 @@ func TestPackedInt4Refusals(t *testing.T) {
 		want string
 	}{
 		{"BF16 in place", packedDir, arch.Options{Experts: "BF16"}, "cannot be used by method BF16"},
-		{"layerwise prefill", packedDir, arch.Options{Experts: "RAWINT4", GPUPrefillThreshold: 16}, "no layerwise prefill"},
+		{"layerwise prefill", packedDir, arch.Options{Experts: "RAWINT4", GPUPrefillThreshold: 16}, "layerwise prefill does not upload"},
 		{"RAWINT4 of bf16 experts", src, arch.Options{Experts: "RAWINT4"}, "this checkpoint's are not packed"},
 	} {
 		c.o.MaxSeqs, c.o.MaxTotalTokens, c.o.MaxBatchTokens, c.o.Threads = 1, 64, 64, 2
