@@ -40,9 +40,12 @@ static void pf_mat(kt_pool* P, int fmt, const kt_mat* W) {
     default:
       return;
   }
-  int64_t ns = fmt == KT_FMT_I4G_PK && W->group > 0 ? n * (k / W->group) : n;
-  pf_add(P, W->scale, 1, ns * 4, 0);
-  pf_add(P, W->corr, 1, ns * 4, 0);
+  if (fmt == KT_FMT_I4G_PK && W->group > 0) {
+    pf_add(P, W->gscale, 1, n * (k / W->group) * 2, 0);  // bf16 group scales
+    return;
+  }
+  pf_add(P, W->scale, 1, n * 4, 0);
+  pf_add(P, W->corr, 1, n * 4, 0);
 }
 
 // pf_read reads the lines of bytes [lo, hi) of region r, one load a line
@@ -78,11 +81,15 @@ int64_t kt_pf_block(int fmt, const kt_mat* W, int n0, kt_pfreg* r, kt_pfreg* s, 
   }
   if (!per16) return 0;
   if (fmt == KT_FMT_BF16_PK) sper16 = 0;
-  if (fmt == KT_FMT_I4G_PK) sper16 = W->group > 0 ? k / W->group * 16 * 4 : 0;  // per row and group
+  const void* sc = W->scale;
+  if (fmt == KT_FMT_I4G_PK) {  // bf16 per row and group
+    sper16 = W->group > 0 ? k / W->group * 16 * 2 : 0;
+    sc = W->gscale;
+  }
   *r = (kt_pfreg){(const char*)W->w + (int64_t)(n0 / 16) * per16, 1, 2 * per16, 0, 0};
-  if (W->scale && sper16) *s = (kt_pfreg){(const char*)W->scale + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
+  if (sc && sper16) *s = (kt_pfreg){(const char*)sc + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
   if (W->corr && sper16) *c = (kt_pfreg){(const char*)W->corr + (int64_t)(n0 / 16) * sper16, 1, 2 * sper16, 0, 0};
-  return 2 * per16 + (W->scale ? 2 * sper16 : 0) + (W->corr ? 2 * sper16 : 0);
+  return 2 * per16 + (sc ? 2 * sper16 : 0) + (W->corr ? 2 * sper16 : 0);
 }
 
 // run_prefetch_owned is a worker's part of a prefetch task on the owned

@@ -76,19 +76,23 @@ static void* kb_thread(void* p) {
   char* w = kt_alloc(wb, -1);
   char* x = kt_alloc(mp * k * xesz, -1);
   float* sc = malloc(sizeof(float) * (size_t)nsc);
+  uint16_t* gsc = malloc(sizeof(uint16_t) * (size_t)nsc);  // group-wise panels' bf16 scales
   int32_t* corr = calloc((size_t)nsc, sizeof(int32_t));  // the VNNI kernels' u8 correction
   float* as = malloc(sizeof(float) * (size_t)mp);
   float* C = kt_alloc((int64_t)mp * KT_NB * 4, -1);
   int32_t* ci = kt_alloc((int64_t)KT_MCH * KT_NB * 4, -1);
   char* pack = i4 ? kt_alloc((int64_t)KT_NB * k, -1) : NULL;  // the int4 kernels' unpacked panels
   int32_t* gsum = malloc(sizeof(int32_t) * KT_GSUM_TOK * (size_t)(k / 32 + 1));  // the group-wise kernels' sums
-  int ok = w && x && sc && corr && gsum && as && C && ci && (!i4 || pack) && (a->noamx || kt_amx_init_thread() == 0);
+  int ok = w && x && sc && gsc && corr && gsum && as && C && ci && (!i4 || pack) && (a->noamx || kt_amx_init_thread() == 0);
   if (ok) {
     // small values: no overflow, no denormals (bf16 0.0078 / int8 0..63 / int4 nibbles 0..7)
     for (int64_t i = 0; i < wb; i++)
       w[i] = i4 ? (char)((i * 7) & 0x77) : i8 ? (char)((i * 7) & 63) : (char)((i & 1) ? 0x3c : 0x00);
     for (int64_t i = 0; i < mp * k * xesz; i++) x[i] = i8 ? (char)((i * 5) & 63) : (char)((i & 1) ? 0x3c : 0x00);
-    for (int64_t i = 0; i < nsc; i++) sc[i] = (float)(1 + (i & 3)) / 4;  // group scales that differ
+    for (int64_t i = 0; i < nsc; i++) {  // group scales that differ
+      sc[i] = (float)(1 + (i & 3)) / 4;
+      gsc[i] = kt_f2bf(sc[i]);
+    }
     for (int i = 0; i < mp; i++) as[i] = 1;
   }
   kt_scratch s;
@@ -106,7 +110,8 @@ static void* kb_thread(void* p) {
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = (const uint8_t*)w;
-  W.scale = sc;
+  W.scale = a->fmt == KT_FMT_I4G_PK ? NULL : sc;
+  W.gscale = a->fmt == KT_FMT_I4G_PK ? gsc : NULL;
   W.corr = a->fmt == KT_FMT_I4G_PK ? NULL : corr;
   W.n = (int)(npairs * KT_NB);
   W.k = k;
@@ -142,6 +147,7 @@ static void* kb_thread(void* p) {
   kt_free(w, wb);
   kt_free(x, mp * k * xesz);
   free(sc);
+  free(gsc);
   free(corr);
   free(gsum);
   free(as);

@@ -329,12 +329,12 @@ static CORE_ATTR void CORE_FN4(const kt_mat* W, int n0, int nn, const float* rma
   for (int p = 0; p < nn / 16; p += 2) {
     int two_n = p + 1 < nn / 16;
     const uint8_t* src[2];
-    const float* sc[2] = {NULL, NULL};
+    const uint16_t* sc[2] = {NULL, NULL};
     __m512 rm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int q = 0; q < 1 + two_n; q++) {
       src[q] = W->w + (int64_t)(n0 / 16 + p + q) * 8 * k;
       if (rmax) {
-        sc[q] = W->scale + (int64_t)(n0 / 16 + p + q) * ng * 16;
+        sc[q] = W->gscale + (int64_t)(n0 / 16 + p + q) * ng * 16;
         rm[q] = _mm512_loadu_ps(rmax + (p + q) * 16);
       }
     }

@@ -247,7 +247,7 @@ TEMU int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* o
   float* wf = malloc(sizeof(float) * nn * k);
   float* af = malloc(sizeof(float) * mp * k);
   uint8_t* wp = aligned_alloc(64, (size_t)nn * k / 2);
-  float* ws = malloc(sizeof(float) * nn * ng);
+  uint16_t* ws = malloc(sizeof(uint16_t) * nn * ng);
   char* abuf = aligned_alloc(64, (size_t)mp * k);
   int8_t* arow = malloc((size_t)k);
   float* as = malloc(sizeof(float) * mp);
@@ -273,7 +273,7 @@ TEMU int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* o
       int off = c % 128, r = (off % 64) / 4;
       uint8_t b = wp[(int64_t)(j / 16) * 8 * k + ((int64_t)(c / 128) * 16 + r) * 64 + (j % 16) * 4 + off % 4];
       int code = off >= 64 ? b >> 4 : b & 15;
-      wf[(int64_t)j * k + c] = (float)(code - 8) * 16.0f * ws[((int64_t)(j / 16) * ng + c / group) * 16 + j % 16];
+      wf[(int64_t)j * k + c] = (float)(code - 8) * 16.0f * kt_bf16f(ws[((int64_t)(j / 16) * ng + c / group) * 16 + j % 16]);
     }
   kt_scratch s;
   memset(&s, 0, sizeof s);
@@ -283,7 +283,7 @@ TEMU int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* o
   kt_mat W;
   memset(&W, 0, sizeof W);
   W.w = wp;
-  W.scale = ws;
+  W.gscale = ws;
   W.n = nn;
   W.k = k;
   W.group = group;

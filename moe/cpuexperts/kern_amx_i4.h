@@ -19,13 +19,18 @@ static inline __attribute__((target("avx512f,avx512bw"))) __m512i amx_i4g_requan
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// amx_gscales widens 16 rows' bf16 group scales at sc to f32.
+static inline __attribute__((target("avx512f"))) __m512 amx_gscales(const uint16_t* sc) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)sc)), 16));
+}
+
 // amx_i4g_factor is the fixed-point factor sc/rmax of 16 rows (0 where rmax
 // is 0), each row's factor as an int16 spread over the four bytes of its
 // k-quad: rows 0-7 in *lo (the low 32 bytes of a line), rows 8-15 in *hi.
-static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4g_factor(const float* sc, __m512 rmax,
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4g_factor(const uint16_t* sc, __m512 rmax,
                                                                            __m512i* lo, __m512i* hi) {
   __mmask16 nz = _mm512_cmp_ps_mask(rmax, _mm512_setzero_ps(), _CMP_GT_OQ);
-  __m512 f = _mm512_maskz_div_ps(nz, _mm512_loadu_ps(sc), rmax);
+  __m512 f = _mm512_maskz_div_ps(nz, amx_gscales(sc), rmax);
   __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(f, _mm512_set1_ps(32768.0f))), _mm512_set1_epi32(32767));
   // word i of *lo takes the low word of dword i/4 (row i/4), of *hi that of dword 8 + i/4
   const __m512i rlo = _mm512_set_epi16(14, 14, 14, 14, 12, 12, 12, 12, 10, 10, 10, 10, 8, 8, 8, 8, 6, 6, 6, 6, 4, 4,
@@ -42,9 +47,9 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4g_factor(co
 static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_mat* W, int n0, int nn, float* out) {
   int ng = W->k / W->group;
   for (int p = 0; p < nn / 16; p++) {
-    const float* sc = W->scale + (int64_t)(n0 / 16 + p) * ng * 16;
+    const uint16_t* sc = W->gscale + (int64_t)(n0 / 16 + p) * ng * 16;
     __m512 m = _mm512_setzero_ps();
-    for (int g = 0; g < ng; g++) m = _mm512_max_ps(m, _mm512_loadu_ps(sc + g * 16));
+    for (int g = 0; g < ng; g++) m = _mm512_max_ps(m, amx_gscales(sc + g * 16));
     _mm512_storeu_ps(out + p * 16, m);
   }
 }
@@ -69,7 +74,7 @@ static inline __attribute__((target("avx512f"))) void amx_i4g_rowmax(const kt_ma
 // call's panels are one contiguous run, and an item's next call usually
 // follows it): where experts get few rows the unpack, not the tiles, reads
 // the weights from memory.
-static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(const uint8_t* src, int c, const float* sc,
+static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_block(const uint8_t* src, int c, const uint16_t* sc,
                                                                             __m512 rm, int group, int pf,
                                                                             int8_t* lo_d, int8_t* hi_d) {
   const uint8_t* b0 = src + (int64_t)c * 16 * 64;
@@ -123,7 +128,7 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_unpack(con
   for (int p = 0; p < nn / 16; p++) {
     const uint8_t* src = W->w + (int64_t)(n0 / 16 + p) * 8 * k;
     int8_t* d = dst + (int64_t)p * 16 * k;
-    const float* sc = rmax ? W->scale + (int64_t)(n0 / 16 + p) * ng * 16 : NULL;
+    const uint16_t* sc = rmax ? W->gscale + (int64_t)(n0 / 16 + p) * ng * 16 : NULL;
     __m512 rm = rmax ? _mm512_loadu_ps(rmax + p * 16) : _mm512_setzero_ps();
     for (int c = cb; c < ce; c++)
       amx_i4_block(src, c, sc, rm, W->group, pf, d + (int64_t)c * 32 * 64, d + ((int64_t)c * 32 + 16) * 64);
@@ -158,10 +163,10 @@ static inline __attribute__((target("avx512f,avx512bw"))) void amx_i4_run(const 
                                                                           kt_i4f_core_fn fused, int grouped) {
   int nkc = W->k / 64;
   const float* rmax = NULL;
-  const float* ws = W->scale + n0;
+  const float* ws = grouped ? s->wsc : W->scale + n0;
   if (grouped) {
     amx_i4g_rowmax(W, n0, nn, s->wsc);
-    rmax = ws = s->wsc;
+    rmax = s->wsc;
   }
   if (m <= s->i4_fuse) {
     fused(W, n0, nn, rmax, ws, A, m, C, ldc, s, NULL);

@@ -149,6 +149,11 @@ INL T2 void i4pk_body(const uint8_t* pan, int k, const int32_t* const* x, __m256
 INT2_DRIVER(kt_avx2_i8pk, i8pk_body, 16 * k)
 INT2_DRIVER(kt_avx2_i4pk, i4pk_body, 8 * k)
 
+// ld_bf16x8 widens 8 bf16 values to f32.
+INL T2 __m256 ld_bf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+
 // kt_gsum: each group's runs of 32 int8 activations summed by vpsadbw over
 // the bytes flipped to unsigned, less 128 a byte.
 T2 void kt_gsum(const int8_t* x, int64_t ld, int m, int k, int group, int32_t* out) {
@@ -173,9 +178,9 @@ INL T2 __m256i dotu4(__m256i u, int32_t xq) {
 // time per panel half-pair. The panels hold unsigned codes u = v + 8: each
 // group's Σ u·x (a 32-column quarter of a 128-column block, or halves or
 // the whole block, added as integers) less 8 times the activations' sum
-// over it (kt_gsum) is Σ v·x, scaled into f32 (the scales are per 16 v, so
-// the sums are taken 16 times). The first token's pass prefetches the panel
-// dec_pf bytes ahead and the group scales (64 bytes per group) two
+// over it (kt_gsum) is Σ v·x, scaled into f32 (the bf16 scales are per
+// 16 v, so the sums are taken 16 times). The first token's pass prefetches
+// the panel dec_pf bytes ahead and the group scales (32 bytes per group) two
 // 128-column blocks ahead, as the VNNI kernel does.
 T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, float* C, int ldc,
                       kt_scratch* s) {
@@ -188,20 +193,20 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
     for (int p = 0; p < nn / 16; p++) {
       int pi = n0 / 16 + p;
       const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
-      const float* sc = W->scale + (int64_t)pi * ng * 16;
+      const uint16_t* sc = W->gscale + (int64_t)pi * ng * 16;
       for (int t = 0; t < mc; t++) {
         const int32_t* x = (const int32_t*)(X + (int64_t)(c0 + t) * A->ld);
         const int32_t* gs = s->gsum + (int64_t)t * ng;
         int pf = c0 == 0 && t == 0 ? s->dec_pf : 0;
         __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-        if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < ng ? 2 * gb : ng);
+        if (pf > 0) kt_pf_gscales(sc, 0, 2 * gb < ng ? 2 * gb : ng);
         for (int c = 0; c < k / 128; c++) {
           // a[j][0] rows 0-7 and a[j][1] rows 8-15 of quarter j: the low
           // nibbles of lines 0-7 (j 0) and 8-15 (j 1), the high ones (2, 3);
           // with groups of 64 or more the halves (0 and 2) take all
           __m256i a[4][2];
           for (int j = 0; j < 4; j++) a[j][0] = a[j][1] = _mm256_setzero_si256();
-          if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
+          if (pf > 0 && c + 2 < k / 128) kt_pf_gscales(sc, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
           for (int r = 0; r < 16; r++) {
             const uint8_t* l = pan + ((int64_t)c * 16 + r) * 64;
             if (pf > 0) _mm_prefetch((const char*)l + pf, _MM_HINT_T0);
@@ -223,9 +228,9 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
             __m256i off = _mm256_set1_epi32(8 * gs[gi]);
             s0 = _mm256_sub_epi32(s0, off);
             s1 = _mm256_sub_epi32(s1, off);
-            const float* g = sc + (int64_t)gi * 16;
-            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s0, 4)), _mm256_loadu_ps(g), f0);
-            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s1, 4)), _mm256_loadu_ps(g + 8), f1);
+            const uint16_t* g = sc + (int64_t)gi * 16;
+            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s0, 4)), ld_bf16x8(g), f0);
+            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(s1, 4)), ld_bf16x8(g + 8), f1);
           }
         }
         __m256 as = _mm256_set1_ps(A->as[c0 + t]);
@@ -238,10 +243,6 @@ T2 void kt_avx2_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m, f
 }
 
 // ---------------------------------------------------------------- row-major bf16 / fp8
-
-INL T2 __m256 ld_bf16x8(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
-}
 
 INL T2 __m256 ld_fp8x8(const uint8_t* p) {
   __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));

@@ -216,15 +216,19 @@ INL TVNNI void i4u_block(const uint8_t* pan, int c, const int32_t* const* x, con
     }
     return;
   }
-  for (int r = 0; r < 16; r++) {
-    if (pf > 0) _mm_prefetch((const char*)p + r * 64 + pf, _MM_HINT_T0);
-    __m512i b = _mm512_loadu_si512(p + r * 64);
-    __m512i bl = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
-    __m512i bh = _mm512_and_si512(b, mask);
-    int lo = H == 4 ? r >> 3 : 0, hi = H == 4 ? 2 + (r >> 3) : 1;
-    for (int t = 0; t < MT; t++) {
-      q[lo][t] = _mm512_dpbusd_epi32(q[lo][t], bl, _mm512_set1_epi32(x[t][32 * c + r]));
-      q[hi][t] = _mm512_dpbusd_epi32(q[hi][t], bh, _mm512_set1_epi32(x[t][32 * c + 16 + r]));
+  // the parts' indices constant within each run of lines, so that the
+  // sums stay in registers
+  for (int h = 0; h < H / 2; h++) {
+    const int lo = H == 4 ? h : 0, hi = H == 4 ? 2 + h : 1;
+    for (int r = 16 / (H / 2) * h; r < 16 / (H / 2) * (h + 1); r++) {
+      if (pf > 0) _mm_prefetch((const char*)p + r * 64 + pf, _MM_HINT_T0);
+      __m512i b = _mm512_loadu_si512(p + r * 64);
+      __m512i bl = _mm512_and_si512(_mm512_slli_epi16(b, 4), mask);
+      __m512i bh = _mm512_and_si512(b, mask);
+      for (int t = 0; t < MT; t++) {
+        q[lo][t] = _mm512_dpbusd_epi32(q[lo][t], bl, _mm512_set1_epi32(x[t][32 * c + r]));
+        q[hi][t] = _mm512_dpbusd_epi32(q[hi][t], bh, _mm512_set1_epi32(x[t][32 * c + 16 + r]));
+      }
     }
   }
 }
@@ -318,17 +322,17 @@ INT_PANEL_DRIVER(kt_vnni_i4pk, i4pk_body, 8 * k)
 // Group-wise int4 (groups of 32, 64 or 128 columns; panels of unsigned
 // codes u = v + 8): each group's Σ 16u·x (i4u_block's parts, added as
 // integers) less 128 times the activations' sum over it (gs[t], kt_gsum)
-// is Σ 16v·x, scaled into f32 (the scales are per 16 v). pf > 0: the panel
-// is prefetched pf bytes ahead as in i8pk_body, and its group scales (64
-// bytes per group) two 128-column blocks ahead (the driver passes it for
-// the first pass).
-INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, const int32_t* const* gs,
+// is Σ 16v·x, scaled into f32 (the bf16 scales are per 16 v). pf > 0: the
+// panel is prefetched pf bytes ahead as in i8pk_body, and its group scales
+// (32 bytes per group) two 128-column blocks ahead (the driver passes it
+// for the first pass).
+INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const uint16_t* sc, const int32_t* const* gs,
                         const int32_t* const* x, __m512* f, const int MT, int pf, kt_scratch* s) {
   const int gb = 128 / group;  // groups per 128-column block
   for (int t = 0; t < MT; t++) f[t] = _mm512_setzero_ps();
-  if (pf > 0) kt_pf_groups(sc, NULL, 0, 2 * gb < k / group ? 2 * gb : k / group);
+  if (pf > 0) kt_pf_gscales(sc, 0, 2 * gb < k / group ? 2 * gb : k / group);
   for (int c = 0; c < k / 128; c++) {
-    if (pf > 0 && c + 2 < k / 128) kt_pf_groups(sc, NULL, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
+    if (pf > 0 && c + 2 < k / 128) kt_pf_gscales(sc, (int64_t)(c + 2) * gb, (int64_t)(c + 3) * gb);
     __m512i q[4][4];
     const int H = group == 32 ? 4 : 2;  // parts of the block: quarters or halves
     for (int j = 0; j < H; j++)
@@ -340,7 +344,8 @@ INL TVNNI void i4g_body(const uint8_t* pan, int k, int group, const float* sc, c
     const int per = H / gb;  // parts per group
     for (int g = 0; g < gb; g++) {
       int gi = c * gb + g;
-      __m512 sg = _mm512_loadu_ps(sc + (int64_t)gi * 16);
+      __m512 sg = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(sc + (int64_t)gi * 16))), 16));
       for (int t = 0; t < MT; t++) {
         __m512i a = q[g * per][t];
         for (int i = 1; i < per; i++) a = _mm512_add_epi32(a, q[g * per + i][t]);
@@ -361,7 +366,7 @@ TVNNI void kt_vnni_i4gpk(const kt_mat* W, int n0, int nn, const kt_act* A, int m
     for (int p = 0; p < nn / 16; p++) {
       int pi = n0 / 16 + p;
       const uint8_t* pan = W->w + (int64_t)pi * 8 * k;
-      const float* sc = W->scale + (int64_t)pi * ng * 16;
+      const uint16_t* sc = W->gscale + (int64_t)pi * ng * 16;
       for (int t0 = 0; t0 < mc; t0 += 4) {
         int mt = mc - t0 < 4 ? mc - t0 : 4;
         const int32_t* x[4];

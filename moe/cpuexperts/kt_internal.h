@@ -148,6 +148,11 @@ static inline void kt_pf_groups(const float* sc, const int32_t* co, int64_t g0, 
     if (co) _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
   }
 }
+// kt_pf_gscales asks for the 64-byte lines of groups [g0, g1) of a
+// group-wise int4 panel's bf16 scales gs ([group][16], 32 bytes a group).
+static inline void kt_pf_gscales(const uint16_t* gs, int64_t g0, int64_t g1) {
+  for (int64_t g = g0 & ~(int64_t)1; g < g1; g += 2) _mm_prefetch((const char*)(gs + g * 16), _MM_HINT_T0);
+}
 #define KT_MCH 512   // most tokens per kernel call in prefill (scratch size; kt_engine_config.mch picks)
 #define KT_DEC_M 8   // tokens per pass of the line kernels
 #define KT_GSUM_TOK 32  // tokens whose activation sums per group kt_scratch.gsum holds

@@ -36,13 +36,14 @@ enum {
   KT_FMT_BF16_PK = 3,  // panels of 16 rows, 64-byte lines of k-pairs (AMX B-tile layout)
   KT_FMT_I8_PK = 4,    // panels of 16 rows, lines of k-quads, per-row scale
   KT_FMT_I4_PK = 5,    // int4 nibbles (q*16 as int8 after unpack), per-row scale amax/112
-  KT_FMT_I4G_PK = 6,   // int4 codes (value + 8, unsigned nibbles), per-(row, k-group) scale / 16
+  KT_FMT_I4G_PK = 6,   // int4 codes (value + 8, unsigned nibbles), a bf16 scale / 16 per (row, k-group)
 };
 
 // One projection (of one expert, one pool's slice).
 typedef struct {
   const uint8_t* w;     // weight bytes
-  const float* scale;   // per row [N]; group: [N/16][K/G][16]; fp8: block grid
+  const float* scale;   // per row [N]; fp8: block grid; NULL for group-wise
+  const uint16_t* gscale; // KT_FMT_I4G_PK: bf16 scales per 16 v, [N/16][K/G][16]
   const int32_t* corr;  // 128 x the row's sum of its int8 values (int4: q*16) for the u8 activations; NULL for group-wise
   int64_t ld;           // row-major formats: row stride in elements
   int n, k;             // rows, columns
@@ -241,11 +242,11 @@ int kt_take_error(kt_engine* e, char* msg, int msglen);
 void kt_pack_bf16(const float* src, int64_t ld, int n, int k, uint16_t* dst);
 void kt_pack_i8(const float* src, int64_t ld, int n, int k, int8_t* dst, float* scale, int32_t* corr);
 void kt_pack_i4(const float* src, int64_t ld, int n, int k, uint8_t* dst, float* scale, int32_t* corr);
-void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale);
+void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, uint16_t* scale);
 // kt_pack_i4g_codes packs compressed-tensors INT4 codes (int32 words of eight
 // nibbles, wld words per row; scales sld per row) as they are.
 void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, int64_t sld, int n, int k, int group,
-                       uint8_t* dst, float* scale);
+                       uint8_t* dst, uint16_t* scale);
 // Row-major quantization (the on-disk layout of kt quant) and packing of it.
 void kt_quant_rows_i8(const float* src, int64_t ld, int n, int k, int8_t* q, float* scale);
 void kt_quant_rows_i4(const float* src, int64_t ld, int n, int k, uint8_t* q, float* scale);

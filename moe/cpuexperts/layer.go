@@ -102,9 +102,9 @@ func (l *Layer) packedSizes(n, k int) (w, s, c int64) {
 		return N * K, 4 * N, 4 * N
 	case C.KT_FMT_I4_PK:
 		return N * K / 2, 4 * N, 4 * N
-	case C.KT_FMT_I4G_PK: // no corrections: the kernels take the activations' sums (kt_gsum32)
+	case C.KT_FMT_I4G_PK: // bf16 scales, no corrections: the kernels take the activations' sums (kt_gsum)
 		g := int64(l.spec.GroupSize)
-		return N * K / 2, 4 * N * K / g, 0
+		return N * K / 2, 2 * N * K / g, 0
 	}
 	return 0, 0, 0
 }
@@ -182,7 +182,11 @@ func (l *Layer) allocPacked() error {
 				m := l.mat(pool, x, p)
 				m.w = (*C.uint8_t)(unsafe.Add(ptr, off))
 				off += align64(w)
-				if s > 0 {
+				switch {
+				case s > 0 && l.fmt == C.KT_FMT_I4G_PK:
+					m.gscale = (*C.uint16_t)(unsafe.Add(ptr, off))
+					off += align64(s)
+				case s > 0:
 					m.scale = (*C.float)(unsafe.Add(ptr, off))
 					off += align64(s)
 				}
@@ -287,7 +291,7 @@ func (l *Layer) packF32(pool, x int, p Proj, f []float32, ld int) {
 	case C.KT_FMT_I4_PK:
 		C.kt_pack_i4(src, C.int64_t(ld), n, k, m.w, m.scale, m.corr)
 	case C.KT_FMT_I4G_PK:
-		C.kt_pack_i4g(src, C.int64_t(ld), n, k, m.group, m.w, m.scale)
+		C.kt_pack_i4g(src, C.int64_t(ld), n, k, m.group, m.w, m.gscale)
 	}
 }
 
@@ -313,7 +317,7 @@ func (l *Layer) packCodes(pool, x int, p Proj, m Matrix) {
 	}
 	cm := l.mat(pool, x, p)
 	C.kt_pack_i4g_codes((*C.uint32_t)(unsafe.Pointer(&m.Data[4*w0])), C.int64_t(words),
-		(*C.float)(unsafe.Pointer(&m.GroupScale[s0])), C.int64_t(groups), cm.n, cm.k, cm.group, cm.w, cm.scale)
+		(*C.float)(unsafe.Pointer(&m.GroupScale[s0])), C.int64_t(groups), cm.n, cm.k, cm.group, cm.w, cm.gscale)
 }
 
 // ToF32 widens m to f32 (applying FP8 block scales, dequantizing packed

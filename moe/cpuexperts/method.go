@@ -87,7 +87,7 @@ func (m Method) bytesPerWeight(cols, g int) float64 {
 	case AMXINT4:
 		return 0.5 + 8/float64(cols)
 	case INT4KGroup, RAWINT4:
-		return 0.5 + 4/float64(g)
+		return 0.5 + 2/float64(g)
 	case FP8:
 		return 1 + 4.0/(128*128)
 	}

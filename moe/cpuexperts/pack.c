@@ -210,7 +210,7 @@ static float best_scale4(const float* x, int n, int vec) {
   return best;
 }
 
-void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, float* scale) {
+void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t* dst, uint16_t* scale) {
   int ng = k / group;
   int vec = __builtin_cpu_supports("avx512f");  // the scale search in vector lanes, same bits
   for (int row = 0; row < n; row++) {
@@ -218,10 +218,12 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
     uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
     int p = row / 16, rr = row % 16;
     for (int g = 0; g < ng; g++) {
-      float s = best_scale4(r + g * group, group, vec);
-      float inv = s > 0 ? 1.0f / s : 0.0f;
+      // the scale as the panels keep it (bf16, per 16 v), and the values
+      // quantized with that one
+      uint16_t sb = kt_f2bf(best_scale4(r + g * group, group, vec) / 16.0f);
+      float s = kt_bf16f(sb) * 16.0f, inv = s > 0 ? 1.0f / s : 0.0f;
       for (int i = g * group; i < (g + 1) * group; i++) put4(panel, rr, i, clampi((int)lrintf(r[i] * inv), -7, 7) + 8);
-      scale[((int64_t)p * ng + g) * 16 + rr] = s / 16.0f;
+      scale[((int64_t)p * ng + g) * 16 + rr] = sb;
     }
   }
 }
@@ -233,14 +235,14 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
 // hold them), its group scales gscale + r*sld (one per group of columns).
 // No value is re-quantized.
 void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, int64_t sld, int n, int k, int group,
-                       uint8_t* dst, float* scale) {
+                       uint8_t* dst, uint16_t* scale) {
   int ng = k / group;
   for (int row = 0; row < n; row++) {
     const uint32_t* w = words + (int64_t)row * wld;
     uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
     int p = row / 16, rr = row % 16;
     for (int i = 0; i < k; i++) put4(panel, rr, i, (int)((w[i / 8] >> (4 * (i % 8))) & 15));
-    for (int g = 0; g < ng; g++) scale[((int64_t)p * ng + g) * 16 + rr] = gscale[(int64_t)row * sld + g] / 16.0f;
+    for (int g = 0; g < ng; g++) scale[((int64_t)p * ng + g) * 16 + rr] = kt_f2bf(gscale[(int64_t)row * sld + g] / 16.0f);
   }
 }
 
