@@ -125,6 +125,22 @@ static uint32_t emu_rng(uint32_t* s) {
 }
 static float emu_rand(uint32_t* s) { return (float)emu_rng(s) / (float)(1 << 24) * 2.0f - 1.0f; }
 
+// emu_check copies C (m x nn, ldc apart) to out and returns its largest
+// difference from the float64 products of the rows of af (m x k) and wf
+// (nn x k), relative to the largest |product|.
+static double emu_check(const float* af, const float* wf, const float* C, int ldc, int m, int nn, int k, float* out) {
+  double emax = 0, rmax = 0;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < nn; j++) {
+      double ref = 0;
+      for (int c = 0; c < k; c++) ref += (double)af[(int64_t)i * k + c] * wf[(int64_t)j * k + c];
+      emax = fmax(emax, fabs(C[i * ldc + j] - ref));
+      rmax = fmax(rmax, fabs(ref));
+      out[i * nn + j] = C[i * ldc + j];
+    }
+  return rmax > 0 ? emax / rmax : emax;
+}
+
 // kt_emu_amx_run runs the emulated kernel (fmt KT_FMT_BF16_PK or KT_FMT_I8_PK)
 // on fixed random data, nn weight rows, m tokens, k columns, with the given
 // knobs (kch, pf, pfm, nxl: kt_scratch; c_nt: non-temporal C; tiled: tile-order
@@ -200,19 +216,7 @@ TEMU int kt_emu_amx_run(int fmt, int m, int k, int nn, int kch, int pf, int pfm,
   else
     emu_bf16_core((const char*)wp, k / 32, NULL, &A, 2, m, C, ldc, nn, &s);
   _mm_sfence();
-  double emax = 0, rmax = 0;
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < nn; j++) {
-      double ref = 0;
-      for (int c = 0; c < k; c++) ref += (double)af[(int64_t)i * k + c] * wf[(int64_t)j * k + c];
-      double d = C[i * ldc + j] - ref;
-      if (d < 0) d = -d;
-      if (d > emax) emax = d;
-      if (ref > rmax) rmax = ref;
-      if (-ref > rmax) rmax = -ref;
-      out[i * nn + j] = C[i * ldc + j];
-    }
-  *maxerr = rmax > 0 ? emax / rmax : emax;
+  *maxerr = emu_check(af, wf, C, ldc, m, nn, k, out);
   ret = 0;
 done:
   free(wf);
@@ -290,17 +294,7 @@ TEMU int kt_emu_amx_i4g_run(int m, int k, int nn, int group, int fused, float* o
   kt_act A = {abuf, k, as, 1};
   memset(C, 0, sizeof(float) * mp * ldc);
   kt_amx_emu_i4gpk(&W, 0, nn, &A, m, C, ldc, &s);
-  double emax = 0, rmax = 0;
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < nn; j++) {
-      double ref = 0;
-      for (int c = 0; c < k; c++) ref += (double)af[(int64_t)i * k + c] * wf[(int64_t)j * k + c];
-      double d = fabs(C[i * ldc + j] - ref);
-      if (d > emax) emax = d;
-      if (fabs(ref) > rmax) rmax = fabs(ref);
-      out[i * nn + j] = C[i * ldc + j];
-    }
-  *maxerr = rmax > 0 ? emax / rmax : emax;
+  *maxerr = emu_check(af, wf, C, ldc, m, nn, k, out);
   ret = 0;
 done:
   free(wf);
