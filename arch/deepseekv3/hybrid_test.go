@@ -330,11 +330,15 @@ func TestHybridPackedInt4(t *testing.T) {
 		modeltest.RequireExpertPath(t, name, r.ExpertPath(), "cpuexperts RAWINT4")
 		return greedyLogprobs(t, testRunner{r}, prompt, 6)
 	}
+	// RAWINT4 quantizes its input rows to int8, and in the hybrid step those
+	// rows come rounded to bf16: a few codes move by a step, beside the GPU's
+	// own differences (hybridTol)
+	const tol = 2e-2
 	for _, n := range []int{0, 3} {
 		name := fmt.Sprintf("%d GPU experts per layer", n)
 		worst := modeltest.WorstDiff(run("hybrid, "+name, true, n), run("cpu, "+name, false, n))
 		t.Logf("RESULT hybrid vs cpu, RAWINT4, %s: worst logprob difference %.3g", name, worst)
-		if worst > hybridTol {
+		if worst > tol {
 			t.Errorf("hybrid vs cpu, RAWINT4, %s: logprobs differ by %g", name, worst)
 		}
 	}
