@@ -241,7 +241,20 @@ void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, 
     const uint32_t* w = words + (int64_t)row * wld;
     uint8_t* panel = dst + (int64_t)(row / 16) * 8 * k;
     int p = row / 16, rr = row % 16;
-    for (int i = 0; i < k; i++) put4(panel, rr, i, (int)((w[i / 8] >> (4 * (i % 8))) & 15));
+    // a panel word (row rr, k-quad r of block c) holds columns 128c + 4r..+3
+    // in its low nibbles and 64 columns on in its high ones: four codes of
+    // one checkpoint word each, spread a nibble a byte
+    for (int c = 0; c < k / 128; c++)
+      for (int r = 0; r < 16; r++) {
+        int j = 128 * c + 4 * r, sh = 4 * (j % 8);
+        uint32_t lo = (w[j / 8] >> sh) & 0xffff, hi = (w[(j + 64) / 8] >> sh) & 0xffff;
+        lo = (lo | lo << 8) & 0x00ff00ff;
+        lo = (lo | lo << 4) & 0x0f0f0f0f;
+        hi = (hi | hi << 8) & 0x00ff00ff;
+        hi = (hi | hi << 4) & 0x0f0f0f0f;
+        uint32_t v = lo | hi << 4;
+        memcpy(panel + ((int64_t)c * 16 + r) * 64 + rr * 4, &v, 4);
+      }
     for (int g = 0; g < ng; g++) scale[((int64_t)p * ng + g) * 16 + rr] = kt_f2bf(gscale[(int64_t)row * sld + g] / 16.0f);
   }
 }
