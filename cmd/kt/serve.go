@@ -252,6 +252,7 @@ func loadServedModel(ctx context.Context, cfg *serveconfig.Config, mcfg modelSum
 	if err := ktExpertOptions(cfg, &opts, log); err != nil {
 		return nil, err
 	}
+	packedDefaultMethod(cfg, mcfg, &opts, log)
 	m := &servedModel{pageSize: opts.WithDefaults().PageSize}
 	var err error
 	if m.loras, err = openLoRA(cfg, log); err != nil {
@@ -495,6 +496,18 @@ func ktExpertOptions(cfg *serveconfig.Config, o *arch.Options, log *slog.Logger)
 	return nil
 }
 
+// packedDefaultMethod runs the routed experts of a pack-quantized INT4
+// checkpoint (Kimi-K2-Thinking's) on their own codes (RAWINT4) when
+// --kt-weight-path is given without --kt-method, whose SGLang default,
+// AMXINT4, would quantize them again at load.
+func packedDefaultMethod(cfg *serveconfig.Config, s modelSummary, o *arch.Options, log *slog.Logger) {
+	if cfg.KTWeightPath == "" || cfg.Set["kt-method"] || s.Int4Group == 0 {
+		return
+	}
+	o.Experts = "RAWINT4"
+	log.Info("--kt-method not given: the checkpoint's routed experts are pack-quantized INT4 and run on their own codes", "kt_method", o.Experts)
+}
+
 // placementStrategies are the --kt-expert-placement-strategy values kt
 // implements (frequency reads SGLang's statistics, --init-expert-location
 // FILE.pt).
@@ -517,6 +530,7 @@ type modelSummary struct {
 	MaxPositions int
 	Layers       int
 	Experts      int
+	Int4Group    int // compressed-tensors pack-quantized INT4 routed experts' group size; 0 = none
 	DType        string
 	EOS          []int32
 	WeightBytes  int64
@@ -532,6 +546,7 @@ func readModelConfig(dir string) (modelSummary, error) {
 		return s, fmt.Errorf("model directory: %w", err)
 	}
 	s.MaxPositions, s.Layers, s.Experts, s.DType = c.MaxPositionEmbeddings, c.NumLayers, c.NumExperts, c.DType
+	s.Int4Group = c.Int4GroupSize
 	eos := c.EOSTokenIDs
 	// a malformed generation_config.json only loses its stop ids, as before
 	if g, ok, err := modelconfig.LoadGeneration(dir); err == nil && ok {

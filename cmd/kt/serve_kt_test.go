@@ -188,3 +188,33 @@ func backendReference(t *testing.T, dir string, deferral, chunk int) [][]int32 {
 	}
 	return ref
 }
+
+// TestPackedDefaultMethod: --kt-weight-path without --kt-method runs a
+// pack-quantized INT4 checkpoint's experts on their own codes (RAWINT4);
+// a named method, a bf16 checkpoint or no --kt-weight-path keep theirs.
+func TestPackedDefaultMethod(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		group int
+		want  string
+	}{
+		{[]string{"--kt-weight-path", "/m"}, 32, "RAWINT4"},
+		{[]string{"--kt-weight-path", "/m", "--kt-method", "AMXINT4"}, 32, "AMXINT4"},
+		{[]string{"--kt-weight-path", "/m"}, 0, "AMXINT4"},
+		{nil, 32, ""},
+	} {
+		cfg, err := serveconfig.Parse(append([]string{"--model-path", "/m"}, c.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o arch.Options
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		if err := ktExpertOptions(cfg, &o, log); err != nil {
+			t.Fatal(err)
+		}
+		packedDefaultMethod(cfg, modelSummary{Int4Group: c.group}, &o, log)
+		if o.Experts != c.want {
+			t.Errorf("%v, groups of %d: method %q, want %q", c.args, c.group, o.Experts, c.want)
+		}
+	}
+}
