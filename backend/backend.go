@@ -85,7 +85,6 @@
 package backend
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -119,7 +118,8 @@ type Host struct {
 	Scale *Host
 	Block [2]int
 	// Int4Group > 0 makes h a compressed-tensors pack-quantized INT4
-	// matrix (routed experts only; the CPU expert engine reads it): Shape
+	// matrix (routed experts only; the CPU expert engine reads it, a
+	// backend takes its bf16 values, expertsource.PackedInt4BF16): Shape
 	// stays [rows, cols], Data holds rows x ceil(cols/8) little-endian
 	// words of eight 4-bit codes (value + 8, the lowest nibble first) and
 	// Scale the [rows, ceil(cols/Int4Group)] group scales.
@@ -161,40 +161,6 @@ func checkPackedInt4(h Host) error {
 		return fmt.Errorf("tensor %s: group scales %v, want [%d %d] (groups of %d)", h.Name, h.Scale.Shape, rows, groups, h.Int4Group)
 	}
 	return h.Scale.checkSize()
-}
-
-// PackedInt4BF16 is pack-quantized INT4 matrix h as a bf16 matrix of the
-// same shape, each code times its group's scale rounded to bf16 (2^-9
-// relative at most): how a routed expert of such a checkpoint runs on a
-// backend's MoE op.
-func PackedInt4BF16(h Host) (Host, error) {
-	if err := checkPackedInt4(h); err != nil {
-		return Host{}, err
-	}
-	rows, cols, g := h.Shape[0], h.Shape[1], h.Int4Group
-	words, groups := (cols+7)/8, (cols+g-1)/g
-	scale := make([]float32, rows*groups)
-	for i := range scale {
-		switch sd := h.Scale.Data; h.Scale.DType {
-		case tensor.BF16:
-			scale[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(sd[2*i:]))
-		case tensor.F16:
-			scale[i] = tensor.F16ToF32(binary.LittleEndian.Uint16(sd[2*i:]))
-		case tensor.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sd[4*i:]))
-		default:
-			return Host{}, fmt.Errorf("tensor %s: group scales of dtype %s, want BF16, F16 or F32", h.Name, h.Scale.DType)
-		}
-	}
-	out := make([]byte, 2*rows*cols)
-	for r := range rows {
-		for c := range cols {
-			word := binary.LittleEndian.Uint32(h.Data[4*(r*words+c/8):])
-			v := float32(int(word>>(4*(c%8))&0xF)-8) * scale[r*groups+c/g]
-			binary.LittleEndian.PutUint16(out[2*(r*cols+c):], tensor.F32ToBF16(v))
-		}
-	}
-	return Host{Name: h.Name, DType: tensor.BF16, Shape: []int{rows, cols}, Data: out}, nil
 }
 
 func (h Host) checkSize() error {

@@ -41,6 +41,7 @@ import (
 	"github.com/ktserve/kt/backend"
 	"github.com/ktserve/kt/backend/cpu"
 	"github.com/ktserve/kt/modelconfig"
+	"github.com/ktserve/kt/moe/expertsource"
 	"github.com/ktserve/kt/tensor"
 )
 
@@ -140,7 +141,7 @@ func Load(rb *runbase.Base, plan *Plan, l int, p string, E, H, I int) (*Weights,
 			// a device expert of a pack-quantized INT4 checkpoint runs on
 			// the backend's MoE op as its bf16 values
 			var err error
-			if h, err = backend.PackedInt4BF16(h); err != nil {
+			if h, err = expertsource.PackedInt4BF16(h); err != nil {
 				return err
 			}
 		case hybrid && !device, h.PackedInt4():
@@ -278,23 +279,19 @@ func New(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) (*Experts, 
 		eng, err = newEngine(rb, method, c, layers)
 	}
 	switch {
-	case method == "backend" && packedInt4(layers):
-		if err := bindPackedOnBackend(rb, layers); err != nil {
-			return nil, fmt.Errorf("%s: %w", rb.Name, err)
-		}
-		x.path += ", the packed INT4 experts as their bf16 values"
 	case method == "backend":
 	case err == nil:
 		x.engine = eng
 	case method != "auto" && method != "":
 		return nil, fmt.Errorf("%s: CPU expert method %s: %w", rb.Name, method, err)
-	case packedInt4(layers):
+	default:
+		x.path += "; CPU expert engine not used: " + err.Error()
+	}
+	if x.engine == nil && packedInt4(layers) {
 		if err := bindPackedOnBackend(rb, layers); err != nil {
 			return nil, fmt.Errorf("%s: %w", rb.Name, err)
 		}
-		x.path += ", the packed INT4 experts as their bf16 values; CPU expert engine not used: " + err.Error()
-	default:
-		x.path += "; CPU expert engine not used: " + err.Error()
+		x.path += "; the packed INT4 experts as their bf16 values"
 	}
 	if _, isCPU := rb.BE.(*cpu.Backend); x.engine == nil && !isCPU && rb.Opts.LoRA != nil && rb.Opts.LoRA.Expert != nil {
 		return nil, fmt.Errorf("%s: KT expert LoRA runs on the CPU expert engine; the routed experts run on %s here (%s)", rb.Name, rb.BE.Name(), x.path)
@@ -684,7 +681,7 @@ func attachLoRA(rb *runbase.Base, c *modelconfig.Config, layers []*Weights) erro
 
 // bindPackedOnBackend makes the pack-quantized INT4 experts that Load left
 // in host memory for the CPU expert engine backend weights of their bf16
-// values (backend.PackedInt4BF16), for the backend's MoE op.
+// values (expertsource.PackedInt4BF16), for the backend's MoE op.
 func bindPackedOnBackend(rb *runbase.Base, layers []*Weights) error {
 	for _, w := range layers {
 		if w == nil {
@@ -698,7 +695,7 @@ func bindPackedOnBackend(rb *runbase.Base, layers []*Weights) error {
 				if _, onHost := (*p.dst).(hostTensor); !onHost || !p.h.PackedInt4() {
 					continue
 				}
-				h, err := backend.PackedInt4BF16(p.h)
+				h, err := expertsource.PackedInt4BF16(p.h)
 				if err != nil {
 					return err
 				}

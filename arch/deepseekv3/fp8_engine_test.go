@@ -34,19 +34,29 @@ func TestFP8CheckpointCPUExperts(t *testing.T) {
 	})
 }
 
+// writePackedModel writes a synthetic DeepSeek-V3 model (engineShape(1))
+// with experts of inter columns into src, its copy with the routed experts
+// pack-quantized INT4 in groups of 32 (Kimi-K2-Thinking's) into packedDir
+// and the copy's f32 values into deqDir (modeltest.WritePackedInt4Pair).
+func writePackedModel(t *testing.T, inter int) (src, packedDir, deqDir string) {
+	t.Helper()
+	src = t.TempDir()
+	shape := engineShape(1)
+	shape.MoEInter = inter
+	if err := WriteSynthetic(src, shape, 8); err != nil {
+		t.Fatal(err)
+	}
+	packedDir, deqDir = modeltest.WritePackedInt4Pair(t, src, 32)
+	return src, packedDir, deqDir
+}
+
 // TestPackedInt4CheckpointCPUExperts serves a synthetic DeepSeek-V3 model
 // whose routed experts are compressed-tensors pack-quantized INT4 (groups
 // of 32, as Kimi-K2-Thinking ships them) on the CPU expert engine: each
 // method gives the logits of the same model with those experts as the f32
 // values they stand for, bit for bit.
 func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
-	src := t.TempDir()
-	shape := engineShape(1)
-	shape.MoEInter = 128
-	if err := WriteSynthetic(src, shape, 8); err != nil {
-		t.Fatal(err)
-	}
-	packedDir, deqDir := modeltest.WritePackedInt4Pair(t, src, 32)
+	src, packedDir, deqDir := writePackedModel(t, 128)
 	// the checkpoint check (kt inspect, kt doctor) accounts for the
 	// packed experts: a quarter of the bytes of their bf16 form and then
 	// some (the group scales)
@@ -97,14 +107,7 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 	// of its activations differs
 	raw := run(packedDir, "RAWINT4")
 	modeltest.RequireIdentical(t, "auto vs RAWINT4", run(packedDir, "auto"), raw)
-	logprobs := func(rows [][]float32) [][]float64 {
-		lp := make([][]float64, len(rows))
-		for i, row := range rows {
-			lp[i] = modeltest.LogSoftmax(row)
-		}
-		return lp
-	}
-	ref := logprobs(run(deqDir, "backend"))
+	ref := modeltest.LogSoftmaxRows(run(deqDir, "backend"))
 	// device experts (2 a layer) run on the backend's MoE op as their bf16
 	// values, the rest on RAWINT4
 	for _, c := range []struct {
@@ -115,7 +118,7 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 		{"RAWINT4 + 2 device experts a layer", runWith(packedDir, arch.Options{Experts: "RAWINT4", GPUExperts: placement.Request{PerLayer: 2}})},
 		{"the backend's MoE op on the bf16 values", run(packedDir, "backend")},
 	} {
-		worst := modeltest.WorstDiff(ref, logprobs(c.rows))
+		worst := modeltest.WorstDiff(ref, modeltest.LogSoftmaxRows(c.rows))
 		t.Logf("%s vs the reference op on the f32 values: worst logprob difference %.3g", c.what, worst)
 		if worst > modeltest.EngineBF16Tol {
 			t.Errorf("%s differs from the reference op by %.3g > %g", c.what, worst, modeltest.EngineBF16Tol)
@@ -128,13 +131,7 @@ func TestPackedInt4CheckpointCPUExperts(t *testing.T) {
 // experts on the backend's MoE op as their bf16 values, within the bound of
 // the reference op on their f32 values.
 func TestPackedInt4SmallShapes(t *testing.T) {
-	src := t.TempDir()
-	shape := engineShape(1)
-	shape.MoEInter = 96
-	if err := WriteSynthetic(src, shape, 8); err != nil {
-		t.Fatal(err)
-	}
-	packedDir, deqDir := modeltest.WritePackedInt4Pair(t, src, 32)
+	_, packedDir, deqDir := writePackedModel(t, 96)
 	prompt := []int32{3, 17, 99, 4, 250, 31, 8, 77}
 	run := func(dir, experts, want string) [][]float64 {
 		t.Helper()
@@ -144,10 +141,7 @@ func TestPackedInt4SmallShapes(t *testing.T) {
 		}
 		defer r.Close()
 		modeltest.RequireExpertPath(t, experts, r.ExpertPath(), want)
-		var lps [][]float64
-		for _, row := range modeltest.Forward(t, testRunner{r}, 0, prompt, true) {
-			lps = append(lps, modeltest.LogSoftmax(row))
-		}
+		lps := modeltest.LogSoftmaxRows(modeltest.Forward(t, testRunner{r}, 0, prompt, true))
 		return lps
 	}
 	worst := modeltest.WorstDiff(run(deqDir, "backend", "backend MoE op"), run(packedDir, "auto", "as their bf16 values"))
@@ -163,13 +157,7 @@ func TestPackedInt4SmallShapes(t *testing.T) {
 // in-place BF16 method and layerwise prefill; and that RAWINT4 refuses
 // experts that are not packed.
 func TestPackedInt4Refusals(t *testing.T) {
-	src := t.TempDir()
-	shape := engineShape(1)
-	shape.MoEInter = 128
-	if err := WriteSynthetic(src, shape, 8); err != nil {
-		t.Fatal(err)
-	}
-	packedDir, _ := modeltest.WritePackedInt4Pair(t, src, 32)
+	src, packedDir, _ := writePackedModel(t, 128)
 	for _, c := range []struct {
 		name string
 		dir  string

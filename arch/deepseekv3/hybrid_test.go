@@ -72,10 +72,7 @@ func greedyLogprobs(t *testing.T, r testRunner, prompt []int32, steps int) [][]f
 // where next is nil.
 func decodeLogprobs(t *testing.T, r testRunner, prompt []int32, steps int, next []int32) [][]float64 {
 	t.Helper()
-	var lps [][]float64
-	for _, row := range modeltest.Forward(t, r, 0, prompt, true) {
-		lps = append(lps, modeltest.LogSoftmax(row))
-	}
+	lps := modeltest.LogSoftmaxRows(modeltest.Forward(t, r, 0, prompt, true))
 	for i := range steps {
 		tok := modeltest.Argmax(lps[len(lps)-1])
 		if next != nil {
@@ -316,16 +313,10 @@ func TestHybridDeferral(t *testing.T) {
 // without a GPU.
 func TestHybridPackedInt4(t *testing.T) {
 	dev := openTestGPU(t)
-	src := t.TempDir()
-	shape := engineShape(1)
-	shape.MoEInter = 128 // RAWINT4 works on 128-column blocks
-	if err := WriteSynthetic(src, shape, 8); err != nil {
-		t.Fatal(err)
-	}
-	packedDir, _ := modeltest.WritePackedInt4Pair(t, src, 32)
+	_, packedDir, _ := writePackedModel(t, 128) // RAWINT4 works on 128-column blocks
 	prompt := make([]int32, 40)
 	for i := range prompt {
-		prompt[i] = int32(i * 37 % shape.Vocab)
+		prompt[i] = int32(i * 37 % engineShape(1).Vocab)
 	}
 	run := func(name string, onGPU bool, perLayer int) [][]float64 {
 		t.Helper()

@@ -29,10 +29,7 @@ func openTestGPU(t *testing.T) *cuda.Backend {
 // decode steps after it (slot 0).
 func greedyLogprobs(t *testing.T, tr modeltest.Runner, prompt []int32, steps int) [][]float64 {
 	t.Helper()
-	var lps [][]float64
-	for _, row := range modeltest.Forward(t, tr, 0, prompt, true) {
-		lps = append(lps, modeltest.LogSoftmax(row))
-	}
+	lps := modeltest.LogSoftmaxRows(modeltest.Forward(t, tr, 0, prompt, true))
 	for range steps {
 		last := lps[len(lps)-1]
 		next := 0

@@ -239,10 +239,7 @@ func greedyRecorded(t *testing.T, tr modeltest.Runner, prompt []int32, steps int
 	record(true)
 	rows := modeltest.Forward(t, tr, 0, prompt, true)
 	record(false)
-	var lps [][]float64
-	for _, row := range rows {
-		lps = append(lps, modeltest.LogSoftmax(row))
-	}
+	lps := modeltest.LogSoftmaxRows(rows)
 	for range steps {
 		next := modeltest.Argmax(lps[len(lps)-1])
 		row := modeltest.Forward(t, tr, 0, []int32{next}, false)

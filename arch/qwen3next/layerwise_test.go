@@ -107,10 +107,7 @@ func runScript(t *testing.T, dir string, experts int, script []lwOp, name string
 	run := lwRun{script: script}
 	for _, op := range script {
 		rec.tag = op.tag
-		var rows [][]float64
-		for _, row := range modeltest.Forward(t, testRunner{r}, op.slot, op.toks, true) {
-			rows = append(rows, modeltest.LogSoftmax(row))
-		}
+		rows := modeltest.LogSoftmaxRows(modeltest.Forward(t, testRunner{r}, op.slot, op.toks, true))
 		run.rows = append(run.rows, rows...)
 		run.ops = append(run.ops, rows)
 	}

@@ -2,11 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/ktserve/kt/arch/deepseekv3"
@@ -43,14 +40,12 @@ func TestServeKimiK2Directory(t *testing.T) {
 		"--tool-call-parser", "auto")
 	post := func(path, body string) map[string]any {
 		t.Helper()
-		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		code, raw, err := postJSON(url+path, []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", path, resp.StatusCode, raw)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", path, code, raw)
 		}
 		var out map[string]any
 		if err := json.Unmarshal(raw, &out); err != nil {

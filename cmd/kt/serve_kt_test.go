@@ -3,12 +3,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,17 +35,15 @@ func generateIDs(t *testing.T, url string) [][]int32 {
 	for _, p := range ktPrompts {
 		body, _ := json.Marshal(map[string]any{"input_ids": p,
 			"sampling_params": map[string]any{"max_new_tokens": ktNewTokens, "temperature": 0, "ignore_eos": true}})
-		resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(body))
+		code, raw, err := postJSON(url+"/generate", body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		var out struct {
 			OutputIDs []int32 `json:"output_ids"`
 		}
-		if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("/generate: %d %s", resp.StatusCode, raw)
+		if err := json.Unmarshal(raw, &out); err != nil || code != 200 {
+			t.Fatalf("/generate: %d %s", code, raw)
 		}
 		all = append(all, out.OutputIDs)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,13 +182,11 @@ func TestServeLoRA(t *testing.T) {
 		t.Helper()
 		body["sampling_params"] = map[string]any{"max_new_tokens": loraNewTokens, "temperature": 0, "ignore_eos": true}
 		raw, _ := json.Marshal(body)
-		resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(raw))
+		code, out, err := postJSON(url+"/generate", raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, out
+		return code, out
 	}
 	var one struct {
 		OutputIDs []int32 `json:"output_ids"`

@@ -26,6 +26,18 @@ func startServe(t *testing.T, args ...string) string {
 	return url
 }
 
+// postJSON posts the JSON body to url and returns the status and the
+// response body.
+func postJSON(url string, body []byte) (int, []byte, error) {
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}
+
 // startServeLogs is startServe that also returns a function reading the
 // server's log so far.
 func startServeLogs(t *testing.T, args ...string) (string, func() string) {
@@ -93,18 +105,16 @@ func TestServeTinyModelMatchesTransformers(t *testing.T) {
 		wg.Go(func() {
 			body, _ := json.Marshal(map[string]any{"input_ids": c.PromptIDs,
 				"sampling_params": map[string]any{"max_new_tokens": len(c.GreedyIDs), "temperature": 0, "ignore_eos": true}})
-			resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(body))
+			code, raw, err := postJSON(url+"/generate", body)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			defer resp.Body.Close()
 			var out struct {
 				OutputIDs []int32 `json:"output_ids"`
 			}
-			raw, _ := io.ReadAll(resp.Body)
-			if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
-				t.Errorf("%s: %d %s", c.Name, resp.StatusCode, raw)
+			if err := json.Unmarshal(raw, &out); err != nil || code != 200 {
+				t.Errorf("%s: %d %s", c.Name, code, raw)
 				return
 			}
 			if !slices.Equal(out.OutputIDs, c.GreedyIDs) {
@@ -114,14 +124,12 @@ func TestServeTinyModelMatchesTransformers(t *testing.T) {
 	}
 	wg.Wait()
 	// Text routes explain why they cannot work without a tokenizer.
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	code, raw, err := postJSON(url+"/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(raw), "skip-tokenizer-init") {
-		t.Errorf("chat without tokenizer: %d %s", resp.StatusCode, raw)
+	if code != 400 || !strings.Contains(string(raw), "skip-tokenizer-init") {
+		t.Errorf("chat without tokenizer: %d %s", code, raw)
 	}
 }
 
@@ -227,13 +235,11 @@ func TestServeChatTemplateSources(t *testing.T) {
 	}
 	post := func(url, path, body string) (int, string) {
 		t.Helper()
-		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		code, raw, err := postJSON(url+path, []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(raw)
+		return code, string(raw)
 	}
 	chat := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 

@@ -138,16 +138,6 @@ static inline int64_t panel_bytes(int fmt, int64_t k) {
   }
   return 0;
 }
-// kt_pf_groups asks for the 64-byte lines of groups [g0, g1) of a
-// group-wise int4 panel's scales sc and (when co is not NULL) corrections,
-// [group][16] each: the decode kernels' prefetch of the groups two
-// 128-column blocks ahead of their reads.
-static inline void kt_pf_groups(const float* sc, const int32_t* co, int64_t g0, int64_t g1) {
-  for (int64_t g = g0; g < g1; g++) {
-    _mm_prefetch((const char*)(sc + g * 16), _MM_HINT_T0);
-    if (co) _mm_prefetch((const char*)(co + g * 16), _MM_HINT_T0);
-  }
-}
 // kt_pf_gscales asks for the 64-byte lines of groups [g0, g1) of a
 // group-wise int4 panel's bf16 scales gs ([group][16], 32 bytes a group).
 static inline void kt_pf_gscales(const uint16_t* gs, int64_t g0, int64_t g1) {

@@ -228,6 +228,13 @@ void kt_pack_i4g(const float* src, int64_t ld, int n, int k, int group, uint8_t*
   }
 }
 
+// spread4 moves the four nibbles of v (bits 0-15) to the low nibbles of
+// four bytes.
+static uint32_t spread4(uint32_t v) {
+  v = (v | v << 8) & 0x00ff00ff;
+  return (v | v << 4) & 0x0f0f0f0f;
+}
+
 // kt_pack_i4g_codes packs an n x k slice of a compressed-tensors
 // pack-quantized INT4 matrix into KT_FMT_I4G_PK panels as it is: row r's
 // codes are the k nibbles of words + r*wld (int32 words of eight, the
@@ -247,12 +254,7 @@ void kt_pack_i4g_codes(const uint32_t* words, int64_t wld, const float* gscale, 
     for (int c = 0; c < k / 128; c++)
       for (int r = 0; r < 16; r++) {
         int j = 128 * c + 4 * r, sh = 4 * (j % 8);
-        uint32_t lo = (w[j / 8] >> sh) & 0xffff, hi = (w[(j + 64) / 8] >> sh) & 0xffff;
-        lo = (lo | lo << 8) & 0x00ff00ff;
-        lo = (lo | lo << 4) & 0x0f0f0f0f;
-        hi = (hi | hi << 8) & 0x00ff00ff;
-        hi = (hi | hi << 4) & 0x0f0f0f0f;
-        uint32_t v = lo | hi << 4;
+        uint32_t v = spread4((w[j / 8] >> sh) & 0xffff) | spread4((w[(j + 64) / 8] >> sh) & 0xffff) << 4;
         memcpy(panel + ((int64_t)c * 16 + r) * 64 + rr * 4, &v, 4);
       }
     for (int g = 0; g < ng; g++) scale[((int64_t)p * ng + g) * 16 + rr] = kt_f2bf(gscale[(int64_t)row * sld + g] / 16.0f);

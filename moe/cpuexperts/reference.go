@@ -3,7 +3,6 @@
 package cpuexperts
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -97,8 +96,8 @@ func widen(m Matrix, buf *[]float32) []float32 {
 // RandomSource is a synthetic layer for tests and benchmarks: weights drawn
 // from N(0, Std²) (Std 0 = 1/sqrt(cols), the scale of a trained layer),
 // stored as DType (BF16, F8E4M3 with 128x128 block scales, or I32:
-// pack-quantized INT4 as compressed-tensors writes it, symmetric with a
-// bf16 scale amax/7.5 per row and group of Spec.GroupSize columns, 0 = 32).
+// pack-quantized INT4 as compressed-tensors writes it, QuantizeInt4, in
+// groups of Spec.GroupSize columns, 0 = 32).
 // Matrices are generated once and kept.
 type RandomSource struct {
 	Spec  LayerSpec
@@ -163,35 +162,15 @@ func (r *RandomSource) Matrix(e int, p Proj) (Matrix, error) {
 			m.Data[i] = f32ToE4M3(f[i] / s)
 		}
 	case tensor.I32:
-		m.Int4Group = r.Spec.GroupSize
-		if m.Int4Group == 0 {
-			m.Int4Group = 32
+		group := r.Spec.GroupSize
+		if group == 0 {
+			group = 32
 		}
-		words, groups := (cols+7)/8, (cols+m.Int4Group-1)/m.Int4Group
-		m.Data = make([]byte, 4*rows*words)
-		m.GroupScale = make([]float32, rows*groups)
-		f := make([]float64, cols)
-		for y := range rows {
-			for x := range f {
-				f[x] = rng.NormFloat64() * std
-			}
-			for g := range groups {
-				amax := 0.0
-				for x := g * m.Int4Group; x < min((g+1)*m.Int4Group, cols); x++ {
-					amax = max(amax, math.Abs(f[x]))
-				}
-				s := tensor.BF16ToF32(tensor.F32ToBF16(float32(amax / 7.5)))
-				m.GroupScale[y*groups+g] = s
-				for x := g * m.Int4Group; x < min((g+1)*m.Int4Group, cols); x++ {
-					q := 0
-					if s > 0 {
-						q = max(-8, min(7, int(math.RoundToEven(f[x]/float64(s)))))
-					}
-					at := 4 * (y*words + x/8)
-					binary.LittleEndian.PutUint32(m.Data[at:], binary.LittleEndian.Uint32(m.Data[at:])|uint32(q+8)<<(4*(x%8)))
-				}
-			}
+		f := make([]float32, rows*cols)
+		for i := range f {
+			f[i] = float32(rng.NormFloat64() * std)
 		}
+		m = QuantizeInt4(f, rows, cols, group)
 	default:
 		return Matrix{}, fmt.Errorf("random source: unsupported dtype %s", r.DType)
 	}

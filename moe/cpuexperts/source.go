@@ -3,6 +3,7 @@ package cpuexperts
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/ktserve/kt/tensor"
 )
@@ -51,6 +52,37 @@ func (m Matrix) DequantInt4(f []float32) {
 			f[r*m.Cols+c] = float32(int((word>>(4*(c%8)))&0xF)-8) * sc[c/m.Int4Group]
 		}
 	}
+}
+
+// QuantizeInt4 is the rows x cols matrix w as compressed-tensors
+// pack-quantizes it into INT4 (symmetric, as Kimi-K2-Thinking's experts):
+// per row and group of group columns a scale amax/7.5 rounded to bf16, and
+// each value's code round(w/scale) clamped to -8..7, stored + 8.
+func QuantizeInt4(w []float32, rows, cols, group int) Matrix {
+	words, groups := (cols+7)/8, (cols+group-1)/group
+	m := Matrix{DType: tensor.I32, Rows: rows, Cols: cols, Data: make([]byte, 4*rows*words),
+		Int4Group: group, GroupScale: make([]float32, rows*groups)}
+	for r := range rows {
+		row := w[r*cols : (r+1)*cols]
+		for g := range groups {
+			lo, hi := g*group, min((g+1)*group, cols)
+			var amax float64
+			for _, v := range row[lo:hi] {
+				amax = math.Max(amax, math.Abs(float64(v)))
+			}
+			s := tensor.BF16ToF32(tensor.F32ToBF16(float32(amax / 7.5)))
+			m.GroupScale[r*groups+g] = s
+			for c := lo; c < hi; c++ {
+				q := 0
+				if s > 0 {
+					q = max(-8, min(7, int(math.RoundToEven(float64(row[c]/s)))))
+				}
+				at := 4 * (r*words + c/8)
+				binary.LittleEndian.PutUint32(m.Data[at:], binary.LittleEndian.Uint32(m.Data[at:])|uint32(q+8)<<(4*(c%8)))
+			}
+		}
+	}
+	return m
 }
 
 // Check reports whether m is a rows x cols matrix whose data and scales

@@ -19,7 +19,7 @@ type TensorGetter interface {
 // (or the Naming's other pattern), bf16, fp8 e4m3 with a
 // .weight_scale_inv block-scale tensor beside it, or pack-quantized INT4
 // (Int4Group). The bytes alias the checkpoint's mapping (BF16 and FP8 use
-// them in place; packed INT4 is unpacked one matrix at a time).
+// them in place, RAWINT4 repacks packed INT4's codes).
 type CheckpointSource struct {
 	Ckpt   TensorGetter
 	Prefix string // "model." or "model.language_model."
@@ -27,7 +27,8 @@ type CheckpointSource struct {
 	Naming ExpertNaming // the zero value is NamingProj
 	// Int4Group is the group size of compressed-tensors pack-quantized
 	// INT4 experts (.weight_packed, .weight_scale, .weight_shape), which
-	// Matrix unpacks to f32; 0 when the checkpoint has none.
+	// Matrix serves as codes and f32 group scales; 0 when the checkpoint
+	// has none.
 	Int4Group int
 }
 

@@ -90,6 +90,24 @@ func packedInt4Matrix(h backend.Host) (cpuexperts.Matrix, error) {
 		Int4Group: h.Int4Group, GroupScale: scale}, nil
 }
 
+// PackedInt4BF16 is pack-quantized INT4 matrix h as a bf16 matrix of the
+// same shape, each code times its group's scale rounded to bf16 (2^-9
+// relative at most): how a routed expert of such a checkpoint runs on a
+// backend's MoE op.
+func PackedInt4BF16(h backend.Host) (backend.Host, error) {
+	m, err := packedInt4Matrix(h)
+	if err != nil {
+		return backend.Host{}, err
+	}
+	f := make([]float32, m.Rows*m.Cols)
+	m.DequantInt4(f)
+	out := make([]byte, 0, 2*len(f))
+	for _, v := range f {
+		out = binary.LittleEndian.AppendUint16(out, tensor.F32ToBF16(v))
+	}
+	return backend.Host{Name: h.Name, DType: tensor.BF16, Shape: []int{m.Rows, m.Cols}, Data: out}, nil
+}
+
 // packedShape reads a weight_shape tensor: two positive I32 or I64 sizes.
 func packedShape(t safetensors.Tensor) (out, in int, err error) {
 	var v []int64

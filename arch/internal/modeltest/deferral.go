@@ -21,10 +21,7 @@ const DeferralRuns = 8
 func DeferralRows(t testing.TB, r Runner, vocab int, decode []int32) ([][]float64, []int32) {
 	t.Helper()
 	prompt := []int32{int32(17 % vocab), int32(123 % vocab), int32(45 % vocab)}
-	var lps [][]float64
-	for _, row := range Forward(t, r, 0, prompt, true) {
-		lps = append(lps, LogSoftmax(row))
-	}
+	lps := LogSoftmaxRows(Forward(t, r, 0, prompt, true))
 	var toks []int32
 	for i := range DeferralRuns {
 		tok := Argmax(lps[len(lps)-1])

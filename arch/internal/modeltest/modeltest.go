@@ -43,6 +43,15 @@ func ReadRef(t testing.TB, name string) []Case { return fixtures.Load(t, name) }
 // LogSoftmax returns the log-probabilities of a logits row in float64.
 func LogSoftmax(row []float32) []float64 { return sample.LogSoftmax(row, nil) }
 
+// LogSoftmaxRows returns LogSoftmax of each logits row.
+func LogSoftmaxRows(rows [][]float32) [][]float64 {
+	lps := make([][]float64, len(rows))
+	for i, row := range rows {
+		lps[i] = LogSoftmax(row)
+	}
+	return lps
+}
+
 // Argmax is the index of the largest value (the first of equals).
 func Argmax(lp []float64) int32 {
 	best := 0
@@ -366,10 +375,7 @@ func EngineMatchesReference(t *testing.T, vocab int, load func(experts string) (
 		defer r.Close()
 		p := r.ExpertPath()
 		t.Logf("%s: %s", experts, p)
-		var lps [][]float64
-		for _, row := range Forward(t, r, 0, prompt, true) {
-			lps = append(lps, LogSoftmax(row))
-		}
+		lps := LogSoftmaxRows(Forward(t, r, 0, prompt, true))
 		return lps, p
 	}
 	ref, _ := run("backend")
